@@ -1,0 +1,1 @@
+"""The package format, the Python runtime, and (later) the C++ loader."""

@@ -1,0 +1,161 @@
+"""Run an execution plan: each step is compiled once, at load, into a small closure over a list of slots.
+
+A call then does only what it must: copy the inputs into their slots, run the closures in order, read the outputs.
+Literal arguments and weights are bound when the closure is built, not looked up per call.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import torch
+
+from jit2triton.errors import Jit2TritonError
+
+from .resolve import resolve_op
+
+Step = Callable[[list], None]
+Observer = Callable[[int, tuple], None]  # (node index, output values)
+
+
+class StepError(Jit2TritonError, RuntimeError):
+    """An op failed while running the plan; names the op and the model source line it came from."""
+
+
+class Executor:
+    def __init__(self, plan: dict, weights: dict[str, torch.Tensor], nodes: list[dict],
+                 observe: Optional[Observer] = None) -> None:
+        self.weights = weights
+        self.nodes = nodes
+        self.observe = observe
+        self.num_slots = plan["num_slots"]
+        self.input_slots = plan["inputs"]
+        self.steps = self.compile_block(plan["steps"])
+        self.output_getters = [self.getter(r) for r in plan["outputs"]]
+
+    def __call__(self, inputs: list) -> list:
+        env: list = [None] * self.num_slots
+        for slot, value in zip(self.input_slots, inputs):
+            env[slot] = value
+        self.run_steps(self.steps, env)
+        return [get(env) for get in self.output_getters]
+
+    def run_steps(self, steps: list[tuple[Step, int]], env: list) -> None:
+        for step, node in steps:
+            try:
+                step(env)
+            except Jit2TritonError:
+                raise
+            except Exception as err:
+                info = self.nodes[node]
+                where = f" (model source {info['source']})" if info.get("source") else ""
+                raise StepError(f"{info['op']} failed{where}: {type(err).__name__}: {err}") from err
+
+    # --- compiling steps -------------------------------------------------------------------------------------
+
+    def literal(self, ref: list) -> Any:
+        return self.weights[ref[1]] if ref[0] == "w" else ref[1]
+
+    def getter(self, ref: list) -> Callable[[list], Any]:
+        if ref[0] == "s":
+            slot = ref[1]
+            return lambda env: env[slot]
+        value = self.literal(ref)
+        return lambda env: value
+
+    def compile_block(self, steps: list[dict]) -> list[tuple[Step, int]]:
+        return [(self.compile_step(s), s["node"]) for s in steps]
+
+    def compile_step(self, step: dict) -> Step:
+        kind = step["kind"]
+        if kind == "call":
+            return self.compile_call(step)
+        if kind == "if":
+            return self.compile_if(step)
+        if kind == "loop":
+            return self.compile_loop(step)
+        raise Jit2TritonError(f"unknown step kind {kind!r} in the plan; the package needs a newer jit2triton")
+
+    def compile_call(self, step: dict) -> Step:
+        fn = resolve_op(step["op"])
+        args = step["args"]
+        template = [None if r[0] == "s" else self.literal(r) for r in args]
+        from_slots = [(i, r[1]) for i, r in enumerate(args) if r[0] == "s"]
+        kwnames = tuple(step.get("kwnames", ()))
+        npos = len(args) - len(kwnames)
+        outs = step["outs"]
+        free = step.get("free", ())
+        node, observe = step["node"], self.observe
+
+        def call(env: list) -> None:
+            a = template.copy()
+            for i, slot in from_slots:
+                a[i] = env[slot]
+            if kwnames:
+                result = fn(*a[:npos], **dict(zip(kwnames, a[npos:])))
+            else:
+                result = fn(*a)
+            if len(outs) == 1:
+                env[outs[0]] = result
+                if observe:
+                    observe(node, (result,))
+            elif outs:
+                for slot, value in zip(outs, result):
+                    env[slot] = value
+                if observe:
+                    observe(node, tuple(result))
+            for slot in free:
+                env[slot] = None
+
+        return call
+
+    def compile_if(self, step: dict) -> Step:
+        cond = self.getter(step["args"][0])
+        branches = [self.compile_subblock(b) for b in step["blocks"]]
+        outs, free = step["outs"], step.get("free", ())
+        run, node, observe = self.run_steps, step["node"], self.observe
+
+        def if_(env: list) -> None:
+            steps, results = branches[0] if cond(env) else branches[1]
+            run(steps, env)
+            values = [get(env) for get in results]
+            for slot, value in zip(outs, values):
+                env[slot] = value
+            if observe:
+                observe(node, tuple(values))
+            for slot in free:
+                env[slot] = None
+
+        return if_
+
+    def compile_loop(self, step: dict) -> Step:
+        trip_count, condition = self.getter(step["args"][0]), self.getter(step["args"][1])
+        initial = [self.getter(r) for r in step["args"][2:]]
+        body = step["blocks"][0]
+        body_steps, body_results = self.compile_subblock(body)
+        index_slot, carried_slots = body["inputs"][0], body["inputs"][1:]
+        outs, free = step["outs"], step.get("free", ())
+        run, node, observe = self.run_steps, step["node"], self.observe
+
+        def loop(env: list) -> None:
+            trips, go = trip_count(env), condition(env)
+            carried = [get(env) for get in initial]
+            i = 0
+            while go and i < trips:
+                env[index_slot] = i
+                for slot, value in zip(carried_slots, carried):
+                    env[slot] = value
+                run(body_steps, env)
+                go = body_results[0](env)
+                carried = [get(env) for get in body_results[1:]]
+                i += 1
+            for slot, value in zip(outs, carried):
+                env[slot] = value
+            if observe:
+                observe(node, tuple(carried))
+            for slot in free:
+                env[slot] = None
+
+        return loop
+
+    def compile_subblock(self, block: dict) -> tuple[list[tuple[Step, int]], list[Callable]]:
+        return self.compile_block(block["steps"]), [self.getter(r) for r in block["outputs"]]

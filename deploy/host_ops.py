@@ -1,0 +1,167 @@
+"""Ops the runtime runs itself: TorchScript's list, tuple, dict and scalar bookkeeping.
+
+These are the ops whose schemas are generic (`t[]`, `Dict(t, v)`) or that mutate a Python container in place,
+which `torch.ops` cannot call from Python with the right semantics. Each is a small function over Python values;
+an op with several outputs returns a sequence.
+"""
+from __future__ import annotations
+
+import math
+import operator
+from typing import Any, Callable
+
+import torch
+
+from jit2triton.errors import Jit2TritonError
+
+
+class ModelRaisedError(Jit2TritonError):
+    """The model itself raised (a `raise` or `assert` in its TorchScript source)."""
+
+
+def _append(items: list, item: Any) -> list:
+    items.append(item)
+    return items
+
+
+def _set_item(container, key, value):
+    container[key] = value
+    return container
+
+
+def _insert(items: list, index: int, item: Any) -> None:
+    items.insert(index, item)
+
+
+def _extend(items: list, more: list) -> None:
+    items.extend(more)
+
+
+def _pop(items: list, index: int = -1) -> Any:
+    return items.pop(index)
+
+
+def _clear(items) -> None:
+    items.clear()
+
+
+def _raise(message: Any = "", *rest: Any) -> None:
+    raise ModelRaisedError(f"the model raised an exception: {message}")
+
+
+def _slice_list(items: list, start: Any = None, end: Any = None, step: int = 1) -> list:
+    return items[start:end:step]
+
+
+def _range_length(lo: int, hi: int, step: int) -> int:
+    return max(0, -(-(hi - lo) // step)) if step > 0 else max(0, -(-(lo - hi) // -step))
+
+
+def _derive_index(index: int, start: int, step: int) -> int:
+    return start + index * step
+
+
+def _dict_get(d: dict, key: Any, default: Any = None) -> Any:
+    return d.get(key, default)
+
+
+def _num_to_tensor(number: Any) -> torch.Tensor:
+    return torch.scalar_tensor(number, dtype=torch.int64 if isinstance(number, int) and not isinstance(
+        number, bool) else (torch.bool if isinstance(number, bool) else torch.float64))
+
+
+def _int_floordiv(a, b):
+    return a // b
+
+
+HOST_OPS: dict[str, Callable] = {
+    "prim::ListConstruct": lambda *items: list(items),
+    "prim::ListUnpack": lambda items: items,
+    "prim::TupleConstruct": lambda *items: tuple(items),
+    "prim::TupleUnpack": lambda items: items,
+    "prim::TupleIndex": operator.getitem,
+    "prim::DictConstruct": lambda *kv: dict(zip(kv[::2], kv[1::2])),
+    "prim::unchecked_cast": lambda x: x,
+    "prim::Uninitialized": lambda: None,
+    "prim::RaiseException": _raise,
+    "prim::NumToTensor": _num_to_tensor,
+    "prim::device": lambda t: t.device,
+    "prim::dtype": lambda t: t.dtype,
+    "prim::layout": lambda t: t.layout,
+    "prim::shape": lambda t: list(t.shape),
+    "prim::is_cuda": lambda t: t.is_cuda,
+    "prim::data": lambda t: t,
+    "prim::min": min,
+    "prim::max": max,
+    "prim::abs": abs,
+    "aten::__getitem__.t": operator.getitem,
+    "aten::__getitem__.str": operator.getitem,
+    "aten::append.t": _append,
+    "aten::len.t": len,
+    "aten::len.str": len,
+    "aten::_set_item.t": _set_item,
+    "aten::insert.t": _insert,
+    "aten::extend.t": _extend,
+    "aten::pop.t": _pop,
+    "aten::clear.t": _clear,
+    "aten::list.t": list,
+    "aten::copy.t": list,
+    "aten::slice.t": _slice_list,
+    "aten::add.t": operator.add,
+    "aten::__contains__.int_list": lambda items, x: x in items,
+    "aten::__contains__.float_list": lambda items, x: x in items,
+    "aten::__contains__.str_list": lambda items, x: x in items,
+    "aten::__is__": operator.is_,
+    "aten::__isnot__": operator.is_not,
+    "aten::__not__": operator.not_,
+    "aten::format": lambda fmt, *args: fmt.format(*args),
+    "aten::warn": lambda *args: None,
+    "aten::__range_length": _range_length,
+    "aten::__derive_index": _derive_index,
+    "aten::dict": dict,
+    "aten::size": lambda t: list(t.shape),
+    "aten::size.int": lambda t, dim: t.shape[dim],
+    "aten::dim": lambda t: t.dim(),
+    "aten::numel": lambda t: t.numel(),
+    "aten::Int.Tensor": int,
+    "aten::Float.Tensor": float,
+    "aten::Bool.Tensor": bool,
+    "aten::Int.float": int,
+    "aten::Float.int": float,
+    "aten::item": lambda t: t.item(),
+    "aten::add.int": operator.add,
+    "aten::add.float": operator.add,
+    "aten::sub.int": operator.sub,
+    "aten::sub.float": operator.sub,
+    "aten::mul.int": operator.mul,
+    "aten::mul.float": operator.mul,
+    "aten::div.int": operator.truediv,
+    "aten::div.float": operator.truediv,
+    "aten::floordiv.int": _int_floordiv,
+    "aten::neg.int": operator.neg,
+    "aten::eq.int": operator.eq,
+    "aten::ne.int": operator.ne,
+    "aten::lt.int": operator.lt,
+    "aten::le.int": operator.le,
+    "aten::gt.int": operator.gt,
+    "aten::ge.int": operator.ge,
+    "aten::eq.float": operator.eq,
+    "aten::lt.float": operator.lt,
+    "aten::gt.float": operator.gt,
+    "aten::eq.str": operator.eq,
+    "aten::ne.str": operator.ne,
+    "aten::sqrt.float": math.sqrt,
+    "aten::sqrt.int": math.sqrt,
+}
+
+# Dict ops come in one overload per key type; they all mean the same thing to Python.
+for _key in ("str", "int", "bool", "float", "Tensor", "complex"):
+    HOST_OPS[f"aten::__getitem__.Dict_{_key}"] = operator.getitem
+    HOST_OPS[f"aten::_set_item.{_key}"] = _set_item
+    HOST_OPS[f"aten::len.Dict_{_key}"] = len
+    HOST_OPS[f"aten::keys.{_key}"] = lambda d: list(d.keys())
+    HOST_OPS[f"aten::values.{_key}"] = lambda d: list(d.values())
+    HOST_OPS[f"aten::items.{_key}"] = lambda d: list(d.items())
+    HOST_OPS[f"aten::__contains__.{_key}"] = lambda d, k: k in d
+    HOST_OPS[f"aten::get.{_key}"] = _dict_get
+    HOST_OPS[f"aten::get.default_{_key}"] = _dict_get

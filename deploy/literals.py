@@ -1,0 +1,69 @@
+"""JSON encoding of the literals baked into a plan (no pickle: a package is data, never code).
+
+JSON has no tuple, device, dtype or non-finite float, so those are tagged objects: {"$tuple": [...]} and so on.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import torch
+
+
+def encode(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else {"$float": repr(value)}
+    if isinstance(value, list):
+        return [encode(v) for v in value]
+    if isinstance(value, tuple):
+        return {"$tuple": [encode(v) for v in value]}
+    if isinstance(value, torch.device):
+        return {"$device": str(value)}
+    if isinstance(value, torch.dtype):
+        return {"$dtype": str(value).removeprefix("torch.")}
+    if isinstance(value, complex):
+        return {"$complex": [encode(value.real), encode(value.imag)]}
+    if isinstance(value, dict):
+        return {"$dict": [[encode(k), encode(v)] for k, v in value.items()]}
+    raise TypeError(f"cannot store a literal of type {type(value).__name__} in a package")
+
+
+def decode(data: Any) -> Any:
+    if isinstance(data, list):
+        return [decode(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    (tag, body), = data.items()
+    if tag == "$float":
+        return float(body)
+    if tag == "$tuple":
+        return tuple(decode(v) for v in body)
+    if tag == "$device":
+        return torch.device(body)
+    if tag == "$dtype":
+        return getattr(torch, body)
+    if tag == "$complex":
+        return complex(decode(body[0]), decode(body[1]))
+    if tag == "$dict":
+        return {decode(k): decode(v) for k, v in body}
+    raise ValueError(f"unknown literal tag {tag!r}")
+
+
+def map_plan_literals(plan: dict, fn: Callable[[Any], Any]) -> dict:
+    """A copy of `plan` with every ["c", literal] reference's literal passed through `fn`."""
+    def ref(r: list) -> list:
+        return ["c", fn(r[1])] if r[0] == "c" else r
+
+    def block(b: dict) -> dict:
+        out = dict(b, steps=[step(s) for s in b["steps"]], outputs=[ref(r) for r in b["outputs"]])
+        return out
+
+    def step(s: dict) -> dict:
+        out = dict(s, args=[ref(r) for r in s["args"]])
+        if "blocks" in s:
+            out["blocks"] = [block(b) for b in s["blocks"]]
+        return out
+
+    return dict(plan, steps=[step(s) for s in plan["steps"]], outputs=[ref(r) for r in plan["outputs"]])

@@ -1,0 +1,139 @@
+"""Package format v1: one `.j2t` file, a zip holding data only.
+
+    manifest.json     format version, producer versions, device, signature, plan, weights index, kernels,
+                      provenance and the conversion report
+    weights.bin       every weight's raw bytes, 64-byte aligned, stored uncompressed; dtype/shape/offset in the manifest
+    kernels/          generated kernel sources (Triton, C++)
+    binaries/         compiled kernels (cubins, shared libraries)
+    checksums.json    sha256 of every other member
+
+Nothing in a package is pickled and loading never executes code from it. Saving writes a temporary file beside the
+target and renames it, so a crash never leaves a half-written package under the final name.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from jit2triton.errors import CorruptPackageError, PackageError, PackageVersionError
+
+from .literals import decode, encode, map_plan_literals
+
+FORMAT = "jit2triton-package"
+FORMAT_VERSION = 1
+ALIGN = 64
+
+
+@dataclass
+class PackageContents:
+    manifest: dict[str, Any]  # with the plan's literals as Python values (decoded)
+    weights: dict[str, torch.Tensor]  # on the CPU
+    files: dict[str, bytes] = field(default_factory=dict)  # kernels/..., binaries/...
+
+
+def save_package(contents: PackageContents, path: str) -> None:
+    path = os.fspath(path)
+    weights_index, blob = _pack_weights(contents.weights)
+    manifest = dict(contents.manifest, format=FORMAT, format_version=FORMAT_VERSION, weights=weights_index)
+    manifest["plan"] = map_plan_literals(manifest["plan"], encode)
+    members = {"manifest.json": json.dumps(manifest, indent=1).encode(), "weights.bin": blob, **contents.files}
+    checksums = {name: hashlib.sha256(data).hexdigest() for name, data in members.items()}
+    members["checksums.json"] = json.dumps(checksums, indent=1).encode()
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".j2t-", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as zf:
+            for name, data in members.items():
+                stored = name == "weights.bin" or name.startswith("binaries/")
+                zf.writestr(name, data, compress_type=zipfile.ZIP_STORED if stored else zipfile.ZIP_DEFLATED)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_package(path: str) -> PackageContents:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise PackageError(f"package not found: {path!r}; check the path or convert the model first")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = {name: zf.read(name) for name in zf.namelist()}
+    except (zipfile.BadZipFile, EOFError, OSError, zipfile.LargeZipFile) as err:
+        raise CorruptPackageError(
+            f"{path!r} is not a readable jit2triton package ({err}); it may be truncated or corrupted. "
+            "Copy it again or re-run `jit2triton convert`") from None
+    _verify(path, members)
+    manifest = json.loads(members.pop("manifest.json"))
+    if manifest.get("format") != FORMAT:
+        raise CorruptPackageError(f"{path!r} is a zip file but not a jit2triton package")
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise PackageVersionError(
+            f"{path!r} uses package format {version}, newer than this jit2triton reads ({FORMAT_VERSION}); "
+            "upgrade jit2triton (pip install -U jit2triton)")
+    weights = _unpack_weights(manifest.pop("weights"), members.pop("weights.bin"))
+    manifest["plan"] = map_plan_literals(manifest["plan"], decode)
+    members.pop("checksums.json")
+    return PackageContents(manifest, weights, members)
+
+
+def _verify(path: str, members: dict[str, bytes]) -> None:
+    for required in ("manifest.json", "weights.bin", "checksums.json"):
+        if required not in members:
+            raise CorruptPackageError(
+                f"{path!r} has no {required}: it is not a complete jit2triton package; re-run `jit2triton convert`")
+    try:
+        checksums = json.loads(members["checksums.json"])
+    except ValueError:
+        raise CorruptPackageError(f"{path!r}: checksums.json is damaged; re-run `jit2triton convert`") from None
+    for name in members:
+        if name == "checksums.json":
+            continue
+        expected = checksums.get(name)
+        if expected is None or hashlib.sha256(members[name]).hexdigest() != expected:
+            raise CorruptPackageError(
+                f"{path!r}: member {name!r} fails its checksum, so the package was modified or corrupted; "
+                "copy it again or re-run `jit2triton convert`")
+    missing = set(checksums) - set(members)
+    if missing:
+        raise CorruptPackageError(f"{path!r} lacks members {sorted(missing)}; re-run `jit2triton convert`")
+
+
+def _pack_weights(weights: dict[str, torch.Tensor]) -> tuple[dict, bytes]:
+    index, out, offset = {}, io.BytesIO(), 0
+    for name, tensor in weights.items():
+        data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        pad = -offset % ALIGN
+        out.write(b"\0" * pad)
+        offset += pad
+        index[name] = {"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape),
+                       "offset": offset, "nbytes": len(data)}
+        out.write(data)
+        offset += len(data)
+    return index, out.getvalue()
+
+
+def _unpack_weights(index: dict, blob: bytes) -> dict[str, torch.Tensor]:
+    buffer = bytearray(blob)  # writable, so torch.frombuffer shares it without a warning
+    weights = {}
+    for name, entry in index.items():
+        dtype = getattr(torch, entry["dtype"])
+        shape, offset, nbytes = entry["shape"], entry["offset"], entry["nbytes"]
+        if offset + nbytes > len(buffer):
+            raise CorruptPackageError(f"weight {name!r} lies outside weights.bin; the package is corrupted")
+        if nbytes == 0:
+            weights[name] = torch.empty(shape, dtype=dtype)
+            continue
+        flat = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=offset)
+        weights[name] = flat.view(dtype).reshape(shape)
+    return weights

@@ -1,0 +1,75 @@
+"""The Python runtime: a loaded package, ready to call.
+
+Everything that can be decided once is decided here, at load: compatibility with this machine, weights moved to the
+device, the plan compiled into closures, the input check built. A call checks the inputs and runs the steps.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
+import torch
+
+from jit2triton.errors import PackageDeviceError, PackageVersionError
+
+from .executor import Executor
+from .literals import map_plan_literals
+from .package import PackageContents
+from .signature import NO_DEFAULT, InputChecker
+
+DeviceLike = Union[str, torch.device, None]
+
+
+class Runtime:
+    def __init__(self, contents: PackageContents, map_location: DeviceLike = None) -> None:
+        manifest = contents.manifest
+        check_compatible(manifest)
+        self.device = target_device(manifest, map_location)
+        self.contents = contents
+        plan = retarget_devices(manifest["plan"], torch.device(manifest["device"]).type, self.device)
+        weights = {name: w.to(self.device) for name, w in contents.weights.items()}
+        self.executor = Executor(plan, weights, manifest["nodes"])
+        signature = manifest["signature"]["inputs"]
+        defaults = [d["default"] if "default" in d else NO_DEFAULT for d in signature]
+        self.check_inputs = InputChecker(signature, self.device, defaults)
+
+    def __call__(self, *inputs: Any) -> Any:
+        outputs = self.executor(self.check_inputs(inputs))
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def check_compatible(manifest: dict) -> None:
+    made_with = manifest.get("producer", {}).get("torch", "")
+    if made_with.split(".")[0] != torch.__version__.split(".")[0]:
+        raise PackageVersionError(
+            f"the package was made with torch {made_with or 'unknown'}, and this is torch {torch.__version__}: "
+            "ATen ops and kernels are not compatible across major versions. Convert the model again with this torch")
+
+
+def target_device(manifest: dict, map_location: DeviceLike) -> torch.device:
+    built_for = torch.device(manifest["device"])
+    device = torch.device(map_location) if map_location is not None else built_for
+    if device.type == "cuda" and not torch.cuda.is_available():
+        hint = (" or load it with map_location='cpu'" if not manifest.get("kernels") else
+                "; its GPU kernels cannot run on the CPU, so convert the model again with device='cpu'")
+        raise PackageDeviceError(
+            f"the package was built for {built_for} and this machine has no CUDA device; run it on a GPU machine{hint}")
+    if device.type != built_for.type and manifest.get("kernels"):
+        raise PackageDeviceError(
+            f"the package holds kernels compiled for {built_for.type} and cannot run on {device.type}; "
+            f"convert the model again with device={device.type!r}")
+    return device
+
+
+def retarget_devices(plan: dict, built_for: str, device: torch.device) -> dict:
+    """Device literals that named the build device now name the run device (as torch.jit.load's map_location)."""
+    if built_for == device.type and device.index is None:
+        return plan
+
+    def move(value):
+        if isinstance(value, torch.device) and value.type == built_for:
+            return device
+        if isinstance(value, (list, tuple)):
+            return type(value)(move(v) for v in value)
+        return value
+
+    return map_plan_literals(plan, move)

@@ -1,0 +1,1 @@
+"""Render fused kernels as Triton and C++/OpenMP source, and compile them."""

@@ -1,0 +1,162 @@
+"""The public API: `convert` a TorchScript model, `load` a package, call it like the model.
+
+This is the one place that ties the stages together: loaders -> transpiler -> (emitters) -> deploy.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import time
+from typing import Any, Callable, Optional, Sequence, Union
+
+import torch
+
+from jit2triton.deploy.executor import Executor, StepError
+from jit2triton.deploy.literals import encode
+from jit2triton.deploy.package import PackageContents, read_package, save_package
+from jit2triton.deploy.runtime import DeviceLike, Runtime
+from jit2triton.deploy.signature import describe, format_type
+from jit2triton.loaders import load_script
+from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource
+from jit2triton.transpiler.from_torchscript import from_torchscript
+from jit2triton.transpiler.infer_shapes import ShapeRecorder
+from jit2triton.transpiler.ir import MISSING
+from jit2triton.transpiler.report import format_report, summarize
+from jit2triton.transpiler.schedule import schedule
+
+from .errors import ConversionError, InputError, PackageDeviceError
+from .version import __version__
+
+Progress = Callable[[str], None]
+
+
+class Converted:
+    """A converted model: call it like the TorchScript model; `save` it; read its report and generated code."""
+
+    def __init__(self, contents: PackageContents, runtime: Runtime) -> None:
+        self._contents = contents
+        self._runtime = runtime
+        self.__call__ = runtime.__call__  # the hot path: no extra Python frame per call
+
+    def __call__(self, *inputs: Any) -> Any:
+        return self._runtime(*inputs)
+
+    def save(self, path: Union[str, os.PathLike]) -> None:
+        save_package(self._contents, os.fspath(path))
+
+    def summary(self) -> dict[str, Any]:
+        return dict(self._contents.manifest["report"])
+
+    def report(self) -> str:
+        manifest = self._contents.manifest
+        head = f"model {manifest['model']['name']} -> {manifest['backend']} on {manifest['device']}"
+        return head + "\n" + format_report(manifest["report"], manifest["nodes"])
+
+    @property
+    def code(self) -> str:
+        sources = {n: data for n, data in self._contents.files.items() if n.startswith("kernels/")}
+        if not sources:
+            return "# no generated kernels: every op of this package runs through ATen (see report())\n"
+        return "\n\n".join(f"# ---- {name}\n{data.decode()}" for name, data in sorted(sources.items()))
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self._contents.manifest
+
+    @property
+    def device(self) -> torch.device:
+        return self._runtime.device
+
+    def signature(self) -> str:
+        sig = self._contents.manifest["signature"]
+        args = ", ".join(f"{d['name']}: {format_type(d)}" for d in sig["inputs"])
+        return f"({args}) -> {format_type(sig['outputs'])}"
+
+
+def convert(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None,
+            device: DeviceLike = "cpu", map_location: DeviceLike = None,
+            progress: Optional[Progress] = None) -> Converted:
+    """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
+
+    `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
+    gives defaults for may be left out.
+    """
+    say = progress or (lambda message: None)
+    started = time.perf_counter()
+    target = torch.device(device or "cpu")
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise PackageDeviceError("device='cuda' was asked for but this machine has no CUDA device; use device='cpu'")
+    say("loading TorchScript (freeze, inline, normalise)")
+    script = load_script(model, map_location=map_location)
+    inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
+    inputs = [x.to(target) if isinstance(x, torch.Tensor) else x for x in inputs]
+    say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
+    graph = from_torchscript(script.graph, script.input_names, script.input_defaults, script.name, NO_DEFAULT)
+    sched = schedule(graph)
+    say("inferring shapes and dtypes from the example inputs")
+    recorder = ShapeRecorder(sched.nodes)
+    recorder.observe_values(graph.inputs, inputs)
+    weights_on_device = {name: w.to(target) for name, w in graph.weights.items()}
+    try:
+        outputs = Executor(sched.plan, weights_on_device, sched.node_table, observe=recorder)(inputs)
+    except StepError as err:
+        raise ConversionError(f"running the model on the example inputs failed: {err}") from None
+    recorder.annotate(graph)
+    output = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    manifest = {
+        "producer": {"jit2triton": __version__, "torch": torch.__version__, "triton": _triton_version(),
+                     "python": platform.python_version()},
+        "device": target.type,
+        "backend": "aten",
+        "model": {"name": script.name, "source": os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""},
+        "signature": {"inputs": _input_signature(script.input_names, script.input_defaults, inputs),
+                      "outputs": describe(output)},
+        "plan": sched.plan,
+        "nodes": sched.node_table,
+        "kernels": [],
+        "report": summarize(sched.node_table, []),
+        "ir": str(graph),
+    }
+    weights = {name: w.to("cpu") for name, w in graph.weights.items()}
+    contents = PackageContents(manifest, weights)
+    converted = Converted(contents, Runtime(contents, target))
+    say(f"converted in {time.perf_counter() - started:.2f}s")
+    return converted
+
+
+def load(path: Union[str, os.PathLike], map_location: DeviceLike = None) -> Converted:
+    """Load a `.j2t` package; `map_location` moves it to another device, as torch.jit.load's does."""
+    contents = read_package(os.fspath(path))
+    return Converted(contents, Runtime(contents, map_location))
+
+
+def _complete_inputs(example_inputs, names: list[str], defaults: list[Any]) -> list[Any]:
+    if example_inputs is None:
+        example_inputs = ()
+    elif isinstance(example_inputs, torch.Tensor) or not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    given = list(example_inputs)
+    required = [n for n, d in zip(names, defaults) if d is NO_DEFAULT]
+    if len(given) < len(required) or len(given) > len(names):
+        raise InputError(
+            f"the model takes inputs ({', '.join(names)}), {len(required)} without defaults; got {len(given)} "
+            "example inputs. Pass example_inputs=(...) with one value per input, in order")
+    return given + list(defaults[len(given):])
+
+
+def _input_signature(names: list[str], defaults: list[Any], inputs: list[Any]) -> list[dict[str, Any]]:
+    signature = []
+    for name, default, value in zip(names, defaults, inputs):
+        entry = {"name": name, **describe(value)}
+        if default is not NO_DEFAULT and default is not MISSING:
+            entry["default"] = encode(default)
+        signature.append(entry)
+    return signature
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+        return triton.__version__
+    except ImportError:
+        return ""

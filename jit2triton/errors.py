@@ -1,0 +1,37 @@
+"""One exception family for everything jit2triton raises at its boundaries.
+
+Every message says what was expected, what came, and what to do. This module is the one leaf that every stage
+(loaders, transpiler, emitters, deploy) may import.
+"""
+
+
+class Jit2TritonError(Exception):
+    """Base of every error jit2triton raises on purpose."""
+
+
+class ModelLoadError(Jit2TritonError):
+    """The model given to `convert` is missing, unreadable, or not TorchScript."""
+
+
+class ConversionError(Jit2TritonError):
+    """The TorchScript graph could not be turned into a runnable plan."""
+
+
+class PackageError(Jit2TritonError):
+    """A `.j2t` package is missing, corrupted, or cannot run here."""
+
+
+class CorruptPackageError(PackageError):
+    """The package file is truncated, not a zip, or a member fails its checksum."""
+
+
+class PackageVersionError(PackageError):
+    """The package was written in a newer format, or by an incompatible torch/triton."""
+
+
+class PackageDeviceError(PackageError):
+    """The package was built for a device this machine or this call cannot provide."""
+
+
+class InputError(Jit2TritonError, ValueError):
+    """The inputs of a call do not match the signature the model was converted with."""

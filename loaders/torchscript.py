@@ -1,0 +1,111 @@
+"""Read TorchScript and normalise its graph into the form the transpiler reads.
+
+What comes out is one frozen, inlined `torch._C.Graph` per model: weights are constants (conv+BN folded by
+`torch.jit.freeze`), calls are inlined, constants propagated, and mutation removed where TorchScript proves it
+safe. `prim::If` / `prim::Loop` stay: scripted control flow is part of the model.
+"""
+from __future__ import annotations
+
+import os
+import zipfile
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import torch
+
+from jit2triton.errors import ConversionError, ModelLoadError
+
+ModelSource = Union[str, os.PathLike, torch.jit.ScriptModule, torch.jit.ScriptFunction]
+
+
+@dataclass
+class ScriptGraph:
+    graph: torch._C.Graph  # frozen and inlined; the module's `self` input removed
+    input_names: list[str]
+    input_defaults: list[Any]  # per input: its default value, or `NO_DEFAULT`
+    name: str
+    module: Optional[torch.jit.ScriptModule] = field(default=None, repr=False)  # the frozen module, if any
+    function: Any = field(default=None, repr=False)  # a callable that runs the original TorchScript
+
+
+NO_DEFAULT = object()
+
+
+def load_script(source: ModelSource, map_location: Union[str, torch.device, None] = None) -> ScriptGraph:
+    """Accept a path to a `torch.jit.save` archive, a ScriptModule or a ScriptFunction."""
+    if isinstance(source, (str, os.PathLike)):
+        source = _read_archive(os.fspath(source), map_location)
+    if isinstance(source, torch.jit.ScriptFunction):
+        return _from_function(source)
+    if isinstance(source, torch.jit.ScriptModule):
+        return _from_module(source)
+    if isinstance(source, torch.nn.Module):
+        raise ModelLoadError(
+            f"got an eager {type(source).__name__}, not TorchScript; trace or script it first: "
+            "torch.jit.trace(model, example_inputs) or torch.jit.script(model)")
+    raise ModelLoadError(
+        f"expected a path to a TorchScript archive, a ScriptModule or a ScriptFunction, got {type(source).__name__}")
+
+
+def _read_archive(path: str, map_location) -> torch.jit.ScriptModule:
+    if not os.path.exists(path):
+        raise ModelLoadError(f"model file not found: {path!r}; check the path")
+    if os.path.isdir(path) or not os.access(path, os.R_OK):
+        raise ModelLoadError(f"cannot read model file {path!r}: it is a folder or not readable")
+    if not zipfile.is_zipfile(path):
+        raise ModelLoadError(
+            f"{path!r} is not a TorchScript archive (not a zip file); save the model with torch.jit.save")
+    try:
+        return torch.jit.load(path, map_location=map_location)
+    except Exception as err:  # torch raises RuntimeError/ValueError with C++ traces; name the cause plainly
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelLoadError(
+            f"{path!r} could not be read as TorchScript ({first}); if it was written with torch.save, "
+            "re-export it with torch.jit.save(torch.jit.trace(model, inputs), path)") from None
+
+
+def _from_module(module: torch.jit.ScriptModule) -> ScriptGraph:
+    if not hasattr(module, "forward"):
+        raise ModelLoadError("the ScriptModule has no forward method to convert")
+    module = module.eval()
+    try:
+        frozen = torch.jit.freeze(module)
+    except Exception as err:
+        raise ConversionError(f"torch.jit.freeze failed on the model: {err}") from None
+    graph = frozen.graph.copy()
+    schema = frozen.forward.schema
+    self_input = next(iter(graph.inputs()))
+    if self_input.uses():
+        users = sorted({use.user.kind() for use in self_input.uses()})
+        raise ConversionError(
+            f"after freezing, the graph still reads module state through {users}; attributes that the model "
+            "mutates cannot become constants. Make them buffers that forward() does not assign, or pass them in")
+    graph.eraseInput(0)
+    _normalise(graph)
+    args = schema.arguments[1:]
+    return ScriptGraph(graph, [a.name for a in args], [_default(a) for a in args], _module_name(module),
+                       module=frozen, function=frozen)
+
+
+def _from_function(function: torch.jit.ScriptFunction) -> ScriptGraph:
+    graph = function.graph.copy()
+    _normalise(graph)
+    args = function.schema.arguments
+    return ScriptGraph(graph, [a.name for a in args], [_default(a) for a in args], function.name,
+                       function=function)
+
+
+def _normalise(graph: torch._C.Graph) -> None:
+    torch._C._jit_pass_inline(graph)
+    torch._C._jit_pass_constant_propagation(graph)
+    torch._C._jit_pass_remove_mutation(graph)
+    torch._C._jit_pass_dce(graph)
+
+
+def _default(argument) -> Any:
+    return argument.default_value if argument.has_default_value() else NO_DEFAULT
+
+
+def _module_name(module: torch.jit.ScriptModule) -> str:
+    qualified = getattr(module, "original_name", None) or type(module).__name__
+    return str(qualified)

@@ -1,0 +1,153 @@
+"""Build our IR from a frozen, inlined TorchScript graph.
+
+Every TorchScript node becomes one IR node named by its exact overload (`aten::add.Tensor`), with its source line
+kept for provenance. Constant tensors become named weights; other constants stay as literal values.
+"""
+from __future__ import annotations
+
+import linecache
+import re
+from typing import Any
+
+import torch
+
+from jit2triton.errors import ConversionError
+
+from .ir import MISSING, Block, Graph, Node, Source, Type, Value, dtype_name
+
+_TYPE_KINDS = {
+    "IntType": "int", "FloatType": "float", "BoolType": "bool", "StringType": "str", "NoneType": "None",
+    "DeviceObjType": "Device", "NumberType": "Scalar", "ComplexType": "complex", "AnyType": "Any",
+    "ScalarTypeType": "int", "LayoutType": "int", "MemoryFormatType": "int", "GeneratorType": "Generator",
+}
+
+
+def ir_type(ts_type) -> Type:
+    kind = ts_type.kind()
+    if kind == "TensorType":
+        return Type("Tensor", _SCALAR_NAMES.get(ts_type.scalarType()))
+    if kind == "ListType":
+        return Type("List", elems=(ir_type(ts_type.getElementType()),))
+    if kind == "OptionalType":
+        return Type("Optional", elems=(ir_type(ts_type.getElementType()),))
+    if kind == "TupleType":
+        return Type("Tuple", elems=tuple(ir_type(e) for e in ts_type.elements()))
+    if kind == "DictType":
+        return Type("Dict", elems=(ir_type(ts_type.getKeyType()), ir_type(ts_type.getValueType())))
+    return Type(_TYPE_KINDS.get(kind, str(ts_type)))
+
+
+_SCALAR_NAMES = {
+    "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
+    "Long": "int64", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
+}
+
+
+def from_torchscript(ts_graph: torch._C.Graph, input_names: list[str], input_defaults: list[Any],
+                     name: str, no_default: object) -> Graph:
+    builder = _Builder()
+    body = Block()
+    for ts_value, arg_name in zip(ts_graph.inputs(), input_names):
+        body.inputs.append(builder.define(ts_value, arg_name))
+    builder.fill_block(body, ts_graph.nodes(), ts_graph.outputs())
+    defaults = [MISSING if d is no_default else d for d in input_defaults]
+    return Graph(body, builder.weights, list(input_names), defaults, name)
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.values: dict[int, Value] = {}
+        self.weights: dict[str, torch.Tensor] = {}
+
+    def define(self, ts_value, name: str | None = None) -> Value:
+        value = Value(_clean(name or ts_value.debugName()), ir_type(ts_value.type()))
+        self.values[ts_value.unique()] = value
+        return value
+
+    def use(self, ts_value) -> Value:
+        return self.values[ts_value.unique()]
+
+    def fill_block(self, block: Block, ts_nodes, ts_outputs) -> None:
+        for ts_node in ts_nodes:
+            block.nodes.append(self.node(ts_node))
+        block.outputs = [self.use(v) for v in ts_outputs]
+
+    def node(self, ts_node) -> Node:
+        kind = ts_node.kind()
+        inputs = [self.use(v) for v in ts_node.inputs()]
+        outputs = [self.define(v) for v in ts_node.outputs()]
+        node = Node(kind, inputs, outputs, source=_source(ts_node), ts_kind=kind)
+        if kind == "prim::Constant":
+            self.constant(ts_node, node)
+        schema = ts_node.schema()
+        if schema != "(no schema)":
+            parsed = torch._C.parse_schema(schema)
+            node.op = f"{parsed.name}.{parsed.overload_name}" if parsed.overload_name else parsed.name
+            node.attrs["schema"] = schema
+        for ts_block in ts_node.blocks():
+            sub = Block([self.define(v) for v in ts_block.inputs()])
+            self.fill_block(sub, ts_block.nodes(), ts_block.outputs())
+            node.blocks.append(sub)
+        return node
+
+    def constant(self, ts_node, node: Node) -> None:
+        out = ts_node.output()
+        try:
+            value = out.toIValue()
+        except Exception as err:  # e.g. a constant object we cannot represent
+            raise ConversionError(f"constant {out.debugName()} of type {out.type()} cannot be represented: {err}")
+        if isinstance(value, torch.Tensor):
+            name = _unique(_clean(out.debugName()), self.weights)
+            self.weights[name] = value.detach()
+            node.attrs["weight"] = name
+            node.outputs[0].type = Type("Tensor", dtype_name(value.dtype), tuple(value.shape), value.device.type)
+        elif _contains_tensor(value):
+            raise ConversionError(f"constant {out.debugName()} holds tensors inside a container; not supported yet")
+        else:
+            node.attrs["value"] = value
+
+
+def _contains_tensor(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return any(isinstance(v, torch.Tensor) or _contains_tensor(v) for v in value)
+    return False
+
+
+def _clean(name: str) -> str:
+    return re.sub(r"[^0-9A-Za-z_]", "_", name) or "v"
+
+
+def _unique(name: str, taken: dict) -> str:
+    candidate, n = name, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{name}_{n}"
+    return candidate
+
+
+_WHERE = re.compile(r"# (.+):(\d+):\d+$")
+_TRACE_FRAME = re.compile(r"^(.+)\((\d+)\): \S+")
+_SCRIPT_FRAME = re.compile(r'File "(.+)", line (\d+)')
+
+
+def _source(ts_node) -> Source | None:
+    """file:line of the node in the model's source, and that line's text when it can be found."""
+    first_line = str(ts_node).split("\n", 1)[0]
+    match = _WHERE.search(first_line)
+    ranged = ts_node.sourceRange()
+    if not match:
+        match = _TRACE_FRAME.search(ranged) or _SCRIPT_FRAME.search(ranged)
+    if not match:
+        return None
+    file, line = match.group(1), int(match.group(2))
+    text = linecache.getline(file, line).strip() or _highlighted_line(ranged)
+    return Source(file, line, text)
+
+
+def _highlighted_line(ranged: str) -> str:
+    """The source line TorchScript marks with `~~~` in a scripted node's source range."""
+    lines = ranged.splitlines()
+    for above, below in zip(lines, lines[1:]):
+        if below.strip() and set(below.strip()) <= set("~^ <-HERE"):
+            return above.strip()
+    return ""

@@ -1,0 +1,173 @@
+"""The one small typed IR: values, nodes, blocks, graphs.
+
+One node type for every op (the op name says what it is, the op table says how it lowers); structured control flow
+keeps its sub-blocks. Every value has a `Type`; tensors carry dtype, shape and device, and a dim is an int or a
+named symbol (a str) so dynamic dims fit without changing the IR.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Optional, Union
+
+import torch
+
+Dim = Union[int, str]
+
+
+@dataclass(frozen=True)
+class Type:
+    kind: str  # Tensor, int, float, bool, str, None, Device, ScalarType, List, Tuple, Dict, Optional, Any, ...
+    dtype: Optional[str] = None  # tensors: torch dtype name without the "torch." prefix
+    shape: Optional[tuple[Dim, ...]] = None
+    device: Optional[str] = None
+    elems: tuple["Type", ...] = ()  # List[e], Tuple[e...], Dict[k, v], Optional[e]
+
+    def __str__(self) -> str:
+        if self.kind == "Tensor":
+            if self.dtype is None:
+                return "Tensor"
+            dims = ", ".join(str(d) for d in self.shape) if self.shape is not None else "?"
+            return f"{self.dtype}[{dims}]" + (f"@{self.device}" if self.device else "")
+        if self.elems:
+            return f"{self.kind}[{', '.join(str(e) for e in self.elems)}]"
+        return self.kind
+
+    @property
+    def is_tensor(self) -> bool:
+        return self.kind == "Tensor"
+
+
+TENSOR = Type("Tensor")
+
+
+def tensor_type(t: torch.Tensor) -> Type:
+    return Type("Tensor", dtype_name(t.dtype), tuple(t.shape), t.device.type)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}")
+    return dtype
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a node came from in the model's source: for provenance comments and error messages."""
+    file: str
+    line: int
+    text: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}" + (f"  {self.text.strip()}" if self.text else "")
+
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Value:
+    name: str
+    type: Type = TENSOR
+    id: int = field(default_factory=lambda: next(_ids))
+
+    def __repr__(self) -> str:
+        return f"%{self.name}"
+
+
+@dataclass(eq=False)
+class Block:
+    inputs: list[Value] = field(default_factory=list)
+    nodes: list["Node"] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Node:
+    op: str  # qualified op with overload: "aten::add.Tensor", "prim::If", "prim::Constant"
+    inputs: list[Value]
+    outputs: list[Value]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    blocks: list[Block] = field(default_factory=list)
+    source: Optional[Source] = None
+    ts_kind: str = ""  # the TorchScript node kind it came from, for reports ("aten::add")
+
+    @property
+    def output(self) -> Value:
+        assert len(self.outputs) == 1, self
+        return self.outputs[0]
+
+
+@dataclass(eq=False)
+class Graph:
+    """A function: the top block, its weights (constant tensors by name) and its input signature."""
+    body: Block
+    weights: dict[str, torch.Tensor] = field(default_factory=dict)
+    input_names: list[str] = field(default_factory=list)
+    input_defaults: list[Any] = field(default_factory=list)  # per input: a literal, or MISSING
+    name: str = "forward"
+
+    @property
+    def inputs(self) -> list[Value]:
+        return self.body.inputs
+
+    @property
+    def outputs(self) -> list[Value]:
+        return self.body.outputs
+
+    def walk(self):
+        """Every node, nested blocks included, in program order."""
+        yield from walk_block(self.body)
+
+    def __str__(self) -> str:
+        return format_graph(self)
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING = _Missing()
+
+
+def walk_block(block: Block):
+    for node in block.nodes:
+        yield node
+        for sub in node.blocks:
+            yield from walk_block(sub)
+
+
+def format_graph(graph: Graph) -> str:
+    sig = ", ".join(f"{v!r}: {v.type}" for v in graph.inputs)
+    lines = [f"graph {graph.name}({sig}):"]
+    _format_block(graph.body, lines, "  ")
+    lines.append(f"  return ({', '.join(map(repr, graph.outputs))})")
+    return "\n".join(lines)
+
+
+def _format_block(block: Block, lines: list[str], indent: str) -> None:
+    for node in block.nodes:
+        outs = ", ".join(f"{v!r}: {v.type}" for v in node.outputs)
+        args = ", ".join(map(repr, node.inputs))
+        attrs = ""
+        if "value" in node.attrs:
+            attrs = f"[value={_short(node.attrs['value'])}]"
+        elif "weight" in node.attrs:
+            attrs = f"[weight={node.attrs['weight']}]"
+        where = f"  # {node.source.file}:{node.source.line}" if node.source else ""
+        lines.append(f"{indent}{outs + ' = ' if outs else ''}{node.op}{attrs}({args}){where}")
+        for i, sub in enumerate(node.blocks):
+            lines.append(f"{indent}  block{i}({', '.join(map(repr, sub.inputs))}):")
+            _format_block(sub, lines, indent + "    ")
+            lines.append(f"{indent}    -> ({', '.join(map(repr, sub.outputs))})")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."

@@ -1,0 +1,99 @@
+"""The op table: for each TorchScript op (by exact overload name), its category and how it lowers.
+
+Categories:
+  pointwise   elementwise math; fuses into generated kernels
+  reduction   reduces over dims; fuses with pointwise prologues and epilogues
+  view        changes indexing only (reshape, permute, slice...); becomes indexing inside kernels
+  extern      has a vendor library (matmul, conv): runs through ATen by design
+  host        control flow and scalar/list bookkeeping, run by the runtime itself
+  fallback    not in the table: runs through ATen by its schema and is counted in the report
+
+A backend turns an op into kernel code only through a lowering registered here; until then an op of a kernel
+category runs through ATen as a fallback, and the report says so.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+POINTWISE, REDUCTION, VIEW, EXTERN, HOST, FALLBACK = "pointwise", "reduction", "view", "extern", "host", "fallback"
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    name: str
+    category: str
+    lowering: Optional[Callable] = None  # filled in by the kernel IR's lowering module
+
+
+OP_TABLE: dict[str, OpInfo] = {}
+
+
+def register(category: str, names: str) -> None:
+    for name in names.split():
+        OP_TABLE[name] = OpInfo(name, category)
+
+
+register(POINTWISE, """
+    aten::add.Tensor aten::add.Scalar aten::sub.Tensor aten::sub.Scalar aten::rsub.Scalar aten::rsub.Tensor
+    aten::mul.Tensor aten::mul.Scalar aten::div.Tensor aten::div.Scalar aten::div.Tensor_mode aten::neg
+    aten::pow.Tensor_Scalar aten::pow.Tensor_Tensor aten::pow.Scalar aten::sqrt aten::rsqrt aten::exp aten::log
+    aten::log1p aten::expm1 aten::abs aten::sin aten::cos aten::tan aten::tanh aten::sigmoid aten::erf
+    aten::relu aten::relu6 aten::gelu aten::silu aten::hardswish aten::hardsigmoid aten::hardtanh aten::mish
+    aten::elu aten::leaky_relu aten::softplus aten::clamp aten::clamp_min aten::clamp_max aten::clamp.Tensor
+    aten::where.self aten::where.ScalarOther aten::where.ScalarSelf aten::where.Scalar aten::masked_fill.Scalar
+    aten::masked_fill.Tensor aten::eq.Tensor aten::eq.Scalar aten::ne.Tensor aten::ne.Scalar aten::lt.Tensor
+    aten::lt.Scalar aten::le.Tensor aten::le.Scalar aten::gt.Tensor aten::gt.Scalar aten::ge.Tensor aten::ge.Scalar
+    aten::logical_not aten::logical_and aten::logical_or aten::bitwise_not aten::maximum aten::minimum
+    aten::reciprocal aten::floor aten::ceil aten::round aten::sign aten::remainder.Tensor aten::remainder.Scalar
+    aten::floor_divide aten::floor_divide.Scalar aten::to.dtype aten::to.other aten::to.dtype_layout
+    aten::to.device aten::type_as aten::dropout aten::feature_dropout aten::alpha_dropout aten::detach
+    aten::clone aten::contiguous aten::lerp.Scalar aten::addcmul aten::addcdiv aten::fill.Scalar
+    aten::zeros_like aten::ones_like aten::full_like aten::isnan aten::isinf aten::nan_to_num
+    aten::softmax.int aten::log_softmax.int aten::layer_norm aten::group_norm aten::batch_norm
+    aten::embedding aten::gather aten::index_select aten::cat aten::stack
+""")
+
+register(REDUCTION, """
+    aten::sum aten::sum.dim_IntList aten::mean aten::mean.dim aten::amax aten::amin aten::max aten::min
+    aten::max.dim aten::min.dim aten::argmax aten::argmin aten::var aten::var.dim aten::var.correction
+    aten::std aten::std.dim aten::std.correction aten::prod aten::prod.dim_int aten::any aten::any.dim
+    aten::all aten::all.dim aten::norm.ScalarOpt_dim aten::linalg_vector_norm aten::logsumexp
+    aten::cumsum aten::adaptive_avg_pool2d aten::adaptive_avg_pool1d aten::avg_pool2d aten::max_pool2d
+""")
+
+register(VIEW, """
+    aten::view aten::reshape aten::flatten.using_ints aten::unflatten.int aten::permute aten::transpose.int
+    aten::t aten::expand aten::expand_as aten::slice.Tensor aten::select.int aten::squeeze aten::squeeze.dim
+    aten::unsqueeze aten::narrow aten::chunk aten::split.Tensor aten::split_with_sizes aten::unbind.int
+    aten::view_as aten::reshape_as aten::numpy_T aten::movedim.int aten::split.sizes aten::tensor_split.sections
+""")
+
+register(EXTERN, """
+    aten::matmul aten::mm aten::bmm aten::addmm aten::linear aten::baddbmm aten::einsum aten::conv1d aten::conv2d
+    aten::conv3d aten::_convolution aten::conv_transpose2d.input aten::convolution aten::lstm.input aten::gru.input
+    aten::scaled_dot_product_attention aten::topk aten::sort aten::nonzero aten::index.Tensor aten::unique
+""")
+
+
+def lookup(op: str, schema: str = "") -> OpInfo:
+    """The table entry of `op`; ops outside the table are host ops when they touch no tensor, else fallback."""
+    info = OP_TABLE.get(op)
+    if info is not None:
+        return info
+    return OpInfo(op, HOST if is_host_op(op, schema) else FALLBACK)
+
+
+_HOST_NAMESPACES = ("prim::",)
+_HOST_TENSOR_READERS = {"aten::size.int", "aten::size", "aten::dim", "aten::len.Tensor", "aten::Int.Tensor",
+                        "aten::Float.Tensor", "aten::Bool.Tensor", "aten::item", "aten::numel", "prim::device",
+                        "prim::dtype", "aten::is_floating_point", "aten::__is__", "aten::__isnot__"}
+
+
+def is_host_op(op: str, schema: str = "") -> bool:
+    if op.startswith(_HOST_NAMESPACES) or op in _HOST_TENSOR_READERS:
+        return True
+    if schema:
+        returns = schema.rsplit("->", 1)[-1]
+        return "Tensor" not in returns and "Tensor" not in schema.split("->", 1)[0]
+    return False

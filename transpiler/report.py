@@ -1,0 +1,55 @@
+"""The conversion report: what runs where, counted honestly, for `summary()` and `report()`."""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from .op_table import EXTERN, FALLBACK, HOST
+
+NO_BACKEND = "no generated kernel for it yet: runs through ATen"
+NOT_IN_TABLE = "not in the op table: runs through ATen by its schema"
+
+
+def summarize(node_table: list[dict[str, Any]], kernels: list[dict[str, Any]]) -> dict[str, Any]:
+    in_kernels = {i for k in kernels for i in k["nodes"]}
+    counts: Counter = Counter()
+    fallback_ops: Counter = Counter()
+    reasons: dict[str, str] = {}
+    for index, entry in enumerate(node_table):
+        category = entry["category"]
+        if index in in_kernels:
+            counts["native"] += 1
+        elif category in (HOST, EXTERN):
+            counts[category] += 1
+        else:
+            counts["fallback"] += 1
+            fallback_ops[entry["op"]] += 1
+            reasons[entry["op"]] = NOT_IN_TABLE if category == FALLBACK else NO_BACKEND
+    return {
+        "nodes": len(node_table),
+        "native_nodes": counts["native"],
+        "extern_nodes": counts[EXTERN],
+        "host_nodes": counts[HOST],
+        "fallback_nodes": counts["fallback"],
+        "fallback_ops": dict(fallback_ops.most_common()),
+        "fallback_reasons": reasons,
+        "kernels": [{"name": k["name"], "nodes": len(k["nodes"])} for k in kernels],
+    }
+
+
+def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> str:
+    lines = [
+        f"{summary['nodes']} TorchScript nodes: {summary['native_nodes']} in {len(summary['kernels'])} generated "
+        f"kernels, {summary['extern_nodes']} extern (vendor library), {summary['host_nodes']} host "
+        f"(control flow, scalars, lists), {summary['fallback_nodes']} fallback through ATen",
+    ]
+    for kernel in summary["kernels"]:
+        lines.append(f"  kernel {kernel['name']}: {kernel['nodes']} nodes")
+    if summary["fallback_ops"]:
+        lines.append("fallback ops:")
+        for op, count in summary["fallback_ops"].items():
+            lines.append(f"  {count:5d}  {op}  ({summary['fallback_reasons'][op]})")
+    externs = Counter(e["op"] for e in node_table if e["category"] == EXTERN)
+    if externs:
+        lines.append("extern ops: " + ", ".join(f"{op} x{n}" for op, n in externs.most_common()))
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""Scheduling: turn the IR into the execution plan, a flat list of steps per block over numbered slots.
+
+The plan is plain data (dicts, lists, literals) so that `deploy/` can store it as JSON and run it without the
+transpiler. A step is one of:
+  call    an op run by the runtime: host bookkeeping, or an ATen op called by its schema
+  if      structured `prim::If`: runs one of its two blocks
+  loop    structured `prim::Loop`: runs its body while the trip count and condition allow
+Arguments are references: ["s", slot] for a runtime value, ["c", literal] for a constant baked into the plan,
+["w", name] for a weight.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .ir import Block, Graph, Node, Value
+from .op_table import lookup
+from .plan_memory import MemoryPlan, plan_memory
+
+
+@dataclass
+class Schedule:
+    plan: dict[str, Any]
+    node_table: list[dict[str, Any]]  # per scheduled node: op, category, source; stored for reports and errors
+    nodes: list[Node]  # the IR node behind each node_table entry (step["node"] indexes both)
+
+
+def schedule(graph: Graph) -> Schedule:
+    literals = _literals(graph)
+    memory = plan_memory(graph, lambda v: v.id not in literals)
+    builder = _PlanBuilder(literals, memory)
+    plan = {
+        "inputs": [memory.slot[v.id] for v in graph.inputs],
+        "steps": builder.steps(graph.body),
+        "outputs": [builder.ref(v) for v in graph.outputs],
+        "num_slots": memory.num_slots,
+    }
+    return Schedule(plan, builder.node_table, builder.nodes)
+
+
+def _literals(graph: Graph) -> dict[int, list]:
+    """Constants and weights, by value id, as the references that replace them in the plan."""
+    refs: dict[int, list] = {}
+    for node in graph.walk():
+        if node.op == "prim::Constant":
+            out = node.output
+            refs[out.id] = ["w", node.attrs["weight"]] if "weight" in node.attrs else ["c", node.attrs.get("value")]
+    return refs
+
+
+class _PlanBuilder:
+    def __init__(self, literals: dict[int, list], memory: MemoryPlan) -> None:
+        self.literals = literals
+        self.memory = memory
+        self.node_table: list[dict[str, Any]] = []
+        self.nodes: list[Node] = []
+
+    def ref(self, v: Value) -> list:
+        return self.literals.get(v.id) or ["s", self.memory.slot[v.id]]
+
+    def steps(self, block: Block) -> list[dict[str, Any]]:
+        return [self.step(node) for node in block.nodes if node.op != "prim::Constant"]
+
+    def block(self, block: Block) -> dict[str, Any]:
+        return {
+            "inputs": [self.memory.slot[v.id] for v in block.inputs],
+            "steps": self.steps(block),
+            "outputs": [self.ref(v) for v in block.outputs],
+        }
+
+    def step(self, node: Node) -> dict[str, Any]:
+        info = lookup(node.op, node.attrs.get("schema", ""))
+        index = len(self.node_table)
+        self.nodes.append(node)
+        self.node_table.append({
+            "op": node.op,
+            "category": info.category,
+            "source": str(node.source) if node.source else "",
+            "outputs": [f"%{v.name}" for v in node.outputs],
+        })
+        step: dict[str, Any] = {
+            "kind": {"prim::If": "if", "prim::Loop": "loop"}.get(node.op, "call"),
+            "op": node.op,
+            "args": [self.ref(v) for v in node.inputs],
+            "outs": [self.memory.slot[v.id] for v in node.outputs],
+            "node": index,
+        }
+        if "schema" in node.attrs:
+            step["kwnames"] = _kwarg_only_names(node.attrs["schema"])
+        if node.blocks:
+            step["blocks"] = [self.block(b) for b in node.blocks]
+        free = self.memory.free_after.get(id(node))
+        if free:
+            step["free"] = sorted(free)
+        if node.op == "prim::RaiseException" and node.source:
+            step["where"] = str(node.source)
+        return step
+
+
+def _kwarg_only_names(schema: str) -> list[str]:
+    return [a.name for a in torch._C.parse_schema(schema).arguments if a.kwarg_only]
