@@ -148,6 +148,10 @@ def _input_signature(names: list[str], defaults: list[Any], inputs: list[Any]) -
     signature = []
     for name, default, value in zip(names, defaults, inputs):
         entry = {"name": name, **describe(value)}
+        if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and value.numel():
+            entry["range"] = [int(value.min()), int(value.max()) + 1]  # for random inputs that stay valid
+        elif isinstance(value, (bool, int, float, str)):
+            entry["example"] = value
         if default is not NO_DEFAULT and default is not MISSING:
             entry["default"] = encode(default)
         signature.append(entry)

@@ -7,6 +7,7 @@ safe. `prim::If` / `prim::Loop` stay: scripted control flow is part of the model
 from __future__ import annotations
 
 import os
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -56,7 +57,9 @@ def _read_archive(path: str, map_location) -> torch.jit.ScriptModule:
         raise ModelLoadError(
             f"{path!r} is not a TorchScript archive (not a zip file); save the model with torch.jit.save")
     try:
-        return torch.jit.load(path, map_location=map_location)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return torch.jit.load(path, map_location=map_location)
     except Exception as err:  # torch raises RuntimeError/ValueError with C++ traces; name the cause plainly
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ModelLoadError(
@@ -69,7 +72,9 @@ def _from_module(module: torch.jit.ScriptModule) -> ScriptGraph:
         raise ModelLoadError("the ScriptModule has no forward method to convert")
     module = module.eval()
     try:
-        frozen = torch.jit.freeze(module)
+        with warnings.catch_warnings():  # TorchScript's own deprecation notice is noise to a user converting away
+            warnings.simplefilter("ignore", DeprecationWarning)
+            frozen = torch.jit.freeze(module)
     except Exception as err:
         raise ConversionError(f"torch.jit.freeze failed on the model: {err}") from None
     graph = frozen.graph.copy()

@@ -1,0 +1,131 @@
+"""The `jit2triton` command: convert, run, inspect, demo."""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import click
+import torch
+
+from .errors import Jit2TritonError
+
+
+def _progress(message: str) -> None:
+    click.echo(f"[jit2triton] {message}", err=True)
+
+
+class _Group(click.Group):
+    """Turns our own errors into one clear line and exit code 2, instead of a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except Jit2TritonError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(2)
+
+
+@click.group(cls=_Group)
+def main() -> None:
+    """jit2triton: TorchScript models in, fused kernels out, in a one-file package."""
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="package path (default: MODEL with .j2t)")
+@click.option("--input", "input_specs", multiple=True,
+              help="an example input: SHAPE[:DTYPE][:LOW-HIGH] (8x3x224x224:float16, 1x9:int64:0-30522, "
+                   "scalar:float32) or int=3 / float=0.5; once per model input, in order")
+@click.option("--inputs-file", type=click.Path(exists=True, dir_okay=False),
+              help="example inputs saved with torch.save as a tuple or list of tensors")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+def convert(model, output, input_specs, inputs_file, device) -> None:
+    """Convert a TorchScript archive into a .j2t package."""
+    from .api import convert as convert_model
+    from .inputs import parse_input_spec
+
+    inputs = [parse_input_spec(s) for s in input_specs]
+    if inputs_file:
+        loaded = torch.load(inputs_file, weights_only=True)  # weights_only: never unpickle code
+        inputs += list(loaded) if isinstance(loaded, (tuple, list)) else [loaded]
+    output = output or os.path.splitext(model)[0] + ".j2t"
+    converted = convert_model(model, example_inputs=tuple(inputs), device=device, progress=_progress)
+    converted.save(output)
+    click.echo(converted.report())
+    click.echo(f"saved {output} ({os.path.getsize(output) / 1e6:.2f} MB)")
+
+
+@main.command()
+@click.argument("package", type=click.Path(dir_okay=False))
+@click.option("--check", "reference", type=click.Path(dir_okay=False),
+              help="the TorchScript model to compare outputs with")
+@click.option("--runs", default=20, show_default=True, help="timed calls after one warm-up")
+@click.option("--seed", default=0, show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
+def run(package, reference, runs, seed, device) -> None:
+    """Run a package on random inputs; compare with the TorchScript model when --check is given."""
+    from .api import load
+    from .compare import max_abs_error
+    from .inputs import random_inputs
+
+    module = load(package, map_location=device)
+    inputs = random_inputs(module.manifest["signature"]["inputs"], module.device, seed)
+    outputs = module(*inputs)
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        module(*inputs)
+        if module.device.type == "cuda":
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    click.echo(f"signature: {module.signature()}")
+    click.echo(f"median time per call: {statistics.median(times) * 1e3:.3f} ms over {runs} runs")
+    if reference:
+        ts_model = torch.jit.load(reference, map_location=module.device)
+        expected = ts_model(*inputs)
+        error = max_abs_error(outputs, expected)
+        click.echo(f"max abs error against {reference}: {error:.3e}")
+
+
+@main.command()
+@click.argument("package", type=click.Path(dir_okay=False))
+@click.option("--kernels", is_flag=True, help="print the generated kernel sources")
+@click.option("--plan", is_flag=True, help="print the execution plan as JSON")
+@click.option("--ir", is_flag=True, help="print the typed IR the package was made from")
+def inspect(package, kernels, plan, ir) -> None:
+    """Show a package's manifest, signature and conversion report."""
+    from .api import load
+
+    module = load(package, map_location="cpu" if not torch.cuda.is_available() else None)
+    manifest = module.manifest
+    producer = manifest["producer"]
+    click.echo(f"package {package}: format v{manifest['format_version']}, device {manifest['device']}, "
+               f"backend {manifest['backend']}")
+    click.echo(f"made with jit2triton {producer['jit2triton']}, torch {producer['torch']}, "
+               f"triton {producer['triton'] or '-'}, python {producer['python']}")
+    click.echo(f"signature: {module.signature()}")
+    click.echo(f"weights: {len(module._contents.weights)} tensors")
+    click.echo(module.report())
+    if ir:
+        click.echo(manifest["ir"])
+    if plan:
+        click.echo(json.dumps(manifest["plan"], indent=1, default=str))
+    if kernels:
+        click.echo(module.code)
+
+
+@main.command()
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--keep", type=click.Path(dir_okay=False), help="also keep the demo package at this path")
+def demo(device, keep) -> None:
+    """Convert a bundled model (a CNN block and an attention block), round-trip it and check it."""
+    from .demo import run_demo
+
+    run_demo(device=device, keep=keep, echo=click.echo, progress=_progress)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The CLI end to end: convert a .pt, run it against TorchScript, inspect it, and fail clearly on bad input."""
+import re
+
+import torch
+from click.testing import CliRunner
+
+from jit2triton.cli import main
+
+
+def _save_model(tmp_path):
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embedding = torch.nn.Embedding(50, 8)
+            self.linear = torch.nn.Linear(8, 4)
+
+        def forward(self, ids, scale):
+            return torch.tanh(self.linear(self.embedding(ids))) * scale
+
+    torch.manual_seed(0)
+    traced = torch.jit.trace(Embed().eval(), (torch.randint(0, 50, (2, 5)), torch.randn(2, 5, 4)))
+    path = tmp_path / "embed.pt"
+    torch.jit.save(traced, path)
+    return path
+
+
+def test_convert_run_inspect(tmp_path):
+    model = _save_model(tmp_path)
+    runner = CliRunner()
+    package = tmp_path / "embed.j2t"
+    result = runner.invoke(main, ["convert", str(model), "-o", str(package), "--input", "2x5:int64:0-50",
+                                  "--input", "2x5x4:float32"])
+    assert result.exit_code == 0, result.output
+    assert "aten::embedding" in result.output and package.exists()
+
+    result = runner.invoke(main, ["run", str(package), "--check", str(model), "--runs", "3", "--seed", "7"])
+    assert result.exit_code == 0, result.output
+    error = float(re.search(r"max abs error against .*: (\S+)", result.output).group(1))
+    assert error < 1e-5
+    assert "(ids: int64[2, 5], scale: float32[2, 5, 4]) -> float32[2, 5, 4]" in result.output
+
+    result = runner.invoke(main, ["inspect", str(package), "--kernels", "--ir"])
+    assert result.exit_code == 0, result.output
+    assert "format v1" in result.output and "fallback" in result.output and "graph " in result.output
+
+
+def test_convert_with_inputs_file(tmp_path):
+    model = _save_model(tmp_path)
+    inputs = tmp_path / "inputs.pt"
+    torch.save((torch.randint(0, 50, (2, 5)), torch.randn(2, 5, 4)), inputs)
+    result = CliRunner().invoke(main, ["convert", str(model), "--inputs-file", str(inputs)])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "embed.j2t").exists()
+
+
+def test_cli_errors_are_one_clear_line(tmp_path):
+    result = CliRunner().invoke(main, ["convert", str(tmp_path / "missing.pt"), "--input", "2x2"])
+    assert result.exit_code == 2
+    assert "error: model file not found" in result.output
+    assert "Traceback" not in result.output
+
+    result = CliRunner().invoke(main, ["convert", str(_save_model(tmp_path)), "--input", "2x5:notadtype"])
+    assert result.exit_code == 2 and "unknown dtype" in result.output

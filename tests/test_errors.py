@@ -1,0 +1,158 @@
+"""Every bad input gets a clear error from the jit2triton family, naming the problem and what to do."""
+import os
+import pickle
+import zipfile
+
+import pytest
+import torch
+
+import jit2triton
+from conftest import rewrite_package
+
+
+def test_missing_model_file(tmp_path):
+    with pytest.raises(jit2triton.ModelLoadError, match="not found"):
+        jit2triton.convert(str(tmp_path / "nope.pt"), example_inputs=(torch.randn(2),))
+
+
+def test_file_that_is_not_an_archive(tmp_path):
+    path = tmp_path / "garbage.pt"
+    path.write_bytes(os.urandom(1000))
+    with pytest.raises(jit2triton.ModelLoadError, match="not a TorchScript archive"):
+        jit2triton.convert(str(path), example_inputs=(torch.randn(2),))
+
+
+def test_eager_checkpoint_is_not_torchscript(tmp_path):
+    path = tmp_path / "eager.pt"
+    torch.save(torch.nn.Linear(2, 2), path)
+    with pytest.raises(jit2triton.ModelLoadError, match="torch.jit.save"):
+        jit2triton.convert(str(path), example_inputs=(torch.randn(2),))
+
+
+def test_eager_module_is_refused_with_a_hint():
+    with pytest.raises(jit2triton.ModelLoadError, match="trace or script it first"):
+        jit2triton.convert(torch.nn.Linear(2, 2), example_inputs=(torch.randn(2),))
+
+
+def test_wrong_number_of_example_inputs():
+    traced = torch.jit.trace(lambda x, y: x + y, (torch.randn(2), torch.randn(2)))
+    with pytest.raises(jit2triton.InputError, match="got 1 example inputs"):
+        jit2triton.convert(traced, example_inputs=(torch.randn(2),))
+
+
+def test_missing_package():
+    with pytest.raises(jit2triton.PackageError, match="not found"):
+        jit2triton.load("/no/such/model.j2t")
+
+
+def test_truncated_package(small_package, tmp_path):
+    path, _ = small_package
+    data = path.read_bytes()
+    truncated = tmp_path / "truncated.j2t"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(jit2triton.CorruptPackageError, match="truncated or corrupted"):
+        jit2triton.load(truncated)
+
+
+def test_corrupted_weights_fail_their_checksum(small_package, tmp_path):
+    path, _ = small_package
+    with zipfile.ZipFile(path) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    blob = bytearray(members["weights.bin"])
+    blob[0] ^= 0xFF
+    members["weights.bin"] = bytes(blob)
+    corrupted = tmp_path / "corrupted.j2t"
+    with zipfile.ZipFile(corrupted, "w") as zf:  # rewritten with valid zip CRCs: only our checksum can catch it
+        for name, member in members.items():
+            zf.writestr(name, member)
+    with pytest.raises(jit2triton.CorruptPackageError, match="'weights.bin' fails its checksum"):
+        jit2triton.load(corrupted)
+
+
+def test_newer_format_version(small_package, tmp_path):
+    path, _ = small_package
+    newer = tmp_path / "newer.j2t"
+    rewrite_package(path, newer, edit_manifest=lambda m: m.update(format_version=99))
+    with pytest.raises(jit2triton.PackageVersionError, match="upgrade jit2triton"):
+        jit2triton.load(newer)
+
+
+def test_incompatible_torch(small_package, tmp_path):
+    path, _ = small_package
+    old = tmp_path / "old_torch.j2t"
+    rewrite_package(path, old, edit_manifest=lambda m: m["producer"].update(torch="1.13.1"))
+    with pytest.raises(jit2triton.PackageVersionError, match="torch 1.13.1"):
+        jit2triton.load(old)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_package_for_another_device(small_package, tmp_path):
+    path, traced = small_package
+    cuda = tmp_path / "cuda.j2t"
+    rewrite_package(path, cuda, edit_manifest=lambda m: m.update(device="cuda"))
+    with pytest.raises(jit2triton.PackageDeviceError, match="map_location='cpu'"):
+        jit2triton.load(cuda)
+    moved = jit2triton.load(cuda, map_location="cpu")  # no GPU kernels inside, so it may move
+    x, y = torch.randn(2, 4), torch.randn(2, 3)
+    torch.testing.assert_close(moved(x, y), traced(x, y))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_convert_for_cuda_without_a_gpu(small_package):
+    _, traced = small_package
+    with pytest.raises(jit2triton.PackageDeviceError, match="no CUDA device"):
+        jit2triton.convert(traced, example_inputs=(torch.randn(2, 4), torch.randn(2, 3)), device="cuda")
+
+
+def test_wrong_number_of_inputs(small_package):
+    module = jit2triton.load(small_package[0])
+    with pytest.raises(jit2triton.InputError, match=r"expected 2 inputs \(x, y\), got 1"):
+        module(torch.randn(2, 4))
+
+
+def test_wrong_shape_names_the_input(small_package):
+    module = jit2triton.load(small_package[0])
+    with pytest.raises(jit2triton.InputError, match=r"input 1 \('y'\): expected float32\[2, 3\] on cpu, got float32\[5, 3\]"):
+        module(torch.randn(2, 4), torch.randn(5, 3))
+
+
+def test_wrong_dtype_names_the_input(small_package):
+    module = jit2triton.load(small_package[0])
+    with pytest.raises(jit2triton.InputError, match=r"input 0 \('x'\): expected float32\[2, 4\] on cpu, got float16"):
+        module(torch.randn(2, 4).half(), torch.randn(2, 3))
+
+
+def test_wrong_device_names_the_input(small_package):
+    module = jit2triton.load(small_package[0])
+    with pytest.raises(jit2triton.InputError, match=r"input 0 \('x'\).* on meta"):
+        module(torch.randn(2, 4, device="meta"), torch.randn(2, 3))
+
+
+def test_not_a_tensor(small_package):
+    module = jit2triton.load(small_package[0])
+    with pytest.raises(jit2triton.InputError, match="expected a tensor"):
+        module([1.0, 2.0], torch.randn(2, 3))
+
+
+def test_loading_never_unpickles(small_package, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a package load tried to unpickle")
+
+    monkeypatch.setattr(pickle, "loads", refuse)
+    monkeypatch.setattr(pickle, "load", refuse)
+    monkeypatch.setattr(pickle, "Unpickler", refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+    module = jit2triton.load(small_package[0])
+    assert module(torch.randn(2, 4), torch.randn(2, 3)).shape == (2, 3)
+    with zipfile.ZipFile(small_package[0]) as zf:
+        assert sorted(zf.namelist()) == ["checksums.json", "manifest.json", "weights.bin"]
+
+
+def test_an_op_failing_at_run_time_names_the_op_and_source():
+    @torch.jit.script
+    def pick(x, i: int):
+        return x[i]
+
+    module = jit2triton.convert(pick, example_inputs=(torch.randn(3), 1))
+    with pytest.raises(jit2triton.Jit2TritonError, match=r"aten::select.int failed \(model source"):
+        module(torch.randn(3), 7)
