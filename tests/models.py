@@ -27,7 +27,7 @@ class ModelSpec:
 
 
 def randn(*shape: int) -> Callable[[], Tensor]:
-    return lambda: torch.randn(*shape)
+    return lambda: torch.randn(shape)
 
 
 # ---- 1, 2: pointwise on a 0-d tensor and on a long vector

@@ -48,6 +48,10 @@ def fresh_calls(spec: ModelSpec, example: tuple) -> list[tuple]:
     return calls
 
 
+def copied(call: tuple) -> tuple:
+    return tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in call)
+
+
 def assert_same_outputs(actual: Any, expected: Any, spec: ModelSpec, where: str = "output") -> None:
     assert type(actual) is type(expected), f"{where}: got {type(actual).__name__}, expected {type(expected).__name__}"
     if isinstance(expected, torch.Tensor):
@@ -75,11 +79,11 @@ def test_loaded_package_matches_torchscript_on_fresh_inputs(spec: ModelSpec, tmp
     jit2triton.convert(source, example_inputs=example, device="cpu").save(package)
     loaded = jit2triton.load(package)
     for call in fresh_calls(spec, example):
-        untouched = [x.clone() if isinstance(x, torch.Tensor) else x for x in call]
-        expected = reference(*untouched)
+        expected = reference(*copied(call))
+        pristine = copied(call)
         actual = loaded(*call)
         assert_same_outputs(actual, expected, spec)
-        for i, (after, before) in enumerate(zip(call, untouched)):
+        for i, (after, before) in enumerate(zip(call, pristine)):
             if isinstance(before, torch.Tensor):
                 assert torch.equal(after, before), f"the package modified input {i} in place"
 
