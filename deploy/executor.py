@@ -53,7 +53,11 @@ class Executor:
     # --- compiling steps -------------------------------------------------------------------------------------
 
     def literal(self, ref: list) -> Any:
-        return self.weights[ref[1]] if ref[0] == "w" else ref[1]
+        if ref[0] == "w":
+            return self.weights[ref[1]]
+        if ref[0] == "wl":
+            return [self.weights[name] for name in ref[1]]
+        return ref[1]
 
     def getter(self, ref: list) -> Callable[[list], Any]:
         if ref[0] == "s":

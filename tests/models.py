@@ -173,10 +173,13 @@ class LoopBranch(nn.Module):
         return torch.stack(steps)
 
 
+def signed(sign: float) -> Tensor:
+    """A strongly signed input, which steers `LoopBranch` into the branch of that sign (checked for the test seed)."""
+    return sign * (4.0 * torch.rand(4, 16) + 1.0)
+
+
 def loop_branch_calls() -> list[Inputs]:
-    positive = lambda: 4.0 * torch.rand(4, 16) + 1.0  # noqa: E731 -- takes the `tanh` branch every step
-    negative = lambda: -4.0 * torch.rand(4, 16) - 1.0  # noqa: E731 -- takes the `sigmoid` branch every step
-    return [(torch.randn(4, 16), 0), (positive(), 1), (negative(), 1), (positive(), 3), (negative(), 4),
+    return [(torch.randn(4, 16), 0), (signed(1), 1), (signed(-1), 1), (signed(1), 3), (signed(-1), 4),
             (torch.randn(4, 16), 5)]
 
 
@@ -193,7 +196,11 @@ def tuple_outputs(x, y):
 
 
 def dict_outputs(x, y):
-    return {"sum": x + y, "max": torch.maximum(x, y), "parts": [torch.sin(x), torch.cos(y)]}
+    return {"sum": x + y, "max": torch.maximum(x, y), "sin_x": torch.sin(x)}
+
+
+def list_outputs(x, y):
+    return [x - y, torch.cos(y)]
 
 
 # ---- 11: in-place ops
@@ -302,10 +309,12 @@ MODELS: list[ModelSpec] = [
               lambda: [(torch.randn(5, 7),), (torch.randn(5, 7), 3.0)]),
     ModelSpec("tuple_outputs", traced(lambda: tuple_outputs, PAIR), one_call(PAIR)),
     ModelSpec("dict_outputs", traced(lambda: dict_outputs, PAIR, strict=False), one_call(PAIR)),
+    ModelSpec("list_outputs", traced(lambda: list_outputs, PAIR, strict=False), one_call(PAIR)),
     ModelSpec("inplace_ops", traced(lambda: inplace_ops, PAIR_4X6), one_call(PAIR_4X6)),
     ModelSpec("int_bool_inputs_embedding_gather_topk", traced(LookupTopK, lookup_inputs), one_call(lookup_inputs)),
     ModelSpec("lstm_two_layers", traced(TwoLayerLSTM, SEQUENCE), one_call(SEQUENCE), rtol=1e-5, atol=1e-5),
     ModelSpec("saved_module_file", traced(ResidualMLP, TOKENS), one_call(TOKENS), from_file=True),
-    ModelSpec("saved_script_function_file", scripted(lambda: scaled_softplus, args(randn(5, 7))),
-              lambda: [(torch.randn(5, 7),), (torch.randn(5, 7), 0.5)], from_file=True),
+    # torch.jit.save keeps no default arguments of a ScriptFunction (torch.jit.load's forward needs `scale`)
+    ModelSpec("saved_script_function_file", scripted(lambda: scaled_softplus, args(randn(5, 7), lambda: 2.0)),
+              lambda: [(torch.randn(5, 7), 2.0), (torch.randn(5, 7), 0.5)], from_file=True),
 ]

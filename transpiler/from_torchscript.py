@@ -101,8 +101,14 @@ class _Builder:
             self.weights[name] = value.detach()
             node.attrs["weight"] = name
             node.outputs[0].type = Type("Tensor", dtype_name(value.dtype), tuple(value.shape), value.device.type)
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
+            names = []  # e.g. the flat weight list of a frozen aten::lstm
+            for i, tensor in enumerate(value):
+                names.append(_unique(f"{_clean(out.debugName())}_{i}", self.weights))
+                self.weights[names[-1]] = tensor.detach()
+            node.attrs["weights"] = names
         elif _contains_tensor(value):
-            raise ConversionError(f"constant {out.debugName()} holds tensors inside a container; not supported yet")
+            raise ConversionError(f"constant {out.debugName()} holds tensors nested in containers; not supported yet")
         else:
             node.attrs["value"] = value
 

@@ -6,7 +6,7 @@ transpiler. A step is one of:
   if      structured `prim::If`: runs one of its two blocks
   loop    structured `prim::Loop`: runs its body while the trip count and condition allow
 Arguments are references: ["s", slot] for a runtime value, ["c", literal] for a constant baked into the plan,
-["w", name] for a weight.
+["w", name] for a weight, ["wl", [names]] for a list of weights.
 """
 from __future__ import annotations
 
@@ -46,7 +46,12 @@ def _literals(graph: Graph) -> dict[int, list]:
     for node in graph.walk():
         if node.op == "prim::Constant":
             out = node.output
-            refs[out.id] = ["w", node.attrs["weight"]] if "weight" in node.attrs else ["c", node.attrs.get("value")]
+            if "weight" in node.attrs:
+                refs[out.id] = ["w", node.attrs["weight"]]
+            elif "weights" in node.attrs:
+                refs[out.id] = ["wl", node.attrs["weights"]]
+            else:
+                refs[out.id] = ["c", node.attrs.get("value")]
     return refs
 
 
