@@ -23,8 +23,11 @@ class StepError(Jit2TritonError, RuntimeError):
 
 class Executor:
     def __init__(self, plan: dict, weights: dict[str, torch.Tensor], nodes: list[dict],
-                 observe: Optional[Observer] = None) -> None:
+                 observe: Optional[Observer] = None, kernels: Optional[dict[str, Callable]] = None,
+                 device: torch.device = torch.device("cpu")) -> None:
         self.weights = weights
+        self.kernels = kernels or {}
+        self.device = device
         self.nodes = nodes
         self.observe = observe
         self.num_slots = plan["num_slots"]
@@ -77,6 +80,8 @@ class Executor:
             return self.compile_if(step)
         if kind == "loop":
             return self.compile_loop(step)
+        if kind == "kernel":
+            return self.compile_kernel(step)
         raise Jit2TritonError(f"unknown step kind {kind!r} in the plan; the package needs a newer jit2triton")
 
     def compile_call(self, step: dict) -> Step:
@@ -111,6 +116,29 @@ class Executor:
                 env[slot] = None
 
         return call
+
+    def compile_kernel(self, step: dict) -> Step:
+        """A generated kernel: `launch(inputs, outputs)` with outputs allocated here, in the planned dtype/shape."""
+        launch = self.kernels.get(step["kernel"])
+        if launch is None:
+            raise Jit2TritonError(f"kernel {step['kernel']!r} is missing from the package; re-run the conversion")
+        getters = [self.getter(r) for r in step["args"]]
+        device = self.device
+        out_specs = [(tuple(shape), getattr(torch, dtype)) for shape, dtype in step["out_types"]]
+        outs, free = step["outs"], step.get("free", ())
+        node, observe = step["node"], self.observe
+
+        def kernel(env: list) -> None:
+            outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in out_specs]
+            launch([get(env) for get in getters], outputs)
+            for slot, value in zip(outs, outputs):
+                env[slot] = value
+            if observe:
+                observe(node, tuple(outputs))
+            for slot in free:
+                env[slot] = None
+
+        return kernel
 
     def compile_if(self, step: dict) -> Step:
         cond = self.getter(step["args"][0])

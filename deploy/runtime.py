@@ -9,7 +9,7 @@ from typing import Any, Optional, Union
 
 import torch
 
-from jit2triton.errors import PackageDeviceError, PackageVersionError
+from jit2triton.errors import CorruptPackageError, PackageDeviceError, PackageVersionError
 
 from .executor import Executor
 from .literals import map_plan_literals
@@ -20,21 +20,38 @@ DeviceLike = Union[str, torch.device, None]
 
 
 class Runtime:
-    def __init__(self, contents: PackageContents, map_location: DeviceLike = None) -> None:
+    def __init__(self, contents: PackageContents, map_location: DeviceLike = None,
+                 num_threads: Optional[int] = None) -> None:
         manifest = contents.manifest
         check_compatible(manifest)
         self.device = target_device(manifest, map_location)
         self.contents = contents
         plan = retarget_devices(manifest["plan"], torch.device(manifest["device"]).type, self.device)
         weights = {name: w.to(self.device) for name, w in contents.weights.items()}
-        self.executor = Executor(plan, weights, manifest["nodes"])
+        kernels = load_kernels(contents, num_threads)
+        self.executor = Executor(plan, weights, manifest["nodes"], kernels=kernels, device=self.device)
         signature = manifest["signature"]["inputs"]
         defaults = [d["default"] if "default" in d else NO_DEFAULT for d in signature]
-        self.check_inputs = InputChecker(signature, self.device, defaults)
+        self.check_inputs = InputChecker(signature, self.device, defaults, contiguous=bool(kernels))
 
     def __call__(self, *inputs: Any) -> Any:
         outputs = self.executor(self.check_inputs(inputs))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def load_kernels(contents: PackageContents, num_threads: Optional[int]) -> dict:
+    backend = contents.manifest["backend"]
+    if backend == "aten" or not contents.manifest["kernels"]:
+        return {}
+    if backend == "cpp":
+        from .cpp_kernels import load_cpp_kernels
+        files = contents.files
+        if "binaries/kernels.so" not in files or "kernels/kernels.cpp" not in files:
+            raise CorruptPackageError("the package lists C++ kernels but holds no kernel library; re-run convert")
+        return load_cpp_kernels(files["binaries/kernels.so"], files["kernels/kernels.cpp"].decode(),
+                                contents.manifest["cpp"]["isa"], contents.manifest["kernels"], num_threads)
+    raise PackageVersionError(f"the package uses kernel backend {backend!r}, which this jit2triton does not know; "
+                              "upgrade jit2triton")
 
 
 def check_compatible(manifest: dict) -> None:

@@ -42,11 +42,12 @@ def format_type(desc: dict) -> str:
 class InputChecker:
     """Validates a call's inputs against the signature and fills in defaults; raises InputError otherwise."""
 
-    def __init__(self, inputs: list[dict], device: torch.device, defaults: list[Any]) -> None:
+    def __init__(self, inputs: list[dict], device: torch.device, defaults: list[Any], contiguous: bool = False) -> None:
         self.names = [d["name"] for d in inputs]
         self.defaults = defaults  # per input: a value, or NO_DEFAULT
         self.required = sum(1 for d in defaults if d is NO_DEFAULT)
         self.device = device
+        self.contiguous = contiguous  # generated kernels index inputs as dense row-major tensors
         self.checks: list[Callable[[Any], None]] = [self._check_for(i, d) for i, d in enumerate(inputs)]
 
     def __call__(self, args: tuple) -> list:
@@ -60,6 +61,8 @@ class InputChecker:
             args = tuple(args) + tuple(self.defaults[n:])
         for check, value in zip(self.checks, args):
             check(value)
+        if self.contiguous:
+            return [x.contiguous() if isinstance(x, torch.Tensor) else x for x in args]
         return list(args)
 
     def _check_for(self, index: int, desc: dict) -> Callable[[Any], None]:

@@ -23,6 +23,8 @@ from jit2triton.transpiler.infer_shapes import ShapeRecorder
 from jit2triton.transpiler.ir import MISSING
 from jit2triton.transpiler.report import format_report, summarize
 from jit2triton.transpiler.schedule import schedule
+from jit2triton.transpiler.fuse import KERNEL_OP, fuse
+from jit2triton.emitters.build import build_cpp, kernel_index
 
 from .errors import ConversionError, InputError, PackageDeviceError
 from .version import __version__
@@ -73,23 +75,33 @@ class Converted:
         return f"({args}) -> {format_type(sig['outputs'])}"
 
 
+BACKENDS = ("cpp", "triton", "aten")
+
+
 def convert(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None,
-            device: DeviceLike = "cpu", map_location: DeviceLike = None,
+            device: DeviceLike = "cpu", backend: Optional[str] = None, map_location: DeviceLike = None,
             progress: Optional[Progress] = None) -> Converted:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
-    gives defaults for may be left out.
+    gives defaults for may be left out. `backend` picks the kernel generator: "cpp" (C++/OpenMP, the default on
+    the CPU), "triton" (the default on CUDA; on the CPU it runs under the Triton interpreter), or "aten" (no
+    generated kernels: every op through ATen).
     """
     say = progress or (lambda message: None)
     started = time.perf_counter()
     target = torch.device(device or "cpu")
     if target.type == "cuda" and not torch.cuda.is_available():
         raise PackageDeviceError("device='cuda' was asked for but this machine has no CUDA device; use device='cpu'")
+    backend = backend or ("triton" if target.type == "cuda" else "cpp")
+    if backend not in BACKENDS:
+        raise ConversionError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "cpp" and target.type != "cpu":
+        raise ConversionError("the C++ backend generates CPU kernels; use device='cpu' or backend='triton'")
     say("loading TorchScript (freeze, inline, normalise)")
     script = load_script(model, map_location=map_location)
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
-    inputs = [x.to(target) if isinstance(x, torch.Tensor) else x for x in inputs]
+    inputs = [x.to(target).contiguous() if isinstance(x, torch.Tensor) else x for x in inputs]
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
     graph = from_torchscript(script.graph, script.input_names, script.input_defaults, script.name, NO_DEFAULT)
     sched = schedule(graph)
@@ -103,31 +115,51 @@ def convert(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tenso
         raise ConversionError(f"running the model on the example inputs failed: {err}") from None
     recorder.annotate(graph)
     output = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    files, kernels, backend_section = {}, [], {}
+    if backend != "aten":
+        say(f"fusing and generating {backend} kernels")
+        fuse(graph, target.type)
+        kernels = [n.attrs["kernel"] for n in graph.walk() if n.op == KERNEL_OP]
+        files, backend_section = build_kernels(kernels, backend, say)
+        sched = schedule(graph)
     manifest = {
         "producer": {"jit2triton": __version__, "torch": torch.__version__, "triton": _triton_version(),
                      "python": platform.python_version()},
         "device": target.type,
-        "backend": "aten",
+        "backend": backend,
         "model": {"name": script.name, "source": os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""},
         "signature": {"inputs": _input_signature(script.input_names, script.input_defaults, inputs),
                       "outputs": describe(output)},
         "plan": sched.plan,
         "nodes": sched.node_table,
-        "kernels": [],
-        "report": summarize(sched.node_table, []),
+        "kernels": kernel_index(kernels, backend),
+        "report": summarize(sched.node_table),
         "ir": str(graph),
+        **backend_section,
     }
     weights = {name: w.to("cpu") for name, w in graph.weights.items()}
-    contents = PackageContents(manifest, weights)
+    contents = PackageContents(manifest, weights, files)
     converted = Converted(contents, Runtime(contents, target))
     say(f"converted in {time.perf_counter() - started:.2f}s")
     return converted
 
 
-def load(path: Union[str, os.PathLike], map_location: DeviceLike = None) -> Converted:
-    """Load a `.j2t` package; `map_location` moves it to another device, as torch.jit.load's does."""
+def load(path: Union[str, os.PathLike], map_location: DeviceLike = None,
+         num_threads: Optional[int] = None) -> Converted:
+    """Load a `.j2t` package; `map_location` moves it to another device, as torch.jit.load's does.
+    `num_threads` caps the C++ kernels' OpenMP threads (default: torch.get_num_threads())."""
     contents = read_package(os.fspath(path))
-    return Converted(contents, Runtime(contents, map_location))
+    return Converted(contents, Runtime(contents, map_location, num_threads))
+
+
+def build_kernels(kernels: list, backend: str, say: Progress) -> tuple[dict[str, bytes], dict[str, Any]]:
+    if not kernels:
+        return {}, {}
+    if backend == "cpp":
+        say(f"compiling {len(kernels)} C++ kernels")
+        files, section = build_cpp(kernels)
+        return files, {"cpp": section}
+    raise ConversionError(f"the {backend} backend is not available in this build")
 
 
 def _complete_inputs(example_inputs, names: list[str], defaults: list[Any]) -> list[Any]:

@@ -90,11 +90,21 @@ def test_package_for_another_device(small_package, tmp_path):
     path, traced = small_package
     cuda = tmp_path / "cuda.j2t"
     rewrite_package(path, cuda, edit_manifest=lambda m: m.update(device="cuda"))
+    with pytest.raises(jit2triton.PackageDeviceError, match="its GPU kernels cannot run on the CPU"):
+        jit2triton.load(cuda)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_kernel_free_package_may_move_devices(tmp_path):
+    traced = torch.jit.trace(lambda x: torch.relu(x) * 2, torch.randn(3))
+    path, cuda = tmp_path / "aten.j2t", tmp_path / "cuda.j2t"
+    jit2triton.convert(traced, example_inputs=(torch.randn(3),), backend="aten").save(path)
+    rewrite_package(path, cuda, edit_manifest=lambda m: m.update(device="cuda"))
     with pytest.raises(jit2triton.PackageDeviceError, match="map_location='cpu'"):
         jit2triton.load(cuda)
-    moved = jit2triton.load(cuda, map_location="cpu")  # no GPU kernels inside, so it may move
-    x, y = torch.randn(2, 4), torch.randn(2, 3)
-    torch.testing.assert_close(moved(x, y), traced(x, y))
+    moved = jit2triton.load(cuda, map_location="cpu")  # no generated kernels inside, so it may move
+    x = torch.randn(3)
+    torch.testing.assert_close(moved(x), traced(x))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
@@ -145,7 +155,8 @@ def test_loading_never_unpickles(small_package, monkeypatch):
     module = jit2triton.load(small_package[0])
     assert module(torch.randn(2, 4), torch.randn(2, 3)).shape == (2, 3)
     with zipfile.ZipFile(small_package[0]) as zf:
-        assert sorted(zf.namelist()) == ["checksums.json", "manifest.json", "weights.bin"]
+        assert sorted(zf.namelist()) == ["binaries/kernels.so", "checksums.json", "kernels/kernels.cpp",
+                                         "manifest.json", "weights.bin"]
 
 
 def test_an_op_failing_at_run_time_names_the_op_and_source():

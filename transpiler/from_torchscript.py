@@ -6,6 +6,7 @@ kept for provenance. Constant tensors become named weights; other constants stay
 from __future__ import annotations
 
 import linecache
+import os
 import re
 from typing import Any
 
@@ -136,13 +137,19 @@ _TRACE_FRAME = re.compile(r"^(.+)\((\d+)\): \S+")
 _SCRIPT_FRAME = re.compile(r'File "(.+)", line (\d+)')
 
 
+_TORCH_DIR = os.path.dirname(torch.__file__)
+
+
 def _source(ts_node) -> Source | None:
-    """file:line of the node in the model's source, and that line's text when it can be found."""
-    first_line = str(ts_node).split("\n", 1)[0]
-    match = _WHERE.search(first_line)
+    """file:line of the node in the model's source, and that line's text when it can be found.
+
+    A traced node's source range is a stack; its first frame is often inside torch (nn.Linear's forward), so the
+    first frame outside torch, the model's own line, is the one named."""
     ranged = ts_node.sourceRange()
-    if not match:
-        match = _TRACE_FRAME.search(ranged) or _SCRIPT_FRAME.search(ranged)
+    frames = [m for m in map(_TRACE_FRAME.match, ranged.splitlines()) if m]
+    match = next((m for m in frames if not m.group(1).startswith(_TORCH_DIR)), None)
+    if match is None:
+        match = _WHERE.search(str(ts_node).split("\n", 1)[0]) or _SCRIPT_FRAME.search(ranged)
     if not match:
         return None
     file, line = match.group(1), int(match.group(2))

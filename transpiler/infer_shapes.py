@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .ir import Graph, Node, Type, Value, dtype_name
+from .ir import Graph, Node, Type, Value, tensor_type
 
 
 class ShapeRecorder:
@@ -37,7 +37,7 @@ class ShapeRecorder:
         if len(a.shape) != len(b.shape) or a.dtype != b.dtype:
             return Type("Tensor", a.dtype if a.dtype == b.dtype else None, None, a.device)
         dims = tuple(x if x == y else (x if isinstance(x, str) else next(self.symbols)) for x, y in zip(a.shape, b.shape))
-        return Type("Tensor", a.dtype, dims, a.device)
+        return Type("Tensor", a.dtype, dims, a.device, strides=a.strides if a.strides == b.strides else None)
 
     def annotate(self, graph: Graph) -> None:
         for value, observed in self.seen.values():
@@ -46,7 +46,7 @@ class ShapeRecorder:
 
 def type_of(obj: Any, declared: Type) -> Type:
     if isinstance(obj, torch.Tensor):
-        return Type("Tensor", dtype_name(obj.dtype), tuple(obj.shape), obj.device.type)
+        return tensor_type(obj)
     if isinstance(obj, (list, tuple)) and declared.kind in ("List", "Tuple"):
         if declared.kind == "Tuple":
             elems = tuple(type_of(o, d) for o, d in zip(obj, declared.elems))

@@ -22,6 +22,7 @@ class Type:
     shape: Optional[tuple[Dim, ...]] = None
     device: Optional[str] = None
     elems: tuple["Type", ...] = ()  # List[e], Tuple[e...], Dict[k, v], Optional[e]
+    strides: Optional[tuple[int, ...]] = None  # tensors: the strides seen when the plan ran on the example inputs
 
     def __str__(self) -> str:
         if self.kind == "Tensor":
@@ -42,7 +43,7 @@ TENSOR = Type("Tensor")
 
 
 def tensor_type(t: torch.Tensor) -> Type:
-    return Type("Tensor", dtype_name(t.dtype), tuple(t.shape), t.device.type)
+    return Type("Tensor", dtype_name(t.dtype), tuple(t.shape), t.device.type, strides=tuple(t.stride()))
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -96,6 +97,7 @@ class Node:
     blocks: list[Block] = field(default_factory=list)
     source: Optional[Source] = None
     ts_kind: str = ""  # the TorchScript node kind it came from, for reports ("aten::add")
+    uid: int = field(default_factory=lambda: next(_ids))
 
     @property
     def output(self) -> Value:

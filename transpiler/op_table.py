@@ -97,3 +97,12 @@ def is_host_op(op: str, schema: str = "") -> bool:
         returns = schema.rsplit("->", 1)[-1]
         return "Tensor" not in returns and "Tensor" not in schema.split("->", 1)[0]
     return False
+
+
+_RETURNS_INPUT = {"aten::to.dtype", "aten::to.other", "aten::to.dtype_layout", "aten::to.device", "aten::type_as",
+                  "aten::contiguous", "aten::detach"}
+
+
+def may_alias(op: str) -> bool:
+    """Whether the op's result may share memory with its first input (views, and casts that can be no-ops)."""
+    return op in _RETURNS_INPUT or lookup(op).category == VIEW

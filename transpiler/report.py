@@ -10,30 +10,36 @@ NO_BACKEND = "no generated kernel for it yet: runs through ATen"
 NOT_IN_TABLE = "not in the op table: runs through ATen by its schema"
 
 
-def summarize(node_table: list[dict[str, Any]], kernels: list[dict[str, Any]]) -> dict[str, Any]:
-    in_kernels = {i for k in kernels for i in k["nodes"]}
+def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
     counts: Counter = Counter()
     fallback_ops: Counter = Counter()
     reasons: dict[str, str] = {}
-    for index, entry in enumerate(node_table):
+    native: set[int] = set()
+    kernels = []
+    for entry in node_table:
         category = entry["category"]
-        if index in in_kernels:
-            counts["native"] += 1
+        if category == "kernel":
+            native.update(f["uid"] for f in entry["fused"])
+            kernels.append({"name": entry["kernel"], "nodes": len(entry["fused"]),
+                            "ops": [f["op"] for f in entry["fused"]]})
         elif category in (HOST, EXTERN):
             counts[category] += 1
         else:
             counts["fallback"] += 1
             fallback_ops[entry["op"]] += 1
-            reasons[entry["op"]] = NOT_IN_TABLE if category == FALLBACK else NO_BACKEND
+            why = entry.get("why")
+            reasons[entry["op"]] = (NOT_IN_TABLE if category == FALLBACK else
+                                    f"not lowered: {why}" if why else NO_BACKEND)
+    counts["native"] = len(native)
     return {
-        "nodes": len(node_table),
+        "nodes": counts["native"] + counts[EXTERN] + counts[HOST] + counts["fallback"],
         "native_nodes": counts["native"],
         "extern_nodes": counts[EXTERN],
         "host_nodes": counts[HOST],
         "fallback_nodes": counts["fallback"],
         "fallback_ops": dict(fallback_ops.most_common()),
         "fallback_reasons": reasons,
-        "kernels": [{"name": k["name"], "nodes": len(k["nodes"])} for k in kernels],
+        "kernels": kernels,
     }
 
 
@@ -44,7 +50,7 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
         f"(control flow, scalars, lists), {summary['fallback_nodes']} fallback through ATen",
     ]
     for kernel in summary["kernels"]:
-        lines.append(f"  kernel {kernel['name']}: {kernel['nodes']} nodes")
+        lines.append(f"  kernel {kernel['name']}: {kernel['nodes']} nodes ({', '.join(kernel['ops'])})")
     if summary["fallback_ops"]:
         lines.append("fallback ops:")
         for op, count in summary["fallback_ops"].items():

@@ -5,6 +5,7 @@ transpiler. A step is one of:
   call    an op run by the runtime: host bookkeeping, or an ATen op called by its schema
   if      structured `prim::If`: runs one of its two blocks
   loop    structured `prim::Loop`: runs its body while the trip count and condition allow
+  kernel  a generated kernel: reads its input buffers, writes freshly allocated outputs
 Arguments are references: ["s", slot] for a runtime value, ["c", literal] for a constant baked into the plan,
 ["w", name] for a weight, ["wl", [names]] for a list of weights.
 """
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 
+from .fuse import KERNEL_OP
 from .ir import Block, Graph, Node, Value
 from .op_table import lookup
 from .plan_memory import MemoryPlan, plan_memory
@@ -76,15 +78,20 @@ class _PlanBuilder:
         }
 
     def step(self, node: Node) -> dict[str, Any]:
-        info = lookup(node.op, node.attrs.get("schema", ""))
         index = len(self.node_table)
         self.nodes.append(node)
-        self.node_table.append({
+        if node.op == KERNEL_OP:
+            return self.kernel_step(node, index)
+        info = lookup(node.op, node.attrs.get("schema", ""))
+        entry = {
             "op": node.op,
             "category": info.category,
             "source": str(node.source) if node.source else "",
             "outputs": [f"%{v.name}" for v in node.outputs],
-        })
+        }
+        if "not_lowered" in node.attrs:
+            entry["why"] = node.attrs["not_lowered"]
+        self.node_table.append(entry)
         step: dict[str, Any] = {
             "kind": {"prim::If": "if", "prim::Loop": "loop"}.get(node.op, "call"),
             "op": node.op,
@@ -101,6 +108,30 @@ class _PlanBuilder:
             step["free"] = sorted(free)
         if node.op == "prim::RaiseException" and node.source:
             step["where"] = str(node.source)
+        return step
+
+
+    def kernel_step(self, node: Node, index: int) -> dict[str, Any]:
+        kernel = node.attrs["kernel"]
+        self.node_table.append({
+            "op": KERNEL_OP,
+            "category": "kernel",
+            "kernel": kernel.name,
+            "fused": [{"op": n.op, "uid": n.uid, "source": str(n.source) if n.source else ""}
+                      for n in node.attrs["fused"]],
+            "outputs": [f"%{v.name}" for v in node.outputs],
+        })
+        step = {
+            "kind": "kernel",
+            "kernel": kernel.name,
+            "args": [self.ref(v) for v in node.inputs],
+            "outs": [self.memory.slot[v.id] for v in node.outputs],
+            "out_types": [[list(b.shape), b.dtype] for b in kernel.outputs],
+            "node": index,
+        }
+        free = self.memory.free_after.get(id(node))
+        if free:
+            step["free"] = sorted(free)
         return step
 
 

@@ -1,0 +1,87 @@
+"""Load a package's C++ kernels: the shared library, checked, opened with ctypes; one launcher per kernel.
+
+The library is written once to a content-addressed file (dlopen needs a path) and never compiled at load, unless
+this CPU lacks the instruction set it was built for: then it is rebuilt from the bundled source, once, with a
+warning, or a clear error says what to install.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import warnings
+from typing import Callable
+
+import torch
+
+from jit2triton.emitters.compile_cpp import cache_dir, compile_library, find_compiler, host_isa
+from jit2triton.errors import CorruptPackageError, PackageDeviceError
+
+_ELF_MACHINE = {"x86_64": 62, "AMD64": 62, "aarch64": 183, "arm64": 183}
+_ISA_RANK = {"x86-64": 0, "x86-64-v3": 1}
+_opened: dict[str, ctypes.CDLL] = {}  # one dlopen per library content, shared by every load in this process
+
+
+def load_cpp_kernels(library: bytes, source: str, isa: str, kernels: list[dict],
+                     num_threads: int | None = None) -> dict[str, Callable]:
+    library = _usable_library(library, source, isa)
+    path = _materialize(library)
+    lib = _opened.get(path)
+    if lib is None:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as err:
+            raise PackageDeviceError(f"the package's C++ kernel library cannot be opened here ({err}); "
+                                     "convert the model again on this machine") from None
+        _opened[path] = lib
+    threads = num_threads or torch.get_num_threads()
+    launchers = {}
+    for meta in kernels:
+        try:
+            fn = getattr(lib, meta["name"])
+        except AttributeError:
+            raise CorruptPackageError(f"the package's kernel library has no kernel {meta['name']!r}: it is not the "
+                                      "library this package was built with; re-run `jit2triton convert`") from None
+        fn.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
+        fn.restype = None
+        launchers[meta["name"]] = _launcher(fn, meta["num_buffers"], threads)
+    return launchers
+
+
+def _launcher(fn, num_buffers: int, threads: int) -> Callable:
+    array_type = ctypes.c_void_p * num_buffers
+
+    def launch(inputs: list, outputs: list) -> None:
+        fn(array_type(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs]), threads)
+
+    return launch
+
+
+def _usable_library(library: bytes, source: str, isa: str) -> bytes:
+    if library[:4] != b"\x7fELF":
+        raise CorruptPackageError("the package's kernel library is not a shared library (ELF); re-run convert")
+    machine = int.from_bytes(library[18:20], "little")
+    expected = _ELF_MACHINE.get(platform.machine())
+    here = host_isa()
+    foreign = expected is not None and machine != expected
+    missing_isa = _ISA_RANK.get(isa, 0) > _ISA_RANK.get(here, 0)
+    if not (foreign or missing_isa):
+        return library
+    why = "another CPU architecture" if foreign else f"the {isa} instruction set, which this CPU lacks"
+    if find_compiler() is None:
+        raise PackageDeviceError(f"the package's C++ kernels were built for {why}, and no C++ compiler is here to "
+                                 "rebuild them from the bundled source: install g++ (with OpenMP) or convert again")
+    warnings.warn(f"jit2triton: the package's C++ kernels were built for {why}; rebuilding them from the bundled "
+                  "source for this CPU (once; cached)", stacklevel=3)
+    return compile_library(source, here)
+
+
+def _materialize(library: bytes) -> str:
+    path = os.path.join(cache_dir(), f"lib-{hashlib.sha256(library).hexdigest()}.so")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(library)
+        os.replace(tmp, path)
+    return path

@@ -1,0 +1,31 @@
+"""Turn a model's kernels into package members: sources for people, binaries for the runtime."""
+from __future__ import annotations
+
+from typing import Any
+
+from jit2triton.transpiler.kernel_ir import Kernel
+
+from . import cpp
+from .compile_cpp import BASE_FLAGS, ISA_FLAGS, compile_library, compiler_version, find_compiler, host_isa
+
+
+def kernel_index(kernels: list[Kernel], backend: str) -> list[dict[str, Any]]:
+    """The manifest's kernel list: names, buffers and provenance, for the runtime and for people."""
+    return [{
+        "name": k.name,
+        "backend": backend,
+        "num_buffers": len(k.inputs) + len(k.outputs),
+        "inputs": [[b.dtype, list(b.shape), list(b.strides)] for b in k.inputs],
+        "outputs": [[b.dtype, list(b.shape)] for b in k.outputs],
+        "provenance": k.provenance,
+    } for k in kernels]
+
+
+def build_cpp(kernels: list[Kernel]) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """-> (package files, the manifest's "cpp" section): one source file and one shared library for the model."""
+    source = cpp.render_module(kernels)
+    isa = host_isa()
+    library = compile_library(source, isa)
+    compiler = find_compiler() or ""
+    files = {"kernels/kernels.cpp": source.encode(), "binaries/kernels.so": library}
+    return files, {"isa": isa, "flags": BASE_FLAGS + ISA_FLAGS[isa], "compiler": compiler_version(compiler)}

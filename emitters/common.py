@@ -1,0 +1,62 @@
+"""What the renderers share: how a kernel's loops are laid out, and its provenance comment."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jit2triton.transpiler import kernel_ir as K
+
+
+@dataclass
+class LoopNest:
+    """A kernel's iteration space split for rendering.
+
+    `outer` are the output dims the kernel's reductions depend on (one "row" per point); every reduction is
+    computed once per row, before the `inner` dims are swept. Without reductions, `outer` is every dim but the
+    last. Each output is stored row-major over `ranges`.
+    """
+    ranges: tuple[K.KExpr, ...]
+    outer: tuple[K.KExpr, ...]
+    inner: tuple[K.KExpr, ...]
+    reductions: list[K.KExpr]  # innermost first: a reduction comes after those its body reads
+
+    @property
+    def outer_size(self) -> int:
+        return _size(self.outer)
+
+    @property
+    def inner_size(self) -> int:
+        return _size(self.inner)
+
+
+def loop_nest(kernel: K.Kernel) -> LoopNest:
+    reductions: list[K.KExpr] = []
+    for value in kernel.values:
+        reductions += [r for r in K.reductions_in(value) if r not in reductions]
+    if reductions:
+        depends = frozenset().union(*(K.free_vars(r) for r in reductions))
+        outer = tuple(v for v in kernel.ranges if v in depends)
+    else:
+        outer = kernel.ranges[:-1]
+    inner = tuple(v for v in kernel.ranges if v not in outer)
+    return LoopNest(kernel.ranges, outer, inner, reductions)
+
+
+def store_index(kernel: K.Kernel, strides) -> K.KExpr:
+    return K.sum_terms(v * s for v, s in zip(kernel.ranges, strides) if v.arg[1] != 1)
+
+
+def provenance_comment(kernel: K.Kernel, prefix: str) -> str:
+    lines = [f"{prefix} {kernel.name}: fused from {len(kernel.provenance)} TorchScript node(s)"]
+    lines += [f"{prefix}   {p}" for p in kernel.provenance]
+    return "\n".join(lines)
+
+
+def reduction_size(reduction: K.KExpr) -> int:
+    return _size(reduction.arg[1])
+
+
+def _size(variables) -> int:
+    n = 1
+    for v in variables:
+        n *= v.arg[1]
+    return n

@@ -1,0 +1,74 @@
+"""Compile a C++ translation unit into a shared library, with a content-addressed cache.
+
+The cache key is a hash of the source, the flags and the compiler's version, so a cached library can never be a
+stale one; converting the same model twice compiles once.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+
+from jit2triton.errors import ConversionError
+
+# The instruction-set baseline is recorded in the package; a machine without it rebuilds from the bundled source.
+ISA_FLAGS = {"x86-64-v3": ["-march=x86-64-v3"], "x86-64": ["-march=x86-64"], "native-arm": []}
+BASE_FLAGS = ["-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math",
+              "-fvisibility=hidden"]
+
+
+def cache_dir() -> str:
+    root = os.environ.get("JIT2TRITON_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "jit2triton")
+    path = os.path.join(root, "cpp")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def find_compiler() -> str | None:
+    return os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++") or shutil.which("clang++")
+
+
+@functools.lru_cache(maxsize=None)
+def compiler_version(compiler: str) -> str:
+    out = subprocess.run([compiler, "--version"], capture_output=True, text=True, check=False)
+    return out.stdout.splitlines()[0] if out.stdout else compiler
+
+
+def host_isa() -> str:
+    """The best baseline this CPU runs: x86-64-v3 (AVX2, FMA, F16C) where present."""
+    import platform
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return "native-arm"
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return "x86-64"
+    return "x86-64-v3" if all(f in flags.split() for f in ("avx2", "fma", "f16c", "bmi2")) else "x86-64"
+
+
+def compile_library(source: str, isa: str) -> bytes:
+    """The bytes of a shared library built from `source` for the `isa` baseline; cached by content."""
+    compiler = find_compiler()
+    if compiler is None:
+        raise ConversionError("the C++ backend needs a C++ compiler (g++ or clang++) with OpenMP; install one "
+                              "(apt-get install g++) or convert with backend='aten'")
+    flags = BASE_FLAGS + ISA_FLAGS[isa]
+    key = hashlib.sha256("\0".join([source, " ".join(flags), compiler_version(compiler)]).encode()).hexdigest()
+    cached = os.path.join(cache_dir(), f"{key}.so")
+    if not os.path.exists(cached):
+        with tempfile.TemporaryDirectory() as tmp:
+            src, out = os.path.join(tmp, "kernels.cpp"), os.path.join(tmp, "kernels.so")
+            with open(src, "w") as f:
+                f.write(source)
+            result = subprocess.run([compiler, *flags, src, "-o", out], capture_output=True, text=True)
+            if result.returncode != 0:
+                raise ConversionError(f"compiling the generated C++ failed ({compiler}):\n{result.stderr[-4000:]}")
+            tmp_cached = cached + f".{os.getpid()}.tmp"
+            shutil.copyfile(out, tmp_cached)
+            os.replace(tmp_cached, cached)  # atomic: a concurrent conversion never sees half a library
+    with open(cached, "rb") as f:
+        return f.read()

@@ -1,0 +1,243 @@
+"""Fusion: lower every node the op table can lower into virtual tensor boxes, and realize a box into one generated
+kernel only where its value must exist in memory.
+
+Walking each block in order, a lowerable node only composes index functions (nothing is emitted). A box is
+realized, as a `j2t::kernel` node placed just before the first node that needs it, when:
+  - a node that is not lowered (extern, host, fallback, control flow) reads it, or a nested block does;
+  - it is a block or graph output;
+  - it holds a reduction and has several users (so the reduction is not computed once per user);
+  - a node is about to mutate memory (everything pending is realized first, so no kernel reads stale data).
+Fusion is thus a property of data flow: a pointwise chain after a matmul, a softmax, a layer norm with its
+residual add, each becomes one kernel.
+"""
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from typing import Any, Optional
+
+from . import kernel_ir as K
+from . import lower_pointwise, lower_reductions, lower_views  # noqa: F401  (they register the lowerings)
+from .ir import Block, Graph, Node, Type, Value, walk_block
+from .op_table import may_alias
+from .lowering import CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering, realized_box
+
+KERNEL_OP = "j2t::kernel"
+
+
+def fuse(graph: Graph, device_type: str) -> Graph:
+    """Rewrite `graph` in place: lowered nodes disappear into `j2t::kernel` nodes."""
+    K.fresh_scope()
+    _Fuser(graph, device_type).block(graph.body, top=True)
+    return graph
+
+
+def _static_tensor(t: Type, device_type: str) -> bool:
+    return (t.is_tensor and t.dtype is not None and t.shape is not None and t.device == device_type
+            and all(isinstance(d, int) for d in t.shape))
+
+
+class _Fuser:
+    def __init__(self, graph: Graph, device_type: str) -> None:
+        self.graph = graph
+        self.device_type = device_type
+        self.boxes: dict[int, TensorBox] = {}
+        self.literals: dict[int, Any] = {}
+        self.buffers: dict[str, Value] = {}  # buffer name -> the runtime value it is
+        self.box_value: dict[int, Value] = {}  # box id -> the IR value it computes
+        self.users = Counter(v.id for n in graph.walk() for v in n.inputs)
+        self.users.update(v.id for n in graph.walk() for b in n.blocks for v in b.outputs)
+        self.users.update(v.id for v in graph.outputs)
+        self.pending: list[Value] = []  # values whose boxes are virtual, in creation order
+        self.kernel_names = itertools.count()
+        self.pinned = _mutated_views(graph)
+        for v in graph.inputs:
+            self.define_realized(v)
+
+    # --- boxes ------------------------------------------------------------------------------------------------
+
+    def define_realized(self, v: Value) -> None:
+        t = v.type
+        if _static_tensor(t, self.device_type):
+            name = f"buf{v.id}"
+            strides = t.strides if t.strides is not None else contiguous_strides(t.shape)
+            self.boxes[v.id] = realized_box(name, t.shape, t.dtype, strides)
+            self.buffers[name] = v
+
+    def argument(self, v: Value) -> Any:
+        if v.id in self.literals:
+            return self.literals[v.id]
+        box = self.boxes.get(v.id)
+        if box is None:
+            raise CannotLower(f"input %{v.name} is not a static tensor or a constant")
+        return box
+
+    # --- walking blocks ---------------------------------------------------------------------------------------
+
+    def block(self, block: Block, top: bool = False) -> None:
+        out: list[Node] = []
+        for node in block.nodes:
+            if node.op == "prim::Constant":
+                self.constant(node)
+                out.append(node)
+            elif not self.lower(node, out):
+                self.run_elsewhere(node, out)
+        for v in block.outputs:
+            self.realize(v, out)
+        block.nodes = out
+
+    def constant(self, node: Node) -> None:
+        value = node.output
+        if "weight" in node.attrs:
+            self.define_realized(value)
+        elif "value" in node.attrs:
+            self.literals[value.id] = node.attrs["value"]
+
+    def lower(self, node: Node, out: list[Node]) -> bool:
+        fn = get_lowering(node.op)
+        if fn is None:
+            return False
+        try:
+            if node.uid in self.pinned:
+                raise CannotLower("its result is mutated in place later, so it must stay an ATen view")
+            if any(not _static_tensor(v.type, self.device_type) for v in node.outputs):
+                raise CannotLower("an output has no static shape on this device")
+            ctx = LowerContext(node.op, [v.type.dtype for v in node.outputs], [v.type.shape for v in node.outputs])
+            result = fn(ctx, *[self.argument(v) for v in node.inputs])
+            boxes = result if isinstance(result, tuple) else (result,)
+            for box, v in zip(boxes, node.outputs):
+                if box.shape != tuple(v.type.shape) or box.dtype != v.type.dtype:
+                    raise CannotLower(f"lowering gave {box.dtype}{list(box.shape)}, TorchScript {v.type}")
+        except CannotLower as why:
+            node.attrs["not_lowered"] = str(why) or "unsupported arguments"
+            return False
+        for box, v in zip(boxes, node.outputs):
+            if node not in box.nodes:
+                box.nodes.append(node)
+            self.boxes[v.id] = box
+            self.box_value[box.id] = v
+            self.pending.append(v)
+            if self.users[v.id] > 1 and _has_reduction(box):
+                self.realize(v, out)  # several users would each recompute the reduction
+        return True
+
+    def run_elsewhere(self, node: Node, out: list[Node]) -> None:
+        if _mutates(node):
+            for v in list(self.pending):
+                self.realize(v, out)
+        for v in node.inputs:
+            self.realize(v, out)
+        for sub in node.blocks:
+            for v in _outer_reads(sub):
+                self.realize(v, out)
+        for sub in node.blocks:
+            self.block(sub)
+        out.append(node)
+        for v in node.outputs:
+            self.define_realized(v)
+
+    # --- realizing ------------------------------------------------------------------------------------------
+
+    def realize(self, v: Value, out: list[Node]) -> None:
+        box = self.boxes.get(v.id)
+        if box is None or box.realized:
+            return
+        ranges = tuple(K.var(f"i{d}", n) for d, n in enumerate(box.shape))
+        value = box(list(ranges))
+        value = self.split_nested_reductions(value, box, ranges, out)
+        name = f"buf{v.id}"
+        inputs = sorted(K.loads_in(value), key=lambda b: self.buffers[b].id)
+        kernel = K.Kernel(
+            name=f"k{next(self.kernel_names)}_{_short_name(box.nodes)}",
+            ranges=ranges,
+            inputs=[self.kernel_buffer(b) for b in inputs],
+            outputs=[K.KernelBuffer(name, box.dtype, box.shape, contiguous_strides(box.shape))],
+            values=[K.cast(value, box.dtype)],
+            provenance=[_provenance(n) for n in box.nodes],
+        )
+        node = Node(KERNEL_OP, [self.buffers[b] for b in inputs], [v], attrs={"kernel": kernel, "fused": box.nodes})
+        out.append(node)
+        box.realize_as(name, contiguous_strides(box.shape))
+        self.buffers[name] = v
+        v.type = Type("Tensor", box.dtype, box.shape, self.device_type, strides=contiguous_strides(box.shape))
+        if v in self.pending:
+            self.pending.remove(v)
+
+    def split_nested_reductions(self, value: K.KExpr, box: TensorBox, ranges, out: list[Node]) -> K.KExpr:
+        """A reduction nested in another whose result varies with the outer one's loop (e.g. a column mean inside
+        a row sum) would be recomputed on every outer step: realize it as its own kernel first."""
+        for _ in range(16):
+            culprit = None
+            for red in K.reductions_in(value):
+                for inner in K.reductions_in(red.args[0]):
+                    if inner is not red and K.free_vars(inner) & frozenset(red.arg[1]):
+                        culprit = inner
+                        break
+                if culprit is not None:
+                    break
+            if culprit is None:
+                return value
+            inner_value = self.box_value.get(culprit.arg[2])
+            if inner_value is None:
+                raise AssertionError("a nested reduction comes from a box that is not an IR value")
+            self.realize(inner_value, out)
+            value = box(list(ranges))
+        return value
+
+    def kernel_buffer(self, name: str) -> K.KernelBuffer:
+        box = self.boxes[self.buffers[name].id]
+        return K.KernelBuffer(name, box.dtype, box.shape, box.strides)
+
+
+def _has_reduction(box: TensorBox) -> bool:
+    return bool(K.reductions_in(box([K.var(f"i{d}", n) for d, n in enumerate(box.shape)])))
+
+
+def _mutates(node: Node) -> bool:
+    return "!" in node.attrs.get("schema", "").split("->")[0]
+
+
+def _outer_reads(block: Block) -> list[Value]:
+    defined = {v.id for v in block.inputs}
+    reads: list[Value] = []
+    for node in walk_block(block):
+        defined.update(v.id for v in node.outputs)
+        for sub in node.blocks:
+            defined.update(v.id for v in sub.inputs)
+    for node in walk_block(block):
+        reads += [v for v in node.inputs if v.id not in defined]
+        for sub in node.blocks:
+            reads += [v for v in sub.outputs if v.id not in defined]
+    reads += [v for v in block.outputs if v.id not in defined]
+    return reads
+
+
+def _mutated_views(graph: Graph) -> set[int]:
+    """Views (and ops that may return their input) whose result is mutated in place later: lowered, they would
+    become copies and the mutation would miss the tensor they alias, so they stay real ATen aliases."""
+    producer: dict[int, Node] = {}
+    for node in graph.walk():
+        for v in node.outputs:
+            producer[v.id] = node
+    pinned: set[int] = set()
+    for node in graph.walk():
+        if not _mutates(node) or not node.inputs:
+            continue
+        p = producer.get(node.inputs[0].id)
+        while p is not None and may_alias(p.op) and p.uid not in pinned:
+            pinned.add(p.uid)
+            p = producer.get(p.inputs[0].id) if p.inputs else None
+    return pinned
+
+
+def _short_name(nodes: list[Node]) -> str:
+    names = [n.op.split("::")[-1].split(".")[0] for n in nodes]
+    interesting = [n for n in names if n not in ("view", "reshape", "expand", "permute", "transpose", "unsqueeze",
+                                                  "squeeze", "slice", "select", "to", "contiguous", "detach")]
+    chosen = (interesting or names)[-3:]
+    return "_".join(dict.fromkeys(chosen)) or "copy"
+
+
+def _provenance(node: Node) -> str:
+    where = f"  {node.source}" if node.source else ""
+    return f"{node.op}{where}"

@@ -1,0 +1,333 @@
+"""The kernel IR: one interned expression node, `KExpr`, for index math, loads, pointwise math and reductions.
+
+Expressions are hash-consed (tinygrad's UOp idea): building the same expression twice returns the same object, so
+common subexpressions are shared by construction and a renderer emits each node once. Index arithmetic lives in
+the same node type as value math (int64 dtype) and is simplified as it is built, using each loop variable's range.
+
+Ops:
+  var        a loop index; arg = (name, size)
+  const      a literal; arg = value
+  load       args = (flat element index,); arg = buffer name
+  reduce     args = (body,); arg = (reduction op, loop vars reduced over, tag)
+  cast       args = (x,); arg = dtype name
+  index_div, index_mod   index arithmetic on non-negative ints (what C's / and % do there)
+  everything else is pointwise math named in POINTWISE_OPS, with torch's semantics (floordiv and mod floor)
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Optional
+
+POINTWISE_OPS = {
+    # arity 1
+    "neg", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "erf", "abs", "floor",
+    "ceil", "round", "trunc", "sign", "not", "isnan", "isinf", "reciprocal", "sigmoid",
+    # arity 2
+    "add", "sub", "mul", "truediv", "floordiv", "mod", "fmod", "pow", "maximum", "minimum", "lt", "le", "gt", "ge",
+    "eq", "ne", "and", "or", "xor",
+    # arity 3
+    "where",
+}
+COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne", "not", "and", "or", "xor", "isnan", "isinf"}
+REDUCE_OPS = {"sum", "max", "min", "prod", "any", "all", "argmax", "argmin"}
+
+INT = "int64"
+
+
+class KExpr:
+    __slots__ = ("op", "args", "arg", "dtype")
+    _interned: dict = {}
+
+    def __new__(cls, op: str, args: tuple = (), arg: Any = None, dtype: str = "float32") -> "KExpr":
+        key = (op, tuple(id(a) for a in args), _key(arg), dtype)
+        found = cls._interned.get(key)
+        if found is not None:
+            return found
+        node = super().__new__(cls)
+        node.op, node.args, node.arg, node.dtype = op, tuple(args), arg, dtype
+        cls._interned[key] = node  # the node holds its args, so the ids in interned keys stay valid
+        return node
+
+    def __repr__(self) -> str:
+        if self.op == "var":
+            return self.arg[0]
+        if self.op == "const":
+            return repr(self.arg)
+        if self.op == "load":
+            return f"{self.arg}[{self.args[0]!r}]"
+        inner = ", ".join(map(repr, self.args))
+        return f"{self.op}({inner}{', ' + repr(self.arg) if self.arg is not None else ''})"
+
+    # index arithmetic with Python operators, for readable lowering code
+    def __add__(self, other): return add(self, as_index(other))
+    def __radd__(self, other): return add(as_index(other), self)
+    def __mul__(self, other): return mul(self, as_index(other))
+    def __rmul__(self, other): return mul(as_index(other), self)
+    def __floordiv__(self, k: int): return floordiv(self, k)
+    def __mod__(self, k: int): return mod(self, k)
+
+
+def fresh_scope() -> None:
+    """Forget interned nodes and cached analyses; called once per conversion so memory does not grow."""
+    KExpr._interned.clear()
+    _bounds.clear()
+    _free.clear()
+
+
+def _key(arg: Any) -> Any:
+    if isinstance(arg, float) and math.isnan(arg):
+        return ("nan",)
+    if isinstance(arg, tuple):
+        return tuple(id(a) if isinstance(a, KExpr) else _key(a) for a in arg)
+    if isinstance(arg, float):
+        return ("f", arg)  # keep 1.0 and 1 apart
+    return arg
+
+
+def var(name: str, size: int) -> KExpr:
+    return KExpr("var", (), (name, int(size)), INT)
+
+
+def const(value: Any, dtype: str) -> KExpr:
+    if dtype == "bool":
+        value = bool(value)
+    elif dtype.startswith(("int", "uint")):
+        value = int(value)
+    else:
+        value = float(value)
+    return KExpr("const", (), value, dtype)
+
+
+def as_index(x: Any) -> KExpr:
+    return x if isinstance(x, KExpr) else const(int(x), INT)
+
+
+def load(buffer: str, index: KExpr, dtype: str) -> KExpr:
+    return KExpr("load", (index,), buffer, dtype)
+
+
+def cast(x: KExpr, dtype: str) -> KExpr:
+    if x.dtype == dtype:
+        return x
+    if x.op == "const":
+        return const(x.arg, dtype)
+    return KExpr("cast", (x,), dtype, dtype)
+
+
+def op(name: str, *args: KExpr, dtype: Optional[str] = None) -> KExpr:
+    """A pointwise op; comparisons give bool, the rest keep the dtype of their (already promoted) inputs."""
+    assert name in POINTWISE_OPS, name
+    if dtype is None:
+        dtype = "bool" if name in COMPARISONS else args[-1].dtype
+    return KExpr(name, args, None, dtype)
+
+
+def reduce(reduction: str, body: KExpr, rvars: tuple[KExpr, ...], dtype: str, tag: int = 0) -> KExpr:
+    """`tag` names the TensorBox that made this reduction, so fusion can find and realize it."""
+    assert reduction in REDUCE_OPS, reduction
+    return KExpr("reduce", (body,), (reduction, tuple(rvars), tag), dtype)
+
+
+# --- index arithmetic with simplification ---------------------------------------------------------------------
+
+
+def bounds(x: KExpr) -> tuple[float, float]:
+    """Inclusive [min, max] of an int expression over its variables' ranges."""
+    cached = _bounds.get(id(x))
+    if cached is not None:
+        return cached
+    if x.op == "var":
+        result = (0, x.arg[1] - 1)
+    elif x.op == "const":
+        result = (x.arg, x.arg)
+    elif x.op == "add":
+        (a0, a1), (b0, b1) = bounds(x.args[0]), bounds(x.args[1])
+        result = (a0 + b0, a1 + b1)
+    elif x.op == "mul":
+        (a0, a1), (b0, b1) = bounds(x.args[0]), bounds(x.args[1])
+        products = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
+        result = (min(products), max(products))
+    elif x.op == "index_div":
+        a0, a1 = bounds(x.args[0])
+        k = x.args[1].arg
+        result = (a0 // k, a1 // k)
+    elif x.op == "index_mod":
+        result = (0, x.args[1].arg - 1)
+    else:
+        result = (-math.inf, math.inf)
+    _bounds[id(x)] = result
+    return result
+
+
+_bounds: dict[int, tuple] = {}
+
+
+def add(a: KExpr, b: KExpr) -> KExpr:
+    if a.op == "const" and b.op == "const":
+        return const(a.arg + b.arg, INT)
+    if a.op == "const" and a.arg == 0:
+        return b
+    if b.op == "const" and b.arg == 0:
+        return a
+    if a.op == "const":
+        a, b = b, a
+    return KExpr("add", (a, b), None, INT)
+
+
+def mul(a: KExpr, b: KExpr) -> KExpr:
+    if a.op == "const" and b.op == "const":
+        return const(a.arg * b.arg, INT)
+    if a.op == "const":
+        a, b = b, a
+    if b.op == "const":
+        if b.arg == 0:
+            return const(0, INT)
+        if b.arg == 1:
+            return a
+    return KExpr("mul", (a, b), None, INT)
+
+
+def floordiv(a: KExpr, k: int) -> KExpr:
+    if k == 1:
+        return a
+    lo, hi = bounds(a)
+    if lo >= 0 and hi < k:
+        return const(0, INT)
+    if a.op == "const":
+        return const(a.arg // k, INT)
+    divisible, rest = _split_multiples(a, k)
+    if divisible and bounds(rest)[0] >= 0:  # (k*x + r) // k == x + r // k, for r >= 0 in C's division too
+        return add(sum_terms(_divide(t, k) for t in divisible), floordiv(rest, k))
+    return KExpr("index_div", (a, const(k, INT)), None, INT)
+
+
+def mod(a: KExpr, k: int) -> KExpr:
+    if k == 1:
+        return const(0, INT)
+    lo, hi = bounds(a)
+    if lo >= 0 and hi < k:
+        return a
+    if a.op == "const":
+        return const(a.arg % k, INT)
+    divisible, rest = _split_multiples(a, k)
+    if divisible and bounds(rest)[0] >= 0:  # (k*x + r) % k == r % k
+        return mod(rest, k)
+    return KExpr("index_mod", (a, const(k, INT)), None, INT)
+
+
+def _split_multiples(a: KExpr, k: int) -> tuple[list[KExpr], KExpr]:
+    terms = split_terms(a)
+    return [t for t in terms if _multiple_of(t, k)], sum_terms(t for t in terms if not _multiple_of(t, k))
+
+
+def split_terms(x: KExpr) -> list[KExpr]:
+    if x.op == "add":
+        return split_terms(x.args[0]) + split_terms(x.args[1])
+    return [x]
+
+
+def sum_terms(terms: Iterable[KExpr]) -> KExpr:
+    total = const(0, INT)
+    for t in terms:
+        total = add(total, t)
+    return total
+
+
+def _coefficient(t: KExpr) -> int:
+    if t.op == "const":
+        return t.arg
+    if t.op == "mul" and t.args[1].op == "const":
+        return t.args[1].arg
+    return 1
+
+
+def _multiple_of(t: KExpr, k: int) -> bool:
+    c = _coefficient(t)
+    return c != 0 and c % k == 0 and t.op in ("const", "mul")
+
+
+def _divide(t: KExpr, k: int) -> KExpr:
+    if t.op == "const":
+        return const(t.arg // k, INT)
+    return mul(t.args[0], const(t.args[1].arg // k, INT))
+
+
+# --- analysis ------------------------------------------------------------------------------------------------
+
+
+def free_vars(x: KExpr) -> frozenset:
+    """Loop variables an expression depends on (a reduction's own variables are bound inside it)."""
+    cached = _free.get(id(x))
+    if cached is not None:
+        return cached
+    if x.op == "var":
+        result = frozenset([x])
+    elif x.op == "reduce":
+        result = free_vars(x.args[0]) - frozenset(x.arg[1])
+    else:
+        result = frozenset().union(*(free_vars(a) for a in x.args)) if x.args else frozenset()
+    _free[id(x)] = result
+    return result
+
+
+_free: dict[int, frozenset] = {}
+
+
+def reductions_in(x: KExpr) -> list[KExpr]:
+    """Every reduce node reachable from x, innermost first (a reduce after the reduces its body needs)."""
+    seen: dict[int, KExpr] = {}
+    order: list[KExpr] = []
+
+    def visit(node: KExpr) -> None:
+        if id(node) in seen:
+            return
+        seen[id(node)] = node
+        for a in node.args:
+            visit(a)
+        if node.op == "reduce":
+            order.append(node)
+
+    visit(x)
+    return order
+
+
+def loads_in(x: KExpr) -> set[str]:
+    found: set[str] = set()
+    seen: set[int] = set()
+
+    def visit(node: KExpr) -> None:
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        if node.op == "load":
+            found.add(node.arg)
+        for a in node.args:
+            visit(a)
+
+    visit(x)
+    return found
+
+
+@dataclass
+class KernelBuffer:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    strides: tuple[int, ...] = ()
+
+
+@dataclass
+class Kernel:
+    """One generated kernel: stores `outputs[i] = values[i]` for every point of the iteration space `ranges`.
+
+    `ranges` are the output's loop variables in row-major order; reductions inside `values` bind their own
+    variables. Every output is written contiguously in row-major order of the iteration space.
+    """
+    name: str
+    ranges: tuple[KExpr, ...]
+    inputs: list[KernelBuffer]
+    outputs: list[KernelBuffer]
+    values: list[KExpr]
+    nodes: list[int] = field(default_factory=list)  # node_table indices this kernel computes
+    provenance: list[str] = field(default_factory=list)  # "aten::add.Tensor  model.py:12  y = x + 1"

@@ -1,0 +1,337 @@
+"""Lowerings of pointwise ops and pointwise composites (gelu, silu, hardswish, ...), in kernel-IR primitives."""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional
+
+from . import kernel_ir as K
+from .lowering import (LowerContext, TensorBox, broadcast_shapes, compute_dtype, is_box, lowering, make_box,
+                       promoted_dtype, require, value_at)
+
+Math = Callable[..., K.KExpr]
+
+
+def pointwise(ctx: LowerContext, fn: Math, *inputs: Any, math_dtype: Optional[str] = None) -> TensorBox:
+    """out[i] = fn(inputs at i): inputs broadcast, cast to `math_dtype` (default: the output's compute dtype)."""
+    out_dtype = ctx.out_dtype
+    math_dtype = math_dtype or compute_dtype(out_dtype)
+    shape = broadcast_shapes(*[x.shape for x in inputs if is_box(x)]) if any(map(is_box, inputs)) else ()
+    require(tuple(shape) == tuple(ctx.out_shape), "broadcast shape differs from the observed output")
+    result_dtype = compute_dtype(out_dtype)
+
+    def inner(index):
+        args = [value_at(x, index, shape, math_dtype) for x in inputs]
+        return K.cast(fn(*args), result_dtype)
+
+    return make_box(shape, out_dtype, inner, inputs)
+
+
+def unary(name: str) -> Math:
+    return lambda x: K.op(name, x)
+
+
+def binary(name: str) -> Math:
+    return lambda a, b: K.op(name, a, b)
+
+
+def c(value: float, like: K.KExpr) -> K.KExpr:
+    return K.const(value, like.dtype)
+
+
+# --- arithmetic ---------------------------------------------------------------------------------------------------
+
+@lowering("aten::add.Tensor", "aten::add.Scalar")
+def add(ctx, a, b, alpha=1):
+    if alpha != 1:
+        return pointwise(ctx, lambda x, y: K.op("add", x, K.op("mul", y, c(alpha, y))), a, b)
+    return pointwise(ctx, binary("add"), a, b)
+
+
+@lowering("aten::sub.Tensor", "aten::sub.Scalar")
+def sub(ctx, a, b, alpha=1):
+    if alpha != 1:
+        return pointwise(ctx, lambda x, y: K.op("sub", x, K.op("mul", y, c(alpha, y))), a, b)
+    return pointwise(ctx, binary("sub"), a, b)
+
+
+@lowering("aten::rsub.Scalar", "aten::rsub.Tensor")
+def rsub(ctx, a, b, alpha=1):
+    return sub(ctx, b, a, alpha)
+
+
+@lowering("aten::mul.Tensor", "aten::mul.Scalar")
+def mul(ctx, a, b):
+    return pointwise(ctx, binary("mul"), a, b)
+
+
+@lowering("aten::div.Tensor", "aten::div.Scalar")
+def div(ctx, a, b):
+    return pointwise(ctx, binary("truediv"), a, b)
+
+
+@lowering("aten::div.Tensor_mode")
+def div_mode(ctx, a, b, rounding_mode=None):
+    if rounding_mode is None:
+        return div(ctx, a, b)
+    if rounding_mode == "trunc":  # on integers the renderers' division already truncates; trunc is then a no-op
+        return pointwise(ctx, lambda x, y: K.op("trunc", K.op("truediv", x, y)), a, b)
+    return pointwise(ctx, binary("floordiv"), a, b)
+
+
+@lowering("aten::floor_divide", "aten::floor_divide.Scalar")
+def floor_divide(ctx, a, b):
+    return pointwise(ctx, binary("floordiv"), a, b)
+
+
+@lowering("aten::remainder.Tensor", "aten::remainder.Scalar")
+def remainder(ctx, a, b):
+    return pointwise(ctx, binary("mod"), a, b)
+
+
+@lowering("aten::pow.Tensor_Scalar")
+def pow_scalar(ctx, a, exponent):
+    if exponent == 2:
+        return pointwise(ctx, lambda x: K.op("mul", x, x), a)
+    if exponent == 3:
+        return pointwise(ctx, lambda x: K.op("mul", K.op("mul", x, x), x), a)
+    if exponent == 0.5:
+        return pointwise(ctx, unary("sqrt"), a)
+    if exponent == -0.5:
+        return pointwise(ctx, unary("rsqrt"), a)
+    if exponent == 1:
+        return pointwise(ctx, lambda x: x, a)
+    if exponent == -1:
+        return pointwise(ctx, unary("reciprocal"), a)
+    return pointwise(ctx, lambda x: K.op("pow", x, c(exponent, x)), a)
+
+
+@lowering("aten::pow.Tensor_Tensor", "aten::pow.Scalar")
+def pow_tensor(ctx, a, b):
+    return pointwise(ctx, binary("pow"), a, b)
+
+
+@lowering("aten::maximum")
+def maximum(ctx, a, b):
+    return pointwise(ctx, binary("maximum"), a, b)
+
+
+@lowering("aten::minimum")
+def minimum(ctx, a, b):
+    return pointwise(ctx, binary("minimum"), a, b)
+
+
+for _name in ("neg", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "erf", "abs",
+              "floor", "ceil", "round", "sign", "reciprocal", "sigmoid"):
+    lowering(f"aten::{_name}")(lambda ctx, x, _n=_name: pointwise(ctx, unary(_n), x))
+
+
+@lowering("aten::addcmul")
+def addcmul(ctx, x, t1, t2, value=1):
+    return pointwise(ctx, lambda a, b, d: K.op("add", a, K.op("mul", K.op("mul", b, d), c(value, b))), x, t1, t2)
+
+
+@lowering("aten::addcdiv")
+def addcdiv(ctx, x, t1, t2, value=1):
+    return pointwise(ctx, lambda a, b, d: K.op("add", a, K.op("mul", K.op("truediv", b, d), c(value, b))), x, t1, t2)
+
+
+@lowering("aten::lerp.Scalar")
+def lerp(ctx, a, b, weight):
+    return pointwise(ctx, lambda x, y: K.op("add", x, K.op("mul", K.op("sub", y, x), c(weight, x))), a, b)
+
+
+# --- comparisons and logic: compared in the promoted input type, result bool -----------------------------------
+
+for _name, _prim in (("eq", "eq"), ("ne", "ne"), ("lt", "lt"), ("le", "le"), ("gt", "gt"), ("ge", "ge")):
+    lowering(f"aten::{_name}.Tensor", f"aten::{_name}.Scalar")(
+        lambda ctx, a, b, _p=_prim: pointwise(ctx, binary(_p), a, b, math_dtype=compute_dtype(promoted_dtype(a, b))))
+
+
+@lowering("aten::logical_not")
+def logical_not(ctx, x):
+    return pointwise(ctx, unary("not"), x, math_dtype="bool")
+
+
+@lowering("aten::bitwise_not")
+def bitwise_not(ctx, x):
+    require(x.dtype == "bool", "bitwise_not on integers")
+    return pointwise(ctx, unary("not"), x, math_dtype="bool")
+
+
+@lowering("aten::logical_and")
+def logical_and(ctx, a, b):
+    return pointwise(ctx, binary("and"), a, b, math_dtype="bool")
+
+
+@lowering("aten::logical_or")
+def logical_or(ctx, a, b):
+    return pointwise(ctx, binary("or"), a, b, math_dtype="bool")
+
+
+@lowering("aten::isnan")
+def isnan(ctx, x):
+    return pointwise(ctx, unary("isnan"), x, math_dtype=compute_dtype(x.dtype))
+
+
+@lowering("aten::isinf")
+def isinf(ctx, x):
+    return pointwise(ctx, unary("isinf"), x, math_dtype=compute_dtype(x.dtype))
+
+
+@lowering("aten::where.self", "aten::where.ScalarOther", "aten::where.ScalarSelf", "aten::where.Scalar")
+def where(ctx, condition, a, b):
+    dtype = compute_dtype(ctx.out_dtype)
+    shape = ctx.out_shape
+
+    def inner(index):
+        return K.op("where", value_at(condition, index, shape, "bool"), value_at(a, index, shape, dtype),
+                    value_at(b, index, shape, dtype))
+
+    return make_box(shape, ctx.out_dtype, inner, [condition, a, b])
+
+
+@lowering("aten::masked_fill.Scalar", "aten::masked_fill.Tensor")
+def masked_fill(ctx, x, mask, value):
+    require(not is_box(value) or value.shape == (), "masked_fill with a non-scalar value")
+    return where(ctx, mask, value, x)
+
+
+# --- activations, written in primitives --------------------------------------------------------------------------
+
+@lowering("aten::relu")
+def relu(ctx, x):
+    return pointwise(ctx, lambda v: K.op("maximum", v, c(0, v)), x)
+
+
+@lowering("aten::relu6")
+def relu6(ctx, x):
+    return hardtanh(ctx, x, 0.0, 6.0)
+
+
+@lowering("aten::hardtanh")
+def hardtanh(ctx, x, low=-1.0, high=1.0):
+    return pointwise(ctx, lambda v: K.op("minimum", K.op("maximum", v, c(low, v)), c(high, v)), x)
+
+
+@lowering("aten::clamp")
+def clamp(ctx, x, low=None, high=None):
+    require(not is_box(low) and not is_box(high), "clamp with tensor bounds")
+
+    def fn(v):
+        # NaN propagates as in ATen: compare first, so a NaN input stays NaN
+        if low is not None:
+            v = K.op("where", K.op("lt", v, c(low, v)), c(low, v), v)
+        if high is not None:
+            v = K.op("where", K.op("gt", v, c(high, v)), c(high, v), v)
+        return v
+
+    return pointwise(ctx, fn, x)
+
+
+@lowering("aten::clamp_min")
+def clamp_min(ctx, x, low):
+    return clamp(ctx, x, low, None)
+
+
+@lowering("aten::clamp_max")
+def clamp_max(ctx, x, high):
+    return clamp(ctx, x, None, high)
+
+
+@lowering("aten::gelu")
+def gelu(ctx, x, approximate="none"):
+    if approximate == "tanh":
+        def fn(v):
+            inner = K.op("mul", c(math.sqrt(2 / math.pi), v),
+                         K.op("add", v, K.op("mul", c(0.044715, v), K.op("mul", v, K.op("mul", v, v)))))
+            return K.op("mul", K.op("mul", c(0.5, v), v), K.op("add", c(1, v), K.op("tanh", inner)))
+    else:
+        def fn(v):
+            return K.op("mul", K.op("mul", c(0.5, v), v),
+                        K.op("add", c(1, v), K.op("erf", K.op("mul", v, c(1 / math.sqrt(2), v)))))
+    return pointwise(ctx, fn, x)
+
+
+@lowering("aten::silu")
+def silu(ctx, x):
+    return pointwise(ctx, lambda v: K.op("mul", v, K.op("sigmoid", v)), x)
+
+
+@lowering("aten::mish")
+def mish(ctx, x):
+    return pointwise(ctx, lambda v: K.op("mul", v, K.op("tanh", _softplus(v, 1.0, 20.0))), x)
+
+
+def _softplus(v, beta, threshold):
+    scaled = K.op("mul", v, c(beta, v))
+    soft = K.op("truediv", K.op("log1p", K.op("exp", scaled)), c(beta, v))
+    return K.op("where", K.op("gt", scaled, c(threshold, v)), v, soft)
+
+
+@lowering("aten::softplus")
+def softplus(ctx, x, beta=1.0, threshold=20.0):
+    return pointwise(ctx, lambda v: _softplus(v, beta, threshold), x)
+
+
+@lowering("aten::hardsigmoid")
+def hardsigmoid(ctx, x):
+    return pointwise(ctx, lambda v: K.op("truediv", K.op("minimum", K.op("maximum", K.op("add", v, c(3, v)),
+                                                                         c(0, v)), c(6, v)), c(6, v)), x)
+
+
+@lowering("aten::hardswish")
+def hardswish(ctx, x):
+    return pointwise(ctx, lambda v: K.op("mul", v, K.op("truediv", K.op("minimum", K.op("maximum", K.op(
+        "add", v, c(3, v)), c(0, v)), c(6, v)), c(6, v))), x)
+
+
+@lowering("aten::elu")
+def elu(ctx, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    def fn(v):
+        negative = K.op("mul", c(alpha, v), K.op("expm1", K.op("mul", v, c(input_scale, v))))
+        return K.op("mul", c(scale, v), K.op("where", K.op("gt", v, c(0, v)), v, negative))
+    return pointwise(ctx, fn, x)
+
+
+@lowering("aten::leaky_relu")
+def leaky_relu(ctx, x, slope=0.01):
+    return pointwise(ctx, lambda v: K.op("where", K.op("gt", v, c(0, v)), v, K.op("mul", v, c(slope, v))), x)
+
+
+# --- identity-like and casts ---------------------------------------------------------------------------------
+
+@lowering("aten::to.dtype", "aten::to.dtype_layout", "aten::to.other", "aten::to.device", "aten::type_as")
+def to(ctx, x, *args):
+    return pointwise(ctx, lambda v: v, x, math_dtype=compute_dtype(x.dtype))
+
+
+@lowering("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout")
+def dropout(ctx, x, p, train):
+    require(not train, "dropout in training mode")
+    return pointwise(ctx, lambda v: v, x)
+
+
+@lowering("aten::detach", "aten::clone", "aten::contiguous")
+def identity(ctx, x, *args):
+    return pointwise(ctx, lambda v: v, x)
+
+
+def _filled(ctx, value):
+    require(not is_box(value), "fill with a tensor value")
+    dtype = compute_dtype(ctx.out_dtype)
+    return make_box(ctx.out_shape, ctx.out_dtype, lambda index: K.const(value, dtype), [])
+
+
+@lowering("aten::zeros_like")
+def zeros_like(ctx, x, *args):
+    return _filled(ctx, 0)
+
+
+@lowering("aten::ones_like")
+def ones_like(ctx, x, *args):
+    return _filled(ctx, 1)
+
+
+@lowering("aten::full_like", "aten::fill.Scalar")
+def full_like(ctx, x, value, *args):
+    return _filled(ctx, value)

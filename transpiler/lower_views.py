@@ -1,0 +1,152 @@
+"""Lowerings of view and layout ops: each is an index transform, so a view costs nothing inside a kernel.
+
+A reshape of any box (even a permuted one) is exact: the new index is flattened row-major and unflattened in the
+old shape with div/mod, which `kernel_ir` simplifies away where the dims line up.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from . import kernel_ir as K
+from .lowering import (LowerContext, TensorBox, is_box, lowering, make_box, normalize_dim, require)
+
+
+def view_of(ctx: LowerContext, x: TensorBox, shape: Sequence[int], index_map) -> TensorBox:
+    """A box of `shape` whose element at `index` is x at `index_map(index)`."""
+    return make_box(tuple(shape), x.dtype, lambda index: x(index_map(index)), [x])
+
+
+def reshape_index(old_shape: Sequence[int], new_shape: Sequence[int]):
+    def index_map(index):
+        flat = K.const(0, K.INT)
+        for i, n in zip(index, new_shape):
+            flat = flat * n + i
+        old = []
+        for n in reversed(old_shape):
+            old.append(flat % n)
+            flat = flat // n
+        return list(reversed(old))
+    return index_map
+
+
+@lowering("aten::view", "aten::reshape", "aten::flatten.using_ints", "aten::unflatten.int", "aten::view_as",
+          "aten::reshape_as", "aten::squeeze", "aten::squeeze.dim", "aten::unsqueeze")
+def reshape(ctx, x, *args):
+    shape = ctx.out_shape
+    require(x.numel == _numel(shape), "reshape to another number of elements")
+    return view_of(ctx, x, shape, reshape_index(x.shape, shape))
+
+
+def _numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+@lowering("aten::permute")
+def permute(ctx, x, dims):
+    rank = len(x.shape)
+    dims = [normalize_dim(d, rank) for d in dims]
+    inverse = [dims.index(d) for d in range(rank)]
+    return view_of(ctx, x, [x.shape[d] for d in dims], lambda index: [index[inverse[d]] for d in range(rank)])
+
+
+@lowering("aten::transpose.int")
+def transpose(ctx, x, dim0, dim1):
+    rank = len(x.shape)
+    dims = list(range(rank))
+    if rank:
+        a, b = normalize_dim(dim0, rank), normalize_dim(dim1, rank)
+        dims[a], dims[b] = dims[b], dims[a]
+    return permute(ctx, x, dims)
+
+
+@lowering("aten::t")
+def t(ctx, x):
+    return transpose(ctx, x, 0, 1) if len(x.shape) == 2 else permute(ctx, x, list(range(len(x.shape))))
+
+
+@lowering("aten::numpy_T")
+def numpy_t(ctx, x):
+    return permute(ctx, x, list(reversed(range(len(x.shape)))))
+
+
+@lowering("aten::expand", "aten::expand_as")
+def expand(ctx, x, *args):
+    shape = ctx.out_shape
+    offset = len(shape) - len(x.shape)
+    return view_of(ctx, x, shape, lambda index: [K.const(0, K.INT) if n == 1 else index[offset + d]
+                                                 for d, n in enumerate(x.shape)])
+
+
+@lowering("aten::slice.Tensor")
+def slice_(ctx, x, dim=0, start=None, end=None, step=1):
+    require(not any(is_box(v) for v in (start, end, step)), "slice bounds computed at run time")
+    dim = normalize_dim(dim, len(x.shape))
+    first = range(x.shape[dim])[slice(start, end, step)].start if x.shape[dim] else 0
+
+    def index_map(index):
+        return [first + i * step if d == dim else i for d, i in enumerate(index)]
+
+    return view_of(ctx, x, ctx.out_shape, index_map)
+
+
+@lowering("aten::narrow")
+def narrow(ctx, x, dim, start, length):
+    return slice_(ctx, x, dim, start, start + length, 1)
+
+
+@lowering("aten::select.int")
+def select(ctx, x, dim, index_value):
+    require(not is_box(index_value), "select index computed at run time")
+    dim = normalize_dim(dim, len(x.shape))
+    position = index_value % x.shape[dim]
+    return view_of(ctx, x, ctx.out_shape,
+                   lambda index: list(index[:dim]) + [K.const(position, K.INT)] + list(index[dim:]))
+
+
+@lowering("aten::movedim.int")
+def movedim(ctx, x, source, destination):
+    rank = len(x.shape)
+    order = [d for d in range(rank) if d != normalize_dim(source, rank)]
+    order.insert(normalize_dim(destination, rank), normalize_dim(source, rank))
+    return permute(ctx, x, order)
+
+
+# --- gathers: a load whose index is itself loaded --------------------------------------------------------------
+
+@lowering("aten::embedding")
+def embedding(ctx, weight, indices, padding_idx=-1, scale_grad=False, sparse=False):
+    def fn(index):
+        return weight([in_bounds(indices(index[:-1]), weight.shape[0]), index[-1]])
+
+    return make_box(ctx.out_shape, weight.dtype, fn, [weight, indices])
+
+
+@lowering("aten::index_select")
+def index_select(ctx, x, dim, indices):
+    dim = normalize_dim(dim, len(x.shape))
+
+    def fn(index):
+        position = in_bounds(indices([index[dim]]), x.shape[dim])
+        return x(list(index[:dim]) + [position] + list(index[dim + 1:]))
+
+    return make_box(ctx.out_shape, x.dtype, fn, [x, indices])
+
+
+@lowering("aten::gather")
+def gather(ctx, x, dim, indices, sparse_grad=False):
+    dim = normalize_dim(dim, len(x.shape))
+
+    def fn(index):
+        position = in_bounds(indices(index), x.shape[dim])
+        return x(list(index[:dim]) + [position] + list(index[dim + 1:]))
+
+    return make_box(ctx.out_shape, x.dtype, fn, [x, indices])
+
+
+def in_bounds(position: K.KExpr, size: int) -> K.KExpr:
+    """A loaded index clamped into [0, size): a bad index must never read outside the tensor."""
+    position = K.cast(position, K.INT)
+    return K.op("minimum", K.op("maximum", position, K.const(0, K.INT)), K.const(size - 1, K.INT))
