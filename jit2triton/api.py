@@ -23,7 +23,9 @@ from jit2triton.transpiler.infer_shapes import ShapeRecorder
 from jit2triton.transpiler.ir import MISSING
 from jit2triton.transpiler.report import format_report, summarize
 from jit2triton.transpiler.schedule import schedule
+from jit2triton.transpiler.fold_shapes import fold_shapes
 from jit2triton.transpiler.fuse import KERNEL_OP, fuse
+from jit2triton.transpiler.unpack_splits import unpack_splits
 from jit2triton.emitters.build import build_cpp, kernel_index
 
 from .errors import ConversionError, InputError, PackageDeviceError
@@ -118,6 +120,8 @@ def convert(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tenso
     files, kernels, backend_section = {}, [], {}
     if backend != "aten":
         say(f"fusing and generating {backend} kernels")
+        fold_shapes(graph, recorder)
+        unpack_splits(graph)
         fuse(graph, target.type)
         kernels = [n.attrs["kernel"] for n in graph.walk() if n.op == KERNEL_OP]
         files, backend_section = build_kernels(kernels, backend, say)
@@ -133,7 +137,8 @@ def convert(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tenso
         "plan": sched.plan,
         "nodes": sched.node_table,
         "kernels": kernel_index(kernels, backend),
-        "report": summarize(sched.node_table),
+        "report": dict(summarize(sched.node_table),
+                       folded_nodes=sum(1 for n in graph.walk() if "folded_from" in n.attrs)),
         "ir": str(graph),
         **backend_section,
     }

@@ -5,7 +5,8 @@ Walking each block in order, a lowerable node only composes index functions (not
 realized, as a `j2t::kernel` node placed just before the first node that needs it, when:
   - a node that is not lowered (extern, host, fallback, control flow) reads it, or a nested block does;
   - it is a block or graph output;
-  - it holds a reduction and has several users (so the reduction is not computed once per user);
+  - it has several users and holds a reduction or a chain of RECOMPUTE_LIMIT nodes or more (computed once,
+    stored, rather than recomputed by every user's kernel);
   - a node is about to mutate memory (everything pending is realized first, so no kernel reads stale data).
 Fusion is thus a property of data flow: a pointwise chain after a matmul, a softmax, a layer norm with its
 residual add, each becomes one kernel.
@@ -17,12 +18,13 @@ from collections import Counter
 from typing import Any, Optional
 
 from . import kernel_ir as K
-from . import lower_pointwise, lower_reductions, lower_views  # noqa: F401  (they register the lowerings)
+from . import lower_pointwise, lower_pooling, lower_reductions, lower_views  # noqa: F401  (they register lowerings)
 from .ir import Block, Graph, Node, Type, Value, walk_block
 from .op_table import may_alias
 from .lowering import CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering, realized_box
 
 KERNEL_OP = "j2t::kernel"
+RECOMPUTE_LIMIT = 3  # a value of this many fused nodes or more is stored once rather than recomputed per user
 
 
 def fuse(graph: Graph, device_type: str) -> Graph:
@@ -117,8 +119,8 @@ class _Fuser:
             self.boxes[v.id] = box
             self.box_value[box.id] = v
             self.pending.append(v)
-            if self.users[v.id] > 1 and _has_reduction(box):
-                self.realize(v, out)  # several users would each recompute the reduction
+            if self.users[v.id] > 1 and (len(box.nodes) >= RECOMPUTE_LIMIT or _has_reduction(box)):
+                self.realize(v, out)  # several users would each recompute it: store it once instead
         return True
 
     def run_elsewhere(self, node: Node, out: list[Node]) -> None:

@@ -21,12 +21,24 @@ class ShapeRecorder:
         self.nodes = nodes
         self.seen: dict[int, tuple[Value, Type]] = {}
         self.symbols = (f"s{i}" for i in itertools.count())
+        self.small: dict[int, Any] = {}  # value id -> its value, for scalars, short lists and 0-d tensors
+        self.varying: set[int] = set()  # value ids seen with different values (loop counters, data)
 
     def observe_values(self, values: list[Value], runtime_values) -> None:
         for value, obj in zip(values, runtime_values):
             observed = type_of(obj, value.type)
             known = self.seen.get(value.id)
             self.seen[value.id] = (value, observed if known is None else self.merge(known[1], observed))
+            if _is_small(obj):
+                if value.id in self.small and not _same(self.small[value.id], obj):
+                    self.varying.add(value.id)
+                self.small.setdefault(value.id, obj.clone() if isinstance(obj, torch.Tensor) else obj)
+
+    def constant_value(self, value: Value) -> tuple[bool, Any]:
+        """(True, v) if `value` was seen, always with the same value v."""
+        if value.id in self.small and value.id not in self.varying:
+            return True, self.small[value.id]
+        return False, None
 
     def __call__(self, node_index: int, outputs: tuple) -> None:
         self.observe_values(self.nodes[node_index].outputs, outputs)
@@ -42,6 +54,21 @@ class ShapeRecorder:
     def annotate(self, graph: Graph) -> None:
         for value, observed in self.seen.values():
             value.type = observed
+
+
+def _is_small(obj: Any) -> bool:
+    if isinstance(obj, torch.Tensor):
+        return obj.dim() == 0
+    if isinstance(obj, (list, tuple)):
+        return len(obj) <= 16 and all(isinstance(o, (int, float, bool)) for o in obj)
+    return isinstance(obj, (int, float, bool, str, type(None), torch.device, torch.dtype))
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype
+                and bool((a == b).all()))
+    return type(a) is type(b) and a == b
 
 
 def type_of(obj: Any, declared: Type) -> Type:

@@ -1,0 +1,72 @@
+"""Specialise shape arithmetic to constants: the package's input shapes are fixed, so is everything computed from
+them (`x.size(0)`, `n // heads`, the lists passed to `view`).
+
+Traced models carry such arithmetic as `aten::size -> prim::NumToTensor -> aten::floor_divide -> aten::Int`; once
+folded, the views that read it have literal shapes and can be lowered into kernels. A node is folded only when
+every input is itself constant (or, for shape readers, a tensor of static shape), its value never changed while
+the plan ran on the example inputs, and it is a pure function: host bookkeeping, or math on 0-d tensors.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .infer_shapes import ShapeRecorder
+from .ir import Block, Graph, Node, Type, Value, walk_block
+from .op_table import HOST, POINTWISE, lookup
+
+SHAPE_READERS = {"aten::size", "aten::size.int", "aten::dim", "aten::numel", "prim::dtype", "prim::device",
+                 "aten::len.Tensor", "prim::shape"}
+_IMPURE = ("rand", "normal", "bernoulli", "dropout", "uniform", "multinomial", "randperm", "empty")
+
+
+def fold_shapes(graph: Graph, recorder: ShapeRecorder) -> Graph:
+    mutated = {n.inputs[0].id for n in graph.walk() if n.inputs and "!" in n.attrs.get("schema", "").split("->")[0]}
+    folder = _Folder(graph, recorder, mutated)
+    folder.block(graph.body)
+    return graph
+
+
+class _Folder:
+    def __init__(self, graph: Graph, recorder: ShapeRecorder, mutated: set[int]) -> None:
+        self.graph, self.recorder, self.mutated = graph, recorder, mutated
+        self.constant: set[int] = {n.output.id for n in graph.walk() if n.op == "prim::Constant"}
+
+    def block(self, block: Block) -> None:
+        for i, node in enumerate(block.nodes):
+            for sub in node.blocks:
+                self.block(sub)
+            if node.blocks or node.op == "prim::Constant" or not self.foldable(node):
+                continue
+            seen, value = self.recorder.constant_value(node.output)
+            if seen:
+                block.nodes[i] = self.constant_node(node, value)
+
+    def foldable(self, node: Node) -> bool:
+        if len(node.outputs) != 1 or node.output.id in self.mutated or any(s in node.op for s in _IMPURE):
+            return False
+        if "!" in node.attrs.get("schema", "").split("->")[0]:
+            return False
+        if node.op in SHAPE_READERS:
+            t = node.inputs[0].type
+            static = t.is_tensor and t.shape is not None and all(isinstance(d, int) for d in t.shape)
+            return static and all(v.id in self.constant for v in node.inputs[1:])
+        category = lookup(node.op, node.attrs.get("schema", "")).category
+        scalar_math = category == POINTWISE and node.output.type.is_tensor and node.output.type.shape == ()
+        if category != HOST and not scalar_math:
+            return False
+        return all(v.id in self.constant for v in node.inputs)
+
+    def constant_node(self, node: Node, value: Any) -> Node:
+        out = node.output
+        self.constant.add(out.id)
+        folded = Node("prim::Constant", [], [out], source=node.source, ts_kind=node.ts_kind, uid=node.uid)
+        if isinstance(value, torch.Tensor):
+            name = f"folded_{out.name}"
+            self.graph.weights[name] = value.detach().clone()
+            folded.attrs["weight"] = name
+        else:
+            folded.attrs["value"] = value
+        folded.attrs["folded_from"] = node.op
+        return folded
