@@ -6,7 +6,8 @@ from typing import Any
 from jit2triton.transpiler.kernel_ir import Kernel
 
 from . import cpp
-from .compile_cpp import BASE_FLAGS, ISA_FLAGS, compile_library, compiler_version, find_compiler, host_isa
+from .compile_cpp import (BASE_FLAGS, ISA_FLAGS, compile_library, compiler_version, find_compiler, host_isa,
+                          vector_math_functions)
 
 
 def kernel_index(kernels: list[Kernel], backend: str) -> list[dict[str, Any]]:
@@ -23,8 +24,8 @@ def kernel_index(kernels: list[Kernel], backend: str) -> list[dict[str, Any]]:
 
 def build_cpp(kernels: list[Kernel]) -> tuple[dict[str, bytes], dict[str, Any]]:
     """-> (package files, the manifest's "cpp" section): one source file and one shared library for the model."""
-    source = cpp.render_module(kernels)
     isa = host_isa()
+    source = cpp.render_module(kernels, vector_math_functions(isa, cpp.VECTOR_MATH))
     library = compile_library(source, isa)
     compiler = find_compiler() or ""
     files = {"kernels/kernels.cpp": source.encode(), "binaries/kernels.so": library}

@@ -16,8 +16,10 @@ from jit2triton.errors import ConversionError
 
 # The instruction-set baseline is recorded in the package; a machine without it rebuilds from the bundled source.
 ISA_FLAGS = {"x86-64-v3": ["-march=x86-64-v3"], "x86-64": ["-march=x86-64"], "native-arm": []}
+# -fno-builtin-sin/cos: otherwise GCC merges sin(x) and cos(x) into one sincos call that has no vector variant
 BASE_FLAGS = ["-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math",
-              "-fvisibility=hidden"]
+              "-fvisibility=hidden", "-fno-builtin-sin", "-fno-builtin-cos", "-fno-builtin-sinf", "-fno-builtin-cosf"]
+_VECTOR_PREFIX = {"x86-64-v3": "_ZGVdN{lanes}v_", "x86-64": "_ZGVbN{half}v_"}
 
 
 def cache_dir() -> str:
@@ -72,3 +74,23 @@ def compile_library(source: str, isa: str) -> bytes:
             os.replace(tmp_cached, cached)  # atomic: a concurrent conversion never sees half a library
     with open(cached, "rb") as f:
         return f.read()
+
+
+def vector_math_functions(isa: str, names) -> tuple[tuple[str, str], ...]:
+    """(C name, C type) of the math functions (("sinf", "float"), ("exp", "double")) for which this machine's
+    glibc has vector variants for `isa`."""
+    import ctypes
+    prefix = _VECTOR_PREFIX.get(isa)
+    if prefix is None:
+        return ()
+    try:
+        mvec = ctypes.CDLL("libmvec.so.1")
+    except OSError:
+        return ()
+    found = []
+    for name in names:
+        for c_name, c_type, lanes in ((name + "f", "float", 8), (name, "double", 4)):
+            symbol = prefix.format(lanes=lanes, half=lanes // 2) + c_name
+            if hasattr(mvec, symbol):
+                found.append((c_name, c_type))
+    return tuple(found)

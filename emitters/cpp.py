@@ -69,14 +69,17 @@ static inline float j2t_mod(float a, float b) { float r = std::fmod(a, b); retur
 template <class T> static inline T j2t_sign(T a) { return (T)((a > 0) - (a < 0)); }
 """
 
+# Transcendentals are called by their C names (expf, not std::exp) so that the loop vectorizer can use glibc's
+# vector variants (libmvec), declared in the prelude for the functions this machine's libmvec has.
+VECTOR_MATH = ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "erf")
 _UNARY = {
-    "neg": "(-{0})", "exp": "std::exp({0})", "log": "std::log({0})", "log1p": "std::log1p({0})",
-    "expm1": "std::expm1({0})", "sqrt": "std::sqrt({0})", "rsqrt": "({1}1 / std::sqrt({0}))",
-    "sin": "std::sin({0})", "cos": "std::cos({0})", "tan": "std::tan({0})", "tanh": "std::tanh({0})",
-    "erf": "std::erf({0})", "abs": "std::abs({0})", "floor": "std::floor({0})", "ceil": "std::ceil({0})",
+    "neg": "(-{0})", "exp": "{2}({0})", "log": "{2}({0})", "log1p": "{2}({0})",
+    "expm1": "{2}({0})", "sqrt": "std::sqrt({0})", "rsqrt": "({1}1 / std::sqrt({0}))",
+    "sin": "{2}({0})", "cos": "{2}({0})", "tan": "{2}({0})", "tanh": "{2}({0})",
+    "erf": "{2}({0})", "abs": "std::abs({0})", "floor": "std::floor({0})", "ceil": "std::ceil({0})",
     "round": "std::nearbyint({0})", "trunc": "std::trunc({0})", "sign": "j2t_sign({0})", "not": "(!{0})",
     "isnan": "std::isnan({0})", "isinf": "std::isinf({0})", "reciprocal": "({1}1 / {0})",
-    "sigmoid": "({1}1 / ({1}1 + std::exp(-{0})))",
+    "sigmoid": "({1}1 / ({1}1 + {3}(-{0})))",
 }
 _BINARY = {
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
@@ -175,8 +178,10 @@ class _KernelWriter:
         if node.op == "where":
             return f"({args[0]} ? {args[1]} : {args[2]})"
         if node.op in _UNARY:
-            one = "(float)" if compute_dtype(node.dtype) == "float32" else "(double)"
-            return _UNARY[node.op].format(args[0], one)
+            single = compute_dtype(node.dtype) == "float32"
+            suffix = "f" if single else ""
+            return _UNARY[node.op].format(args[0], "(float)" if single else "(double)", node.op + suffix,
+                                          "exp" + suffix)
         return _BINARY[node.op].format(*args)
 
     def reduction(self, node: K.KExpr, target: _Scope) -> str:
@@ -305,6 +310,10 @@ def render_kernel(kernel: K.Kernel) -> str:
     return _KernelWriter(kernel).render()
 
 
-def render_module(kernels: list[K.Kernel]) -> str:
-    """One translation unit holding every kernel of a model."""
-    return PRELUDE + "\n\n" + "\n\n".join(render_kernel(k) for k in kernels) + "\n"
+def render_module(kernels: list[K.Kernel], vector_math: tuple[tuple[str, str], ...] = ()) -> str:
+    """One translation unit holding every kernel of a model; `vector_math` lists the C math functions
+    ((name, C type): ("sinf", "float"), ("exp", "double")) that have vector variants here, declared as such so
+    loops calling them still vectorize."""
+    declarations = "".join(f'extern "C" __attribute__((simd("notinbranch"))) {t} {name}({t});\n'
+                           for name, t in vector_math)
+    return PRELUDE + declarations + "\n\n" + "\n\n".join(render_kernel(k) for k in kernels) + "\n"
