@@ -11,6 +11,7 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, PackageDeviceError, PackageVersionError
 
+from .cuda_graph import GraphRunner, capturable
 from .executor import Executor
 from .literals import map_plan_literals
 from .package import PackageContents
@@ -21,7 +22,7 @@ DeviceLike = Union[str, torch.device, None]
 
 class Runtime:
     def __init__(self, contents: PackageContents, map_location: DeviceLike = None,
-                 num_threads: Optional[int] = None) -> None:
+                 num_threads: Optional[int] = None, cuda_graphs: bool = True, alias_outputs: bool = False) -> None:
         manifest = contents.manifest
         check_compatible(manifest)
         self.device = target_device(manifest, map_location)
@@ -33,9 +34,13 @@ class Runtime:
         signature = manifest["signature"]["inputs"]
         defaults = [d["default"] if "default" in d else NO_DEFAULT for d in signature]
         self.check_inputs = InputChecker(signature, self.device, defaults, contiguous=bool(kernels))
+        self.run = self.executor
+        if cuda_graphs and self.device.type == "cuda" and capturable(plan):
+            self.run = GraphRunner(self.executor, alias_outputs)
+        self.uses_cuda_graph = isinstance(self.run, GraphRunner)
 
     def __call__(self, *inputs: Any) -> Any:
-        outputs = self.executor(self.check_inputs(inputs))
+        outputs = self.run(self.check_inputs(inputs))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 

@@ -149,12 +149,15 @@ def convert(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tenso
     return converted
 
 
-def load(path: Union[str, os.PathLike], map_location: DeviceLike = None,
-         num_threads: Optional[int] = None) -> Converted:
+def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_threads: Optional[int] = None,
+         cuda_graphs: bool = True, alias_outputs: bool = False) -> Converted:
     """Load a `.j2t` package; `map_location` moves it to another device, as torch.jit.load's does.
-    `num_threads` caps the C++ kernels' OpenMP threads (default: torch.get_num_threads())."""
+
+    `num_threads` caps the C++ kernels' OpenMP threads (default: torch.get_num_threads()). On CUDA a plan of
+    straight-line GPU work runs as one CUDA graph unless `cuda_graphs=False`; its outputs are copies unless
+    `alias_outputs=True` (then the next call overwrites them)."""
     contents = read_package(os.fspath(path))
-    return Converted(contents, Runtime(contents, map_location, num_threads))
+    return Converted(contents, Runtime(contents, map_location, num_threads, cuda_graphs, alias_outputs))
 
 
 def build_kernels(kernels: list, backend: str, say: Progress) -> tuple[dict[str, bytes], dict[str, Any]]:
