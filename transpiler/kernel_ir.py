@@ -126,7 +126,37 @@ def op(name: str, *args: KExpr, dtype: Optional[str] = None) -> KExpr:
 def reduce(reduction: str, body: KExpr, rvars: tuple[KExpr, ...], dtype: str, tag: int = 0) -> KExpr:
     """`tag` names the TensorBox that made this reduction, so fusion can find and realize it."""
     assert reduction in REDUCE_OPS, reduction
+    factored = _factor_sum_of_products(reduction, body, tuple(rvars), dtype, tag)
+    if factored is not None:
+        return factored
     return KExpr("reduce", (body,), (reduction, tuple(rvars), tag), dtype)
+
+
+def _factor_sum_of_products(reduction, body, rvars, dtype, tag) -> Optional[KExpr]:
+    """sum over (r, s) of a(r) * b(s) == (sum over r of a) * (sum over s of b).
+
+    An outer product summed over both its dims is then two 1-D sums instead of a 2-D one (O(n), not O(n^2)), and
+    a factor that depends on no reduced variable moves out of the sum."""
+    if reduction != "sum" or body.op != "mul" or body.dtype != dtype:
+        return None
+    a, b = body.args
+    reduced = frozenset(rvars)
+    in_a, in_b = free_vars(a) & reduced, free_vars(b) & reduced
+    if in_a & in_b:
+        return None
+    if not in_a and not in_b:
+        return None
+
+    def total(x: KExpr, over: frozenset) -> KExpr:
+        own = tuple(v for v in rvars if v in over)
+        return reduce("sum", x, own, dtype, tag) if own else x
+
+    product = op("mul", total(a, in_a), total(b, in_b))
+    unused = 1  # reduced variables neither factor reads: the sum adds the same product that many times
+    for v in rvars:
+        if v not in in_a and v not in in_b:
+            unused *= v.arg[1]
+    return product if unused == 1 else op("mul", product, const(unused, dtype))
 
 
 # --- index arithmetic with simplification ---------------------------------------------------------------------
