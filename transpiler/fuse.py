@@ -20,7 +20,7 @@ from typing import Any, Optional
 from . import kernel_ir as K
 from . import lower_pointwise, lower_pooling, lower_reductions, lower_views  # noqa: F401  (they register lowerings)
 from .ir import Block, Graph, Node, Type, Value, walk_block
-from .op_table import may_alias
+from .op_table import is_view, may_alias
 from .lowering import CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering, realized_box
 
 KERNEL_OP = "j2t::kernel"
@@ -119,7 +119,8 @@ class _Fuser:
             self.boxes[v.id] = box
             self.box_value[box.id] = v
             self.pending.append(v)
-            if self.users[v.id] > 1 and (len(box.nodes) >= RECOMPUTE_LIMIT or _has_reduction(box)):
+            heavy = len(box.nodes) >= RECOMPUTE_LIMIT and not all(is_view(n.op) for n in box.nodes)
+            if self.users[v.id] > 1 and (heavy or _has_reduction(box)):
                 self.realize(v, out)  # several users would each recompute it: store it once instead
         return True
 
@@ -144,6 +145,8 @@ class _Fuser:
         box = self.boxes.get(v.id)
         if box is None or box.realized:
             return
+        if self.realize_as_views(box, out):
+            return
         ranges = tuple(K.var(f"i{d}", n) for d, n in enumerate(box.shape))
         value = box(list(ranges))
         value = self.split_nested_reductions(value, box, ranges, out)
@@ -164,6 +167,24 @@ class _Fuser:
         v.type = Type("Tensor", box.dtype, box.shape, self.device_type, strides=contiguous_strides(box.shape))
         if v in self.pending:
             self.pending.remove(v)
+
+    def realize_as_views(self, box: TensorBox, out: list[Node]) -> bool:
+        """A box that only re-indexes a buffer (slices, transposes, reshapes) is made by running its view nodes
+        through ATen instead: an alias costs nothing, where a kernel would copy. Its values then read through the
+        strides the views had when the plan ran on the example inputs."""
+        nodes = box.nodes
+        if not nodes or not all(is_view(n.op) and n.output.type.strides is not None for n in nodes):
+            return False
+        for node in nodes:
+            node.attrs["aten_view"] = True
+            out.append(node)
+            for value in node.outputs:
+                t = value.type
+                self.boxes[value.id].realize_as(f"buf{value.id}", t.strides)
+                self.buffers[f"buf{value.id}"] = value
+                if value in self.pending:
+                    self.pending.remove(value)
+        return True
 
     def split_nested_reductions(self, value: K.KExpr, box: TensorBox, ranges, out: list[Node]) -> K.KExpr:
         """A reduction nested in another whose result varies with the outer one's loop (e.g. a column mean inside

@@ -67,11 +67,15 @@ def _count(x: TensorBox, dims) -> int:
 
 @lowering("aten::sum", "aten::sum.dim_IntList")
 def sum_(ctx, x, dims=None, keepdim=False, dtype=None):
+    if ctx.op == "aten::sum":  # sum(self, *, dtype): the second argument is the dtype, not dims
+        dims, keepdim = None, False
     return reduce_box(ctx, x, dims, keepdim, "sum", ctx.out_dtype)
 
 
 @lowering("aten::mean", "aten::mean.dim")
 def mean(ctx, x, dims=None, keepdim=False, dtype=None):
+    if ctx.op == "aten::mean":  # mean(self, *, dtype)
+        dims, keepdim = None, False
     total = reduce_box(ctx, x, dims, keepdim, "sum", ctx.out_dtype)
     n = _count(x, dims)
     return elementwise(total.shape, ctx.out_dtype, lambda s: K.op("truediv", s, _c(n, s)), total)

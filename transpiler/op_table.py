@@ -106,3 +106,7 @@ _RETURNS_INPUT = {"aten::to.dtype", "aten::to.other", "aten::to.dtype_layout", "
 def may_alias(op: str) -> bool:
     """Whether the op's result may share memory with its first input (views, and casts that can be no-ops)."""
     return op in _RETURNS_INPUT or lookup(op).category == VIEW
+
+
+def is_view(op: str) -> bool:
+    return lookup(op).category == VIEW

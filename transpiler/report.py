@@ -7,6 +7,7 @@ from typing import Any
 from .op_table import EXTERN, FALLBACK, HOST
 
 NO_BACKEND = "no generated kernel for it yet: runs through ATen"
+ALIAS = "alias"  # a view kept as an ATen alias because its consumer is an extern op: cheaper than a copy
 NOT_IN_TABLE = "not in the op table: runs through ATen by its schema"
 
 
@@ -22,7 +23,7 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
             native.update(f["uid"] for f in entry["fused"])
             kernels.append({"name": entry["kernel"], "nodes": len(entry["fused"]),
                             "ops": [f["op"] for f in entry["fused"]]})
-        elif category in (HOST, EXTERN):
+        elif category in (HOST, EXTERN, ALIAS):
             counts[category] += 1
         else:
             counts["fallback"] += 1
@@ -32,10 +33,11 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
                                     f"not lowered: {why}" if why else NO_BACKEND)
     counts["native"] = len(native)
     return {
-        "nodes": counts["native"] + counts[EXTERN] + counts[HOST] + counts["fallback"],
+        "nodes": counts["native"] + counts[EXTERN] + counts[HOST] + counts[ALIAS] + counts["fallback"],
         "native_nodes": counts["native"],
         "extern_nodes": counts[EXTERN],
         "host_nodes": counts[HOST],
+        "alias_nodes": counts[ALIAS],
         "fallback_nodes": counts["fallback"],
         "fallback_ops": dict(fallback_ops.most_common()),
         "fallback_reasons": reasons,
@@ -46,8 +48,9 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
 def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> str:
     lines = [
         f"{summary['nodes']} TorchScript nodes: {summary['native_nodes']} in {len(summary['kernels'])} generated "
-        f"kernels, {summary['extern_nodes']} extern (vendor library), {summary['host_nodes']} host "
-        f"(control flow, scalars, lists), {summary['fallback_nodes']} fallback through ATen",
+        f"kernels, {summary['extern_nodes']} extern (vendor library), {summary['alias_nodes']} ATen views "
+        f"(aliases, free), {summary['host_nodes']} host (control flow, scalars, lists), "
+        f"{summary['fallback_nodes']} fallback through ATen",
     ]
     for kernel in summary["kernels"]:
         lines.append(f"  kernel {kernel['name']}: {kernel['nodes']} nodes ({', '.join(kernel['ops'])})")
