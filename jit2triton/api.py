@@ -25,6 +25,7 @@ from jit2triton.transpiler.report import format_report, summarize
 from jit2triton.transpiler.schedule import schedule
 from jit2triton.transpiler.fold_shapes import fold_shapes
 from jit2triton.transpiler.fuse import KERNEL_OP, fuse
+from jit2triton.transpiler.fuse_attention import fuse_attention
 from jit2triton.transpiler.unpack_splits import unpack_splits
 from jit2triton.emitters.build import build_cpp, kernel_index
 
@@ -122,6 +123,7 @@ def convert(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tenso
         say(f"fusing and generating {backend} kernels")
         fold_shapes(graph, recorder)
         unpack_splits(graph)
+        fuse_attention(graph)
         fuse(graph, target.type)
         kernels = [n.attrs["kernel"] for n in graph.walk() if n.op == KERNEL_OP]
         files, backend_section = build_kernels(kernels, backend, say)
@@ -160,13 +162,22 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
     return Converted(contents, Runtime(contents, map_location, num_threads, cuda_graphs, alias_outputs))
 
 
-def build_kernels(kernels: list, backend: str, say: Progress) -> tuple[dict[str, bytes], dict[str, Any]]:
+def build_kernels(kernels: list, backend: str, say: Progress,
+                  device: DeviceLike = None) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """Package members and the manifest's backend section for the kernels. `device` is the conversion target;
+    without it the triton backend targets the device this process can build for (the CPU under the interpreter)."""
     if not kernels:
         return {}, {}
     if backend == "cpp":
         say(f"compiling {len(kernels)} C++ kernels")
         files, section = build_cpp(kernels)
         return files, {"cpp": section}
+    if backend == "triton":
+        from jit2triton.emitters.compile_triton import build_triton, buildable_device
+        target = torch.device(device) if device is not None else buildable_device()
+        say(f"rendering {len(kernels)} Triton kernels" + (" and compiling them" if target.type == "cuda" else ""))
+        files, section = build_triton(kernels, target)
+        return files, {"triton": section}
     raise ConversionError(f"the {backend} backend is not available in this build")
 
 
