@@ -42,7 +42,9 @@ def main() -> None:
 @click.option("--inputs-file", type=click.Path(exists=True, dir_okay=False),
               help="example inputs saved with torch.save as a tuple or list of tensors")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-def convert(model, output, input_specs, inputs_file, device) -> None:
+@click.option("--backend", type=click.Choice(["cpp", "triton", "aten"]), default=None,
+              help="kernel generator (default: cpp on the CPU, triton on CUDA; aten: no generated kernels)")
+def convert(model, output, input_specs, inputs_file, device, backend) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
     from .inputs import parse_input_spec
@@ -52,7 +54,8 @@ def convert(model, output, input_specs, inputs_file, device) -> None:
         loaded = torch.load(inputs_file, weights_only=True)  # weights_only: never unpickle code
         inputs += list(loaded) if isinstance(loaded, (tuple, list)) else [loaded]
     output = output or os.path.splitext(model)[0] + ".j2t"
-    converted = convert_model(model, example_inputs=tuple(inputs), device=device, progress=_progress)
+    converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
+                              progress=_progress)
     converted.save(output)
     click.echo(converted.report())
     click.echo(f"saved {output} ({os.path.getsize(output) / 1e6:.2f} MB)")
