@@ -1,0 +1,98 @@
+"""The C++ backend's package: its library is checked at load, rebuilt when this CPU cannot run it, and refused
+with a clear error when it is damaged or foreign."""
+import warnings
+
+import pytest
+import torch
+
+import jit2triton
+from conftest import rewrite_package
+from jit2triton.deploy import cpp_kernels
+
+
+def _package(tmp_path, name="model"):
+    traced = torch.jit.trace(lambda x: torch.tanh(x) * 2 + 1, torch.randn(4, 8))
+    path = tmp_path / f"{name}.j2t"
+    jit2triton.convert(traced, example_inputs=(torch.randn(4, 8),)).save(path)
+    return path, traced
+
+
+def _replace_library(src, dst, change):
+    rewrite_package(src, dst, edit_member=lambda members: ("binaries/kernels.so", change(members["binaries/kernels.so"])))
+
+
+def test_package_holds_source_library_and_isa(tmp_path):
+    path, traced = _package(tmp_path)
+    module = jit2triton.load(path)
+    assert module.manifest["cpp"]["isa"] in ("x86-64-v3", "x86-64", "native-arm")
+    assert "-fopenmp" in module.manifest["cpp"]["flags"]
+    assert "J2T_KERNEL void" in module.code and "aten::tanh" in module.code
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(module(x), traced(x))
+
+
+def test_library_that_is_not_elf_is_refused(tmp_path):
+    path, _ = _package(tmp_path)
+    bad = tmp_path / "bad.j2t"
+    _replace_library(path, bad, lambda lib: b"#!/bin/sh\necho pwned\n" + lib[20:])
+    with pytest.raises(jit2triton.CorruptPackageError, match="not a shared library"):
+        jit2triton.load(bad)
+
+
+def test_library_without_the_kernels_is_refused(tmp_path):
+    path, _ = _package(tmp_path)
+    traced = torch.jit.trace(lambda x: torch.sigmoid(x) - 3, torch.randn(4, 8))
+    other = tmp_path / "other2.j2t"
+    jit2triton.convert(traced, example_inputs=(torch.randn(4, 8),)).save(other)
+    import zipfile
+    with zipfile.ZipFile(other) as zf:
+        foreign = zf.read("binaries/kernels.so")
+    swapped = tmp_path / "swapped.j2t"
+    _replace_library(path, swapped, lambda lib: foreign)
+    with pytest.raises(jit2triton.CorruptPackageError, match="no kernel"):
+        jit2triton.load(swapped)
+
+
+def _as_foreign_architecture(lib: bytes) -> bytes:
+    machine = 183 if int.from_bytes(lib[18:20], "little") != 183 else 62  # aarch64 <-> x86-64
+    return lib[:18] + machine.to_bytes(2, "little") + lib[20:]
+
+
+def test_library_for_another_cpu_is_rebuilt_from_the_bundled_source(tmp_path):
+    path, traced = _package(tmp_path)
+    foreign = tmp_path / "foreign.j2t"
+    _replace_library(path, foreign, _as_foreign_architecture)
+    with pytest.warns(UserWarning, match="rebuilding them from the bundled source"):
+        module = jit2triton.load(foreign)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(module(x), traced(x))
+
+
+def test_library_for_another_cpu_without_a_compiler_says_what_to_install(tmp_path, monkeypatch):
+    path, _ = _package(tmp_path)
+    foreign = tmp_path / "foreign.j2t"
+    _replace_library(path, foreign, _as_foreign_architecture)
+    monkeypatch.setattr(cpp_kernels, "find_compiler", lambda: None)
+    with pytest.raises(jit2triton.PackageDeviceError, match="install g\\+\\+"):
+        jit2triton.load(foreign)
+
+
+def test_loading_never_compiles(tmp_path, monkeypatch):
+    path, traced = _package(tmp_path)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("load ran the compiler")
+
+    monkeypatch.setattr(cpp_kernels, "compile_library", refuse)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        module = jit2triton.load(path)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(module(x), traced(x))
+
+
+def test_runs_on_one_thread_when_asked(tmp_path):
+    path, traced = _package(tmp_path)
+    module = jit2triton.load(path, num_threads=1)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(module(x), traced(x))
