@@ -1,0 +1,210 @@
+"""GPU benchmark: our package (Triton backend, loaded from disk) against eager, torch.jit, torch.compile (default and
+reduce-overhead), in one process.
+
+Per workload and path: output checked against eager, then CUDA-event time per call (median of many, after
+warm-up) and back-to-back wall time per call. Also sin2+cos2's achieved bandwidth against a device-to-device copy,
+and cold start (load + first output, in a fresh process) against torch.jit.load. Prints a table, writes JSON.
+
+    python benchmarks/gpu_bench.py [--only NAME ...] [--json out.json] [--skip-compile]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import jit2triton  # noqa: E402
+from workloads import WORKLOADS, Workload  # noqa: E402
+
+GPU_SET = ["sin+cos 0-d", "sin2+cos2 16M", "numpy_fn 1024x640", "MLP+LayerNorm 8x512x1024", "attention 8x256x768",
+           "resnet18 16x224", "BERT base 1x9", "BERT base 8x128"]
+HALF = {"MLP+LayerNorm 8x512x1024", "attention 8x256x768", "resnet18 16x224", "BERT base 8x128"}
+
+
+def extra_workloads() -> dict[str, Workload]:
+    extra = {}
+    try:
+        import torchvision
+
+        def resnet(dev, dt):
+            model = torchvision.models.resnet18().to(dev, dt).eval().to(memory_format=torch.channels_last)
+            return model, (torch.randn(16, 3, 224, 224, device=dev, dtype=dt),)
+        extra["resnet18 16x224"] = Workload("resnet18 16x224", resnet)
+    except Exception as err:  # noqa: BLE001 - any import failure means: skip, and say so
+        print(f"skipping resnet18: torchvision unavailable ({err})")
+    try:
+        import transformers
+
+        def bert(batch, seq):
+            def build(dev, dt):
+                config = transformers.BertConfig(attn_implementation="eager")
+                model = transformers.BertModel(config).to(dev, dt).eval()
+                ids = torch.randint(0, config.vocab_size, (batch, seq), device=dev)
+
+                class Wrapped(torch.nn.Module):
+                    def __init__(self):
+                        super().__init__()
+                        self.bert = model
+
+                    def forward(self, input_ids):
+                        return self.bert(input_ids=input_ids, return_dict=False)[0]
+                return Wrapped().eval(), (ids,)
+            return build
+        extra["BERT base 1x9"] = Workload("BERT base 1x9", bert(1, 9))
+        extra["BERT base 8x128"] = Workload("BERT base 8x128", bert(8, 128))
+    except Exception as err:  # noqa: BLE001
+        print(f"skipping BERT: transformers unavailable ({err})")
+    return extra
+
+
+def cuda_time_us(fn, inputs, runs: int) -> tuple[float, float]:
+    """(median CUDA-event time per call, back-to-back wall time per call), in microseconds."""
+    for _ in range(10):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(runs):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*inputs)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    return statistics.median(times), (time.perf_counter() - t0) / runs * 1e6
+
+
+def run(workload: Workload, args) -> dict:
+    torch.manual_seed(0)
+    dtype = torch.float16 if workload.name in HALF else torch.float32
+    model, inputs = workload.build("cuda", dtype)
+    row = {"workload": workload.name, "dtype": str(dtype).removeprefix("torch.")}
+    with torch.no_grad():
+        expected = model(*inputs)
+        folder = tempfile.mkdtemp()
+        pt_path = os.path.join(folder, "model.pt")
+        torch.jit.save(torch.jit.trace(model, inputs, check_trace=False), pt_path)
+        traced = torch.jit.freeze(torch.jit.load(pt_path).eval())
+        t0 = time.perf_counter()
+        converted = jit2triton.convert(pt_path, example_inputs=inputs, device="cuda")
+        row["convert_s"] = time.perf_counter() - t0
+        package = os.path.join(folder, "model.j2t")
+        converted.save(package)
+        ours = jit2triton.load(package)
+        summary = ours.summary()
+        row.update(kernels=len(summary["kernels"]), fallbacks=summary["fallback_nodes"],
+                   fallback_ops=summary["fallback_ops"])
+        paths = {"eager": model, "torch.jit": traced}
+        if not args.skip_compile:
+            paths["compile"] = torch.compile(model)
+            paths["compile-ro"] = torch.compile(model, mode="reduce-overhead")
+        paths["jit2triton"] = ours
+        tolerance = 3e-2 if dtype == torch.float16 else 1e-3
+        for label, fn in paths.items():
+            got = fn(*inputs)
+            error = (got.float() - expected.float()).abs().max().item()
+            scale = expected.float().abs().max().item()
+            row[f"{label} error"] = error
+            row[f"{label} ok"] = bool(error <= tolerance * max(scale, 1.0))
+            row[label], row[f"{label} wall"] = cuda_time_us(fn, inputs, args.runs)
+        row["cold start"] = cold_start(package, pt_path, inputs, folder)
+    if workload.name == "sin2+cos2 16M":
+        row["GB/s"] = 2 * inputs[0].numel() * 4 / (row["jit2triton"] * 1e-6) / 1e9
+        row["copy GB/s"] = copy_bandwidth(inputs[0])
+    return row
+
+
+def copy_bandwidth(x: torch.Tensor) -> float:
+    out = torch.empty_like(x)
+    ms, _ = cuda_time_us(lambda t: out.copy_(t), (x,), 100)
+    return 2 * x.numel() * x.element_size() / (ms * 1e-6) / 1e9
+
+
+COLD = r"""
+import sys, time, torch
+t0 = time.perf_counter()
+kind, path, inputs_path = sys.argv[1:4]
+inputs = torch.load(inputs_path)
+start = time.perf_counter()
+if kind == "jit2triton":
+    import jit2triton
+    m = jit2triton.load(path)
+else:
+    m = torch.jit.load(path).eval()
+out = m(*inputs)
+torch.cuda.synchronize()
+print((time.perf_counter() - start) * 1e3)
+"""
+
+
+def cold_start(package: str, pt_path: str, inputs, folder: str) -> dict:
+    inputs_path = os.path.join(folder, "inputs.pt")
+    torch.save(tuple(inputs), inputs_path)
+    result = {}
+    for kind, path in (("jit2triton", package), ("torch.jit", pt_path)):
+        out = subprocess.run([sys.executable, "-c", COLD, kind, path, inputs_path], capture_output=True, text=True)
+        result[kind] = float(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else f"failed: {out.stderr[-300:]}"
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only", action="append")
+    parser.add_argument("--runs", type=int, default=200)
+    parser.add_argument("--json", default=None)
+    parser.add_argument("--skip-compile", action="store_true")
+    args = parser.parse_args()
+    workloads = dict(WORKLOADS, **extra_workloads())
+    rows = []
+    for name in args.only or GPU_SET:
+        if name not in workloads:
+            print(f"skipping {name}: not available here")
+            continue
+        try:
+            rows.append(run(workloads[name], args))
+        except Exception as err:  # noqa: BLE001 - one broken workload must not hide the others' numbers
+            rows.append({"workload": name, "error": f"{type(err).__name__}: {err}"[:2000]})
+            print(f"{name}: FAILED {rows[-1]['error']}")
+    props = torch.cuda.get_device_properties(0)
+    import triton
+    print(f"\nGPU: {props.name}; torch {torch.__version__}; triton {triton.__version__}; {time.strftime('%Y-%m-%d')}")
+    peers = [p for p in ("eager", "torch.jit", "compile", "compile-ro") if any(p in r for r in rows)]
+    print("| workload | dtype | " + " | ".join(f"{p} us" for p in peers) + " | jit2triton us | "
+          + " | ".join(f"vs {p}" for p in peers) + " | kernels | fallbacks |")
+    print("|" + "---|" * (4 + 2 * len(peers) + 1))
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['workload']} | failed: {r['error'][:120]} |")
+            continue
+        print(f"| {r['workload']} | {r['dtype']} | " + " | ".join(f"{r[p]:.1f}" for p in peers)
+              + f" | {r['jit2triton']:.1f} | " + " | ".join(f"{r[p] / r['jit2triton']:.2f}x" for p in peers)
+              + f" | {r['kernels']} | {r['fallbacks']} |")
+    good = [r for r in rows if "error" not in r]
+    for p in peers:
+        if good:
+            geo = math.exp(statistics.mean(math.log(r[p] / r["jit2triton"]) for r in good))
+            print(f"geometric mean speed-up vs {p}: {geo:.2f}x")
+    for r in good:
+        print(f"{r['workload']}: outputs ok: " + ", ".join(f"{p}={r[p + ' ok']}" for p in peers + ["jit2triton"])
+              + f"; cold start ms {r['cold start']}; convert {r['convert_s']:.1f}s"
+              + (f"; {r['GB/s']:.0f} GB/s vs copy {r['copy GB/s']:.0f} GB/s" if "GB/s" in r else ""))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1, default=str)
+
+
+if __name__ == "__main__":
+    main()
