@@ -44,16 +44,18 @@ def load_cpp_kernels(library: bytes, source: str, isa: str, kernels: list[dict],
             raise CorruptPackageError(f"the package's kernel library has no kernel {meta['name']!r}: it is not the "
                                       "library this package was built with; re-run `jit2triton convert`") from None
         fn.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
-        fn.restype = None
-        launchers[meta["name"]] = _launcher(fn, meta["num_buffers"], threads)
+        fn.restype = ctypes.c_int
+        launchers[meta["name"]] = _launcher(fn, meta, threads)
     return launchers
 
 
-def _launcher(fn, num_buffers: int, threads: int) -> Callable:
-    array_type = ctypes.c_void_p * num_buffers
+def _launcher(fn, meta: dict, threads: int) -> Callable:
+    array_type = ctypes.c_void_p * meta["num_buffers"]
 
     def launch(inputs: list, outputs: list) -> None:
-        fn(array_type(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs]), threads)
+        if fn(array_type(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs]), threads):
+            raise ZeroDivisionError(f"integer division by zero in kernel {meta['name']} (from "
+                                    f"{'; '.join(meta['provenance'])})")
 
     return launch
 

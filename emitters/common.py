@@ -47,8 +47,13 @@ def store_index(kernel: K.Kernel, strides) -> K.KExpr:
 
 def provenance_comment(kernel: K.Kernel, prefix: str) -> str:
     lines = [f"{prefix} {kernel.name}: fused from {len(kernel.provenance)} TorchScript node(s)"]
-    lines += [f"{prefix}   {p}" for p in kernel.provenance]
+    lines += [f"{prefix}   {_one_line(p)}" for p in kernel.provenance]
     return "\n".join(lines)
+
+
+def _one_line(text: str) -> str:
+    """Source text made safe inside a one-line comment: no line breaks, no trailing line continuation."""
+    return " ".join(text.split()).rstrip("\\ ")
 
 
 def reduction_size(reduction: K.KExpr) -> int:
