@@ -7,7 +7,7 @@ graph's memory unless the caller asks to alias them (then the next call overwrit
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 import torch
 
@@ -21,37 +21,46 @@ def capturable(plan: dict) -> bool:
     return all(step["kind"] in ("call", "kernel") and step.get("op") not in HOST_READS for step in plan["steps"])
 
 
-class GraphRunner:
-    def __init__(self, run: Callable[[list], list], alias_outputs: bool = False) -> None:
-        self.run = run
-        self.alias_outputs = alias_outputs
-        self.graph: Optional[torch.cuda.CUDAGraph] = None
-        self.static_inputs: list = []
-        self.static_outputs: list = []
+MAX_GRAPHS = 8  # distinct values of the non-tensor inputs kept captured; beyond that, calls run step by step
 
-    def __call__(self, inputs: list) -> list:
-        if self.graph is None:
-            self.capture(inputs)
-        for static, value in zip(self.static_inputs, inputs):
-            if isinstance(static, torch.Tensor):
-                static.copy_(value, non_blocking=True)
-        self.graph.replay()
-        if self.alias_outputs:
-            return list(self.static_outputs)
-        return [_copy_out(o) for o in self.static_outputs]
 
-    def capture(self, inputs: list) -> None:
-        self.static_inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+class _Captured:
+    def __init__(self, run: Callable[[list], list], inputs: list) -> None:
+        self.inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):
-            for _ in range(2):  # warm-up outside the graph: lazy initialisation, allocator pools, autotuning
-                self.run(self.static_inputs)
+            for _ in range(2):  # warm-up outside the graph: lazy initialisation, allocator pools
+                run(self.inputs)
         torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self.static_outputs = self.run(self.static_inputs)
-        self.graph = graph
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = run(self.inputs)
+
+
+class GraphRunner:
+    """Scalars (ints, floats, bools) passed as inputs are baked into a graph when it is captured, so each distinct
+    tuple of them gets its own graph."""
+
+    def __init__(self, run: Callable[[list], list], alias_outputs: bool = False) -> None:
+        self.run = run
+        self.alias_outputs = alias_outputs
+        self.graphs: dict[tuple, _Captured] = {}
+
+    def __call__(self, inputs: list) -> list:
+        key = tuple(x for x in inputs if not isinstance(x, torch.Tensor))
+        captured = self.graphs.get(key)
+        if captured is None:
+            if len(self.graphs) >= MAX_GRAPHS:
+                return self.run(inputs)
+            captured = self.graphs[key] = _Captured(self.run, inputs)
+        for static, value in zip(captured.inputs, inputs):
+            if isinstance(static, torch.Tensor):
+                static.copy_(value, non_blocking=True)
+        captured.graph.replay()
+        if self.alias_outputs:
+            return list(captured.outputs)
+        return [_copy_out(o) for o in captured.outputs]
 
 
 def _copy_out(value: Any) -> Any:

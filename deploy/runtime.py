@@ -29,7 +29,7 @@ class Runtime:
         self.contents = contents
         plan = retarget_devices(manifest["plan"], torch.device(manifest["device"]).type, self.device)
         weights = {name: w.to(self.device) for name, w in contents.weights.items()}
-        kernels = load_kernels(contents, num_threads)
+        kernels = load_kernels(contents, num_threads, self.device)
         self.executor = Executor(plan, weights, manifest["nodes"], kernels=kernels, device=self.device)
         signature = manifest["signature"]["inputs"]
         defaults = [d["default"] if "default" in d else NO_DEFAULT for d in signature]
@@ -44,7 +44,8 @@ class Runtime:
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
-def load_kernels(contents: PackageContents, num_threads: Optional[int]) -> dict:
+def load_kernels(contents: PackageContents, num_threads: Optional[int], device: DeviceLike = None) -> dict:
+    """A launcher per kernel. `device` is where they run; without it, the device type the package was built for."""
     backend = contents.manifest["backend"]
     if backend == "aten" or not contents.manifest["kernels"]:
         return {}
@@ -55,6 +56,11 @@ def load_kernels(contents: PackageContents, num_threads: Optional[int]) -> dict:
             raise CorruptPackageError("the package lists C++ kernels but holds no kernel library; re-run convert")
         return load_cpp_kernels(files["binaries/kernels.so"], files["kernels/kernels.cpp"].decode(),
                                 contents.manifest["cpp"]["isa"], contents.manifest["kernels"], num_threads)
+    if backend == "triton":
+        from .triton_kernels import load_triton_kernels
+        target = torch.device(device) if device is not None else torch.device(contents.manifest["device"])
+        return load_triton_kernels(contents.files, contents.manifest.get("triton"), contents.manifest["kernels"],
+                                   target)
     raise PackageVersionError(f"the package uses kernel backend {backend!r}, which this jit2triton does not know; "
                               "upgrade jit2triton")
 

@@ -183,6 +183,9 @@ class _KernelWriter:
             return {"float16": f"j2t_h2f({raw})", "bfloat16": f"j2t_bf2f({raw})"}.get(dtype, raw)
         if node.op == "cast":
             source, target = compute_dtype(node.args[0].dtype), compute_dtype(node.dtype)
+            if node.dtype in ("float16", "bfloat16") and node.args[0].dtype not in ("float16", "bfloat16"):
+                to, back = ("j2t_f2h", "j2t_h2f") if node.dtype == "float16" else ("j2t_f2bf", "j2t_bf2f")
+                return f"{back}({to}((float){args[0]}))"  # round as the eager cast does
             if source == target:
                 return args[0]
             if target == "bool":

@@ -107,6 +107,7 @@ def convert(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tenso
     inputs = [x.to(target).contiguous() if isinstance(x, torch.Tensor) else x for x in inputs]
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
     graph = from_torchscript(script.graph, script.input_names, script.input_defaults, script.name, NO_DEFAULT)
+    retarget_constants(graph, target)
     sched = schedule(graph)
     say("inferring shapes and dtypes from the example inputs")
     recorder = ShapeRecorder(sched.nodes)
@@ -126,7 +127,7 @@ def convert(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tenso
         fuse_attention(graph)
         fuse(graph, target.type)
         kernels = [n.attrs["kernel"] for n in graph.walk() if n.op == KERNEL_OP]
-        files, backend_section = build_kernels(kernels, backend, say)
+        files, backend_section = build_kernels(kernels, backend, say, target)
         sched = schedule(graph)
     manifest = {
         "producer": {"jit2triton": __version__, "torch": torch.__version__, "triton": _triton_version(),
@@ -179,6 +180,16 @@ def build_kernels(kernels: list, backend: str, say: Progress,
         files, section = build_triton(kernels, target)
         return files, {"triton": section}
     raise ConversionError(f"the {backend} backend is not available in this build")
+
+
+def retarget_constants(graph, target: torch.device) -> None:
+    """Device constants baked in by tracing on another device (a traced LSTM's zero state on the CPU) name the
+    conversion target instead: converting for CUDA means running on CUDA."""
+    weights_on = {w.device.type for w in graph.weights.values()} or {"cpu"}
+    for node in graph.walk():
+        value = node.attrs.get("value")
+        if node.op == "prim::Constant" and isinstance(value, torch.device) and value.type in weights_on:
+            node.attrs["value"] = target
 
 
 def _complete_inputs(example_inputs, names: list[str], defaults: list[Any]) -> list[Any]:

@@ -302,7 +302,8 @@ def leaky_relu(ctx, x, slope=0.01):
 
 @lowering("aten::to.dtype", "aten::to.dtype_layout", "aten::to.other", "aten::to.device", "aten::type_as")
 def to(ctx, x, *args):
-    return pointwise(ctx, lambda v: v, x, math_dtype=compute_dtype(x.dtype))
+    # a cast to float16/bfloat16 rounds there and then, even if the value stays inside the kernel
+    return pointwise(ctx, lambda v: K.cast(v, ctx.out_dtype), x, math_dtype=compute_dtype(x.dtype))
 
 
 @lowering("aten::dropout", "aten::feature_dropout", "aten::alpha_dropout")

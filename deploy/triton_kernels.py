@@ -1,0 +1,207 @@
+"""Load a package's Triton kernels: one launcher per kernel, `launch(inputs, outputs)`.
+
+On CUDA each kernel's cubin is loaded with the CUDA driver (cuModuleLoadData) and launched with cuLaunchKernel
+through ctypes, on torch's current stream, with the grid, warps and shared memory recorded at convert time: no
+Triton compiler, no C compiler, and Triton itself need not be installed. A GPU of another architecture than the
+cubins' gets them rebuilt from the bundled sources, once, with a warning. On the CPU the sources run under Triton's
+interpreter.
+"""
+from __future__ import annotations
+
+import ctypes
+import warnings
+from typing import Any, Callable, Optional
+
+import torch
+
+from jit2triton.errors import CorruptPackageError, PackageDeviceError
+
+CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+STATIC_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
+ALIGNMENT = 16  # the cubins assume every pointer 16-byte aligned (see emitters/compile_triton.compile_config)
+SCRATCH_POINTERS = 2  # Triton kernels end with global and profile scratch pointers (null: our kernels use none)
+
+
+def load_triton_kernels(files: dict[str, bytes], section: Optional[dict], kernels: list[dict],
+                        device: torch.device) -> dict[str, Callable]:
+    if not section or "kernels" not in section:
+        raise CorruptPackageError("the package lists Triton kernels but has no 'triton' manifest section; "
+                                  "re-run `jit2triton convert`")
+    entries = {}
+    for meta in kernels:
+        entry = section["kernels"].get(meta["name"])
+        if entry is None or entry["source"] not in files:
+            raise CorruptPackageError(f"the package has no Triton kernel {meta['name']!r}; re-run `jit2triton convert`")
+        entries[meta["name"]] = entry
+    if device.type == "cuda":
+        return _load_cuda(files, entries, device)
+    return _load_interpreted(files, entries)
+
+
+# --- the CPU: Triton's interpreter ----------------------------------------------------------------------------
+
+
+def _load_interpreted(files: dict[str, bytes], entries: dict[str, dict]) -> dict[str, Callable]:
+    from jit2triton.emitters.compile_triton import INTERPRETER_HINT, interpreter_active, triton_available
+    if not triton_available():
+        raise PackageDeviceError("the package's Triton kernels run on the CPU under Triton's interpreter, and Triton "
+                                 "is not installed: pip install 'triton>=3.6', or convert with backend='cpp'")
+    if not interpreter_active():
+        raise PackageDeviceError("the package's Triton kernels run on the CPU under Triton's interpreter, which is "
+                                 f"off in this process: {INTERPRETER_HINT}; or convert with backend='cpp'")
+    from jit2triton.emitters.compile_triton import kernel_function
+    launchers = {}
+    for name, entry in entries.items():
+        fn = kernel_function(files[entry["source"]].decode(), entry["function"])
+        launchers[name] = _interpreted_launcher(fn, tuple(entry["grid"]), entry["constants"])
+    return launchers
+
+
+def _interpreted_launcher(fn, grid: tuple, constants: dict) -> Callable:
+    def launch(inputs: list, outputs: list) -> None:
+        if grid[0]:
+            fn[grid](*inputs, *outputs, **constants)
+
+    return launch
+
+
+# --- CUDA: cubins through the driver API --------------------------------------------------------------------
+
+
+class _Driver:
+    """The few CUDA driver calls a launch needs, through ctypes on libcuda."""
+
+    def __init__(self) -> None:
+        try:
+            self.lib = ctypes.CDLL("libcuda.so.1")
+        except OSError as err:
+            raise PackageDeviceError(f"the CUDA driver library (libcuda.so.1) cannot be opened ({err}); "
+                                     "install the NVIDIA driver") from None
+        p, i, u = ctypes.c_void_p, ctypes.c_int, ctypes.c_uint
+        self.lib.cuModuleLoadData.argtypes = (ctypes.POINTER(p), p)
+        self.lib.cuModuleGetFunction.argtypes = (ctypes.POINTER(p), p, ctypes.c_char_p)
+        self.lib.cuFuncSetAttribute.argtypes = (p, i, i)
+        self.lib.cuLaunchKernel.argtypes = (p, u, u, u, u, u, u, u, p, p, p)
+        self.lib.cuGetErrorString.argtypes = (i, ctypes.POINTER(ctypes.c_char_p))
+        self.launch = self.lib.cuLaunchKernel
+
+    def check(self, result: int, what: str) -> None:
+        if result != 0:
+            text = ctypes.c_char_p()
+            self.lib.cuGetErrorString(result, ctypes.byref(text))
+            raise PackageDeviceError(f"CUDA {what} failed: {(text.value or b'').decode()} (error {result})")
+
+    def function(self, cubin: bytes, name: str, shared: int) -> ctypes.c_void_p:
+        module, function = ctypes.c_void_p(), ctypes.c_void_p()
+        image = ctypes.create_string_buffer(cubin, len(cubin))
+        self.check(self.lib.cuModuleLoadData(ctypes.byref(module), image), f"loading kernel {name}")
+        self.check(self.lib.cuModuleGetFunction(ctypes.byref(function), module, name.encode()),
+                   f"finding kernel {name}")
+        if shared > STATIC_SHARED_LIMIT:
+            self.check(self.lib.cuFuncSetAttribute(function, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
+                       f"granting kernel {name} {shared} bytes of shared memory")
+        return function
+
+
+_driver: Optional[_Driver] = None
+
+
+def _get_driver() -> _Driver:
+    global _driver
+    if _driver is None:
+        _driver = _Driver()
+    return _driver
+
+
+def _load_cuda(files: dict[str, bytes], entries: dict[str, dict], device: torch.device) -> dict[str, Callable]:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(index)
+    arch = major * 10 + minor
+    built_for = {entry.get("arch") for entry in entries.values()}
+    if built_for != {arch}:
+        entries = _rebuilt(files, entries, arch, built_for, torch.device("cuda", index))
+    driver = _get_driver()
+    launchers = {}
+    with torch.cuda.device(index):
+        torch.cuda.current_stream()  # makes this device's primary context current on this thread
+        for name, entry in entries.items():
+            binary = entry.get("cubin") or files.get(entry.get("binary", ""))
+            if binary is None:
+                raise CorruptPackageError(f"the package has no compiled binary for kernel {name!r}; re-run convert")
+            function = driver.function(binary, entry["function"], entry["shared"])
+            launchers[name] = _cuda_launcher(driver, function, entry, index)
+    return launchers
+
+
+def _rebuilt(files: dict[str, bytes], entries: dict[str, dict], arch: int, built_for: set,
+             device: torch.device) -> dict[str, dict]:
+    """Entries whose cubins were compiled here from the bundled sources, for a GPU the package was not built for."""
+    from jit2triton.emitters.compile_triton import COMPILER_HINT, interpreter_active, triton_available
+    found = ", ".join(f"sm_{a}" for a in sorted(a for a in built_for if a is not None)) or "an unknown GPU"
+    if not triton_available():
+        raise PackageDeviceError(f"the package's GPU kernels were built for {found} and this GPU is sm_{arch}; "
+                                 "rebuilding them needs Triton: pip install 'triton>=3.6', or convert again here")
+    if interpreter_active():
+        raise PackageDeviceError(f"the package's GPU kernels were built for {found} and this GPU is sm_{arch}, so "
+                                 f"they must be rebuilt from source, but {COMPILER_HINT}")
+    warnings.warn(f"jit2triton: the package's GPU kernels were built for {found} and this GPU is sm_{arch}; "
+                  "rebuilding them from the bundled sources (Triton caches the result on disk)", stacklevel=4)
+    from jit2triton.emitters.compile_triton import compile_config, launch_entry
+    from jit2triton.emitters.triton import TritonKernel
+    rebuilt = {}
+    with torch.cuda.device(device):
+        for name, entry in entries.items():
+            r = TritonKernel(entry["function"], files[entry["source"]].decode(), entry["arg_types"], 0)
+            config = {"constants": entry["constants"], "num_warps": entry["num_warps"]}
+            compiled = compile_config(r, config, device)
+            rebuilt[name] = dict(launch_entry(r, config, compiled), grid=entry["grid"], cubin=compiled.asm["cubin"])
+    return rebuilt
+
+
+def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, Any], index: int) -> Callable:
+    if entry.get("num_ctas", 1) != 1:
+        raise PackageDeviceError("the package's kernels use thread-block clusters, which this runtime does not "
+                                 "launch; convert again with this jit2triton")
+    grid_x, grid_y, grid_z = entry["grid"]
+    threads = 32 * entry["num_warps"]
+    shared = entry["shared"]
+    scratch = entry.get("global_scratch_size", 0) * grid_x * grid_y * grid_z
+    num_args = len(entry["arg_types"])
+    values_type = ctypes.c_uint64 * (num_args + SCRATCH_POINTERS)
+    params_type = ctypes.c_void_p * (num_args + SCRATCH_POINTERS)
+    offsets = [8 * i for i in range(num_args + SCRATCH_POINTERS)]
+    launch_kernel, check, device = driver.launch, driver.check, torch.device("cuda", index)
+    current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
+        (lambda i: torch.cuda.current_stream(i).cuda_stream)
+    name = entry["function"]
+    several_gpus = torch.cuda.device_count() > 1
+
+    def launch(inputs: list, outputs: list) -> None:
+        if not grid_x:
+            return
+        keep = [t if t.data_ptr() % ALIGNMENT == 0 else _aligned_copy(t) for t in inputs]
+        pointers = [t.data_ptr() for t in keep] + [t.data_ptr() for t in outputs] + [0] * SCRATCH_POINTERS
+        if scratch:
+            keep.append(torch.empty(scratch, dtype=torch.uint8, device=device))
+            pointers[num_args] = keep[-1].data_ptr()
+        values = values_type(*pointers)
+        base = ctypes.addressof(values)
+        params = params_type(*[base + offset for offset in offsets])
+        if several_gpus and torch.cuda.current_device() != index:
+            with torch.cuda.device(index):
+                result = launch_kernel(function, grid_x, grid_y, grid_z, threads, 1, 1, shared,
+                                       current_stream(index), params, None)
+        else:
+            result = launch_kernel(function, grid_x, grid_y, grid_z, threads, 1, 1, shared,
+                                   current_stream(index), params, None)
+        if result:
+            check(result, f"launching kernel {name}")
+
+    return launch
+
+
+def _aligned_copy(t: torch.Tensor) -> torch.Tensor:
+    """The same values at the same strides in fresh (aligned) memory: the kernel indexes with the input's strides,
+    so the whole span they reach is copied (overlapping strides included)."""
+    span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n > 0)
+    return t.as_strided((span,), (1,)).clone().as_strided(t.shape, t.stride())

@@ -1,0 +1,194 @@
+"""Compile rendered Triton kernels at convert time.
+
+On a GPU, Triton compiles each kernel for this GPU (a few launch configurations are timed when the kernel is big
+enough for the choice to matter) and we keep the cubin and what a launch needs: the function name, grid, warps,
+shared memory, target architecture. The runtime then launches it through the CUDA driver, with no Triton compiler.
+On the CPU there is nothing to compile: the package holds the sources, which the runtime runs under Triton's
+interpreter.
+
+Triton decides at import whether its own library functions (tl.sum, tl.sigmoid, ...) are interpreted or compiled,
+from TRITON_INTERPRET, so one process does one or the other; both paths check which one this process is in and
+say what to do when it is the wrong one.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from jit2triton.errors import ConversionError
+from jit2triton.transpiler.kernel_ir import Kernel
+
+from .triton import TritonKernel, render_kernel
+
+TUNE_MIN_ELEMENTS = 1 << 18  # below this much work every configuration is launch-bound: take the default
+FP_FUSION = True  # a * b + c may become one FMA, as in torch's own CUDA kernels (Triton 3.10 changes the default)
+_modules: dict[str, ModuleType] = {}  # one import per kernel source and process
+
+
+def triton_available() -> bool:
+    return importlib.util.find_spec("triton") is not None
+
+
+def interpreter_active() -> bool:
+    """Whether this process imported Triton in interpreter mode (TRITON_INTERPRET set before `import triton`)."""
+    import triton.language as tl
+    from triton.runtime.interpreter import InterpretedFunction
+    return isinstance(tl.standard.sigmoid, InterpretedFunction)
+
+
+INTERPRETER_HINT = ("set TRITON_INTERPRET=1 in the environment before Python starts (or before anything imports "
+                    "triton), e.g. `TRITON_INTERPRET=1 python ...`")
+COMPILER_HINT = ("TRITON_INTERPRET is set, so Triton runs kernels in its interpreter and cannot compile them for the "
+                 "GPU; unset it (start Python without TRITON_INTERPRET)")
+
+
+def cache_dir() -> str:
+    root = os.environ.get("JIT2TRITON_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "jit2triton")
+    path = os.path.join(root, "triton")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def load_module(source: str) -> ModuleType:
+    """Import a kernel module from its source; Triton reads a kernel's source from its file, so it gets one, named
+    by the source's hash (never stale, shared by every package holding the same kernel)."""
+    key = hashlib.sha256(source.encode()).hexdigest()[:32]
+    module = _modules.get(key)
+    if module is not None:
+        return module
+    path = os.path.join(cache_dir(), f"kernel_{key}.py")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    name = f"jit2triton_kernel_{key}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    _modules[key] = module
+    return module
+
+
+def kernel_function(source: str, name: str):
+    return getattr(load_module(source), name)
+
+
+def build_triton(kernels: list[Kernel], device: torch.device) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """-> (package files, the manifest's "triton" section): a source per kernel, and on CUDA a cubin per kernel."""
+    if not triton_available():
+        raise ConversionError("the triton backend needs Triton (pip install 'triton>=3.6'), or convert with "
+                              "backend='cpp' on the CPU")
+    import triton
+    rendered = [render_kernel(k) for k in kernels]
+    files = {f"kernels/{r.name}.py": r.source.encode() for r in rendered}
+    section: dict[str, Any] = {"triton": triton.__version__, "kernels": {}}
+    if device.type != "cuda":
+        if not interpreter_active():
+            raise ConversionError(f"the triton backend on the CPU runs kernels under Triton's interpreter: "
+                                  f"{INTERPRETER_HINT}; or convert with backend='cpp'")
+        for r in rendered:
+            section["kernels"][r.name] = launch_entry(r, interpreter_config(r))
+        return files, section
+    if interpreter_active():
+        raise ConversionError(f"converting for CUDA compiles Triton kernels, but {COMPILER_HINT}")
+    with torch.cuda.device(device):
+        for r, kernel in zip(rendered, kernels):
+            config, compiled = tune(r, kernel, device)
+            files[f"binaries/{r.name}.cubin"] = compiled.asm["cubin"]
+            section["kernels"][r.name] = launch_entry(r, config, compiled)
+        target = compiled.metadata.target
+        section["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
+    return files, section
+
+
+def interpreter_config(r: TritonKernel) -> dict:
+    """Under the interpreter each program and each loop step is a round of Python: take the widest chunks, then
+    the most rows per program."""
+    def steps(c: dict) -> tuple:
+        constants = c["constants"]
+        return constants.get("RBLOCK", constants.get("YBLOCK", 0)), constants["XBLOCK"]
+    return max(r.configs, key=steps)
+
+
+def launch_entry(r: TritonKernel, config: dict, compiled=None) -> dict[str, Any]:
+    entry = {"function": r.name, "source": f"kernels/{r.name}.py", "arg_types": r.arg_types,
+             "constants": config["constants"], "num_warps": config["num_warps"], "grid": [r.grid(config), 1, 1]}
+    if compiled is not None:
+        meta = compiled.metadata
+        entry.update(binary=f"binaries/{r.name}.cubin", function=meta.name, num_warps=meta.num_warps,
+                     num_ctas=meta.num_ctas, shared=meta.shared, arch=meta.target.arch,
+                     global_scratch_size=getattr(meta, "global_scratch_size", 0),
+                     global_scratch_align=getattr(meta, "global_scratch_align", 1))
+    return entry
+
+
+def compile_config(r: TritonKernel, config: dict, device: torch.device):
+    """Triton's compiled kernel for one configuration. Every pointer is specialized as 16-byte aligned (fresh
+    allocations are); the runtime copies an input that is not before launching."""
+    fn = kernel_function(r.source, r.name)
+    dummies = [torch.empty(16, dtype=_torch_dtype(t), device=device) for t in r.arg_types]
+    try:
+        return fn.warmup(*dummies, grid=(1,), num_warps=config["num_warps"], enable_fp_fusion=FP_FUSION,
+                         **config["constants"])
+    except Exception as err:  # a compiler failure here is a renderer bug: show the kernel that caused it
+        raise ConversionError(f"Triton could not compile generated kernel {r.name} ({type(err).__name__}: {err}); "
+                              f"please report it with this source:\n{r.source}") from err
+
+
+def tune(r: TritonKernel, kernel: Kernel, device: torch.device):
+    """-> (config, compiled kernel): the default configuration, or the fastest of the candidates on big kernels."""
+    work = sum(_numel(b.shape) for b in kernel.inputs + kernel.outputs)
+    candidates = r.configs if work >= TUNE_MIN_ELEMENTS and len(r.configs) > 1 else r.configs[:1]
+    compiled = [compile_config(r, c, device) for c in candidates]
+    if len(candidates) == 1:
+        return candidates[0], compiled[0]
+    from triton.testing import do_bench
+    fn = kernel_function(r.source, r.name)
+    args = _example_buffers(kernel, device)
+    times = [do_bench(lambda c=c: fn[(r.grid(c),)](*args, num_warps=c["num_warps"], enable_fp_fusion=FP_FUSION,
+                                                   **c["constants"]), warmup=5, rep=25) for c in candidates]
+    best = min(range(len(candidates)), key=times.__getitem__)
+    return candidates[best], compiled[best]
+
+
+def _example_buffers(kernel: Kernel, device: torch.device) -> list[torch.Tensor]:
+    buffers = []
+    for b in kernel.inputs:
+        dtype = getattr(torch, b.dtype)
+        extent = 1 + sum((n - 1) * s for n, s in zip(b.shape, b.strides) if n > 0)
+        storage = torch.randn(extent, device=device).to(dtype) if dtype.is_floating_point else \
+            torch.zeros(extent, dtype=dtype, device=device)
+        buffers.append(storage.as_strided(b.shape, b.strides or ()))
+    buffers += [torch.empty(b.shape, dtype=getattr(torch, b.dtype), device=device) for b in kernel.outputs]
+    return buffers
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+_POINTER_DTYPES = {"*fp32": torch.float32, "*fp64": torch.float64, "*fp16": torch.float16, "*bf16": torch.bfloat16,
+                   "*i64": torch.int64, "*i32": torch.int32, "*i16": torch.int16, "*i8": torch.int8,
+                   "*u8": torch.uint8, "*i1": torch.bool}
+
+
+def _torch_dtype(pointer_type: str) -> torch.dtype:
+    return _POINTER_DTYPES[pointer_type]
+
+
+def buildable_device() -> torch.device:
+    """The device this process can build Triton kernels for: the CPU under the interpreter, else the GPU."""
+    if triton_available() and not interpreter_active() and torch.cuda.is_available():
+        return torch.device("cuda")
+    return torch.device("cpu")

@@ -1,0 +1,470 @@
+"""The Triton renderer: kernel IR to one `@triton.jit` function per kernel, each in a standalone module.
+
+A kernel without reductions is flat: each program stores XBLOCK consecutive output elements, every loop variable
+recovered from the linear index with // and %. A kernel with reductions gives each program XBLOCK rows (points of
+`LoopNest.outer`) as [XBLOCK, 1] columns: every reduction of those rows is one [XBLOCK, RBLOCK] tile when it fits
+(persistent: RBLOCK is a literal power of two), else a loop over RBLOCK chunks into a per-lane accumulator; then
+the inner dims are swept in [XBLOCK, YBLOCK] tiles. As in the C++ renderer, each expression is emitted once, at the
+outermost scope where its variables are bound, so row values are hoisted out of the sweep.
+
+Loads and stores are masked where an index can run past its range, and masked-off lanes hold the reduction's
+neutral element. Values are computed in float32 for float16/bfloat16 and rounded when stored. Only `triton.language`
+is used (no libdevice), so one source compiles on Triton 3.6 and 3.9 and also runs under the Triton interpreter;
+the few functions Triton lacks are small `@triton.jit` helpers (`triton_math.py`) copied into the modules using them.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Optional
+
+from jit2triton.transpiler import kernel_ir as K
+from jit2triton.transpiler.lowering import compute_dtype
+
+from .common import LoopNest, loop_nest, provenance_comment, reduction_size, store_index
+from .triton_math import EXPRESSIONS, FLOAT_ONLY, HELPER_NEEDS, HELPERS, TL_TYPES, literal, neutral, ordered
+
+POINTER_TYPES = {"float32": "*fp32", "float64": "*fp64", "float16": "*fp16", "bfloat16": "*bf16", "int64": "*i64",
+                 "int32": "*i32", "int16": "*i16", "int8": "*i8", "uint8": "*u8", "bool": "*i1"}
+PERSISTENT_LIMIT = 4096  # a reduction (or sweep) up to this many elements is one tile; beyond, a loop of chunks
+TILE_BUDGET = 4096  # elements in a program's widest tile (XBLOCK rows x the widest reduction or sweep)
+LOOP_BLOCK = 1024  # chunk width of a looped reduction or sweep
+INT32_LIMIT = 2 ** 31 - 1
+
+
+@dataclass
+class TritonKernel:
+    """A rendered kernel: its module source and how to launch it."""
+    name: str
+    source: str  # a standalone Python module: provenance comment, imports, helpers, the kernel
+    arg_types: list[str]  # Triton pointer types of the arguments, inputs then outputs
+    items: int  # what the grid covers: output elements (flat kernels) or rows (kernels with reductions)
+    configs: list[dict] = field(default_factory=list)  # {"constants": {...}, "num_warps": n}; the default first
+
+    def grid(self, config: dict) -> int:
+        return -(-self.items // config["constants"]["XBLOCK"])
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << max(0, (max(n, 1) - 1).bit_length())
+
+
+class _Scope:
+    def __init__(self, parent: Optional["_Scope"], bound: frozenset, indent: str) -> None:
+        self.parent, self.bound, self.indent = parent, bound, indent
+        self.lines: list[str] = []
+        self.names: dict[int, str] = {}
+
+    def lookup(self, node: K.KExpr) -> Optional[str]:
+        scope = self
+        while scope is not None:
+            if id(node) in scope.names:
+                return scope.names[id(node)]
+            scope = scope.parent
+        return None
+
+
+class _KernelWriter:
+    def __init__(self, kernel: K.Kernel) -> None:
+        self.kernel = kernel
+        self.nest: LoopNest = loop_nest(kernel)
+        self.flat = not self.nest.reductions
+        self.index64 = _needs_int64(kernel, self.nest)
+        self.counter = 0
+        self.buffer_names = {b.name: f"in_{b.name}" for b in kernel.inputs}
+        self.group: dict[int, str] = {}  # loop var -> the tile axis group it lives in ("x", "y", "r3", ...)
+        self.mask: dict[str, str] = {}  # group -> its mask's name, for groups whose lanes can run past the range
+        self.axis: dict[str, int] = {}  # group -> tile axis (0 for rows, 1 for reductions and the sweep)
+        self.width: dict[str, str] = {}  # group -> tile width ("XBLOCK", "64", "RBLOCK")
+        self.helpers: list[str] = []
+        self.constexprs = ["XBLOCK"]
+        self.persistent_widths: list[int] = []
+
+    def fresh(self, hint: str) -> str:
+        self.counter += 1
+        return f"{hint}{self.counter}"
+
+    def fresh_group(self, prefix: str) -> str:
+        """A reduction's tile-axis name from its loop vars' prefix ("r3"); unique even when two reductions share
+        loop vars (a factored sum reduces over a subset of the original's)."""
+        name, n = prefix, 1
+        while name in self.axis:
+            n += 1
+            name = f"{prefix}_part{n}"
+        return name
+
+    def use(self, helper: str) -> None:
+        for needed in HELPER_NEEDS.get(helper, []):
+            self.use(needed)
+        if helper not in self.helpers:
+            self.helpers.append(helper)
+
+    def arange(self, width: str) -> str:
+        return f"tl.arange(0, {width}).to(tl.int64)" if self.index64 else f"tl.arange(0, {width})"
+
+    def groups_of(self, node: K.KExpr) -> list[str]:
+        found = {self.group[id(v)] for v in K.free_vars(node)}
+        return sorted(found, key=lambda g: (self.axis[g], g))
+
+    def mask_for(self, node: K.KExpr) -> Optional[str]:
+        masks = [self.mask[g] for g in self.groups_of(node) if g in self.mask]
+        return " & ".join(masks) or None
+
+    def unit_block(self) -> str:
+        """The shape of a one-element block that broadcasts against every tile of the kernel. Values are kept out
+        of 0-d scalars: Triton 3.9's interpreter broadcasts a 0-d comparison result as float32 data, and a bool
+        `&` then fails (a 0-d load compared and and-ed with a block reproduces it)."""
+        return "[1]" if self.flat else "[1, 1]"
+
+    def tile(self, groups) -> str:
+        """The shape of a tile spanning these groups (missing axes broadcast)."""
+        if self.flat:
+            return "[XBLOCK]"
+        dims = ["1", "1"]
+        for g in groups:
+            dims[self.axis[g]] = self.width[g]
+        return f"[{', '.join(dims)}]"
+
+    # --- expressions ----------------------------------------------------------------------------------------
+
+    def value(self, node: K.KExpr, scope: _Scope) -> str:
+        if node.op == "var":
+            return node.arg[0]
+        if node.op == "const":
+            return literal(node.arg, node.dtype)
+        found = scope.lookup(node)
+        if found is not None:
+            return found
+        target = scope
+        needed = K.free_vars(node)
+        while target.parent is not None and needed <= target.parent.bound:
+            target = target.parent
+        if node.op == "reduce":
+            name = self.reduction(node, target)
+        else:
+            code = self.expression(node, target)
+            if code.isidentifier():  # a cast that changes nothing in the compute dtype
+                target.names[id(node)] = code
+                return code
+            name = self.fresh(_hint(node))
+            target.lines.append(f"{target.indent}{name} = {code}")
+        target.names[id(node)] = name
+        return name
+
+    def expression(self, node: K.KExpr, scope: _Scope) -> str:
+        args = [self.value(a, scope) for a in node.args]
+        kind = compute_dtype(node.dtype)
+        if node.op == "load":
+            mask = self.mask_for(node)
+            pointer = f"{self.buffer_names[node.arg]} + {args[0]}"
+            if not K.free_vars(node):  # a one-element block, never a 0-d scalar (see `unit_block`)
+                pointer += f" + tl.zeros({self.unit_block()}, tl.int32)"
+            code = f"tl.load({pointer}, mask={mask}, other=0)" if mask else f"tl.load({pointer})"
+            return code + ".to(tl.float32)" if kind != node.dtype else code  # float16/bfloat16 compute in float32
+        if node.op == "cast":
+            source = compute_dtype(node.args[0].dtype)
+            if node.dtype in ("float16", "bfloat16") and node.args[0].dtype not in ("float16", "bfloat16"):
+                if node.dtype == "bfloat16":  # round there and then, as the eager cast does
+                    self.use("j2t_round_bf16")
+                    return f"j2t_round_bf16({args[0]}.to(tl.float32))"
+                return f"{args[0]}.to(tl.float16).to(tl.float32)"
+            if source == kind:
+                return args[0]
+            return f"({args[0]} != 0)" if kind == "bool" else f"{args[0]}.to({TL_TYPES[kind]})"
+        operands = compute_dtype(node.args[0].dtype)
+        is_float = operands.startswith("float")
+        if node.op in FLOAT_ONLY:
+            if not is_float:
+                return args[0]
+            code = FLOAT_ONLY[node.op]
+        elif node.op in ("maximum", "minimum"):
+            if operands == "bool":
+                return f"({args[0]} {'|' if node.op == 'maximum' else '&'} {args[1]})"
+            nan = ", propagate_nan=tl.PropagateNan.ALL" if is_float else ""
+            return f"tl.{node.op}({args[0]}, {args[1]}{nan})"
+        elif node.op == "truediv" and not is_float:  # integer operands: C's truncating division, as in the C++ renderer
+            return f"({args[0]} // {args[1]})"
+        elif node.op == "floordiv":
+            if is_float:
+                return f"tl.floor({args[0]} / {args[1]})"
+            code = "j2t_floordiv_int({0}, {1})"
+        elif node.op == "mod":
+            code = "j2t_mod({0}, {1})"
+        elif node.op in ("sqrt", "rsqrt"):
+            root = f"tl.sqrt_rn({args[0]})" if kind == "float32" else f"tl.sqrt({args[0]})"
+            return root if node.op == "sqrt" else f"(1.0 / {root})"
+        elif node.op == "pow" and not is_float:
+            self.use("j2t_pow")
+            power = f"j2t_pow({args[0]}.to(tl.float64), {args[1]}.to(tl.float64))"
+            return f"tl.floor({power} + 0.5).to({TL_TYPES[kind]})"
+        else:
+            code = EXPRESSIONS[node.op]
+        if code.startswith("j2t_"):
+            self.use(code.split("(")[0])
+            # a helper is Python code under the interpreter: literal arguments go in as typed blocks
+            args = [f"tl.full({self.unit_block()}, {a}, {TL_TYPES[compute_dtype(n.dtype)]})" if n.op == "const"
+                    else a for a, n in zip(args, node.args)]
+        return code.format(*args)
+
+    # --- reductions -----------------------------------------------------------------------------------------
+
+    def reduction(self, node: K.KExpr, target: _Scope) -> str:
+        op, rvars, _ = node.arg
+        body_node = node.args[0]
+        kind = compute_dtype(body_node.dtype)
+        if kind == "bool" and op in ("max", "min"):
+            op = "any" if op == "max" else "all"
+        group = self.fresh_group(rvars[0].arg[0].rsplit("_", 1)[0])
+        size = reduction_size(node)
+        persistent = size <= PERSISTENT_LIMIT
+        width = str(next_power_of_2(size)) if persistent else "RBLOCK"
+        if persistent:
+            self.persistent_widths.append(next_power_of_2(size))
+        elif "RBLOCK" not in self.constexprs:
+            self.constexprs.append("RBLOCK")
+        self.axis[group], self.width[group] = 1, width
+        for v in rvars:
+            self.group[id(v)] = group
+        indent = target.indent if persistent else target.indent + "    "
+        inner = _Scope(target, target.bound | frozenset(rvars), indent)
+        start = "" if persistent else f"{group}_start + "
+        inner.lines.append(f"{indent}{group} = {start}{self.arange(width)}[None, :]")
+        if not persistent or size != int(width):
+            self.mask[group] = f"{group}_mask"
+            inner.lines.append(f"{indent}{group}_mask = {group} < {size}")
+        inner.lines += [f"{indent}{name} = {code}" for name, code in _unravel(group, rvars)]
+        body = self.value(body_node, inner)
+        identity = neutral(op, kind)
+        tile_shape = f"[XBLOCK, {width}]"
+        if body_node.op == "const":
+            body = f"tl.full({tile_shape}, {body}, {TL_TYPES[kind]})"
+        if group in self.mask:
+            tile = f"tl.where({self.mask[group]}, {body}, {identity})"
+        elif not any(self.group.get(id(v)) == group for v in K.free_vars(body_node)) and body_node.op != "const":
+            tile = f"tl.broadcast_to({body}, {tile_shape})"
+        else:
+            tile = body
+        name = self.fresh(op)
+        lines = []
+        if persistent:
+            lines += inner.lines
+            tile_name = tile if tile.isidentifier() else self.fresh(f"{op}_tile")
+            if tile_name != tile:
+                lines.append(f"{indent}{tile_name} = {tile}")
+            lines.append(f"{indent}{name} = {self.finish(op, tile_name, group)}")
+        else:
+            acc = self.fresh(f"{op}_acc")
+            acc_type = "tl.int8" if op in ("any", "all") else TL_TYPES[kind]
+            lines.append(f"{target.indent}{acc} = tl.full({tile_shape}, {identity}, {acc_type})")
+            if op in ("argmax", "argmin"):
+                lines.append(f"{target.indent}{acc}_at = tl.zeros({tile_shape}, tl.int64)")
+            lines.append(f"{target.indent}for {group}_start in range(0, {size}, RBLOCK):")
+            lines += inner.lines
+            lines += self.accumulate(op, acc, tile, group, indent, kind)
+            lines.append(f"{target.indent}{name} = {self.finish(op, acc, group)}")
+        target.lines.extend(lines)
+        return name
+
+    def accumulate(self, op: str, acc: str, tile: str, group: str, indent: str, kind: str) -> list[str]:
+        if op in ("argmax", "argmin"):
+            chunk = self.fresh("chunk")
+            better = ">" if op == "argmax" else "<"
+            nan_first = f" | (({chunk} != {chunk}) & ({acc} == {acc}))" if kind.startswith("float") else ""
+            take = f"({chunk} {better} {acc}){nan_first}"
+            return [f"{indent}{chunk} = {tile}",
+                    f"{indent}{acc}_at = tl.where({take}, {group}, {acc}_at)",
+                    f"{indent}{acc} = tl.where({take}, {chunk}, {acc})"]
+        if op == "sum":
+            update = f"{acc} + {tile}"
+        elif op == "prod":
+            update = f"{acc} * {tile}"
+        elif op in ("any", "all"):
+            update = f"tl.{'maximum' if op == 'any' else 'minimum'}({acc}, ({tile}).to(tl.int8))"
+        else:
+            nan = ", propagate_nan=tl.PropagateNan.ALL" if kind.startswith("float") else ""
+            update = f"tl.{'maximum' if op == 'max' else 'minimum'}({acc}, {tile}{nan})"
+        return [f"{indent}{acc} = {update}"]
+
+    def finish(self, op: str, tile: str, group: str) -> str:
+        """The [XBLOCK, 1] result of reducing a tile (or a looped accumulator) along axis 1."""
+        if op == "sum":
+            return f"tl.sum({tile}, 1, keep_dims=True)"
+        if op == "prod":
+            self.use("j2t_multiply")
+            return f"tl.reduce({tile}, 1, j2t_multiply, keep_dims=True)"
+        if op in ("any", "all"):
+            reduce = "tl.max" if op == "any" else "tl.min"
+            return f"({reduce}(({tile}).to(tl.int8), 1, keep_dims=True) != 0)"
+        if op in ("max", "min"):
+            self.use(f"j2t_row_{op}")
+            return f"j2t_row_{op}({tile})"
+        self.use(f"j2t_row_{op}")
+        positions = f"{tile}_at" if "RBLOCK" in self.width[group] else group
+        return f"j2t_row_{op}({tile}, {positions})"
+
+    # --- the kernel -----------------------------------------------------------------------------------------
+
+    def render(self) -> TritonKernel:
+        kernel, nest = self.kernel, self.nest
+        body = self.render_flat() if self.flat else self.render_rows()
+        params = [self.buffer_names[b.name] for b in kernel.inputs] + [f"out_{b.name}" for b in kernel.outputs]
+        params += [f"{c}: tl.constexpr" for c in self.constexprs]
+        lines = [provenance_comment(kernel, "#"), "import triton", "import triton.language as tl", ""]
+        lines += [HELPERS[h].rstrip() + "\n" for h in ordered(self.helpers)]
+        lines += ["", "@triton.jit", f"def {kernel.name}({', '.join(params)}):"] + body
+        source = "\n".join(lines) + "\n"
+        arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
+        items = _size(nest.ranges) if self.flat else nest.outer_size
+        return TritonKernel(kernel.name, source, arg_types, items, self.configs(items))
+
+    def render_flat(self) -> list[str]:
+        kernel = self.kernel
+        scope = _Scope(None, frozenset(kernel.ranges), "    ")
+        pid = "tl.program_id(0).to(tl.int64)" if self.index64 else "tl.program_id(0)"
+        lines = [f"    xindex = {pid} * XBLOCK + {self.arange('XBLOCK')}",
+                 f"    xmask = xindex < {_size(kernel.ranges)}"]
+        lines += [f"    {name} = {code}" for name, code in _unravel("xindex", kernel.ranges)]
+        self.mask["x"], self.axis["x"], self.width["x"] = "xmask", 0, "XBLOCK"
+        for v in kernel.ranges:
+            self.group[id(v)] = "x"
+        for value, out in zip(kernel.values, kernel.outputs):
+            code = self.value(value, scope)
+            dense = tuple(out.strides) == _contiguous(out.shape)
+            index = "xindex" if dense else self.value(store_index(kernel, out.strides), scope)
+            scope.lines.append(f"    tl.store(out_{out.name} + {index}, {code}, mask=xmask)")
+        return lines + scope.lines
+
+    def render_rows(self) -> list[str]:
+        kernel, nest = self.kernel, self.nest
+        pid = "tl.program_id(0).to(tl.int64)" if self.index64 else "tl.program_id(0)"
+        lines = [f"    row = {pid} * XBLOCK + {self.arange('XBLOCK')}[:, None]",
+                 f"    xmask = row < {nest.outer_size}"]
+        lines += [f"    {name} = {code}" for name, code in _unravel("row", nest.outer)]
+        self.mask["x"], self.axis["x"], self.width["x"] = "xmask", 0, "XBLOCK"
+        for v in nest.outer:
+            self.group[id(v)] = "x"
+        program = _Scope(None, frozenset(nest.outer), "    ")
+        sweep = program
+        inner_size = nest.inner_size
+        if nest.inner:
+            persistent = inner_size <= PERSISTENT_LIMIT
+            width = str(next_power_of_2(inner_size)) if persistent else "YBLOCK"
+            if persistent:
+                self.persistent_widths.append(next_power_of_2(inner_size))
+            else:
+                self.constexprs.append("YBLOCK")
+            self.axis["y"], self.width["y"] = 1, width
+            for v in nest.inner:
+                self.group[id(v)] = "y"
+            indent = "    " if persistent else "        "
+            sweep = _Scope(program, frozenset(nest.ranges), indent)
+            start = "" if persistent else "y_start + "
+            sweep.lines.append(f"{indent}y = {start}{self.arange(width)}[None, :]")
+            if not persistent or inner_size != int(width):
+                self.mask["y"] = "ymask"
+                sweep.lines.append(f"{indent}ymask = y < {inner_size}")
+            sweep.lines += [f"{indent}{name} = {code}" for name, code in _unravel("y", nest.inner)]
+        store_mask = " & ".join(self.mask[g] for g in ("x", "y") if g in self.mask)
+        full_groups = ["x", "y"] if nest.inner else ["x"]
+        for reduction in nest.reductions:
+            self.value(reduction, program)
+        for value, out in zip(kernel.values, kernel.outputs):
+            code = self.value(value, sweep)
+            index_node = store_index(kernel, out.strides)
+            index = self.value(index_node, sweep)
+            if self.groups_of(index_node) != full_groups:  # the pointer must span the whole tile the value may fill
+                index = f"({index} + tl.zeros({self.tile(full_groups)}, tl.int32))"
+            sweep.lines.append(f"{sweep.indent}tl.store(out_{out.name} + {index}, {code}, mask={store_mask})")
+        lines += program.lines
+        if nest.inner and sweep.indent != "    ":
+            lines.append(f"    for y_start in range(0, {inner_size}, YBLOCK):")
+        if sweep is not program:
+            lines += sweep.lines
+        return lines
+
+    # --- launch configurations ----------------------------------------------------------------------------
+
+    def configs(self, items: int) -> list[dict]:
+        if self.flat:
+            cap = next_power_of_2(items)
+            choices = [(1024, 4), (512, 4), (2048, 8), (256, 2)]
+            return _dedupe([{"constants": {"XBLOCK": min(x, cap)}, "num_warps": max(1, min(w, min(x, cap) // 64))}
+                            for x, w in choices])
+        looped = [c for c in ("RBLOCK", "YBLOCK") if c in self.constexprs]
+        persistent = max(self.persistent_widths, default=1)
+        gpu_rows = next_power_of_2(items) // 512  # keep enough programs to fill a GPU
+
+        def config(rows: int, chunk: int) -> dict:
+            rows = max(1, min(rows, next_power_of_2(items), TILE_BUDGET // max(persistent, chunk)))
+            warps = max(1, min(8, next_power_of_2(rows * max(persistent, chunk)) // 256))
+            return {"constants": {"XBLOCK": rows, **{c: chunk for c in looped}}, "num_warps": warps}
+
+        if looped:  # long rows in wide chunks; many strided rows (a column sum) side by side in narrow ones
+            return _dedupe([config(gpu_rows, LOOP_BLOCK), config(1, TILE_BUDGET), config(64, 64), config(16, 256)])
+        return _dedupe([config(gpu_rows, 1), config(TILE_BUDGET, 1), config(gpu_rows // 4, 1)])
+
+
+def _hint(node: K.KExpr) -> str:
+    if node.op == "load":
+        return f"{node.arg}_"
+    if node.dtype == K.INT and node.op in ("add", "mul", "index_div", "index_mod"):
+        return "idx"
+    return "v"
+
+
+def _needs_int64(kernel: K.Kernel, nest: LoopNest) -> bool:
+    """Whether index math can leave int32: any size, or any index expression's bound, past 2**31 - 1."""
+    sizes = [_size(kernel.ranges)] + [reduction_size(r) for r in nest.reductions]
+    if max(sizes) > INT32_LIMIT // 2:
+        return True
+    seen: set[int] = set()
+    stack = list(kernel.values) + [store_index(kernel, out.strides) for out in kernel.outputs]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.extend(node.args)
+        if node.dtype == K.INT and node.op in ("var", "const", "add", "mul", "index_div", "index_mod"):
+            low, high = K.bounds(node)
+            if max(abs(low), abs(high)) > INT32_LIMIT and not math.isinf(low) and not math.isinf(high):
+                return True
+    return False
+
+
+def _unravel(flat: str, variables) -> list[tuple[str, str]]:
+    out = []
+    for i, v in enumerate(variables):
+        stride = _size(variables[i + 1:])
+        code = f"{flat} // {stride}" if stride > 1 else flat
+        if i > 0:
+            code = f"({code}) % {v.arg[1]}" if stride > 1 else f"{code} % {v.arg[1]}"
+        out.append((v.arg[0], code))
+    return out
+
+
+def _size(variables) -> int:
+    n = 1
+    for v in variables:
+        n *= v.arg[1]
+    return n
+
+
+def _contiguous(shape) -> tuple[int, ...]:
+    strides, running = [], 1
+    for d in reversed(shape):
+        strides.append(running)
+        running *= max(d, 1)
+    return tuple(reversed(strides))
+
+
+def _dedupe(configs: list[dict]) -> list[dict]:
+    out: list[dict] = []
+    for c in configs:
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def render_kernel(kernel: K.Kernel) -> TritonKernel:
+    return _KernelWriter(kernel).render()

@@ -1,0 +1,325 @@
+"""The Triton backend: generated `@triton.jit` kernels, on the CPU under Triton's interpreter and on CUDA as cubins
+launched through the CUDA driver.
+
+Triton decides when it is imported whether it interprets or compiles, so one pytest process runs one half:
+    TRITON_INTERPRET=1 python -m pytest tests/test_triton_backend.py    # the CPU half, under the interpreter
+    python -m pytest tests/test_triton_backend.py                       # the compiler half: kernels compiled for
+                                                                         # sm_90 anywhere; on a GPU, the gpu tests
+Every zoo model and every op of the op table (its samples, tests/op_samples) runs on the CPU half; the largest zoo
+model (100k elements) takes under a second under the interpreter, so nothing is skipped for speed.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+
+import jit2triton
+from jit2triton.transpiler import kernel_ir as K
+
+from models import MODELS
+from test_models import assert_same_outputs, build, copied, fresh_calls
+from test_ops import LOWERED, SAMPLES, assert_ran_in_a_kernel, assert_same, permuted
+
+pytest.importorskip("triton")
+from jit2triton.emitters.compile_triton import interpreter_active  # noqa: E402
+from jit2triton.emitters.triton import render_kernel  # noqa: E402
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")  # numpy, on masked-off lanes
+INTERPRETED = interpreter_active()
+HAS_GPU = torch.cuda.is_available()
+on_cpu = pytest.mark.skipif(not INTERPRETED, reason="Triton kernels run on the CPU only under its interpreter: "
+                                                    "start Python with TRITON_INTERPRET=1")
+
+
+def on_gpu(test):
+    skip = pytest.mark.skipif(not HAS_GPU or INTERPRETED,
+                              reason="needs a CUDA device and Triton's compiler (start Python without TRITON_INTERPRET)")
+    return pytest.mark.gpu(skip(test))
+
+
+GPU_TOLERANCE = 2e-5  # tl.exp is the GPU's fast exp (about 7 ulp); TorchScript's reference runs on the CPU
+
+
+def zoo():
+    return [pytest.param(spec, id=spec.name) for spec in MODELS]
+
+
+def cuda_zoo():
+    for spec in MODELS:
+        for graphs in (True, False):
+            yield pytest.param(spec, graphs, id=f"{spec.name}-{'graphs' if graphs else 'no_graphs'}")
+
+
+def run_package(source, example, device: str, tmp_path, name: str = "model"):
+    """Convert with the triton backend, save, and load the package back."""
+    path = tmp_path / f"{name}.j2t"
+    jit2triton.convert(source, example_inputs=example, device=device, backend="triton").save(path)
+    return jit2triton.load(path)
+
+
+def on(device: str, call: tuple) -> tuple:
+    return tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in call)
+
+
+def to_cpu(value):
+    if isinstance(value, torch.Tensor):
+        return value.cpu()
+    if isinstance(value, (list, tuple)):
+        return type(value)(to_cpu(v) for v in value)
+    if isinstance(value, dict):
+        return {k: to_cpu(v) for k, v in value.items()}
+    return value
+
+
+# --- the CPU, under the interpreter ------------------------------------------------------------------------------
+
+
+@on_cpu
+@pytest.mark.parametrize("spec", zoo())
+def test_zoo_model_matches_torchscript_under_the_interpreter(spec, tmp_path):
+    source, reference, example = build(spec, tmp_path)
+    loaded = run_package(source, example, "cpu", tmp_path, spec.name)
+    assert loaded.manifest["backend"] == "triton"
+    for call in fresh_calls(spec, example):
+        pristine = copied(call)
+        assert_same_outputs(loaded(*call), reference(*copied(call)), spec)
+        for i, (after, before) in enumerate(zip(call, pristine)):
+            if isinstance(before, torch.Tensor):
+                assert torch.equal(after, before), f"the package modified input {i} in place"
+
+
+@on_cpu
+@pytest.mark.parametrize("op", LOWERED)
+def test_every_lowered_op_matches_torchscript_under_the_interpreter(op):
+    if op not in SAMPLES:
+        pytest.skip(f"{op} has no sample (test_ops.py reports it)")
+    for i, sample in enumerate(SAMPLES[op]):
+        torch.manual_seed(0)
+        example = sample.make_inputs()
+        model = sample.build(example)
+        converted = jit2triton.convert(model, example_inputs=example, device="cpu", backend="triton")
+        assert_ran_in_a_kernel(op, converted)
+        torch.manual_seed(1234 + i)
+        fresh = sample.make_inputs()
+        expected = model(*fresh)
+        assert_same(converted(*fresh), expected, f"{op} sample {i}")
+        assert_same(converted(*permuted(fresh)), expected, f"{op} sample {i}, inputs permuted")
+
+
+def long_rows(x, w):
+    """Rows past the one-tile limit: looped reductions (sum, max, argmax with NaN and ties) and a looped sweep."""
+    centered = x - x.mean()  # a global mean, then a sweep over 3 x 5000 elements
+    values, where = x.max(dim=1)
+    return torch.softmax(x * w, dim=-1), centered, values, where, (x > 0).any(dim=1), x.sum(dim=0)
+
+
+def long_rows_inputs():
+    x = torch.randn(3, 5000)
+    x[0, 4321] = float("nan")
+    x[0, 4444] = float("nan")  # the first NaN wins
+    x[1, 17] = x[1, 4999] = 50.0  # a tie: the first index wins
+    return x, torch.randn(5000)
+
+
+@on_cpu
+def test_looped_reductions_and_sweeps_match_torchscript(tmp_path):
+    torch.manual_seed(0)
+    example = long_rows_inputs()
+    model = torch.jit.trace(long_rows, example)
+    loaded = run_package(model, example, "cpu", tmp_path)
+    assert "for r" in loaded.code and "for y_start in range" in loaded.code, "the looped paths were not exercised"
+    fresh = long_rows_inputs()
+    for actual, expected in zip(loaded(*fresh), model(*fresh)):
+        torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def integer_division(a, b):
+    return torch.div(a, b, rounding_mode="trunc"), a // b, a % b, torch.fmod(a, b)
+
+
+@on_cpu
+def test_integer_division_truncates_floors_and_takes_the_divisors_sign_exactly_past_2_to_the_24():
+    a = torch.tensor([2 ** 40 + 7, -7, 7, -2 ** 50 - 3, 0])
+    b = torch.tensor([3, 2, -2, 5, -3])
+    model = torch.jit.script(integer_division)
+    converted = jit2triton.convert(model, example_inputs=(a, b), backend="triton")
+    for actual, expected in zip(converted(a, b), model(a, b)):
+        assert torch.equal(actual, expected), (actual, expected)
+
+
+def half_precision(x, y):
+    return torch.nn.functional.layer_norm(x, (16,)) * y + 1, (x.float() * 3).to(torch.bfloat16).sum(-1)
+
+
+@on_cpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_loads_compute_in_float32_and_round_on_store(dtype, tmp_path):
+    example = (torch.randn(4, 16).to(dtype), torch.randn(16).to(dtype))
+    model = torch.jit.trace(half_precision, example)
+    loaded = run_package(model, example, "cpu", tmp_path)
+    assert ".to(tl.float32)" in loaded.code
+    fresh = (torch.randn(4, 16).to(dtype), torch.randn(16).to(dtype))
+    for actual, expected in zip(loaded(*fresh), model(*fresh)):
+        torch.testing.assert_close(actual, expected, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.skipif(not INTERPRETED and not HAS_GPU, reason="needs the interpreter or a GPU to convert")
+def test_each_kernel_source_starts_with_the_nodes_and_lines_it_came_from():
+    example = (torch.randn(4, 8), torch.randn(8))
+    model = torch.jit.trace(lambda x, b: torch.softmax(torch.relu(x + b), dim=-1), example)
+    device = "cpu" if INTERPRETED else "cuda"
+    converted = jit2triton.convert(model, example_inputs=on(device, example), device=device, backend="triton")
+    sources = dict(part.split("\n", 1) for part in converted.code.split("# ---- ")[1:])
+    assert converted.manifest["kernels"]
+    for kernel in converted.manifest["kernels"]:
+        source = sources[f"kernels/{kernel['name']}.py"]
+        lines = source.splitlines()
+        assert lines[0] == f"# {kernel['name']}: fused from {len(kernel['provenance'])} TorchScript node(s)"
+        assert any("aten::softmax" in line and "test_triton_backend.py" in line for line in lines), lines[:6]
+        assert f"def {kernel['name']}(" in source and "@triton.jit" in source
+
+
+def test_index_math_moves_to_int64_when_an_offset_passes_int32():
+    i0, i1 = K.var("i0", 3), K.var("i1", 4)
+    huge = 2 ** 31  # a stride past int32: 2 * 2**31 overflows 32-bit offsets
+    value = K.load("buf0", i0 * huge + i1, "float32")
+    kernel = K.Kernel("k_huge", (i0, i1), [K.KernelBuffer("buf0", "float32", (3, 4), (huge, 1))],
+                      [K.KernelBuffer("buf1", "float32", (3, 4), (4, 1))], [value])
+    assert "tl.program_id(0).to(tl.int64)" in render_kernel(kernel).source
+    small = K.Kernel("k_small", (i0, i1), [K.KernelBuffer("buf0", "float32", (3, 4), (4, 1))],
+                     [K.KernelBuffer("buf1", "float32", (3, 4), (4, 1))], [K.load("buf0", i0 * 4 + i1, "float32")])
+    assert "int64" not in render_kernel(small).source
+
+
+@pytest.mark.skipif(INTERPRETED, reason="compiling needs Triton's compiler: start Python without TRITON_INTERPRET")
+def test_zoo_kernels_compile_to_hopper_cubins_on_any_machine(monkeypatch):
+    """Triton compiles for a named GPU with its bundled ptxas, so the GPU code path is checked without a GPU."""
+    from triton import compile as triton_compile
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from jit2triton import api
+    from jit2triton.emitters.compile_triton import FP_FUSION, kernel_function
+    kernels = []
+    build_kernels = api.build_kernels
+    monkeypatch.setattr(api, "build_kernels", lambda found, *rest: kernels.extend(found) or build_kernels(found, *rest))
+    for spec in MODELS:
+        torch.manual_seed(0)
+        model, example = spec.build()
+        jit2triton.convert(model, example_inputs=example, backend="cpp")
+    assert len(kernels) > 20
+    for kernel in kernels:
+        rendered = render_kernel(kernel)
+        fn = kernel_function(rendered.source, rendered.name)
+        config = rendered.configs[0]
+        signature = dict(zip(fn.arg_names, rendered.arg_types)) | {c: "constexpr" for c in config["constants"]}
+        constants = {(fn.arg_names.index(c),): v for c, v in config["constants"].items()}
+        compiled = triton_compile(ASTSource(fn, signature, constexprs=constants), target=GPUTarget("cuda", 90, 32),
+                                  options={"num_warps": config["num_warps"], "enable_fp_fusion": FP_FUSION})
+        assert compiled.asm["cubin"][:4] == b"\x7fELF" and compiled.metadata.name == rendered.name
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="checks the message a process without the interpreter gives")
+def test_cpu_package_without_the_interpreter_says_how_to_enable_it(tmp_path):
+    example = (torch.randn(3, 5),)
+    path = tmp_path / "cpu_triton.j2t"
+    jit2triton.convert(torch.jit.trace(torch.sin, example), example_inputs=example, backend="triton").save(path)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = f"import jit2triton; jit2triton.load({str(path)!r})"
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0
+    assert "PackageDeviceError" in result.stderr and "TRITON_INTERPRET=1" in result.stderr, result.stderr[-2000:]
+
+
+# --- CUDA: cubins through the driver -----------------------------------------------------------------------------
+
+
+@on_gpu
+@pytest.mark.parametrize("spec, cuda_graphs", cuda_zoo())
+def test_zoo_model_on_cuda_matches_torchscript(spec, cuda_graphs, tmp_path):
+    source, reference, example = build(spec, tmp_path)
+    path = tmp_path / f"{spec.name}.j2t"
+    jit2triton.convert(source, example_inputs=on("cuda", example), device="cuda").save(path)
+    loaded = jit2triton.load(path, cuda_graphs=cuda_graphs)
+    manifest = loaded.manifest
+    assert manifest["backend"] == "triton"
+    major, minor = torch.cuda.get_device_capability()
+    assert not manifest["kernels"] or manifest["triton"]["target"]["arch"] == major * 10 + minor
+    tolerant = type(spec)(**{**spec.__dict__, "rtol": max(spec.rtol, GPU_TOLERANCE),
+                             "atol": max(spec.atol, GPU_TOLERANCE)})
+    for call in fresh_calls(spec, example):
+        expected = reference(*copied(call))
+        for _ in range(2):  # a CUDA graph captures on the first call and replays on the second
+            assert_same_outputs(to_cpu(loaded(*on("cuda", call))), expected, tolerant)
+
+
+@on_gpu
+def test_loading_and_calling_a_gpu_package_never_runs_the_triton_compiler(tmp_path, monkeypatch):
+    example = (torch.randn(64, 300, device="cuda"),)
+    model = torch.jit.trace(lambda x: torch.softmax(x, -1) * torch.tanh(x), (example[0].cpu(),))
+    path = tmp_path / "m.j2t"
+    jit2triton.convert(model, example_inputs=example, device="cuda").save(path)
+    import triton
+    import triton.compiler.compiler as compiler
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the Triton compiler ran at load time")
+
+    monkeypatch.setattr(triton, "compile", forbidden)
+    monkeypatch.setattr(compiler, "compile", forbidden)
+    loaded = jit2triton.load(path, cuda_graphs=False)
+    x = torch.randn(64, 300)
+    torch.testing.assert_close(loaded(x.cuda()).cpu(), model(x), rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)
+
+
+@on_gpu
+def test_gpu_of_another_architecture_rebuilds_from_source_with_one_warning(tmp_path):
+    from conftest import rewrite_package
+    example = (torch.randn(8, 32),)
+    model = torch.jit.trace(lambda x: torch.nn.functional.gelu(x) - x.mean(-1, keepdim=True), example)
+    built = tmp_path / "built.j2t"
+    jit2triton.convert(model, example_inputs=on("cuda", example), device="cuda").save(built)
+    foreign = tmp_path / "foreign.j2t"
+
+    def pretend_older_gpu(manifest):
+        for entry in manifest["triton"]["kernels"].values():
+            entry["arch"] = 70
+
+    rewrite_package(built, foreign, edit_manifest=pretend_older_gpu)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = jit2triton.load(foreign)
+    rebuilt = [w for w in caught if "rebuilding them from the bundled sources" in str(w.message)]
+    assert len(rebuilt) == 1, [str(w.message) for w in caught]
+    x = torch.randn(8, 32)
+    torch.testing.assert_close(loaded(x.cuda()).cpu(), model(x), rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)
+
+
+@on_gpu
+def test_unaligned_input_is_copied_before_launch(tmp_path):
+    example = (torch.randn(5, 7),)
+    model = torch.jit.trace(lambda x: torch.exp(x) + 1, example)
+    path = tmp_path / "m.j2t"
+    jit2triton.convert(model, example_inputs=on("cuda", example), device="cuda").save(path)
+    loaded = jit2triton.load(path, cuda_graphs=False)
+    storage = torch.randn(1 + 35, device="cuda")
+    x = storage[1:].view(5, 7)  # contiguous, but 4 bytes past an aligned address
+    assert x.data_ptr() % 16
+    torch.testing.assert_close(loaded(x), torch.exp(x) + 1)
+
+
+@on_gpu
+def test_big_kernels_are_autotuned_and_stay_correct(tmp_path):
+    example = (torch.randn(1024, 2048),)
+    model = torch.jit.trace(lambda x: torch.softmax(x, -1) + torch.sigmoid(x), example)
+    path = tmp_path / "m.j2t"
+    converted = jit2triton.convert(model, example_inputs=on("cuda", example), device="cuda")
+    converted.save(path)
+    entries = converted.manifest["triton"]["kernels"].values()
+    assert all(e["grid"][0] >= 1 and e["num_warps"] >= 1 for e in entries)
+    x = torch.randn(1024, 2048)
+    torch.testing.assert_close(jit2triton.load(path)(x.cuda()).cpu(), model(x), rtol=GPU_TOLERANCE, atol=1e-6)
