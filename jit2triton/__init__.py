@@ -5,7 +5,17 @@
     m = jit2triton.load("model.j2t")
     y = m(x)
 """
-from .errors import (
+import os as _os
+
+# Installed, the pipeline folders are subpackages (pyproject's package-dir mapping). Run from a source checkout, or
+# installed by a setuptools too old for that mapping in editable mode, they sit beside this folder instead: let the
+# package find them there.
+_checkout = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+if not _os.path.isdir(_os.path.join(__path__[0], "loaders")) and _os.path.isfile(
+        _os.path.join(_checkout, "loaders", "__init__.py")):
+    __path__.append(_checkout)
+
+from .errors import (  # noqa: E402
     ConversionError,
     CorruptPackageError,
     InputError,
@@ -15,8 +25,8 @@ from .errors import (
     PackageError,
     PackageVersionError,
 )
-from .api import Converted, convert, load
-from .version import __version__
+from .api import Converted, convert, load  # noqa: E402
+from .version import __version__  # noqa: E402
 
 __all__ = [
     "convert", "load", "Converted", "__version__",
