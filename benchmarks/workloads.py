@@ -79,7 +79,7 @@ def _randn(*shape, device, dtype):
 
 
 WORKLOADS = {
-    "sin+cos 0-d": Workload("sin+cos 0-d", lambda dev, dt: (SinPlusCos(), (_randn(device=dev, dtype=torch.float32),))),
+    "sin+cos 0-d": Workload("sin+cos 0-d", lambda dev, dt: (SinPlusCos(), (torch.randn((), device=dev),))),
     "sin2+cos2 16M": Workload("sin2+cos2 16M", lambda dev, dt: (SinCos(), (_randn(1 << 24, device=dev, dtype=torch.float32),))),
     "numpy_fn 1024x640": Workload("numpy_fn 1024x640", lambda dev, dt: (
         NumpyFn(), (_randn(1024, 640, device=dev, dtype=torch.float32), _randn(1024, 640, device=dev, dtype=torch.float32)))),

@@ -16,9 +16,30 @@ HOST_READS = {"aten::Int.Tensor", "aten::Float.Tensor", "aten::Bool.Tensor", "at
               "aten::is_nonzero", "aten::allclose", "prim::RaiseException"}
 
 
+LAUNCH_US = 4.0  # what a replay saves per step: the host's launch cost, which a graph does not pay
+COPY_BYTES_PER_US = 1.5e6  # what copying inputs in and outputs out of the graph's buffers costs
+
+
 def capturable(plan: dict) -> bool:
     """Whether every step of the plan can live inside one CUDA graph."""
     return all(step["kind"] in ("call", "kernel") and step.get("op") not in HOST_READS for step in plan["steps"])
+
+
+def worth_capturing(plan: dict, signature: dict) -> bool:
+    """A graph saves each step's launch but costs a copy of every input and output: for a few steps over large
+    tensors (sin(x)**2 + cos(x)**2 over 16M floats) the copies cost more than the launches they save."""
+    copied = sum(_bytes(d) for d in signature["inputs"]) + _bytes(signature["outputs"])
+    return copied / COPY_BYTES_PER_US < LAUNCH_US * len(plan["steps"])
+
+
+def _bytes(desc: dict) -> int:
+    if desc.get("type") == "Tensor":
+        n = 1
+        for d in desc["shape"]:
+            n *= d
+        return n * getattr(torch, desc["dtype"]).itemsize
+    items = desc.get("items", [])
+    return sum(_bytes(d) for d in (items.values() if isinstance(items, dict) else items))
 
 
 MAX_GRAPHS = 8  # distinct values of the non-tensor inputs kept captured; beyond that, calls run step by step

@@ -11,7 +11,7 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, PackageDeviceError, PackageVersionError
 
-from .cuda_graph import GraphRunner, capturable
+from .cuda_graph import GraphRunner, capturable, worth_capturing
 from .executor import Executor
 from .literals import map_plan_literals
 from .package import PackageContents
@@ -35,7 +35,8 @@ class Runtime:
         defaults = [d["default"] if "default" in d else NO_DEFAULT for d in signature]
         self.check_inputs = InputChecker(signature, self.device, defaults, contiguous=bool(kernels))
         self.run = self.executor
-        if cuda_graphs and self.device.type == "cuda" and capturable(plan):
+        if (cuda_graphs and self.device.type == "cuda" and capturable(plan)
+                and worth_capturing(plan, manifest["signature"])):
             self.run = GraphRunner(self.executor, alias_outputs)
         self.uses_cuda_graph = isinstance(self.run, GraphRunner)
 

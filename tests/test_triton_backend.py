@@ -202,11 +202,12 @@ def test_zoo_kernels_compile_to_hopper_cubins_on_any_machine(monkeypatch):
     from triton import compile as triton_compile
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-    from jit2triton import api
+    from jit2triton import conversion
     from jit2triton.emitters.compile_triton import FP_FUSION, kernel_function
     kernels = []
-    build_kernels = api.build_kernels
-    monkeypatch.setattr(api, "build_kernels", lambda found, *rest: kernels.extend(found) or build_kernels(found, *rest))
+    build_kernels = conversion.build_kernels
+    monkeypatch.setattr(conversion, "build_kernels",
+                        lambda found, *rest: kernels.extend(found) or build_kernels(found, *rest))
     for spec in MODELS:
         torch.manual_seed(0)
         model, example = spec.build()
@@ -323,3 +324,18 @@ def test_big_kernels_are_autotuned_and_stay_correct(tmp_path):
     assert all(e["grid"][0] >= 1 and e["num_warps"] >= 1 for e in entries)
     x = torch.randn(1024, 2048)
     torch.testing.assert_close(jit2triton.load(path)(x.cuda()).cpu(), model(x), rtol=GPU_TOLERANCE, atol=1e-6)
+
+
+@on_gpu
+def test_a_launch_bound_plan_runs_as_one_cuda_graph(tmp_path):
+    example = torch.randn(())
+    model = torch.jit.trace(lambda x: torch.sin(x) + torch.cos(x), (example,))
+    path = tmp_path / "sincos.j2t"
+    jit2triton.convert(model, example_inputs=(example.cuda(),), device="cuda").save(path)
+    graphed, stepped = jit2triton.load(path), jit2triton.load(path, cuda_graphs=False)
+    assert graphed._runtime.uses_cuda_graph and not stepped._runtime.uses_cuda_graph
+    for _ in range(3):
+        x = torch.randn(())
+        expected = model(x)
+        torch.testing.assert_close(graphed(x.cuda()).cpu(), expected, rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)
+        torch.testing.assert_close(stepped(x.cuda()).cpu(), expected, rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)

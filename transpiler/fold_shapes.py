@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from .infer_shapes import ShapeRecorder
-from .ir import Block, Graph, Node, Type, Value, walk_block
+from .ir import Block, Graph, Node
 from .op_table import HOST, POINTWISE, lookup
 
 SHAPE_READERS = {"aten::size", "aten::size.int", "aten::dim", "aten::numel", "prim::dtype", "prim::device",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from typing import Any, Optional
+from typing import Any
 
 from . import kernel_ir as K
 from . import lower_pointwise, lower_pooling, lower_reductions, lower_views  # noqa: F401  (they register lowerings)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from . import kernel_ir as K
-from .lower_reductions import elementwise, reduce_box
 from .lowering import lowering, make_box, require
 
 

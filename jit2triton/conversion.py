@@ -1,0 +1,169 @@
+"""Conversion: the pipeline loaders -> transpiler -> emitters -> a package's contents."""
+from __future__ import annotations
+
+import os
+import platform
+import time
+from typing import Any, Optional, Sequence, Union
+
+import torch
+
+from jit2triton.deploy.executor import Executor, StepError
+from jit2triton.deploy.literals import encode
+from jit2triton.deploy.package import PackageContents
+from jit2triton.deploy.runtime import DeviceLike
+from jit2triton.deploy.signature import describe
+from jit2triton.emitters.build import build_cpp, kernel_index
+from jit2triton.loaders import load_script
+from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource
+from jit2triton.transpiler.fold_shapes import fold_shapes
+from jit2triton.transpiler.from_torchscript import from_torchscript
+from jit2triton.transpiler.fuse import KERNEL_OP, fuse
+from jit2triton.transpiler.fuse_attention import fuse_attention
+from jit2triton.transpiler.infer_shapes import ShapeRecorder
+from jit2triton.transpiler.ir import MISSING
+from jit2triton.transpiler.report import summarize
+from jit2triton.transpiler.schedule import schedule
+from jit2triton.transpiler.unpack_splits import unpack_splits
+
+from .errors import ConversionError, InputError, PackageDeviceError
+from .version import __version__
+
+Progress = Any
+
+BACKENDS = ("cpp", "triton", "aten")
+
+
+def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None,
+                       device: DeviceLike = "cpu", backend: Optional[str] = None, map_location: DeviceLike = None,
+                       progress: Optional[Progress] = None) -> tuple[PackageContents, torch.device]:
+    """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
+
+    `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
+    gives defaults for may be left out. `backend` picks the kernel generator: "cpp" (C++/OpenMP, the default on
+    the CPU), "triton" (the default on CUDA; on the CPU it runs under the Triton interpreter), or "aten" (no
+    generated kernels: every op through ATen).
+    """
+    say = progress or (lambda message: None)
+    started = time.perf_counter()
+    target = torch.device(device or "cpu")
+    if target.type == "cuda" and not torch.cuda.is_available():
+        raise PackageDeviceError("device='cuda' was asked for but this machine has no CUDA device; use device='cpu'")
+    backend = backend or ("triton" if target.type == "cuda" else "cpp")
+    if backend not in BACKENDS:
+        raise ConversionError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "cpp" and target.type != "cpu":
+        raise ConversionError("the C++ backend generates CPU kernels; use device='cpu' or backend='triton'")
+    say("loading TorchScript (freeze, inline, normalise)")
+    script = load_script(model, map_location=map_location)
+    inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
+    inputs = [x.to(target).contiguous() if isinstance(x, torch.Tensor) else x for x in inputs]
+    say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
+    graph = from_torchscript(script.graph, script.input_names, script.input_defaults, script.name, NO_DEFAULT)
+    retarget_constants(graph, target)
+    sched = schedule(graph)
+    say("inferring shapes and dtypes from the example inputs")
+    recorder = ShapeRecorder(sched.nodes)
+    recorder.observe_values(graph.inputs, inputs)
+    weights_on_device = {name: w.to(target) for name, w in graph.weights.items()}
+    try:
+        outputs = Executor(sched.plan, weights_on_device, sched.node_table, observe=recorder)(inputs)
+    except StepError as err:
+        raise ConversionError(f"running the model on the example inputs failed: {err}") from None
+    recorder.annotate(graph)
+    output = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    files, kernels, backend_section = {}, [], {}
+    if backend != "aten":
+        say(f"fusing and generating {backend} kernels")
+        fold_shapes(graph, recorder)
+        unpack_splits(graph)
+        fuse_attention(graph)
+        fuse(graph, target.type)
+        kernels = [n.attrs["kernel"] for n in graph.walk() if n.op == KERNEL_OP]
+        files, backend_section = build_kernels(kernels, backend, say, target)
+        sched = schedule(graph)
+    manifest = {
+        "producer": {"jit2triton": __version__, "torch": torch.__version__, "triton": _triton_version(),
+                     "python": platform.python_version()},
+        "device": target.type,
+        "backend": backend,
+        "model": {"name": script.name, "source": os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""},
+        "signature": {"inputs": _input_signature(script.input_names, script.input_defaults, inputs),
+                      "outputs": describe(output)},
+        "plan": sched.plan,
+        "nodes": sched.node_table,
+        "kernels": kernel_index(kernels, backend),
+        "report": dict(summarize(sched.node_table),
+                       folded_nodes=sum(1 for n in graph.walk() if "folded_from" in n.attrs)),
+        "ir": str(graph),
+        **backend_section,
+    }
+    weights = {name: w.to("cpu") for name, w in graph.weights.items()}
+    contents = PackageContents(manifest, weights, files)
+    say(f"converted in {time.perf_counter() - started:.2f}s")
+    return contents, target
+
+
+def build_kernels(kernels: list, backend: str, say: Progress,
+                  device: DeviceLike = None) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """Package members and the manifest's backend section for the kernels. `device` is the conversion target;
+    without it the triton backend targets the device this process can build for (the CPU under the interpreter)."""
+    if not kernels:
+        return {}, {}
+    if backend == "cpp":
+        say(f"compiling {len(kernels)} C++ kernels")
+        files, section = build_cpp(kernels)
+        return files, {"cpp": section}
+    if backend == "triton":
+        from jit2triton.emitters.compile_triton import build_triton, buildable_device
+        target = torch.device(device) if device is not None else buildable_device()
+        say(f"rendering {len(kernels)} Triton kernels" + (" and compiling them" if target.type == "cuda" else ""))
+        files, section = build_triton(kernels, target)
+        return files, {"triton": section}
+    raise ConversionError(f"the {backend} backend is not available in this build")
+
+
+def retarget_constants(graph, target: torch.device) -> None:
+    """Device constants baked in by tracing on another device (a traced LSTM's zero state on the CPU) name the
+    conversion target instead: converting for CUDA means running on CUDA."""
+    weights_on = {w.device.type for w in graph.weights.values()} or {"cpu"}
+    for node in graph.walk():
+        value = node.attrs.get("value")
+        if node.op == "prim::Constant" and isinstance(value, torch.device) and value.type in weights_on:
+            node.attrs["value"] = target
+
+
+def _complete_inputs(example_inputs, names: list[str], defaults: list[Any]) -> list[Any]:
+    if example_inputs is None:
+        example_inputs = ()
+    elif isinstance(example_inputs, torch.Tensor) or not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    given = list(example_inputs)
+    required = [n for n, d in zip(names, defaults) if d is NO_DEFAULT]
+    if len(given) < len(required) or len(given) > len(names):
+        raise InputError(
+            f"the model takes inputs ({', '.join(names)}), {len(required)} without defaults; got {len(given)} "
+            "example inputs. Pass example_inputs=(...) with one value per input, in order")
+    return given + list(defaults[len(given):])
+
+
+def _input_signature(names: list[str], defaults: list[Any], inputs: list[Any]) -> list[dict[str, Any]]:
+    signature = []
+    for name, default, value in zip(names, defaults, inputs):
+        entry = {"name": name, **describe(value)}
+        if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and value.numel():
+            entry["range"] = [int(value.min()), int(value.max()) + 1]  # for random inputs that stay valid
+        elif isinstance(value, (bool, int, float, str)):
+            entry["example"] = value
+        if default is not NO_DEFAULT and default is not MISSING:
+            entry["default"] = encode(default)
+        signature.append(entry)
+    return signature
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+        return triton.__version__
+    except ImportError:
+        return ""
