@@ -127,10 +127,16 @@ class Executor:
         out_specs = [(tuple(shape), getattr(torch, dtype)) for shape, dtype in step["out_types"]]
         outs, free = step["outs"], step.get("free", ())
         node, observe = step["node"], self.observe
+        checked = [(i, tuple(strides)) for i, strides in enumerate(step.get("in_strides", ())) if strides is not None]
 
         def kernel(env: list) -> None:
             outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in out_specs]
-            launch([get(env) for get in getters], outputs)
+            inputs = [get(env) for get in getters]
+            for i, strides in checked:  # the kernel indexes with these strides: give it exactly that layout
+                x = inputs[i]
+                if x.stride() != strides:
+                    inputs[i] = torch.empty_strided(x.shape, strides, dtype=x.dtype, device=x.device).copy_(x)
+            launch(inputs, outputs)
             for slot, value in zip(outs, outputs):
                 env[slot] = value
             if observe:

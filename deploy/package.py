@@ -2,7 +2,8 @@
 
     manifest.json     format version, producer versions, device, signature, plan, weights index, kernels,
                       provenance and the conversion report
-    weights.bin       every weight's raw bytes, 64-byte aligned, stored uncompressed; dtype/shape/offset in the manifest
+    weights.bin       every weight's raw bytes, 64-byte aligned, stored uncompressed, in its memory order
+                      (channels-last stays channels-last); dtype/shape/offset/memory_order in the manifest
     kernels/          generated kernel sources (Triton, C++)
     binaries/         compiled kernels (cubins, shared libraries)
     checksums.json    sha256 of every other member
@@ -109,15 +110,28 @@ def _verify(path: str, members: dict[str, bytes]) -> None:
         raise CorruptPackageError(f"{path!r} lacks members {sorted(missing)}; re-run `jit2triton convert`")
 
 
+def memory_order(tensor: torch.Tensor) -> list[int]:
+    """The dims from outermost to innermost in memory (channels-last conv weights are [0, 2, 3, 1]); kept in the
+    package so that loaded weights have the layout the kernels were generated for. Identity for a tensor that is
+    not a dense permutation of a contiguous one (those are stored contiguous)."""
+    order = sorted(range(tensor.dim()), key=lambda d: (-tensor.stride(d), d))
+    dense = tensor.permute(order).is_contiguous() if tensor.dim() else True
+    return order if dense else list(range(tensor.dim()))
+
+
 def _pack_weights(weights: dict[str, torch.Tensor]) -> tuple[dict, bytes]:
     index, out, offset = {}, io.BytesIO(), 0
     for name, tensor in weights.items():
-        data = tensor.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+        order = memory_order(tensor)
+        stored = tensor.detach().to("cpu").permute(order).contiguous()
+        data = stored.reshape(-1).view(torch.uint8).numpy().tobytes()
         pad = -offset % ALIGN
         out.write(b"\0" * pad)
         offset += pad
         index[name] = {"dtype": str(tensor.dtype).removeprefix("torch."), "shape": list(tensor.shape),
                        "offset": offset, "nbytes": len(data)}
+        if order != sorted(order):
+            index[name]["memory_order"] = order
         out.write(data)
         offset += len(data)
     return index, out.getvalue()
@@ -135,5 +149,7 @@ def _unpack_weights(index: dict, blob: bytes) -> dict[str, torch.Tensor]:
             weights[name] = torch.empty(shape, dtype=dtype)
             continue
         flat = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=offset)
-        weights[name] = flat.view(dtype).reshape(shape)
+        order = entry.get("memory_order", list(range(len(shape))))
+        inverse = [order.index(d) for d in range(len(shape))]
+        weights[name] = flat.view(dtype).reshape([shape[d] for d in order]).permute(inverse)
     return weights

@@ -10,7 +10,7 @@ import torch
 
 from jit2triton.deploy.executor import Executor, StepError
 from jit2triton.deploy.literals import encode
-from jit2triton.deploy.package import PackageContents
+from jit2triton.deploy.package import PackageContents, memory_order
 from jit2triton.deploy.runtime import DeviceLike
 from jit2triton.deploy.signature import describe
 from jit2triton.emitters.build import build_cpp, kernel_index
@@ -61,23 +61,18 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
     graph = from_torchscript(script.graph, script.input_names, script.input_defaults, script.name, NO_DEFAULT)
     retarget_constants(graph, target)
-    sched = schedule(graph)
+    graph.weights = {name: keep_layout(w) for name, w in graph.weights.items()}
     say("inferring shapes and dtypes from the example inputs")
-    recorder = ShapeRecorder(sched.nodes)
-    recorder.observe_values(graph.inputs, inputs)
-    weights_on_device = {name: w.to(target) for name, w in graph.weights.items()}
-    try:
-        outputs = Executor(sched.plan, weights_on_device, sched.node_table, observe=recorder)(inputs)
-    except StepError as err:
-        raise ConversionError(f"running the model on the example inputs failed: {err}") from None
-    recorder.annotate(graph)
+    recorder, outputs = observe(graph, inputs, target)
     output = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    sched = schedule(graph)
     files, kernels, backend_section = {}, [], {}
     if backend != "aten":
         say(f"fusing and generating {backend} kernels")
         fold_shapes(graph, recorder)
         unpack_splits(graph)
         fuse_attention(graph)
+        observe(graph, inputs, target)  # the rewrites made new values (a fused attention's output has its own strides)
         fuse(graph, target.type)
         kernels = [n.attrs["kernel"] for n in graph.walk() if n.op == KERNEL_OP]
         files, backend_section = build_kernels(kernels, backend, say, target)
@@ -104,6 +99,21 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     return contents, target
 
 
+def observe(graph, inputs: list, target: torch.device) -> tuple[ShapeRecorder, list]:
+    """Run the graph once on the example inputs through ATen and write every value's dtype, shape and strides into
+    the IR: this is the reference interpreter behind shape inference."""
+    sched = schedule(graph)
+    recorder = ShapeRecorder(sched.nodes)
+    recorder.observe_values(graph.inputs, inputs)
+    weights_on_device = {name: w.to(target) for name, w in graph.weights.items()}
+    try:
+        outputs = Executor(sched.plan, weights_on_device, sched.node_table, observe=recorder)(inputs)
+    except StepError as err:
+        raise ConversionError(f"running the model on the example inputs failed: {err}") from None
+    recorder.annotate(graph)
+    return recorder, outputs
+
+
 def build_kernels(kernels: list, backend: str, say: Progress,
                   device: DeviceLike = None) -> tuple[dict[str, bytes], dict[str, Any]]:
     """Package members and the manifest's backend section for the kernels. `device` is the conversion target;
@@ -121,6 +131,13 @@ def build_kernels(kernels: list, backend: str, say: Progress,
         files, section = build_triton(kernels, target)
         return files, {"triton": section}
     raise ConversionError(f"the {backend} backend is not available in this build")
+
+
+def keep_layout(weight: torch.Tensor) -> torch.Tensor:
+    """A weight as the package will hold it: its memory order kept when dense (channels-last), else contiguous, so
+    the strides seen while converting are the strides the loaded package has."""
+    order = memory_order(weight)
+    return weight if weight.permute(order).is_contiguous() else weight.contiguous()
 
 
 def retarget_constants(graph, target: torch.device) -> None:

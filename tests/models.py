@@ -256,6 +256,32 @@ class TwoLayerLSTM(nn.Module):
 
 # ---- builders
 
+class AttentionThenPointwise(nn.Module):
+    """Softmax attention whose transposed output feeds pointwise math directly (as BERT's does): the fused
+    attention's output has its own strides, which the kernel reading it must respect."""
+
+    def __init__(self, dim: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads, self.qkv = heads, nn.Linear(dim, 3 * dim)
+
+    def forward(self, x: Tensor) -> Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q, k, v = (t.view(b, n, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        weights = torch.softmax(q @ k.transpose(2, 3) * 0.25, dim=-1)
+        out = (weights @ v).transpose(1, 2).contiguous().reshape(b, n, d)
+        return torch.tanh(out) * 2 + x
+
+
+def channels_last_cnn() -> nn.Module:
+    """Convolutions in channels-last memory format: weights and activations with permuted strides."""
+    model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, groups=2), nn.GELU())
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-0.5, 0.5)
+        model[1].running_var.uniform_(0.5, 1.5)
+    return model.eval().to(memory_format=torch.channels_last)
+
+
 def traced(make_model: Callable[[], Any], make_inputs: Callable[[], Inputs],
            strict: bool = True) -> Callable[[], tuple[Any, Inputs]]:
     """Build the model and its example inputs when the test runs, under the test's seed."""
@@ -299,6 +325,9 @@ MODELS: list[ModelSpec] = [
     ModelSpec("sin_plus_cos_0d", traced(lambda: sin_plus_cos, X_0D), one_call(X_0D)),
     ModelSpec("pythagorean_identity_100k", traced(lambda: pythagorean_identity, X_100K), one_call(X_100K)),
     ModelSpec("numpy_fn", traced(lambda: numpy_fn, A_B), one_call(A_B), rtol=1e-5, atol=1e-5),
+    ModelSpec("attention_then_pointwise", traced(AttentionThenPointwise, TOKENS), one_call(TOKENS), rtol=1e-5,
+              atol=1e-5),
+    ModelSpec("channels_last_cnn", traced(channels_last_cnn, IMAGES), one_call(IMAGES), rtol=1e-5, atol=1e-5),
     ModelSpec("residual_mlp_layernorm", traced(ResidualMLP, TOKENS), one_call(TOKENS)),
     ModelSpec("softmax_attention", traced(SelfAttention, TOKENS), one_call(TOKENS), generates_kernels=False),
     # freezing folds BN into the conv weights, which reassociates the arithmetic: a looser tolerance

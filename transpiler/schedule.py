@@ -63,6 +63,7 @@ class _PlanBuilder:
         self.memory = memory
         self.node_table: list[dict[str, Any]] = []
         self.nodes: list[Node] = []
+        self.made_by_kernels: set[int] = set()  # value ids that generated kernels write, dense row-major
 
     def ref(self, v: Value) -> list:
         return self.literals.get(v.id) or ["s", self.memory.slot[v.id]]
@@ -121,10 +122,16 @@ class _PlanBuilder:
                       for n in node.attrs["fused"]],
             "outputs": [f"%{v.name}" for v in node.outputs],
         })
+        # Inputs that ATen made are expected to have the strides seen while converting; the runtime checks them
+        # and copies any that differ into that layout, so a kernel never reads memory it does not expect.
+        in_strides = [None if v.id in self.made_by_kernels or v.id in self.literals else list(b.strides)
+                      for v, b in zip(node.inputs, kernel.inputs)]
+        self.made_by_kernels.update(v.id for v in node.outputs)
         step = {
             "kind": "kernel",
             "kernel": kernel.name,
             "args": [self.ref(v) for v in node.inputs],
+            "in_strides": in_strides,
             "outs": [self.memory.slot[v.id] for v in node.outputs],
             "out_types": [[list(b.shape), b.dtype] for b in kernel.outputs],
             "node": index,
