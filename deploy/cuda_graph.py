@@ -18,6 +18,7 @@ HOST_READS = {"aten::Int.Tensor", "aten::Float.Tensor", "aten::Bool.Tensor", "at
 
 LAUNCH_US = 4.0  # what a replay saves per step: the host's launch cost, which a graph does not pay
 COPY_BYTES_PER_US = 1.5e6  # what copying inputs in and outputs out of the graph's buffers costs
+MIN_STEPS = 3
 
 
 def capturable(plan: dict) -> bool:
@@ -26,10 +27,12 @@ def capturable(plan: dict) -> bool:
 
 
 def worth_capturing(plan: dict, signature: dict) -> bool:
-    """A graph saves each step's launch but costs a copy of every input and output: for a few steps over large
-    tensors (sin(x)**2 + cos(x)**2 over 16M floats) the copies cost more than the launches they save."""
+    """A graph saves each step's launch but costs a copy of every input and output: for a few steps, or for large
+    tensors (sin(x)**2 + cos(x)**2 over 16M floats), the copies cost more than the launches they save."""
     copied = sum(_bytes(d) for d in signature["inputs"]) + _bytes(signature["outputs"])
-    return copied / COPY_BYTES_PER_US < LAUNCH_US * len(plan["steps"])
+    steps = len(plan["steps"])
+    # a replay is itself a launch, and the copies in and out are two more: a plan of a few steps gains nothing
+    return steps > MIN_STEPS and copied / COPY_BYTES_PER_US < LAUNCH_US * steps
 
 
 def _bytes(desc: dict) -> int:

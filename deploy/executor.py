@@ -124,13 +124,14 @@ class Executor:
             raise Jit2TritonError(f"kernel {step['kernel']!r} is missing from the package; re-run the conversion")
         getters = [self.getter(r) for r in step["args"]]
         device = self.device
-        out_specs = [(tuple(shape), getattr(torch, dtype)) for shape, dtype in step["out_types"]]
+        out_specs = [(tuple(shape), getattr(torch, dtype), tuple(strides)) for shape, dtype, strides in step["out_types"]]
         outs, free = step["outs"], step.get("free", ())
         node, observe = step["node"], self.observe
         checked = [(i, tuple(strides)) for i, strides in enumerate(step.get("in_strides", ())) if strides is not None]
 
         def kernel(env: list) -> None:
-            outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in out_specs]
+            outputs = [torch.empty_strided(shape, strides, dtype=dtype, device=device)
+                       for shape, dtype, strides in out_specs]
             inputs = [get(env) for get in getters]
             for i, strides in checked:  # the kernel indexes with these strides: give it exactly that layout
                 x = inputs[i]

@@ -42,7 +42,8 @@ def loop_nest(kernel: K.Kernel) -> LoopNest:
 
 
 def store_index(kernel: K.Kernel, strides) -> K.KExpr:
-    return K.sum_terms(v * s for v, s in zip(kernel.ranges, strides) if v.arg[1] != 1)
+    """Where the element at the loop variables lands in an output with these (dim-order) strides."""
+    return K.sum_terms(v * s for v, s in zip(kernel.index, strides) if v.arg[1] != 1)
 
 
 def provenance_comment(kernel: K.Kernel, prefix: str) -> str:

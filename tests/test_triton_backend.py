@@ -333,7 +333,8 @@ def test_big_kernels_are_autotuned_and_stay_correct(tmp_path):
 @on_gpu
 def test_a_launch_bound_plan_runs_as_one_cuda_graph(tmp_path):
     example = torch.randn(())
-    model = torch.jit.trace(lambda x: torch.sin(x) + torch.cos(x), (example,))
+    model = torch.jit.trace(lambda x: torch.sin(torch.exp(x).sum(0, keepdim=True) @ x.view(1, 1)).cos().view(()),
+                            (example,))
     path = tmp_path / "sincos.j2t"
     jit2triton.convert(model, example_inputs=(example.cuda(),), device="cuda").save(path)
     graphed, stepped = jit2triton.load(path), jit2triton.load(path, cuda_graphs=False)

@@ -147,26 +147,40 @@ class _Fuser:
             return
         if self.realize_as_views(box, out):
             return
-        ranges = tuple(K.var(f"i{d}", n) for d, n in enumerate(box.shape))
-        value = box(list(ranges))
-        value = self.split_nested_reductions(value, box, ranges, out)
+        logical = tuple(K.var(f"i{d}", n) for d, n in enumerate(box.shape))
+        value = box(list(logical))
+        value = self.split_nested_reductions(value, box, logical, out)
         name = f"buf{v.id}"
         inputs = sorted(K.loads_in(value), key=lambda b: self.buffers[b].id)
+        order = self.memory_order_for(box, inputs)
+        strides = strides_in_order(box.shape, order)
         kernel = K.Kernel(
             name=f"k{next(self.kernel_names)}_{_short_name(box.nodes)}",
-            ranges=ranges,
+            ranges=tuple(logical[d] for d in order),  # swept in memory order: the innermost loop is stride 1
+            index=logical,
             inputs=[self.kernel_buffer(b) for b in inputs],
-            outputs=[K.KernelBuffer(name, box.dtype, box.shape, contiguous_strides(box.shape))],
+            outputs=[K.KernelBuffer(name, box.dtype, box.shape, strides)],
             values=[K.cast(value, box.dtype)],
             provenance=[_provenance(n) for n in box.nodes],
         )
         node = Node(KERNEL_OP, [self.buffers[b] for b in inputs], [v], attrs={"kernel": kernel, "fused": box.nodes})
         out.append(node)
-        box.realize_as(name, contiguous_strides(box.shape))
+        box.realize_as(name, strides)
         self.buffers[name] = v
-        v.type = Type("Tensor", box.dtype, box.shape, self.device_type, strides=contiguous_strides(box.shape))
+        v.type = Type("Tensor", box.dtype, box.shape, self.device_type, strides=strides)
         if v in self.pending:
             self.pending.remove(v)
+
+    def memory_order_for(self, box: TensorBox, inputs: list[str]) -> list[int]:
+        """The dims of a kernel's output, outermost first in memory: the layout of an input of the same shape in a
+        permuted dense layout (channels-last activations stay channels-last), else row-major."""
+        for name in inputs:
+            source = self.boxes[self.buffers[name].id]
+            if source.shape == box.shape and len(box.shape) > 1:
+                order = sorted(range(len(box.shape)), key=lambda d: (-source.strides[d], d))
+                if order != sorted(order) and strides_in_order(box.shape, order) == tuple(source.strides):
+                    return order
+        return list(range(len(box.shape)))
 
     def realize_as_views(self, box: TensorBox, out: list[Node]) -> bool:
         """A box that only re-indexes a buffer (slices, transposes, reshapes) is made by running its view nodes
@@ -210,6 +224,16 @@ class _Fuser:
     def kernel_buffer(self, name: str) -> K.KernelBuffer:
         box = self.boxes[self.buffers[name].id]
         return K.KernelBuffer(name, box.dtype, box.shape, box.strides)
+
+
+def strides_in_order(shape, order: list[int]) -> tuple[int, ...]:
+    """Dense strides for `shape` laid out with dims `order` from outermost to innermost."""
+    strides = [0] * len(shape)
+    running = 1
+    for d in reversed(order):
+        strides[d] = running
+        running *= max(shape[d], 1)
+    return tuple(strides)
 
 
 def _has_reduction(box: TensorBox) -> bool:

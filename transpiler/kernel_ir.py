@@ -351,13 +351,17 @@ class KernelBuffer:
 class Kernel:
     """One generated kernel: stores `outputs[i] = values[i]` for every point of the iteration space `ranges`.
 
-    `ranges` are the output's loop variables in row-major order; reductions inside `values` bind their own
-    variables. Every output is written contiguously in row-major order of the iteration space.
+    `ranges` are the output's loop variables in the order of the output's memory layout, outermost first (for a
+    row-major output, dim order); reductions inside `values` bind their own variables. Each output is dense, at
+    its `strides`.
     """
     name: str
     ranges: tuple[KExpr, ...]
     inputs: list[KernelBuffer]
     outputs: list[KernelBuffer]
     values: list[KExpr]
-    nodes: list[int] = field(default_factory=list)  # node_table indices this kernel computes
     provenance: list[str] = field(default_factory=list)  # "aten::add.Tensor  model.py:12  y = x + 1"
+    index: tuple[KExpr, ...] = ()  # the output's loop variables in dim order (default: `ranges`)
+
+    def __post_init__(self) -> None:
+        self.index = self.index or self.ranges

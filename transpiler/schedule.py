@@ -133,7 +133,7 @@ class _PlanBuilder:
             "args": [self.ref(v) for v in node.inputs],
             "in_strides": in_strides,
             "outs": [self.memory.slot[v.id] for v in node.outputs],
-            "out_types": [[list(b.shape), b.dtype] for b in kernel.outputs],
+            "out_types": [[list(b.shape), b.dtype, list(b.strides)] for b in kernel.outputs],
             "node": index,
         }
         free = self.memory.free_after.get(id(node))
