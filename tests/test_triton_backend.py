@@ -332,15 +332,15 @@ def test_big_kernels_are_autotuned_and_stay_correct(tmp_path):
 
 @on_gpu
 def test_a_launch_bound_plan_runs_as_one_cuda_graph(tmp_path):
-    example = torch.randn(())
-    model = torch.jit.trace(lambda x: torch.sin(torch.exp(x).sum(0, keepdim=True) @ x.view(1, 1)).cos().view(()),
-                            (example,))
-    path = tmp_path / "sincos.j2t"
+    example = torch.randn(4, 4)
+    model = torch.jit.trace(lambda x: torch.cos(torch.sin(x @ x) @ x) @ x, (example,))
+    path = tmp_path / "small.j2t"
     jit2triton.convert(model, example_inputs=(example.cuda(),), device="cuda").save(path)
     graphed, stepped = jit2triton.load(path), jit2triton.load(path, cuda_graphs=False)
     assert graphed._runtime.uses_cuda_graph and not stepped._runtime.uses_cuda_graph
+    torch.backends.cuda.matmul.allow_tf32 = False
     for _ in range(3):
-        x = torch.randn(())
+        x = torch.randn(4, 4)
         expected = model(x)
-        torch.testing.assert_close(graphed(x.cuda()).cpu(), expected, rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)
-        torch.testing.assert_close(stepped(x.cuda()).cpu(), expected, rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)
+        torch.testing.assert_close(graphed(x.cuda()).cpu(), expected, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(stepped(x.cuda()).cpu(), expected, rtol=1e-4, atol=1e-4)
