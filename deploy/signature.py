@@ -72,12 +72,13 @@ class InputChecker:
             dtype = getattr(torch, desc["dtype"])
             shape = torch.Size(desc["shape"])
             device_type = self.device.type
+            on_device = _DEVICE_TEST.get(device_type, lambda x: x.device.type == device_type)
             expected = f"{desc['dtype']}[{', '.join(map(str, shape))}] on {device_type}"
 
             def check_tensor(x: Any) -> None:
                 if not isinstance(x, torch.Tensor):
                     raise InputError(f"{label}: expected a tensor {expected}, got {type(x).__name__}")
-                if x.dtype != dtype or x.shape != shape or x.device.type != device_type:
+                if x.dtype != dtype or x.shape != shape or not on_device(x):
                     got = f"{str(x.dtype).removeprefix('torch.')}[{', '.join(map(str, x.shape))}] on {x.device}"
                     raise InputError(
                         f"{label}: expected {expected}, got {got}. The package was converted for that signature; "
@@ -96,3 +97,4 @@ class InputChecker:
 
 
 NO_DEFAULT = object()
+_DEVICE_TEST = {"cpu": lambda x: x.is_cpu, "cuda": lambda x: x.is_cuda}  # attribute reads: no device object per call

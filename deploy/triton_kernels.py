@@ -83,7 +83,12 @@ class _Driver:
         self.lib.cuFuncSetAttribute.argtypes = (p, i, i)
         self.lib.cuLaunchKernel.argtypes = (p, u, u, u, u, u, u, u, p, p, p)
         self.lib.cuGetErrorString.argtypes = (i, ctypes.POINTER(ctypes.c_char_p))
-        self.launch = self.lib.cuLaunchKernel
+        # Launches go through PyDLL, which keeps the GIL: cuLaunchKernel only queues work, and holding the GIL
+        # means no other thread can touch a launcher's reused argument buffers during the call.
+        held = ctypes.PyDLL("libcuda.so.1")
+        held.cuLaunchKernel.argtypes = (p, u, u, u, u, u, u, u, p, p, p)
+        held.cuLaunchKernel.restype = i
+        self.launch = held.cuLaunchKernel
 
     def check(self, result: int, what: str) -> None:
         if result != 0:
@@ -176,17 +181,28 @@ def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, 
     name = entry["function"]
     several_gpus = torch.cuda.device_count() > 1
 
+    # The argument buffers are built once; a call only writes this call's pointers into them.
+    values = values_type()
+    params = params_type(*[ctypes.addressof(values) + offset for offset in offsets])
+
     def launch(inputs: list, outputs: list) -> None:
         if not grid_x:
             return
-        keep = [t if t.data_ptr() % ALIGNMENT == 0 else _aligned_copy(t) for t in inputs]
-        pointers = [t.data_ptr() for t in keep] + [t.data_ptr() for t in outputs] + [0] * SCRATCH_POINTERS
+        keep = []  # aligned copies and scratch memory, alive until the launch is queued
+        i = 0
+        for t in inputs:
+            pointer = t.data_ptr()
+            if pointer % ALIGNMENT:
+                keep.append(_aligned_copy(t))
+                pointer = keep[-1].data_ptr()
+            values[i] = pointer
+            i += 1
+        for t in outputs:
+            values[i] = t.data_ptr()
+            i += 1
         if scratch:
             keep.append(torch.empty(scratch, dtype=torch.uint8, device=device))
-            pointers[num_args] = keep[-1].data_ptr()
-        values = values_type(*pointers)
-        base = ctypes.addressof(values)
-        params = params_type(*[base + offset for offset in offsets])
+            values[num_args] = keep[-1].data_ptr()
         if several_gpus and torch.cuda.current_device() != index:
             with torch.cuda.device(index):
                 result = launch_kernel(function, grid_x, grid_y, grid_z, threads, 1, 1, shared,

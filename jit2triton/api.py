@@ -23,7 +23,6 @@ class Converted:
     def __init__(self, contents: PackageContents, runtime: Runtime) -> None:
         self._contents = contents
         self._runtime = runtime
-        self.__call__ = runtime.__call__  # the hot path: no extra Python frame per call
 
     def __call__(self, *inputs: Any) -> Any:
         return self._runtime(*inputs)
