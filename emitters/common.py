@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 from jit2triton.transpiler import kernel_ir as K
 
@@ -66,3 +67,47 @@ def _size(variables) -> int:
     for v in variables:
         n *= v.arg[1]
     return n
+
+
+class Scope:
+    """A loop level of a kernel being rendered: the variables bound there, the lines emitted there, and the names
+    of the expressions already computed there (visible to the nested levels)."""
+
+    def __init__(self, parent: Optional["Scope"], bound: frozenset, indent: str) -> None:
+        self.parent, self.bound, self.indent = parent, bound, indent
+        self.lines: list[str] = []
+        self.names: dict[int, str] = {}
+
+    def lookup(self, node: K.KExpr) -> Optional[str]:
+        scope = self
+        while scope is not None:
+            if id(node) in scope.names:
+                return scope.names[id(node)]
+            scope = scope.parent
+        return None
+
+    def home(self, node: K.KExpr) -> "Scope":
+        """The outermost enclosing level where every variable `node` reads is bound: where it is computed once."""
+        target, needed = self, K.free_vars(node)
+        while target.parent is not None and needed <= target.parent.bound:
+            target = target.parent
+        return target
+
+
+def variables_size(variables) -> int:
+    return _size(variables)
+
+
+def unravel(flat: str, variables, divide: str) -> list[tuple[str, str]]:
+    """(name, code) recovering each loop variable from a flat row-major index; `divide` is the language's
+    integer division ("/" in C++, "//" in Triton)."""
+    if len(variables) == 1:
+        return [(variables[0].arg[0], flat)]
+    out = []
+    for i, v in enumerate(variables):
+        stride = _size(variables[i + 1:])
+        code = f"{flat} {divide} {stride}" if stride > 1 else flat
+        if i > 0:
+            code = f"({code}) % {v.arg[1]}" if stride > 1 else f"{code} % {v.arg[1]}"
+        out.append((v.arg[0], code))
+    return out

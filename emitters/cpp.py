@@ -12,12 +12,12 @@ order of `Kernel.inputs` and `Kernel.outputs`; it returns 0, or 1 after an integ
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.lowering import compute_dtype
 
-from .common import LoopNest, loop_nest, provenance_comment, reduction_size, store_index
+from .common import (LoopNest, Scope, loop_nest, provenance_comment, reduction_size, store_index, unravel,
+                     variables_size)
 
 CTYPES = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
           "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t",
@@ -124,21 +124,6 @@ def literal(value, dtype: str) -> str:
     return f"{text}f" if kind == "float32" else text
 
 
-class _Scope:
-    def __init__(self, parent: Optional["_Scope"], bound: frozenset, indent: str) -> None:
-        self.parent, self.bound, self.indent = parent, bound, indent
-        self.lines: list[str] = []
-        self.names: dict[int, str] = {}
-
-    def lookup(self, node: K.KExpr) -> Optional[str]:
-        scope = self
-        while scope is not None:
-            if id(node) in scope.names:
-                return scope.names[id(node)]
-            scope = scope.parent
-        return None
-
-
 class _KernelWriter:
     def __init__(self, kernel: K.Kernel) -> None:
         self.kernel = kernel
@@ -153,7 +138,7 @@ class _KernelWriter:
 
     # --- expressions ----------------------------------------------------------------------------------------
 
-    def value(self, node: K.KExpr, scope: _Scope) -> str:
+    def value(self, node: K.KExpr, scope: Scope) -> str:
         if node.op == "var":
             return node.arg[0]
         if node.op == "const":
@@ -161,10 +146,7 @@ class _KernelWriter:
         found = scope.lookup(node)
         if found is not None:
             return found
-        target = scope
-        needed = K.free_vars(node)
-        while target.parent is not None and needed <= target.parent.bound:
-            target = target.parent
+        target = scope.home(node)
         if node.op == "reduce":
             name = self.reduction(node, target)
         else:
@@ -174,7 +156,7 @@ class _KernelWriter:
         target.names[id(node)] = name
         return name
 
-    def expression(self, node: K.KExpr, scope: _Scope) -> str:
+    def expression(self, node: K.KExpr, scope: Scope) -> str:
         args = [self.value(a, scope) for a in node.args]
         if node.op == "load":
             buffer, index = node.arg, args[0]
@@ -203,10 +185,10 @@ class _KernelWriter:
                                           "exp" + suffix)
         return _BINARY[node.op].format(*args)
 
-    def reduction(self, node: K.KExpr, target: _Scope) -> str:
+    def reduction(self, node: K.KExpr, target: Scope) -> str:
         op, rvars, _ = node.arg
         body_dtype = node.args[0].dtype
-        inner = _Scope(target, target.bound | frozenset(rvars), target.indent + "  " * (len(rvars) + 1))
+        inner = Scope(target, target.bound | frozenset(rvars), target.indent + "  " * (len(rvars) + 1))
         body = self.value(node.args[0], inner)
         acc = self.fresh("acc")
         acc_type = "double" if op in ("sum", "prod") and compute_dtype(body_dtype) == "float32" else ctype(body_dtype)
@@ -239,7 +221,7 @@ class _KernelWriter:
         elif op == "all":
             lines.append(f"{body_ind}{acc} = {acc} && {body};")
         else:
-            flat = K.sum_terms(r * _stride(rvars, i) for i, r in enumerate(rvars))
+            flat = K.sum_terms(r * variables_size(rvars[i + 1:]) for i, r in enumerate(rvars))
             flat_code = self.value(flat, inner)
             better = ">" if op == "argmax" else "<"
             nan_wins = f"({body} != {body} && {best} == {best})" if compute_dtype(body_dtype).startswith("float") else "false"
@@ -265,9 +247,9 @@ class _KernelWriter:
                         f"(const {CTYPES[b.dtype]}*)buffers[{i}];")
         for j, b in enumerate(kernel.outputs):
             head.append(f"  {CTYPES[b.dtype]}* __restrict out_{b.name} = ({CTYPES[b.dtype]}*)buffers[{len(kernel.inputs) + j}];")
-        root = _Scope(None, frozenset(), "  ")
-        row = _Scope(root, frozenset(nest.outer), "    ")
-        sweep = _Scope(row, frozenset(nest.ranges), "    " + "  " * len(nest.inner))
+        root = Scope(None, frozenset(), "  ")
+        row = Scope(root, frozenset(nest.outer), "    ")
+        sweep = Scope(row, frozenset(nest.ranges), "    " + "  " * len(nest.inner))
         for value, out in zip(kernel.values, kernel.outputs):
             code = self.value(value, sweep)
             index = self.value(store_index(kernel, out.strides), sweep)
@@ -280,7 +262,7 @@ class _KernelWriter:
         if parallel_rows:
             lines.append(f"  #pragma omp parallel for {pragma}")
         lines.append(f"  for (int64_t row = 0; row < {nest.outer_size}; ++row) {{")
-        lines += [f"    const int64_t {name} = {code};" for name, code in _unravel("row", nest.outer)]
+        lines += [f"    const int64_t {name} = {code};" for name, code in unravel("row", nest.outer, "/")]
         lines += row.lines
         for depth, v in enumerate(nest.inner):
             ind = "    " + "  " * depth
@@ -309,24 +291,6 @@ def _reduction_init(op: str, dtype: str) -> str:
     return f"std::numeric_limits<{CTYPES[kind]}>::{limit}()"
 
 
-def _stride(variables, i: int) -> int:
-    stride = 1
-    for v in variables[i + 1:]:
-        stride *= v.arg[1]
-    return stride
-
-
-def _unravel(flat: str, variables) -> list[tuple[str, str]]:
-    if len(variables) == 1:
-        return [(variables[0].arg[0], flat)]
-    out = []
-    for i, v in enumerate(variables):
-        stride = _stride(variables, i)
-        code = f"{flat} / {stride}" if stride > 1 else flat
-        if i > 0:
-            code = f"({code}) % {v.arg[1]}"
-        out.append((v.arg[0], code))
-    return out
 
 
 def render_kernel(kernel: K.Kernel) -> str:

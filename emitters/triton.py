@@ -21,7 +21,7 @@ from typing import Optional
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.lowering import compute_dtype
 
-from .common import LoopNest, loop_nest, provenance_comment, reduction_size, store_index
+from .common import LoopNest, Scope, loop_nest, provenance_comment, reduction_size, store_index, unravel
 from .triton_math import EXPRESSIONS, FLOAT_ONLY, HELPER_NEEDS, HELPERS, TL_TYPES, literal, neutral, ordered
 
 POINTER_TYPES = {"float32": "*fp32", "float64": "*fp64", "float16": "*fp16", "bfloat16": "*bf16", "int64": "*i64",
@@ -47,21 +47,6 @@ class TritonKernel:
 
 def next_power_of_2(n: int) -> int:
     return 1 << max(0, (max(n, 1) - 1).bit_length())
-
-
-class _Scope:
-    def __init__(self, parent: Optional["_Scope"], bound: frozenset, indent: str) -> None:
-        self.parent, self.bound, self.indent = parent, bound, indent
-        self.lines: list[str] = []
-        self.names: dict[int, str] = {}
-
-    def lookup(self, node: K.KExpr) -> Optional[str]:
-        scope = self
-        while scope is not None:
-            if id(node) in scope.names:
-                return scope.names[id(node)]
-            scope = scope.parent
-        return None
 
 
 class _KernelWriter:
@@ -127,7 +112,7 @@ class _KernelWriter:
 
     # --- expressions ----------------------------------------------------------------------------------------
 
-    def value(self, node: K.KExpr, scope: _Scope) -> str:
+    def value(self, node: K.KExpr, scope: Scope) -> str:
         if node.op == "var":
             return node.arg[0]
         if node.op == "const":
@@ -135,10 +120,7 @@ class _KernelWriter:
         found = scope.lookup(node)
         if found is not None:
             return found
-        target = scope
-        needed = K.free_vars(node)
-        while target.parent is not None and needed <= target.parent.bound:
-            target = target.parent
+        target = scope.home(node)
         if node.op == "reduce":
             name = self.reduction(node, target)
         else:
@@ -151,7 +133,7 @@ class _KernelWriter:
         target.names[id(node)] = name
         return name
 
-    def expression(self, node: K.KExpr, scope: _Scope) -> str:
+    def expression(self, node: K.KExpr, scope: Scope) -> str:
         args = [self.value(a, scope) for a in node.args]
         kind = compute_dtype(node.dtype)
         if node.op == "load":
@@ -208,7 +190,7 @@ class _KernelWriter:
 
     # --- reductions -----------------------------------------------------------------------------------------
 
-    def reduction(self, node: K.KExpr, target: _Scope) -> str:
+    def reduction(self, node: K.KExpr, target: Scope) -> str:
         op, rvars, _ = node.arg
         body_node = node.args[0]
         kind = compute_dtype(body_node.dtype)
@@ -226,13 +208,13 @@ class _KernelWriter:
         for v in rvars:
             self.group[id(v)] = group
         indent = target.indent if persistent else target.indent + "    "
-        inner = _Scope(target, target.bound | frozenset(rvars), indent)
+        inner = Scope(target, target.bound | frozenset(rvars), indent)
         start = "" if persistent else f"{group}_start + "
         inner.lines.append(f"{indent}{group} = {start}{self.arange(width)}[None, :]")
         if not persistent or size != int(width):
             self.mask[group] = f"{group}_mask"
             inner.lines.append(f"{indent}{group}_mask = {group} < {size}")
-        inner.lines += [f"{indent}{name} = {code}" for name, code in _unravel(group, rvars)]
+        inner.lines += [f"{indent}{name} = {code}" for name, code in unravel(group, rvars, "//")]
         body = self.value(body_node, inner)
         identity = neutral(op, kind)
         tile_shape = f"[XBLOCK, {width}]"
@@ -319,11 +301,11 @@ class _KernelWriter:
 
     def render_flat(self) -> list[str]:
         kernel = self.kernel
-        scope = _Scope(None, frozenset(kernel.ranges), "    ")
+        scope = Scope(None, frozenset(kernel.ranges), "    ")
         pid = "tl.program_id(0).to(tl.int64)" if self.index64 else "tl.program_id(0)"
         lines = [f"    xindex = {pid} * XBLOCK + {self.arange('XBLOCK')}",
                  f"    xmask = xindex < {_size(kernel.ranges)}"]
-        lines += [f"    {name} = {code}" for name, code in _unravel("xindex", kernel.ranges)]
+        lines += [f"    {name} = {code}" for name, code in unravel("xindex", kernel.ranges, "//")]
         self.mask["x"], self.axis["x"], self.width["x"] = "xmask", 0, "XBLOCK"
         for v in kernel.ranges:
             self.group[id(v)] = "x"
@@ -339,11 +321,11 @@ class _KernelWriter:
         pid = "tl.program_id(0).to(tl.int64)" if self.index64 else "tl.program_id(0)"
         lines = [f"    row = {pid} * XBLOCK + {self.arange('XBLOCK')}[:, None]",
                  f"    xmask = row < {nest.outer_size}"]
-        lines += [f"    {name} = {code}" for name, code in _unravel("row", nest.outer)]
+        lines += [f"    {name} = {code}" for name, code in unravel("row", nest.outer, "//")]
         self.mask["x"], self.axis["x"], self.width["x"] = "xmask", 0, "XBLOCK"
         for v in nest.outer:
             self.group[id(v)] = "x"
-        program = _Scope(None, frozenset(nest.outer), "    ")
+        program = Scope(None, frozenset(nest.outer), "    ")
         sweep = program
         inner_size = nest.inner_size
         if nest.inner:
@@ -357,13 +339,13 @@ class _KernelWriter:
             for v in nest.inner:
                 self.group[id(v)] = "y"
             indent = "    " if persistent else "        "
-            sweep = _Scope(program, frozenset(nest.ranges), indent)
+            sweep = Scope(program, frozenset(nest.ranges), indent)
             start = "" if persistent else "y_start + "
             sweep.lines.append(f"{indent}y = {start}{self.arange(width)}[None, :]")
             if not persistent or inner_size != int(width):
                 self.mask["y"] = "ymask"
                 sweep.lines.append(f"{indent}ymask = y < {inner_size}")
-            sweep.lines += [f"{indent}{name} = {code}" for name, code in _unravel("y", nest.inner)]
+            sweep.lines += [f"{indent}{name} = {code}" for name, code in unravel("y", nest.inner, "//")]
         store_mask = " & ".join(self.mask[g] for g in ("x", "y") if g in self.mask)
         full_groups = ["x", "y"] if nest.inner else ["x"]
         for reduction in nest.reductions:
@@ -432,15 +414,6 @@ def _needs_int64(kernel: K.Kernel, nest: LoopNest) -> bool:
     return False
 
 
-def _unravel(flat: str, variables) -> list[tuple[str, str]]:
-    out = []
-    for i, v in enumerate(variables):
-        stride = _size(variables[i + 1:])
-        code = f"{flat} // {stride}" if stride > 1 else flat
-        if i > 0:
-            code = f"({code}) % {v.arg[1]}" if stride > 1 else f"{code} % {v.arg[1]}"
-        out.append((v.arg[0], code))
-    return out
 
 
 def _size(variables) -> int:
