@@ -1,6 +1,7 @@
 """Conversion: the pipeline loaders -> transpiler -> emitters -> a package's contents."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import time
@@ -62,6 +63,9 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     graph = from_torchscript(script.graph, script.input_names, script.input_defaults, script.name, NO_DEFAULT)
     retarget_constants(graph, target)
     graph.weights = {name: keep_layout(w) for name, w in graph.weights.items()}
+    for node in graph.walk():  # weights are moved to the target device at load: type them as living there
+        if node.op == "prim::Constant" and "weight" in node.attrs:
+            node.output.type = dataclasses.replace(node.output.type, device=target.type)
     say("inferring shapes and dtypes from the example inputs")
     recorder, outputs = observe(graph, inputs, target)
     output = outputs[0] if len(outputs) == 1 else tuple(outputs)
