@@ -344,3 +344,13 @@ def test_a_launch_bound_plan_runs_as_one_cuda_graph(tmp_path):
         expected = model(x)
         torch.testing.assert_close(graphed(x.cuda()).cpu(), expected, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(stepped(x.cuda()).cpu(), expected, rtol=1e-4, atol=1e-4)
+
+
+@on_gpu
+def test_ops_with_weights_fuse_on_cuda_as_on_the_cpu():
+    from jit2triton.demo import build_demo_model
+    traced, example = build_demo_model()
+    on_gpu_summary = jit2triton.convert(traced, example_inputs=(example.cuda(),), device="cuda").summary()
+    on_cpu_summary = jit2triton.convert(traced, example_inputs=(example,), device="cpu").summary()
+    assert on_gpu_summary["fallback_nodes"] == 0, on_gpu_summary["fallback_reasons"]
+    assert on_gpu_summary["native_nodes"] == on_cpu_summary["native_nodes"]
