@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import mmap
 import os
 import tempfile
 import zipfile
@@ -68,8 +69,8 @@ def read_package(path: str) -> PackageContents:
         raise PackageError(f"package not found: {path!r}; check the path or convert the model first")
     try:
         with zipfile.ZipFile(path) as zf:
-            members = {name: zf.read(name) for name in zf.namelist()}
-    except (zipfile.BadZipFile, EOFError, OSError, zipfile.LargeZipFile) as err:
+            members = {name: _stored_view(path, zf.getinfo(name)) or zf.read(name) for name in zf.namelist()}
+    except (zipfile.BadZipFile, EOFError, OSError, zipfile.LargeZipFile, ValueError) as err:
         raise CorruptPackageError(
             f"{path!r} is not a readable jit2triton package ({err}); it may be truncated or corrupted. "
             "Copy it again or re-run `jit2triton convert`") from None
@@ -86,6 +87,22 @@ def read_package(path: str) -> PackageContents:
     manifest["plan"] = map_plan_literals(manifest["plan"], decode)
     members.pop("checksums.json")
     return PackageContents(manifest, weights, members)
+
+
+def _stored_view(path: str, info: zipfile.ZipInfo):
+    """The weights member, uncompressed in the zip, as a view of the file mapped into memory (copy-on-write):
+    no copy, no second pass for the zip's CRC (its sha256 is checked), and pages are read as tensors use them."""
+    if info.filename != "weights.bin" or info.compress_type != zipfile.ZIP_STORED or info.file_size == 0:
+        return None
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+    header = mapped[info.header_offset:info.header_offset + 30]
+    if header[:4] != b"PK\x03\x04":
+        raise zipfile.BadZipFile("bad local header for weights.bin")
+    start = info.header_offset + 30 + int.from_bytes(header[26:28], "little") + int.from_bytes(header[28:30], "little")
+    if start + info.file_size > len(mapped):
+        raise zipfile.BadZipFile("weights.bin runs past the end of the file")
+    return memoryview(mapped)[start:start + info.file_size]
 
 
 def _verify(path: str, members: dict[str, bytes]) -> None:
@@ -137,8 +154,9 @@ def _pack_weights(weights: dict[str, torch.Tensor]) -> tuple[dict, bytes]:
     return index, out.getvalue()
 
 
-def _unpack_weights(index: dict, blob: bytes) -> dict[str, torch.Tensor]:
-    buffer = bytearray(blob)  # writable, so torch.frombuffer shares it without a warning
+def _unpack_weights(index: dict, blob) -> dict[str, torch.Tensor]:
+    # writable (a copy-on-write mapping, or a copy), so torch.frombuffer shares it without a warning
+    buffer = blob if isinstance(blob, memoryview) and not blob.readonly else bytearray(blob)
     weights = {}
     for name, entry in index.items():
         dtype = getattr(torch, entry["dtype"])
