@@ -23,6 +23,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import jit2triton  # noqa: E402
+from cold_start import cold_start_ms  # noqa: E402
 from workloads import WORKLOADS, Workload  # noqa: E402
 
 GPU_SET = ["sin+cos 0-d", "sin2+cos2 16M", "numpy_fn 1024x640", "MLP+LayerNorm 8x512x1024", "attention 8x256x768",
@@ -133,30 +134,15 @@ def copy_bandwidth(x: torch.Tensor) -> float:
     return 2 * x.numel() * x.element_size() / (ms * 1e-6) / 1e9
 
 
-COLD = r"""
-import sys, time, torch
-t0 = time.perf_counter()
-kind, path, inputs_path = sys.argv[1:4]
-inputs = torch.load(inputs_path)
-start = time.perf_counter()
-if kind == "jit2triton":
-    import jit2triton
-    m = jit2triton.load(path)
-else:
-    m = torch.jit.load(path).eval()
-out = m(*inputs)
-torch.cuda.synchronize()
-print((time.perf_counter() - start) * 1e3)
-"""
-
-
 def cold_start(package: str, pt_path: str, inputs, folder: str) -> dict:
     inputs_path = os.path.join(folder, "inputs.pt")
     torch.save(tuple(inputs), inputs_path)
     result = {}
     for kind, path in (("jit2triton", package), ("torch.jit", pt_path)):
-        out = subprocess.run([sys.executable, "-c", COLD, kind, path, inputs_path], capture_output=True, text=True)
-        result[kind] = float(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else f"failed: {out.stderr[-300:]}"
+        try:
+            result[kind] = cold_start_ms(kind, path, inputs_path)
+        except subprocess.CalledProcessError as err:
+            result[kind] = f"failed: {err.stderr[-300:]}"
     return result
 
 
