@@ -15,7 +15,8 @@ from typing import Callable
 
 import torch
 
-from jit2triton.emitters.compile_cpp import cache_dir, compile_library, find_compiler, host_isa
+from jit2triton.emitters.cache import cache_dir, write_once
+from jit2triton.emitters.compile_cpp import compile_library, find_compiler, host_isa
 from jit2triton.errors import CorruptPackageError, PackageDeviceError
 
 _ELF_MACHINE = {"x86_64": 62, "AMD64": 62, "aarch64": 183, "arm64": 183}
@@ -80,10 +81,4 @@ def _usable_library(library: bytes, source: str, isa: str) -> bytes:
 
 
 def _materialize(library: bytes) -> str:
-    path = os.path.join(cache_dir(), f"lib-{hashlib.sha256(library).hexdigest()}.so")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(library)
-        os.replace(tmp, path)
-    return path
+    return write_once(os.path.join(cache_dir("cpp"), f"lib-{hashlib.sha256(library).hexdigest()}.so"), library)

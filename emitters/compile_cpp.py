@@ -14,19 +14,14 @@ import tempfile
 
 from jit2triton.errors import ConversionError
 
+from .cache import cache_dir, write_once
+
 # The instruction-set baseline is recorded in the package; a machine without it rebuilds from the bundled source.
 ISA_FLAGS = {"x86-64-v3": ["-march=x86-64-v3"], "x86-64": ["-march=x86-64"], "native-arm": []}
 # -fno-builtin-sin/cos: otherwise GCC merges sin(x) and cos(x) into one sincos call that has no vector variant
 BASE_FLAGS = ["-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math",
               "-fvisibility=hidden", "-fno-builtin-sin", "-fno-builtin-cos", "-fno-builtin-sinf", "-fno-builtin-cosf"]
 _VECTOR_PREFIX = {"x86-64-v3": "_ZGVdN{lanes}v_", "x86-64": "_ZGVbN{half}v_"}
-
-
-def cache_dir() -> str:
-    root = os.environ.get("JIT2TRITON_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "jit2triton")
-    path = os.path.join(root, "cpp")
-    os.makedirs(path, exist_ok=True)
-    return path
 
 
 def find_compiler() -> str | None:
@@ -60,7 +55,7 @@ def compile_library(source: str, isa: str) -> bytes:
                               "(apt-get install g++) or convert with backend='aten'")
     flags = BASE_FLAGS + ISA_FLAGS[isa]
     key = hashlib.sha256("\0".join([source, " ".join(flags), compiler_version(compiler)]).encode()).hexdigest()
-    cached = os.path.join(cache_dir(), f"{key}.so")
+    cached = os.path.join(cache_dir("cpp"), f"{key}.so")
     if not os.path.exists(cached):
         with tempfile.TemporaryDirectory() as tmp:
             src, out = os.path.join(tmp, "kernels.cpp"), os.path.join(tmp, "kernels.so")
@@ -69,9 +64,8 @@ def compile_library(source: str, isa: str) -> bytes:
             result = subprocess.run([compiler, *flags, src, "-o", out], capture_output=True, text=True)
             if result.returncode != 0:
                 raise ConversionError(f"compiling the generated C++ failed ({compiler}):\n{result.stderr[-4000:]}")
-            tmp_cached = cached + f".{os.getpid()}.tmp"
-            shutil.copyfile(out, tmp_cached)
-            os.replace(tmp_cached, cached)  # atomic: a concurrent conversion never sees half a library
+            with open(out, "rb") as f:
+                write_once(cached, f.read())
     with open(cached, "rb") as f:
         return f.read()
 

@@ -24,6 +24,7 @@ import torch
 from jit2triton.errors import ConversionError
 from jit2triton.transpiler.kernel_ir import Kernel
 
+from .cache import cache_dir, write_once
 from .triton import TritonKernel, render_kernel
 
 TUNE_MIN_ELEMENTS = 1 << 18  # below this much work every configuration is launch-bound: take the default
@@ -48,13 +49,6 @@ COMPILER_HINT = ("TRITON_INTERPRET is set, so Triton runs kernels in its interpr
                  "GPU; unset it (start Python without TRITON_INTERPRET)")
 
 
-def cache_dir() -> str:
-    root = os.environ.get("JIT2TRITON_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "jit2triton")
-    path = os.path.join(root, "triton")
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
 def load_module(source: str) -> ModuleType:
     """Import a kernel module from its source; Triton reads a kernel's source from its file, so it gets one, named
     by the source's hash (never stale, shared by every package holding the same kernel)."""
@@ -62,12 +56,7 @@ def load_module(source: str) -> ModuleType:
     module = _modules.get(key)
     if module is not None:
         return module
-    path = os.path.join(cache_dir(), f"kernel_{key}.py")
-    if not os.path.exists(path):
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)
+    path = write_once(os.path.join(cache_dir("triton"), f"kernel_{key}.py"), source.encode())
     name = f"jit2triton_kernel_{key}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)

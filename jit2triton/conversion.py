@@ -114,7 +114,7 @@ def observe(graph, inputs: list, target: torch.device) -> tuple[ShapeRecorder, l
         outputs = Executor(sched.plan, weights_on_device, sched.node_table, observe=recorder)(inputs)
     except StepError as err:
         raise ConversionError(f"running the model on the example inputs failed: {err}") from None
-    recorder.annotate(graph)
+    recorder.annotate()
     return recorder, outputs
 
 

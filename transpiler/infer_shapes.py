@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .ir import Graph, Node, Type, Value, tensor_type
+from .ir import Node, Type, Value, tensor_type
 
 
 class ShapeRecorder:
@@ -51,7 +51,8 @@ class ShapeRecorder:
         dims = tuple(x if x == y else (x if isinstance(x, str) else next(self.symbols)) for x, y in zip(a.shape, b.shape))
         return Type("Tensor", a.dtype, dims, a.device, strides=a.strides if a.strides == b.strides else None)
 
-    def annotate(self, graph: Graph) -> None:
+    def annotate(self) -> None:
+        """Write every observed type into its IR value."""
         for value, observed in self.seen.values():
             value.type = observed
 
