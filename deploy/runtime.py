@@ -35,8 +35,10 @@ class Runtime:
         defaults = [d["default"] if "default" in d else NO_DEFAULT for d in signature]
         self.check_inputs = InputChecker(signature, self.device, defaults, contiguous=bool(kernels))
         self.run = self.executor
-        if (cuda_graphs and self.device.type == "cuda" and capturable(plan)
-                and worth_capturing(plan, manifest["signature"])):
+        graph_worthy = manifest.get("cuda_graph")  # decided at convert time; computed for older packages
+        if graph_worthy is None:
+            graph_worthy = capturable(plan) and worth_capturing(plan, manifest["signature"])
+        if cuda_graphs and self.device.type == "cuda" and graph_worthy:
             self.run = GraphRunner(self.executor, alias_outputs)
         self.uses_cuda_graph = isinstance(self.run, GraphRunner)
 

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .fuse import KERNEL_OP
-from .ir import Block, Graph, Node, Value
+from .ir import Block, Graph, Node, Type, Value
 from .op_table import lookup
 from .plan_memory import MemoryPlan, plan_memory
 
@@ -102,6 +102,8 @@ class _PlanBuilder:
         }
         if "schema" in node.attrs:
             step["kwnames"] = _kwarg_only_names(node.attrs["schema"])
+        if node.op in ("prim::ListConstruct", "prim::DictConstruct"):
+            step["type"] = _type_tag(node.outputs[0].type)  # a runtime that types its containers needs it
         if node.blocks:
             step["blocks"] = [self.block(b) for b in node.blocks]
         free = self.memory.free_after.get(id(node))
@@ -140,6 +142,11 @@ class _PlanBuilder:
         if free:
             step["free"] = sorted(free)
         return step
+
+
+def _type_tag(t: Type) -> list:
+    """A value's TorchScript type as nested lists: List[Optional[Tensor]] -> ["List", ["Optional", ["Tensor"]]]."""
+    return [t.kind, *(_type_tag(e) for e in t.elems)]
 
 
 def _kwarg_only_names(schema: str) -> list[str]:

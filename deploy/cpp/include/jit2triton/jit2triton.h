@@ -1,0 +1,66 @@
+// jit2triton's C++ runtime: load a .j2t package and run it with no Python in the process.
+//
+//   auto m = jit2triton::load("model.j2t", "cuda");     // or "cpu", or "" for the device it was built for
+//   std::vector<at::Tensor> out = m.forward({x});
+//
+// The package is read as data (a zip of JSON and raw bytes: no pickle, no Python) and checked as the Python loader
+// checks it; the plan then runs generated kernels (a shared library on the CPU, cubins through the CUDA driver on
+// the GPU), ATen ops through torch's operator registry, and structured control flow. Every refusal and failure is a
+// jit2triton::Error whose message says what is wrong and what to do.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace jit2triton {
+
+class Error : public std::runtime_error {
+ public:
+  // The same families as the Python package's exceptions (jit2triton.errors), so both runtimes can be told apart
+  // the same way.
+  enum class Kind { Package, CorruptPackage, PackageVersion, PackageDevice, Input, Step, ModelRaised };
+
+  Error(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+struct LoadOptions {
+  std::string device;        // "cpu", "cuda", "cuda:1"; empty: the device the package was built for
+  int num_threads = 0;       // OpenMP threads for CPU kernels; 0: at::get_num_threads()
+  bool cuda_graphs = true;   // run a straight-line GPU plan as one CUDA graph, as the Python runtime does
+  bool alias_outputs = false;  // with CUDA graphs: return the graph's own output buffers (the next call reuses them)
+};
+
+class Plan;  // the loaded plan (internal)
+
+class Module {
+ public:
+  // Runs the model; the outputs (a tensor, or tuples, lists and dicts of them) flattened into tensors, in order.
+  std::vector<at::Tensor> forward(const std::vector<c10::IValue>& inputs) const;
+  // Runs the model and returns its output with its structure, as TorchScript's forward does.
+  c10::IValue call(const std::vector<c10::IValue>& inputs) const;
+
+  std::string device() const;  // where it runs: "cpu", "cuda:0"
+  std::string signature() const;  // "(x: float32[4, 4]) -> float32[4]"
+  bool uses_cuda_graph() const;
+  // Random inputs that fit the signature (integer tensors within the range the example inputs spanned; scalars
+  // take the example's value), for smoke tests and benchmarks.
+  std::vector<c10::IValue> random_inputs(uint64_t seed = 0) const;
+
+  explicit Module(std::shared_ptr<Plan> plan) : plan_(std::move(plan)) {}
+
+ private:
+  std::shared_ptr<Plan> plan_;
+};
+
+Module load(const std::string& path, const LoadOptions& options = {});
+Module load(const std::string& path, const std::string& device);
+
+}  // namespace jit2triton

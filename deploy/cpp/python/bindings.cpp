@@ -1,0 +1,103 @@
+// The C++ runtime as a Python extension: `jit2triton.load(path, runtime="cpp")` runs the whole plan here, with the
+// GIL released, and only the inputs and outputs cross into Python.
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/python/pybind_utils.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include "jit2triton/jit2triton.h"
+
+namespace py = pybind11;
+using jit2triton::Error;
+
+namespace {
+
+c10::IValue to_ivalue(py::handle obj, size_t index) {
+  if (THPVariable_Check(obj.ptr())) return THPVariable_Unpack(obj.ptr());
+  if (PyBool_Check(obj.ptr())) return obj.cast<bool>();
+  if (PyLong_Check(obj.ptr())) return obj.cast<int64_t>();
+  if (PyFloat_Check(obj.ptr())) return obj.cast<double>();
+  if (PyUnicode_Check(obj.ptr())) return obj.cast<std::string>();
+  if (obj.is_none()) return c10::IValue();
+  if (PyTuple_Check(obj.ptr())) {
+    std::vector<c10::IValue> items;
+    for (auto x : obj) items.push_back(to_ivalue(x, index));
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  if (PyList_Check(obj.ptr())) {
+    std::vector<c10::IValue> items;
+    for (auto x : obj) items.push_back(to_ivalue(x, index));
+    c10::TypePtr elem = items.empty() ? c10::TensorType::get() : items[0].type();
+    for (const auto& x : items)
+      if (*x.type() != *elem) elem = c10::AnyType::get();
+    c10::impl::GenericList list(elem);
+    for (auto& x : items) list.push_back(std::move(x));
+    return list;
+  }
+  if (PyDict_Check(obj.ptr())) {
+    std::vector<std::pair<c10::IValue, c10::IValue>> items;
+    for (auto kv : py::reinterpret_borrow<py::dict>(obj)) items.emplace_back(to_ivalue(kv.first, index), to_ivalue(kv.second, index));
+    c10::impl::GenericDict dict(items.empty() ? c10::StringType::get() : items[0].first.type(),
+                                items.empty() ? c10::TensorType::get() : items[0].second.type());
+    for (auto& [k, v] : items) dict.insert_or_assign(std::move(k), std::move(v));
+    return dict;
+  }
+  throw Error(Error::Kind::Input, "input " + std::to_string(index) + ": a " + std::string(Py_TYPE(obj.ptr())->tp_name) +
+                                      " cannot be passed to the model; pass tensors, numbers, strings, or lists, "
+                                      "tuples and dicts of them");
+}
+
+const char* error_class(Error::Kind kind) {
+  switch (kind) {
+    case Error::Kind::CorruptPackage: return "CorruptPackageError";
+    case Error::Kind::PackageVersion: return "PackageVersionError";
+    case Error::Kind::PackageDevice: return "PackageDeviceError";
+    case Error::Kind::Input: return "InputError";
+    case Error::Kind::Step: return "StepError";
+    case Error::Kind::ModelRaised: return "ModelRaisedError";
+    default: return "PackageError";
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  // C++ errors become the Python runtime's own exception classes, with the same messages.
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& err) {
+      py::object errors = py::module_::import("jit2triton.deploy.cpp_runtime");
+      py::object cls = errors.attr(error_class(err.kind()));
+      PyErr_SetObject(cls.ptr(), py::str(err.what()).ptr());
+    }
+  });
+
+  py::class_<jit2triton::Module>(m, "Module")
+      .def(py::init([](const std::string& path, const std::string& device, int num_threads, bool cuda_graphs,
+                       bool alias_outputs) {
+             jit2triton::LoadOptions options;
+             options.device = device;
+             options.num_threads = num_threads;
+             options.cuda_graphs = cuda_graphs;
+             options.alias_outputs = alias_outputs;
+             py::gil_scoped_release released;
+             return jit2triton::load(path, options);
+           }),
+           py::arg("path"), py::arg("device") = "", py::arg("num_threads") = 0, py::arg("cuda_graphs") = true,
+           py::arg("alias_outputs") = false)
+      .def("__call__",
+           [](const jit2triton::Module& self, py::args args) {
+             std::vector<c10::IValue> inputs;
+             inputs.reserve(args.size());
+             for (size_t i = 0; i < args.size(); ++i) inputs.push_back(to_ivalue(args[i], i));
+             c10::IValue out;
+             {
+               py::gil_scoped_release released;
+               out = self.call(inputs);
+             }
+             return torch::jit::toPyObject(std::move(out));
+           })
+      .def_property_readonly("device", &jit2triton::Module::device)
+      .def_property_readonly("uses_cuda_graph", &jit2triton::Module::uses_cuda_graph)
+      .def("signature", &jit2triton::Module::signature);
+}

@@ -1,0 +1,162 @@
+// The package's Triton kernels on CUDA: each cubin loaded with the driver API (cuModuleLoadData) and launched with
+// cuLaunchKernel on torch's current stream, with the grid, warps and shared memory recorded at convert time.
+// libcuda is opened with dlopen, so the runtime links no CUDA driver library and runs on CPU-only machines.
+#include "plan.h"
+
+#ifdef J2T_WITH_CUDA
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#include <dlfcn.h>
+
+namespace jit2triton {
+
+namespace {
+
+constexpr int kMaxDynamicSharedAttribute = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+constexpr int64_t kStaticSharedLimit = 48 * 1024;
+constexpr uintptr_t kAlignment = 16;  // the cubins assume 16-byte aligned pointers (emitters/compile_triton.py)
+constexpr size_t kScratchPointers = 2;  // Triton kernels end with global and profile scratch pointers
+
+struct Driver {
+  using LoadData = int (*)(void**, const void*);
+  using GetFunction = int (*)(void**, void*, const char*);
+  using SetAttribute = int (*)(void*, int, int);
+  using Launch = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
+                         void**);
+  using ErrorString = int (*)(int, const char**);
+
+  LoadData load_data;
+  GetFunction get_function;
+  SetAttribute set_attribute;
+  Launch launch;
+  ErrorString error_string;
+
+  Driver() {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+      throw Error(Error::Kind::PackageDevice,
+                  std::string("the CUDA driver library (libcuda.so.1) cannot be opened (") + dlerror() + "); install the NVIDIA driver");
+    load_data = reinterpret_cast<LoadData>(dlsym(lib, "cuModuleLoadData"));
+    get_function = reinterpret_cast<GetFunction>(dlsym(lib, "cuModuleGetFunction"));
+    set_attribute = reinterpret_cast<SetAttribute>(dlsym(lib, "cuFuncSetAttribute"));
+    launch = reinterpret_cast<Launch>(dlsym(lib, "cuLaunchKernel"));
+    error_string = reinterpret_cast<ErrorString>(dlsym(lib, "cuGetErrorString"));
+    if (!load_data || !get_function || !set_attribute || !launch || !error_string)
+      throw Error(Error::Kind::PackageDevice, "the CUDA driver library lacks the module and launch API; update the NVIDIA driver");
+  }
+
+  std::string describe(int result) const {
+    const char* text = nullptr;
+    error_string(result, &text);
+    return std::string(text ? text : "unknown") + " (error " + std::to_string(result) + ")";
+  }
+
+  void check(int result, const std::string& what) const {
+    if (result != 0) throw Error(Error::Kind::PackageDevice, "CUDA " + what + " failed: " + describe(result));
+  }
+};
+
+const Driver& driver() {
+  static Driver d;
+  return d;
+}
+
+// The same values at the same strides in fresh (aligned) memory: the kernel indexes with the input's strides, so
+// the whole span they reach is copied.
+at::Tensor aligned_copy(const at::Tensor& t) {
+  int64_t span = 1;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 0) span += (t.size(d) - 1) * t.stride(d);
+  return t.as_strided({span}, {1}).clone().as_strided(t.sizes(), t.strides());
+}
+
+}  // namespace
+
+Launchers load_cuda_kernels(const Package& pkg, c10::Device device) {
+  const json::Value* section = pkg.manifest.find("triton");
+  if (!section || !section->find("kernels"))
+    throw Error(Error::Kind::CorruptPackage, "the package lists Triton kernels but has no 'triton' manifest section; re-run `jit2triton convert`");
+  c10::cuda::CUDAGuard guard(device.index());
+  cudaFree(nullptr);  // makes the device's primary context current on this thread
+  const cudaDeviceProp* props = at::cuda::getDeviceProperties(device.index());
+  int64_t arch = props->major * 10 + props->minor;
+  const Driver& cu = driver();
+  Launchers launchers;
+  for (const auto& meta : pkg.manifest.at("kernels").items) {
+    const std::string& name = meta.at("name").as_string();
+    const json::Value* entry = section->at("kernels").find(name);
+    if (!entry) throw Error(Error::Kind::CorruptPackage, "the package has no Triton kernel " + repr(name) + "; re-run `jit2triton convert`");
+    const json::Value* built = entry->find("arch");
+    if (!built || built->is_null() || built->as_int() != arch)
+      throw Error(Error::Kind::PackageDevice,
+                  "the package's GPU kernels were built for " +
+                      (built && !built->is_null() ? "sm_" + std::to_string(built->as_int()) : std::string("an unknown GPU")) +
+                      " and this GPU is sm_" + std::to_string(arch) +
+                      "; the C++ runtime does not compile: convert the model again on this GPU, or load it once with "
+                      "the Python runtime, which rebuilds them");
+    if (entry->find("num_ctas") && entry->at("num_ctas").as_int() != 1)
+      throw Error(Error::Kind::PackageDevice, "the package's kernels use thread-block clusters, which this runtime does not launch; convert again with this jit2triton");
+    std::string_view cubin = pkg.member(entry->at("binary").as_string());
+    std::string image(cubin);  // the driver wants a buffer it may read after this call returns
+    void* module = nullptr;
+    void* function = nullptr;
+    const std::string& symbol = entry->at("function").as_string();
+    cu.check(cu.load_data(&module, image.data()), "loading kernel " + symbol);
+    cu.check(cu.get_function(&function, module, symbol.c_str()), "finding kernel " + symbol);
+    int64_t shared = entry->at("shared").as_int();
+    if (shared > kStaticSharedLimit)
+      cu.check(cu.set_attribute(function, kMaxDynamicSharedAttribute, static_cast<int>(shared)),
+               "granting kernel " + symbol + " " + std::to_string(shared) + " bytes of shared memory");
+    const json::Value& grid = entry->at("grid");
+    unsigned gx = grid[0].as_int(), gy = grid[1].as_int(), gz = grid[2].as_int();
+    unsigned threads = 32 * entry->at("num_warps").as_int();
+    int64_t scratch = entry->find("global_scratch_size") ? entry->at("global_scratch_size").as_int() * gx * gy * gz : 0;
+    size_t num_args = entry->at("arg_types").size();
+    c10::DeviceIndex index = device.index();
+    launchers[name] = [=, &cu](std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs) {
+      if (!gx) return;
+      std::vector<uint64_t> values(num_args + kScratchPointers, 0);
+      std::vector<void*> params(values.size());
+      std::vector<at::Tensor> keep;  // aligned copies and scratch, alive until the launch is queued
+      size_t i = 0;
+      for (auto& t : inputs) {
+        auto pointer = reinterpret_cast<uintptr_t>(t.data_ptr());
+        if (pointer % kAlignment) {
+          keep.push_back(aligned_copy(t));
+          pointer = reinterpret_cast<uintptr_t>(keep.back().data_ptr());
+        }
+        values[i++] = pointer;
+      }
+      for (auto& t : outputs) values[i++] = reinterpret_cast<uintptr_t>(t.data_ptr());
+      if (scratch) {
+        keep.push_back(at::empty({scratch}, at::TensorOptions().dtype(at::kByte).device(c10::kCUDA, index)));
+        values[num_args] = reinterpret_cast<uintptr_t>(keep.back().data_ptr());
+      }
+      for (size_t k = 0; k < values.size(); ++k) params[k] = &values[k];
+      c10::cuda::CUDAGuard on(index);
+      cudaStream_t stream = at::cuda::getCurrentCUDAStream(index).stream();
+      int result = cu.launch(function, gx, gy, gz, threads, 1, 1, static_cast<unsigned>(shared), stream, params.data(), nullptr);
+      if (result) cu.check(result, "launching kernel " + symbol);
+    };
+  }
+  return launchers;
+}
+
+}  // namespace jit2triton
+
+#else
+
+namespace jit2triton {
+
+Launchers load_cuda_kernels(const Package&, c10::Device) {
+  throw Error(Error::Kind::PackageDevice,
+              "this jit2triton C++ runtime was built without CUDA, so it cannot run the package's GPU kernels; build "
+              "it against a CUDA build of libtorch");
+}
+
+}  // namespace jit2triton
+
+#endif

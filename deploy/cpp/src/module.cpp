@@ -1,0 +1,50 @@
+#include <ATen/ATen.h>
+
+#include "jit2triton/jit2triton.h"
+#include "plan.h"
+
+namespace jit2triton {
+
+namespace {
+
+void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
+  if (v.isTensor()) {
+    out.push_back(v.toTensor());
+  } else if (v.isTuple()) {
+    for (const auto& x : v.toTupleRef().elements()) flatten(x, out);
+  } else if (v.isList()) {
+    for (const auto& x : v.toListRef()) flatten(x, out);
+  } else if (v.isGenericDict()) {
+    for (const auto& kv : v.toGenericDict()) flatten(kv.value(), out);
+  }
+}
+
+}  // namespace
+
+Module load(const std::string& path, const LoadOptions& options) {
+  return Module(std::make_shared<Plan>(read_package(path), options));
+}
+
+Module load(const std::string& path, const std::string& device) {
+  LoadOptions options;
+  options.device = device;
+  return load(path, options);
+}
+
+c10::IValue Module::call(const std::vector<c10::IValue>& inputs) const { return plan_->call(inputs); }
+
+std::vector<at::Tensor> Module::forward(const std::vector<c10::IValue>& inputs) const {
+  std::vector<at::Tensor> out;
+  flatten(plan_->call(inputs), out);
+  return out;
+}
+
+std::string Module::device() const { return plan_->device.str(); }
+
+std::string Module::signature() const { return plan_->signature(); }
+
+bool Module::uses_cuda_graph() const { return plan_->uses_cuda_graph; }
+
+std::vector<c10::IValue> Module::random_inputs(uint64_t seed) const { return plan_->random_inputs(seed); }
+
+}  // namespace jit2triton

@@ -1,0 +1,34 @@
+// Reading a .j2t package: the zip's members (stored, uncompressed) from a file mapped into memory, each checked
+// against checksums.json; the manifest parsed; the weights as CPU tensors over the mapping, in their memory order.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "json.h"
+
+namespace jit2triton {
+
+struct MappedFile;
+
+struct Package {
+  std::string path;
+  std::shared_ptr<MappedFile> file;
+  std::map<std::string, std::string_view> members;  // name -> bytes inside the mapping
+  std::map<std::string, std::string> checksums;      // name -> sha256 hex
+  json::Value manifest;
+  std::map<std::string, at::Tensor> weights;          // on the CPU, sharing the mapping (copy-on-write)
+
+  std::string_view member(const std::string& name) const;  // throws CorruptPackage when absent
+};
+
+Package read_package(const std::string& path);
+
+// Python's repr of a string, for messages identical to the Python loader's: 'model.j2t'.
+std::string repr(const std::string& text);
+
+}  // namespace jit2triton

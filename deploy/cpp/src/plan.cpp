@@ -1,0 +1,709 @@
+#include "plan.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Dict.h>
+#include <ATen/core/List.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/jit/runtime/operator.h>
+#include <torch/version.h>
+
+#include <sstream>
+
+namespace jit2triton {
+
+using c10::IValue;
+using json::Value;
+
+// ---- literals ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+c10::TypePtr type_of_items(const std::vector<IValue>& items) {
+  if (items.empty()) return c10::AnyType::get();
+  c10::TypePtr t = items[0].type();
+  for (const auto& x : items)
+    if (*x.type() != *t) return c10::AnyType::get();
+  return t;
+}
+
+IValue make_list(std::vector<IValue> items, c10::TypePtr elem) {
+  c10::impl::GenericList list(std::move(elem));
+  list.reserve(items.size());
+  for (auto& x : items) list.push_back(std::move(x));
+  return list;
+}
+
+double parse_special_float(const std::string& text) {
+  if (text == "inf") return INFINITY;
+  if (text == "-inf") return -INFINITY;
+  if (text == "nan") return NAN;
+  return std::stod(text);
+}
+
+at::ScalarType parse_scalar_type(const std::string& name) {
+  static const std::map<std::string, at::ScalarType> types = {
+      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
+      {"int64", at::kLong},    {"int32", at::kInt},      {"int16", at::kShort}, {"int8", at::kChar},
+      {"uint8", at::kByte},    {"bool", at::kBool},      {"complex64", at::kComplexFloat},
+      {"complex128", at::kComplexDouble}};
+  auto it = types.find(name);
+  if (it == types.end()) throw Error(Error::Kind::PackageVersion, "unknown dtype " + repr(name) + " in the package");
+  return it->second;
+}
+
+}  // namespace
+
+std::string dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kLong: return "int64";
+    case at::kInt: return "int32";
+    case at::kShort: return "int16";
+    case at::kChar: return "int8";
+    case at::kByte: return "uint8";
+    case at::kBool: return "bool";
+    case at::kComplexFloat: return "complex64";
+    case at::kComplexDouble: return "complex128";
+    default: return c10::toString(t);
+  }
+}
+
+IValue decode_literal(const Value& v, const std::string& built_for, c10::Device device) {
+  switch (v.kind) {
+    case Value::Kind::Null: return IValue();
+    case Value::Kind::Bool: return v.boolean;
+    case Value::Kind::Int: return v.integer;
+    case Value::Kind::Float: return v.number;
+    case Value::Kind::String: return v.text;
+    case Value::Kind::Array: {
+      std::vector<IValue> items;
+      for (const auto& x : v.items) items.push_back(decode_literal(x, built_for, device));
+      auto elem = type_of_items(items);
+      return make_list(std::move(items), elem);
+    }
+    case Value::Kind::Object: break;
+  }
+  if (v.members.size() != 1) throw Error(Error::Kind::CorruptPackage, "the plan holds a malformed literal");
+  const auto& [tag, body] = v.members[0];
+  if (tag == "$tuple") {
+    std::vector<IValue> items;
+    for (const auto& x : body.items) items.push_back(decode_literal(x, built_for, device));
+    return c10::ivalue::Tuple::create(std::move(items));
+  }
+  if (tag == "$device") {
+    c10::Device d(body.as_string());
+    return (c10::DeviceTypeName(d.type(), true) == built_for) ? device : d;
+  }
+  if (tag == "$dtype") return parse_scalar_type(body.as_string());
+  if (tag == "$float") return parse_special_float(body.as_string());
+  if (tag == "$complex")
+    return c10::complex<double>(decode_literal(body[0], built_for, device).toDouble(),
+                                decode_literal(body[1], built_for, device).toDouble());
+  if (tag == "$dict") {
+    std::vector<IValue> keys, values;
+    for (const auto& kv : body.items) {
+      keys.push_back(decode_literal(kv[0], built_for, device));
+      values.push_back(decode_literal(kv[1], built_for, device));
+    }
+    c10::impl::GenericDict dict(type_of_items(keys), type_of_items(values));
+    for (size_t i = 0; i < keys.size(); ++i) dict.insert_or_assign(keys[i], values[i]);
+    return dict;
+  }
+  throw Error(Error::Kind::PackageVersion, "unknown literal tag " + repr(tag) + "; the package needs a newer jit2triton");
+}
+
+namespace {
+
+// A literal shaped for the schema argument it feeds: an empty or untyped JSON list gets the list type the op
+// declares, tensors given to a `Tensor?[]` become optional tensors, an int given to a float becomes a float.
+IValue coerce(IValue v, const c10::TypePtr& t) {
+  if (auto opt = t->cast<c10::OptionalType>()) return v.isNone() ? v : coerce(std::move(v), opt->getElementType());
+  if (auto lt = t->cast<c10::ListType>()) {
+    if (!v.isList()) return v;
+    auto list = v.toList();
+    c10::TypePtr elem = lt->getElementType();
+    if (elem->kind() == c10::SymIntType::Kind) elem = c10::IntType::get();
+    bool untyped = list.elementType()->kind() == c10::AnyType::Kind || list.empty();
+    if (!untyped && !elem->cast<c10::OptionalType>()) return v;
+    if (*list.elementType() == *elem) return v;
+    std::vector<IValue> items;
+    for (const auto& x : list) items.push_back(coerce(x, elem));
+    return make_list(std::move(items), elem);
+  }
+  if (t->kind() == c10::FloatType::Kind && v.isInt()) return static_cast<double>(v.toInt());
+  return v;
+}
+
+// The type a `prim::ListConstruct` / `prim::DictConstruct` step records: ["List", ["Optional", ["Tensor"]]].
+c10::TypePtr parse_type(const Value& tag) {
+  const std::string& kind = tag[0].as_string();
+  if (kind == "Tensor") return c10::TensorType::get();
+  if (kind == "int") return c10::IntType::get();
+  if (kind == "float") return c10::FloatType::get();
+  if (kind == "bool") return c10::BoolType::get();
+  if (kind == "str") return c10::StringType::get();
+  if (kind == "complex") return c10::ComplexType::get();
+  if (kind == "Device") return c10::DeviceObjType::get();
+  if (kind == "Scalar") return c10::NumberType::get();
+  if (kind == "None") return c10::NoneType::get();
+  if (kind == "Optional") return c10::OptionalType::create(parse_type(tag[1]));
+  if (kind == "List") return c10::ListType::create(parse_type(tag[1]));
+  if (kind == "Dict") return c10::DictType::create(parse_type(tag[1]), parse_type(tag[2]));
+  if (kind == "Tuple") {
+    std::vector<c10::TypePtr> elems;
+    for (size_t i = 1; i < tag.size(); ++i) elems.push_back(parse_type(tag[i]));
+    return c10::TupleType::create(std::move(elems));
+  }
+  return c10::AnyType::get();
+}
+
+std::vector<int> ints(const Value* v) {
+  std::vector<int> out;
+  if (v)
+    for (const auto& x : v->items) out.push_back(static_cast<int>(x.as_int()));
+  return out;
+}
+
+// An argument: a slot read at run time, or a value fixed at load (a literal or a weight).
+struct Ref {
+  int slot = -1;
+  IValue constant;
+  const IValue& get(const Env& env) const { return slot >= 0 ? env[slot] : constant; }
+};
+
+void release(Env& env, const std::vector<int>& slots) {
+  for (int s : slots) env[s] = IValue();
+}
+
+std::string python_type_name(const IValue& v) {
+  if (v.isTensor()) return "Tensor";
+  if (v.isBool()) return "bool";
+  if (v.isInt()) return "int";
+  if (v.isDouble()) return "float";
+  if (v.isString()) return "str";
+  if (v.isNone()) return "NoneType";
+  if (v.isList()) return "list";
+  if (v.isTuple()) return "tuple";
+  if (v.isGenericDict()) return "dict";
+  return v.tagKind();
+}
+
+std::string join_dims(at::IntArrayRef dims) {
+  std::string out;
+  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
+  return out;
+}
+
+}  // namespace
+
+// ---- compiling the plan -----------------------------------------------------------------------------------------
+
+class Builder {
+ public:
+  Builder(Plan& plan) : plan_(plan), device_(plan.device) {}
+
+  Ref ref(const Value& r) {
+    const std::string& kind = r[0].as_string();
+    Ref out;
+    if (kind == "s") {
+      out.slot = static_cast<int>(r[1].as_int());
+    } else if (kind == "w") {
+      out.constant = weight(r[1].as_string());
+    } else if (kind == "wl") {
+      c10::List<at::Tensor> list;
+      for (const auto& name : r[1].items) list.push_back(weight(name.as_string()));
+      out.constant = list;
+    } else {
+      out.constant = decode_literal(r[1], plan_.built_for_, device_);
+    }
+    return out;
+  }
+
+  std::vector<Ref> refs(const Value& v) {
+    std::vector<Ref> out;
+    for (const auto& r : v.items) out.push_back(ref(r));
+    return out;
+  }
+
+  std::vector<Step> block(const Value& steps) {
+    std::vector<Step> out;
+    for (const auto& s : steps.items) out.push_back({step(s), static_cast<int>(s.at("node").as_int())});
+    return out;
+  }
+
+ private:
+  Plan& plan_;
+  c10::Device device_;
+  std::map<std::string, at::Tensor> moved_;  // weights on the run device, moved once
+
+  const at::Tensor& weight(const std::string& name) {
+    auto it = moved_.find(name);
+    if (it != moved_.end()) return it->second;
+    auto w = plan_.pkg_.weights.find(name);
+    if (w == plan_.pkg_.weights.end())
+      throw Error(Error::Kind::CorruptPackage, "the plan uses weight " + repr(name) + ", which the package lacks; re-run `jit2triton convert`");
+    return moved_[name] = w->second.to(device_);
+  }
+
+  std::function<void(Env&)> step(const Value& s) {
+    const std::string& kind = s.at("kind").as_string();
+    if (kind == "call") return call(s);
+    if (kind == "kernel") return kernel(s);
+    if (kind == "if") return if_(s);
+    if (kind == "loop") return loop(s);
+    throw Error(Error::Kind::PackageVersion, "unknown step kind " + repr(kind) + " in the plan; the package needs a newer jit2triton");
+  }
+
+  std::function<void(Env&)> call(const Value& s) {
+    const std::string& op = s.at("op").as_string();
+    std::vector<Ref> args = refs(s.at("args"));
+    std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
+    if (auto native = host_op(op, s, args, outs)) {
+      return [native, free](Env& env) {
+        native(env);
+        release(env, free);
+      };
+    }
+    auto handle = find_operator(op);
+    const auto& schema = handle->schema();
+    for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i)
+      if (args[i].slot < 0) args[i].constant = coerce(args[i].constant, schema.arguments()[i].type());
+    bool vararg = schema.is_vararg();
+    torch::jit::Operation operation = handle->getOperation();
+    return [operation, args, outs, free, vararg, op](Env& env) mutable {
+      torch::jit::Stack stack;
+      stack.reserve(args.size() + 1);
+      for (const auto& a : args) stack.push_back(a.get(env));
+      if (vararg) stack.emplace_back(static_cast<int64_t>(args.size()));
+      operation(stack);
+      if (stack.size() != outs.size())
+        throw std::runtime_error(op + " returned " + std::to_string(stack.size()) + " values, the plan expects " +
+                                 std::to_string(outs.size()));
+      for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(stack[i]);
+      release(env, free);
+    };
+  }
+
+  static std::shared_ptr<torch::jit::Operator> find_operator(const std::string& op) {
+    auto dot = op.find('.', op.find("::") + 2);
+    std::string name = op.substr(0, dot), overload = dot == std::string::npos ? "" : op.substr(dot + 1);
+    auto found = torch::jit::findOperatorFor(c10::OperatorName(name, overload));
+    if (!found && overload.empty()) {  // a node named without its overload: the only one there is
+      auto all = torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(name));
+      if (all.size() == 1) found = all[0];
+    }
+    if (!found)
+      throw Error(Error::Kind::Package, "op " + repr(op) + " does not exist in this torch (" + TORCH_VERSION +
+                                            "); the package needs a torch that has it (convert and run with the same torch version)");
+    return found;
+  }
+
+  // TorchScript's container and control ops that carry their types on the node, not in a schema.
+  std::function<void(Env&)> host_op(const std::string& op, const Value& s, const std::vector<Ref>& args,
+                                    const std::vector<int>& outs) {
+    if (op == "prim::ListConstruct") {
+      c10::TypePtr elem = c10::AnyType::get();
+      if (const auto* t = s.find("type")) elem = parse_type(*t)->containedTypes().at(0);
+      int out = outs.at(0);
+      return [args, elem, out](Env& env) {
+        c10::impl::GenericList list(elem);
+        list.reserve(args.size());
+        for (const auto& a : args) list.push_back(a.get(env));
+        env[out] = std::move(list);
+      };
+    }
+    if (op == "prim::TupleConstruct") {
+      int out = outs.at(0);
+      return [args, out](Env& env) {
+        std::vector<IValue> items;
+        items.reserve(args.size());
+        for (const auto& a : args) items.push_back(a.get(env));
+        env[out] = c10::ivalue::Tuple::create(std::move(items));
+      };
+    }
+    if (op == "prim::DictConstruct") {
+      c10::TypePtr key = c10::AnyType::get(), value = c10::AnyType::get();
+      if (const auto* t = s.find("type")) {
+        auto dict = parse_type(*t);
+        key = dict->containedTypes().at(0);
+        value = dict->containedTypes().at(1);
+      }
+      int out = outs.at(0);
+      return [args, key, value, out](Env& env) {
+        c10::impl::GenericDict dict(key, value);
+        for (size_t i = 0; i + 1 < args.size(); i += 2) dict.insert_or_assign(args[i].get(env), args[i + 1].get(env));
+        env[out] = std::move(dict);
+      };
+    }
+    if (op == "prim::ListUnpack" || op == "prim::TupleUnpack") {
+      Ref from = args.at(0);
+      return [from, outs](Env& env) {
+        const IValue& v = from.get(env);
+        auto n = v.isTuple() ? v.toTupleRef().elements().size() : v.toListRef().size();
+        if (n != outs.size())
+          throw std::runtime_error("cannot unpack " + std::to_string(n) + " values into " + std::to_string(outs.size()));
+        IValue keep = v;  // the slot may be one of the outputs
+        for (size_t i = 0; i < outs.size(); ++i)
+          env[outs[i]] = keep.isTuple() ? keep.toTupleRef().elements()[i] : keep.toListRef()[i];
+      };
+    }
+    if (op == "prim::TupleIndex") {
+      Ref from = args.at(0), index = args.at(1);
+      int out = outs.at(0);
+      return [from, index, out](Env& env) {
+        const auto& items = from.get(env).toTupleRef().elements();
+        int64_t i = index.get(env).toInt();
+        if (i < 0) i += static_cast<int64_t>(items.size());
+        if (i < 0 || i >= static_cast<int64_t>(items.size())) throw std::out_of_range("tuple index out of range");
+        env[out] = items[i];
+      };
+    }
+    if (op == "prim::unchecked_cast" || op == "prim::data") {
+      Ref from = args.at(0);
+      int out = outs.at(0);
+      return [from, out](Env& env) { env[out] = from.get(env); };
+    }
+    if (op == "prim::Uninitialized") {
+      int out = outs.at(0);
+      return [out](Env& env) { env[out] = IValue(); };
+    }
+    if (op == "prim::RaiseException") {
+      Ref message = args.empty() ? Ref{} : args[0];
+      return [message](Env& env) {
+        const IValue& m = message.get(env);
+        std::ostringstream text;
+        if (!m.isNone()) {
+          if (m.isString()) text << m.toStringRef(); else text << m;
+        }
+        throw Error(Error::Kind::ModelRaised, "the model raised an exception: " + text.str());
+      };
+    }
+    return nullptr;
+  }
+
+  std::function<void(Env&)> kernel(const Value& s) {
+    const std::string& name = s.at("kernel").as_string();
+    auto found = plan_.kernels_.find(name);
+    if (found == plan_.kernels_.end())
+      throw Error(Error::Kind::Package, "kernel " + repr(name) + " is missing from the package; re-run the conversion");
+    Launcher launch = found->second;
+    std::vector<Ref> args = refs(s.at("args"));
+    std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
+    struct OutSpec {
+      std::vector<int64_t> shape, strides;
+      at::TensorOptions options;
+    };
+    std::vector<OutSpec> specs;
+    for (const auto& t : s.at("out_types").items) {
+      OutSpec spec;
+      for (const auto& d : t[0].items) spec.shape.push_back(d.as_int());
+      spec.options = at::TensorOptions().dtype(parse_scalar_type(t[1].as_string())).device(device_);
+      for (const auto& d : t[2].items) spec.strides.push_back(d.as_int());
+      specs.push_back(std::move(spec));
+    }
+    // Inputs that ATen made must have the strides seen at convert time: the kernel indexes with them.
+    std::vector<std::pair<size_t, std::vector<int64_t>>> checked;
+    if (const auto* strides = s.find("in_strides"))
+      for (size_t i = 0; i < strides->items.size(); ++i)
+        if (!strides->items[i].is_null()) {
+          std::vector<int64_t> st;
+          for (const auto& d : strides->items[i].items) st.push_back(d.as_int());
+          checked.emplace_back(i, std::move(st));
+        }
+    return [launch, args, outs, free, specs, checked](Env& env) {
+      std::vector<at::Tensor> outputs, inputs;
+      outputs.reserve(specs.size());
+      for (const auto& spec : specs) outputs.push_back(at::empty_strided(spec.shape, spec.strides, spec.options));
+      inputs.reserve(args.size());
+      for (const auto& a : args) inputs.push_back(a.get(env).toTensor());
+      for (const auto& [i, strides] : checked) {
+        at::Tensor& x = inputs[i];
+        if (x.strides() != at::IntArrayRef(strides))
+          x = at::empty_strided(x.sizes(), strides, x.options()).copy_(x);
+      }
+      launch(inputs, outputs);
+      for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(outputs[i]);
+      release(env, free);
+    };
+  }
+
+  struct Sub {
+    std::vector<Step> steps;
+    std::vector<Ref> results;
+    std::vector<int> inputs;
+  };
+
+  Sub sub(const Value& b) {
+    return {block(b.at("steps")), refs(b.at("outputs")), ints(b.find("inputs"))};
+  }
+
+  std::function<void(Env&)> if_(const Value& s) {
+    Ref cond = ref(s.at("args")[0]);
+    auto then = std::make_shared<Sub>(sub(s.at("blocks")[0]));
+    auto otherwise = std::make_shared<Sub>(sub(s.at("blocks")[1]));
+    std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
+    const Plan* plan = &plan_;
+    return [plan, cond, then, otherwise, outs, free](Env& env) {
+      const Sub& branch = cond.get(env).toBool() ? *then : *otherwise;
+      plan->run_steps(branch.steps, env);
+      std::vector<IValue> values;
+      for (const auto& r : branch.results) values.push_back(r.get(env));
+      for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(values[i]);
+      release(env, free);
+    };
+  }
+
+  std::function<void(Env&)> loop(const Value& s) {
+    const Value& args = s.at("args");
+    Ref trips = ref(args[0]), condition = ref(args[1]);
+    std::vector<Ref> initial;
+    for (size_t i = 2; i < args.size(); ++i) initial.push_back(ref(args[i]));
+    auto body = std::make_shared<Sub>(sub(s.at("blocks")[0]));
+    std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
+    const Plan* plan = &plan_;
+    return [plan, trips, condition, initial, body, outs, free](Env& env) {
+      int64_t n = trips.get(env).toInt();
+      bool go = condition.get(env).toBool();
+      std::vector<IValue> carried;
+      for (const auto& r : initial) carried.push_back(r.get(env));
+      int index_slot = body->inputs.at(0);
+      for (int64_t i = 0; go && i < n; ++i) {
+        env[index_slot] = i;
+        for (size_t k = 0; k < carried.size(); ++k) env[body->inputs[k + 1]] = carried[k];
+        plan->run_steps(body->steps, env);
+        go = body->results[0].get(env).toBool();
+        for (size_t k = 0; k < carried.size(); ++k) carried[k] = body->results[k + 1].get(env);
+      }
+      for (size_t k = 0; k < outs.size(); ++k) env[outs[k]] = std::move(carried[k]);
+      release(env, free);
+    };
+  }
+};
+
+// ---- the plan ---------------------------------------------------------------------------------------------------
+
+namespace {
+
+c10::Device target_device(const Value& manifest, const std::string& requested) {
+  c10::Device built_for(manifest.at("device").as_string());
+  c10::Device device = requested.empty() ? built_for : c10::Device(requested);
+  bool has_kernels = manifest.at("kernels").size() > 0;
+  if (device.is_cuda() && !at::hasCUDA()) {
+    std::string hint = has_kernels ? "; its GPU kernels cannot run on the CPU, so convert the model again with device='cpu'"
+                                   : " or load it with map_location='cpu'";
+    throw Error(Error::Kind::PackageDevice, "the package was built for " + built_for.str() +
+                                                " and this machine has no CUDA device; run it on a GPU machine" + hint);
+  }
+  if (device.type() != built_for.type() && has_kernels)
+    throw Error(Error::Kind::PackageDevice,
+                "the package holds kernels compiled for " + c10::DeviceTypeName(built_for.type(), true) +
+                    " and cannot run on " + c10::DeviceTypeName(device.type(), true) +
+                    "; convert the model again with device=" + repr(c10::DeviceTypeName(device.type(), true)));
+  return device;
+}
+
+void check_compatible(const Value& manifest) {
+  std::string made_with;
+  if (const auto* producer = manifest.find("producer"))
+    if (const auto* t = producer->find("torch")) made_with = t->as_string();
+  std::string here = TORCH_VERSION;
+  if (made_with.substr(0, made_with.find('.')) != here.substr(0, here.find('.')))
+    throw Error(Error::Kind::PackageVersion,
+                "the package was made with torch " + (made_with.empty() ? std::string("unknown") : made_with) +
+                    ", and this is torch " + here +
+                    ": ATen ops and kernels are not compatible across major versions. Convert the model again with this torch");
+}
+
+std::string format_type(const Value& d) {
+  const std::string& kind = d.at("type").as_string();
+  if (kind == "Tensor") {
+    std::string dims;
+    for (size_t i = 0; i < d.at("shape").size(); ++i) dims += (i ? ", " : "") + std::to_string(d.at("shape")[i].as_int());
+    return d.at("dtype").as_string() + "[" + dims + "]";
+  }
+  if (kind == "Tuple" || kind == "List") {
+    std::string items;
+    for (size_t i = 0; i < d.at("items").size(); ++i) items += (i ? ", " : "") + format_type(d.at("items")[i]);
+    return kind + "[" + items + "]";
+  }
+  if (kind == "Dict") {
+    std::string items;
+    for (const auto& [k, v] : d.at("items").members) items += (items.empty() ? "" : ", ") + k + ": " + format_type(v);
+    return "Dict{" + items + "}";
+  }
+  return kind;
+}
+
+}  // namespace
+
+Plan::Plan(Package pkg, const LoadOptions& options)
+    : device(c10::kCPU), pkg_(std::move(pkg)) {
+  const Value& manifest = pkg_.manifest;
+  check_compatible(manifest);
+  device = target_device(manifest, options.device);
+  built_for_ = c10::DeviceTypeName(c10::Device(manifest.at("device").as_string()).type(), true);
+  if (device.is_cuda() && !device.has_index()) device = c10::Device(c10::kCUDA, 0);
+  const std::string& backend = manifest.at("backend").as_string();
+  if (manifest.at("kernels").size() > 0) {
+    if (backend == "cpp") kernels_ = load_cpu_kernels(pkg_, options.num_threads);
+    else if (backend == "triton" && device.is_cuda()) kernels_ = load_cuda_kernels(pkg_, device);
+    else if (backend == "triton")
+      throw Error(Error::Kind::PackageDevice, "the package's Triton kernels run on the CPU only under Triton's "
+                                              "interpreter, which the C++ runtime does not have; load it with the "
+                                              "Python runtime, or convert with backend='cpp'");
+    else
+      throw Error(Error::Kind::PackageVersion, "the package uses kernel backend " + repr(backend) +
+                                                   ", which this jit2triton does not know; upgrade jit2triton");
+  }
+  const Value& plan = manifest.at("plan");
+  num_slots_ = static_cast<int>(plan.at("num_slots").as_int());
+  input_slots_ = ints(&plan.at("inputs"));
+  Builder builder(*this);
+  steps_ = builder.block(plan.at("steps"));
+  for (const auto& r : plan.at("outputs").items) {
+    Ref out = builder.ref(r);
+    outputs_.push_back([out](const Env& env) -> const IValue& { return out.get(env); });
+  }
+  build_input_checks();
+  const Value* graph = manifest.find("cuda_graph");
+  if (options.cuda_graphs && device.is_cuda() && graph && graph->as_bool()) {
+    graph_ = make_graph_runner([this](std::vector<IValue> inputs) { return run(std::move(inputs)); },
+                               options.alias_outputs);
+    uses_cuda_graph = graph_ != nullptr;
+  }
+}
+
+Plan::~Plan() = default;
+
+void Plan::build_input_checks() {
+  const Value& inputs = pkg_.manifest.at("signature").at("inputs");
+  bool contiguous = !kernels_.empty();  // generated kernels index inputs as dense row-major tensors
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Value& d = inputs[i];
+    std::string name = d.at("name").as_string();
+    input_names_.push_back(name);
+    const Value* def = d.find("default");
+    has_default_.push_back(def != nullptr);
+    defaults_.push_back(def ? decode_literal(*def, built_for_, device) : IValue());
+    if (!def) ++required_;
+    std::string label = "input " + std::to_string(i) + " (" + repr(name) + ")";
+    const std::string& kind = d.at("type").as_string();
+    if (kind == "Tensor") {
+      at::ScalarType dtype = parse_scalar_type(d.at("dtype").as_string());
+      std::vector<int64_t> shape;
+      for (const auto& x : d.at("shape").items) shape.push_back(x.as_int());
+      c10::DeviceType type = device.type();
+      std::string expected = d.at("dtype").as_string() + "[" + join_dims(shape) + "] on " + c10::DeviceTypeName(type, true);
+      checks_.push_back([=](IValue& v) {
+        if (!v.isTensor()) throw Error(Error::Kind::Input, label + ": expected a tensor " + expected + ", got " + python_type_name(v));
+        const at::Tensor& x = v.toTensor();
+        if (x.scalar_type() != dtype || x.sizes() != at::IntArrayRef(shape) || x.device().type() != type)
+          throw Error(Error::Kind::Input,
+                      label + ": expected " + expected + ", got " + dtype_name(x.scalar_type()) + "[" + join_dims(x.sizes()) +
+                          "] on " + x.device().str() +
+                          ". The package was converted for that signature; convert again with example inputs of the shape and dtype you need");
+        if (contiguous && !x.is_contiguous()) v = x.contiguous();
+      });
+    } else if (kind == "int" || kind == "float" || kind == "bool" || kind == "str") {
+      checks_.push_back([=](IValue& v) {
+        bool ok = kind == "int" ? v.isInt() : kind == "float" ? (v.isDouble() || v.isInt())
+                : kind == "bool" ? v.isBool() : v.isString();
+        if (!ok) throw Error(Error::Kind::Input, label + ": expected " + kind + ", got " + python_type_name(v));
+        if (kind == "float" && v.isInt()) v = static_cast<double>(v.toInt());
+      });
+    } else {
+      checks_.push_back([](IValue&) {});
+    }
+  }
+}
+
+std::string Plan::signature() const {
+  const Value& sig = pkg_.manifest.at("signature");
+  std::string args;
+  for (size_t i = 0; i < sig.at("inputs").size(); ++i)
+    args += (i ? ", " : "") + sig.at("inputs")[i].at("name").as_string() + ": " + format_type(sig.at("inputs")[i]);
+  return "(" + args + ") -> " + format_type(sig.at("outputs"));
+}
+
+std::vector<IValue> Plan::random_inputs(uint64_t seed) const {
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  std::vector<IValue> values;
+  for (const auto& entry : pkg_.manifest.at("signature").at("inputs").items) {
+    if (entry.at("type").as_string() == "Tensor") {
+      at::ScalarType dtype = parse_scalar_type(entry.at("dtype").as_string());
+      std::vector<int64_t> shape;
+      for (const auto& d : entry.at("shape").items) shape.push_back(d.as_int());
+      int64_t low = 0, high = 2;
+      if (const auto* range = entry.find("range")) {
+        low = (*range)[0].as_int();
+        high = (*range)[1].as_int();
+      }
+      at::Tensor t;
+      if (dtype == at::kBool) t = at::rand(shape, generator) < 0.5;
+      else if (at::isFloatingType(dtype) || at::isComplexType(dtype)) t = at::randn(shape, generator).to(dtype);
+      else t = at::randint(low, std::max(high, low + 1), shape, generator, at::TensorOptions().dtype(dtype));
+      values.push_back(t.to(device));
+    } else if (const auto* example = entry.find("example")) {
+      values.push_back(decode_literal(*example, built_for_, device));
+    } else {
+      throw Error(Error::Kind::Input, "cannot make a random value for input " + repr(entry.at("name").as_string()) +
+                                          " of type " + entry.at("type").as_string());
+    }
+  }
+  return values;
+}
+
+IValue Plan::call(std::vector<IValue> inputs) const {
+  size_t n = inputs.size(), total = input_names_.size();
+  if (n != total) {
+    if (n < required_ || n > total) {
+      std::string names;
+      for (size_t i = 0; i < total; ++i) names += (i ? ", " : "") + input_names_[i];
+      std::string expected = required_ == total ? std::to_string(total) : std::to_string(required_) + " to " + std::to_string(total);
+      throw Error(Error::Kind::Input, "expected " + expected + " inputs (" + names + "), got " + std::to_string(n) +
+                                          "; pass them in that order");
+    }
+    for (size_t i = n; i < total; ++i) inputs.push_back(defaults_[i]);
+  }
+  for (size_t i = 0; i < total; ++i) checks_[i](inputs[i]);
+  if (graph_) return run_graph(*graph_, std::move(inputs));
+  return run(std::move(inputs));
+}
+
+IValue Plan::run(std::vector<IValue> inputs) const {
+  Env env(num_slots_);
+  for (size_t i = 0; i < input_slots_.size() && i < inputs.size(); ++i) env[input_slots_[i]] = std::move(inputs[i]);
+  run_steps(steps_, env);
+  if (outputs_.size() == 1) return outputs_[0](env);
+  std::vector<IValue> outs;
+  for (const auto& get : outputs_) outs.push_back(get(env));
+  return c10::ivalue::Tuple::create(std::move(outs));
+}
+
+void Plan::run_steps(const std::vector<Step>& steps, Env& env) const {
+  for (const auto& step : steps) {
+    try {
+      step.run(env);
+    } catch (const Error&) {
+      throw;
+    } catch (const c10::Error& err) {
+      step_failed(step.node, std::string("RuntimeError: ") + err.what_without_backtrace());
+    } catch (const std::exception& err) {
+      step_failed(step.node, std::string("RuntimeError: ") + err.what());
+    }
+  }
+}
+
+void Plan::step_failed(int node, const std::string& what) const {
+  const Value& info = pkg_.manifest.at("nodes")[node];
+  std::string where;
+  if (const auto* source = info.find("source"))
+    if (source->is_string() && !source->as_string().empty()) where = " (model source " + source->as_string() + ")";
+  throw Error(Error::Kind::Step, info.at("op").as_string() + " failed" + where + ": " + what);
+}
+
+}  // namespace jit2triton

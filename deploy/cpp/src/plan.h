@@ -1,0 +1,80 @@
+// The execution plan of a package, compiled once at load into closures over numbered slots, as deploy/executor.py
+// does in Python: a call copies its inputs into slots, runs the steps, reads the outputs.
+#pragma once
+
+#include <ATen/core/ivalue.h>
+#include <c10/core/Device.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "jit2triton/jit2triton.h"
+#include "json.h"
+#include "package.h"
+
+namespace jit2triton {
+
+using Env = std::vector<c10::IValue>;
+// A generated kernel: reads `inputs`, writes `outputs` (allocated by the caller in the planned shape and dtype).
+using Launcher = std::function<void(std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs)>;
+using Launchers = std::map<std::string, Launcher>;
+
+Launchers load_cpu_kernels(const Package& pkg, int num_threads);
+Launchers load_cuda_kernels(const Package& pkg, c10::Device device);
+
+// JSON literal of the plan (with tags for tuples, devices, dtypes, ...) -> IValue; device literals naming the device
+// type the package was built for name `device` instead (torch.jit.load's map_location).
+c10::IValue decode_literal(const json::Value& v, const std::string& built_for, c10::Device device);
+
+class GraphRunner;
+
+struct Step {
+  std::function<void(Env&)> run;
+  int node;
+};
+
+class Plan {
+ public:
+  Plan(Package pkg, const LoadOptions& options);
+  ~Plan();
+
+  c10::IValue call(std::vector<c10::IValue> inputs) const;  // checks the inputs first
+  c10::IValue run(std::vector<c10::IValue> inputs) const;   // trusts them
+  std::string signature() const;
+  std::vector<c10::IValue> random_inputs(uint64_t seed) const;
+
+  c10::Device device;
+  bool uses_cuda_graph = false;
+
+ private:
+  friend class Builder;
+  Package pkg_;
+  std::string built_for_;
+  Launchers kernels_;
+  std::vector<Step> steps_;
+  std::vector<int> input_slots_;
+  std::vector<std::function<const c10::IValue&(const Env&)>> outputs_;
+  int num_slots_ = 0;
+  std::vector<std::function<void(c10::IValue&)>> checks_;  // per input; throws Error(Input)
+  std::vector<std::string> input_names_;
+  std::vector<c10::IValue> defaults_;  // per input; None marks "no default" when has_default_ is false
+  std::vector<bool> has_default_;
+  size_t required_ = 0;
+  std::shared_ptr<GraphRunner> graph_;
+
+  void run_steps(const std::vector<Step>& steps, Env& env) const;
+  void build_input_checks();
+  [[noreturn]] void step_failed(int node, const std::string& what) const;
+};
+
+// CUDA graphs (cuda_graph.cpp): a whole straight-line plan captured once per tuple of scalar inputs, replayed.
+std::shared_ptr<GraphRunner> make_graph_runner(std::function<c10::IValue(std::vector<c10::IValue>)> run,
+                                               bool alias_outputs);
+c10::IValue run_graph(GraphRunner& runner, std::vector<c10::IValue> inputs);
+
+std::string dtype_name(at::ScalarType t);
+
+}  // namespace jit2triton

@@ -1,0 +1,85 @@
+"""The C++ runtime from Python: `jit2triton.load(path, runtime="cpp")`.
+
+The runtime's sources (deploy/cpp) are built into a Python extension with torch's cpp_extension on first use and
+cached under ~/.cache/jit2triton/ext, keyed by a hash of the sources, the torch version and the Python version: a
+later process (or a later load) only imports it. Once loaded, a call converts the inputs, releases the GIL and runs
+the whole plan in C++ (kernels, ATen ops, control flow, CUDA graphs), so no per-step Python work remains.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import threading
+from typing import Any, Optional
+
+import torch
+
+from jit2triton.emitters.cache import cache_dir
+from jit2triton.errors import (CorruptPackageError, InputError, PackageDeviceError, PackageError,  # noqa: F401
+                               PackageVersionError)
+
+from .executor import StepError  # noqa: F401  (the extension raises these classes by name)
+from .host_ops import ModelRaisedError  # noqa: F401
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp")
+SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/package.cpp", "src/plan.cpp", "src/module.cpp",
+           "src/cpu_kernels.cpp", "src/cuda_kernels.cpp", "src/cuda_graph.cpp", "python/bindings.cpp"]
+HEADERS = ["include/jit2triton/jit2triton.h", "src/json.h", "src/sha256.h", "src/package.h", "src/plan.h"]
+
+_lock = threading.Lock()
+_extension = None
+
+
+def with_cuda() -> bool:
+    """Build the GPU half too: a CUDA build of torch and CUDA's headers (a toolkit) on this machine."""
+    from torch.utils.cpp_extension import CUDA_HOME
+    return torch.version.cuda is not None and CUDA_HOME is not None
+
+
+def extension():
+    """The compiled runtime, built on first use (a minute or two) and cached by content."""
+    global _extension
+    with _lock:
+        if _extension is None:
+            _extension = _build()
+    return _extension
+
+
+def _build():
+    from torch.utils import cpp_extension
+    cuda = with_cuda()
+    digest = hashlib.sha256()
+    for name in SOURCES + HEADERS:
+        with open(os.path.join(ROOT, name), "rb") as f:
+            digest.update(name.encode() + b"\0" + f.read())
+    digest.update(f"{torch.__version__} {sys.version_info[:2]} cuda={cuda}".encode())
+    name = f"jit2triton_runtime_{digest.hexdigest()[:16]}"
+    if not cpp_extension.is_ninja_available():
+        raise PackageError("the C++ runtime is built on first use with torch's cpp_extension, which needs ninja: "
+                           "pip install ninja (or use the Python runtime: jit2triton.load(path))")
+    build_dir = os.path.join(cache_dir("ext"), name)
+    os.makedirs(build_dir, exist_ok=True)
+    flags = ["-O2", "-std=c++17"] + (["-DJ2T_WITH_CUDA"] if cuda else [])
+    try:
+        return cpp_extension.load(name=name, sources=[os.path.join(ROOT, s) for s in SOURCES],
+                                  extra_include_paths=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],
+                                  extra_cflags=flags, extra_ldflags=["-ldl"], with_cuda=cuda,
+                                  build_directory=build_dir, verbose=False)
+    except (RuntimeError, OSError) as err:
+        raise PackageError(f"building the C++ runtime failed ({err}); it needs a C++17 compiler and torch's headers. "
+                           "Use the Python runtime meanwhile: jit2triton.load(path)") from None
+
+
+class CppRuntime:
+    """A package loaded by the C++ runtime; called like the Python `Runtime`."""
+
+    def __init__(self, path: str, map_location: Any = None, num_threads: Optional[int] = None,
+                 cuda_graphs: bool = True, alias_outputs: bool = False) -> None:
+        device = "" if map_location is None else str(torch.device(map_location))
+        self.module = extension().Module(os.fspath(path), device, num_threads or 0, cuda_graphs, alias_outputs)
+        self.device = torch.device(self.module.device)
+        self.uses_cuda_graph = self.module.uses_cuda_graph
+
+    def __call__(self, *inputs: Any) -> Any:
+        return self.module(*inputs)
