@@ -1,7 +1,8 @@
 """Run an execution plan: each step is compiled once, at load, into a small closure over a list of slots.
 
 A call then does only what it must: copy the inputs into their slots, run the closures in order, read the outputs.
-Literal arguments and weights are bound when the closure is built, not looked up per call.
+Literal arguments and weights are bound when the closure is built, not looked up per call. A plan that is one
+generated kernel (a fused pointwise model) skips the slots altogether: inputs in, fresh outputs out.
 """
 from __future__ import annotations
 
@@ -34,8 +35,11 @@ class Executor:
         self.input_slots = plan["inputs"]
         self.steps = self.compile_block(plan["steps"])
         self.output_getters = [self.getter(r) for r in plan["outputs"]]
+        self.single_kernel = self.compile_single_kernel(plan)
 
     def __call__(self, inputs: list) -> list:
+        if self.single_kernel is not None:
+            return self.single_kernel(inputs)
         env: list = [None] * self.num_slots
         for slot, value in zip(self.input_slots, inputs):
             env[slot] = value
@@ -49,9 +53,7 @@ class Executor:
             except Jit2TritonError:
                 raise
             except Exception as err:
-                info = self.nodes[node]
-                where = f" (model source {info['source']})" if info.get("source") else ""
-                raise StepError(f"{info['op']} failed{where}: {type(err).__name__}: {err}") from err
+                raise self.failure(node)(err) from err
 
     # --- compiling steps -------------------------------------------------------------------------------------
 
@@ -117,26 +119,100 @@ class Executor:
 
         return call
 
-    def compile_kernel(self, step: dict) -> Step:
-        """A generated kernel: `launch(inputs, outputs)` with outputs allocated here, in the planned dtype/shape."""
+    def compile_single_kernel(self, plan: dict) -> Optional[Callable[[list], list]]:
+        """The whole plan as one function when it is a single kernel step whose outputs are the plan's outputs,
+        in order: no slot list, no getters, no step loop. Failures read as the step-by-step path's do."""
+        steps = plan["steps"]
+        if len(steps) != 1 or steps[0]["kind"] != "kernel" or self.observe is not None:
+            return None
+        step = steps[0]
+        if [tuple(r) for r in plan["outputs"]] != [("s", slot) for slot in step["outs"]]:
+            return None
+        position = {slot: i for i, slot in enumerate(self.input_slots)}
+        if any(r[0] == "s" and r[1] not in position for r in step["args"]):
+            return None
+        launch = self.kernel_launcher(step)
+        allocate = self.output_allocator(step)
+        template = [None if r[0] == "s" else self.literal(r) for r in step["args"]]
+        from_inputs = [(i, position[r[1]]) for i, r in enumerate(step["args"]) if r[0] == "s"]
+        direct = len(from_inputs) == len(step["args"]) == len(self.input_slots) and all(i == j for i, j in from_inputs)
+        relayout = self.relayout(step)
+        fail = self.failure(step["node"])
+
+        def single_kernel(inputs: list) -> list:
+            try:
+                outputs = allocate()
+                if direct:  # the kernel's arguments are the plan's inputs, in order
+                    args = inputs
+                else:
+                    args = template.copy()
+                    for i, j in from_inputs:
+                        args[i] = inputs[j]
+                if relayout:
+                    args = relayout(args)
+                launch(args, outputs)
+                return outputs
+            except Jit2TritonError:
+                raise
+            except Exception as err:
+                raise fail(err) from err
+
+        return single_kernel
+
+    def failure(self, node: int) -> Callable[[Exception], StepError]:
+        info = self.nodes[node]
+        where = f" (model source {info['source']})" if info.get("source") else ""
+        return lambda err: StepError(f"{info['op']} failed{where}: {type(err).__name__}: {err}")
+
+    def kernel_launcher(self, step: dict) -> Callable[[list, list], None]:
         launch = self.kernels.get(step["kernel"])
         if launch is None:
             raise Jit2TritonError(f"kernel {step['kernel']!r} is missing from the package; re-run the conversion")
-        getters = [self.getter(r) for r in step["args"]]
-        device = self.device
-        out_specs = [(tuple(shape), getattr(torch, dtype), tuple(strides)) for shape, dtype, strides in step["out_types"]]
-        outs, free = step["outs"], step.get("free", ())
-        node, observe = step["node"], self.observe
-        checked = [(i, tuple(strides)) for i, strides in enumerate(step.get("in_strides", ())) if strides is not None]
+        return launch
 
-        def kernel(env: list) -> None:
-            outputs = [torch.empty_strided(shape, strides, dtype=dtype, device=device)
-                       for shape, dtype, strides in out_specs]
-            inputs = [get(env) for get in getters]
-            for i, strides in checked:  # the kernel indexes with these strides: give it exactly that layout
+    def output_allocator(self, step: dict) -> Callable[[], list]:
+        """Fresh output tensors in the planned dtype, shape and strides (`torch.empty_strided` is the cheapest
+        allocation torch offers from Python, cheaper than `torch.empty`)."""
+        device, empty = self.device, torch.empty_strided
+        specs = [(tuple(shape), tuple(strides), getattr(torch, dtype)) for shape, dtype, strides in step["out_types"]]
+        if len(specs) == 1:
+            (shape, strides, dtype), = specs
+            return lambda: [empty(shape, strides, dtype=dtype, device=device)]
+        return lambda: [empty(shape, strides, dtype=dtype, device=device) for shape, strides, dtype in specs]
+
+    def relayout(self, step: dict) -> Optional[Callable[[list], list]]:
+        """The check that each input the kernel indexes with fixed strides has exactly that layout (copying it
+        into that layout when not); None when no input needs it. A 0-d tensor's strides are always ()."""
+        checked = [(i, tuple(strides)) for i, strides in enumerate(step.get("in_strides", ()))
+                   if strides is not None and len(strides) > 0]
+        if not checked:
+            return None
+
+        def relayout(inputs: list) -> list:
+            copied = None
+            for i, strides in checked:
                 x = inputs[i]
                 if x.stride() != strides:
-                    inputs[i] = torch.empty_strided(x.shape, strides, dtype=x.dtype, device=x.device).copy_(x)
+                    copied = copied or list(inputs)
+                    copied[i] = torch.empty_strided(x.shape, strides, dtype=x.dtype, device=x.device).copy_(x)
+            return copied or inputs
+
+        return relayout
+
+    def compile_kernel(self, step: dict) -> Step:
+        """A generated kernel: `launch(inputs, outputs)` with outputs allocated here, in the planned dtype/shape."""
+        launch = self.kernel_launcher(step)
+        getters = [self.getter(r) for r in step["args"]]
+        allocate = self.output_allocator(step)
+        relayout = self.relayout(step)
+        outs, free = step["outs"], step.get("free", ())
+        node, observe = step["node"], self.observe
+
+        def kernel(env: list) -> None:
+            outputs = allocate()
+            inputs = [get(env) for get in getters]
+            if relayout:
+                inputs = relayout(inputs)
             launch(inputs, outputs)
             for slot, value in zip(outs, outputs):
                 env[slot] = value
@@ -198,3 +274,4 @@ class Executor:
 
     def compile_subblock(self, block: dict) -> tuple[list[tuple[Step, int]], list[Callable]]:
         return self.compile_block(block["steps"]), [self.getter(r) for r in block["outputs"]]
+

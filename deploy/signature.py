@@ -4,6 +4,7 @@ The check is built once at load; a call compares each input's dtype, shape and d
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Callable
 
 import torch
@@ -40,7 +41,8 @@ def format_type(desc: dict) -> str:
 
 
 class InputChecker:
-    """Validates a call's inputs against the signature and fills in defaults; raises InputError otherwise."""
+    """Validates a call's inputs against the signature and fills in defaults; raises InputError otherwise. Each
+    input has one function, built at load, that checks it and returns what the plan receives."""
 
     def __init__(self, inputs: list[dict], device: torch.device, defaults: list[Any], contiguous: bool = False) -> None:
         self.names = [d["name"] for d in inputs]
@@ -48,34 +50,34 @@ class InputChecker:
         self.required = sum(1 for d in defaults if d is NO_DEFAULT)
         self.device = device
         self.contiguous = contiguous  # generated kernels index inputs as dense row-major tensors
-        self.checks: list[Callable[[Any], None]] = [self._check_for(i, d) for i, d in enumerate(inputs)]
+        self.checks: list[Callable[[Any], Any]] = [self._check_for(i, d) for i, d in enumerate(inputs)]
+        self.count = len(self.names)
 
     def __call__(self, args: tuple) -> list:
-        n = len(args)
-        if n != len(self.names):
-            if n < self.required or n > len(self.names):
-                expected = (f"{len(self.names)}" if self.required == len(self.names)
-                            else f"{self.required} to {len(self.names)}")
-                raise InputError(
-                    f"expected {expected} inputs ({', '.join(self.names)}), got {n}; pass them in that order")
-            args = tuple(args) + tuple(self.defaults[n:])
-        for check, value in zip(self.checks, args):
-            check(value)
-        if self.contiguous:
-            return [x.contiguous() if isinstance(x, torch.Tensor) else x for x in args]
-        return list(args)
+        if len(args) != self.count:
+            args = self._with_defaults(args)
+        return [check(value) for check, value in zip(self.checks, args)]
 
-    def _check_for(self, index: int, desc: dict) -> Callable[[Any], None]:
+    def _with_defaults(self, args: tuple) -> tuple:
+        n = len(args)
+        if n < self.required or n > len(self.names):
+            expected = (f"{len(self.names)}" if self.required == len(self.names)
+                        else f"{self.required} to {len(self.names)}")
+            raise InputError(f"expected {expected} inputs ({', '.join(self.names)}), got {n}; pass them in that order")
+        return tuple(args) + tuple(self.defaults[n:])
+
+    def _check_for(self, index: int, desc: dict) -> Callable[[Any], Any]:
         label = f"input {index} ({desc['name']!r})"
         kind = desc["type"]
         if kind == "Tensor":
             dtype = getattr(torch, desc["dtype"])
             shape = torch.Size(desc["shape"])
             device_type = self.device.type
-            on_device = _DEVICE_TEST.get(device_type, lambda x: x.device.type == device_type)
             expected = f"{desc['dtype']}[{', '.join(map(str, shape))}] on {device_type}"
+            on_device = _DEVICE_TEST.get(device_type, lambda x: x.device.type == device_type)
+            contiguous = self.contiguous
 
-            def check_tensor(x: Any) -> None:
+            def check_tensor(x: Any) -> Any:
                 if not isinstance(x, torch.Tensor):
                     raise InputError(f"{label}: expected a tensor {expected}, got {type(x).__name__}")
                 if x.dtype != dtype or x.shape != shape or not on_device(x):
@@ -83,18 +85,20 @@ class InputChecker:
                     raise InputError(
                         f"{label}: expected {expected}, got {got}. The package was converted for that signature; "
                         f"convert again with example inputs of the shape and dtype you need")
+                return x.contiguous() if contiguous else x
 
             return check_tensor
         python_type = _SCALAR_TYPES.get(kind)
         if python_type is None:
-            return lambda x: None
+            return lambda x: x
 
-        def check_scalar(x: Any) -> None:
+        def check_scalar(x: Any) -> Any:
             if not isinstance(x, python_type) or (kind != "bool" and isinstance(x, bool)):
                 raise InputError(f"{label}: expected {kind}, got {type(x).__name__}")
+            return x
 
         return check_scalar
 
 
 NO_DEFAULT = object()
-_DEVICE_TEST = {"cpu": lambda x: x.is_cpu, "cuda": lambda x: x.is_cuda}  # attribute reads: no device object per call
+_DEVICE_TEST = {"cpu": attrgetter("is_cpu"), "cuda": attrgetter("is_cuda")}  # attribute reads, no device object

@@ -126,6 +126,24 @@ def long_rows_inputs():
     return x, torch.randn(5000)
 
 
+ONE_KERNEL_MODELS = {"0-d": (lambda x: torch.sin(x) + torch.cos(x), (torch.randn(()),)),
+                     "inputs out of order": (lambda a, b: torch.exp(b) * a, (torch.randn(3, 4), torch.randn(3, 4)))}
+
+
+@on_cpu
+@pytest.mark.parametrize("name", list(ONE_KERNEL_MODELS))
+def test_a_one_kernel_plan_takes_the_direct_path_and_returns_fresh_outputs(name, tmp_path):
+    fn, example = ONE_KERNEL_MODELS[name]
+    model = torch.jit.trace(fn, example)
+    loaded = run_package(model, example, "cpu", tmp_path)
+    assert loaded._runtime.executor.single_kernel is not None
+    call = tuple(torch.randn_like(x) for x in example)
+    first, second = loaded(*call), loaded(*call)
+    assert first.data_ptr() != second.data_ptr()  # each call's output is its own
+    torch.testing.assert_close(first, model(*call))
+    torch.testing.assert_close(second, model(*call))
+
+
 @on_cpu
 def test_looped_reductions_and_sweeps_match_torchscript(tmp_path):
     torch.manual_seed(0)
