@@ -20,12 +20,19 @@ Progress = Any  # Callable[[str], None]
 class Converted:
     """A converted model: call it like the TorchScript model; `save` it; read its report and generated code."""
 
-    def __init__(self, contents: PackageContents, runtime: Runtime) -> None:
-        self._contents = contents
+    def __init__(self, contents: Union[PackageContents, str], runtime: Runtime) -> None:
+        self._package = contents  # the contents, or the path to read them from when first asked
         self._runtime = runtime
+        self._call = getattr(runtime, "module", runtime)  # the C++ runtime's module is called directly
 
     def __call__(self, *inputs: Any) -> Any:
-        return self._runtime(*inputs)
+        return self._call(*inputs)
+
+    @property
+    def _contents(self) -> PackageContents:
+        if isinstance(self._package, str):
+            self._package = read_package(self._package)
+        return self._package
 
     def save(self, path: Union[str, os.PathLike]) -> None:
         save_package(self._contents, os.fspath(path))
@@ -76,13 +83,20 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
 
 
 def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_threads: Optional[int] = None,
-         cuda_graphs: bool = True, alias_outputs: bool = False) -> Converted:
+         cuda_graphs: bool = True, alias_outputs: bool = False, runtime: str = "python") -> Converted:
     """Load a `.j2t` package; `map_location` moves it to another device, as torch.jit.load's does.
 
     `num_threads` caps the C++ kernels' OpenMP threads (default: torch.get_num_threads()). On CUDA a plan of
     straight-line GPU work runs as one CUDA graph unless `cuda_graphs=False`; its outputs are copies unless
-    `alias_outputs=True` (then the next call overwrites them)."""
-    contents = read_package(os.fspath(path))
+    `alias_outputs=True` (then the next call overwrites them). `runtime="cpp"` runs the plan in the C++ runtime
+    (the one C++ programs link; built on first use and cached) with no per-step Python work."""
+    path = os.fspath(path)
+    if runtime == "cpp":
+        from jit2triton.deploy.cpp_runtime import CppRuntime
+        return Converted(path, CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs))
+    if runtime != "python":
+        raise ValueError(f"runtime must be 'python' or 'cpp', not {runtime!r}")
+    contents = read_package(path)
     return Converted(contents, Runtime(contents, map_location, num_threads, cuda_graphs, alias_outputs))
 
 

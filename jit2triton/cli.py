@@ -1,4 +1,4 @@
-"""The `jit2triton` command: convert, run, inspect, demo."""
+"""The `jit2triton` command: convert, run, inspect, demo, cpp-dir."""
 from __future__ import annotations
 
 import json
@@ -68,13 +68,15 @@ def convert(model, output, input_specs, inputs_file, device, backend) -> None:
 @click.option("--runs", default=20, show_default=True, help="timed calls after one warm-up")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
-def run(package, reference, runs, seed, device) -> None:
+@click.option("--runtime", type=click.Choice(["python", "cpp"]), default="python", show_default=True,
+              help="cpp: the C++ runtime (built on first use)")
+def run(package, reference, runs, seed, device, runtime) -> None:
     """Run a package on random inputs; compare with the TorchScript model when --check is given."""
     from .api import load
     from .compare import max_abs_error
     from .inputs import random_inputs
 
-    module = load(package, map_location=device)
+    module = load(package, map_location=device, runtime=runtime)
     inputs = random_inputs(module.manifest["signature"]["inputs"], module.device, seed)
     outputs = module(*inputs)
     times = []
@@ -118,6 +120,13 @@ def inspect(package, kernels, plan, ir) -> None:
         click.echo(json.dumps(manifest["plan"], indent=1, default=str))
     if kernels:
         click.echo(module.code)
+
+
+@main.command("cpp-dir")
+def cpp_dir() -> None:
+    """Print the C++ runtime's CMake source folder (for add_subdirectory or cmake -S)."""
+    from jit2triton.deploy.cpp_runtime import ROOT
+    click.echo(ROOT)
 
 
 @main.command()

@@ -4,11 +4,17 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
+#include <ATen/ScalarOps.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/runtime/operator.h>
 #include <torch/version.h>
 
 #include <sstream>
+
+// The torch this runtime was built against, as messages name it (the Python extension passes torch.__version__).
+#ifndef J2T_TORCH_VERSION
+#define J2T_TORCH_VERSION TORCH_VERSION
+#endif
 
 namespace jit2triton {
 
@@ -135,6 +141,13 @@ IValue coerce(IValue v, const c10::TypePtr& t) {
     return make_list(std::move(items), elem);
   }
   if (t->kind() == c10::FloatType::Kind && v.isInt()) return static_cast<double>(v.toInt());
+  if (t->kind() == c10::TensorType::Kind && (v.isDouble() || v.isInt() || v.isBool() || v.isComplexDouble())) {
+    // A number where the schema wants a tensor: a wrapped number, as Python's torch.ops passes it, so that it
+    // promotes like a scalar (float32 * 2.5 stays float32).
+    at::Tensor wrapped = c10::scalar_to_tensor(v.toScalar());
+    wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
+    return wrapped;
+  }
   return v;
 }
 
@@ -297,7 +310,7 @@ class Builder {
       if (all.size() == 1) found = all[0];
     }
     if (!found)
-      throw Error(Error::Kind::Package, "op " + repr(op) + " does not exist in this torch (" + TORCH_VERSION +
+      throw Error(Error::Kind::Package, "op " + repr(op) + " does not exist in this torch (" + J2T_TORCH_VERSION +
                                             "); the package needs a torch that has it (convert and run with the same torch version)");
     return found;
   }
@@ -510,7 +523,7 @@ void check_compatible(const Value& manifest) {
   std::string made_with;
   if (const auto* producer = manifest.find("producer"))
     if (const auto* t = producer->find("torch")) made_with = t->as_string();
-  std::string here = TORCH_VERSION;
+  std::string here = J2T_TORCH_VERSION;
   if (made_with.substr(0, made_with.find('.')) != here.substr(0, here.find('.')))
     throw Error(Error::Kind::PackageVersion,
                 "the package was made with torch " + (made_with.empty() ? std::string("unknown") : made_with) +

@@ -1,0 +1,238 @@
+"""The C++ runtime (deploy/cpp) on the same packages as the Python runtime.
+
+Two ways in: the Python extension (`jit2triton.load(path, runtime="cpp")`: the whole plan runs in C++), and programs
+built with CMake against libtorch, with no Python in the process (`j2t-run`, and the README's example program).
+Each is compared with TorchScript on fresh random inputs; bad packages are refused with the Python loader's messages.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+
+import jit2triton
+from jit2triton.deploy.cpp_runtime import ROOT, extension
+from jit2triton.inputs import random_inputs
+
+from conftest import rewrite_package
+from models import MODELS, ModelSpec
+from test_models import assert_same_outputs, build, copied, fresh_calls
+
+
+@pytest.fixture(scope="session")
+def cpp_runtime():
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("no C++ compiler here: the C++ runtime cannot be built")
+    try:
+        return extension()
+    except jit2triton.PackageError as err:
+        pytest.skip(str(err))
+
+
+def convert_and_save(spec: ModelSpec, tmp_path, backend=None):
+    source, reference, example = build(spec, tmp_path)
+    path = tmp_path / f"{spec.name}.j2t"
+    jit2triton.convert(source, example_inputs=example, device="cpu", backend=backend).save(path)
+    return path, reference, example
+
+
+@pytest.mark.parametrize("spec", MODELS, ids=[s.name for s in MODELS])
+def test_cpp_runtime_matches_torchscript(spec: ModelSpec, tmp_path, cpp_runtime) -> None:
+    path, reference, example = convert_and_save(spec, tmp_path)
+    module = jit2triton.load(path, runtime="cpp")
+    for call in fresh_calls(spec, example):
+        expected = reference(*copied(call))
+        inputs = copied(call)
+        actual = module(*inputs)
+        assert_same_outputs(actual, expected, spec)
+        for before, after in zip(call, inputs):
+            if isinstance(before, torch.Tensor):
+                assert torch.equal(before, after), "the C++ runtime changed an input"
+
+
+@pytest.mark.parametrize("name", ["bert_encoder_layer", "scripted_loop_branch", "dict_outputs"])
+def test_cpp_runtime_runs_aten_only_packages(name: str, tmp_path, cpp_runtime) -> None:
+    spec = next(s for s in MODELS if s.name == name)
+    path, reference, example = convert_and_save(spec, tmp_path, backend="aten")
+    module = jit2triton.load(path, runtime="cpp")
+    for call in fresh_calls(spec, example):
+        assert_same_outputs(module(*copied(call)), reference(*copied(call)), spec)
+
+
+def test_cpp_runtime_reports_like_the_python_runtime(small_package, cpp_runtime) -> None:
+    path, _ = small_package
+    cpp, python = jit2triton.load(path, runtime="cpp"), jit2triton.load(path)
+    assert cpp.signature() == python.signature() == cpp._runtime.module.signature()
+    assert cpp.summary() == python.summary()
+    assert cpp.device == torch.device("cpu")
+
+
+# ---- bad packages and inputs: the same refusals, with the same messages, as the Python runtime --------------------
+
+def _truncated(path, tmp_path):
+    data = path.read_bytes()
+    out = tmp_path / "truncated.j2t"
+    out.write_bytes(data[: len(data) // 2])
+    return out
+
+
+def _bad_weights(path, tmp_path):
+    with zipfile.ZipFile(path) as zf:
+        members = {n: zf.read(n) for n in zf.namelist()}
+    weights = bytearray(members["weights.bin"])
+    weights[0] ^= 0xFF
+    out = tmp_path / "bad_weights.j2t"
+    with zipfile.ZipFile(out, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, bytes(weights) if name == "weights.bin" else data)
+    return out
+
+
+def _edited(edit):
+    def make(path, tmp_path):
+        out = tmp_path / "edited.j2t"
+        rewrite_package(path, out, edit_manifest=edit)
+        return out
+    return make
+
+
+BAD_PACKAGES = {
+    "missing": (lambda path, tmp_path: tmp_path / "nope.j2t", jit2triton.PackageError, "not found"),
+    "truncated": (_truncated, jit2triton.CorruptPackageError, "truncated or corrupted"),
+    "checksum": (_bad_weights, jit2triton.CorruptPackageError, "'weights.bin' fails its checksum"),
+    "newer_format": (_edited(lambda m: m.update(format_version=99)), jit2triton.PackageVersionError,
+                     "upgrade jit2triton"),
+    "other_torch": (_edited(lambda m: m["producer"].update(torch="1.13.1")), jit2triton.PackageVersionError,
+                    "torch 1.13.1"),
+    "other_device": (_edited(lambda m: m.update(device="cuda")), jit2triton.PackageDeviceError, "no CUDA device"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PACKAGES))
+def test_bad_packages_are_refused_with_the_python_message(case, small_package, tmp_path, cpp_runtime) -> None:
+    make, error, message = BAD_PACKAGES[case]
+    bad = make(small_package[0], tmp_path)
+    with pytest.raises(error, match=re.escape(message)) as from_cpp:
+        jit2triton.load(bad, runtime="cpp")
+    with pytest.raises(error) as from_python:
+        jit2triton.load(bad)
+    if case != "truncated":  # the zip readers word what they found differently; the rest of the message is shared
+        assert str(from_cpp.value) == str(from_python.value)
+
+
+BAD_INPUTS = {
+    "count": ((torch.randn(2, 4),), r"expected 2 inputs \(x, y\), got 1"),
+    "shape": ((torch.randn(2, 4), torch.randn(5, 3)), r"input 1 \('y'\): expected float32\[2, 3\] on cpu, got float32\[5, 3\]"),
+    "dtype": ((torch.randn(2, 4).half(), torch.randn(2, 3)), r"input 0 \('x'\): expected float32\[2, 4\] on cpu, got float16"),
+    "device": ((torch.randn(2, 4, device="meta"), torch.randn(2, 3)), r"input 0 \('x'\).* on meta"),
+    "not_a_tensor": (("x", torch.randn(2, 3)), "expected a tensor"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_inputs_get_the_python_message(case, small_package, cpp_runtime) -> None:
+    inputs, message = BAD_INPUTS[case]
+    with pytest.raises(jit2triton.InputError, match=message) as from_cpp:
+        jit2triton.load(small_package[0], runtime="cpp")(*inputs)
+    with pytest.raises(jit2triton.InputError) as from_python:
+        jit2triton.load(small_package[0])(*inputs)
+    assert str(from_cpp.value) == str(from_python.value)
+
+
+def test_a_failing_op_names_the_op_and_source(tmp_path, cpp_runtime) -> None:
+    @torch.jit.script
+    def pick(x, i: int):
+        return x[i]
+
+    path = tmp_path / "pick.j2t"
+    jit2triton.convert(pick, example_inputs=(torch.randn(3), 1)).save(path)
+    module = jit2triton.load(path, runtime="cpp")
+    assert torch.equal(module(torch.arange(3.0), 2), torch.tensor(2.0))
+    with pytest.raises(jit2triton.Jit2TritonError, match=r"aten::select.int failed \(model source"):
+        module(torch.randn(3), 7)
+
+
+# ---- no Python in the process: the CMake build, j2t-run and the README's example program -------------------------
+
+@pytest.fixture(scope="session")
+def cmake_build(tmp_path_factory):
+    """The README's example project, built with CMake: it builds the runtime library and j2t-run as a subproject."""
+    if shutil.which("cmake") is None:
+        pytest.skip("CMake is not installed: the C++ loader's CMake build cannot be tested here")
+    build_dir = tmp_path_factory.mktemp("cpp_build")
+    configure = ["cmake", "-S", os.path.join(ROOT, "example"), "-B", str(build_dir),
+                 f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}", f"-DJIT2TRITON_DIR={ROOT}"]
+    for command in (configure, ["cmake", "--build", str(build_dir), "-j", str(os.cpu_count() or 2)]):
+        done = subprocess.run(command, capture_output=True, text=True)
+        assert done.returncode == 0, f"{' '.join(command)} failed:\n{done.stdout[-4000:]}\n{done.stderr[-4000:]}"
+    return build_dir
+
+
+def _no_python_env() -> dict:
+    env = dict(os.environ)
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+@pytest.mark.parametrize("name", ["numpy_fn", "small_cnn_bn_se", "bert_encoder_layer", "scripted_loop_branch",
+                                  "int_bool_inputs_embedding_gather_topk", "tuple_outputs", "lstm_two_layers"])
+def test_j2t_run_matches_torchscript(name: str, tmp_path, cmake_build) -> None:
+    spec = next(s for s in MODELS if s.name == name)
+    path, reference, _ = convert_and_save(spec, tmp_path)
+    seed = 7
+    done = subprocess.run([str(cmake_build / "jit2triton" / "j2t-run"), str(path), "--seed", str(seed),
+                           "--dump", str(tmp_path), "--bench", "3"], capture_output=True, text=True,
+                          env=_no_python_env())
+    assert done.returncode == 0, done.stderr
+    assert "median" in done.stdout
+    signature = json.loads(zipfile.ZipFile(path).read("manifest.json"))["signature"]
+    inputs = random_inputs(signature["inputs"], "cpu", seed)  # the same draws j2t-run made
+    expected = reference(*inputs)
+    flat = []
+
+    def flatten(v):
+        if isinstance(v, torch.Tensor):
+            flat.append(v)
+        elif isinstance(v, (tuple, list)):
+            for x in v:
+                flatten(x)
+        elif isinstance(v, dict):
+            for x in v.values():
+                flatten(x)
+
+    flatten(expected)
+    for i, want in enumerate(flat):
+        want = want.detach().contiguous()
+        raw = np.fromfile(tmp_path / f"output_{i}.bin", dtype=np.uint8)
+        got = torch.from_numpy(raw).view(want.dtype).reshape(want.shape)
+        assert f"output {i}:" in done.stdout
+        torch.testing.assert_close(got, want, rtol=spec.rtol, atol=spec.atol)
+
+
+def test_j2t_run_refuses_a_corrupt_package(small_package, tmp_path, cmake_build) -> None:
+    bad = _bad_weights(small_package[0], tmp_path)
+    done = subprocess.run([str(cmake_build / "jit2triton" / "j2t-run"), str(bad)], capture_output=True, text=True)
+    assert done.returncode == 2
+    assert "'weights.bin' fails its checksum" in done.stderr
+
+
+def test_readme_example_program_matches_torchscript(tmp_path, cmake_build) -> None:
+    torch.manual_seed(0)
+    model = torch.jit.trace(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.GELU()).eval(), torch.randn(2, 4))
+    path = tmp_path / "model.j2t"
+    jit2triton.convert(model, example_inputs=(torch.randn(2, 4),)).save(path)
+    done = subprocess.run([str(cmake_build / "run_model"), str(path)], capture_output=True, text=True,
+                          env=_no_python_env())
+    assert done.returncode == 0, done.stderr
+    torch.manual_seed(0)  # the program draws its input from torch's CPU generator seeded with 0
+    expected = model(torch.randn(2, 4))
+    printed = [float(v) for v in re.findall(r"-?\d+\.\d+(?:e[-+]\d+)?", done.stdout.split("\n", 1)[1].split("[")[0])]
+    assert len(printed) == expected.numel()
+    torch.testing.assert_close(torch.tensor(printed).reshape(expected.shape), expected.detach(), rtol=1e-3, atol=1e-3)
