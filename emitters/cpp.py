@@ -162,6 +162,8 @@ class _KernelWriter:
             buffer, index = node.arg, args[0]
             dtype = self.buffer_dtypes[buffer]
             raw = f"{self.buffer_names[buffer]}[{index}]"
+            if len(args) == 2:  # a masked load: the conditional operator reads memory only where the mask holds
+                raw = f"({args[1]} ? {raw} : ({CTYPES[dtype]})0)"
             return {"float16": f"j2t_h2f({raw})", "bfloat16": f"j2t_bf2f({raw})"}.get(dtype, raw)
         if node.op == "cast":
             source, target = compute_dtype(node.args[0].dtype), compute_dtype(node.dtype)

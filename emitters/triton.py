@@ -141,6 +141,10 @@ class _KernelWriter:
             pointer = f"{self.buffer_names[node.arg]} + {args[0]}"
             if not K.free_vars(node):  # a one-element block, never a 0-d scalar (see `unit_block`)
                 pointer += f" + tl.zeros({self.unit_block()}, tl.int32)"
+            elif self.groups_of(node.args[0]) != self.groups_of(node):  # the pointer spans its mask's whole tile
+                pointer += f" + tl.zeros({self.tile(self.groups_of(node))}, tl.int32)"
+            if len(args) == 2:  # a masked load (a piece of a cat): lanes outside its piece read no memory
+                mask = f"{mask} & {args[1]}" if mask else args[1]
             code = f"tl.load({pointer}, mask={mask}, other=0)" if mask else f"tl.load({pointer})"
             return code + ".to(tl.float32)" if kind != node.dtype else code  # float16/bfloat16 compute in float32
         if node.op == "cast":

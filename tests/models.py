@@ -254,6 +254,14 @@ class TwoLayerLSTM(nn.Module):
         return out, (h, c)
 
 
+# ---- 14: joining tensors
+
+def cat_stack_pointwise(x, y, z):
+    """cat (of a pointwise result and a transposed input) and stack, feeding pointwise math: one kernel."""
+    joined = torch.cat([torch.tanh(x), y.t()], dim=-1)
+    return torch.relu(torch.stack([joined, z], dim=-1)) * 2.0 - torch.sigmoid(z).unsqueeze(-1)
+
+
 # ---- builders
 
 class AttentionThenPointwise(nn.Module):
@@ -320,6 +328,7 @@ TOKENS_KEEP = args(randn(2, 8, 32), padding_mask)
 PAIR = args(randn(3, 5), randn(3, 5))
 PAIR_4X6 = args(randn(4, 6), randn(4, 6))
 SEQUENCE = args(randn(2, 7, 16))
+JOIN = args(randn(4, 6), randn(5, 4), randn(4, 11))
 
 MODELS: list[ModelSpec] = [
     ModelSpec("sin_plus_cos_0d", traced(lambda: sin_plus_cos, X_0D), one_call(X_0D)),
@@ -344,6 +353,7 @@ MODELS: list[ModelSpec] = [
     ModelSpec("int_bool_inputs_embedding_gather_topk", traced(LookupTopK, lookup_inputs), one_call(lookup_inputs)),
     ModelSpec("lstm_two_layers", traced(TwoLayerLSTM, SEQUENCE), one_call(SEQUENCE), rtol=1e-5, atol=1e-5,
               generates_kernels=False),
+    ModelSpec("cat_stack_pointwise", scripted(lambda: torch.jit.script(cat_stack_pointwise), JOIN), one_call(JOIN)),
     ModelSpec("saved_module_file", traced(ResidualMLP, TOKENS), one_call(TOKENS), from_file=True),
     # torch.jit.save keeps no default arguments of a ScriptFunction (torch.jit.load's forward needs `scale`)
     ModelSpec("saved_script_function_file", scripted(lambda: scaled_softplus, args(randn(5, 7), lambda: 2.0)),

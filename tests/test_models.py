@@ -102,3 +102,70 @@ def test_summary_counts_add_up(spec: ModelSpec, tmp_path) -> None:
     # every zoo model has pointwise ops: the C++ backend (the CPU default) runs them in generated kernels
     assert (summary["native_nodes"] > 0 and bool(summary["kernels"])) == spec.generates_kernels, summary
     assert sum(k["nodes"] for k in summary["kernels"]) >= summary["native_nodes"], summary
+
+
+# --- joining tensors: cat and stack fuse as indexing; a list that may change stays with ATen -------------------
+
+
+def _convert(source, example, backend: str):
+    if backend == "triton":
+        pytest.importorskip("triton")
+        from jit2triton.emitters.compile_triton import interpreter_active
+        if not interpreter_active():
+            pytest.skip("Triton kernels run on the CPU only under its interpreter: start Python with TRITON_INTERPRET=1")
+    return jit2triton.convert(source, example_inputs=example, device="cpu", backend=backend)
+
+
+@pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")  # numpy, on masked-off interpreter lanes
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_cat_and_stack_fuse_with_their_pointwise_consumers_into_one_kernel(backend, tmp_path) -> None:
+    spec = next(s for s in MODELS if s.name == "cat_stack_pointwise")
+    source, reference, example = build(spec, tmp_path)
+    converted = _convert(source, example, backend)
+    summary = converted.summary()
+    assert summary["fallback_nodes"] == 0 and summary["host_nodes"] == 0, converted.report()
+    assert len(summary["kernels"]) == 1, converted.report()
+    assert {"aten::cat", "aten::stack", "aten::relu", "aten::sigmoid"} <= set(summary["kernels"][0]["ops"])
+    for call in fresh_calls(spec, example):
+        assert_same_outputs(converted(*call), reference(*copied(call)), spec)
+
+
+def returned_list(x, y):
+    parts = [torch.sin(x), y]
+    return torch.cat(parts, 0) + 1, parts
+
+
+def appended_list(x, y, n: int):
+    parts = [x]
+    for _ in range(n):
+        parts.append(y)
+    return torch.cat(parts, 0) + 1
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_cat_reads_the_items_of_a_list_that_must_stay_and_not_of_one_that_changes(backend) -> None:
+    torch.manual_seed(EXAMPLE_SEED)
+    kept = torch.jit.script(returned_list)
+    example = (torch.randn(3, 4), torch.randn(2, 4))
+    converted = _convert(kept, example, backend)
+    summary = converted.summary()
+    assert summary["fallback_nodes"] == 0, converted.report()
+    assert [k["ops"][-2:] for k in summary["kernels"]] == [["aten::sin"], ["aten::cat", "aten::add.Scalar"]]
+    fresh = (torch.randn(3, 4), torch.randn(2, 4))
+    torch.testing.assert_close(converted(*fresh), kept(*fresh))
+
+    grown = torch.jit.script(appended_list)
+    converted = _convert(grown, example[:1] + (torch.randn(3, 4), 2), backend)
+    summary = converted.summary()
+    assert summary["fallback_ops"] == {"aten::cat": 1}, converted.report()
+    assert "is appended to" in summary["fallback_reasons"]["aten::cat"]
+    call = (torch.randn(3, 4), torch.randn(3, 4), 2)  # the result's shape follows n: the example's n
+    torch.testing.assert_close(converted(*call), grown(*call))
+
+
+def test_the_scripted_loop_keeps_stack_on_aten_because_its_list_grows_in_the_loop(tmp_path) -> None:
+    spec = next(s for s in MODELS if s.name == "scripted_loop_branch")
+    source, _, example = build(spec, tmp_path)
+    summary = jit2triton.convert(source, example_inputs=example, device="cpu").summary()
+    assert summary["fallback_ops"] == {"aten::stack": 1}, summary
+    assert "is appended to" in summary["fallback_reasons"]["aten::stack"]

@@ -8,23 +8,27 @@ realized, as a `j2t::kernel` node placed just before the first node that needs i
   - it has several users and holds a reduction or a chain of RECOMPUTE_LIMIT nodes or more (computed once,
     stored, rather than recomputed by every user's kernel);
   - a node is about to mutate memory (everything pending is realized first, so no kernel reads stale data).
+A `prim::ListConstruct` of tensors that nothing changes after it is built hands its items to the lowered ops
+reading it (cat, stack); one read only by those is never built at all, unless one of them does not lower.
 Fusion is thus a property of data flow: a pointwise chain after a matmul, a softmax, a layer norm with its
 residual add, each becomes one kernel.
 """
 from __future__ import annotations
 
 import itertools
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Any
 
 from . import kernel_ir as K
-from . import lower_pointwise, lower_pooling, lower_reductions, lower_views  # noqa: F401  (they register lowerings)
+from . import lower_cat, lower_pointwise, lower_pooling, lower_reductions, lower_views  # noqa: F401  (lowerings)
 from .ir import Block, Graph, Node, Type, Value, walk_block
 from .op_table import is_view, may_alias
 from .lowering import CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering, realized_box
 
 KERNEL_OP = "j2t::kernel"
 RECOMPUTE_LIMIT = 3  # a value of this many fused nodes or more is stored once rather than recomputed per user
+LIST_READERS = {"aten::cat", "aten::stack"}  # lowered ops that read a Tensor[] argument
+CONTAINERS = {"prim::ListConstruct", "prim::TupleConstruct", "prim::DictConstruct"}
 
 
 def fuse(graph: Graph, device_type: str) -> Graph:
@@ -53,6 +57,7 @@ class _Fuser:
         self.pending: list[Value] = []  # values whose boxes are virtual, in creation order
         self.kernel_names = itertools.count()
         self.pinned = _mutated_views(graph)
+        self.lists, self.unbuilt = _fixed_tensor_lists(graph)  # list value id -> its ListConstruct; ids not built yet
         for v in graph.inputs:
             self.define_realized(v)
 
@@ -69,8 +74,13 @@ class _Fuser:
     def argument(self, v: Value) -> Any:
         if v.id in self.literals:
             return self.literals[v.id]
+        if v.id in self.lists:
+            return [self.argument(item) for item in self.lists[v.id].inputs]
         box = self.boxes.get(v.id)
         if box is None:
+            if v.type.kind == "List":
+                raise CannotLower(f"its list %{v.name} is not a prim::ListConstruct that nothing changes later (it is "
+                                  "appended to, passed into a loop or a container, or made by another op)")
             raise CannotLower(f"input %{v.name} is not a static tensor or a constant")
         return box
 
@@ -82,6 +92,8 @@ class _Fuser:
             if node.op == "prim::Constant":
                 self.constant(node)
                 out.append(node)
+            elif node.op == "prim::ListConstruct" and node.output.id in self.unbuilt:
+                continue  # built where a reader that does not lower needs it (see `realize`), or never
             elif not self.lower(node, out):
                 self.run_elsewhere(node, out)
         for v in block.outputs:
@@ -113,9 +125,11 @@ class _Fuser:
         except CannotLower as why:
             node.attrs["not_lowered"] = str(why) or "unsupported arguments"
             return False
+        absorbed = [self.lists[v.id] for v in node.inputs if v.id in self.unbuilt]
         for box, v in zip(boxes, node.outputs):
-            if node not in box.nodes:
-                box.nodes.append(node)
+            for n in absorbed + [node]:
+                if n not in box.nodes:
+                    box.nodes.append(n)
             self.boxes[v.id] = box
             self.box_value[box.id] = v
             self.pending.append(v)
@@ -142,6 +156,13 @@ class _Fuser:
     # --- realizing ------------------------------------------------------------------------------------------
 
     def realize(self, v: Value, out: list[Node]) -> None:
+        if v.id in self.unbuilt:  # a list a node that does not lower reads: build it now, from stored items
+            self.unbuilt.discard(v.id)
+            node = self.lists[v.id]
+            for item in node.inputs:
+                self.realize(item, out)
+            out.append(node)
+            return
         box = self.boxes.get(v.id)
         if box is None or box.realized:
             return
@@ -240,6 +261,35 @@ def _has_reduction(box: TensorBox) -> bool:
     return bool(K.reductions_in(box([K.var(f"i{d}", n) for d, n in enumerate(box.shape)])))
 
 
+def _fixed_tensor_lists(graph: Graph) -> tuple[dict[int, Node], set[int]]:
+    """The `prim::ListConstruct`s of tensors whose list no one can change after it is built: no user mutates it,
+    and it escapes into no loop, branch, container or nested block's outputs, so lowered readers may take its
+    items (a container only returned is no escape: the caller gets the list after the model is done with it).
+    -> (list value id -> its node, the ids of those only cat and stack read, which need not be built)."""
+    users: dict[int, list] = defaultdict(list)
+    for node in graph.walk():
+        for v in node.inputs:
+            users[v.id].append(node)
+        for sub in node.blocks:
+            for v in sub.outputs:
+                users[v.id].append(None)  # leaves through a block: out of sight
+    returned = {v.id for v in graph.outputs}
+    lists: dict[int, Node] = {}
+    unbuilt: set[int] = set()
+    for node in graph.walk():
+        if node.op != "prim::ListConstruct" or not node.inputs or not all(v.type.is_tensor for v in node.inputs):
+            continue
+        readers = users[node.output.id]
+        if any(u is None or u.op in ("prim::Loop", "prim::If") or _mutates(u)
+               or (u.op in CONTAINERS and any(v.id not in returned or users[v.id] for v in u.outputs))
+               for u in readers):
+            continue
+        lists[node.output.id] = node
+        if readers and node.output.id not in returned and all(u.op in LIST_READERS for u in readers):
+            unbuilt.add(node.output.id)
+    return lists, unbuilt
+
+
 def _mutates(node: Node) -> bool:
     return "!" in node.attrs.get("schema", "").split("->")[0]
 
@@ -280,7 +330,8 @@ def _mutated_views(graph: Graph) -> set[int]:
 def _short_name(nodes: list[Node]) -> str:
     names = [n.op.split("::")[-1].split(".")[0] for n in nodes]
     interesting = [n for n in names if n not in ("view", "reshape", "expand", "permute", "transpose", "unsqueeze",
-                                                  "squeeze", "slice", "select", "to", "contiguous", "detach")]
+                                                  "squeeze", "slice", "select", "to", "contiguous", "detach",
+                                                  "ListConstruct")]
     chosen = (interesting or names)[-3:]
     return "_".join(dict.fromkeys(chosen)) or "copy"
 

@@ -7,7 +7,8 @@ the same node type as value math (int64 dtype) and is simplified as it is built,
 Ops:
   var        a loop index; arg = (name, size)
   const      a literal; arg = value
-  load       args = (flat element index,); arg = buffer name
+  load       args = (flat element index,) or (flat element index, mask); arg = buffer name. A masked load
+             touches no memory where its (bool) mask is false, and reads 0 there
   reduce     args = (body,); arg = (reduction op, loop vars reduced over, tag)
   cast       args = (x,); arg = dtype name
   index_div, index_mod   index arithmetic on non-negative ints (what C's / and % do there)
@@ -103,8 +104,35 @@ def as_index(x: Any) -> KExpr:
     return x if isinstance(x, KExpr) else const(int(x), INT)
 
 
-def load(buffer: str, index: KExpr, dtype: str) -> KExpr:
-    return KExpr("load", (index,), buffer, dtype)
+def load(buffer: str, index: KExpr, dtype: str, mask: Optional[KExpr] = None) -> KExpr:
+    return KExpr("load", (index,) if mask is None else (index, mask), buffer, dtype)
+
+
+def guarded(x: KExpr, condition: KExpr) -> KExpr:
+    """x, evaluated only where `condition` holds: every load in x is masked by it (it reads no memory elsewhere),
+    and an integer divisor made from loads becomes 1 elsewhere (a masked-off 0 must not raise a division by zero).
+    Where `condition` is false the result is garbage that the caller must discard (a `where` on the condition)."""
+    memo: dict[int, KExpr] = {}
+
+    def visit(node: KExpr) -> KExpr:
+        found = memo.get(id(node))
+        if found is not None:
+            return found
+        args = tuple(visit(a) for a in node.args)
+        if node.op == "load":
+            mask = condition if len(args) == 1 else op("and", args[1], condition)
+            result = load(node.arg, args[0], node.dtype, mask)
+        elif all(a is b for a, b in zip(args, node.args)):
+            result = node
+        else:
+            if node.op in ("floordiv", "mod", "truediv") and not node.dtype.startswith(("float", "bfloat")) \
+                    and args[1] is not node.args[1]:
+                args = (args[0], op("where", condition, args[1], const(1, args[1].dtype)))
+            result = KExpr(node.op, args, node.arg, node.dtype)
+        memo[id(node)] = result
+        return result
+
+    return visit(x)
 
 
 def cast(x: KExpr, dtype: str) -> KExpr:
@@ -202,6 +230,8 @@ def add(a: KExpr, b: KExpr) -> KExpr:
         return a
     if a.op == "const":
         a, b = b, a
+    if b.op == "const" and a.op == "add" and a.args[1].op == "const":  # (x + 4) + -4 == x
+        return add(a.args[0], const(a.args[1].arg + b.arg, INT))
     return KExpr("add", (a, b), None, INT)
 
 
