@@ -60,7 +60,8 @@ def _build():
                            "pip install ninja (or use the Python runtime: jit2triton.load(path))")
     build_dir = os.path.join(cache_dir("ext"), name)
     os.makedirs(build_dir, exist_ok=True)
-    flags = ["-O2", "-std=c++17", f'-DJ2T_TORCH_VERSION="{torch.__version__}"'] + (["-DJ2T_WITH_CUDA"] if cuda else [])
+    # (the escaped quotes survive the shell that ninja runs the compiler through)
+    flags = ["-O2", "-std=c++17", f'-DJ2T_TORCH_VERSION=\\"{torch.__version__}\\"'] + (["-DJ2T_WITH_CUDA"] if cuda else [])
     try:
         return cpp_extension.load(name=name, sources=[os.path.join(ROOT, s) for s in SOURCES],
                                   extra_include_paths=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],

@@ -236,3 +236,45 @@ def test_readme_example_program_matches_torchscript(tmp_path, cmake_build) -> No
     printed = [float(v) for v in re.findall(r"-?\d+\.\d+(?:e[-+]\d+)?", done.stdout.split("\n", 1)[1].split("[")[0])]
     assert len(printed) == expected.numel()
     torch.testing.assert_close(torch.tensor(printed).reshape(expected.shape), expected.detach(), rtol=1e-3, atol=1e-3)
+
+
+# ---- CUDA: GPU packages through the C++ runtime (run on the GPU machine) ------------------------------------------
+
+from test_triton_backend import GPU_TOLERANCE, cuda_zoo, on, on_gpu, to_cpu  # noqa: E402
+
+
+@on_gpu
+@pytest.mark.parametrize("spec, cuda_graphs", cuda_zoo())
+def test_gpu_package_through_the_cpp_runtime_matches_torchscript(spec, cuda_graphs, tmp_path, monkeypatch,
+                                                                 cpp_runtime):
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # as in test_triton_backend: full float32
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    source, reference, example = build(spec, tmp_path)
+    path = tmp_path / f"{spec.name}.j2t"
+    jit2triton.convert(source, example_inputs=on("cuda", example), device="cuda").save(path)
+    loaded = jit2triton.load(path, runtime="cpp", cuda_graphs=cuda_graphs)
+    python = jit2triton.load(path, cuda_graphs=cuda_graphs)
+    assert loaded._runtime.uses_cuda_graph == python._runtime.uses_cuda_graph
+    tolerant = type(spec)(**{**spec.__dict__, "rtol": max(spec.rtol, GPU_TOLERANCE),
+                             "atol": max(spec.atol, GPU_TOLERANCE)})
+    for call in fresh_calls(spec, example):
+        expected = reference(*copied(call))
+        for _ in range(2):  # a CUDA graph captures on the first call and replays on the second
+            assert_same_outputs(to_cpu(loaded(*on("cuda", call))), expected, tolerant)
+
+
+@on_gpu
+def test_j2t_run_runs_a_gpu_package(tmp_path, cmake_build):
+    spec = next(s for s in MODELS if s.name == "bert_encoder_layer")
+    source, reference, example = build(spec, tmp_path)
+    path = tmp_path / "bert.j2t"
+    jit2triton.convert(source, example_inputs=on("cuda", example), device="cuda").save(path)
+    done = subprocess.run([str(cmake_build / "jit2triton" / "j2t-run"), str(path), "--dump", str(tmp_path),
+                           "--bench", "20"], capture_output=True, text=True, env=_no_python_env())
+    assert done.returncode == 0, done.stderr
+    assert "on cuda:0" in done.stdout
+    signature = json.loads(zipfile.ZipFile(path).read("manifest.json"))["signature"]
+    inputs = random_inputs(signature["inputs"], "cpu", 0)
+    expected = reference(*inputs)
+    raw = np.fromfile(tmp_path / "output_0.bin", dtype=np.float32)
+    torch.testing.assert_close(torch.from_numpy(raw).reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)

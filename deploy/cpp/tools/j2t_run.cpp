@@ -1,16 +1,20 @@
 // j2t-run: run a .j2t package on random inputs with the C++ runtime and print the outputs' shapes and the time.
 //
-//   j2t-run model.j2t [--device cpu|cuda] [--bench N] [--threads N] [--seed S] [--dump DIR]
+//   j2t-run model.j2t [--device cpu|cuda] [--bench N] [--threads N] [--seed S] [--dump DIR] [--torchscript M.pt]
 //
+// With --torchscript, the same inputs also run through torch::jit::load(M.pt) in this process: the largest
+// difference from it is printed and, with --bench, its time per call beside ours.
 // The random inputs are those `jit2triton run` draws for the same seed (torch's CPU generator), and --dump writes
 // each output's raw bytes to DIR/output_<i>.bin, so a test can compare them with TorchScript's.
 #include <ATen/ATen.h>
 #include <jit2triton/jit2triton.h>
+#include <torch/csrc/jit/serialization/import.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 
 #ifdef J2T_WITH_CUDA
@@ -20,7 +24,7 @@
 namespace {
 
 int usage() {
-  std::cerr << "usage: j2t-run model.j2t [--device cpu|cuda] [--bench N] [--threads N] [--seed S] [--dump DIR]\n";
+  std::cerr << "usage: j2t-run model.j2t [--device cpu|cuda] [--bench N] [--threads N] [--seed S] [--dump DIR] [--torchscript M.pt]\n";
   return 2;
 }
 
@@ -28,6 +32,29 @@ void sync(const std::string& device) {
 #ifdef J2T_WITH_CUDA
   if (device.rfind("cuda", 0) == 0) at::cuda::getCurrentCUDAStream().synchronize();
 #endif
+}
+
+// Median wall time of one call, synchronised, after a few warm-up calls (the TorchScript profiling executor
+// optimises on its second call).
+double median_us(const std::function<void()>& call, int runs, const std::string& device) {
+  for (int i = 0; i < 3; ++i) call();
+  sync(device);
+  std::vector<double> times;
+  for (int i = 0; i < runs; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    call();
+    sync(device);
+    times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
+  if (v.isTensor()) out.push_back(v.toTensor());
+  else if (v.isTuple()) for (const auto& x : v.toTupleRef().elements()) flatten(x, out);
+  else if (v.isList()) for (const auto& x : v.toListRef()) flatten(x, out);
+  else if (v.isGenericDict()) for (const auto& kv : v.toGenericDict()) flatten(kv.value(), out);
 }
 
 }  // namespace
@@ -38,7 +65,7 @@ int main(int argc, char** argv) {
   jit2triton::LoadOptions options;
   int bench = 0;
   uint64_t seed = 0;
-  std::string dump;
+  std::string dump, torchscript;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (i + 1 >= argc) return usage();
@@ -47,8 +74,10 @@ int main(int argc, char** argv) {
     else if (arg == "--threads") options.num_threads = std::atoi(argv[++i]);
     else if (arg == "--seed") seed = std::strtoull(argv[++i], nullptr, 10);
     else if (arg == "--dump") dump = argv[++i];
+    else if (arg == "--torchscript") torchscript = argv[++i];
     else return usage();
   }
+  at::AutoGradMode no_grad(false);  // inference: neither runtime records autograd history
   try {
     auto start = std::chrono::steady_clock::now();
     jit2triton::Module m = jit2triton::load(path, options);
@@ -66,19 +95,31 @@ int main(int argc, char** argv) {
         out.write(static_cast<const char*>(host.data_ptr()), static_cast<std::streamsize>(host.nbytes()));
       }
     }
+    std::function<void()> reference;
+    if (!torchscript.empty()) {
+      auto ts = std::make_shared<torch::jit::Module>(torch::jit::load(torchscript, c10::Device(m.device())));
+      ts->eval();
+      reference = [ts, inputs] { ts->forward(inputs); };
+      std::vector<at::Tensor> expected;
+      flatten(ts->forward(inputs), expected);
+      double worst = 0;
+      for (size_t i = 0; i < expected.size() && i < outputs.size(); ++i)
+        worst = std::max(worst, (outputs[i].to(at::kDouble) - expected[i].to(at::kDouble)).abs().max().item<double>());
+      std::cout << "max abs difference from torch::jit::load: " << worst << "\n";
+    }
     if (bench > 0) {
-      std::vector<double> times;
-      for (int i = 0; i < bench; ++i) {
-        auto t0 = std::chrono::steady_clock::now();
-        m.forward(inputs);
-        sync(m.device());
-        times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      double ours = median_us([&] { m.forward(inputs); }, bench, m.device());
+      std::cout << "median " << ours << " us per call over " << bench << " calls\n";
+      if (reference) {
+        double theirs = median_us(reference, bench, m.device());
+        std::cout << "torch::jit::load: median " << theirs << " us per call (" << theirs / ours << "x ours)\n";
       }
-      std::sort(times.begin(), times.end());
-      std::cout << "median " << times[times.size() / 2] << " us per call over " << bench << " calls\n";
     }
   } catch (const jit2triton::Error& err) {
     std::cerr << "error: " << err.what() << "\n";
+    return 2;
+  } catch (const c10::Error& err) {  // torch::jit::load of --torchscript, or an ATen failure outside a plan step
+    std::cerr << "error: " << err.what_without_backtrace() << "\n";
     return 2;
   }
   return 0;
