@@ -181,17 +181,24 @@ class Executor:
         return lambda: [empty(shape, strides, dtype=dtype, device=device) for shape, strides, dtype in specs]
 
     def relayout(self, step: dict) -> Optional[Callable[[list], list]]:
-        """The check that each input the kernel indexes with fixed strides has exactly that layout (copying it
-        into that layout when not); None when no input needs it. A 0-d tensor's strides are always ()."""
-        checked = [(i, tuple(strides)) for i, strides in enumerate(step.get("in_strides", ()))
-                   if strides is not None and len(strides) > 0]
+        """The check that each input ATen made has the shape the kernel was generated for (else an error: a
+        scalar input changed it) and exactly the layout it indexes with (copied into that layout when not); None
+        when no input needs it."""
+        shapes = step.get("in_shapes") or [None] * len(step.get("in_strides", ()))
+        checked = [(i, tuple(strides), torch.Size(shape) if shape is not None else None)
+                   for i, (strides, shape) in enumerate(zip(step.get("in_strides", ()), shapes)) if strides is not None]
         if not checked:
             return None
 
         def relayout(inputs: list) -> list:
             copied = None
-            for i, strides in checked:
+            for i, strides, shape in checked:
                 x = inputs[i]
+                if shape is not None and x.shape != shape:
+                    raise ValueError(
+                        f"kernel input {i} has shape {list(x.shape)}, but the package was converted for "
+                        f"{list(shape)}: an input value (a scalar) changed a shape the package is specialised to; "
+                        "convert again with example inputs of the values you need")
                 if x.stride() != strides:
                     copied = copied or list(inputs)
                     copied[i] = torch.empty_strided(x.shape, strides, dtype=x.dtype, device=x.device).copy_(x)

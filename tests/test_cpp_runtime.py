@@ -159,6 +159,20 @@ def test_a_failing_op_names_the_op_and_source(tmp_path, cpp_runtime) -> None:
         module(torch.randn(3), 7)
 
 
+def test_a_scalar_input_that_changes_a_kernel_input_shape_is_refused(tmp_path, cpp_runtime) -> None:
+    @torch.jit.script
+    def tile(x, n: int):
+        return x.repeat(n + 1, 1) * 2.0 + 1.0
+
+    path = tmp_path / "tile.j2t"
+    jit2triton.convert(tile, example_inputs=(torch.randn(3, 4), 2)).save(path)
+    module = jit2triton.load(path, runtime="cpp")
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(module(x, 2), tile(x, 2))
+    with pytest.raises(jit2triton.Jit2TritonError, match=r"has shape \[3, 4\], but the package was converted for"):
+        module(x, 0)
+
+
 # ---- no Python in the process: the CMake build, j2t-run and the README's example program -------------------------
 
 @pytest.fixture(scope="session")

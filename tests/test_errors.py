@@ -167,3 +167,15 @@ def test_an_op_failing_at_run_time_names_the_op_and_source():
     module = jit2triton.convert(pick, example_inputs=(torch.randn(3), 1))
     with pytest.raises(jit2triton.Jit2TritonError, match=r"aten::select.int failed \(model source"):
         module(torch.randn(3), 7)
+
+
+def test_a_scalar_input_that_changes_a_kernel_input_shape_is_refused_not_misread():
+    @torch.jit.script
+    def tile(x, n: int):
+        return x.repeat(n + 1, 1) * 2.0 + 1.0
+
+    module = jit2triton.convert(tile, example_inputs=(torch.randn(3, 4), 2))
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(module(x, 2), tile(x, 2))
+    with pytest.raises(jit2triton.Jit2TritonError, match=r"has shape \[3, 4\], but the package was converted for \[9, 4\]"):
+        module(x, 0)

@@ -126,14 +126,18 @@ class _PlanBuilder:
         })
         # Inputs that ATen made are expected to have the strides seen while converting; the runtime checks them
         # and copies any that differ into that layout, so a kernel never reads memory it does not expect.
+        # Their shapes are checked too: a scalar input can change the shape an ATen op returns (x.repeat(n, 1)),
+        # and a kernel generated for another shape would read past the tensor; the runtime refuses instead.
         in_strides = [None if v.id in self.made_by_kernels or v.id in self.literals else list(b.strides)
                       for v, b in zip(node.inputs, kernel.inputs)]
+        in_shapes = [None if strides is None else list(b.shape) for strides, b in zip(in_strides, kernel.inputs)]
         self.made_by_kernels.update(v.id for v in node.outputs)
         step = {
             "kind": "kernel",
             "kernel": kernel.name,
             "args": [self.ref(v) for v in node.inputs],
             "in_strides": in_strides,
+            "in_shapes": in_shapes,
             "outs": [self.memory.slot[v.id] for v in node.outputs],
             "out_types": [[list(b.shape), b.dtype, list(b.strides)] for b in kernel.outputs],
             "node": index,

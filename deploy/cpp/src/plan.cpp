@@ -418,14 +418,23 @@ class Builder {
       for (const auto& d : t[2].items) spec.strides.push_back(d.as_int());
       specs.push_back(std::move(spec));
     }
-    // Inputs that ATen made must have the strides seen at convert time: the kernel indexes with them.
-    std::vector<std::pair<size_t, std::vector<int64_t>>> checked;
+    // Inputs that ATen made must have the shape the kernel was generated for (a scalar input may change it: then
+    // refuse) and the strides seen at convert time (the kernel indexes with them: else copy into that layout).
+    struct Checked {
+      size_t index;
+      std::vector<int64_t> strides, shape;
+      bool has_shape;
+    };
+    std::vector<Checked> checked;
+    const Value* shapes = s.find("in_shapes");
     if (const auto* strides = s.find("in_strides"))
       for (size_t i = 0; i < strides->items.size(); ++i)
         if (!strides->items[i].is_null()) {
-          std::vector<int64_t> st;
-          for (const auto& d : strides->items[i].items) st.push_back(d.as_int());
-          checked.emplace_back(i, std::move(st));
+          Checked c{i, {}, {}, shapes && i < shapes->size() && !(*shapes)[i].is_null()};
+          for (const auto& d : strides->items[i].items) c.strides.push_back(d.as_int());
+          if (c.has_shape)
+            for (const auto& d : (*shapes)[i].items) c.shape.push_back(d.as_int());
+          checked.push_back(std::move(c));
         }
     return [launch, args, outs, free, specs, checked](Env& env) {
       std::vector<at::Tensor> outputs, inputs;
@@ -433,10 +442,16 @@ class Builder {
       for (const auto& spec : specs) outputs.push_back(at::empty_strided(spec.shape, spec.strides, spec.options));
       inputs.reserve(args.size());
       for (const auto& a : args) inputs.push_back(a.get(env).toTensor());
-      for (const auto& [i, strides] : checked) {
-        at::Tensor& x = inputs[i];
-        if (x.strides() != at::IntArrayRef(strides))
-          x = at::empty_strided(x.sizes(), strides, x.options()).copy_(x);
+      for (const auto& c : checked) {
+        at::Tensor& x = inputs[c.index];
+        if (c.has_shape && x.sizes() != at::IntArrayRef(c.shape))
+          throw std::invalid_argument(
+              "kernel input " + std::to_string(c.index) + " has shape [" + join_dims(x.sizes()) +
+              "], but the package was converted for [" + join_dims(c.shape) +
+              "]: an input value (a scalar) changed a shape the package is specialised to; convert again with "
+              "example inputs of the values you need");
+        if (x.strides() != at::IntArrayRef(c.strides))
+          x = at::empty_strided(x.sizes(), c.strides, x.options()).copy_(x);
       }
       launch(inputs, outputs);
       for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(outputs[i]);
