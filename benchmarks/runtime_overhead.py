@@ -6,7 +6,10 @@ when transformers is missing).
 Per path: back-to-back wall time per call (median over runs of 200 calls; on CUDA synchronised at the end of each
 run) and, on CUDA, the CUDA-event time of a single call (median of many). Also the load time of each runtime.
 
-    python benchmarks/runtime_overhead.py [--device cpu|cuda] [--json out.json]
+    python benchmarks/runtime_overhead.py [--device cpu|cuda] [--json out.json] [--keep DIR]
+
+--keep saves each workload's package and frozen TorchScript file in DIR, for `j2t-run PKG --torchscript PT`, which
+times the C++ runtime against torch::jit::load with no Python in the process.
 """
 from __future__ import annotations
 
@@ -76,13 +79,18 @@ def event_us(fn, inputs, runs: int = 300) -> float:
     return statistics.median(times)
 
 
-def measure(workload: Workload, device: str, folder: str) -> dict:
+def measure(workload: Workload, device: str, folder: str, keep: str = "") -> dict:
     torch.manual_seed(0)
     with torch.no_grad():
         model, inputs = workload.build(device, torch.float32)
         traced = torch.jit.freeze(torch.jit.trace(model.eval(), inputs))
         path = os.path.join(folder, "model.j2t")
         jit2triton.convert(traced, example_inputs=inputs, device=device).save(path)
+        if keep:
+            stem = os.path.join(keep, workload.name.split()[0].replace("+", "_"))
+            traced.save(stem + ".pt")
+            with open(path, "rb") as src, open(stem + ".j2t", "wb") as dst:
+                dst.write(src.read())
         paths = {"torch.jit": lambda: traced}
         for runtime in ("python", "cpp"):
             paths[f"jit2triton {runtime}"] = (lambda r=runtime: jit2triton.load(path, runtime=r))
@@ -105,13 +113,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--json")
+    parser.add_argument("--keep", default="")
     args = parser.parse_args()
     from jit2triton.deploy.cpp_runtime import extension
     extension()  # built (or found in the cache) before anything is timed
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for workload in (WORKLOADS["sin+cos 0-d"], bert_1x9()):
-            rows.append(measure(workload, args.device, folder))
+            rows.append(measure(workload, args.device, folder, args.keep))
     name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     print(f"\n{name}, torch {torch.__version__}: microseconds per call (back-to-back wall"
           f"{'; CUDA events of one call' if args.device == 'cuda' else ''})\n")

@@ -64,18 +64,23 @@ class _Captured:
 
 class GraphRunner:
     """Scalars (ints, floats, bools) passed as inputs are baked into a graph when it is captured, so each distinct
-    tuple of them gets its own graph."""
+    tuple of them gets its own graph.
+
+    The first call with a tuple runs step by step and the second captures: a process that needs one answer (a
+    cold start) never pays for warm-up runs and a capture it will not replay."""
 
     def __init__(self, run: Callable[[list], list], alias_outputs: bool = False) -> None:
         self.run = run
         self.alias_outputs = alias_outputs
         self.graphs: dict[tuple, _Captured] = {}
+        self.seen: set[tuple] = set()
 
     def __call__(self, inputs: list) -> list:
         key = tuple(x for x in inputs if not isinstance(x, torch.Tensor))
         captured = self.graphs.get(key)
         if captured is None:
-            if len(self.graphs) >= MAX_GRAPHS:
+            if len(self.graphs) >= MAX_GRAPHS or key not in self.seen:
+                self.seen.add(key)
                 return self.run(inputs)
             captured = self.graphs[key] = _Captured(self.run, inputs)
         for static, value in zip(captured.inputs, inputs):

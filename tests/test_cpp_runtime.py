@@ -118,6 +118,8 @@ BAD_PACKAGES = {
 @pytest.mark.parametrize("case", sorted(BAD_PACKAGES))
 def test_bad_packages_are_refused_with_the_python_message(case, small_package, tmp_path, cpp_runtime) -> None:
     make, error, message = BAD_PACKAGES[case]
+    if case == "other_device" and torch.cuda.is_available():
+        pytest.skip("this machine has the CUDA device the package asks for")
     bad = make(small_package[0], tmp_path)
     with pytest.raises(error, match=re.escape(message)) as from_cpp:
         jit2triton.load(bad, runtime="cpp")
@@ -273,7 +275,7 @@ def test_gpu_package_through_the_cpp_runtime_matches_torchscript(spec, cuda_grap
                              "atol": max(spec.atol, GPU_TOLERANCE)})
     for call in fresh_calls(spec, example):
         expected = reference(*copied(call))
-        for _ in range(2):  # a CUDA graph captures on the first call and replays on the second
+        for _ in range(3):  # with CUDA graphs: step by step, then captured, then replayed
             assert_same_outputs(to_cpu(loaded(*on("cuda", call))), expected, tolerant)
 
 

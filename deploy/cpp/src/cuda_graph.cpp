@@ -11,6 +11,7 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <mutex>
+#include <set>
 #include <sstream>
 
 namespace jit2triton {
@@ -55,7 +56,8 @@ class GraphRunner {
     std::lock_guard<std::mutex> lock(mutex_);  // replays share the static buffers
     auto it = graphs_.find(key.str());
     if (it == graphs_.end()) {
-      if (graphs_.size() >= kMaxGraphs) return run_(std::move(inputs));
+      // The first call with these scalars runs step by step, the second captures: a cold start pays no capture.
+      if (graphs_.size() >= kMaxGraphs || seen_.insert(key.str()).second) return run_(std::move(inputs));
       it = graphs_.emplace(key.str(), capture(inputs)).first;
     }
     Captured& g = *it->second;
@@ -94,6 +96,7 @@ class GraphRunner {
   bool alias_outputs_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Captured>> graphs_;
+  std::set<std::string> seen_;
 };
 
 std::shared_ptr<GraphRunner> make_graph_runner(std::function<c10::IValue(std::vector<c10::IValue>)> run,
