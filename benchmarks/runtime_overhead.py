@@ -25,31 +25,18 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import jit2triton  # noqa: E402
+from gpu_bench import cuda_time_us, extra_workloads  # noqa: E402
 from workloads import WORKLOADS, Workload  # noqa: E402
 
 
 def bert_1x9() -> Workload:
-    try:
-        import transformers
-    except ImportError:
-        print("transformers is missing: timing the BERT-like layer 1x9x768 instead of BERT base 1x9")
-        layer = WORKLOADS["BERT-like layer 8x128x768"]
-        return Workload("BERT-like layer 1x9x768", lambda dev, dt: (layer.build(dev, dt)[0],
-                                                                   (torch.randn(1, 9, 768, device=dev, dtype=dt),)))
-
-    def build(dev, dt):
-        config = transformers.BertConfig(attn_implementation="eager")
-        model = transformers.BertModel(config).to(dev, dt).eval()
-
-        class Wrapped(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.bert = model
-
-            def forward(self, input_ids):
-                return self.bert(input_ids=input_ids, return_dict=False)[0]
-        return Wrapped().eval(), (torch.randint(0, config.vocab_size, (1, 9), device=dev),)
-    return Workload("BERT base 1x9", build)
+    bert = extra_workloads().get("BERT base 1x9")
+    if bert is not None:
+        return bert
+    print("timing the BERT-like layer 1x9x768 instead of BERT base 1x9")
+    layer = WORKLOADS["BERT-like layer 8x128x768"]
+    return Workload("BERT-like layer 1x9x768", lambda dev, dt: (layer.build(dev, dt)[0],
+                                                               (torch.randn(1, 9, 768, device=dev, dtype=dt),)))
 
 
 def wall_us(fn, inputs, device: str, calls: int = 200, runs: int = 15) -> float:
@@ -64,18 +51,6 @@ def wall_us(fn, inputs, device: str, calls: int = 200, runs: int = 15) -> float:
             fn(*inputs)
         sync()
         times.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(times)
-
-
-def event_us(fn, inputs, runs: int = 300) -> float:
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn(*inputs)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
     return statistics.median(times)
 
 
@@ -105,7 +80,7 @@ def measure(workload: Workload, device: str, folder: str, keep: str = "") -> dic
             row[name] = {"wall_us": wall_us(fn, inputs, device), "max_abs_error": error,
                          "load_ms": None if name == "torch.jit" else load_ms}
             if device == "cuda":
-                row[name]["event_us"] = event_us(fn, inputs)
+                row[name]["event_us"] = cuda_time_us(fn, inputs, 300)[0]
         return row
 
 

@@ -16,11 +16,15 @@ from typing import Any, Optional
 import torch
 
 from jit2triton.emitters.cache import cache_dir
-from jit2triton.errors import (CorruptPackageError, InputError, PackageDeviceError, PackageError,  # noqa: F401
+from jit2triton.errors import (CorruptPackageError, InputError, PackageDeviceError, PackageError,
                                PackageVersionError)
 
-from .executor import StepError  # noqa: F401  (the extension raises these classes by name)
-from .host_ops import ModelRaisedError  # noqa: F401
+from .executor import StepError
+from .host_ops import ModelRaisedError
+
+# The classes the extension raises, by name: the C++ runtime's errors are the Python runtime's exceptions.
+EXCEPTIONS = {cls.__name__: cls for cls in (PackageError, CorruptPackageError, PackageVersionError, PackageDeviceError,
+                                            InputError, StepError, ModelRaisedError)}
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp")
 SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/package.cpp", "src/plan.cpp", "src/module.cpp",

@@ -256,7 +256,7 @@ def test_readme_example_program_matches_torchscript(tmp_path, cmake_build) -> No
 
 # ---- CUDA: GPU packages through the C++ runtime (run on the GPU machine) ------------------------------------------
 
-from test_triton_backend import GPU_TOLERANCE, cuda_zoo, on, on_gpu, to_cpu  # noqa: E402
+from test_triton_backend import assert_matches_on_cuda, cuda_zoo, on, on_gpu  # noqa: E402
 
 
 @on_gpu
@@ -271,12 +271,7 @@ def test_gpu_package_through_the_cpp_runtime_matches_torchscript(spec, cuda_grap
     loaded = jit2triton.load(path, runtime="cpp", cuda_graphs=cuda_graphs)
     python = jit2triton.load(path, cuda_graphs=cuda_graphs)
     assert loaded._runtime.uses_cuda_graph == python._runtime.uses_cuda_graph
-    tolerant = type(spec)(**{**spec.__dict__, "rtol": max(spec.rtol, GPU_TOLERANCE),
-                             "atol": max(spec.atol, GPU_TOLERANCE)})
-    for call in fresh_calls(spec, example):
-        expected = reference(*copied(call))
-        for _ in range(3):  # with CUDA graphs: step by step, then captured, then replayed
-            assert_same_outputs(to_cpu(loaded(*on("cuda", call))), expected, tolerant)
+    assert_matches_on_cuda(loaded, spec, example, reference)
 
 
 @on_gpu

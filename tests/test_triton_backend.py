@@ -272,11 +272,17 @@ def test_zoo_model_on_cuda_matches_torchscript(spec, cuda_graphs, tmp_path, monk
     assert manifest["backend"] == "triton"
     major, minor = torch.cuda.get_device_capability()
     assert not manifest["kernels"] or manifest["triton"]["target"]["arch"] == major * 10 + minor
+    assert_matches_on_cuda(loaded, spec, example, reference)
+
+
+def assert_matches_on_cuda(loaded, spec, example, reference) -> None:
+    """A GPU package against the CPU TorchScript reference on fresh inputs, three calls each (with CUDA graphs:
+    step by step, then captured, then replayed)."""
     tolerant = type(spec)(**{**spec.__dict__, "rtol": max(spec.rtol, GPU_TOLERANCE),
                              "atol": max(spec.atol, GPU_TOLERANCE)})
     for call in fresh_calls(spec, example):
         expected = reference(*copied(call))
-        for _ in range(3):  # with CUDA graphs: step by step, then captured, then replayed
+        for _ in range(3):
             assert_same_outputs(to_cpu(loaded(*on("cuda", call))), expected, tolerant)
 
 

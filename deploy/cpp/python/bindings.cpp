@@ -66,8 +66,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Error& err) {
-      py::object errors = py::module_::import("jit2triton.deploy.cpp_runtime");
-      py::object cls = errors.attr(error_class(err.kind()));
+      py::object errors = py::module_::import("jit2triton.deploy.cpp_runtime").attr("EXCEPTIONS");
+      py::object cls = errors[py::str(error_class(err.kind()))];
       PyErr_SetObject(cls.ptr(), py::str(err.what()).ptr());
     }
   });

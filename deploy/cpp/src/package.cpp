@@ -30,6 +30,17 @@ struct MappedFile {
   }
 };
 
+at::ScalarType parse_dtype(const std::string& name) {
+  static const std::map<std::string, at::ScalarType> dtypes = {
+      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
+      {"int64", at::kLong},    {"int32", at::kInt},      {"int16", at::kShort}, {"int8", at::kChar},
+      {"uint8", at::kByte},    {"bool", at::kBool},      {"complex64", at::kComplexFloat},
+      {"complex128", at::kComplexDouble}};
+  auto it = dtypes.find(name);
+  if (it == dtypes.end()) throw Error(Error::Kind::PackageVersion, "unknown dtype " + repr(name) + " in the package");
+  return it->second;
+}
+
 std::string repr(const std::string& text) {
   std::string out = "'";
   for (char c : text) {
@@ -120,16 +131,6 @@ std::map<std::string, std::string_view> zip_members(const MappedFile& f) {
   return members;
 }
 
-at::ScalarType parse_dtype(const std::string& name) {
-  static const std::map<std::string, at::ScalarType> dtypes = {
-      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
-      {"int64", at::kLong},    {"int32", at::kInt},      {"int16", at::kShort}, {"int8", at::kChar},
-      {"uint8", at::kByte},    {"bool", at::kBool},      {"complex64", at::kComplexFloat},
-      {"complex128", at::kComplexDouble}};
-  auto it = dtypes.find(name);
-  if (it == dtypes.end()) throw Error(Error::Kind::PackageVersion, "unknown dtype " + repr(name) + " in the package");
-  return it->second;
-}
 
 void verify(const Package& pkg) {
   for (const char* required : {"manifest.json", "weights.bin", "checksums.json"})

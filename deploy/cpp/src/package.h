@@ -28,6 +28,9 @@ struct Package {
 
 Package read_package(const std::string& path);
 
+// "float32" -> at::kFloat: the dtype names of the manifest (torch's, without "torch.").
+at::ScalarType parse_dtype(const std::string& name);
+
 // Python's repr of a string, for messages identical to the Python loader's: 'model.j2t'.
 std::string repr(const std::string& text);
 

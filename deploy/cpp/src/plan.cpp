@@ -47,16 +47,6 @@ double parse_special_float(const std::string& text) {
   return std::stod(text);
 }
 
-at::ScalarType parse_scalar_type(const std::string& name) {
-  static const std::map<std::string, at::ScalarType> types = {
-      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
-      {"int64", at::kLong},    {"int32", at::kInt},      {"int16", at::kShort}, {"int8", at::kChar},
-      {"uint8", at::kByte},    {"bool", at::kBool},      {"complex64", at::kComplexFloat},
-      {"complex128", at::kComplexDouble}};
-  auto it = types.find(name);
-  if (it == types.end()) throw Error(Error::Kind::PackageVersion, "unknown dtype " + repr(name) + " in the package");
-  return it->second;
-}
 
 }  // namespace
 
@@ -104,7 +94,7 @@ IValue decode_literal(const Value& v, const std::string& built_for, c10::Device 
     c10::Device d(body.as_string());
     return (c10::DeviceTypeName(d.type(), true) == built_for) ? device : d;
   }
-  if (tag == "$dtype") return parse_scalar_type(body.as_string());
+  if (tag == "$dtype") return parse_dtype(body.as_string());
   if (tag == "$float") return parse_special_float(body.as_string());
   if (tag == "$complex")
     return c10::complex<double>(decode_literal(body[0], built_for, device).toDouble(),
@@ -414,7 +404,7 @@ class Builder {
     for (const auto& t : s.at("out_types").items) {
       OutSpec spec;
       for (const auto& d : t[0].items) spec.shape.push_back(d.as_int());
-      spec.options = at::TensorOptions().dtype(parse_scalar_type(t[1].as_string())).device(device_);
+      spec.options = at::TensorOptions().dtype(parse_dtype(t[1].as_string())).device(device_);
       for (const auto& d : t[2].items) spec.strides.push_back(d.as_int());
       specs.push_back(std::move(spec));
     }
@@ -621,7 +611,7 @@ void Plan::build_input_checks() {
     std::string label = "input " + std::to_string(i) + " (" + repr(name) + ")";
     const std::string& kind = d.at("type").as_string();
     if (kind == "Tensor") {
-      at::ScalarType dtype = parse_scalar_type(d.at("dtype").as_string());
+      at::ScalarType dtype = parse_dtype(d.at("dtype").as_string());
       std::vector<int64_t> shape;
       for (const auto& x : d.at("shape").items) shape.push_back(x.as_int());
       c10::DeviceType type = device.type();
@@ -662,7 +652,7 @@ std::vector<IValue> Plan::random_inputs(uint64_t seed) const {
   std::vector<IValue> values;
   for (const auto& entry : pkg_.manifest.at("signature").at("inputs").items) {
     if (entry.at("type").as_string() == "Tensor") {
-      at::ScalarType dtype = parse_scalar_type(entry.at("dtype").as_string());
+      at::ScalarType dtype = parse_dtype(entry.at("dtype").as_string());
       std::vector<int64_t> shape;
       for (const auto& d : entry.at("shape").items) shape.push_back(d.as_int());
       int64_t low = 0, high = 2;
