@@ -194,12 +194,16 @@ class _Fuser:
 
     def memory_order_for(self, box: TensorBox, inputs: list[str]) -> list[int]:
         """The dims of a kernel's output, outermost first in memory: the layout of an input of the same shape in a
-        permuted dense layout (channels-last activations stay channels-last), else row-major."""
-        for name in inputs:
-            source = self.boxes[self.buffers[name].id]
-            if source.shape == box.shape and len(box.shape) > 1:
+        permuted dense layout (channels-last activations stay channels-last), else of such an input of the same
+        rank (a pooled channels-last image stays channels-last, as ATen keeps it), else row-major."""
+        sources = [self.boxes[self.buffers[name].id] for name in inputs]
+        for same_shape in (True, False):
+            for source in sources:
+                if (len(source.shape) != len(box.shape) or len(box.shape) < 2
+                        or (source.shape == box.shape) != same_shape):
+                    continue
                 order = sorted(range(len(box.shape)), key=lambda d: (-source.strides[d], d))
-                if order != sorted(order) and strides_in_order(box.shape, order) == tuple(source.strides):
+                if order != sorted(order) and strides_in_order(source.shape, order) == tuple(source.strides):
                     return order
         return list(range(len(box.shape)))
 

@@ -135,6 +135,19 @@ def guarded(x: KExpr, condition: KExpr) -> KExpr:
     return visit(x)
 
 
+def within(position: KExpr, start: int, stop: int) -> Optional[KExpr]:
+    """start <= position < stop, leaving out the sides the position's range already settles; None if both."""
+    low, high = bounds(position)
+    tests = []
+    if low < start:
+        tests.append(op("ge", position, const(start, INT)))
+    if high >= stop:
+        tests.append(op("lt", position, const(stop, INT)))
+    if not tests:
+        return None
+    return tests[0] if len(tests) == 1 else op("and", *tests)
+
+
 def cast(x: KExpr, dtype: str) -> KExpr:
     if x.dtype == dtype:
         return x

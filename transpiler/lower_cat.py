@@ -7,7 +7,7 @@ input's expression at every index. stack is cat of the inputs, each unsqueezed a
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence
+from typing import Callable, Sequence
 
 from . import kernel_ir as K
 from .lowering import LowerContext, TensorBox, compute_dtype, is_box, lowering, make_box, normalize_dim, require
@@ -58,7 +58,7 @@ def _joined(ctx: LowerContext, pieces: Sequence[Piece], dim: int, take: Take, so
             if size == 0 or high < start or low >= start + size:
                 continue  # this index never falls in the piece (an empty input, or a slice of the result)
             piece = K.cast(box(take(list(index), position + (-start))), dtype)
-            inside = _within(position, start, start + size)
+            inside = K.within(position, start, start + size)
             if inside is None:
                 return piece  # every index falls in this piece
             piece = K.guarded(piece, inside)
@@ -66,19 +66,6 @@ def _joined(ctx: LowerContext, pieces: Sequence[Piece], dim: int, take: Take, so
         return K.const(0, dtype) if value is None else value  # None: the result is empty, nothing reads it
 
     return make_box(ctx.out_shape, ctx.out_dtype, fn, sources)
-
-
-def _within(position: K.KExpr, start: int, stop: int) -> Optional[K.KExpr]:
-    """start <= position < stop, leaving out the sides the position's range already settles; None if both."""
-    low, high = K.bounds(position)
-    tests = []
-    if low < start:
-        tests.append(K.op("ge", position, K.const(start, K.INT)))
-    if high >= stop:
-        tests.append(K.op("lt", position, K.const(stop, K.INT)))
-    if not tests:
-        return None
-    return tests[0] if len(tests) == 1 else K.op("and", *tests)
 
 
 def _legacy_empty(t: TensorBox, rank: int) -> bool:

@@ -336,3 +336,32 @@ def ones_like(ctx, x, *args):
 @lowering("aten::full_like", "aten::fill.Scalar")
 def full_like(ctx, x, value, *args):
     return _filled(ctx, value)
+
+
+@lowering("aten::arange", "aten::arange.start", "aten::arange.start_step")
+def arange(ctx, *args):
+    """An iota: element i is start + step * i, an index expression, so it fuses into whatever reads it."""
+    bounds = args[:{"aten::arange": 1, "aten::arange.start": 2}.get(ctx.op, 3)]
+    require(all(isinstance(b, (int, float)) for b in bounds),
+            "its start, end or step is computed at run time (only constant bounds become an index expression)")
+    start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
+    dtype = ctx.out_dtype
+    integral = not dtype.startswith(("float", "bfloat"))
+    # ATen computes an integer result in int64 from the bounds truncated (and sizes an int64 one from those too),
+    # a float one in double
+    truncated = (int(start), int(end), int(step))
+    require(step != 0 and (not integral or truncated[2] != 0), "a step of zero")
+    if dtype == "int64":
+        length = max(0, -((truncated[0] - truncated[1]) // truncated[2]))
+    else:
+        length = max(0, math.ceil((end - start) / step))
+    require(ctx.out_shape == (length,), f"ATen's rule gives {length} elements, TorchScript saw {list(ctx.out_shape)}")
+    math_dtype = K.INT if integral else "float64"
+    first, step = (truncated[0], truncated[2]) if integral else (start, step)
+
+    def fn(index):
+        value = K.op("add", K.const(first, math_dtype),
+                     K.op("mul", K.const(step, math_dtype), K.cast(index[0], math_dtype)))
+        return K.cast(value, compute_dtype(dtype))
+
+    return make_box(ctx.out_shape, dtype, fn, [])

@@ -271,6 +271,29 @@ TRUTHY_INTS = (ints(-1, 2, 4, 6), ints(-1, 2, 4, 6))
 WHERE_SCALAR_INPUTS = (M, X, mask(4, 1, 6), randn(5, 1), XB, XI)
 CLAMP_INPUTS = (X, edges(4, 6), XB, XI)
 
+# bounds from the input's sizes, so freezing cannot fold them away; fold_shapes makes them constants
+def arange(x, xb):
+    n, m = x.size(0), x.size(1)
+    return (torch.arange(m) + x, torch.arange(m * 0.5 + 0.25) * x[0, :4], torch.arange(n, dtype=torch.float16),
+            xb * torch.arange(m, dtype=torch.bfloat16), torch.arange(m - 6), torch.arange(m * 1.0 - 0.5),
+            torch.arange(n, dtype=torch.float64) * x.t()[0, 0])
+
+
+def arange_start(x, xi):
+    n, m = x.size(0), x.size(1)
+    return (torch.arange(-n, m) * 2, torch.arange(n, m, dtype=torch.float64) + x[0, 0],
+            torch.arange(n - 0.5, m + 0.25), torch.arange(0.5, m + 0.7, dtype=torch.int64),
+            torch.arange(0.5, m + 0.7, dtype=torch.int32), torch.arange(m, m), xi + torch.arange(1, m + 1))
+
+
+def arange_start_step(x):
+    n, m = x.size(0), x.size(1)
+    return (torch.arange(1, 4 * m, n) + x[0, 0], torch.arange(m, -n, -3), torch.arange(0.5, m * 0.7, 0.3),
+            torch.arange(m * 1.0, -0.1, -0.4, dtype=torch.float64), torch.arange(0.0, 1.0, 1.0 / (10 * m)),
+            torch.arange(-n, 2 * m, 2.5, dtype=torch.int64), torch.arange(-n, m, 0.75, dtype=torch.float16),
+            torch.arange(n, 100 * m, 7, dtype=torch.int32))
+
+
 POINTWISE_SAMPLES: dict[str, list[Sample]] = {
     "aten::add.Tensor": [binary(lambda a, b: (torch.add(a, b), torch.add(a, b, alpha=2)), int64=INT_PAIR)],
     "aten::add.Scalar": [scripted(add_scalar, X, XB, XI)],
@@ -364,6 +387,9 @@ POINTWISE_SAMPLES: dict[str, list[Sample]] = {
     "aten::full_like": [scripted(full_like, X, XB, XI)],
     "aten::isnan": [unary(torch.isnan, edges)],
     "aten::isinf": [unary(torch.isinf, edges)],
+    "aten::arange": [scripted(arange, X, XB)],
+    "aten::arange.start": [scripted(arange_start, X, XI)],
+    "aten::arange.start_step": [scripted(arange_start_step, X)],
 }
 
 

@@ -59,6 +59,29 @@ def max_pool2d(x, e, xb):
             F.max_pool2d(xb, 2))
 
 
+def padded_max_pool2d(x, e, xb):
+    """-inf padding (a window of negatives at the border stays negative), dilation, ceil_mode, NaN at a border."""
+    return (F.max_pool2d(x, 3, 2, 1), F.max_pool2d(x - 10, 3, 2, 1), F.max_pool2d(x.transpose(2, 3), [3, 2], 1, [1, 0]),
+            F.max_pool2d(x, 2, 1, 0, 2), F.max_pool2d(x, [3, 2], [1, 2], 1, [2, 3]), F.max_pool2d(x, 3, 2, 1, 1, True),
+            F.max_pool2d(x, 2, 3, 0, 1, True), F.max_pool2d(e, 3, 2, 1), F.max_pool2d(xb, 3, 2, 1, 1, True))
+
+
+class ConvReluMaxPool(torch.nn.Module):
+    """resnet's stem: a channels-last conv (its output channels-last too), relu, a padded 3x3 max pool, stride 2."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1).to(dtype).to(memory_format=torch.channels_last)
+
+    def forward(self, x):
+        return F.max_pool2d(torch.relu(self.conv(x)), 3, 2, 1)
+
+
+def stem(dtype: torch.dtype) -> Sample:
+    return Sample(lambda example: torch.jit.trace(ConvReluMaxPool(dtype).eval(), example),
+                  (randn(2, 3, 9, 10, dtype=dtype),))
+
+
 def avg_pool2d(x, xb):
     return F.avg_pool2d(x, 2), F.avg_pool2d(x.transpose(2, 3), [2, 3], [1, 2]), F.avg_pool2d(xb, 2)
 
@@ -210,7 +233,10 @@ REDUCTION_SAMPLES: dict[str, list[Sample]] = {
     "aten::logsumexp": [scripted(logsumexp, X, X3, infinite_rows, XB)],
     "aten::adaptive_avg_pool2d": [scripted(adaptive_avg_pool2d, IMAGE, IMAGE_BF16)],
     "aten::adaptive_avg_pool1d": [scripted(adaptive_avg_pool1d, IMAGE, IMAGE_BF16)],
-    "aten::max_pool2d": [scripted(max_pool2d, IMAGE, edges(2, 3, 4, 6), IMAGE_BF16)],
+    "aten::max_pool2d": [scripted(max_pool2d, IMAGE, edges(2, 3, 4, 6), IMAGE_BF16),
+                         scripted(padded_max_pool2d, randn(2, 3, 9, 10), edges(2, 3, 9, 10),
+                                  randn(2, 3, 9, 10, dtype=BF16)),
+                         stem(torch.float16), stem(torch.float32)],
     "aten::avg_pool2d": [scripted(avg_pool2d, IMAGE, IMAGE_BF16)],
 }
 
