@@ -13,7 +13,7 @@ import torch
 
 HOST_READS = {"aten::Int.Tensor", "aten::Float.Tensor", "aten::Bool.Tensor", "aten::item", "aten::nonzero",
               "aten::unique", "aten::_unique2", "aten::masked_select", "aten::tolist", "aten::equal",
-              "aten::is_nonzero", "aten::allclose", "prim::RaiseException"}
+              "aten::is_nonzero", "aten::allclose", "aten::ScalarImplicit", "prim::RaiseException"}
 
 
 LAUNCH_US = 4.0  # what a replay saves per step: the host's launch cost, which a graph does not pay

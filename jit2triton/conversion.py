@@ -23,6 +23,7 @@ from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP, fuse
 from jit2triton.transpiler.fuse_attention import fuse_attention
 from jit2triton.transpiler.infer_shapes import ShapeRecorder
+from jit2triton.transpiler.infer_unobserved import infer_unobserved
 from jit2triton.transpiler.ir import MISSING
 from jit2triton.transpiler.report import summarize
 from jit2triton.transpiler.schedule import schedule
@@ -78,6 +79,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         unpack_splits(graph)
         fuse_attention(graph)
         observe(graph, inputs, target)  # the rewrites made new values (a fused attention's output has its own strides)
+        infer_unobserved(graph)  # branches the example inputs did not take
         fuse(graph, target.type)
         kernels = [n.attrs["kernel"] for n in graph.walk() if n.op == KERNEL_OP]
         files, backend_section = build_kernels(kernels, backend, say, target)

@@ -169,3 +169,17 @@ def test_the_scripted_loop_keeps_stack_on_aten_because_its_list_grows_in_the_loo
     summary = jit2triton.convert(source, example_inputs=example, device="cpu").summary()
     assert summary["fallback_ops"] == {"aten::stack": 1}, summary
     assert "is appended to" in summary["fallback_reasons"]["aten::stack"]
+
+
+def test_a_branch_the_example_inputs_did_not_take_still_fuses() -> None:
+    @torch.jit.script
+    def branchy(x):
+        if bool(x.sum() > 0):
+            return torch.sin(x) * 2.0
+        return torch.sigmoid(x) - x.abs()
+
+    example = torch.rand(4, 8) + 0.5  # positive: only the first branch runs while converting
+    converted = jit2triton.convert(branchy, example_inputs=(example,))
+    assert converted.summary()["fallback_nodes"] == 0, converted.summary()["fallback_reasons"]
+    for x in (-(torch.rand(4, 8) + 0.5), torch.rand(4, 8) + 0.5):
+        torch.testing.assert_close(converted(x), branchy(x))
