@@ -5,6 +5,7 @@ conversion), with the same structure, dtypes and shapes, and must leave its inpu
 """
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pytest
@@ -183,3 +184,22 @@ def test_a_branch_the_example_inputs_did_not_take_still_fuses() -> None:
     assert converted.summary()["fallback_nodes"] == 0, converted.summary()["fallback_reasons"]
     for x in (-(torch.rand(4, 8) + 0.5), torch.rand(4, 8) + 0.5):
         torch.testing.assert_close(converted(x), branchy(x))
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_runtime_scalars_reach_kernels_and_promote_as_python_scalars(backend) -> None:
+    if backend == "triton" and not os.environ.get("TRITON_INTERPRET"):
+        pytest.skip("the Triton backend runs on the CPU only under TRITON_INTERPRET=1")
+
+    @torch.jit.script
+    def scaled(x, ids, s: float, k: int):
+        return torch.sin(x) * s + k, ids * k + ids * s, x.sum() * s
+
+    example = (torch.randn(3, 5), torch.randint(-9, 9, (3, 5)), 0.5, 2)
+    converted = jit2triton.convert(scaled, example_inputs=example, backend=backend)
+    assert converted.summary()["fallback_nodes"] == 0, converted.summary()["fallback_reasons"]
+    for s, k in ((2.5, -3), (-0.125, 7)):
+        call = (torch.randn(3, 5), torch.randint(-9, 9, (3, 5)), s, k)
+        for got, want in zip(converted(*call), scaled(*call)):
+            assert got.dtype == want.dtype  # float32 stays float32, int64 * float is float32, as in eager
+            torch.testing.assert_close(got, want)

@@ -19,6 +19,8 @@ import itertools
 from collections import Counter, defaultdict
 from typing import Any
 
+import torch
+
 from . import kernel_ir as K
 from . import lower_cat, lower_pointwise, lower_pooling, lower_reductions, lower_views  # noqa: F401  (lowerings)
 from .ir import Block, Graph, Node, Type, Value, walk_block
@@ -48,6 +50,11 @@ _ATEN_FASTER_ON_CUDA = {
 }
 
 
+_CARRIED_SCALARS = {"int": "int64", "float": "float64", "bool": "bool"}  # runtime scalar -> its 0-d tensor's dtype
+_SCALAR_TENSOR_SCHEMA = ("aten::scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, "
+                         "Device? device=None, bool? pin_memory=None) -> Tensor")
+
+
 def _static_tensor(t: Type, device_type: str) -> bool:
     return (t.is_tensor and t.dtype is not None and t.shape is not None and t.device == device_type
             and all(isinstance(d, int) for d in t.shape))
@@ -68,6 +75,9 @@ class _Fuser:
         self.kernel_names = itertools.count()
         self.pinned = _mutated_views(graph)
         self.lists, self.unbuilt = _fixed_tensor_lists(graph)  # list value id -> its ListConstruct; ids not built yet
+        self.carried: dict[tuple[int, int], TensorBox] = {}  # (scalar value id, block) -> its 0-d tensor's box
+        self.uncommitted: list[tuple[Value, TensorBox]] = []  # scalars the lowering under way reads
+        self.current_out: list[Node] = []
         for v in graph.inputs:
             self.define_realized(v)
 
@@ -87,12 +97,43 @@ class _Fuser:
         if v.id in self.lists:
             return [self.argument(item) for item in self.lists[v.id].inputs]
         box = self.boxes.get(v.id)
+        if box is None and v.type.kind in _CARRIED_SCALARS:
+            return self.scalar_box(v)
         if box is None:
             if v.type.kind == "List":
                 raise CannotLower(f"its list %{v.name} is not a prim::ListConstruct that nothing changes later (it is "
                                   "appended to, passed into a loop or a container, or made by another op)")
             raise CannotLower(f"input %{v.name} is not a static tensor or a constant")
         return box
+
+    def scalar_box(self, v: Value) -> TensorBox:
+        """A scalar known only at run time (an input, or computed on the host) as a 0-d tensor a kernel loads: an
+        `aten::scalar_tensor` step makes it just before the kernel, once per block. It promotes as the Python
+        scalar it stands for (float32 * a float stays float32)."""
+        key = (v.id, id(self.current_out))
+        box = self.carried.get(key)
+        if box is None:
+            kind = v.type.kind
+            box = realized_box(f"scalar{v.id}_{len(self.carried)}", (), _CARRIED_SCALARS[kind], ())
+            box.wrapped = kind
+            self.carried[key] = box
+            self.uncommitted.append((v, box))
+        return box
+
+    def emit_carriers(self, out: list[Node]) -> None:
+        """The `aten::scalar_tensor` steps of the runtime scalars a lowering just used."""
+        for v, box in self.uncommitted:
+            constants = [Value(f"{v.name}_{what}") for what in ("dtype", "layout", "device", "pin")]
+            values = [getattr(torch, box.dtype), None, torch.device(self.device_type), None]
+            for c, value in zip(constants, values):
+                c.type = Type("Any")
+                out.append(Node("prim::Constant", [], [c], attrs={"value": value}))
+            tensor = Value(f"{v.name}_tensor", Type("Tensor", box.dtype, (), self.device_type, strides=()))
+            out.append(Node("aten::scalar_tensor", [v, *constants], [tensor], source=None,
+                            attrs={"schema": _SCALAR_TENSOR_SCHEMA, "scalar_carrier": True}))
+            self.buffers[box.buffer] = tensor
+            self.boxes[tensor.id] = box
+        self.uncommitted = []
 
     # --- walking blocks ---------------------------------------------------------------------------------------
 
@@ -121,6 +162,7 @@ class _Fuser:
         fn = get_lowering(node.op)
         if fn is None:
             return False
+        self.current_out, self.uncommitted = out, []
         try:
             if node.uid in self.pinned:
                 raise CannotLower("its result is mutated in place later, so it must stay an ATen view")
@@ -136,7 +178,16 @@ class _Fuser:
                     raise CannotLower(f"lowering gave {box.dtype}{list(box.shape)}, TorchScript {v.type}")
         except CannotLower as why:
             node.attrs["not_lowered"] = str(why) or "unsupported arguments"
+            self.forget_uncommitted()
             return False
+        except (TypeError, ValueError, AttributeError) as err:
+            if not self.uncommitted:
+                raise
+            # a lowering written for a constant scalar met a runtime one: leave this node to ATen
+            node.attrs["not_lowered"] = f"a runtime scalar argument is not supported here ({type(err).__name__})"
+            self.forget_uncommitted()
+            return False
+        self.emit_carriers(out)
         absorbed = [self.lists[v.id] for v in node.inputs if v.id in self.unbuilt]
         for box, v in zip(boxes, node.outputs):
             for n in absorbed + [node]:
@@ -149,6 +200,11 @@ class _Fuser:
             if self.users[v.id] > 1 and (heavy or _has_reduction(box)):
                 self.realize(v, out)  # several users would each recompute it: store it once instead
         return True
+
+    def forget_uncommitted(self) -> None:
+        for v, box in self.uncommitted:
+            del self.carried[(v.id, id(self.current_out))]
+        self.uncommitted = []
 
     def run_elsewhere(self, node: Node, out: list[Node]) -> None:
         if _mutates(node):

@@ -39,6 +39,7 @@ class TensorBox:
     buffer: Optional[str] = None  # realized: the runtime value a kernel loads from
     strides: tuple[int, ...] = ()
     nodes: list = field(default_factory=list)  # IR nodes whose work this virtual box still holds
+    wrapped: str = ""  # a runtime scalar carried as a 0-d tensor: the Python type it promotes as (int/float/bool)
     id: int = field(default_factory=lambda: next(_box_ids))
 
     @property
@@ -152,7 +153,8 @@ def make_box(shape: Sequence[int], dtype: str, fn: Callable[[Index], K.KExpr], s
 
 def promoted_dtype(*args: Any) -> str:
     """torch's type promotion of tensor boxes (by rank) and Python scalars, as the eager op would do it."""
-    probes = [torch.empty((1,) * len(a.shape), dtype=getattr(torch, a.dtype), device="meta") if is_box(a) else a
+    probes = [_WRAPPED_PROBES[a.wrapped] if is_box(a) and a.wrapped else
+              torch.empty((1,) * len(a.shape), dtype=getattr(torch, a.dtype), device="meta") if is_box(a) else a
               for a in args]
     result = probes[0]
     dtype = None
@@ -162,6 +164,9 @@ def promoted_dtype(*args: Any) -> str:
     if dtype is None:
         dtype = result.dtype if isinstance(result, torch.Tensor) else torch.result_type(result, result)
     return str(dtype).removeprefix("torch.")
+
+
+_WRAPPED_PROBES = {"int": 1, "float": 1.0, "bool": True}
 
 
 def _rank(x: Any) -> int:

@@ -86,7 +86,8 @@ class _PlanBuilder:
         info = lookup(node.op, node.attrs.get("schema", ""))
         entry = {
             "op": node.op,
-            "category": "alias" if node.attrs.get("aten_view") else info.category,
+            "category": ("alias" if node.attrs.get("aten_view") else
+                         "host" if node.attrs.get("scalar_carrier") else info.category),
             "source": str(node.source) if node.source else "",
             "outputs": [f"%{v.name}" for v in node.outputs],
         }
