@@ -27,9 +27,11 @@ EXCEPTIONS = {cls.__name__: cls for cls in (PackageError, CorruptPackageError, P
                                             InputError, StepError, ModelRaisedError)}
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp")
-SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/package.cpp", "src/plan.cpp", "src/module.cpp",
+SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/package.cpp", "src/literals.cpp", "src/plan.cpp", "src/signature.cpp",
+           "src/module.cpp",
            "src/cpu_kernels.cpp", "src/cuda_kernels.cpp", "src/cuda_graph.cpp", "python/bindings.cpp"]
-HEADERS = ["include/jit2triton/jit2triton.h", "src/json.h", "src/sha256.h", "src/package.h", "src/plan.h"]
+HEADERS = ["include/jit2triton/jit2triton.h", "src/json.h", "src/sha256.h", "src/package.h", "src/literals.h",
+           "src/plan.h"]
 
 _lock = threading.Lock()
 _extension = None

@@ -10,8 +10,8 @@
 
 Every member is stored uncompressed and starts 64-byte aligned in the file, so both runtimes (Python and C++) read
 them in place from the mapped file, with no inflate. Nothing in a package is pickled and loading never executes
-code from it. Saving writes a temporary file beside the
-target and renames it, so a crash never leaves a half-written package under the final name.
+code from it. Saving writes a temporary file beside the target and renames it, so a crash never leaves a
+half-written package under the final name.
 """
 from __future__ import annotations
 

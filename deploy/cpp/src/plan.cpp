@@ -21,148 +21,7 @@ namespace jit2triton {
 using c10::IValue;
 using json::Value;
 
-// ---- literals ---------------------------------------------------------------------------------------------------
-
 namespace {
-
-c10::TypePtr type_of_items(const std::vector<IValue>& items) {
-  if (items.empty()) return c10::AnyType::get();
-  c10::TypePtr t = items[0].type();
-  for (const auto& x : items)
-    if (*x.type() != *t) return c10::AnyType::get();
-  return t;
-}
-
-IValue make_list(std::vector<IValue> items, c10::TypePtr elem) {
-  c10::impl::GenericList list(std::move(elem));
-  list.reserve(items.size());
-  for (auto& x : items) list.push_back(std::move(x));
-  return list;
-}
-
-double parse_special_float(const std::string& text) {
-  if (text == "inf") return INFINITY;
-  if (text == "-inf") return -INFINITY;
-  if (text == "nan") return NAN;
-  return std::stod(text);
-}
-
-
-}  // namespace
-
-std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kLong: return "int64";
-    case at::kInt: return "int32";
-    case at::kShort: return "int16";
-    case at::kChar: return "int8";
-    case at::kByte: return "uint8";
-    case at::kBool: return "bool";
-    case at::kComplexFloat: return "complex64";
-    case at::kComplexDouble: return "complex128";
-    default: return c10::toString(t);
-  }
-}
-
-IValue decode_literal(const Value& v, const std::string& built_for, c10::Device device) {
-  switch (v.kind) {
-    case Value::Kind::Null: return IValue();
-    case Value::Kind::Bool: return v.boolean;
-    case Value::Kind::Int: return v.integer;
-    case Value::Kind::Float: return v.number;
-    case Value::Kind::String: return v.text;
-    case Value::Kind::Array: {
-      std::vector<IValue> items;
-      for (const auto& x : v.items) items.push_back(decode_literal(x, built_for, device));
-      auto elem = type_of_items(items);
-      return make_list(std::move(items), elem);
-    }
-    case Value::Kind::Object: break;
-  }
-  if (v.members.size() != 1) throw Error(Error::Kind::CorruptPackage, "the plan holds a malformed literal");
-  const auto& [tag, body] = v.members[0];
-  if (tag == "$tuple") {
-    std::vector<IValue> items;
-    for (const auto& x : body.items) items.push_back(decode_literal(x, built_for, device));
-    return c10::ivalue::Tuple::create(std::move(items));
-  }
-  if (tag == "$device") {
-    c10::Device d(body.as_string());
-    return (c10::DeviceTypeName(d.type(), true) == built_for) ? device : d;
-  }
-  if (tag == "$dtype") return parse_dtype(body.as_string());
-  if (tag == "$float") return parse_special_float(body.as_string());
-  if (tag == "$complex")
-    return c10::complex<double>(decode_literal(body[0], built_for, device).toDouble(),
-                                decode_literal(body[1], built_for, device).toDouble());
-  if (tag == "$dict") {
-    std::vector<IValue> keys, values;
-    for (const auto& kv : body.items) {
-      keys.push_back(decode_literal(kv[0], built_for, device));
-      values.push_back(decode_literal(kv[1], built_for, device));
-    }
-    c10::impl::GenericDict dict(type_of_items(keys), type_of_items(values));
-    for (size_t i = 0; i < keys.size(); ++i) dict.insert_or_assign(keys[i], values[i]);
-    return dict;
-  }
-  throw Error(Error::Kind::PackageVersion, "unknown literal tag " + repr(tag) + "; the package needs a newer jit2triton");
-}
-
-namespace {
-
-// A literal shaped for the schema argument it feeds: an empty or untyped JSON list gets the list type the op
-// declares, tensors given to a `Tensor?[]` become optional tensors, an int given to a float becomes a float.
-IValue coerce(IValue v, const c10::TypePtr& t) {
-  if (auto opt = t->cast<c10::OptionalType>()) return v.isNone() ? v : coerce(std::move(v), opt->getElementType());
-  if (auto lt = t->cast<c10::ListType>()) {
-    if (!v.isList()) return v;
-    auto list = v.toList();
-    c10::TypePtr elem = lt->getElementType();
-    if (elem->kind() == c10::SymIntType::Kind) elem = c10::IntType::get();
-    bool untyped = list.elementType()->kind() == c10::AnyType::Kind || list.empty();
-    if (!untyped && !elem->cast<c10::OptionalType>()) return v;
-    if (*list.elementType() == *elem) return v;
-    std::vector<IValue> items;
-    for (const auto& x : list) items.push_back(coerce(x, elem));
-    return make_list(std::move(items), elem);
-  }
-  if (t->kind() == c10::FloatType::Kind && v.isInt()) return static_cast<double>(v.toInt());
-  if (t->kind() == c10::TensorType::Kind && (v.isDouble() || v.isInt() || v.isBool() || v.isComplexDouble())) {
-    // A number where the schema wants a tensor: a wrapped number, as Python's torch.ops passes it, so that it
-    // promotes like a scalar (float32 * 2.5 stays float32).
-    at::Tensor wrapped = c10::scalar_to_tensor(v.toScalar());
-    wrapped.unsafeGetTensorImpl()->set_wrapped_number(true);
-    return wrapped;
-  }
-  return v;
-}
-
-// The type a `prim::ListConstruct` / `prim::DictConstruct` step records: ["List", ["Optional", ["Tensor"]]].
-c10::TypePtr parse_type(const Value& tag) {
-  const std::string& kind = tag[0].as_string();
-  if (kind == "Tensor") return c10::TensorType::get();
-  if (kind == "int") return c10::IntType::get();
-  if (kind == "float") return c10::FloatType::get();
-  if (kind == "bool") return c10::BoolType::get();
-  if (kind == "str") return c10::StringType::get();
-  if (kind == "complex") return c10::ComplexType::get();
-  if (kind == "Device") return c10::DeviceObjType::get();
-  if (kind == "Scalar") return c10::NumberType::get();
-  if (kind == "None") return c10::NoneType::get();
-  if (kind == "Optional") return c10::OptionalType::create(parse_type(tag[1]));
-  if (kind == "List") return c10::ListType::create(parse_type(tag[1]));
-  if (kind == "Dict") return c10::DictType::create(parse_type(tag[1]), parse_type(tag[2]));
-  if (kind == "Tuple") {
-    std::vector<c10::TypePtr> elems;
-    for (size_t i = 1; i < tag.size(); ++i) elems.push_back(parse_type(tag[i]));
-    return c10::TupleType::create(std::move(elems));
-  }
-  return c10::AnyType::get();
-}
 
 std::vector<int> ints(const Value* v) {
   std::vector<int> out;
@@ -182,24 +41,7 @@ void release(Env& env, const std::vector<int>& slots) {
   for (int s : slots) env[s] = IValue();
 }
 
-std::string python_type_name(const IValue& v) {
-  if (v.isTensor()) return "Tensor";
-  if (v.isBool()) return "bool";
-  if (v.isInt()) return "int";
-  if (v.isDouble()) return "float";
-  if (v.isString()) return "str";
-  if (v.isNone()) return "NoneType";
-  if (v.isList()) return "list";
-  if (v.isTuple()) return "tuple";
-  if (v.isGenericDict()) return "dict";
-  return v.tagKind();
-}
 
-std::string join_dims(at::IntArrayRef dims) {
-  std::string out;
-  for (size_t i = 0; i < dims.size(); ++i) out += (i ? ", " : "") + std::to_string(dims[i]);
-  return out;
-}
 
 }  // namespace
 
@@ -536,25 +378,6 @@ void check_compatible(const Value& manifest) {
                     ": ATen ops and kernels are not compatible across major versions. Convert the model again with this torch");
 }
 
-std::string format_type(const Value& d) {
-  const std::string& kind = d.at("type").as_string();
-  if (kind == "Tensor") {
-    std::string dims;
-    for (size_t i = 0; i < d.at("shape").size(); ++i) dims += (i ? ", " : "") + std::to_string(d.at("shape")[i].as_int());
-    return d.at("dtype").as_string() + "[" + dims + "]";
-  }
-  if (kind == "Tuple" || kind == "List") {
-    std::string items;
-    for (size_t i = 0; i < d.at("items").size(); ++i) items += (i ? ", " : "") + format_type(d.at("items")[i]);
-    return kind + "[" + items + "]";
-  }
-  if (kind == "Dict") {
-    std::string items;
-    for (const auto& [k, v] : d.at("items").members) items += (items.empty() ? "" : ", ") + k + ": " + format_type(v);
-    return "Dict{" + items + "}";
-  }
-  return kind;
-}
 
 }  // namespace
 
@@ -597,83 +420,8 @@ Plan::Plan(Package pkg, const LoadOptions& options)
 
 Plan::~Plan() = default;
 
-void Plan::build_input_checks() {
-  const Value& inputs = pkg_.manifest.at("signature").at("inputs");
-  bool contiguous = !kernels_.empty();  // generated kernels index inputs as dense row-major tensors
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Value& d = inputs[i];
-    std::string name = d.at("name").as_string();
-    input_names_.push_back(name);
-    const Value* def = d.find("default");
-    has_default_.push_back(def != nullptr);
-    defaults_.push_back(def ? decode_literal(*def, built_for_, device) : IValue());
-    if (!def) ++required_;
-    std::string label = "input " + std::to_string(i) + " (" + repr(name) + ")";
-    const std::string& kind = d.at("type").as_string();
-    if (kind == "Tensor") {
-      at::ScalarType dtype = parse_dtype(d.at("dtype").as_string());
-      std::vector<int64_t> shape;
-      for (const auto& x : d.at("shape").items) shape.push_back(x.as_int());
-      c10::DeviceType type = device.type();
-      std::string expected = d.at("dtype").as_string() + "[" + join_dims(shape) + "] on " + c10::DeviceTypeName(type, true);
-      checks_.push_back([=](IValue& v) {
-        if (!v.isTensor()) throw Error(Error::Kind::Input, label + ": expected a tensor " + expected + ", got " + python_type_name(v));
-        const at::Tensor& x = v.toTensor();
-        if (x.scalar_type() != dtype || x.sizes() != at::IntArrayRef(shape) || x.device().type() != type)
-          throw Error(Error::Kind::Input,
-                      label + ": expected " + expected + ", got " + dtype_name(x.scalar_type()) + "[" + join_dims(x.sizes()) +
-                          "] on " + x.device().str() +
-                          ". The package was converted for that signature; convert again with example inputs of the shape and dtype you need");
-        if (contiguous && !x.is_contiguous()) v = x.contiguous();
-      });
-    } else if (kind == "int" || kind == "float" || kind == "bool" || kind == "str") {
-      checks_.push_back([=](IValue& v) {
-        bool ok = kind == "int" ? v.isInt() : kind == "float" ? (v.isDouble() || v.isInt())
-                : kind == "bool" ? v.isBool() : v.isString();
-        if (!ok) throw Error(Error::Kind::Input, label + ": expected " + kind + ", got " + python_type_name(v));
-        if (kind == "float" && v.isInt()) v = static_cast<double>(v.toInt());
-      });
-    } else {
-      checks_.push_back([](IValue&) {});
-    }
-  }
-}
 
-std::string Plan::signature() const {
-  const Value& sig = pkg_.manifest.at("signature");
-  std::string args;
-  for (size_t i = 0; i < sig.at("inputs").size(); ++i)
-    args += (i ? ", " : "") + sig.at("inputs")[i].at("name").as_string() + ": " + format_type(sig.at("inputs")[i]);
-  return "(" + args + ") -> " + format_type(sig.at("outputs"));
-}
 
-std::vector<IValue> Plan::random_inputs(uint64_t seed) const {
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  std::vector<IValue> values;
-  for (const auto& entry : pkg_.manifest.at("signature").at("inputs").items) {
-    if (entry.at("type").as_string() == "Tensor") {
-      at::ScalarType dtype = parse_dtype(entry.at("dtype").as_string());
-      std::vector<int64_t> shape;
-      for (const auto& d : entry.at("shape").items) shape.push_back(d.as_int());
-      int64_t low = 0, high = 2;
-      if (const auto* range = entry.find("range")) {
-        low = (*range)[0].as_int();
-        high = (*range)[1].as_int();
-      }
-      at::Tensor t;
-      if (dtype == at::kBool) t = at::rand(shape, generator) < 0.5;
-      else if (at::isFloatingType(dtype) || at::isComplexType(dtype)) t = at::randn(shape, generator).to(dtype);
-      else t = at::randint(low, std::max(high, low + 1), shape, generator, at::TensorOptions().dtype(dtype));
-      values.push_back(t.to(device));
-    } else if (const auto* example = entry.find("example")) {
-      values.push_back(decode_literal(*example, built_for_, device));
-    } else {
-      throw Error(Error::Kind::Input, "cannot make a random value for input " + repr(entry.at("name").as_string()) +
-                                          " of type " + entry.at("type").as_string());
-    }
-  }
-  return values;
-}
 
 IValue Plan::call(std::vector<IValue> inputs) const {
   size_t n = inputs.size(), total = input_names_.size();

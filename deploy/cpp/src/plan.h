@@ -13,6 +13,7 @@
 
 #include "jit2triton/jit2triton.h"
 #include "json.h"
+#include "literals.h"
 #include "package.h"
 
 namespace jit2triton {
@@ -24,10 +25,6 @@ using Launchers = std::map<std::string, Launcher>;
 
 Launchers load_cpu_kernels(const Package& pkg, int num_threads);
 Launchers load_cuda_kernels(const Package& pkg, c10::Device device);
-
-// JSON literal of the plan (with tags for tuples, devices, dtypes, ...) -> IValue; device literals naming the device
-// type the package was built for name `device` instead (torch.jit.load's map_location).
-c10::IValue decode_literal(const json::Value& v, const std::string& built_for, c10::Device device);
 
 class GraphRunner;
 
@@ -66,7 +63,7 @@ class Plan {
   std::shared_ptr<GraphRunner> graph_;
 
   void run_steps(const std::vector<Step>& steps, Env& env) const;
-  void build_input_checks();
+  void build_input_checks();  // signature.cpp
   [[noreturn]] void step_failed(int node, const std::string& what) const;
 };
 
@@ -75,6 +72,6 @@ std::shared_ptr<GraphRunner> make_graph_runner(std::function<c10::IValue(std::ve
                                                bool alias_outputs);
 c10::IValue run_graph(GraphRunner& runner, std::vector<c10::IValue> inputs);
 
-std::string dtype_name(at::ScalarType t);
+std::string join_dims(at::IntArrayRef dims);  // "2, 3"
 
 }  // namespace jit2triton
