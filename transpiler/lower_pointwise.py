@@ -338,6 +338,16 @@ def full_like(ctx, x, value, *args):
     return _filled(ctx, value)
 
 
+@lowering("aten::zeros", "aten::ones")
+def zeros_or_ones(ctx, size, *args):  # size, dtype and device are the output type TorchScript recorded
+    return _filled(ctx, 0 if ctx.op == "aten::zeros" else 1)
+
+
+@lowering("aten::full")
+def full(ctx, size, value, *args):
+    return _filled(ctx, value)
+
+
 @lowering("aten::arange", "aten::arange.start", "aten::arange.start_step")
 def arange(ctx, *args):
     """An iota: element i is start + step * i, an index expression, so it fuses into whatever reads it."""

@@ -264,6 +264,13 @@ def full_like(x, xb, xi):
             torch.full_like(x, 3, dtype=torch.int64))
 
 
+# sizes from the input's, so freezing cannot fold the new tensors into constants
+def zeros_ones_full(x, xb, xi):
+    return (torch.zeros(x.size(0), x.size(1)), torch.zeros(x.size(), dtype=torch.int64), torch.ones(x.shape),
+            torch.ones([xb.size(1)], dtype=torch.bfloat16), torch.full(x.shape, 2.5),
+            torch.full([xi.size(0)], 7, dtype=torch.int64))
+
+
 # --- the table ----------------------------------------------------------------------------------------------------
 
 CMP_INTS = (ints(-2, 3, 4, 6), ints(-2, 3, 4, 6))
@@ -385,6 +392,9 @@ POINTWISE_SAMPLES: dict[str, list[Sample]] = {
     "aten::zeros_like": [scripted(zeros_like, X, XB, XI)],
     "aten::ones_like": [scripted(ones_like, X, XB, XI)],
     "aten::full_like": [scripted(full_like, X, XB, XI)],
+    "aten::zeros": [scripted(zeros_ones_full, X, XB, XI)],
+    "aten::ones": [scripted(zeros_ones_full, X, XB, XI)],
+    "aten::full": [scripted(zeros_ones_full, X, XB, XI)],
     "aten::isnan": [unary(torch.isnan, edges)],
     "aten::isinf": [unary(torch.isinf, edges)],
     "aten::arange": [scripted(arange, X, XB)],
