@@ -67,25 +67,32 @@ def extra_workloads() -> dict[str, Workload]:
     return extra
 
 
-def cuda_time_us(fn, inputs, runs: int) -> tuple[float, float]:
-    """(median CUDA-event time per call, back-to-back wall time per call), in microseconds."""
-    for _ in range(10):
+def events_us(fn, inputs, calls: int = 1, runs: int = 200, warmup: int = 10) -> float:
+    """Median CUDA-event time per call, in microseconds, over `runs` timings of `calls` back-to-back calls."""
+    for _ in range(warmup):
         fn(*inputs)
     torch.cuda.synchronize()
     times = []
     for _ in range(runs):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn(*inputs)
+        for _ in range(calls):
+            fn(*inputs)
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
+        times.append(start.elapsed_time(end) * 1e3 / calls)
+    return statistics.median(times)
+
+
+def cuda_time_us(fn, inputs, runs: int) -> tuple[float, float]:
+    """(median CUDA-event time per call, back-to-back wall time per call), in microseconds."""
+    events = events_us(fn, inputs, runs=runs)
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     for _ in range(runs):
         fn(*inputs)
     torch.cuda.synchronize()
-    return statistics.median(times), (time.perf_counter() - t0) / runs * 1e6
+    return events, (time.perf_counter() - t0) / runs * 1e6
 
 
 def run(workload: Workload, args) -> dict:
@@ -136,19 +143,7 @@ def run(workload: Workload, args) -> dict:
 
 def batch_time_us(fn, inputs, calls: int = 50, runs: int = 21) -> float:
     """Median CUDA-event time per call over runs of `calls` back-to-back calls, in microseconds."""
-    for _ in range(10):
-        fn(*inputs)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(calls):
-            fn(*inputs)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / calls)
-    return statistics.median(times)
+    return events_us(fn, inputs, calls=calls, runs=runs)
 
 
 def cold_start(package: str, pt_path: str, inputs, folder: str) -> dict:

@@ -10,6 +10,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 import jit2triton  # noqa: E402
+from gpu_bench import events_us  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
@@ -17,30 +18,11 @@ results = {}
 
 
 def per_call_events(fn, runs=300):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(runs):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); e.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3)
-    return statistics.median(ts)
+    return events_us(fn, (), runs=runs, warmup=20)
 
 
 def batch_events(fn, calls=50, reps=21):
-    for _ in range(10):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        for _ in range(calls):
-            fn()
-        e.record(); e.synchronize()
-        ts.append(s.elapsed_time(e) * 1e3 / calls)
-    return statistics.median(ts)
+    return events_us(fn, (), calls=calls, runs=reps)
 
 
 def wall(fn, runs=2000, reps=7):
@@ -90,7 +72,6 @@ def sincos():
         return
     # raw kernel sweep
     from jit2triton.emitters.compile_triton import kernel_function
-    import triton
     from triton.testing import do_bench
     src = next(d.decode() for n, d in ours._contents.files.items() if n.startswith("kernels/"))
     name = next(iter(ours.manifest["triton"]["kernels"].values()))["function"]
