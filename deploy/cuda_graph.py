@@ -1,49 +1,18 @@
-"""Run a whole plan as one CUDA graph: static input buffers, one capture on the first call, then a call is
-"copy inputs in, replay, copy outputs out" with no per-step Python work.
+"""Run plans as CUDA graphs: static input buffers, a capture, then a call is "copy inputs in, replay, copy
+outputs out" with no per-step Python work.
 
-A plan qualifies when it is straight-line GPU work: no `if`/`loop` steps and no op that reads a tensor's value on
-the host (which would sync and could change the control flow between calls). Outputs are copied out of the
-graph's memory unless the caller asks to alias them (then the next call overwrites them).
+`GraphRunner` runs a whole straight-line plan as one graph; its outputs are copied out of the graph's memory unless
+the caller asks to alias them (then the next call overwrites them). `RegionGraphs` runs one `graph` step of a plan
+with control flow (deploy/graph_regions.py says which steps form one), inside a loop body replayed once per
+iteration; its outputs are always copies, since a later iteration's replay overwrites the graph's memory.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
-HOST_READS = {"aten::Int.Tensor", "aten::Float.Tensor", "aten::Bool.Tensor", "aten::item", "aten::nonzero",
-              "aten::unique", "aten::_unique2", "aten::masked_select", "aten::tolist", "aten::equal",
-              "aten::is_nonzero", "aten::allclose", "aten::ScalarImplicit", "prim::RaiseException"}
-
-
-LAUNCH_US = 4.0  # what a replay saves per step: the host's launch cost, which a graph does not pay
-COPY_BYTES_PER_US = 1.5e6  # what copying inputs in and outputs out of the graph's buffers costs
-MIN_STEPS = 3
-
-
-def capturable(plan: dict) -> bool:
-    """Whether every step of the plan can live inside one CUDA graph."""
-    return all(step["kind"] in ("call", "kernel") and step.get("op") not in HOST_READS for step in plan["steps"])
-
-
-def worth_capturing(plan: dict, signature: dict) -> bool:
-    """A graph saves each step's launch but costs a copy of every input and output: for a few steps, or for large
-    tensors (sin(x)**2 + cos(x)**2 over 16M floats), the copies cost more than the launches they save."""
-    copied = sum(_bytes(d) for d in signature["inputs"]) + _bytes(signature["outputs"])
-    steps = len(plan["steps"])
-    # a replay is itself a launch, and the copies in and out are two more: a plan of a few steps gains nothing
-    return steps > MIN_STEPS and copied / COPY_BYTES_PER_US < LAUNCH_US * steps
-
-
-def _bytes(desc: dict) -> int:
-    if desc.get("type") == "Tensor":
-        n = 1
-        for d in desc["shape"]:
-            n *= d
-        return n * getattr(torch, desc["dtype"]).itemsize
-    items = desc.get("items", [])
-    return sum(_bytes(d) for d in (items.values() if isinstance(items, dict) else items))
-
+from .graph_regions import COPY_BYTES_PER_US, LAUNCH_US
 
 MAX_GRAPHS = 8  # distinct values of the non-tensor inputs kept captured; beyond that, calls run step by step
 
@@ -76,10 +45,10 @@ class GraphRunner:
         self.seen: set[tuple] = set()
 
     def __call__(self, inputs: list) -> list:
-        key = tuple(x for x in inputs if not isinstance(x, torch.Tensor))
-        captured = self.graphs.get(key)
+        key = _key(inputs, layouts=False)  # the input check fixed the tensors' shapes and dtypes
+        captured = self.graphs.get(key) if key is not None else None
         if captured is None:
-            if len(self.graphs) >= MAX_GRAPHS or key not in self.seen:
+            if key is None or len(self.graphs) >= MAX_GRAPHS or key not in self.seen:
                 self.seen.add(key)
                 return self.run(inputs)
             captured = self.graphs[key] = _Captured(self.run, inputs)
@@ -100,3 +69,103 @@ def _copy_out(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _copy_out(v) for k, v in value.items()}
     return value
+
+
+_SCALARS = (bool, int, float, str, torch.dtype, torch.device, type(None))
+
+
+def _key(values: list, layouts: bool = True) -> Optional[tuple]:
+    """What a graph is specialised to: each tensor input's layout and each other input's value (a graph bakes
+    those in). None when an input must not be captured: a CPU tensor (a graph reads its values on the host once,
+    when it is captured), or a container (its tensors would not be copied into static buffers)."""
+    key = []
+    for v in values:
+        if isinstance(v, torch.Tensor):
+            if not v.is_cuda:
+                return None
+            if layouts:
+                key.append((v.shape, v.stride(), v.dtype, v.device.index))
+        elif isinstance(v, _SCALARS):
+            key.append((type(v), v))  # typed: 1, 1.0 and True are equal as keys, not as graphs
+        else:
+            return None
+    return tuple(key)
+
+
+class RegionGraphs:
+    """One `graph` step: graphs keyed by its inputs' layouts and scalar values, each captured on the second time
+    its key is seen (a region run once never pays for a capture), at most MAX_GRAPHS of them. A key whose graph
+    would cost more in copies than it saves in launches, or whose capture fails (an op CUDA graphs do not allow),
+    runs step by step from then on."""
+
+    def __init__(self, step: dict, steps: list, run_steps: Callable[[list, list], None], num_slots: int,
+                 pool: Any) -> None:
+        self.steps, self.run_steps, self.num_slots, self.pool = steps, run_steps, num_slots, pool
+        self.in_slots = [ref[1] for ref in step["args"]]
+        self.out_slots = step["outs"]
+        self.free = step.get("free", ())
+        self.launches = step["launches"]
+        self.graphs: dict[tuple, _CapturedRegion] = {}
+        self.seen: set[tuple] = set()
+        self.refused: set[tuple] = set()
+
+    def __call__(self, env: list) -> None:
+        inputs = [env[slot] for slot in self.in_slots]
+        key = _key(inputs)
+        captured = self.graphs.get(key) if key is not None else None
+        if captured is None:
+            if key is None or key in self.refused or len(self.graphs) >= MAX_GRAPHS or key not in self.seen:
+                if key is not None:
+                    self.seen.add(key)
+                self.run_steps(self.steps, env)
+                return
+            captured = self.capture(inputs)
+            if captured is None:
+                self.refused.add(key)
+                self.run_steps(self.steps, env)
+                return
+            self.graphs[key] = captured
+        for static, value in zip(captured.inputs, inputs):
+            if isinstance(static, torch.Tensor):
+                static.copy_(value, non_blocking=True)
+        captured.graph.replay()
+        for slot, value in zip(self.out_slots, captured.outputs):
+            env[slot] = _copy_out(value)
+        for slot in self.free:
+            env[slot] = None
+
+    def capture(self, inputs: list) -> Optional["_CapturedRegion"]:
+        tensors_in = [x for x in inputs if isinstance(x, torch.Tensor)]
+        copies = len(tensors_in) + 1  # the copies in, and the replay itself
+        copied = sum(x.numel() * x.element_size() for x in tensors_in)
+        if self.launches <= copies or copied / COPY_BYTES_PER_US >= LAUNCH_US * self.launches:
+            return None
+        try:
+            captured = _CapturedRegion(self, inputs)
+        except Exception:  # noqa: BLE001 - the step-by-step run that follows raises any real error itself
+            return None
+        tensors_out = [o for o in captured.outputs if isinstance(o, torch.Tensor)]
+        copied += sum(o.numel() * o.element_size() for o in tensors_out)
+        if self.launches <= copies + len(tensors_out) or copied / COPY_BYTES_PER_US >= LAUNCH_US * self.launches:
+            return None
+        return captured
+
+    def run_on(self, inputs: list) -> list:
+        env = [None] * self.num_slots
+        for slot, value in zip(self.in_slots, inputs):
+            env[slot] = value
+        self.run_steps(self.steps, env)
+        return [env[slot] for slot in self.out_slots]
+
+
+class _CapturedRegion:
+    def __init__(self, region: RegionGraphs, inputs: list) -> None:
+        self.inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # a warm-up outside the graph: per-stream library state (cuBLAS workspaces)
+            region.run_on(self.inputs)
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph, pool=region.pool):
+            self.outputs = region.run_on(self.inputs)

@@ -12,6 +12,7 @@ import torch
 
 from jit2triton.errors import Jit2TritonError
 
+from .cuda_graph import RegionGraphs
 from .resolve import resolve_op
 
 Step = Callable[[list], None]
@@ -25,8 +26,10 @@ class StepError(Jit2TritonError, RuntimeError):
 class Executor:
     def __init__(self, plan: dict, weights: dict[str, torch.Tensor], nodes: list[dict],
                  observe: Optional[Observer] = None, kernels: Optional[dict[str, Callable]] = None,
-                 device: torch.device = torch.device("cpu")) -> None:
+                 device: torch.device = torch.device("cpu"), graph_regions: bool = False) -> None:
         self.weights = weights
+        self.graph_regions = graph_regions  # run `graph` steps as CUDA graphs (else as their steps)
+        self.graph_pool = None  # one memory pool for every region's graphs: they never run at the same time
         self.kernels = kernels or {}
         self.device = device
         self.nodes = nodes
@@ -84,6 +87,8 @@ class Executor:
             return self.compile_loop(step)
         if kind == "kernel":
             return self.compile_kernel(step)
+        if kind == "graph":
+            return self.compile_graph(step)
         raise Jit2TritonError(f"unknown step kind {kind!r} in the plan; the package needs a newer jit2triton")
 
     def compile_call(self, step: dict) -> Step:
@@ -278,6 +283,15 @@ class Executor:
                 env[slot] = None
 
         return loop
+
+    def compile_graph(self, step: dict) -> Step:
+        """A region of steps that may run as a CUDA graph (deploy/graph_regions.py)."""
+        steps, run = self.compile_block(step["steps"]), self.run_steps
+        if not self.graph_regions:
+            return lambda env: run(steps, env)
+        if self.graph_pool is None:
+            self.graph_pool = torch.cuda.graph_pool_handle()
+        return RegionGraphs(step, steps, run, self.num_slots, self.graph_pool)
 
     def compile_subblock(self, block: dict) -> tuple[list[tuple[Step, int]], list[Callable]]:
         return self.compile_block(block["steps"]), [self.getter(r) for r in block["outputs"]]

@@ -11,8 +11,9 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, PackageDeviceError, PackageVersionError
 
-from .cuda_graph import GraphRunner, capturable, worth_capturing
+from .cuda_graph import GraphRunner
 from .executor import Executor
+from .graph_regions import capturable, worth_capturing
 from .literals import map_plan_literals
 from .package import PackageContents
 from .signature import NO_DEFAULT, InputChecker
@@ -30,16 +31,16 @@ class Runtime:
         plan = retarget_devices(manifest["plan"], torch.device(manifest["device"]).type, self.device)
         weights = {name: w.to(self.device) for name, w in contents.weights.items()}
         kernels = load_kernels(contents, num_threads, self.device)
-        self.executor = Executor(plan, weights, manifest["nodes"], kernels=kernels, device=self.device)
-        signature = manifest["signature"]["inputs"]
-        defaults = [d["default"] if "default" in d else NO_DEFAULT for d in signature]
-        self.check_inputs = InputChecker(signature, self.device, defaults, contiguous=bool(kernels))
-        self.run = self.executor
         graph_worthy = manifest.get("cuda_graph")  # decided at convert time; computed for older packages
         if graph_worthy is None:
             graph_worthy = capturable(plan) and worth_capturing(plan, manifest["signature"])
-        if cuda_graphs and self.device.type == "cuda" and graph_worthy:
-            self.run = GraphRunner(self.executor, alias_outputs)
+        graphs = cuda_graphs and self.device.type == "cuda"
+        self.executor = Executor(plan, weights, manifest["nodes"], kernels=kernels, device=self.device,
+                                 graph_regions=graphs and not graph_worthy)
+        signature = manifest["signature"]["inputs"]
+        defaults = [d["default"] if "default" in d else NO_DEFAULT for d in signature]
+        self.check_inputs = InputChecker(signature, self.device, defaults, contiguous=bool(kernels))
+        self.run = GraphRunner(self.executor, alias_outputs) if graphs and graph_worthy else self.executor
         self.uses_cuda_graph = isinstance(self.run, GraphRunner)
 
     def __call__(self, *inputs: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
-from jit2triton.deploy.cuda_graph import capturable, worth_capturing
+from jit2triton.deploy.graph_regions import capturable, group_regions, worth_capturing
 from jit2triton.deploy.executor import Executor, StepError
 from jit2triton.deploy.literals import encode
 from jit2triton.deploy.package import PackageContents, memory_order
@@ -102,6 +102,8 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     }
     # Decided here, once, for every runtime that loads the package: whether its plan may run as one CUDA graph.
     manifest["cuda_graph"] = capturable(sched.plan) and worth_capturing(sched.plan, manifest["signature"])
+    if not manifest["cuda_graph"] and target.type == "cuda":  # then its straight-line runs may, one by one
+        manifest["plan"] = group_regions(sched.plan, sched.node_table)
     weights = {name: w.to("cpu") for name, w in graph.weights.items()}
     contents = PackageContents(manifest, weights, files)
     say(f"converted in {time.perf_counter() - started:.2f}s")

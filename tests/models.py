@@ -262,6 +262,29 @@ def cat_stack_pointwise(x, y, z):
     return torch.relu(torch.stack([joined, z], dim=-1)) * 2.0 - torch.sigmoid(z).unsqueeze(-1)
 
 
+# ---- 15: a recurrent decoder: a loop whose body is long straight-line GPU work (a CUDA graph region on the GPU)
+
+class RecurrentDecoder(nn.Module):
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.cell, self.norm, self.out = nn.Linear(2 * dim, dim), nn.LayerNorm(dim), nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor, steps: int) -> Tensor:
+        h = torch.zeros_like(x[:, 0])
+        outs: List[Tensor] = []
+        for t in range(steps):
+            inp = x[:, t % x.size(1)]  # the loop counter picks a view: it stays outside the graph
+            h = torch.tanh(self.cell(torch.cat([inp, h], 1)))
+            h = self.norm(h + inp)
+            outs.append(torch.relu(self.out(h)) * 0.5 + h)
+        return torch.stack(outs, 1)
+
+
+def decoder_calls() -> list[Inputs]:
+    return [(torch.randn(3, 5, 16), 2), (torch.randn(3, 5, 16), 7), (torch.randn(3, 5, 16), 7),
+            (torch.randn(3, 5, 16), 1)]
+
+
 # ---- builders
 
 class AttentionThenPointwise(nn.Module):
@@ -354,6 +377,8 @@ MODELS: list[ModelSpec] = [
     # the LSTM itself runs through ATen; its zero initial states are generated fills
     ModelSpec("lstm_two_layers", traced(TwoLayerLSTM, SEQUENCE), one_call(SEQUENCE), rtol=1e-5, atol=1e-5),
     ModelSpec("cat_stack_pointwise", scripted(lambda: torch.jit.script(cat_stack_pointwise), JOIN), one_call(JOIN)),
+    ModelSpec("scripted_recurrent_decoder", scripted(RecurrentDecoder, args(randn(3, 5, 16), lambda: 3)),
+              decoder_calls, rtol=1e-5, atol=1e-5),
     ModelSpec("saved_module_file", traced(ResidualMLP, TOKENS), one_call(TOKENS), from_file=True),
     # torch.jit.save keeps no default arguments of a ScriptFunction (torch.jit.load's forward needs `scale`)
     ModelSpec("saved_script_function_file", scripted(lambda: scaled_softplus, args(randn(5, 7), lambda: 2.0)),

@@ -1,6 +1,8 @@
-// A straight-line GPU plan as CUDA graphs, as deploy/cuda_graph.py does: captured once per tuple of scalar inputs
-// (which a graph bakes in), then a call copies the inputs into the graph's static buffers and replays it. Whether a
-// plan qualifies was decided at convert time (the manifest's "cuda_graph").
+// Plans as CUDA graphs, as deploy/cuda_graph.py does. A straight-line GPU plan runs whole as graphs captured once
+// per tuple of scalar inputs (which a graph bakes in); a call copies the inputs into the graph's static buffers and
+// replays it. Whether a plan qualifies was decided at convert time (the manifest's "cuda_graph"). A plan with
+// control flow runs its `graph` steps (regions, deploy/graph_regions.py) as graphs keyed by their inputs' layouts
+// and scalar values.
 #include "plan.h"
 
 #ifdef J2T_WITH_CUDA
@@ -10,6 +12,7 @@
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -19,6 +22,48 @@ namespace jit2triton {
 namespace {
 
 constexpr size_t kMaxGraphs = 8;  // distinct tuples of scalar inputs kept captured; beyond, calls run step by step
+constexpr double kLaunchUs = 4.0, kCopyBytesPerUs = 1.5e6;  // as deploy/graph_regions.py
+
+// What a graph is specialised to: each tensor's layout (when `layouts`) and each other value, exactly (doubles by
+// their bits). False when a value must not be captured: a CPU tensor (a graph reads its values on the host once,
+// at capture) or a container (its tensors would not be copied into static buffers).
+bool graph_key(const std::vector<c10::IValue>& values, bool layouts, std::string& key) {
+  std::ostringstream out;
+  for (const auto& v : values) {
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.is_cuda()) return false;
+      if (layouts) {
+        out << "T" << static_cast<int>(t.scalar_type()) << '@' << static_cast<int>(t.get_device()) << '[';
+        for (auto d : t.sizes()) out << d << ',';
+        out << '/';
+        for (auto d : t.strides()) out << d << ',';
+        out << ']';
+      }
+    } else if (v.isDouble()) {
+      double d = v.toDouble();
+      uint64_t bits;
+      std::memcpy(&bits, &d, sizeof bits);
+      out << "D" << bits << ';';
+    } else if (v.isInt() || v.isBool() || v.isNone() || v.isString() || v.isDevice()) {
+      out << v.tagKind() << ':' << v << ';';
+    } else {
+      return false;
+    }
+  }
+  key = out.str();
+  return true;
+}
+
+int64_t tensor_bytes(const std::vector<c10::IValue>& values, size_t& count) {
+  int64_t bytes = 0;
+  for (const auto& v : values)
+    if (v.isTensor()) {
+      bytes += v.toTensor().numel() * v.toTensor().element_size();
+      ++count;
+    }
+  return bytes;
+}
 
 c10::IValue copy_out(const c10::IValue& v) {
   if (v.isTensor()) return v.toTensor().clone();
@@ -50,15 +95,14 @@ class GraphRunner {
       : run_(std::move(run)), alias_outputs_(alias_outputs) {}
 
   c10::IValue operator()(std::vector<c10::IValue> inputs) {
-    std::ostringstream key;
-    for (const auto& x : inputs)
-      if (!x.isTensor()) key << x.tagKind() << ':' << x << ';';
+    std::string key;
+    if (!graph_key(inputs, /*layouts=*/false, key)) return run_(std::move(inputs));  // the input check fixed shapes
     std::lock_guard<std::mutex> lock(mutex_);  // replays share the static buffers
-    auto it = graphs_.find(key.str());
+    auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       // The first call with these scalars runs step by step, the second captures: a cold start pays no capture.
-      if (graphs_.size() >= kMaxGraphs || seen_.insert(key.str()).second) return run_(std::move(inputs));
-      it = graphs_.emplace(key.str(), capture(inputs)).first;
+      if (graphs_.size() >= kMaxGraphs || seen_.insert(key).second) return run_(std::move(inputs));
+      it = graphs_.emplace(key, capture(inputs)).first;
     }
     Captured& g = *it->second;
     for (size_t i = 0; i < inputs.size(); ++i)
@@ -99,12 +143,107 @@ class GraphRunner {
   std::set<std::string> seen_;
 };
 
+// One `graph` step: graphs keyed by its inputs' layouts and scalar values, each captured on the second time its key
+// is seen, at most kMaxGraphs. A key whose graph would cost more in copies than it saves in launches, or whose
+// capture fails (an op CUDA graphs do not allow), runs step by step from then on. Outputs are always copies: inside
+// a loop the next iteration's replay overwrites the graph's memory.
+class RegionGraphs {
+ public:
+  RegionGraphs(RegionRun run, int launches) : run_(std::move(run)), launches_(launches) {}
+
+  bool operator()(const std::vector<c10::IValue>& inputs, std::vector<c10::IValue>& outputs) {
+    std::string key;
+    if (!graph_key(inputs, /*layouts=*/true, key)) return false;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      if (refused_.count(key) || graphs_.size() >= kMaxGraphs || seen_.insert(key).second) return false;
+      auto captured = capture(inputs);
+      if (!captured) {
+        refused_.insert(key);
+        return false;
+      }
+      it = graphs_.emplace(key, std::move(captured)).first;
+    }
+    Captured& g = *it->second;
+    for (size_t i = 0; i < inputs.size(); ++i)
+      if (g.inputs[i].isTensor()) g.inputs[i].toTensor().copy_(inputs[i].toTensor(), /*non_blocking=*/true);
+    g.graph.replay();
+    outputs.clear();
+    for (const auto& o : g.outputs) outputs.push_back(copy_out(o));
+    return true;
+  }
+
+ private:
+  struct Captured {
+    std::vector<c10::IValue> inputs, outputs;
+    at::cuda::CUDAGraph graph;
+  };
+
+  bool worth(int64_t bytes, size_t copies) const {
+    return static_cast<size_t>(launches_) > copies && bytes / kCopyBytesPerUs < kLaunchUs * launches_;
+  }
+
+  std::unique_ptr<Captured> capture(const std::vector<c10::IValue>& inputs) {
+    size_t copies = 1;  // the replay itself, then a copy per tensor in and out
+    int64_t bytes = tensor_bytes(inputs, copies);
+    if (!worth(bytes, copies)) return nullptr;
+    auto g = std::make_unique<Captured>();
+    for (const auto& x : inputs) g->inputs.push_back(x.isTensor() ? c10::IValue(x.toTensor().clone()) : x);
+    try {
+      auto current = at::cuda::getCurrentCUDAStream();
+      auto side = at::cuda::getStreamFromPool();
+      at::cuda::CUDAStreamGuard guard(side);
+      current.synchronize();
+      run_(g->inputs);  // a warm-up outside the graph: per-stream library state (cuBLAS workspaces)
+      side.synchronize();
+      if (!pool_set_) {
+        pool_ = at::cuda::graph_pool_handle();  // shared by this region's graphs: they never run at once
+        pool_set_ = true;
+      }
+      g->graph.capture_begin(pool_);
+      try {
+        g->outputs = run_(g->inputs);
+      } catch (...) {
+        try {
+          g->graph.capture_end();
+        } catch (...) {
+        }
+        throw;
+      }
+      g->graph.capture_end();
+    } catch (...) {  // the step-by-step run that follows raises any real error itself
+      (void)cudaGetLastError();
+      return nullptr;
+    }
+    bytes += tensor_bytes(g->outputs, copies);
+    if (!worth(bytes, copies)) return nullptr;
+    return g;
+  }
+
+  RegionRun run_;
+  int launches_;
+  std::mutex mutex_;
+  std::map<std::string, std::unique_ptr<Captured>> graphs_;
+  std::set<std::string> seen_, refused_;
+  decltype(at::cuda::graph_pool_handle()) pool_{0, 0};
+  bool pool_set_ = false;
+};
+
 std::shared_ptr<GraphRunner> make_graph_runner(std::function<c10::IValue(std::vector<c10::IValue>)> run,
                                                bool alias_outputs) {
   return std::make_shared<GraphRunner>(std::move(run), alias_outputs);
 }
 
 c10::IValue run_graph(GraphRunner& runner, std::vector<c10::IValue> inputs) { return runner(std::move(inputs)); }
+
+std::shared_ptr<RegionGraphs> make_region_graphs(RegionRun run, int launches) {
+  return std::make_shared<RegionGraphs>(std::move(run), launches);
+}
+
+bool replay_region(RegionGraphs& region, const std::vector<c10::IValue>& inputs, std::vector<c10::IValue>& outputs) {
+  return region(inputs, outputs);
+}
 
 }  // namespace jit2triton
 
@@ -113,6 +252,11 @@ c10::IValue run_graph(GraphRunner& runner, std::vector<c10::IValue> inputs) { re
 namespace jit2triton {
 
 class GraphRunner {};
+class RegionGraphs {};
+
+std::shared_ptr<RegionGraphs> make_region_graphs(RegionRun, int) { return nullptr; }
+
+bool replay_region(RegionGraphs&, const std::vector<c10::IValue>&, std::vector<c10::IValue>&) { return false; }
 
 std::shared_ptr<GraphRunner> make_graph_runner(std::function<c10::IValue(std::vector<c10::IValue>)>, bool) {
   return nullptr;  // built without CUDA: there are no GPU plans to capture

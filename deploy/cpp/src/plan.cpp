@@ -100,6 +100,7 @@ class Builder {
     if (kind == "kernel") return kernel(s);
     if (kind == "if") return if_(s);
     if (kind == "loop") return loop(s);
+    if (kind == "graph") return region(s);
     throw Error(Error::Kind::PackageVersion, "unknown step kind " + repr(kind) + " in the plan; the package needs a newer jit2triton");
   }
 
@@ -317,6 +318,40 @@ class Builder {
     };
   }
 
+  // A region that may run as a CUDA graph (deploy/graph_regions.py); else its steps, one by one.
+  std::function<void(Env&)> region(const Value& s) {
+    auto steps = std::make_shared<std::vector<Step>>(block(s.at("steps")));
+    const Plan* plan = &plan_;
+    std::shared_ptr<RegionGraphs> graphs;
+    std::vector<int> ins, outs = ints(&s.at("outs")), free = ints(s.find("free"));
+    for (const auto& r : s.at("args").items) ins.push_back(static_cast<int>(r[1].as_int()));
+    if (plan_.region_graphs_) {
+      int num_slots = plan_.num_slots_;
+      graphs = make_region_graphs(
+          [plan, steps, ins, outs, num_slots](const std::vector<IValue>& inputs) {
+            Env env(num_slots);  // a scratch env: capture must not leave static buffers in the caller's slots
+            for (size_t i = 0; i < ins.size(); ++i) env[ins[i]] = inputs[i];
+            plan->run_steps(*steps, env);
+            std::vector<IValue> results;
+            for (int slot : outs) results.push_back(env[slot]);
+            return results;
+          },
+          static_cast<int>(s.at("launches").as_int()));
+    }
+    if (!graphs) return [plan, steps](Env& env) { plan->run_steps(*steps, env); };
+    return [plan, steps, graphs, ins, outs, free](Env& env) {
+      std::vector<IValue> inputs, results;
+      inputs.reserve(ins.size());
+      for (int slot : ins) inputs.push_back(env[slot]);
+      if (!replay_region(*graphs, inputs, results)) {
+        plan->run_steps(*steps, env);
+        return;
+      }
+      for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(results[i]);
+      release(env, free);
+    };
+  }
+
   std::function<void(Env&)> loop(const Value& s) {
     const Value& args = s.at("args");
     Ref trips = ref(args[0]), condition = ref(args[1]);
@@ -403,6 +438,9 @@ Plan::Plan(Package pkg, const LoadOptions& options)
   const Value& plan = manifest.at("plan");
   num_slots_ = static_cast<int>(plan.at("num_slots").as_int());
   input_slots_ = ints(&plan.at("inputs"));
+  const Value* graph = manifest.find("cuda_graph");
+  bool whole_graph = options.cuda_graphs && device.is_cuda() && graph && graph->as_bool();
+  region_graphs_ = options.cuda_graphs && device.is_cuda() && !whole_graph;
   Builder builder(*this);
   steps_ = builder.block(plan.at("steps"));
   for (const auto& r : plan.at("outputs").items) {
@@ -410,8 +448,7 @@ Plan::Plan(Package pkg, const LoadOptions& options)
     outputs_.push_back([out](const Env& env) -> const IValue& { return out.get(env); });
   }
   build_input_checks();
-  const Value* graph = manifest.find("cuda_graph");
-  if (options.cuda_graphs && device.is_cuda() && graph && graph->as_bool()) {
+  if (whole_graph) {
     graph_ = make_graph_runner([this](std::vector<IValue> inputs) { return run(std::move(inputs)); },
                                options.alias_outputs);
     uses_cuda_graph = graph_ != nullptr;

@@ -61,6 +61,7 @@ class Plan {
   std::vector<bool> has_default_;
   size_t required_ = 0;
   std::shared_ptr<GraphRunner> graph_;
+  bool region_graphs_ = false;  // run `graph` steps as CUDA graphs (else as their steps)
 
   void run_steps(const std::vector<Step>& steps, Env& env) const;
   void build_input_checks();  // signature.cpp
@@ -71,6 +72,13 @@ class Plan {
 std::shared_ptr<GraphRunner> make_graph_runner(std::function<c10::IValue(std::vector<c10::IValue>)> run,
                                                bool alias_outputs);
 c10::IValue run_graph(GraphRunner& runner, std::vector<c10::IValue> inputs);
+// A plan's `graph` step (a region of a plan with control flow): `run` runs its steps on the given inputs and
+// returns its outputs. replay_region fills `outputs` and returns true when a captured graph ran; false tells the
+// caller to run the steps itself. make_region_graphs returns null when built without CUDA.
+class RegionGraphs;
+using RegionRun = std::function<std::vector<c10::IValue>(const std::vector<c10::IValue>&)>;
+std::shared_ptr<RegionGraphs> make_region_graphs(RegionRun run, int launches);
+bool replay_region(RegionGraphs& region, const std::vector<c10::IValue>& inputs, std::vector<c10::IValue>& outputs);
 
 std::string join_dims(at::IntArrayRef dims);  // "2, 3"
 

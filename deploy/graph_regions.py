@@ -1,0 +1,143 @@
+"""Which parts of a plan may run as CUDA graphs, decided once at convert time for both runtimes.
+
+A plan that is straight-line GPU work runs whole as one graph (`capturable` and `worth_capturing`). A plan with
+control flow, or with an op that reads a tensor's value on the host, cannot; `group_regions` then wraps each long
+enough run of graph-safe steps (inside branches and loop bodies too) in a `graph` step:
+
+    {"kind": "graph", "steps": [...], "args": [["s", slot] read], "outs": [slots read after it],
+     "free": [slots its steps release], "launches": n, "node": first step's node}
+
+A runtime may run a `graph` step as its steps, one by one (on the CPU, or with `cuda_graphs=False`), or capture them
+and replay: the step's inputs are all it reads and its outputs all that is read after it, so a replay that copies
+the inputs in and the outputs out does what the steps do.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import torch
+
+HOST_READS = {"aten::Int.Tensor", "aten::Float.Tensor", "aten::Bool.Tensor", "aten::item", "aten::nonzero",
+              "aten::unique", "aten::_unique2", "aten::masked_select", "aten::tolist", "aten::equal",
+              "aten::is_nonzero", "aten::allclose", "aten::ScalarImplicit", "prim::RaiseException"}
+
+LAUNCH_US = 4.0  # what a replay saves per step: the host's launch cost, which a graph does not pay
+COPY_BYTES_PER_US = 1.5e6  # what copying inputs in and outputs out of the graph's buffers costs
+MIN_STEPS = 3
+MIN_REGION_LAUNCHES = 4  # a region's replay costs a launch, plus a copy per input and output: fewer gain nothing
+NO_LAUNCH = ("host", "view", "alias")  # node categories that launch no GPU work
+CONTAINERS = ("prim::ListConstruct", "prim::TupleConstruct", "prim::DictConstruct")
+
+
+def capturable(plan: dict) -> bool:
+    """Whether every step of the plan can live inside one CUDA graph."""
+    return all(step["kind"] in ("call", "kernel") and step.get("op") not in HOST_READS for step in plan["steps"])
+
+
+def worth_capturing(plan: dict, signature: dict) -> bool:
+    """A graph saves each step's launch but costs a copy of every input and output: for a few steps, or for large
+    tensors (sin(x)**2 + cos(x)**2 over 16M floats), the copies cost more than the launches they save."""
+    copied = sum(_bytes(d) for d in signature["inputs"]) + _bytes(signature["outputs"])
+    steps = len(plan["steps"])
+    # a replay is itself a launch, and the copies in and out are two more: a plan of a few steps gains nothing
+    return steps > MIN_STEPS and copied / COPY_BYTES_PER_US < LAUNCH_US * steps
+
+
+def _bytes(desc: dict) -> int:
+    if desc.get("type") == "Tensor":
+        n = 1
+        for d in desc["shape"]:
+            n *= d
+        return n * getattr(torch, desc["dtype"]).itemsize
+    items = desc.get("items", [])
+    return sum(_bytes(d) for d in (items.values() if isinstance(items, dict) else items))
+
+
+# ---- regions of plans with control flow ---------------------------------------------------------------------------
+
+def group_regions(plan: dict, nodes: list[dict]) -> dict:
+    """The plan with its runs of graph-safe steps wrapped in `graph` steps. A plan that writes a tensor in place
+    anywhere is left as it is: a region's outputs are copies of the graph's memory, so a view that escapes a region
+    no longer aliases its base, and a later in-place write through it would not reach the base."""
+    if any(step.get("mutates") == "tensor" for step in _walk(plan["steps"])):
+        return plan
+    return dict(plan, steps=_group_block(plan["steps"], plan["outputs"], nodes))
+
+
+def _walk(steps: list[dict]) -> Iterator[dict]:
+    for step in steps:
+        yield step
+        for block in step.get("blocks", ()):
+            yield from _walk(block["steps"])
+        yield from _walk(step.get("steps", ()))
+
+
+def _graph_safe(step: dict) -> bool:
+    return step["kind"] in ("call", "kernel") and step.get("op") not in HOST_READS and not step.get("mutates")
+
+
+def _launches(step: dict, nodes: list[dict]) -> int:
+    return 1 if step["kind"] == "kernel" or nodes[step["node"]]["category"] not in NO_LAUNCH else 0
+
+
+def _group_block(steps: list[dict], results: list, nodes: list[dict]) -> list[dict]:
+    steps = [dict(s, blocks=[dict(b, steps=_group_block(b["steps"], b["outputs"], nodes)) for b in s["blocks"]])
+             if s.get("blocks") else s for s in steps]
+    grouped: list[dict] = []
+    start = 0
+    for end in range(len(steps) + 1):
+        if end < len(steps) and _graph_safe(steps[end]):
+            continue
+        grouped.extend(_region(steps, start, end, results, nodes))
+        if end < len(steps):
+            grouped.append(steps[end])
+        start = end + 1
+    return grouped
+
+
+def _region(steps: list[dict], start: int, end: int, results: list, nodes: list[dict]) -> list[dict]:
+    """steps[start:end] (all graph-safe), in order, with the middle as a `graph` step when it launches enough work.
+    Steps at either end that launch nothing (views, host bookkeeping) stay outside: a view of a loop's input indexed
+    by the loop counter then enters the graph as a tensor of one shape, not as a counter that changes every
+    iteration (a graph bakes in the scalars it reads, so each value would need a graph of its own). A container
+    made at the start stays inside: a graph cannot take a list of tensors as an input."""
+    first, last = start, end
+    while first < last and not _launches(steps[first], nodes) and steps[first].get("op") not in CONTAINERS:
+        first += 1
+    while last > first and not _launches(steps[last - 1], nodes):
+        last -= 1
+    run = steps[first:last]
+    launches = sum(_launches(s, nodes) for s in run)
+    if launches < MIN_REGION_LAUNCHES:
+        return steps[start:end]
+    reads, writes = [], set()
+    for step in run:
+        for ref in step["args"]:
+            if ref[0] == "s" and ref[1] not in writes and ref[1] not in reads:
+                reads.append(ref[1])
+        writes.update(step["outs"])
+    live = _read_before_written(steps[last:], results)
+    outputs = sorted(slot for slot in writes if slot in live)
+    freed = {slot for step in run for slot in step.get("free", ())} - set(outputs)
+    region = {"kind": "graph", "node": run[0]["node"], "steps": run, "args": [["s", r] for r in reads], "outs": outputs,
+              "free": sorted(freed), "launches": launches}
+    return [*steps[start:first], region, *steps[last:end]]
+
+
+def _read_before_written(steps: list[dict], results: list) -> set[int]:
+    """The slots whose current values the steps (and then the block's results) read: a region must hand them out."""
+    live, written = set(), set()
+    for step in steps:
+        live.update(slot for slot in _reads(step) if slot not in written)
+        written.update(step["outs"])
+    live.update(ref[1] for ref in results if ref[0] == "s" and ref[1] not in written)
+    return live
+
+
+def _reads(step: dict) -> Iterator[int]:
+    """Every slot a step reads, in its nested blocks too (more than it needs at worst: a copy out too many)."""
+    yield from (ref[1] for ref in step.get("args", ()) if ref[0] == "s")
+    for block in step.get("blocks", ()):
+        for inner in block["steps"]:
+            yield from _reads(inner)
+        yield from (ref[1] for ref in block["outputs"] if ref[0] == "s")

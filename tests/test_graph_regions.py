@@ -1,0 +1,144 @@
+"""CUDA graph regions: the straight-line runs of a plan with control flow (deploy/graph_regions.py).
+
+On the CPU: which steps form a region, what it reads and hands out, and that a plan with regions runs them as their
+steps in both runtimes and still matches TorchScript. On a GPU: regions are captured and replayed (inside a loop,
+once per iteration), and still match TorchScript.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import jit2triton
+from jit2triton.deploy.cuda_graph import RegionGraphs
+from jit2triton.deploy.graph_regions import group_regions
+
+from conftest import rewrite_package
+from models import MODELS
+from test_models import assert_same_outputs, build, copied, fresh_calls
+
+DECODER = next(s for s in MODELS if s.name == "scripted_recurrent_decoder")
+
+
+def cpu_package(spec, tmp_path):
+    source, reference, example = build(spec, tmp_path)
+    converted = jit2triton.convert(source, example_inputs=example, device="cpu")
+    path = tmp_path / f"{spec.name}.j2t"
+    converted.save(path)
+    return converted.manifest, path, reference, example
+
+
+def steps_of(steps):
+    for step in steps:
+        yield step
+        for block in step.get("blocks", ()):
+            yield from steps_of(block["steps"])
+        yield from steps_of(step.get("steps", ()))
+
+
+def test_a_loop_body_becomes_one_region_with_the_counter_outside(tmp_path) -> None:
+    manifest, *_ = cpu_package(DECODER, tmp_path)
+    plan = group_regions(manifest["plan"], manifest["nodes"])
+    loop = next(s for s in plan["steps"] if s["kind"] == "loop")
+    body = loop["blocks"][0]
+    kinds = [s["kind"] for s in body["steps"]]
+    assert kinds.count("graph") == 1, kinds
+    region = next(s for s in body["steps"] if s["kind"] == "graph")
+    assert region["launches"] >= 4
+    inside = [manifest["nodes"][s["node"]]["op"] for s in region["steps"]]
+    before = [manifest["nodes"][s["node"]]["op"] for s in body["steps"][:kinds.index("graph")]]
+    # the counter's arithmetic and the view it picks stay outside: the graph sees a tensor of one layout
+    assert "aten::select.int" in before and "aten::remainder.int" in before, before
+    assert not any(op.startswith("aten::append") for op in inside)
+    # a list the region reads is made inside it (a graph's inputs are tensors and scalars)
+    assert not any(op == "prim::ListConstruct" for op in before)
+    # it hands out what is read after it, the carried state and the appended output, and nothing else
+    after = body["steps"][kinds.index("graph") + 1:]
+    read_after = {r[1] for s in after for r in s["args"] if r[0] == "s"}
+    read_after |= {r[1] for r in body["outputs"] if r[0] == "s"}
+    assert set(region["outs"]) == read_after & {slot for s in region["steps"] for slot in s["outs"]}
+    assert len(region["outs"]) == 2
+    # it reads (as its inputs) exactly the slots its steps read before they write them
+    read_first, written = [], set()
+    for s in region["steps"]:
+        read_first += [r[1] for r in s["args"] if r[0] == "s" and r[1] not in written and r[1] not in read_first]
+        written.update(s["outs"])
+    assert [r[1] for r in region["args"]] == read_first
+
+
+def test_a_plan_that_writes_a_tensor_in_place_gets_no_regions(tmp_path) -> None:
+    spec = next(s for s in MODELS if s.name == "inplace_ops")
+    manifest, *_ = cpu_package(spec, tmp_path)
+    assert any(s.get("mutates") == "tensor" for s in steps_of(manifest["plan"]["steps"]))
+    assert group_regions(manifest["plan"], manifest["nodes"]) is manifest["plan"]
+
+
+def test_list_appends_are_container_writes_and_end_a_region(tmp_path) -> None:
+    manifest, *_ = cpu_package(DECODER, tmp_path)
+    appends = [s for s in steps_of(manifest["plan"]["steps"]) if s.get("op", "").startswith("aten::append")]
+    assert appends and all(s["mutates"] == "container" for s in appends)
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_regions_run_as_their_steps_off_the_gpu_and_match_torchscript(runtime, tmp_path) -> None:
+    if runtime == "cpp":
+        pytest.importorskip("ninja")
+    manifest, path, reference, example = cpu_package(DECODER, tmp_path)
+    grouped = tmp_path / "grouped.j2t"
+
+    def regroup(m):
+        m["plan"] = group_regions(m["plan"], m["nodes"])
+
+    rewrite_package(path, grouped, edit_manifest=regroup)
+    loaded = jit2triton.load(grouped, runtime=runtime)
+    assert any(s["kind"] == "graph" for s in steps_of(loaded.manifest["plan"]["steps"]))
+    for call in fresh_calls(DECODER, example):
+        assert_same_outputs(loaded(*copied(call)), reference(*copied(call)), DECODER)
+
+
+# ---- on a GPU --------------------------------------------------------------------------------------------------
+
+def on_gpu(test):
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")(test))
+
+
+def regions_of(loaded) -> list[RegionGraphs]:
+    found = []
+
+    def visit(value, seen):
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, RegionGraphs):
+            found.append(value)
+        for cell in getattr(value, "__closure__", None) or ():
+            visit(cell.cell_contents, seen)
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                visit(v, seen)
+
+    visit(loaded._runtime.executor.steps, set())
+    return found
+
+
+@on_gpu
+@pytest.mark.parametrize("graphs", [True, False])
+def test_gpu_regions_are_captured_replayed_and_match_torchscript(graphs, tmp_path) -> None:
+    source, reference, example = build(DECODER, tmp_path)
+    path = tmp_path / "decoder.j2t"
+    cuda_example = tuple(x.cuda() if isinstance(x, torch.Tensor) else x for x in example)
+    jit2triton.convert(source, example_inputs=cuda_example, device="cuda").save(path)
+    loaded = jit2triton.load(path, cuda_graphs=graphs)
+    assert not loaded.manifest["cuda_graph"]  # a loop: the plan cannot run whole as one graph
+    assert any(s["kind"] == "graph" for s in steps_of(loaded.manifest["plan"]["steps"]))
+    tolerant = type(DECODER)(**{**DECODER.__dict__, "rtol": 2e-5, "atol": 2e-5})
+    for call in fresh_calls(DECODER, example):
+        expected = reference(*copied(call))
+        for _ in range(2):
+            actual = loaded(*(x.cuda() if isinstance(x, torch.Tensor) else x for x in call))
+            assert_same_outputs(actual.cpu(), expected, tolerant)
+    regions = regions_of(loaded)
+    if graphs:
+        assert regions and any(r.graphs for r in regions), "no region was captured"
+    else:
+        assert not regions
