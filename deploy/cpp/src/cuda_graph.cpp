@@ -15,7 +15,6 @@
 #include <cstring>
 #include <mutex>
 #include <set>
-#include <sstream>
 
 namespace jit2triton {
 
@@ -26,32 +25,40 @@ constexpr double kLaunchUs = 4.0, kCopyBytesPerUs = 1.5e6;  // as deploy/graph_r
 
 // What a graph is specialised to: each tensor's layout (when `layouts`) and each other value, exactly (doubles by
 // their bits). False when a value must not be captured: a CPU tensor (a graph reads its values on the host once,
-// at capture) or a container (its tensors would not be copied into static buffers).
+// at capture) or a container (its tensors would not be copied into static buffers). Built with string appends:
+// iostreams in an extension module can meet another libstdc++'s locale (a crash seen on the GPU machine).
 bool graph_key(const std::vector<c10::IValue>& values, bool layouts, std::string& key) {
-  std::ostringstream out;
+  key.clear();
   for (const auto& v : values) {
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
       if (!t.is_cuda()) return false;
-      if (layouts) {
-        out << "T" << static_cast<int>(t.scalar_type()) << '@' << static_cast<int>(t.get_device()) << '[';
-        for (auto d : t.sizes()) out << d << ',';
-        out << '/';
-        for (auto d : t.strides()) out << d << ',';
-        out << ']';
-      }
+      if (!layouts) continue;
+      key += "T" + std::to_string(static_cast<int>(t.scalar_type())) + "@" + std::to_string(t.get_device()) + "[";
+      for (auto d : t.sizes()) key += std::to_string(d) + ",";
+      key += "/";
+      for (auto d : t.strides()) key += std::to_string(d) + ",";
+      key += "]";
     } else if (v.isDouble()) {
       double d = v.toDouble();
       uint64_t bits;
       std::memcpy(&bits, &d, sizeof bits);
-      out << "D" << bits << ';';
-    } else if (v.isInt() || v.isBool() || v.isNone() || v.isString() || v.isDevice()) {
-      out << v.tagKind() << ':' << v << ';';
+      key += "D" + std::to_string(bits) + ";";
+    } else if (v.isInt()) {
+      key += "I" + std::to_string(v.toInt()) + ";";
+    } else if (v.isBool()) {
+      key += v.toBool() ? "B1;" : "B0;";
+    } else if (v.isNone()) {
+      key += "N;";
+    } else if (v.isString()) {
+      const std::string& text = v.toStringRef();
+      key += "S" + std::to_string(text.size()) + ":" + text + ";";
+    } else if (v.isDevice()) {
+      key += "V" + v.toDevice().str() + ";";
     } else {
       return false;
     }
   }
-  key = out.str();
   return true;
 }
 

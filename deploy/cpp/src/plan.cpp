@@ -9,7 +9,6 @@
 #include <torch/csrc/jit/runtime/operator.h>
 #include <torch/version.h>
 
-#include <sstream>
 
 // The torch this runtime was built against, as messages name it (the Python extension passes torch.__version__).
 #ifndef J2T_TORCH_VERSION
@@ -221,11 +220,9 @@ class Builder {
       Ref message = args.empty() ? Ref{} : args[0];
       return [message](Env& env) {
         const IValue& m = message.get(env);
-        std::ostringstream text;
-        if (!m.isNone()) {
-          if (m.isString()) text << m.toStringRef(); else text << m;
-        }
-        throw Error(Error::Kind::ModelRaised, "the model raised an exception: " + text.str());
+        // (TorchScript raises with a message string; no iostreams here, see graph_key in cuda_graph.cpp)
+        std::string text = m.isString() ? m.toStringRef() : m.isNone() ? "" : "a " + m.tagKind();
+        throw Error(Error::Kind::ModelRaised, "the model raised an exception: " + text);
       };
     }
     return nullptr;
