@@ -40,16 +40,6 @@ def fuse(graph: Graph, device_type: str) -> Graph:
     return graph
 
 
-# Lowered ops whose generated GPU kernel is measured slower than ATen's: they run through ATen on CUDA, with the
-# reason in the report. A window of a pooling op is a small reduction whose tile loads stride across the input's
-# rows, so they do not coalesce: resnet18's fp16 stem pool took 441 us against ATen's ~15 us on an H100 (2026-11-23).
-# An unrolled-window renderer (one coalesced [XBLOCK] load per window position) would bring them back.
-_ATEN_FASTER_ON_CUDA = {
-    op: "on CUDA ATen's kernel is faster: the generated window reduction does not coalesce its loads yet"
-    for op in ("aten::max_pool2d", "aten::avg_pool2d")
-}
-
-
 _CARRIED_SCALARS = {"int": "int64", "float": "float64", "bool": "bool"}  # runtime scalar -> its 0-d tensor's dtype
 _SCALAR_TENSOR_SCHEMA = ("aten::scalar_tensor(Scalar s, *, ScalarType? dtype=None, Layout? layout=None, "
                          "Device? device=None, bool? pin_memory=None) -> Tensor")
@@ -166,11 +156,10 @@ class _Fuser:
         try:
             if node.uid in self.pinned:
                 raise CannotLower("its result is mutated in place later, so it must stay an ATen view")
-            if self.device_type == "cuda" and node.op in _ATEN_FASTER_ON_CUDA:
-                raise CannotLower(_ATEN_FASTER_ON_CUDA[node.op])
             if any(not _static_tensor(v.type, self.device_type) for v in node.outputs):
                 raise CannotLower("an output has no static shape on this device")
-            ctx = LowerContext(node.op, [v.type.dtype for v in node.outputs], [v.type.shape for v in node.outputs])
+            ctx = LowerContext(node.op, [v.type.dtype for v in node.outputs], [v.type.shape for v in node.outputs],
+                               self.device_type)
             result = fn(ctx, *[self.argument(v) for v in node.inputs])
             boxes = result if isinstance(result, tuple) else (result,)
             for box, v in zip(boxes, node.outputs):

@@ -98,6 +98,7 @@ class LowerContext:
     op: str
     out_dtypes: list[str]
     out_shapes: list[tuple[int, ...]]
+    device_type: str = "cpu"  # where the kernel runs: a lowering may choose its form by it
 
     @property
     def out_dtype(self) -> str:

@@ -86,6 +86,18 @@ def avg_pool2d(x, xb):
     return F.avg_pool2d(x, 2), F.avg_pool2d(x.transpose(2, 3), [2, 3], [1, 2]), F.avg_pool2d(xb, 2)
 
 
+def padded_avg_pool2d(x, xb):
+    """Zero padding, counted in the divisor or not, and a divisor override."""
+    return (F.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+            F.avg_pool2d(x.transpose(2, 3), [3, 2], 1, [1, 0], count_include_pad=False),
+            F.avg_pool2d(x, 2, divisor_override=3), F.avg_pool2d(xb, 3, 2, 1, count_include_pad=False))
+
+
+def large_window_pool2d(x, xb):
+    """Windows of more than 32 positions: reductions over window loop variables (on the CPU; ATen's on CUDA)."""
+    return F.max_pool2d(x, 6, 3), F.avg_pool2d(x, [6, 7], 2), F.max_pool2d(x, 6, 3, 2), F.avg_pool2d(xb, 6, 4)
+
+
 # --- reductions ---------------------------------------------------------------------------------------------------
 
 def sum_all(x, xb, xi, m):
@@ -236,8 +248,10 @@ REDUCTION_SAMPLES: dict[str, list[Sample]] = {
     "aten::max_pool2d": [scripted(max_pool2d, IMAGE, edges(2, 3, 4, 6), IMAGE_BF16),
                          scripted(padded_max_pool2d, randn(2, 3, 9, 10), edges(2, 3, 9, 10),
                                   randn(2, 3, 9, 10, dtype=BF16)),
-                         stem(torch.float16), stem(torch.float32)],
-    "aten::avg_pool2d": [scripted(avg_pool2d, IMAGE, IMAGE_BF16)],
+                         stem(torch.float16), stem(torch.float32),
+                         scripted(large_window_pool2d, randn(2, 3, 13, 14), randn(2, 3, 13, 14, dtype=BF16))],
+    "aten::avg_pool2d": [scripted(avg_pool2d, IMAGE, IMAGE_BF16),
+                         scripted(padded_avg_pool2d, randn(2, 3, 9, 10), randn(2, 3, 9, 10, dtype=BF16))],
 }
 
 
