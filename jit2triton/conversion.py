@@ -22,6 +22,7 @@ from jit2triton.transpiler.fold_shapes import fold_shapes
 from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP, fuse
 from jit2triton.transpiler.fuse_attention import fuse_attention
+from jit2triton.transpiler.functionalize import functionalize
 from jit2triton.transpiler.infer_shapes import ShapeRecorder
 from jit2triton.transpiler.infer_unobserved import infer_unobserved
 from jit2triton.transpiler.ir import MISSING
@@ -78,6 +79,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         fold_shapes(graph, recorder)
         unpack_splits(graph)
         fuse_attention(graph)
+        functionalize(graph)  # in-place writes TorchScript's mutation removal left, where nothing else sees them
         observe(graph, inputs, target)  # the rewrites made new values (a fused attention's output has its own strides)
         infer_unobserved(graph)  # branches the example inputs did not take
         fuse(graph, target.type)

@@ -37,7 +37,25 @@ def fuse(graph: Graph, device_type: str) -> Graph:
     """Rewrite `graph` in place: lowered nodes disappear into `j2t::kernel` nodes."""
     K.fresh_scope()
     _Fuser(graph, device_type).block(graph.body, top=True)
+    _drop_unread_kernels(graph)
     return graph
+
+
+def _drop_unread_kernels(graph: Graph) -> None:
+    """Kernels whose outputs nothing reads. Before an op that writes a tensor in place, every value still virtual
+    is stored (it may read that tensor, and must see it as it was); one whose readers all fused it into their own
+    kernels is then stored for nobody. A kernel only writes its fresh outputs, so dropping it changes nothing else."""
+    while True:
+        read = Counter(v.id for n in graph.walk() for v in n.inputs)
+        read.update(v.id for n in graph.walk() for b in n.blocks for v in b.outputs)
+        read.update(v.id for v in graph.outputs)
+        dropped = 0
+        for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
+            kept = [n for n in block.nodes if n.op != KERNEL_OP or any(read[v.id] for v in n.outputs)]
+            dropped += len(block.nodes) - len(kept)
+            block.nodes = kept
+        if not dropped:
+            return
 
 
 _CARRIED_SCALARS = {"int": "int64", "float": "float64", "bool": "bool"}  # runtime scalar -> its 0-d tensor's dtype
@@ -120,7 +138,8 @@ class _Fuser:
                 out.append(Node("prim::Constant", [], [c], attrs={"value": value}))
             tensor = Value(f"{v.name}_tensor", Type("Tensor", box.dtype, (), self.device_type, strides=()))
             out.append(Node("aten::scalar_tensor", [v, *constants], [tensor], source=None,
-                            attrs={"schema": _SCALAR_TENSOR_SCHEMA, "scalar_carrier": True}))
+                            attrs={"schema": _SCALAR_TENSOR_SCHEMA, "scalar_carrier": True,
+                                   "synthetic": True}))
             self.buffers[box.buffer] = tensor
             self.boxes[tensor.id] = box
         self.uncommitted = []
@@ -371,21 +390,23 @@ def _outer_reads(block: Block) -> list[Value]:
 
 
 def _mutated_views(graph: Graph) -> set[int]:
-    """Views (and ops that may return their input) whose result is mutated in place later: lowered, they would
-    become copies and the mutation would miss the tensor they alias, so they stay real ATen aliases."""
-    producer: dict[int, Node] = {}
-    for node in graph.walk():
-        for v in node.outputs:
-            producer[v.id] = node
-    pinned: set[int] = set()
-    for node in graph.walk():
-        if not _mutates(node) or not node.inputs:
-            continue
-        p = producer.get(node.inputs[0].id)
-        while p is not None and may_alias(p.op) and p.uid not in pinned:
-            pinned.add(p.uid)
-            p = producer.get(p.inputs[0].id) if p.inputs else None
-    return pinned
+    """Views (and ops that may return their input) of any tensor written in place: lowered, they would become copies,
+    and the write would miss them (a view written through must reach its base; a view read after its base is
+    written must see the write), so they stay real ATen aliases. Aliases form families (a base, its views, their
+    views); every alias in a family with a write is kept."""
+    family: dict[int, int] = {}  # value id -> a representative of its alias family
+
+    def find(v: int) -> int:
+        while family.get(v, v) != v:
+            v = family[v]
+        return v
+
+    aliases = [n for n in graph.walk() if n.inputs and may_alias(n.op)]
+    for node in aliases:
+        for out in node.outputs:
+            family[find(out.id)] = find(node.inputs[0].id)
+    written = {find(node.inputs[0].id) for node in graph.walk() if _mutates(node) and node.inputs}
+    return {node.uid for node in aliases if find(node.inputs[0].id) in written}
 
 
 def _short_name(nodes: list[Node]) -> str:

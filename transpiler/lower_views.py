@@ -106,6 +106,39 @@ def select(ctx, x, dim, index_value):
                    lambda index: list(index[:dim]) + [K.const(position, K.INT)] + list(index[dim:]))
 
 
+# --- scatters: a tensor with a view of it replaced (what an in-place write through a view becomes) -------------
+
+@lowering("aten::select_scatter")
+def select_scatter(ctx, x, src, dim, index_value):
+    require(not is_box(index_value), "select index computed at run time")
+    dim = normalize_dim(dim, len(x.shape))
+    position = index_value % x.shape[dim]
+
+    def fn(index):
+        hit = K.op("eq", index[dim], K.const(position, K.INT))
+        return K.op("where", hit, K.cast(src(list(index[:dim]) + list(index[dim + 1:])), x.dtype), x(index))
+
+    return make_box(ctx.out_shape, x.dtype, fn, [x, src])
+
+
+@lowering("aten::slice_scatter")
+def slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
+    require(not any(is_box(v) for v in (start, end, step)), "slice bounds computed at run time")
+    require(step == 1, "a strided slice_scatter")
+    dim = normalize_dim(dim, len(x.shape))
+    first = range(x.shape[dim])[slice(start, end, step)].start if x.shape[dim] else 0
+    stop = first + src.shape[dim]
+
+    def fn(index):
+        hit = K.within(index[dim], first, stop)
+        if hit is None:  # the slice is the whole dim
+            return K.cast(src(index), x.dtype)
+        inside = list(index[:dim]) + [index[dim] + (-first)] + list(index[dim + 1:])
+        return K.op("where", hit, K.cast(K.guarded(src(inside), hit), x.dtype), x(index))
+
+    return make_box(ctx.out_shape, x.dtype, fn, [x, src])
+
+
 @lowering("aten::movedim.int")
 def movedim(ctx, x, source, destination):
     rank = len(x.shape)

@@ -52,7 +52,7 @@ register(POINTWISE, """
     aten::zeros_like aten::ones_like aten::full_like aten::zeros aten::ones aten::full aten::isnan aten::isinf aten::nan_to_num aten::arange
     aten::arange.start aten::arange.start_step
     aten::softmax.int aten::log_softmax.int aten::layer_norm aten::group_norm aten::batch_norm
-    aten::embedding aten::gather aten::index_select aten::cat aten::stack
+    aten::embedding aten::gather aten::index_select aten::cat aten::stack aten::select_scatter aten::slice_scatter
 """)
 
 register(REDUCTION, """

@@ -19,10 +19,12 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
     kernels = []
     for entry in node_table:
         category = entry["category"]
+        if entry.get("synthetic"):  # made by jit2triton (a runtime scalar's 0-d tensor), not by TorchScript
+            continue
         if category == "kernel":
-            native.update(f["uid"] for f in entry["fused"])
-            kernels.append({"name": entry["kernel"], "nodes": len(entry["fused"]),
-                            "ops": [f["op"] for f in entry["fused"]]})
+            fused = [f for f in entry["fused"] if not f.get("synthetic")]
+            native.update(f["uid"] for f in fused)
+            kernels.append({"name": entry["kernel"], "nodes": len(fused), "ops": [f["op"] for f in fused]})
         elif category in (HOST, EXTERN, ALIAS):
             counts[category] += 1
         else:

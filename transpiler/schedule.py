@@ -93,6 +93,8 @@ class _PlanBuilder:
         }
         if "not_lowered" in node.attrs:
             entry["why"] = node.attrs["not_lowered"]
+        if node.attrs.get("synthetic"):
+            entry["synthetic"] = True  # made by jit2triton, not a TorchScript node: the report does not count it
         self.node_table.append(entry)
         step: dict[str, Any] = {
             "kind": {"prim::If": "if", "prim::Loop": "loop"}.get(node.op, "call"),
@@ -124,8 +126,8 @@ class _PlanBuilder:
             "op": KERNEL_OP,
             "category": "kernel",
             "kernel": kernel.name,
-            "fused": [{"op": n.op, "uid": n.uid, "source": str(n.source) if n.source else ""}
-                      for n in node.attrs["fused"]],
+            "fused": [{"op": n.op, "uid": n.uid, "source": str(n.source) if n.source else "",
+                       **({"synthetic": True} if n.attrs.get("synthetic") else {})} for n in node.attrs["fused"]],
             "outputs": [f"%{v.name}" for v in node.outputs],
         })
         # Inputs that ATen made are expected to have the strides seen while converting; the runtime checks them

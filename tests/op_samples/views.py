@@ -115,6 +115,16 @@ def movedim(x, x3, xb, xi):
             xb.movedim(1, 0) + 1, xi.movedim(1, 0) + 1)
 
 
+def select_scatter(x, row, xb, rowb):
+    return (torch.select_scatter(x, row, 0, 1) + 1, torch.select_scatter(x, x[:, 2] * 2, 1, -1),
+            torch.select_scatter(x.t(), x[0] - 1, 1, 2), torch.select_scatter(xb, rowb, 0, 3))
+
+
+def slice_scatter(x, xb):
+    return (torch.slice_scatter(x, x[1:3] * 2, 0, 1, 3), torch.slice_scatter(x, x[:, :2] + 1, 1, 4),
+            torch.slice_scatter(x, x * 3, 0), torch.slice_scatter(xb, xb[:, 2:5] * 2, 1, 2, 5))
+
+
 # --- the table ----------------------------------------------------------------------------------------------------
 
 VIEW_SAMPLES: dict[str, list[Sample]] = {
@@ -141,4 +151,6 @@ VIEW_SAMPLES: dict[str, list[Sample]] = {
     "aten::reshape_as": [scripted(reshape_as, X, randn(2, 12), XB, XI)],
     "aten::numpy_T": [scripted(numpy_t, X, XB, XI)],
     "aten::movedim.int": [scripted(movedim, X, X3, XB, XI)],
+    "aten::select_scatter": [scripted(select_scatter, X, randn(6), XB, randn(6, dtype=BF16))],
+    "aten::slice_scatter": [scripted(slice_scatter, X, XB)],
 }
