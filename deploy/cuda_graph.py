@@ -158,9 +158,17 @@ class RegionGraphs:
         return [env[slot] for slot in self.out_slots]
 
 
+def _static_copy(x: torch.Tensor) -> torch.Tensor:
+    """A graph's buffer for an input, in the input's own strides where they allow it (a strided view stays strided,
+    so a kernel that indexes it with those strides needs no copy inside the graph)."""
+    if 0 in x.stride():  # an expanded input: a clone, as a buffer cannot repeat its elements
+        return x.clone()
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+
+
 class _CapturedRegion:
     def __init__(self, region: RegionGraphs, inputs: list) -> None:
-        self.inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+        self.inputs = [_static_copy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # a warm-up outside the graph: per-stream library state (cuBLAS workspaces)

@@ -16,6 +16,7 @@ residual add, each becomes one kernel.
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -42,16 +43,18 @@ def fuse(graph: Graph, device_type: str) -> Graph:
 
 
 def _drop_unread_kernels(graph: Graph) -> None:
-    """Kernels whose outputs nothing reads. Before an op that writes a tensor in place, every value still virtual
-    is stored (it may read that tensor, and must see it as it was); one whose readers all fused it into their own
-    kernels is then stored for nobody. A kernel only writes its fresh outputs, so dropping it changes nothing else."""
+    """Kernels and ATen views whose outputs nothing reads. Before an op that writes a tensor in place, every value
+    still virtual is stored (it may read that tensor, and must see it as it was); one whose readers all fused it
+    into their own kernels is then stored for nobody. A view whose readers all lowered is left unread the same way.
+    Neither writes anything but its own fresh output, so dropping it changes nothing else."""
     while True:
         read = Counter(v.id for n in graph.walk() for v in n.inputs)
         read.update(v.id for n in graph.walk() for b in n.blocks for v in b.outputs)
         read.update(v.id for v in graph.outputs)
         dropped = 0
         for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
-            kept = [n for n in block.nodes if n.op != KERNEL_OP or any(read[v.id] for v in n.outputs)]
+            kept = [n for n in block.nodes
+                    if not (n.op == KERNEL_OP or is_view(n.op)) or any(read[v.id] for v in n.outputs)]
             dropped += len(block.nodes) - len(kept)
             block.nodes = kept
         if not dropped:
@@ -148,6 +151,9 @@ class _Fuser:
 
     def block(self, block: Block, top: bool = False) -> None:
         out: list[Node] = []
+        if not top:  # a loop's counter and carried values, as each iteration (or branch) sees them: kernel inputs
+            for v in block.inputs:
+                self.define_realized(v)
         for node in block.nodes:
             if node.op == "prim::Constant":
                 self.constant(node)
@@ -215,7 +221,7 @@ class _Fuser:
         self.uncommitted = []
 
     def run_elsewhere(self, node: Node, out: list[Node]) -> None:
-        if _mutates(node):
+        if _writes_tensor(node):  # a virtual value may read the written tensor: store each as it is now
             for v in list(self.pending):
                 self.realize(v, out)
         for v in node.inputs:
@@ -374,6 +380,14 @@ def _mutates(node: Node) -> bool:
     return "!" in node.attrs.get("schema", "").split("->")[0]
 
 
+_WRITTEN_TENSOR = re.compile(r"Tensor(\[\])?\([a-z]!\)")
+
+
+def _writes_tensor(node: Node) -> bool:
+    """Whether the node writes a tensor in place (a list append writes only its list)."""
+    return bool(_WRITTEN_TENSOR.search(node.attrs.get("schema", "").split("->")[0]))
+
+
 def _outer_reads(block: Block) -> list[Value]:
     defined = {v.id for v in block.inputs}
     reads: list[Value] = []
@@ -405,7 +419,7 @@ def _mutated_views(graph: Graph) -> set[int]:
     for node in aliases:
         for out in node.outputs:
             family[find(out.id)] = find(node.inputs[0].id)
-    written = {find(node.inputs[0].id) for node in graph.walk() if _mutates(node) and node.inputs}
+    written = {find(node.inputs[0].id) for node in graph.walk() if _writes_tensor(node) and node.inputs}
     return {node.uid for node in aliases if find(node.inputs[0].id) in written}
 
 

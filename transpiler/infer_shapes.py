@@ -55,6 +55,19 @@ class ShapeRecorder:
         """Write every observed type into its IR value."""
         for value, observed in self.seen.values():
             value.type = observed
+        for node in self.nodes:
+            if node.op == "prim::Loop":
+                self.type_carried(node)
+
+    def type_carried(self, loop: Node) -> None:
+        """A loop body's carried inputs, which no node outputs: each is the loop's initial value on the first
+        iteration and the body's result after, so its type is theirs merged, when both were seen."""
+        body = loop.blocks[0]
+        for value, initial, result in zip(body.inputs[1:], loop.inputs[2:], body.outputs[1:]):
+            if initial.id in self.seen and result.id in self.seen and initial.type.is_tensor:
+                merged = self.merge(initial.type, result.type)
+                if merged.shape is not None and result.type.shape is not None:
+                    value.type = merged
 
 
 def _is_small(obj: Any) -> bool:

@@ -62,6 +62,14 @@ bool graph_key(const std::vector<c10::IValue>& values, bool layouts, std::string
   return true;
 }
 
+// A graph's buffer for an input, in the input's own strides where they allow it (a strided view stays strided, so
+// a kernel that indexes it with those strides needs no copy inside the graph); an expanded input is cloned.
+at::Tensor static_copy(const at::Tensor& x) {
+  for (auto s : x.strides())
+    if (s == 0) return x.clone();
+  return at::empty_strided(x.sizes(), x.strides(), x.options()).copy_(x);
+}
+
 int64_t tensor_bytes(const std::vector<c10::IValue>& values, size_t& count) {
   int64_t bytes = 0;
   for (const auto& v : values)
@@ -196,7 +204,7 @@ class RegionGraphs {
     int64_t bytes = tensor_bytes(inputs, copies);
     if (!worth(bytes, copies)) return nullptr;
     auto g = std::make_unique<Captured>();
-    for (const auto& x : inputs) g->inputs.push_back(x.isTensor() ? c10::IValue(x.toTensor().clone()) : x);
+    for (const auto& x : inputs) g->inputs.push_back(x.isTensor() ? c10::IValue(static_copy(x.toTensor())) : x);
     try {
       auto current = at::cuda::getCurrentCUDAStream();
       auto side = at::cuda::getStreamFromPool();
