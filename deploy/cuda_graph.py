@@ -15,6 +15,7 @@ import torch
 from .graph_regions import COPY_BYTES_PER_US, LAUNCH_US
 
 MAX_GRAPHS = 8  # distinct values of the non-tensor inputs kept captured; beyond that, calls run step by step
+REPLAY_LAUNCHES = 3  # a region's replay: one multi-tensor copy in, the graph, one multi-tensor copy out
 
 
 class _Captured:
@@ -52,13 +53,30 @@ class GraphRunner:
                 self.seen.add(key)
                 return self.run(inputs)
             captured = self.graphs[key] = _Captured(self.run, inputs)
-        for static, value in zip(captured.inputs, inputs):
-            if isinstance(static, torch.Tensor):
-                static.copy_(value, non_blocking=True)
+        _copy_in(captured.inputs, inputs)
         captured.graph.replay()
         if self.alias_outputs:
             return list(captured.outputs)
-        return [_copy_out(o) for o in captured.outputs]
+        return _copy_outputs(captured.outputs)
+
+
+def _copy_in(statics: list, inputs: list) -> None:
+    """The inputs into the graph's buffers, all tensors in one launch (a multi-tensor copy)."""
+    pairs = [(s, x) for s, x in zip(statics, inputs) if isinstance(s, torch.Tensor)]
+    if pairs:
+        torch._foreach_copy_([s for s, _ in pairs], [x for _, x in pairs])
+
+
+def _copy_outputs(outputs: list) -> list:
+    """Copies of the graph's outputs, the plain tensors among them in one launch."""
+    copied = [o if isinstance(o, torch.Tensor) else _copy_out(o) for o in outputs]
+    tensors = [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor)]
+    if tensors:
+        fresh = [torch.empty_like(outputs[i]) for i in tensors]
+        torch._foreach_copy_(fresh, [outputs[i] for i in tensors])
+        for i, t in zip(tensors, fresh):
+            copied[i] = t
+    return copied
 
 
 def _copy_out(value: Any) -> Any:
@@ -125,28 +143,25 @@ class RegionGraphs:
                 self.run_steps(self.steps, env)
                 return
             self.graphs[key] = captured
-        for static, value in zip(captured.inputs, inputs):
-            if isinstance(static, torch.Tensor):
-                static.copy_(value, non_blocking=True)
+        _copy_in(captured.inputs, inputs)
         captured.graph.replay()
-        for slot, value in zip(self.out_slots, captured.outputs):
-            env[slot] = _copy_out(value)
+        for slot, value in zip(self.out_slots, _copy_outputs(captured.outputs)):
+            env[slot] = value
         for slot in self.free:
             env[slot] = None
 
     def capture(self, inputs: list) -> Optional["_CapturedRegion"]:
-        tensors_in = [x for x in inputs if isinstance(x, torch.Tensor)]
-        copies = len(tensors_in) + 1  # the copies in, and the replay itself
-        copied = sum(x.numel() * x.element_size() for x in tensors_in)
-        if self.launches <= copies or copied / COPY_BYTES_PER_US >= LAUNCH_US * self.launches:
+        """A replay costs three launches (the copy in, the graph, the copy out) and the bytes it copies: a region
+        that launches no more than that, or copies too much, runs step by step."""
+        copied = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+        if self.launches <= REPLAY_LAUNCHES or copied / COPY_BYTES_PER_US >= LAUNCH_US * self.launches:
             return None
         try:
             captured = _CapturedRegion(self, inputs)
         except Exception:  # noqa: BLE001 - the step-by-step run that follows raises any real error itself
             return None
-        tensors_out = [o for o in captured.outputs if isinstance(o, torch.Tensor)]
-        copied += sum(o.numel() * o.element_size() for o in tensors_out)
-        if self.launches <= copies + len(tensors_out) or copied / COPY_BYTES_PER_US >= LAUNCH_US * self.launches:
+        copied += sum(o.numel() * o.element_size() for o in captured.outputs if isinstance(o, torch.Tensor))
+        if copied / COPY_BYTES_PER_US >= LAUNCH_US * self.launches:
             return None
         return captured
 

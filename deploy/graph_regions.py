@@ -24,7 +24,7 @@ HOST_READS = {"aten::Int.Tensor", "aten::Float.Tensor", "aten::Bool.Tensor", "at
 LAUNCH_US = 4.0  # what a replay saves per step: the host's launch cost, which a graph does not pay
 COPY_BYTES_PER_US = 1.5e6  # what copying inputs in and outputs out of the graph's buffers costs
 MIN_STEPS = 3
-MIN_REGION_LAUNCHES = 4  # a region's replay costs a launch, plus a copy per input and output: fewer gain nothing
+MIN_REGION_LAUNCHES = 4  # a region's replay costs three launches (copy in, graph, copy out): fewer gain nothing
 NO_LAUNCH = ("host", "view", "alias")  # node categories that launch no GPU work
 CONTAINERS = ("prim::ListConstruct", "prim::TupleConstruct", "prim::DictConstruct")
 

@@ -265,18 +265,22 @@ def cat_stack_pointwise(x, y, z):
 # ---- 15: a recurrent decoder: a loop whose body is long straight-line GPU work (a CUDA graph region on the GPU)
 
 class RecurrentDecoder(nn.Module):
+    """Two stacked recurrent cells and an output projection per step."""
+
     def __init__(self, dim: int = 16) -> None:
         super().__init__()
-        self.cell, self.norm, self.out = nn.Linear(2 * dim, dim), nn.LayerNorm(dim), nn.Linear(dim, dim)
+        self.cell1, self.cell2 = nn.Linear(2 * dim, dim), nn.Linear(2 * dim, dim)
+        self.norm1, self.norm2, self.out = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.Linear(dim, dim)
 
     def forward(self, x: Tensor, steps: int) -> Tensor:
         h = torch.zeros_like(x[:, 0])
+        g = torch.zeros_like(h)
         outs: List[Tensor] = []
         for t in range(steps):
             inp = x[:, t % x.size(1)]  # the loop counter picks a view: it stays outside the graph
-            h = torch.tanh(self.cell(torch.cat([inp, h], 1)))
-            h = self.norm(h + inp)
-            outs.append(torch.relu(self.out(h)) * 0.5 + h)
+            h = self.norm1(torch.tanh(self.cell1(torch.cat([inp, h], 1))) + inp)
+            g = self.norm2(torch.tanh(self.cell2(torch.cat([h, g], 1))) + h)
+            outs.append(torch.relu(self.out(g)) * 0.5 + g)
         return torch.stack(outs, 1)
 
 

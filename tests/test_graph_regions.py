@@ -52,12 +52,12 @@ def test_a_loop_body_becomes_one_region_with_the_counter_outside(tmp_path) -> No
     assert not any(op.startswith("aten::append") for op in inside)
     # a list the region reads is made inside it (a graph's inputs are tensors and scalars)
     assert not any(op == "prim::ListConstruct" for op in before)
-    # it hands out what is read after it, the carried state and the appended output, and nothing else
+    # it hands out what is read after it, the two carried states and the appended output, and nothing else
     after = body["steps"][kinds.index("graph") + 1:]
     read_after = {r[1] for s in after for r in s["args"] if r[0] == "s"}
     read_after |= {r[1] for r in body["outputs"] if r[0] == "s"}
     assert set(region["outs"]) == read_after & {slot for s in region["steps"] for slot in s["outs"]}
-    assert len(region["outs"]) == 2
+    assert len(region["outs"]) == 3
     # it reads (as its inputs) exactly the slots its steps read before they write them
     read_first, written = [], set()
     for s in region["steps"]:

@@ -22,6 +22,7 @@ namespace {
 
 constexpr size_t kMaxGraphs = 8;  // distinct tuples of scalar inputs kept captured; beyond, calls run step by step
 constexpr double kLaunchUs = 4.0, kCopyBytesPerUs = 1.5e6;  // as deploy/graph_regions.py
+constexpr int kReplayLaunches = 3;  // as deploy/cuda_graph.py
 
 // What a graph is specialised to: each tensor's layout (when `layouts`) and each other value, exactly (doubles by
 // their bits). False when a value must not be captured: a CPU tensor (a graph reads its values on the host once,
@@ -70,14 +71,44 @@ at::Tensor static_copy(const at::Tensor& x) {
   return at::empty_strided(x.sizes(), x.strides(), x.options()).copy_(x);
 }
 
-int64_t tensor_bytes(const std::vector<c10::IValue>& values, size_t& count) {
+int64_t tensor_bytes(const std::vector<c10::IValue>& values) {
   int64_t bytes = 0;
   for (const auto& v : values)
-    if (v.isTensor()) {
-      bytes += v.toTensor().numel() * v.toTensor().element_size();
-      ++count;
-    }
+    if (v.isTensor()) bytes += v.toTensor().numel() * v.toTensor().element_size();
   return bytes;
+}
+
+// The inputs into a graph's buffers, every tensor in one launch (a multi-tensor copy).
+void copy_in(std::vector<c10::IValue>& statics, const std::vector<c10::IValue>& inputs) {
+  std::vector<at::Tensor> to, from;
+  for (size_t i = 0; i < statics.size(); ++i)
+    if (statics[i].isTensor()) {
+      to.push_back(statics[i].toTensor());
+      from.push_back(inputs[i].toTensor());
+    }
+  if (!to.empty()) at::_foreach_copy_(to, from);
+}
+
+c10::IValue copy_out(const c10::IValue& v);
+
+// Copies of a region's outputs, the plain tensors among them in one launch.
+std::vector<c10::IValue> copy_outputs(const std::vector<c10::IValue>& outputs) {
+  std::vector<c10::IValue> copied;
+  std::vector<at::Tensor> fresh, from;
+  std::vector<size_t> where;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    if (outputs[i].isTensor()) {
+      from.push_back(outputs[i].toTensor());
+      fresh.push_back(at::empty_like(from.back()));
+      where.push_back(i);
+      copied.emplace_back();
+    } else {
+      copied.push_back(copy_out(outputs[i]));
+    }
+  }
+  if (!fresh.empty()) at::_foreach_copy_(fresh, from);
+  for (size_t k = 0; k < where.size(); ++k) copied[where[k]] = fresh[k];
+  return copied;
 }
 
 c10::IValue copy_out(const c10::IValue& v) {
@@ -120,8 +151,7 @@ class GraphRunner {
       it = graphs_.emplace(key, capture(inputs)).first;
     }
     Captured& g = *it->second;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      if (g.inputs[i].isTensor()) g.inputs[i].toTensor().copy_(inputs[i].toTensor(), /*non_blocking=*/true);
+    copy_in(g.inputs, inputs);
     g.graph.replay();
     return alias_outputs_ ? g.outputs : copy_out(g.outputs);
   }
@@ -181,11 +211,9 @@ class RegionGraphs {
       it = graphs_.emplace(key, std::move(captured)).first;
     }
     Captured& g = *it->second;
-    for (size_t i = 0; i < inputs.size(); ++i)
-      if (g.inputs[i].isTensor()) g.inputs[i].toTensor().copy_(inputs[i].toTensor(), /*non_blocking=*/true);
+    copy_in(g.inputs, inputs);
     g.graph.replay();
-    outputs.clear();
-    for (const auto& o : g.outputs) outputs.push_back(copy_out(o));
+    outputs = copy_outputs(g.outputs);
     return true;
   }
 
@@ -195,14 +223,12 @@ class RegionGraphs {
     at::cuda::CUDAGraph graph;
   };
 
-  bool worth(int64_t bytes, size_t copies) const {
-    return static_cast<size_t>(launches_) > copies && bytes / kCopyBytesPerUs < kLaunchUs * launches_;
-  }
+  // A replay costs three launches (the copy in, the graph, the copy out) and the bytes it copies.
+  bool worth(int64_t bytes) const { return launches_ > kReplayLaunches && bytes / kCopyBytesPerUs < kLaunchUs * launches_; }
 
   std::unique_ptr<Captured> capture(const std::vector<c10::IValue>& inputs) {
-    size_t copies = 1;  // the replay itself, then a copy per tensor in and out
-    int64_t bytes = tensor_bytes(inputs, copies);
-    if (!worth(bytes, copies)) return nullptr;
+    int64_t bytes = tensor_bytes(inputs);
+    if (!worth(bytes)) return nullptr;
     auto g = std::make_unique<Captured>();
     for (const auto& x : inputs) g->inputs.push_back(x.isTensor() ? c10::IValue(static_copy(x.toTensor())) : x);
     try {
@@ -231,8 +257,8 @@ class RegionGraphs {
       (void)cudaGetLastError();
       return nullptr;
     }
-    bytes += tensor_bytes(g->outputs, copies);
-    if (!worth(bytes, copies)) return nullptr;
+    bytes += tensor_bytes(g->outputs);
+    if (!worth(bytes)) return nullptr;
     return g;
   }
 
