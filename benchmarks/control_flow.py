@@ -6,7 +6,8 @@ one CUDA graph (the loop), so the loop body runs as a graph region, replayed onc
 
 Paths: eager, torch.jit (scripted, frozen), torch.compile (default and reduce-overhead, which unroll the loop for
 the given `steps`), jit2triton with regions (the default) and with `cuda_graphs=False`, each in the Python and the
-C++ runtime. Per path: the output checked against eager, then the median CUDA-event time per call after warm-up.
+C++ runtime. Per path: the output checked against eager, then the median CUDA-event time per call after warm-up,
+the paths taking turns.
 
     python benchmarks/control_flow.py [--dim 256] [--batch 8] [--steps 32] [--runs 100] [--json out.json]
 """
@@ -24,7 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 import jit2triton  # noqa: E402
-from gpu_bench import events_us  # noqa: E402
+from gpu_bench import interleaved_us  # noqa: E402
 from models import RecurrentDecoder  # noqa: E402
 
 
@@ -53,10 +54,9 @@ def main() -> None:
         for runtime in ("python", "cpp"):
             paths[f"j2t {runtime}, regions"] = jit2triton.load(package, runtime=runtime)
             paths[f"j2t {runtime}, no graphs"] = jit2triton.load(package, runtime=runtime, cuda_graphs=False)
-        rows = []
-        for label, fn in paths.items():
-            error = (fn(*inputs) - expected).abs().max().item()
-            rows.append({"path": label, "us": events_us(fn, inputs, runs=args.runs), "max error": error})
+        errors = {label: (fn(*inputs) - expected).abs().max().item() for label, fn in paths.items()}
+        times = interleaved_us(paths, inputs, args.runs)
+        rows = [{"path": label, "us": times[label], "max error": errors[label]} for label in paths]
     summary = jit2triton.load(package).summary()
     print(f"recurrent decoder, dim {args.dim}, batch {args.batch}, {args.steps} steps on "
           f"{torch.cuda.get_device_name()}; {len(summary['kernels'])} kernels, {summary['fallback_nodes']} fallbacks")

@@ -2,8 +2,9 @@
 reduce-overhead), in one process.
 
 Per workload and path: output checked against eager, then CUDA-event time per call (median of many, after
-warm-up) and back-to-back wall time per call. Also sin2+cos2's achieved bandwidth against a device-to-device copy,
-and cold start (load + first output, in a fresh process) against torch.jit.load. Prints a table, writes JSON.
+warm-up, the paths taking turns call by call) and back-to-back wall time per call. Also sin2+cos2's achieved
+bandwidth against a device-to-device copy, and cold start (load + first output, in a fresh process) against
+torch.jit.load. Prints a table, writes JSON.
 
     python benchmarks/gpu_bench.py [--only NAME ...] [--json out.json] [--skip-compile]
 """
@@ -84,6 +85,18 @@ def events_us(fn, inputs, calls: int = 1, runs: int = 200, warmup: int = 10) -> 
     return statistics.median(times)
 
 
+def interleaved_us(paths: dict, inputs, runs: int) -> dict[str, float]:
+    """Median CUDA-event time of one call per path, the paths taking turns run by run: small calls are bound by the
+    host, whose speed drifts on a shared machine, and turns spread the drift evenly over the paths compared."""
+    times: dict[str, list[float]] = {label: [] for label in paths}
+    for fn in paths.values():
+        events_us(fn, inputs, runs=3)  # warm-up: captures, autotuning, caches
+    for _ in range(runs):
+        for label, fn in paths.items():
+            times[label].append(events_us(fn, inputs, runs=1, warmup=0))
+    return {label: statistics.median(t) for label, t in times.items()}
+
+
 def cuda_time_us(fn, inputs, runs: int) -> tuple[float, float]:
     """(median CUDA-event time per call, back-to-back wall time per call), in microseconds."""
     events = events_us(fn, inputs, runs=runs)
@@ -127,7 +140,9 @@ def run(workload: Workload, args) -> dict:
             scale = expected.float().abs().max().item()
             row[f"{label} error"] = error
             row[f"{label} ok"] = bool(error <= tolerance * max(scale, 1.0))
-            row[label], row[f"{label} wall"] = cuda_time_us(fn, inputs, args.runs)
+        row.update(interleaved_us(paths, inputs, args.runs))
+        for label, fn in paths.items():
+            row[f"{label} wall"] = cuda_time_us(fn, inputs, args.runs)[1]
         row["cold start"] = cold_start(package, pt_path, inputs, folder)
     if workload.name == "sin2+cos2 16M":
         # per call (CUDA events around one call: the host's time before the launch counts) and back to back
