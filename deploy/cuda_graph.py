@@ -18,15 +18,36 @@ MAX_GRAPHS = 8  # distinct values of the non-tensor inputs kept captured; beyond
 REPLAY_LAUNCHES = 3  # a region's replay: one multi-tensor copy in, the graph, one multi-tensor copy out
 
 
+class NotCapturable(Exception):
+    """The work synchronises with the host (an op sizes its result by the data, or copies to the host): a graph
+    cannot hold it."""
+
+
+def _warm_up(run: Callable[[], Any], times: int) -> None:
+    """Runs outside a graph on a side stream (lazy initialisation, per-stream library state), with synchronising
+    CUDA calls turned into errors: an op that syncs would make the capture fail, and a failed capture leaves
+    torch's allocator and random generators in capture mode, so it must be found here, before capturing."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with torch.cuda.stream(stream):
+            for _ in range(times):
+                run()
+    except RuntimeError as err:
+        if "synchroniz" not in str(err):
+            raise
+        raise NotCapturable(str(err)) from None
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)
+        torch.cuda.current_stream().wait_stream(stream)
+
+
 class _Captured:
     def __init__(self, run: Callable[[list], list], inputs: list) -> None:
         self.inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(2):  # warm-up outside the graph: lazy initialisation, allocator pools
-                run(self.inputs)
-        torch.cuda.current_stream().wait_stream(stream)
+        _warm_up(lambda: run(self.inputs), times=2)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.outputs = run(self.inputs)
@@ -44,15 +65,20 @@ class GraphRunner:
         self.alias_outputs = alias_outputs
         self.graphs: dict[tuple, _Captured] = {}
         self.seen: set[tuple] = set()
+        self.refused = False  # the plan synchronises with the host: it always runs step by step
 
     def __call__(self, inputs: list) -> list:
         key = _key(inputs, layouts=False)  # the input check fixed the tensors' shapes and dtypes
         captured = self.graphs.get(key) if key is not None else None
         if captured is None:
-            if key is None or len(self.graphs) >= MAX_GRAPHS or key not in self.seen:
+            if key is None or self.refused or len(self.graphs) >= MAX_GRAPHS or key not in self.seen:
                 self.seen.add(key)
                 return self.run(inputs)
-            captured = self.graphs[key] = _Captured(self.run, inputs)
+            try:
+                captured = self.graphs[key] = _Captured(self.run, inputs)
+            except NotCapturable:
+                self.refused = True
+                return self.run(inputs)
         _copy_in(captured.inputs, inputs)
         captured.graph.replay()
         if self.alias_outputs:
@@ -158,7 +184,7 @@ class RegionGraphs:
             return None
         try:
             captured = _CapturedRegion(self, inputs)
-        except Exception:  # noqa: BLE001 - the step-by-step run that follows raises any real error itself
+        except NotCapturable:
             return None
         copied += sum(o.numel() * o.element_size() for o in captured.outputs if isinstance(o, torch.Tensor))
         if copied / COPY_BYTES_PER_US >= LAUNCH_US * self.launches:
@@ -184,11 +210,7 @@ def _static_copy(x: torch.Tensor) -> torch.Tensor:
 class _CapturedRegion:
     def __init__(self, region: RegionGraphs, inputs: list) -> None:
         self.inputs = [_static_copy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # a warm-up outside the graph: per-stream library state (cuBLAS workspaces)
-            region.run_on(self.inputs)
-        torch.cuda.current_stream().wait_stream(stream)
+        _warm_up(lambda: region.run_on(self.inputs), times=1)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph, pool=region.pool):
             self.outputs = region.run_on(self.inputs)

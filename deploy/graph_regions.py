@@ -119,8 +119,8 @@ def _region(steps: list[dict], start: int, end: int, results: list, nodes: list[
     live = _read_before_written(steps[last:], results)
     outputs = sorted(slot for slot in writes if slot in live)
     freed = {slot for step in run for slot in step.get("free", ())} - set(outputs)
-    region = {"kind": "graph", "node": run[0]["node"], "steps": run, "args": [["s", r] for r in reads], "outs": outputs,
-              "free": sorted(freed), "launches": launches}
+    region = {"kind": "graph", "node": run[0]["node"], "steps": run, "args": [["s", r] for r in reads],
+              "outs": outputs, "free": sorted(freed), "launches": launches}
     return [*steps[start:first], region, *steps[last:end]]
 
 

@@ -143,3 +143,30 @@ def test_gpu_regions_are_captured_replayed_and_match_torchscript(graphs, tmp_pat
         assert regions and any(r.graphs for r in regions), "no region was captured"
     else:
         assert not regions
+
+
+def masked_steps(x, n: int):
+    """A loop body a graph cannot hold: boolean-mask indexing syncs with the host to size its result."""
+    y = x
+    for _ in range(n):
+        y = torch.sin(y) * 1.5
+        y = torch.cos(y) + y[y > 0].sum() / y.numel()
+        y = torch.tanh(y) * torch.sigmoid(y) - 0.25
+    return y
+
+
+@on_gpu
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_region_whose_capture_fails_runs_step_by_step(runtime, tmp_path) -> None:
+    if runtime == "cpp":
+        pytest.importorskip("ninja")
+    scripted = torch.jit.script(masked_steps)
+    path = tmp_path / "masked.j2t"
+    jit2triton.convert(scripted, example_inputs=(torch.randn(64, 32, device="cuda"), 3), device="cuda").save(path)
+    loaded = jit2triton.load(path, runtime=runtime)
+    assert any(s["kind"] == "graph" for s in steps_of(loaded.manifest["plan"]["steps"]))
+    for n in (1, 4, 4):
+        x = torch.randn(64, 32)
+        torch.testing.assert_close(loaded(x.cuda(), n).cpu(), scripted(x, n), rtol=2e-5, atol=2e-5)
+    if runtime == "python":
+        assert all(not r.graphs for r in regions_of(loaded)), "a region that syncs with the host was captured"

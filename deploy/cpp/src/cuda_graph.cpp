@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include <cstring>
@@ -135,6 +136,33 @@ c10::IValue copy_out(const c10::IValue& v) {
 
 }  // namespace
 
+// Runs `run` outside a graph on a side stream (lazy initialisation, per-stream library state such as cuBLAS
+// workspaces) with synchronising CUDA calls turned into errors. Returns false when the work syncs with the host (an
+// op sizes its result by the data): a capture of it would fail, and a failed capture leaves torch's allocator and
+// random generators in capture mode, so it must be found here, before capturing.
+bool warm_up(const std::function<void()>& run, int times) {
+  auto current = at::cuda::getCurrentCUDAStream();
+  auto side = at::cuda::getStreamFromPool();
+  auto& state = c10::cuda::warning_state();
+  auto previous = state.get_sync_debug_mode();
+  bool ok = true;
+  {
+    at::cuda::CUDAStreamGuard guard(side);
+    current.synchronize();
+    state.set_sync_debug_mode(c10::cuda::SyncDebugMode::L_ERROR);
+    try {
+      for (int i = 0; i < times; ++i) run();
+    } catch (const std::exception& err) {
+      state.set_sync_debug_mode(previous);
+      if (std::string(err.what()).find("synchroniz") == std::string::npos) throw;
+      ok = false;
+    }
+    state.set_sync_debug_mode(previous);
+    side.synchronize();
+  }
+  return ok;
+}
+
 class GraphRunner {
  public:
   GraphRunner(std::function<c10::IValue(std::vector<c10::IValue>)> run, bool alias_outputs)
@@ -147,8 +175,13 @@ class GraphRunner {
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       // The first call with these scalars runs step by step, the second captures: a cold start pays no capture.
-      if (graphs_.size() >= kMaxGraphs || seen_.insert(key).second) return run_(std::move(inputs));
-      it = graphs_.emplace(key, capture(inputs)).first;
+      if (refused_ || graphs_.size() >= kMaxGraphs || seen_.insert(key).second) return run_(std::move(inputs));
+      auto captured = capture(inputs);
+      if (!captured) {
+        refused_ = true;  // the plan syncs with the host: it always runs step by step
+        return run_(std::move(inputs));
+      }
+      it = graphs_.emplace(key, std::move(captured)).first;
     }
     Captured& g = *it->second;
     copy_in(g.inputs, inputs);
@@ -166,23 +199,17 @@ class GraphRunner {
   std::unique_ptr<Captured> capture(const std::vector<c10::IValue>& inputs) {
     auto g = std::make_unique<Captured>();
     for (const auto& x : inputs) g->inputs.push_back(x.isTensor() ? c10::IValue(x.toTensor().clone()) : x);
-    auto current = at::cuda::getCurrentCUDAStream();
-    auto side = at::cuda::getStreamFromPool();
-    {
-      at::cuda::CUDAStreamGuard guard(side);
-      side.synchronize();
-      current.synchronize();
-      for (int i = 0; i < 2; ++i) run_(g->inputs);  // warm-up outside the graph: lazy initialisation, allocator pools
-      side.synchronize();
-      g->graph.capture_begin();
-      g->outputs = run_(g->inputs);
-      g->graph.capture_end();
-    }
+    if (!warm_up([&] { run_(g->inputs); }, 2)) return nullptr;
+    at::cuda::CUDAStreamGuard guard(at::cuda::getStreamFromPool());
+    g->graph.capture_begin();
+    g->outputs = run_(g->inputs);
+    g->graph.capture_end();
     return g;
   }
 
   std::function<c10::IValue(std::vector<c10::IValue>)> run_;
   bool alias_outputs_;
+  bool refused_ = false;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Captured>> graphs_;
   std::set<std::string> seen_;
@@ -190,7 +217,7 @@ class GraphRunner {
 
 // One `graph` step: graphs keyed by its inputs' layouts and scalar values, each captured on the second time its key
 // is seen, at most kMaxGraphs. A key whose graph would cost more in copies than it saves in launches, or whose
-// capture fails (an op CUDA graphs do not allow), runs step by step from then on. Outputs are always copies: inside
+// warm-up syncs with the host, runs step by step from then on. Outputs are always copies: inside
 // a loop the next iteration's replay overwrites the graph's memory.
 class RegionGraphs {
  public:
@@ -231,13 +258,9 @@ class RegionGraphs {
     if (!worth(bytes)) return nullptr;
     auto g = std::make_unique<Captured>();
     for (const auto& x : inputs) g->inputs.push_back(x.isTensor() ? c10::IValue(static_copy(x.toTensor())) : x);
+    if (!warm_up([&] { run_(g->inputs); }, 1)) return nullptr;
     try {
-      auto current = at::cuda::getCurrentCUDAStream();
-      auto side = at::cuda::getStreamFromPool();
-      at::cuda::CUDAStreamGuard guard(side);
-      current.synchronize();
-      run_(g->inputs);  // a warm-up outside the graph: per-stream library state (cuBLAS workspaces)
-      side.synchronize();
+      at::cuda::CUDAStreamGuard guard(at::cuda::getStreamFromPool());
       if (!pool_set_) {
         pool_ = at::cuda::graph_pool_handle();  // shared by this region's graphs: they never run at once
         pool_set_ = true;
@@ -253,7 +276,7 @@ class RegionGraphs {
         throw;
       }
       g->graph.capture_end();
-    } catch (...) {  // the step-by-step run that follows raises any real error itself
+    } catch (...) {  // a last resort: the step-by-step run that follows raises any real error itself
       (void)cudaGetLastError();
       return nullptr;
     }
