@@ -8,6 +8,7 @@ iteration; its outputs are always copies, since a later iteration's replay overw
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Optional
 
 import torch
@@ -30,7 +31,9 @@ def _warm_up(run: Callable[[], Any], times: int) -> None:
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     previous = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
+    with warnings.catch_warnings():  # torch calls the mode "a prototype feature"; a sync it misses fails the capture
+        warnings.simplefilter("ignore")
+        torch.cuda.set_sync_debug_mode("error")
     try:
         with torch.cuda.stream(stream):
             for _ in range(times):

@@ -43,6 +43,14 @@ def list_holds_it(x):
     return keep[0] - 1.0
 
 
+def appended_before_the_write(x):
+    a = x * 2.0
+    keep: List[torch.Tensor] = []
+    keep.append(a)  # the list keeps a handle: the write must reach it
+    a.add_(1.0)
+    return keep[0] * a
+
+
 def written_in_a_loop(x, n: int):
     a = x * 2.0
     for _ in range(n):
@@ -56,6 +64,7 @@ CASES = [
     (reads_itself, (torch.randn(4, 6),), "rewritten"),
     (view_taken_before_the_write, (torch.randn(4, 6),), "kept"),
     (list_holds_it, (torch.randn(4, 6),), "kept"),
+    (appended_before_the_write, (torch.randn(4, 6),), "kept"),
     (written_in_a_loop, (torch.randn(4, 6), 3), "kept"),
 ]
 

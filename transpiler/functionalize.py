@@ -104,19 +104,25 @@ def _fresh(producer: Node) -> bool:
 
 
 def _unaliased(block: Block, position: int, value: Value, writer: Node) -> bool:
-    """Whether nothing made before the write holds a second handle on `value`'s memory: no earlier reader of it is
-    a view or an op that may return its input, a container, or a block that outputs it. (Readers after the write
-    are rewired to the new value, handles included.)"""
+    """Whether nothing made before the write holds a second handle on `value`'s memory: every earlier reader of it
+    is an ATen op that neither returns it (a view, a cast that may be a no-op) nor keeps it (an append into a list),
+    by its schema; no container, loop or branch takes it, and no block outputs it. (Readers after the write are
+    rewired to the new value, handles included.)"""
     earlier = [n for node in block.nodes[:position] for n in [node, *_nested(node)]]
     for n in earlier:
         if n is writer or not any(v.id == value.id for v in n.inputs):
             continue
-        if may_alias(n.op) or n.op in _CONTAINERS:
+        if not _reads_without_keeping(n, value):
             return False
     return not any(v.id == value.id for n in earlier for b in n.blocks for v in b.outputs)
 
 
-_CONTAINERS = {"prim::ListConstruct", "prim::TupleConstruct", "prim::DictConstruct"}
+def _reads_without_keeping(node: Node, value: Value) -> bool:
+    schema = node.attrs.get("schema")
+    if not schema or not node.op.startswith("aten::") or may_alias(node.op):
+        return False
+    arguments = torch._C.parse_schema(schema).arguments
+    return all(a.alias_info is None for a, v in zip(arguments, node.inputs) if v.id == value.id)
 
 
 def _readers(graph: Graph, value: Value) -> list[Node]:
