@@ -28,6 +28,7 @@ from jit2triton.transpiler.infer_unobserved import infer_unobserved
 from jit2triton.transpiler.ir import MISSING
 from jit2triton.transpiler.report import summarize
 from jit2triton.transpiler.schedule import schedule
+from jit2triton.transpiler.split_conv_bias import split_conv_bias
 from jit2triton.transpiler.unpack_splits import unpack_splits
 
 from .errors import ConversionError, InputError, PackageDeviceError
@@ -80,6 +81,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         unpack_splits(graph)
         fuse_attention(graph)
         functionalize(graph)  # in-place writes TorchScript's mutation removal left, where nothing else sees them
+        split_conv_bias(graph, target.type)  # on CUDA a convolution's bias add fuses into the kernel after it
         observe(graph, inputs, target)  # the rewrites made new values (a fused attention's output has its own strides)
         infer_unobserved(graph)  # branches the example inputs did not take
         fuse(graph, target.type)

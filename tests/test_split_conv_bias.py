@@ -1,0 +1,38 @@
+"""A convolution's bias leaves the convolution for the kernel after it on CUDA (transpiler/split_conv_bias.py).
+
+The pass runs on CUDA only; here it is forced on a CPU conversion (the rewrite does not depend on the device), and
+the result is compared with TorchScript on fresh inputs. On a GPU the zoo's CNNs run it for real (test_models.py).
+"""
+from __future__ import annotations
+
+import torch
+
+import jit2triton
+import jit2triton.conversion as conversion
+from jit2triton.transpiler.split_conv_bias import split_conv_bias
+
+from models import MODELS
+from test_models import assert_same_outputs, build, copied, fresh_calls
+
+CNN = next(s for s in MODELS if s.name == "small_cnn_bn_se")
+
+
+def test_conv_bias_moves_into_the_kernel_after_it(monkeypatch, tmp_path) -> None:
+    counts = []
+    monkeypatch.setattr(conversion, "split_conv_bias", lambda graph, device: counts.append(
+        split_conv_bias(graph, "cuda")))
+    source, reference, example = build(CNN, tmp_path)
+    converted = jit2triton.convert(source, example_inputs=example)
+    assert counts == [4]  # every convolution of the model (batch norm folded into them)
+    convolutions = [s for s in converted.manifest["plan"]["steps"] if s.get("op") == "aten::_convolution"]
+    assert len(convolutions) == 4 and all(s["args"][2] == ["c", None] for s in convolutions)
+    assert converted.summary()["fallback_nodes"] == 0
+    for call in fresh_calls(CNN, example):
+        assert_same_outputs(converted(*copied(call)), reference(*copied(call)), CNN)
+
+
+def test_on_the_cpu_the_bias_stays_in_the_convolution(tmp_path) -> None:
+    source, reference, example = build(CNN, tmp_path)
+    converted = jit2triton.convert(source, example_inputs=example)
+    convolutions = [s for s in converted.manifest["plan"]["steps"] if s.get("op") == "aten::_convolution"]
+    assert convolutions and all(s["args"][2][0] == "w" for s in convolutions)
