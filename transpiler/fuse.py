@@ -38,11 +38,11 @@ def fuse(graph: Graph, device_type: str) -> Graph:
     """Rewrite `graph` in place: lowered nodes disappear into `j2t::kernel` nodes."""
     K.fresh_scope()
     _Fuser(graph, device_type).block(graph.body, top=True)
-    _drop_unread_kernels(graph)
+    _drop_unread(graph)
     return graph
 
 
-def _drop_unread_kernels(graph: Graph) -> None:
+def _drop_unread(graph: Graph) -> None:
     """Kernels and ATen views whose outputs nothing reads. Before an op that writes a tensor in place, every value
     still virtual is stored (it may read that tensor, and must see it as it was); one whose readers all fused it
     into their own kernels is then stored for nobody. A view whose readers all lowered is left unread the same way.

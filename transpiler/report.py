@@ -24,7 +24,9 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
         if category == "kernel":
             fused = [f for f in entry["fused"] if not f.get("synthetic")]
             native.update(f["uid"] for f in fused)
-            kernels.append({"name": entry["kernel"], "nodes": len(fused), "ops": [f["op"] for f in fused]})
+            # a kernel of jit2triton's nodes only (a convolution's bias add, when no TorchScript op follows it)
+            ops = [f["op"] for f in fused] or [f"{f['op']} (added by jit2triton)" for f in entry["fused"]]
+            kernels.append({"name": entry["kernel"], "nodes": len(fused), "ops": ops})
         elif category in (HOST, EXTERN, ALIAS):
             counts[category] += 1
         else:

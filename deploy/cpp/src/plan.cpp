@@ -9,7 +9,6 @@
 #include <torch/csrc/jit/runtime/operator.h>
 #include <torch/version.h>
 
-
 // The torch this runtime was built against, as messages name it (the Python extension passes torch.__version__).
 #ifndef J2T_TORCH_VERSION
 #define J2T_TORCH_VERSION TORCH_VERSION
