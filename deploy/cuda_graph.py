@@ -8,6 +8,7 @@ iteration; its outputs are always copies, since a later iteration's replay overw
 """
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any, Callable, Optional
 
@@ -22,6 +23,12 @@ REPLAY_LAUNCHES = 3  # a region's replay: one multi-tensor copy in, the graph, o
 class NotCapturable(Exception):
     """The work synchronises with the host (an op sizes its result by the data, or copies to the host): a graph
     cannot hold it."""
+
+
+# Held while a graph is warmed up and captured: the sync-debug mode and the capture itself are global to the
+# process, so two captures must not overlap. (A thread that syncs with the host while another warms up a graph gets
+# the sync error too: serve a GPU model from one thread, or load it with cuda_graphs=False.)
+_CAPTURING = threading.Lock()
 
 
 def _warm_up(run: Callable[[], Any], times: int) -> None:
@@ -50,10 +57,14 @@ def _warm_up(run: Callable[[], Any], times: int) -> None:
 class _Captured:
     def __init__(self, run: Callable[[list], list], inputs: list) -> None:
         self.inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-        _warm_up(lambda: run(self.inputs), times=2)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self.outputs = run(self.inputs)
+        with _CAPTURING:
+            _warm_up(lambda: run(self.inputs), times=2)
+            self.graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(self.graph):
+                    self.outputs = run(self.inputs)
+            except Exception as err:  # noqa: BLE001 - a sync the debug mode missed: the steps still run
+                raise NotCapturable(str(err)) from err
 
 
 class GraphRunner:
@@ -69,24 +80,26 @@ class GraphRunner:
         self.graphs: dict[tuple, _Captured] = {}
         self.seen: set[tuple] = set()
         self.refused = False  # the plan synchronises with the host: it always runs step by step
+        self.lock = threading.Lock()  # replays share the static buffers
 
     def __call__(self, inputs: list) -> list:
         key = _key(inputs, layouts=False)  # the input check fixed the tensors' shapes and dtypes
-        captured = self.graphs.get(key) if key is not None else None
-        if captured is None:
-            if key is None or self.refused or len(self.graphs) >= MAX_GRAPHS or key not in self.seen:
-                self.seen.add(key)
-                return self.run(inputs)
-            try:
-                captured = self.graphs[key] = _Captured(self.run, inputs)
-            except NotCapturable:
-                self.refused = True
-                return self.run(inputs)
-        _copy_in(captured.inputs, inputs)
-        captured.graph.replay()
-        if self.alias_outputs:
-            return list(captured.outputs)
-        return _copy_outputs(captured.outputs)
+        with self.lock:
+            captured = self.graphs.get(key) if key is not None else None
+            if captured is None:
+                if key is None or self.refused or len(self.graphs) >= MAX_GRAPHS or key not in self.seen:
+                    self.seen.add(key)
+                    captured = None
+                else:
+                    try:
+                        captured = self.graphs[key] = _Captured(self.run, inputs)
+                    except NotCapturable:
+                        self.refused = True
+            if captured is not None:
+                _copy_in(captured.inputs, inputs)
+                captured.graph.replay()
+                return list(captured.outputs) if self.alias_outputs else _copy_outputs(captured.outputs)
+        return self.run(inputs)
 
 
 def _copy_in(statics: list, inputs: list) -> None:
@@ -132,6 +145,8 @@ def _key(values: list, layouts: bool = True) -> Optional[tuple]:
                 return None
             if layouts:
                 key.append((v.shape, v.stride(), v.dtype, v.device.index))
+        elif isinstance(v, float):
+            key.append((float, v.hex()))  # by its bits: -0.0 and 0.0 are equal as keys, not as graphs
         elif isinstance(v, _SCALARS):
             key.append((type(v), v))  # typed: 1, 1.0 and True are equal as keys, not as graphs
         else:
@@ -155,29 +170,32 @@ class RegionGraphs:
         self.graphs: dict[tuple, _CapturedRegion] = {}
         self.seen: set[tuple] = set()
         self.refused: set[tuple] = set()
+        self.lock = threading.Lock()  # replays share the static buffers
 
     def __call__(self, env: list) -> None:
         inputs = [env[slot] for slot in self.in_slots]
         key = _key(inputs)
-        captured = self.graphs.get(key) if key is not None else None
-        if captured is None:
-            if key is None or key in self.refused or len(self.graphs) >= MAX_GRAPHS or key not in self.seen:
-                if key is not None:
-                    self.seen.add(key)
-                self.run_steps(self.steps, env)
+        if key is not None:
+            with self.lock:
+                captured = self.graphs.get(key)
+                if captured is None and key in self.seen and key not in self.refused and len(self.graphs) < MAX_GRAPHS:
+                    captured = self.capture(inputs)
+                    if captured is None:
+                        self.refused.add(key)
+                    else:
+                        self.graphs[key] = captured
+                self.seen.add(key)
+                if captured is not None:
+                    _copy_in(captured.inputs, inputs)
+                    captured.graph.replay()
+                    outputs = _copy_outputs(captured.outputs)
+            if captured is not None:
+                for slot, value in zip(self.out_slots, outputs):
+                    env[slot] = value
+                for slot in self.free:
+                    env[slot] = None
                 return
-            captured = self.capture(inputs)
-            if captured is None:
-                self.refused.add(key)
-                self.run_steps(self.steps, env)
-                return
-            self.graphs[key] = captured
-        _copy_in(captured.inputs, inputs)
-        captured.graph.replay()
-        for slot, value in zip(self.out_slots, _copy_outputs(captured.outputs)):
-            env[slot] = value
-        for slot in self.free:
-            env[slot] = None
+        self.run_steps(self.steps, env)
 
     def capture(self, inputs: list) -> Optional["_CapturedRegion"]:
         """A replay costs three launches (the copy in, the graph, the copy out) and the bytes it copies: a region
@@ -213,7 +231,11 @@ def _static_copy(x: torch.Tensor) -> torch.Tensor:
 class _CapturedRegion:
     def __init__(self, region: RegionGraphs, inputs: list) -> None:
         self.inputs = [_static_copy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
-        _warm_up(lambda: region.run_on(self.inputs), times=1)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph, pool=region.pool):
-            self.outputs = region.run_on(self.inputs)
+        with _CAPTURING:
+            _warm_up(lambda: region.run_on(self.inputs), times=1)
+            self.graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(self.graph, pool=region.pool):
+                    self.outputs = region.run_on(self.inputs)
+            except Exception as err:  # noqa: BLE001 - a sync the debug mode missed: the steps still run
+                raise NotCapturable(str(err)) from err

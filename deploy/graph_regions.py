@@ -19,7 +19,8 @@ import torch
 
 HOST_READS = {"aten::Int.Tensor", "aten::Float.Tensor", "aten::Bool.Tensor", "aten::item", "aten::nonzero",
               "aten::unique", "aten::_unique2", "aten::masked_select", "aten::tolist", "aten::equal",
-              "aten::is_nonzero", "aten::allclose", "aten::ScalarImplicit", "prim::RaiseException"}
+              "aten::is_nonzero", "aten::allclose", "aten::ScalarImplicit", "prim::RaiseException",
+              "prim::Print", "aten::warn"}  # (the last two act on the host each call: a replay would skip them)
 
 LAUNCH_US = 4.0  # what a replay saves per step: the host's launch cost, which a graph does not pay
 COPY_BYTES_PER_US = 1.5e6  # what copying inputs in and outputs out of the graph's buffers costs
@@ -29,9 +30,10 @@ NO_LAUNCH = ("host", "view", "alias")  # node categories that launch no GPU work
 CONTAINERS = ("prim::ListConstruct", "prim::TupleConstruct", "prim::DictConstruct")
 
 
-def capturable(plan: dict) -> bool:
-    """Whether every step of the plan can live inside one CUDA graph."""
-    return all(step["kind"] in ("call", "kernel") and step.get("op") not in HOST_READS for step in plan["steps"])
+def capturable(plan: dict, on_host: frozenset = frozenset()) -> bool:
+    """Whether every step of the plan can live inside one CUDA graph (`on_host`: see group_regions)."""
+    return all(step["kind"] in ("call", "kernel") and step.get("op") not in HOST_READS and step["node"] not in on_host
+               for step in plan["steps"])
 
 
 def worth_capturing(plan: dict, signature: dict) -> bool:
@@ -55,13 +57,14 @@ def _bytes(desc: dict) -> int:
 
 # ---- regions of plans with control flow ---------------------------------------------------------------------------
 
-def group_regions(plan: dict, nodes: list[dict]) -> dict:
-    """The plan with its runs of graph-safe steps wrapped in `graph` steps. A plan that writes a tensor in place
+def group_regions(plan: dict, nodes: list[dict], on_host: frozenset = frozenset()) -> dict:
+    """The plan with its runs of graph-safe steps wrapped in `graph` steps. `on_host` holds the nodes that make CPU
+    tensors: a graph would run their work once, when captured, and never again. A plan that writes a tensor in place
     anywhere is left as it is: a region's outputs are copies of the graph's memory, so a view that escapes a region
     no longer aliases its base, and a later in-place write through it would not reach the base."""
     if any(step.get("mutates") == "tensor" for step in _walk(plan["steps"])):
         return plan
-    return dict(plan, steps=_group_block(plan["steps"], plan["outputs"], nodes))
+    return dict(plan, steps=_group_block(plan["steps"], plan["outputs"], nodes, on_host))
 
 
 def _walk(steps: list[dict]) -> Iterator[dict]:
@@ -72,21 +75,22 @@ def _walk(steps: list[dict]) -> Iterator[dict]:
         yield from _walk(step.get("steps", ()))
 
 
-def _graph_safe(step: dict) -> bool:
-    return step["kind"] in ("call", "kernel") and step.get("op") not in HOST_READS and not step.get("mutates")
+def _graph_safe(step: dict, on_host: frozenset) -> bool:
+    return (step["kind"] in ("call", "kernel") and step.get("op") not in HOST_READS and not step.get("mutates")
+            and step["node"] not in on_host)
 
 
 def _launches(step: dict, nodes: list[dict]) -> int:
     return 1 if step["kind"] == "kernel" or nodes[step["node"]]["category"] not in NO_LAUNCH else 0
 
 
-def _group_block(steps: list[dict], results: list, nodes: list[dict]) -> list[dict]:
-    steps = [dict(s, blocks=[dict(b, steps=_group_block(b["steps"], b["outputs"], nodes)) for b in s["blocks"]])
-             if s.get("blocks") else s for s in steps]
+def _group_block(steps: list[dict], results: list, nodes: list[dict], on_host: frozenset) -> list[dict]:
+    steps = [dict(s, blocks=[dict(b, steps=_group_block(b["steps"], b["outputs"], nodes, on_host))
+                             for b in s["blocks"]]) if s.get("blocks") else s for s in steps]
     grouped: list[dict] = []
     start = 0
     for end in range(len(steps) + 1):
-        if end < len(steps) and _graph_safe(steps[end]):
+        if end < len(steps) and _graph_safe(steps[end], on_host):
             continue
         grouped.extend(_region(steps, start, end, results, nodes))
         if end < len(steps):

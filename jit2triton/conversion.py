@@ -105,9 +105,13 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         **backend_section,
     }
     # Decided here, once, for every runtime that loads the package: whether its plan may run as one CUDA graph.
-    manifest["cuda_graph"] = capturable(sched.plan) and worth_capturing(sched.plan, manifest["signature"])
+    # (on CUDA, nodes that make CPU tensors: a graph would run their work once, when captured)
+    on_host = frozenset(i for i, node in enumerate(sched.nodes) if target.type == "cuda"
+                        and any(v.type.is_tensor and v.type.device == "cpu" for v in node.outputs))
+    manifest["cuda_graph"] = (capturable(sched.plan, on_host)
+                              and worth_capturing(sched.plan, manifest["signature"]))
     if not manifest["cuda_graph"] and target.type == "cuda":  # then its straight-line runs may, one by one
-        manifest["plan"] = group_regions(sched.plan, sched.node_table)
+        manifest["plan"] = group_regions(sched.plan, sched.node_table, on_host)
     weights = {name: w.to("cpu") for name, w in graph.weights.items()}
     contents = PackageContents(manifest, weights, files)
     say(f"converted in {time.perf_counter() - started:.2f}s")

@@ -58,6 +58,20 @@ def written_in_a_loop(x, n: int):
     return a
 
 
+def reshaped_through_a_view(x):
+    a = x * 2.0
+    a[0].t_()  # a new shape of the same data: nothing is written, so there is nothing to scatter back
+    return a + 1.0
+
+
+def written_through_an_unlisted_view(x):
+    a = x * 2.0
+    v = a[0]
+    d = a.diagonal(0, 1, 2)  # a view the op table does not list; its schema says it aliases
+    d.add_(1.0)
+    return v + 1.0
+
+
 CASES = [
     (write_through_select, (torch.randn(4, 6),), "rewritten"),
     (write_through_slice, (torch.randn(4, 6),), "rewritten"),
@@ -66,6 +80,8 @@ CASES = [
     (list_holds_it, (torch.randn(4, 6),), "kept"),
     (appended_before_the_write, (torch.randn(4, 6),), "kept"),
     (written_in_a_loop, (torch.randn(4, 6), 3), "kept"),
+    (reshaped_through_a_view, (torch.randn(2, 3, 3),), "kept"),
+    (written_through_an_unlisted_view, (torch.randn(2, 3, 3),), "kept"),
 ]
 
 

@@ -170,3 +170,10 @@ def test_a_region_whose_capture_fails_runs_step_by_step(runtime, tmp_path) -> No
         torch.testing.assert_close(loaded(x.cuda(), n).cpu(), scripted(x, n), rtol=2e-5, atol=2e-5)
     if runtime == "python":
         assert all(not r.graphs for r in regions_of(loaded)), "a region that syncs with the host was captured"
+
+
+def test_steps_that_make_cpu_tensors_and_host_side_effects_stay_out_of_regions(tmp_path) -> None:
+    manifest, *_ = cpu_package(DECODER, tmp_path)
+    every_node = frozenset(range(len(manifest["nodes"])))
+    plan = group_regions(manifest["plan"], manifest["nodes"], on_host=every_node)
+    assert not any(s["kind"] == "graph" for s in steps_of(plan["steps"]))

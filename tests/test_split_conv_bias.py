@@ -36,3 +36,15 @@ def test_on_the_cpu_the_bias_stays_in_the_convolution(tmp_path) -> None:
     converted = jit2triton.convert(source, example_inputs=example)
     convolutions = [s for s in converted.manifest["plan"]["steps"] if s.get("op") == "aten::_convolution"]
     assert convolutions and all(s["args"][2][0] == "w" for s in convolutions)
+
+
+def test_an_unbatched_convolution_keeps_its_bias(monkeypatch) -> None:
+    counts = []
+    monkeypatch.setattr(conversion, "split_conv_bias", lambda graph, device: counts.append(
+        split_conv_bias(graph, "cuda")))
+    torch.manual_seed(0)
+    conv = torch.jit.script(torch.nn.Conv2d(3, 6, 3).eval())  # called on (C, H, W): no batch dim
+    converted = jit2triton.convert(conv, example_inputs=(torch.randn(3, 8, 8),))
+    assert counts == [0]
+    x = torch.randn(3, 8, 8)
+    torch.testing.assert_close(converted(x), conv(x))

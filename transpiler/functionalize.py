@@ -162,10 +162,12 @@ def _functional(node: Node) -> Optional[tuple[str, str]]:
     """The functional overload an in-place node stands for, when it exists and has a kernel lowering."""
     base, _, overload = node.op.partition(".")
     name = base[:-1] + (f".{overload}" if overload else "")
-    if get_lowering(name) is None:
+    if get_lowering(name) is None or may_alias(name):  # t_, squeeze_...: a new shape of the same data, no write
         return None
     schema = _schema(name)
-    return (name, schema) if schema else None
+    if not schema or any(r.alias_info is not None for r in torch._C.parse_schema(schema).returns):
+        return None
+    return name, schema
 
 
 def _schema(op: str) -> str:

@@ -388,6 +388,13 @@ def _writes_tensor(node: Node) -> bool:
     return bool(_WRITTEN_TENSOR.search(node.attrs.get("schema", "").split("->")[0]))
 
 
+def _returns_alias(node: Node) -> bool:
+    """Whether the node's schema says its result shares memory with an input (`-> Tensor(a)`: diagonal, unfold...,
+    views the op table does not list; `-> Tensor(a!)`: an in-place op's result is its input)."""
+    returns = node.attrs.get("schema", "").partition("->")[2]
+    return bool(re.search(r"Tensor\([a-z]!?\)", returns))
+
+
 def _outer_reads(block: Block) -> list[Value]:
     defined = {v.id for v in block.inputs}
     reads: list[Value] = []
@@ -415,7 +422,7 @@ def _mutated_views(graph: Graph) -> set[int]:
             v = family[v]
         return v
 
-    aliases = [n for n in graph.walk() if n.inputs and may_alias(n.op)]
+    aliases = [n for n in graph.walk() if n.inputs and (may_alias(n.op) or _returns_alias(n))]
     for node in aliases:
         for out in node.outputs:
             family[find(out.id)] = find(node.inputs[0].id)

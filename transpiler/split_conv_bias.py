@@ -31,9 +31,11 @@ def split_conv_bias(graph: Graph, device_type: str) -> int:
             at = _CONVOLUTIONS.get(node.op)
             if at is None or len(node.inputs) <= at or node.inputs[at].id not in weights:
                 continue
-            result, bias = node.output, node.inputs[at]
+            result, weight, bias = node.output, node.inputs[1], node.inputs[at]
             rank = len(result.type.shape or ())
-            if rank < 3 or bias.type.shape is None or len(bias.type.shape) != 1:
+            # batched only: an unbatched output (C, H, W) has one dim fewer than the weight (C_out, C_in, kH, kW)
+            if (weight.type.shape is None or rank != len(weight.type.shape) or bias.type.shape is None
+                    or len(bias.type.shape) != 1):
                 continue
             none, size = Value(f"{result.name}_no_bias", Type("None")), Value(f"{bias.name}_size", Type("Any"))
             convolved = Value(f"{result.name}_convolved", result.type)

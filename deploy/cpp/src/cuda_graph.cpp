@@ -140,6 +140,36 @@ c10::IValue copy_out(const c10::IValue& v) {
 // workspaces) with synchronising CUDA calls turned into errors. Returns false when the work syncs with the host (an
 // op sizes its result by the data): a capture of it would fail, and a failed capture leaves torch's allocator and
 // random generators in capture mode, so it must be found here, before capturing.
+// Held while a graph is warmed up and captured: the sync-debug mode and the capture itself are global to the
+// process, so two captures must not overlap (a thread that syncs while another warms up gets the error too).
+std::mutex& capturing() {
+  static std::mutex m;
+  return m;
+}
+
+// Captures `run` into `graph` (in `pool` when given); false, with the capture ended, when it fails.
+template <typename Run>
+bool capture_into(at::cuda::CUDAGraph& graph, const Run& run, const decltype(at::cuda::graph_pool_handle())* pool) {
+  try {
+    at::cuda::CUDAStreamGuard guard(at::cuda::getStreamFromPool());
+    if (pool) graph.capture_begin(*pool); else graph.capture_begin();
+    try {
+      run();
+    } catch (...) {
+      try {
+        graph.capture_end();
+      } catch (...) {
+      }
+      throw;
+    }
+    graph.capture_end();
+  } catch (...) {  // a sync the debug mode missed: the step-by-step run that follows raises any real error itself
+    (void)cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
 bool warm_up(const std::function<void()>& run, int times) {
   auto current = at::cuda::getCurrentCUDAStream();
   auto side = at::cuda::getStreamFromPool();
@@ -199,11 +229,9 @@ class GraphRunner {
   std::unique_ptr<Captured> capture(const std::vector<c10::IValue>& inputs) {
     auto g = std::make_unique<Captured>();
     for (const auto& x : inputs) g->inputs.push_back(x.isTensor() ? c10::IValue(x.toTensor().clone()) : x);
+    std::lock_guard<std::mutex> lock(capturing());
     if (!warm_up([&] { run_(g->inputs); }, 2)) return nullptr;
-    at::cuda::CUDAStreamGuard guard(at::cuda::getStreamFromPool());
-    g->graph.capture_begin();
-    g->outputs = run_(g->inputs);
-    g->graph.capture_end();
+    if (!capture_into(g->graph, [&] { g->outputs = run_(g->inputs); }, nullptr)) return nullptr;
     return g;
   }
 
@@ -258,28 +286,13 @@ class RegionGraphs {
     if (!worth(bytes)) return nullptr;
     auto g = std::make_unique<Captured>();
     for (const auto& x : inputs) g->inputs.push_back(x.isTensor() ? c10::IValue(static_copy(x.toTensor())) : x);
+    std::lock_guard<std::mutex> lock(capturing());
     if (!warm_up([&] { run_(g->inputs); }, 1)) return nullptr;
-    try {
-      at::cuda::CUDAStreamGuard guard(at::cuda::getStreamFromPool());
-      if (!pool_set_) {
-        pool_ = at::cuda::graph_pool_handle();  // shared by this region's graphs: they never run at once
-        pool_set_ = true;
-      }
-      g->graph.capture_begin(pool_);
-      try {
-        g->outputs = run_(g->inputs);
-      } catch (...) {
-        try {
-          g->graph.capture_end();
-        } catch (...) {
-        }
-        throw;
-      }
-      g->graph.capture_end();
-    } catch (...) {  // a last resort: the step-by-step run that follows raises any real error itself
-      (void)cudaGetLastError();
-      return nullptr;
+    if (!pool_set_) {
+      pool_ = at::cuda::graph_pool_handle();  // shared by this region's graphs: they never run at once
+      pool_set_ = true;
     }
+    if (!capture_into(g->graph, [&] { g->outputs = run_(g->inputs); }, &pool_)) return nullptr;
     bytes += tensor_bytes(g->outputs);
     if (!worth(bytes)) return nullptr;
     return g;
