@@ -74,7 +74,7 @@ def test_a_plan_that_writes_a_tensor_in_place_gets_no_regions() -> None:
     assert group_regions(manifest["plan"], manifest["nodes"]) is manifest["plan"]
 
 
-def test_list_appends_are_container_writes_and_end_a_region(tmp_path) -> None:
+def test_list_appends_are_container_writes(tmp_path) -> None:
     manifest, *_ = cpu_package(DECODER, tmp_path)
     appends = [s for s in steps_of(manifest["plan"]["steps"]) if s.get("op", "").startswith("aten::append")]
     assert appends and all(s["mutates"] == "container" for s in appends)

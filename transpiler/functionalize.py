@@ -21,7 +21,7 @@ import torch
 
 from .ir import Block, Graph, Node, Type, Value
 from .lowering import get_lowering
-from .op_table import may_alias
+from .op_table import may_alias, returns_alias
 
 _SCATTERS = {"aten::select.int": "aten::select_scatter", "aten::slice.Tensor": "aten::slice_scatter"}
 _ANY = Type("Any")
@@ -99,8 +99,8 @@ def _fresh(producer: Node) -> bool:
     schema = producer.attrs.get("schema")
     if not schema or not producer.op.startswith("aten::"):
         return False
-    returns = torch._C.parse_schema(schema).returns
-    return len(returns) == 1 and returns[0].alias_info is None and not may_alias(producer.op)
+    return (len(torch._C.parse_schema(schema).returns) == 1 and not returns_alias(schema)
+            and not may_alias(producer.op))
 
 
 def _unaliased(block: Block, position: int, value: Value, writer: Node) -> bool:
@@ -165,7 +165,7 @@ def _functional(node: Node) -> Optional[tuple[str, str]]:
     if get_lowering(name) is None or may_alias(name):  # t_, squeeze_...: a new shape of the same data, no write
         return None
     schema = _schema(name)
-    if not schema or any(r.alias_info is not None for r in torch._C.parse_schema(schema).returns):
+    if not schema or returns_alias(schema):
         return None
     return name, schema
 

@@ -16,7 +16,6 @@ residual add, each becomes one kernel.
 from __future__ import annotations
 
 import itertools
-import re
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -25,7 +24,7 @@ import torch
 from . import kernel_ir as K
 from . import lower_cat, lower_pointwise, lower_pooling, lower_reductions, lower_views  # noqa: F401  (lowerings)
 from .ir import Block, Graph, Node, Type, Value, walk_block
-from .op_table import is_view, may_alias
+from .op_table import is_view, may_alias, returns_alias, writes_in_place
 from .lowering import CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering, realized_box
 
 KERNEL_OP = "j2t::kernel"
@@ -221,7 +220,7 @@ class _Fuser:
         self.uncommitted = []
 
     def run_elsewhere(self, node: Node, out: list[Node]) -> None:
-        if _writes_tensor(node):  # a virtual value may read the written tensor: store each as it is now
+        if _writes(node) == "tensor":  # a virtual value may read the written tensor: store each as it is now
             for v in list(self.pending):
                 self.realize(v, out)
         for v in node.inputs:
@@ -366,7 +365,7 @@ def _fixed_tensor_lists(graph: Graph) -> tuple[dict[int, Node], set[int]]:
         if node.op != "prim::ListConstruct" or not node.inputs or not all(v.type.is_tensor for v in node.inputs):
             continue
         readers = users[node.output.id]
-        if any(u is None or u.op in ("prim::Loop", "prim::If") or _mutates(u)
+        if any(u is None or u.op in ("prim::Loop", "prim::If") or _writes(u)
                or (u.op in CONTAINERS and any(v.id not in returned or users[v.id] for v in u.outputs))
                for u in readers):
             continue
@@ -376,23 +375,9 @@ def _fixed_tensor_lists(graph: Graph) -> tuple[dict[int, Node], set[int]]:
     return lists, unbuilt
 
 
-def _mutates(node: Node) -> bool:
-    return "!" in node.attrs.get("schema", "").split("->")[0]
-
-
-_WRITTEN_TENSOR = re.compile(r"Tensor(\[\])?\([a-z]!\)")
-
-
-def _writes_tensor(node: Node) -> bool:
-    """Whether the node writes a tensor in place (a list append writes only its list)."""
-    return bool(_WRITTEN_TENSOR.search(node.attrs.get("schema", "").split("->")[0]))
-
-
-def _returns_alias(node: Node) -> bool:
-    """Whether the node's schema says its result shares memory with an input (`-> Tensor(a)`: diagonal, unfold...,
-    views the op table does not list; `-> Tensor(a!)`: an in-place op's result is its input)."""
-    returns = node.attrs.get("schema", "").partition("->")[2]
-    return bool(re.search(r"Tensor\([a-z]!?\)", returns))
+def _writes(node: Node) -> str:
+    """What the node writes in place: "tensor", "container" or "" (op_table.writes_in_place)."""
+    return writes_in_place(node.attrs.get("schema", ""))
 
 
 def _outer_reads(block: Block) -> list[Value]:
@@ -422,11 +407,12 @@ def _mutated_views(graph: Graph) -> set[int]:
             v = family[v]
         return v
 
-    aliases = [n for n in graph.walk() if n.inputs and (may_alias(n.op) or _returns_alias(n))]
+    aliases = [n for n in graph.walk()
+               if n.inputs and (may_alias(n.op) or returns_alias(n.attrs.get("schema", "")))]
     for node in aliases:
         for out in node.outputs:
             family[find(out.id)] = find(node.inputs[0].id)
-    written = {find(node.inputs[0].id) for node in graph.walk() if _writes_tensor(node) and node.inputs}
+    written = {find(node.inputs[0].id) for node in graph.walk() if _writes(node) == "tensor" and node.inputs}
     return {node.uid for node in aliases if find(node.inputs[0].id) in written}
 
 

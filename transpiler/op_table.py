@@ -13,8 +13,11 @@ category runs through ATen as a fallback, and the report says so.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Optional
+
+import torch
 
 POINTWISE, REDUCTION, VIEW, EXTERN, HOST, FALLBACK = "pointwise", "reduction", "view", "extern", "host", "fallback"
 
@@ -52,7 +55,8 @@ register(POINTWISE, """
     aten::zeros_like aten::ones_like aten::full_like aten::zeros aten::ones aten::full aten::isnan aten::isinf aten::nan_to_num aten::arange
     aten::arange.start aten::arange.start_step
     aten::softmax.int aten::log_softmax.int aten::layer_norm aten::group_norm aten::batch_norm
-    aten::embedding aten::gather aten::index_select aten::cat aten::stack aten::select_scatter aten::slice_scatter
+    aten::embedding aten::gather aten::index_select aten::cat aten::stack
+    aten::select_scatter aten::slice_scatter
 """)
 
 register(REDUCTION, """
@@ -111,3 +115,24 @@ def may_alias(op: str) -> bool:
 
 def is_view(op: str) -> bool:
     return lookup(op).category == VIEW
+
+
+# --- what a schema says about memory: one reading of its alias annotations for every pass ------------------------
+
+@functools.lru_cache(maxsize=None)
+def writes_in_place(schema: str) -> str:
+    """What an op writes in place, by its schema's alias annotations: "tensor", "container" (list, dict) or ""."""
+    if not schema or "!" not in schema:
+        return ""
+    written = [a.type for a in torch._C.parse_schema(schema).arguments if a.alias_info is not None
+               and a.alias_info.is_write]
+    if not written:
+        return ""
+    return "tensor" if any("Tensor" in str(t) for t in written) else "container"
+
+
+@functools.lru_cache(maxsize=None)
+def returns_alias(schema: str) -> bool:
+    """Whether the op's result shares memory with an input by its schema (`-> Tensor(a)`: a view such as diagonal;
+    `-> Tensor(a!)`: an in-place op's result is its input)."""
+    return bool(schema) and any(r.alias_info is not None for r in torch._C.parse_schema(schema).returns)

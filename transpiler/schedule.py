@@ -18,7 +18,7 @@ import torch
 
 from .fuse import KERNEL_OP
 from .ir import Block, Graph, Node, Type, Value
-from .op_table import lookup
+from .op_table import lookup, writes_in_place
 from .plan_memory import MemoryPlan, plan_memory
 
 
@@ -105,7 +105,7 @@ class _PlanBuilder:
         }
         if "schema" in node.attrs:
             step["kwnames"] = _kwarg_only_names(node.attrs["schema"])
-            writes = _writes_in_place(node.attrs["schema"])
+            writes = writes_in_place(node.attrs["schema"])
             if writes:
                 step["mutates"] = writes  # a CUDA graph region must not hold it (deploy/graph_regions.py)
         if node.op in ("prim::ListConstruct", "prim::DictConstruct"):
@@ -157,15 +157,6 @@ class _PlanBuilder:
 def _type_tag(t: Type) -> list:
     """A value's TorchScript type as nested lists: List[Optional[Tensor]] -> ["List", ["Optional", ["Tensor"]]]."""
     return [t.kind, *(_type_tag(e) for e in t.elems)]
-
-
-def _writes_in_place(schema: str) -> str:
-    """What an op writes in place, by its schema's alias annotations: "tensor", "container" (list, dict) or ""."""
-    parsed = torch._C.parse_schema(schema)
-    written = [a.type for a in parsed.arguments if a.alias_info is not None and a.alias_info.is_write]
-    if not written:
-        return ""
-    return "tensor" if any("Tensor" in str(t) for t in written) else "container"
 
 
 def _kwarg_only_names(schema: str) -> list[str]:
