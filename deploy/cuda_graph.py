@@ -54,49 +54,17 @@ def _warm_up(run: Callable[[], Any], times: int) -> None:
         torch.cuda.current_stream().wait_stream(stream)
 
 
-def _static_copy(x: torch.Tensor) -> torch.Tensor:
-    """A graph's buffer for an input, in the input's own strides where they allow it (a strided view stays strided,
-    so a kernel that indexes it with those strides needs no copy inside the graph)."""
-    if 0 in x.stride():  # an expanded input: a clone, as a buffer cannot repeat its elements
-        return x.clone()
-    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
-
-
 class _Captured:
-    """A captured graph and its static buffers. Which inputs and outputs are tensors is settled here, once, so a
-    replay only copies: every tensor input in with one multi-tensor copy, every tensor output out with another."""
-
-    def __init__(self, run: Callable[[list], list], inputs: list, warm_ups: int, pool: Any = None) -> None:
-        self.inputs = [_static_copy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
-        self.tensors_in = [i for i, x in enumerate(self.inputs) if isinstance(x, torch.Tensor)]
-        self.static_in = [self.inputs[i] for i in self.tensors_in]
+    def __init__(self, run: Callable[[list], list], inputs: list) -> None:
+        self.inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
         with _CAPTURING:
-            _warm_up(lambda: run(self.inputs), times=warm_ups)
+            _warm_up(lambda: run(self.inputs), times=2)
             self.graph = torch.cuda.CUDAGraph()
             try:
-                with torch.cuda.graph(self.graph, pool=pool):
+                with torch.cuda.graph(self.graph):
                     self.outputs = run(self.inputs)
             except Exception as err:  # noqa: BLE001 - a sync the debug mode missed: the steps still run
                 raise NotCapturable(str(err)) from err
-        self.tensors_out = [i for i, o in enumerate(self.outputs) if isinstance(o, torch.Tensor)]
-        self.static_out = [self.outputs[i] for i in self.tensors_out]
-
-    def replay(self, inputs: list, alias_outputs: bool = False) -> list:
-        if self.static_in:
-            torch._foreach_copy_(self.static_in, [inputs[i] for i in self.tensors_in])
-        self.graph.replay()
-        if alias_outputs:
-            return list(self.outputs)
-        outputs = [o if isinstance(o, torch.Tensor) else _copy_out(o) for o in self.outputs]
-        if self.static_out:
-            fresh = [torch.empty_like(o) for o in self.static_out]
-            torch._foreach_copy_(fresh, self.static_out)
-            for i, t in zip(self.tensors_out, fresh):
-                outputs[i] = t
-        return outputs
-
-    def copied_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.static_in + self.static_out)
 
 
 class GraphRunner:
@@ -124,12 +92,33 @@ class GraphRunner:
                     captured = None
                 else:
                     try:
-                        captured = self.graphs[key] = _Captured(self.run, inputs, warm_ups=2)
+                        captured = self.graphs[key] = _Captured(self.run, inputs)
                     except NotCapturable:
                         self.refused = True
             if captured is not None:
-                return captured.replay(inputs, self.alias_outputs)
+                _copy_in(captured.inputs, inputs)
+                captured.graph.replay()
+                return list(captured.outputs) if self.alias_outputs else _copy_outputs(captured.outputs)
         return self.run(inputs)
+
+
+def _copy_in(statics: list, inputs: list) -> None:
+    """The inputs into the graph's buffers, all tensors in one launch (a multi-tensor copy)."""
+    pairs = [(s, x) for s, x in zip(statics, inputs) if isinstance(s, torch.Tensor)]
+    if pairs:
+        torch._foreach_copy_([s for s, _ in pairs], [x for _, x in pairs])
+
+
+def _copy_outputs(outputs: list) -> list:
+    """Copies of the graph's outputs, the plain tensors among them in one launch."""
+    copied = [o if isinstance(o, torch.Tensor) else _copy_out(o) for o in outputs]
+    tensors = [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor)]
+    if tensors:
+        fresh = [torch.empty_like(outputs[i]) for i in tensors]
+        torch._foreach_copy_(fresh, [outputs[i] for i in tensors])
+        for i, t in zip(tensors, fresh):
+            copied[i] = t
+    return copied
 
 
 def _copy_out(value: Any) -> Any:
@@ -178,7 +167,7 @@ class RegionGraphs:
         self.out_slots = step["outs"]
         self.free = step.get("free", ())
         self.launches = step["launches"]
-        self.graphs: dict[tuple, _Captured] = {}
+        self.graphs: dict[tuple, _CapturedRegion] = {}
         self.seen: set[tuple] = set()
         self.refused: set[tuple] = set()
         self.lock = threading.Lock()  # replays share the static buffers
@@ -197,7 +186,9 @@ class RegionGraphs:
                         self.graphs[key] = captured
                 self.seen.add(key)
                 if captured is not None:
-                    outputs = captured.replay(inputs)
+                    _copy_in(captured.inputs, inputs)
+                    captured.graph.replay()
+                    outputs = _copy_outputs(captured.outputs)
             if captured is not None:
                 for slot, value in zip(self.out_slots, outputs):
                     env[slot] = value
@@ -206,17 +197,20 @@ class RegionGraphs:
                 return
         self.run_steps(self.steps, env)
 
-    def capture(self, inputs: list) -> Optional[_Captured]:
+    def capture(self, inputs: list) -> Optional["_CapturedRegion"]:
         """A replay costs three launches (the copy in, the graph, the copy out) and the bytes it copies: a region
         that launches no more than that, or copies too much, runs step by step."""
         copied = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
         if self.launches <= REPLAY_LAUNCHES or copied / COPY_BYTES_PER_US >= LAUNCH_US * self.launches:
             return None
         try:
-            captured = _Captured(self.run_on, inputs, warm_ups=1, pool=self.pool)
+            captured = _CapturedRegion(self, inputs)
         except NotCapturable:
             return None
-        return captured if captured.copied_bytes() / COPY_BYTES_PER_US < LAUNCH_US * self.launches else None
+        copied += sum(o.numel() * o.element_size() for o in captured.outputs if isinstance(o, torch.Tensor))
+        if copied / COPY_BYTES_PER_US >= LAUNCH_US * self.launches:
+            return None
+        return captured
 
     def run_on(self, inputs: list) -> list:
         env = [None] * self.num_slots
@@ -224,3 +218,24 @@ class RegionGraphs:
             env[slot] = value
         self.run_steps(self.steps, env)
         return [env[slot] for slot in self.out_slots]
+
+
+def _static_copy(x: torch.Tensor) -> torch.Tensor:
+    """A graph's buffer for an input, in the input's own strides where they allow it (a strided view stays strided,
+    so a kernel that indexes it with those strides needs no copy inside the graph)."""
+    if 0 in x.stride():  # an expanded input: a clone, as a buffer cannot repeat its elements
+        return x.clone()
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)
+
+
+class _CapturedRegion:
+    def __init__(self, region: RegionGraphs, inputs: list) -> None:
+        self.inputs = [_static_copy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
+        with _CAPTURING:
+            _warm_up(lambda: region.run_on(self.inputs), times=1)
+            self.graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(self.graph, pool=region.pool):
+                    self.outputs = region.run_on(self.inputs)
+            except Exception as err:  # noqa: BLE001 - a sync the debug mode missed: the steps still run
+                raise NotCapturable(str(err)) from err

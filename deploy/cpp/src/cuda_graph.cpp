@@ -228,7 +228,7 @@ class GraphRunner {
 
   std::unique_ptr<Captured> capture(const std::vector<c10::IValue>& inputs) {
     auto g = std::make_unique<Captured>();
-    for (const auto& x : inputs) g->inputs.push_back(x.isTensor() ? c10::IValue(static_copy(x.toTensor())) : x);
+    for (const auto& x : inputs) g->inputs.push_back(x.isTensor() ? c10::IValue(x.toTensor().clone()) : x);
     std::lock_guard<std::mutex> lock(capturing());
     if (!warm_up([&] { run_(g->inputs); }, 2)) return nullptr;
     if (!capture_into(g->graph, [&] { g->outputs = run_(g->inputs); }, nullptr)) return nullptr;
