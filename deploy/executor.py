@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from jit2triton.errors import Jit2TritonError
+from jit2triton.errors import InputError, Jit2TritonError
 
 from .cuda_graph import RegionGraphs
 from .resolve import resolve_op
@@ -200,7 +200,7 @@ class Executor:
             for i, strides, shape in checked:
                 x = inputs[i]
                 if shape is not None and x.shape != shape:
-                    raise ValueError(
+                    raise InputError(
                         f"kernel input {i} has shape {list(x.shape)}, but the package was converted for "
                         f"{list(shape)}: an input value (a scalar) changed a shape the package is specialised to; "
                         "convert again with example inputs of the values you need")

@@ -69,16 +69,20 @@ class Converted:
 
 def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None, device: DeviceLike = "cpu",
             backend: Optional[str] = None, map_location: DeviceLike = None,
-            progress: Optional[Progress] = None) -> Converted:
+            progress: Optional[Progress] = None, verify: bool = True) -> Converted:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
     gives defaults for may be left out. `backend` picks the kernel generator: "cpp" (C++/OpenMP, the default on
     the CPU), "triton" (the default on CUDA; on the CPU it runs under the Triton interpreter), or "aten" (no
     generated kernels: every op through ATen).
+
+    `verify` (default on) runs the package on the example inputs and a fresh random draw against the TorchScript
+    model; a generated kernel that disagrees with ATen is taken out and named in the report, and a package that
+    still disagrees is refused with a ConversionError.
     """
     from .conversion import convert_to_package
-    contents, target = convert_to_package(model, example_inputs, device, backend, map_location, progress)
+    contents, target = convert_to_package(model, example_inputs, device, backend, map_location, progress, verify)
     return Converted(contents, Runtime(contents, target))
 
 

@@ -44,7 +44,9 @@ def main() -> None:
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--backend", type=click.Choice(["cpp", "triton", "aten"]), default=None,
               help="kernel generator (default: cpp on the CPU, triton on CUDA; aten: no generated kernels)")
-def convert(model, output, input_specs, inputs_file, device, backend) -> None:
+@click.option("--no-verify", is_flag=True,
+              help="skip comparing the package with the TorchScript model on the example and fresh inputs")
+def convert(model, output, input_specs, inputs_file, device, backend, no_verify) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
     from .inputs import parse_input_spec
@@ -55,7 +57,7 @@ def convert(model, output, input_specs, inputs_file, device, backend) -> None:
         inputs += list(loaded) if isinstance(loaded, (tuple, list)) else [loaded]
     output = output or os.path.splitext(model)[0] + ".j2t"
     converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
-                              progress=_progress)
+                              progress=_progress, verify=not no_verify)
     converted.save(output)
     click.echo(converted.report())
     click.echo(f"saved {output} ({os.path.getsize(output) / 1e6:.2f} MB)")

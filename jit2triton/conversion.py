@@ -18,6 +18,7 @@ from jit2triton.deploy.signature import describe
 from jit2triton.emitters.build import build_cpp, kernel_index
 from jit2triton.loaders import load_script
 from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource
+from jit2triton.transpiler.check_indices import check_indices
 from jit2triton.transpiler.fold_shapes import fold_shapes
 from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP, fuse
@@ -31,23 +32,29 @@ from jit2triton.transpiler.schedule import schedule
 from jit2triton.transpiler.split_conv_bias import split_conv_bias
 from jit2triton.transpiler.unpack_splits import unpack_splits
 
-from .errors import ConversionError, InputError, PackageDeviceError
+from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError
+from .verify import Verifier, divergent_kernel, fused_values, observed_values, package_runner
 from .version import __version__
 
 Progress = Any
 
 BACKENDS = ("cpp", "triton", "aten")
+MAX_VERIFY_ROUNDS = 16  # each failed round takes one kernel out (the last, every kernel)
 
 
 def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None,
                        device: DeviceLike = "cpu", backend: Optional[str] = None, map_location: DeviceLike = None,
-                       progress: Optional[Progress] = None) -> tuple[PackageContents, torch.device]:
+                       progress: Optional[Progress] = None, verify: bool = True) -> tuple[PackageContents, torch.device]:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
     gives defaults for may be left out. `backend` picks the kernel generator: "cpp" (C++/OpenMP, the default on
     the CPU), "triton" (the default on CUDA; on the CPU it runs under the Triton interpreter), or "aten" (no
     generated kernels: every op through ATen).
+
+    With `verify` (the default) the package is run on the example inputs and on a fresh random draw and compared
+    with the TorchScript model; a generated kernel that disagrees with ATen is taken out (its nodes run through
+    ATen) and the package rebuilt, and the report says so. A package that still disagrees is refused.
     """
     say = progress or (lambda message: None)
     started = time.perf_counter()
@@ -73,35 +80,100 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     say("inferring shapes and dtypes from the example inputs")
     recorder, outputs = observe(graph, inputs, target)
     output = outputs[0] if len(outputs) == 1 else tuple(outputs)
-    sched = schedule(graph)
-    files, kernels, backend_section = {}, [], {}
     if backend != "aten":
-        say(f"fusing and generating {backend} kernels")
         fold_shapes(graph, recorder)
         unpack_splits(graph)
         fuse_attention(graph)
         functionalize(graph)  # in-place writes TorchScript's mutation removal left, where nothing else sees them
         split_conv_bias(graph, target.type)  # on CUDA a convolution's bias add fuses into the kernel after it
+        check_indices(graph)  # generated gathers clamp their index: a bad one must still raise, as in ATen
         observe(graph, inputs, target)  # the rewrites made new values (a fused attention's output has its own strides)
         infer_unobserved(graph)  # branches the example inputs did not take
-        fuse(graph, target.type)
-        kernels = [n.attrs["kernel"] for n in graph.walk() if n.op == KERNEL_OP]
-        files, backend_section = build_kernels(kernels, backend, say, target)
-        sched = schedule(graph)
+    signature = {"inputs": _input_signature(script.input_names, script.input_defaults, inputs),
+                 "outputs": describe(output)}
+    model_info = {"name": script.name,
+                  "source": os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""}
+    verifier = None
+    if verify:
+        say("running TorchScript on the example inputs and a fresh draw, for verification")
+        verifier = Verifier(script.function, inputs, signature["inputs"], target)
+    refused: dict[int, str] = {}  # node uid -> why it runs through ATen: its kernel failed to build or to verify
+    removed: list[dict[str, Any]] = []
+    verify_seconds = 0.0
+    for _ in range(MAX_VERIFY_ROUNDS):
+        contents, plan_graph, sched = _build_package(graph, backend, target, refused, signature, model_info, say)
+        backend = contents.manifest["backend"]  # "aten" if generating kernels failed outright
+        if verifier is None or not verifier.compared:
+            break
+        checked = time.perf_counter()
+        say(f"verifying against TorchScript on {verifier.compared} input sets")
+        mismatches = verifier.check(package_runner(contents, target))
+        culprit = None
+        if mismatches and contents.manifest["kernels"]:
+            culprit = _find_culprit(graph, sched, contents, verifier, target)
+        verify_seconds += time.perf_counter() - checked
+        if not mismatches:
+            break
+        if culprit is not None:
+            kernel, error = culprit
+            name = kernel.attrs["kernel"].name
+            why = f"verification: max rel. error {error:.3g} against ATen (kernel {name})"
+            say(f"taking kernel {name} out: {why}")
+            removed.append({"kernel": name, "error": error, "ops": [n.op for n in kernel.attrs["fused"]]})
+            refused.update((node.uid, why) for node in kernel.attrs["fused"])
+        elif backend != "aten":
+            say("no single kernel is to blame: every op runs through ATen instead")
+            removed.append({"kernel": "*", "error": max(m.error for m in mismatches), "ops": []})
+            backend = "aten"
+        else:
+            listed = "; ".join(str(m) for m in mismatches[:4])
+            raise ConversionError(f"the converted model does not match TorchScript ({listed}); this is a bug in "
+                                  "jit2triton: please report it with the model")
+    else:
+        raise ConversionError(f"verification still failed after taking {len(removed)} kernels out; please report it, "
+                              "or convert with backend='aten'")
+    contents.manifest["report"]["verification"] = {
+        "status": "skipped" if verifier is None else "passed" if verifier.compared else "not compared",
+        "input_sets": verifier.compared if verifier else 0,
+        "seconds": round(verify_seconds, 3),
+        "kernels_removed": removed,
+        "notes": verifier.notes if verifier else [],
+    }
+    say(f"converted in {time.perf_counter() - started:.2f}s")
+    return contents, target
+
+
+def _build_package(graph, backend: str, target: torch.device, refused: dict[int, str], signature: dict,
+                   model_info: dict, say: Progress):
+    """Fuse (unless every op runs through ATen), generate and compile kernels, and write the manifest.
+    -> (contents, the graph the plan runs, its schedule)."""
+    files, kernels, backend_section = {}, [], {}
+    plan_graph = graph
+    if backend != "aten":
+        say(f"fusing and generating {backend} kernels")
+        try:
+            plan_graph = fuse(graph, target.type, refused)
+            kernels = [n.attrs["kernel"] for n in plan_graph.walk() if n.op == KERNEL_OP]
+            files, backend_section = build_kernels(kernels, backend, say, target)
+        except Jit2TritonError:
+            raise
+        except Exception as err:  # a bug in fusion or a renderer that no single node explains: no kernels at all
+            say(f"generating kernels failed ({type(err).__name__}: {err}); every op runs through ATen")
+            plan_graph, kernels, files, backend_section, backend = graph, [], {}, {}, "aten"
+    sched = schedule(plan_graph)
     manifest = {
         "producer": {"jit2triton": __version__, "torch": torch.__version__, "triton": _triton_version(),
                      "python": platform.python_version()},
         "device": target.type,
         "backend": backend,
-        "model": {"name": script.name, "source": os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""},
-        "signature": {"inputs": _input_signature(script.input_names, script.input_defaults, inputs),
-                      "outputs": describe(output)},
+        "model": model_info,
+        "signature": signature,
         "plan": sched.plan,
         "nodes": sched.node_table,
         "kernels": kernel_index(kernels, backend),
         "report": dict(summarize(sched.node_table),
-                       folded_nodes=sum(1 for n in graph.walk() if "folded_from" in n.attrs)),
-        "ir": str(graph),
+                       folded_nodes=sum(1 for n in plan_graph.walk() if "folded_from" in n.attrs)),
+        "ir": str(plan_graph),
         **backend_section,
     }
     # Decided here, once, for every runtime that loads the package: whether its plan may run as one CUDA graph.
@@ -112,10 +184,21 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
                               and worth_capturing(sched.plan, manifest["signature"]))
     if not manifest["cuda_graph"] and target.type == "cuda":  # then its straight-line runs may, one by one
         manifest["plan"] = group_regions(sched.plan, sched.node_table, on_host)
-    weights = {name: w.to("cpu") for name, w in graph.weights.items()}
-    contents = PackageContents(manifest, weights, files)
-    say(f"converted in {time.perf_counter() - started:.2f}s")
-    return contents, target
+    weights = {name: w.to("cpu") for name, w in plan_graph.weights.items()}
+    return PackageContents(manifest, weights, files), plan_graph, sched
+
+
+def _find_culprit(graph, sched, contents, verifier: Verifier, target: torch.device):
+    """The first generated kernel whose output differs from ATen's on a verification case, or None."""
+    before = schedule(graph)
+    weights = {name: w.to(target) for name, w in graph.weights.items()}
+    for _, inputs, _ in verifier.cases:
+        reference = observed_values(before.plan, weights, before.node_table, before.nodes, inputs, target)
+        fused = fused_values(contents, sched.plan, sched.nodes, inputs, target)
+        culprit = divergent_kernel(reference, fused, sched.nodes)
+        if culprit is not None:
+            return culprit
+    return None
 
 
 def observe(graph, inputs: list, target: torch.device) -> tuple[ShapeRecorder, list]:

@@ -21,7 +21,7 @@ import torch
 
 from .ir import Block, Graph, Node, Type, Value
 from .lowering import get_lowering
-from .op_table import may_alias, returns_alias
+from .op_table import may_alias, returns_alias, schema_of
 
 _SCATTERS = {"aten::select.int": "aten::select_scatter", "aten::slice.Tensor": "aten::slice_scatter"}
 _ANY = Type("Any")
@@ -86,7 +86,7 @@ def _rewrite(graph: Graph, block: Block, position: int) -> bool:
         written = Value(f"{inner.name}_written", inner.type)
         scatter_op = _SCATTERS[view.op]
         inserted.append(Node(scatter_op, [inner, src, *values], [written], source=node.source, ts_kind=node.ts_kind,
-                             attrs={"schema": _schema(scatter_op), "synthetic": True}))
+                             attrs={"schema": schema_of(scatter_op), "synthetic": True}))
         src = written
     block.nodes[position + 1:position + 1] = inserted
     _read_instead(block, position + 1 + len(inserted), base, src)
@@ -164,18 +164,10 @@ def _functional(node: Node) -> Optional[tuple[str, str]]:
     name = base[:-1] + (f".{overload}" if overload else "")
     if get_lowering(name) is None or may_alias(name):  # t_, squeeze_...: a new shape of the same data, no write
         return None
-    schema = _schema(name)
+    schema = schema_of(name)
     if not schema or returns_alias(schema):
         return None
     return name, schema
-
-
-def _schema(op: str) -> str:
-    base, _, overload = op.partition(".")
-    for schema in torch._C._jit_get_schemas_for_operator(base):
-        if schema.overload_name == overload:
-            return str(schema)
-    return ""
 
 
 _UNKNOWN = object()

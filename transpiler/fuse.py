@@ -15,9 +15,10 @@ residual add, each becomes one kernel.
 """
 from __future__ import annotations
 
+import copy
 import itertools
 from collections import Counter, defaultdict
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -33,12 +34,47 @@ LIST_READERS = {"aten::cat", "aten::stack"}  # lowered ops that read a Tensor[] 
 CONTAINERS = {"prim::ListConstruct", "prim::TupleConstruct", "prim::DictConstruct"}
 
 
-def fuse(graph: Graph, device_type: str) -> Graph:
-    """Rewrite `graph` in place: lowered nodes disappear into `j2t::kernel` nodes."""
-    K.fresh_scope()
-    _Fuser(graph, device_type).block(graph.body, top=True)
-    _drop_unread(graph)
-    return graph
+MAX_FUSION_ATTEMPTS = 64  # each failed attempt takes at least one more node out of the kernels
+
+
+class FusionFailed(Exception):
+    """Building a kernel from these nodes failed (a bug in a lowering or in fusion, not in the model): they run
+    through ATen on the next attempt."""
+
+    def __init__(self, nodes: list[Node], reason: str) -> None:
+        super().__init__(reason)
+        self.nodes, self.reason = nodes, reason
+
+
+def fuse(graph: Graph, device_type: str, refused: Optional[dict[int, str]] = None) -> Graph:
+    """-> a copy of `graph` in which lowered nodes have disappeared into `j2t::kernel` nodes.
+
+    `refused` maps node uids to the reason they must run through ATen (a kernel that failed to build or to verify);
+    a kernel that fails while being built here adds its nodes to it, and fusion starts again without them, so a
+    bug in one lowering costs that node its kernel, never the conversion."""
+    refused = {} if refused is None else refused
+    for _ in range(MAX_FUSION_ATTEMPTS):
+        work = clone_graph(graph)
+        K.fresh_scope()
+        try:
+            _Fuser(work, device_type, refused).block(work.body, top=True)
+        except FusionFailed as failure:
+            fresh = [n for n in failure.nodes if n.uid not in refused]
+            if not fresh:
+                raise
+            for node in fresh:
+                refused[node.uid] = failure.reason
+            continue
+        _drop_unread(work)
+        return work
+    raise FusionFailed([], f"fusion failed {MAX_FUSION_ATTEMPTS} times")
+
+
+def clone_graph(graph: Graph) -> Graph:
+    """A deep copy that keeps value ids and node uids (so a refusal names the same node in every copy) and shares
+    the weights (they are never written)."""
+    memo = {id(w): w for w in graph.weights.values()}
+    return copy.deepcopy(graph, memo)
 
 
 def _drop_unread(graph: Graph) -> None:
@@ -71,9 +107,10 @@ def _static_tensor(t: Type, device_type: str) -> bool:
 
 
 class _Fuser:
-    def __init__(self, graph: Graph, device_type: str) -> None:
+    def __init__(self, graph: Graph, device_type: str, refused: dict[int, str]) -> None:
         self.graph = graph
         self.device_type = device_type
+        self.refused = refused
         self.boxes: dict[int, TensorBox] = {}
         self.literals: dict[int, Any] = {}
         self.buffers: dict[str, Value] = {}  # buffer name -> the runtime value it is
@@ -178,6 +215,8 @@ class _Fuser:
             return False
         self.current_out, self.uncommitted = out, []
         try:
+            if node.uid in self.refused:
+                raise CannotLower(self.refused[node.uid])
             if node.uid in self.pinned:
                 raise CannotLower("its result is mutated in place later, so it must stay an ATen view")
             if any(not _static_tensor(v.type, self.device_type) for v in node.outputs):
@@ -193,11 +232,8 @@ class _Fuser:
             node.attrs["not_lowered"] = str(why) or "unsupported arguments"
             self.forget_uncommitted()
             return False
-        except (TypeError, ValueError, AttributeError) as err:
-            if not self.uncommitted:
-                raise
-            # a lowering written for a constant scalar met a runtime one: leave this node to ATen
-            node.attrs["not_lowered"] = f"a runtime scalar argument is not supported here ({type(err).__name__})"
+        except Exception as err:  # a bug in a lowering (or one written for a constant met a runtime scalar)
+            node.attrs["not_lowered"] = f"its lowering failed: {type(err).__name__}: {err}"
             self.forget_uncommitted()
             return False
         self.emit_carriers(out)
@@ -247,6 +283,14 @@ class _Fuser:
         box = self.boxes.get(v.id)
         if box is None or box.realized:
             return
+        try:
+            self.build_kernel(v, box, out)
+        except FusionFailed:
+            raise
+        except Exception as err:
+            raise FusionFailed(list(box.nodes), f"building its kernel failed: {type(err).__name__}: {err}") from err
+
+    def build_kernel(self, v: Value, box: TensorBox, out: list[Node]) -> None:
         if self.realize_as_views(box, out):
             return
         logical = tuple(K.var(f"i{d}", n) for d, n in enumerate(box.shape))
@@ -296,6 +340,8 @@ class _Fuser:
         if not nodes or not all(is_view(n.op) and n.output.type.strides is not None for n in nodes):
             return False
         for node in nodes:
+            if all(self.boxes[v.id].realized for v in node.outputs):
+                continue  # shared by several boxes (one permute under three unbind items): emitted once
             node.attrs["aten_view"] = True
             out.append(node)
             for value in node.outputs:
@@ -320,12 +366,26 @@ class _Fuser:
                     break
             if culprit is None:
                 return value
-            inner_value = self.box_value.get(culprit.arg[2])
+            inner_value = self.box_value.get(culprit.arg[2]) or self.value_holding(culprit, box)
             if inner_value is None:
-                raise AssertionError("a nested reduction comes from a box that is not an IR value")
+                raise FusionFailed(list(box.nodes), "a nested reduction could not be stored as a value of its own")
             self.realize(inner_value, out)
             value = box(list(ranges))
         return value
+
+    def value_holding(self, reduction: K.KExpr, box: TensorBox) -> Optional[Value]:
+        """The earliest still-virtual IR value fused into `box` whose expression holds `reduction` (made inside a
+        composite: softmax's row max, std's mean), so storing that value stores the reduction."""
+        tag = reduction.arg[2]
+        for node in box.nodes:
+            for v in node.outputs:
+                inner = self.boxes.get(v.id)
+                if inner is None or inner is box or inner.realized:
+                    continue
+                index = [K.var(f"i{d}", n) for d, n in enumerate(inner.shape)]
+                if any(r.arg[2] == tag for r in K.reductions_in(inner(index))):
+                    return v
+        return None
 
     def kernel_buffer(self, name: str) -> K.KernelBuffer:
         box = self.boxes[self.buffers[name].id]

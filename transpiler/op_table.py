@@ -117,6 +117,16 @@ def is_view(op: str) -> bool:
     return lookup(op).category == VIEW
 
 
+@functools.lru_cache(maxsize=None)
+def schema_of(op: str) -> str:
+    """The full schema of an exact overload (`aten::ge.Scalar`), or "" when torch has no such overload."""
+    base, _, overload = op.partition(".")
+    for schema in torch._C._jit_get_schemas_for_operator(base):
+        if schema.overload_name == overload:
+            return str(schema)
+    return ""
+
+
 # --- what a schema says about memory: one reading of its alias annotations for every pass ------------------------
 
 @functools.lru_cache(maxsize=None)

@@ -65,4 +65,22 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
     externs = Counter(e["op"] for e in node_table if e["category"] == EXTERN)
     if externs:
         lines.append("extern ops: " + ", ".join(f"{op} x{n}" for op, n in externs.most_common()))
+    lines += _format_verification(summary.get("verification"))
     return "\n".join(lines)
+
+
+def _format_verification(verification: Any) -> list[str]:
+    if not verification:
+        return []
+    status = verification["status"]
+    if status == "passed":
+        lines = [f"verified against TorchScript on {verification['input_sets']} input sets "
+                 f"({verification['seconds']:.2f}s)"]
+    else:
+        lines = [f"verification: {status}"]
+    for kernel in verification["kernels_removed"]:
+        what = ("every kernel (no single one was to blame)" if kernel["kernel"] == "*" else
+                f"kernel {kernel['kernel']} ({', '.join(kernel['ops'])})")
+        lines.append(f"  taken out: {what}, max rel. error {kernel['error']:.3g} against ATen")
+    lines += [f"  note: {note}" for note in verification["notes"]]
+    return lines

@@ -1,0 +1,193 @@
+"""Convert-time verification: a package is run on the example inputs and on a fresh random draw of its signature
+and compared with the TorchScript model itself, so a wrong kernel is found before a user ships it.
+
+When the outputs disagree, the culprit is found by running the plan before fusion (every op through ATen) and the
+fused plan side by side on the same inputs, and comparing every value a generated kernel writes with the value ATen
+computed for the same IR value: the first kernel, in execution order, that diverges is the one to take out.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from jit2triton.deploy.executor import Executor
+from jit2triton.deploy.runtime import Runtime, load_kernels
+from jit2triton.transpiler.fuse import KERNEL_OP
+
+from .errors import InputError, Jit2TritonError
+from .inputs import random_inputs
+
+# Largest error allowed, relative to the largest magnitude of the reference tensor: generated kernels reassociate
+# sums and use their own vector math, so they agree with ATen to rounding, not to the bit.
+RELATIVE_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 3e-2, "bfloat16": 6e-2}
+EXACT_FRACTION = 1e-2  # ints and bools: this fraction may flip (an argmax tie broken by a rounding difference)
+FRESH_SEED = 20260101
+
+
+@dataclass
+class Mismatch:
+    where: str  # "output[1]", "input x (written in place)"
+    error: float  # relative to the reference's scale; inf for a structural difference
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.detail}"
+
+
+def tensor_error(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, str]:
+    """(error, what differs): 0 when they agree within the dtype's tolerance."""
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return math.inf, (f"got {actual.dtype} {list(actual.shape)}, TorchScript gives "
+                          f"{expected.dtype} {list(expected.shape)}")
+    if actual.device != expected.device:
+        actual = actual.to(expected.device)
+    if expected.is_complex():
+        actual, expected = torch.view_as_real(actual), torch.view_as_real(expected)
+    if not expected.is_floating_point():
+        differ = (actual != expected).float().mean().item() if expected.numel() else 0.0
+        return (differ, f"{differ:.2%} of the elements differ") if differ > EXACT_FRACTION else (0.0, "")
+    a, e = actual.double(), expected.double()
+    if not torch.equal(torch.isnan(a), torch.isnan(e)) or not torch.equal(torch.isposinf(a), torch.isposinf(e)) \
+            or not torch.equal(torch.isneginf(a), torch.isneginf(e)):
+        return math.inf, "NaN or infinity at different positions"
+    finite = torch.isfinite(e)
+    if not finite.any():
+        return 0.0, ""
+    scale = max(e[finite].abs().max().item(), 1e-30)
+    error = ((a - e)[finite].abs().max().item()) / scale
+    tolerance = RELATIVE_TOLERANCE.get(str(expected.dtype).removeprefix("torch."), 1e-3)
+    return (error, f"max error {error:.3g} of the largest magnitude (tolerance {tolerance:g})") \
+        if error > tolerance else (0.0, "")
+
+
+def compare(actual: Any, expected: Any, where: str = "output") -> list[Mismatch]:
+    """Every place where `actual` differs from TorchScript's `expected` (structure, dtype, shape, values)."""
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            return [Mismatch(where, math.inf, f"got {type(actual).__name__}, TorchScript gives a tensor")]
+        error, detail = tensor_error(actual, expected)
+        return [Mismatch(where, error, detail)] if error else []
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
+            return [Mismatch(where, math.inf, f"got {_describe(actual)}, TorchScript gives {_describe(expected)}")]
+        return [m for i, (a, e) in enumerate(zip(actual, expected)) for m in compare(a, e, f"{where}[{i}]")]
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict) or list(actual) != list(expected):
+            return [Mismatch(where, math.inf, f"got {_describe(actual)}, TorchScript gives {_describe(expected)}")]
+        return [m for k in expected for m in compare(actual[k], expected[k], f"{where}[{k!r}]")]
+    if isinstance(expected, float) and isinstance(actual, float):
+        if math.isclose(actual, expected, rel_tol=1e-6, abs_tol=1e-12) or (math.isnan(actual) and math.isnan(expected)):
+            return []
+    elif actual == expected and type(actual) is type(expected):
+        return []
+    return [Mismatch(where, math.inf, f"got {actual!r}, TorchScript gives {expected!r}")]
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, (tuple, list, dict)):
+        return f"a {type(x).__name__} of {len(x)}"
+    return type(x).__name__
+
+
+def _copies(inputs: list) -> list:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+class Verifier:
+    """The reference side of verification: TorchScript's outputs on the example inputs and on a fresh draw."""
+
+    def __init__(self, reference: Callable, example_inputs: list, signature: list[dict], device: torch.device):
+        self.reference = reference
+        self.notes: list[str] = []
+        self.cases: list[tuple[str, list, Any]] = []
+        draws = [("the example inputs", example_inputs)]
+        try:
+            draws.append(("fresh random inputs", random_inputs(signature, device, FRESH_SEED)))
+        except InputError as err:
+            self.notes.append(f"no fresh inputs ({err})")
+        for name, inputs in draws:
+            try:
+                expected = reference(*_copies(inputs))
+            except Exception as err:  # the model refuses this draw (an assert on its values): nothing to compare
+                self.notes.append(f"TorchScript raised on {name} ({type(err).__name__}); not compared")
+                continue
+            if name == "the example inputs" and compare(reference(*_copies(inputs)), expected):
+                self.notes.append("the model's outputs vary between calls on the same inputs (random ops): "
+                                  "outputs not compared")
+                self.cases = []
+                return
+            self.cases.append((name, inputs, expected))
+
+    def check(self, run: Callable) -> list[Mismatch]:
+        """Mismatches of `run` (a loaded package) against TorchScript, over every case."""
+        found: list[Mismatch] = []
+        for name, inputs, expected in self.cases:
+            try:
+                actual = run(*_copies(inputs))
+            except InputError as err:  # the draw changed a shape the package is specialised to: a refusal, not a bug
+                if name != "the example inputs":
+                    self.notes.append(f"the package refused {name}: {err}")
+                    continue
+                actual = err
+            except Jit2TritonError as err:
+                actual = err
+            if isinstance(actual, Exception):
+                found.append(Mismatch(f"on {name}", math.inf, f"the package raised {type(actual).__name__}: {actual}"))
+                continue
+            found += [Mismatch(f"{m.where} on {name}", m.error, m.detail) for m in compare(actual, expected)]
+        return found
+
+    @property
+    def compared(self) -> int:
+        return len(self.cases)
+
+
+def observed_values(plan: dict, weights: dict, node_table: list, nodes: list, inputs: list, device: torch.device,
+                    kernels: Optional[dict] = None, only_kernels: bool = False) -> dict[int, torch.Tensor]:
+    """Run a plan on `inputs` and keep every tensor it makes, by IR value id (the last one, in loops). A run that
+    fails keeps what it made before the failure."""
+    seen: dict[int, torch.Tensor] = {}
+
+    def observe(index: int, outputs: tuple) -> None:
+        node = nodes[index]
+        if only_kernels and node.op != KERNEL_OP:
+            return
+        for value, obj in zip(node.outputs, outputs):
+            if isinstance(obj, torch.Tensor):
+                seen[value.id] = obj.detach().clone()
+
+    executor = Executor(plan, weights, node_table, observe=observe, kernels=kernels, device=device)
+    try:
+        executor(_copies(inputs))
+    except Exception:
+        pass
+    return seen
+
+
+def divergent_kernel(reference: dict[int, torch.Tensor], fused: dict[int, torch.Tensor],
+                     nodes: list) -> Optional[tuple[Any, float]]:
+    """The first kernel node (in execution order) whose output differs from ATen's value for it, with its error."""
+    kernel_outputs = {v.id: node for node in nodes if node.op == KERNEL_OP for v in node.outputs}
+    for value_id, actual in fused.items():
+        expected = reference.get(value_id)
+        if expected is None or value_id not in kernel_outputs:
+            continue
+        error, _ = tensor_error(actual, expected)
+        if error:
+            return kernel_outputs[value_id], error
+    return None
+
+
+def package_runner(contents, device: torch.device) -> Callable:
+    """The loaded package as a user would call it (the Python runtime, CUDA graphs included)."""
+    return Runtime(contents, device)
+
+
+def fused_values(contents, plan: dict, nodes: list, inputs: list, device: torch.device) -> dict[int, torch.Tensor]:
+    weights = {name: w.to(device) for name, w in contents.weights.items()}
+    kernels = load_kernels(contents, None, device)
+    return observed_values(plan, weights, contents.manifest["nodes"], nodes, inputs, device, kernels,
+                           only_kernels=True)

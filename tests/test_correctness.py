@@ -1,0 +1,212 @@
+"""Never a wrong answer, never a crash: the failures users met, as regressions, on both backends; and the safety
+nets behind them (a lowering that raises, a kernel that computes the wrong thing, out-of-range indices).
+
+Every test compares the package with the TorchScript model on fresh random inputs, never with our own output.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import jit2triton
+from jit2triton.transpiler import kernel_ir as K
+from jit2triton.transpiler.op_table import OP_TABLE, OpInfo
+
+from helpers import BACKENDS, assert_matches_torchscript, convert_for
+
+
+class QkvAttention(nn.Module):
+    """A vision transformer's attention block: one linear makes q, k and v, split by reshape/permute/unbind."""
+
+    def __init__(self, dim: int = 48, heads: int = 3) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q, k, v = self.qkv(x).reshape(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+class UnbindInput(nn.Module):
+    def forward(self, t):
+        q, k, v = t.permute(2, 0, 3, 1, 4).unbind(0)
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+class MaskIndices(nn.Module):
+    """GPT-2's attention-mask code: one index tensor viewed several ways."""
+
+    def forward(self, x):
+        q = torch.arange(x.shape[1])
+        mask = q[None, None, :, None] >= q[None, None, None, :]
+        return torch.where(mask, x, torch.full_like(x, -1e4)).softmax(-1)
+
+
+def softmax_then_sum(a):
+    return torch.softmax(a, 0).sum(1)
+
+
+def standardised_sum(a):
+    return (a / a.std(0)).sum(1)
+
+
+class Mixer(nn.Module):
+    """MLP-Mixer: a token-mixing MLP over transposed patches, LayerNorm over channels."""
+
+    def __init__(self, tokens: int = 6, channels: int = 8) -> None:
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(channels), nn.LayerNorm(channels)
+        self.tokens = nn.Sequential(nn.Linear(tokens, 12), nn.GELU(), nn.Linear(12, tokens))
+        self.channels = nn.Sequential(nn.Linear(channels, 16), nn.GELU(), nn.Linear(16, channels))
+
+    def forward(self, x):
+        x = x + self.tokens(self.norm1(x).transpose(1, 2)).transpose(1, 2)
+        return (x + self.channels(self.norm2(x))).softmax(1).sum(2)
+
+
+REGRESSIONS = {
+    "qkv_unbind_attention": (lambda: torch.jit.trace(QkvAttention().eval(), torch.randn(2, 5, 48)),
+                             lambda: (torch.randn(2, 5, 48),)),
+    "unbind_input_attention": (lambda: torch.jit.trace(UnbindInput(), torch.randn(2, 5, 3, 2, 4)),
+                               lambda: (torch.randn(2, 5, 3, 2, 4),)),
+    "mask_indices": (lambda: torch.jit.trace(MaskIndices(), torch.randn(2, 6, 6)), lambda: (torch.randn(2, 6, 6),)),
+    "softmax_then_sum": (lambda: torch.jit.script(softmax_then_sum), lambda: (torch.randn(6, 5),)),
+    "standardised_sum": (lambda: torch.jit.script(standardised_sum), lambda: (torch.randn(6, 5),)),
+    "mixer": (lambda: torch.jit.trace(Mixer().eval(), torch.randn(2, 6, 8)), lambda: (torch.randn(2, 6, 8),)),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", list(REGRESSIONS))
+def test_regression_matches_torchscript(name: str, backend: str) -> None:
+    make_model, make_inputs = REGRESSIONS[name]
+    torch.manual_seed(0)
+    model = make_model()
+    converted = convert_for(model, make_inputs(), backend)
+    summary = converted.summary()
+    assert summary["verification"]["kernels_removed"] == [], converted.report()
+    assert summary["fallback_nodes"] == 0, converted.report()  # each failure was closed, not routed around
+    assert_matches_torchscript(converted, model, make_inputs)
+
+
+class Embed(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.table = nn.Embedding(50, 4)
+
+    def forward(self, ids, rows):
+        return self.table(ids) * 2, torch.index_select(self.table.weight, 0, rows).sum(1)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("bad", [50, 4000, -1])
+def test_out_of_range_index_raises_like_aten(backend: str, bad: int) -> None:
+    model = torch.jit.trace(Embed().eval(), (torch.randint(0, 50, (2, 3)), torch.randint(0, 50, (4,))))
+    converted = convert_for(model, (torch.randint(0, 50, (2, 3)), torch.randint(0, 50, (4,))), backend)
+    assert_matches_torchscript(converted, model, lambda: (torch.randint(0, 50, (2, 3)), torch.randint(0, 50, (4,))))
+    if backend == "cuda":  # a device-side assert, as in ATen's CUDA kernels: it ends the process's CUDA context
+        assert "aten::_assert_async.msg" in str(converted.manifest["plan"])
+        return
+    ids = torch.randint(0, 50, (2, 3))
+    ids[1, 2] = bad
+    with pytest.raises(RuntimeError, match="index out of range"):
+        model(ids, torch.randint(0, 50, (4,)))  # what TorchScript does
+    with pytest.raises(jit2triton.Jit2TritonError, match="index out of range in self: %ids"):
+        converted(ids, torch.randint(0, 50, (4,)))
+    rows = torch.randint(0, 50, (4,))
+    rows[0] = bad
+    with pytest.raises(jit2triton.Jit2TritonError, match="index out of range in self: %rows"):
+        converted(torch.randint(0, 50, (2, 3)), rows)
+
+
+# --- the safety nets: a broken lowering is found and taken out, never shipped -------------------------------------
+
+def pointwise_chain(x, y):
+    a = torch.relu(x) * y
+    b = torch.softmax(a, -1) + 1
+    return torch.tanh(b @ y.t()) * 2
+
+
+def _break_lowering(monkeypatch, op: str, how: str) -> None:
+    import jit2triton.transpiler.fuse  # noqa: F401  (registers the lowerings)
+    original = OP_TABLE[op]
+
+    def broken(ctx, *args):
+        if how == "raise":
+            raise KeyError("an injected bug")
+        box = original.lowering(ctx, *args)
+        correct = box.fn
+        box.fn = lambda index: K.op("neg", correct(index))  # a sign flip: the kernel computes the wrong values
+        return box
+
+    monkeypatch.setitem(OP_TABLE, op, OpInfo(original.name, original.category, broken))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_lowering_that_raises_falls_back_to_aten(monkeypatch, backend: str) -> None:
+    _break_lowering(monkeypatch, "aten::softmax.int", "raise")
+    model = torch.jit.script(pointwise_chain)
+    converted = convert_for(model, (torch.randn(4, 8), torch.randn(4, 8)), backend)
+    summary = converted.summary()
+    assert summary["fallback_ops"] == {"aten::softmax.int": 1}
+    assert "KeyError: 'an injected bug'" in summary["fallback_reasons"]["aten::softmax.int"]
+    assert summary["native_nodes"] >= 3  # the rest still fuses
+    assert_matches_torchscript(converted, model, lambda: (torch.randn(4, 8), torch.randn(4, 8)))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_wrong_kernel_is_found_at_convert_time_and_taken_out(monkeypatch, backend: str) -> None:
+    _break_lowering(monkeypatch, "aten::softmax.int", "wrong")
+    model = torch.jit.script(pointwise_chain)
+    converted = convert_for(model, (torch.randn(4, 8), torch.randn(4, 8)), backend)
+    verification = converted.summary()["verification"]
+    assert verification["status"] == "passed"
+    removed, = verification["kernels_removed"]
+    assert "aten::softmax.int" in removed["ops"] and removed["error"] > 0.1
+    assert "softmax.int" in converted.summary()["fallback_ops"] or "aten::softmax.int" in converted.summary()[
+        "fallback_ops"]
+    assert "taken out: kernel" in converted.report()
+    assert_matches_torchscript(converted, model, lambda: (torch.randn(4, 8), torch.randn(4, 8)))
+
+
+def test_without_verification_the_wrong_kernel_ships(monkeypatch) -> None:
+    """The check above is what protects users: without it the injected bug reaches the package."""
+    _break_lowering(monkeypatch, "aten::softmax.int", "wrong")
+    model = torch.jit.script(pointwise_chain)
+    converted = jit2triton.convert(model, (torch.randn(4, 8), torch.randn(4, 8)), verify=False)
+    assert converted.summary()["verification"]["status"] == "skipped"
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    assert not torch.allclose(converted(x, y), model(x, y), atol=1e-3)
+
+
+def test_a_kernel_that_fails_to_build_costs_only_its_nodes(monkeypatch) -> None:
+    """An exception while a kernel is built from fused nodes (not in one lowering) refuses those nodes only."""
+    from jit2triton.transpiler import fuse as fuse_module
+    original = fuse_module._Fuser.build_kernel
+
+    def build_kernel(self, v, box, out):
+        if any(n.op == "aten::softmax.int" for n in box.nodes):
+            raise AssertionError("an injected bug")
+        return original(self, v, box, out)
+
+    monkeypatch.setattr(fuse_module._Fuser, "build_kernel", build_kernel)
+    model = torch.jit.script(pointwise_chain)
+    converted = jit2triton.convert(model, (torch.randn(4, 8), torch.randn(4, 8)))
+    summary = converted.summary()
+    assert "aten::softmax.int" in summary["fallback_ops"]
+    assert "AssertionError: an injected bug" in summary["fallback_reasons"]["aten::softmax.int"]
+    assert summary["kernels"], "the nodes the failure did not touch still fuse"
+    assert_matches_torchscript(converted, model, lambda: (torch.randn(4, 8), torch.randn(4, 8)))
+
+
+def test_random_models_are_not_compared(monkeypatch) -> None:
+    def noisy(x):
+        return x + torch.rand_like(x)
+
+    converted = jit2triton.convert(torch.jit.script(noisy), (torch.randn(3),))
+    verification = converted.summary()["verification"]
+    assert verification["status"] == "not compared" and "vary between calls" in verification["notes"][0]

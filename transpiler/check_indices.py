@@ -1,0 +1,67 @@
+"""Index bounds: a generated gather clamps its index so that a bad one never reads outside the tensor, where ATen
+raises "index out of range". So before each embedding, index_select and gather this pass inserts
+`all(0 <= index < size)` (ordinary pointwise and reduction ops: fusion makes them one small kernel) and an
+`aten::_assert_async.msg` on the result. On the CPU a bad index then raises as ATen's does; on CUDA it is a
+device-side assert, as in ATen's own index kernels, with no host sync (so CUDA graphs keep it)."""
+from __future__ import annotations
+
+from typing import Any
+
+from .ir import Block, Graph, Node, Type, Value
+from .op_table import schema_of
+
+# op -> (position of the index argument, position of the dim argument or None for dim 0 of the first argument)
+GATHERS = {"aten::embedding": (1, None, 0), "aten::index_select": (2, 1, 0), "aten::gather": (2, 1, 0)}
+_CHECK_OPS = ("aten::ge.Scalar", "aten::lt.Scalar", "aten::logical_and", "aten::all", "aten::_assert_async.msg")
+
+
+def check_indices(graph: Graph) -> Graph:
+    constants = {n.output.id: n.attrs["value"] for n in graph.walk()
+                 if n.op == "prim::Constant" and "value" in n.attrs}
+    for block in _blocks(graph.body):
+        out: list[Node] = []
+        for node in block.nodes:
+            if node.op in GATHERS:
+                out += _bounds_check(node, constants)
+            out.append(node)
+        block.nodes = out
+    return graph
+
+
+def _blocks(block: Block):
+    yield block
+    for node in block.nodes:
+        for sub in node.blocks:
+            yield from _blocks(sub)
+
+
+def _bounds_check(node: Node, constants: dict[int, Any]) -> list[Node]:
+    index_at, dim_at, source_at = GATHERS[node.op]
+    index, source = node.inputs[index_at], node.inputs[source_at]
+    dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
+    shape = source.type.shape
+    if not (index.type.is_tensor and shape and isinstance(dim, int) and -len(shape) <= dim < len(shape)
+            and isinstance(shape[dim], int)):
+        return []  # nothing static to check against: ATen (or the kernel's clamp) is all there is
+    size = shape[dim]
+    where = f" ({node.source})" if node.source else ""
+    message = (f"index out of range in self: %{index.name} holds an index outside [0, {size}) for {node.op}{where}; "
+               f"pass indices within the table's size")
+    nodes: list[Node] = []
+
+    def constant(name: str, value: Any, kind: str) -> Value:
+        v = Value(f"{index.name}_{name}", Type(kind))
+        nodes.append(Node("prim::Constant", [], [v], attrs={"value": value}))
+        return v
+
+    def op(name: str, args: list[Value], result: str) -> Value:
+        out = [Value(f"{index.name}_{result}", Type("Tensor"))] if result else []
+        nodes.append(Node(name, args, out, source=node.source, ts_kind=name.split(".")[0],
+                          attrs={"schema": schema_of(name), "synthetic": True}))
+        return out[0] if out else None
+
+    low = op("aten::ge.Scalar", [index, constant("zero", 0, "int")], "at_least_0")
+    high = op("aten::lt.Scalar", [index, constant("size", size, "int")], "below_size")
+    ok = op("aten::all", [op("aten::logical_and", [low, high], "in_range")], "all_in_range")
+    op("aten::_assert_async.msg", [ok, constant("message", message, "str")], "")
+    return nodes
