@@ -94,5 +94,25 @@ def assert_matches_torchscript(converted, model: Callable, make_inputs: Callable
             inputs = make_inputs()
             expected = model(*copied(inputs))
             on_device = to_device(inputs, device)
-            assert_same(to_cpu(converted(*copied(on_device))), expected, f"converted, call {call}")
-            assert_same(to_cpu(loaded(*copied(on_device))), expected, f"loaded, call {call}")
+            with torch.backends.cudnn.flags(enabled=True, allow_tf32=False):  # the CPU reference has no TF32
+                results = {"converted": converted(*copied(on_device)), "loaded": loaded(*copied(on_device))}
+            for name, result in results.items():
+                if device.type == "cuda":
+                    assert_close_on_gpu(to_cpu(result), expected, f"{name}, call {call}")
+                else:
+                    assert_same(result, expected, f"{name}, call {call}")
+
+
+def assert_close_on_gpu(actual: Any, expected: Any, where: str) -> None:
+    """A GPU package against TorchScript on the CPU: the GPU's exp and reduction orders differ by a few ulp, which
+    deep models grow; 1e-3 of each output's scale still catches every wrong kernel."""
+    if isinstance(expected, (tuple, list)):
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_close_on_gpu(a, e, f"{where}[{i}]")
+        return
+    if not isinstance(expected, torch.Tensor) or not expected.is_floating_point():
+        return assert_same(actual, expected, where)
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, where
+    scale = expected.abs().max().clamp_min(1e-6)
+    error = ((actual - expected).abs().max() / scale).item()
+    assert error < 1e-3, f"{where}: max error {error:.3g} of the output's scale"
