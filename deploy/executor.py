@@ -16,6 +16,7 @@ from .cuda_graph import RegionGraphs
 from .resolve import resolve_op
 
 Step = Callable[[list], None]
+UNPACKS = ("prim::ListUnpack", "prim::TupleUnpack")
 Observer = Callable[[int, tuple], None]  # (node index, output values)
 
 
@@ -101,6 +102,7 @@ class Executor:
         outs = step["outs"]
         free = step.get("free", ())
         node, observe = step["node"], self.observe
+        unpacks = step["op"] in UNPACKS  # one output per item, however many: `[x] = chunk(...)` is one
 
         def call(env: list) -> None:
             a = template.copy()
@@ -110,7 +112,9 @@ class Executor:
                 result = fn(*a[:npos], **dict(zip(kwnames, a[npos:])))
             else:
                 result = fn(*a)
-            if len(outs) == 1:
+            if unpacks and len(result) != len(outs):
+                raise ValueError(f"cannot unpack {len(result)} values into {len(outs)}")
+            if len(outs) == 1 and not unpacks:
                 env[outs[0]] = result
                 if observe:
                     observe(node, (result,))

@@ -68,6 +68,11 @@ class Mixer(nn.Module):
         return (x + self.channels(self.norm2(x))).softmax(1).sum(2)
 
 
+def single_chunk(x):
+    """A list of one item unpacked (found by the fuzzer: the runtime stored the list, not its item)."""
+    return torch.minimum(x.sum(0, keepdim=True).chunk(2, 0)[0], x)
+
+
 REGRESSIONS = {
     "qkv_unbind_attention": (lambda: torch.jit.trace(QkvAttention().eval(), torch.randn(2, 5, 48)),
                              lambda: (torch.randn(2, 5, 48),)),
@@ -77,6 +82,7 @@ REGRESSIONS = {
     "softmax_then_sum": (lambda: torch.jit.script(softmax_then_sum), lambda: (torch.randn(6, 5),)),
     "standardised_sum": (lambda: torch.jit.script(standardised_sum), lambda: (torch.randn(6, 5),)),
     "mixer": (lambda: torch.jit.trace(Mixer().eval(), torch.randn(2, 6, 8)), lambda: (torch.randn(2, 6, 8),)),
+    "single_chunk": (lambda: torch.jit.trace(single_chunk, torch.randn(5)), lambda: (torch.randn(5),)),
 }
 
 
