@@ -16,7 +16,7 @@ from typing import Callable
 import torch
 
 from jit2triton.emitters.cache import cache_dir, write_once
-from jit2triton.emitters.compile_cpp import compile_library, find_compiler, host_isa
+from jit2triton.emitters.compile_cpp import CompileFailed, compile_library, find_compiler, host_isa
 from jit2triton.errors import CorruptPackageError, PackageDeviceError
 
 _ELF_MACHINE = {"x86_64": 62, "AMD64": 62, "aarch64": 183, "arm64": 183}
@@ -77,7 +77,11 @@ def _usable_library(library: bytes, source: str, isa: str) -> bytes:
                                  "rebuild them from the bundled source: install g++ (with OpenMP) or convert again")
     warnings.warn(f"jit2triton: the package's C++ kernels were built for {why}; rebuilding them from the bundled "
                   "source for this CPU (once; cached)", stacklevel=3)
-    return compile_library(source, here)
+    try:
+        return compile_library(source, here)
+    except CompileFailed as err:
+        raise PackageDeviceError(f"rebuilding the package's C++ kernels for this CPU failed ({err}); convert the "
+                                 "model again on this machine") from None
 
 
 def _materialize(library: bytes) -> str:

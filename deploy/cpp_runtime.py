@@ -16,11 +16,8 @@ from typing import Any, Optional
 import torch
 
 from jit2triton.emitters.cache import cache_dir
-from jit2triton.errors import (CorruptPackageError, InputError, PackageDeviceError, PackageError,
-                               PackageVersionError)
-
-from .executor import StepError
-from .host_ops import ModelRaisedError
+from jit2triton.errors import (CorruptPackageError, InputError, ModelRaisedError, PackageDeviceError, PackageError,
+                               PackageVersionError, StepError)
 
 # The classes the extension raises, by name: the C++ runtime's errors are the Python runtime's exceptions.
 EXCEPTIONS = {cls.__name__: cls for cls in (PackageError, CorruptPackageError, PackageVersionError, PackageDeviceError,

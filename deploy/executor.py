@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from jit2triton.errors import InputError, Jit2TritonError
+from jit2triton.errors import InputError, Jit2TritonError, StepError
 
 from .cuda_graph import RegionGraphs
 from .resolve import resolve_op
@@ -18,10 +18,6 @@ from .resolve import resolve_op
 Step = Callable[[list], None]
 UNPACKS = ("prim::ListUnpack", "prim::TupleUnpack")
 Observer = Callable[[int, tuple], None]  # (node index, output values)
-
-
-class StepError(Jit2TritonError, RuntimeError):
-    """An op failed while running the plan; names the op and the model source line it came from."""
 
 
 class Executor:

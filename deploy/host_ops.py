@@ -12,11 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from jit2triton.errors import Jit2TritonError
-
-
-class ModelRaisedError(Jit2TritonError):
-    """The model itself raised (a `raise` or `assert` in its TorchScript source)."""
+from jit2triton.errors import ModelRaisedError
 
 
 def _append(items: list, item: Any) -> list:

@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import tempfile
 
+import torch
+
 from jit2triton.errors import ConversionError
 
 from .cache import cache_dir, write_once
@@ -34,17 +36,16 @@ def compiler_version(compiler: str) -> str:
     return out.stdout.splitlines()[0] if out.stdout else compiler
 
 
+class CompileFailed(Exception):
+    """The generated C++ did not compile: a bug in a renderer, not in the model (conversion falls back to ATen)."""
+
+
 def host_isa() -> str:
-    """The best baseline this CPU runs: x86-64-v3 (AVX2, FMA, F16C) where present."""
+    """The best baseline this CPU runs: x86-64-v3 (AVX2, FMA, F16C) where torch's own CPU dispatch found AVX2."""
     import platform
     if platform.machine() not in ("x86_64", "AMD64"):
         return "native-arm"
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line for line in f if line.startswith("flags")), "")
-    except OSError:
-        return "x86-64"
-    return "x86-64-v3" if all(f in flags.split() for f in ("avx2", "fma", "f16c", "bmi2")) else "x86-64"
+    return "x86-64-v3" if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512") else "x86-64"
 
 
 def compile_library(source: str, isa: str) -> bytes:
@@ -63,7 +64,7 @@ def compile_library(source: str, isa: str) -> bytes:
                 f.write(source)
             result = subprocess.run([compiler, *flags, src, "-o", out], capture_output=True, text=True)
             if result.returncode != 0:
-                raise ConversionError(f"compiling the generated C++ failed ({compiler}):\n{result.stderr[-4000:]}")
+                raise CompileFailed(f"compiling the generated C++ failed ({compiler}):\n{result.stderr[-4000:]}")
             with open(out, "rb") as f:
                 write_once(cached, f.read())
     with open(cached, "rb") as f:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import math
 import os
 import sys
 from types import ModuleType
@@ -134,7 +135,7 @@ def compile_config(r: TritonKernel, config: dict, device: torch.device):
 
 def tune(r: TritonKernel, kernel: Kernel, device: torch.device):
     """-> (config, compiled kernel): the default configuration, or the fastest of the candidates on big kernels."""
-    work = sum(_numel(b.shape) for b in kernel.inputs + kernel.outputs)
+    work = sum(math.prod(b.shape) for b in kernel.inputs + kernel.outputs)
     candidates = r.configs if work >= TUNE_MIN_ELEMENTS and len(r.configs) > 1 else r.configs[:1]
     compiled = [compile_config(r, c, device) for c in candidates]
     if len(candidates) == 1:
@@ -158,13 +159,6 @@ def _example_buffers(kernel: Kernel, device: torch.device) -> list[torch.Tensor]
         buffers.append(storage.as_strided(b.shape, b.strides or ()))
     buffers += [torch.empty(b.shape, dtype=getattr(torch, b.dtype), device=device) for b in kernel.outputs]
     return buffers
-
-
-def _numel(shape) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 _POINTER_DTYPES = {"*fp32": torch.float32, "*fp64": torch.float64, "*fp16": torch.float16, "*bf16": torch.bfloat16,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 
 from jit2triton.transpiler import kernel_ir as K
-from jit2triton.transpiler.lowering import compute_dtype
+from jit2triton.transpiler.kernel_ir import compute_dtype
 
 from .common import (LoopNest, Scope, loop_nest, provenance_comment, reduction_size, store_index, unravel,
                      variables_size)

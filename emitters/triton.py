@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from jit2triton.transpiler import kernel_ir as K
-from jit2triton.transpiler.lowering import compute_dtype
+from jit2triton.transpiler.kernel_ir import compute_dtype
 
 from .common import LoopNest, Scope, loop_nest, provenance_comment, reduction_size, store_index, unravel
 from .triton_math import EXPRESSIONS, FLOAT_ONLY, HELPER_NEEDS, HELPERS, TL_TYPES, literal, neutral, ordered
@@ -421,10 +421,7 @@ def _needs_int64(kernel: K.Kernel, nest: LoopNest) -> bool:
 
 
 def _size(variables) -> int:
-    n = 1
-    for v in variables:
-        n *= v.arg[1]
-    return n
+    return math.prod(v.arg[1] for v in variables)
 
 
 def _contiguous(shape) -> tuple[int, ...]:

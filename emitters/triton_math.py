@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import struct
 
-from jit2triton.transpiler.lowering import compute_dtype
+from jit2triton.transpiler.kernel_ir import compute_dtype
 
 TL_TYPES = {"float32": "tl.float32", "float64": "tl.float64", "float16": "tl.float16", "bfloat16": "tl.bfloat16",
             "int64": "tl.int64", "int32": "tl.int32", "int16": "tl.int16", "int8": "tl.int8", "uint8": "tl.uint8",

@@ -21,15 +21,26 @@ from .errors import (  # noqa: E402
     InputError,
     Jit2TritonError,
     ModelLoadError,
+    ModelRaisedError,
     PackageDeviceError,
     PackageError,
     PackageVersionError,
+    StepError,
 )
-from .api import Converted, convert, load  # noqa: E402
 from .version import __version__  # noqa: E402
 
 __all__ = [
     "convert", "load", "Converted", "__version__",
     "Jit2TritonError", "ModelLoadError", "ConversionError", "PackageError", "CorruptPackageError",
-    "PackageVersionError", "PackageDeviceError", "InputError",
+    "PackageVersionError", "PackageDeviceError", "InputError", "StepError", "ModelRaisedError",
 ]
+_API = ("convert", "load", "Converted")
+
+
+def __getattr__(name: str):
+    """The API on first use: importing `jit2triton.errors` (as every stage does) or the CLI's `--help` loads no
+    torch and no runtime."""
+    if name in _API:
+        from . import api
+        return getattr(api, name)
+    raise AttributeError(f"module 'jit2triton' has no attribute {name!r}")

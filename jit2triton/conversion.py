@@ -1,7 +1,6 @@
 """Conversion: the pipeline loaders -> transpiler -> emitters -> a package's contents."""
 from __future__ import annotations
 
-import dataclasses
 import os
 import platform
 import time
@@ -9,30 +8,22 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
+from jit2triton.deploy.executor import Executor
 from jit2triton.deploy.graph_regions import capturable, group_regions, worth_capturing
-from jit2triton.deploy.executor import Executor, StepError
 from jit2triton.deploy.literals import encode
-from jit2triton.deploy.package import PackageContents, memory_order
+from jit2triton.deploy.package import PackageContents
 from jit2triton.deploy.runtime import DeviceLike
 from jit2triton.deploy.signature import describe
 from jit2triton.emitters.build import build_cpp, kernel_index
 from jit2triton.loaders import load_script
 from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource
-from jit2triton.transpiler.check_indices import check_indices
-from jit2triton.transpiler.fold_shapes import fold_shapes
+from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.from_torchscript import from_torchscript
-from jit2triton.transpiler.fuse import KERNEL_OP, fuse
-from jit2triton.transpiler.fuse_attention import fuse_attention
-from jit2triton.transpiler.functionalize import functionalize
-from jit2triton.transpiler.infer_shapes import ShapeRecorder
-from jit2triton.transpiler.infer_unobserved import infer_unobserved
-from jit2triton.transpiler.ir import MISSING
+from jit2triton.transpiler.fuse import KERNEL_OP
 from jit2triton.transpiler.report import summarize
-from jit2triton.transpiler.schedule import schedule
-from jit2triton.transpiler.split_conv_bias import split_conv_bias
-from jit2triton.transpiler.unpack_splits import unpack_splits
+from jit2triton.transpiler.schedule import Schedule
 
-from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError
+from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, StepError
 from .verify import Verifier, divergent_kernel, fused_values, observed_values, package_runner
 from .version import __version__
 
@@ -71,24 +62,11 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
     inputs = [x.to(target).contiguous() if isinstance(x, torch.Tensor) else x for x in inputs]
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
-    graph = from_torchscript(script.graph, script.input_names, script.input_defaults, script.name, NO_DEFAULT)
-    retarget_constants(graph, target)
-    graph.weights = {name: keep_layout(w) for name, w in graph.weights.items()}
-    for node in graph.walk():  # weights are moved to the target device at load: type them as living there
-        if node.op == "prim::Constant" and "weight" in node.attrs:
-            node.output.type = dataclasses.replace(node.output.type, device=target.type)
-    say("inferring shapes and dtypes from the example inputs")
-    recorder, outputs = observe(graph, inputs, target)
-    output = outputs[0] if len(outputs) == 1 else tuple(outputs)
-    if backend != "aten":
-        fold_shapes(graph, recorder)
-        unpack_splits(graph)
-        fuse_attention(graph)
-        functionalize(graph)  # in-place writes TorchScript's mutation removal left, where nothing else sees them
-        split_conv_bias(graph, target.type)  # on CUDA a convolution's bias add fuses into the kernel after it
-        check_indices(graph)  # generated gathers clamp their index: a bad one must still raise, as in ATen
-        observe(graph, inputs, target)  # the rewrites made new values (a fused attention's output has its own strides)
-        infer_unobserved(graph)  # branches the example inputs did not take
+    graph = from_torchscript(script.graph, script.input_names, script.name)
+    ctx = pipeline.Context(target, inputs, _run_plan(target))
+    say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
+    pipeline.prepare(graph, ctx, generate_kernels=backend != "aten")
+    output = ctx.outputs[0] if len(ctx.outputs) == 1 else tuple(ctx.outputs)
     signature = {"inputs": _input_signature(script.input_names, script.input_defaults, inputs),
                  "outputs": describe(output)}
     model_info = {"name": script.name,
@@ -97,11 +75,10 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     if verify:
         say("running TorchScript on the example inputs and a fresh draw, for verification")
         verifier = Verifier(script.function, inputs, signature["inputs"], target)
-    refused: dict[int, str] = {}  # node uid -> why it runs through ATen: its kernel failed to build or to verify
     removed: list[dict[str, Any]] = []
     verify_seconds = 0.0
     for _ in range(MAX_VERIFY_ROUNDS):
-        contents, plan_graph, sched = _build_package(graph, backend, target, refused, signature, model_info, say)
+        contents, sched = _build_package(graph, backend, ctx, signature, model_info, say)
         backend = contents.manifest["backend"]  # "aten" if generating kernels failed outright
         if verifier is None or not verifier.compared:
             break
@@ -120,7 +97,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
             why = f"verification: max rel. error {error:.3g} against ATen (kernel {name})"
             say(f"taking kernel {name} out: {why}")
             removed.append({"kernel": name, "error": error, "ops": [n.op for n in kernel.attrs["fused"]]})
-            refused.update((node.uid, why) for node in kernel.attrs["fused"])
+            ctx.refused.update((node.uid, why) for node in kernel.attrs["fused"])
         elif backend != "aten":
             say("no single kernel is to blame: every op runs through ATen instead")
             removed.append({"kernel": "*", "error": max(m.error for m in mismatches), "ops": []})
@@ -143,16 +120,17 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     return contents, target
 
 
-def _build_package(graph, backend: str, target: torch.device, refused: dict[int, str], signature: dict,
-                   model_info: dict, say: Progress):
+def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, model_info: dict,
+                   say: Progress) -> tuple[PackageContents, Schedule]:
     """Fuse (unless every op runs through ATen), generate and compile kernels, and write the manifest.
-    -> (contents, the graph the plan runs, its schedule)."""
+    -> (contents, the schedule of the plan it holds)."""
+    target = ctx.device
     files, kernels, backend_section = {}, [], {}
     plan_graph = graph
     if backend != "aten":
         say(f"fusing and generating {backend} kernels")
         try:
-            plan_graph = fuse(graph, target.type, refused)
+            plan_graph = pipeline.lower(graph, ctx)
             kernels = [n.attrs["kernel"] for n in plan_graph.walk() if n.op == KERNEL_OP]
             files, backend_section = build_kernels(kernels, backend, say, target)
         except Jit2TritonError:
@@ -160,7 +138,7 @@ def _build_package(graph, backend: str, target: torch.device, refused: dict[int,
         except Exception as err:  # a bug in fusion or a renderer that no single node explains: no kernels at all
             say(f"generating kernels failed ({type(err).__name__}: {err}); every op runs through ATen")
             plan_graph, kernels, files, backend_section, backend = graph, [], {}, {}, "aten"
-    sched = schedule(plan_graph)
+    sched = pipeline.plan(plan_graph)
     manifest = {
         "producer": {"jit2triton": __version__, "torch": torch.__version__, "triton": _triton_version(),
                      "python": platform.python_version()},
@@ -184,14 +162,14 @@ def _build_package(graph, backend: str, target: torch.device, refused: dict[int,
                               and worth_capturing(sched.plan, manifest["signature"]))
     if not manifest["cuda_graph"] and target.type == "cuda":  # then its straight-line runs may, one by one
         manifest["plan"] = group_regions(sched.plan, sched.node_table, on_host)
-    weights = {name: w.to("cpu") for name, w in plan_graph.weights.items()}
-    return PackageContents(manifest, weights, files), plan_graph, sched
+    weights = {name: w.to("cpu") for name, w in sched.weights.items()}
+    return PackageContents(manifest, weights, files), sched
 
 
 def _find_culprit(graph, sched, contents, verifier: Verifier, target: torch.device):
     """The first generated kernel whose output differs from ATen's on a verification case, or None."""
-    before = schedule(graph)
-    weights = {name: w.to(target) for name, w in graph.weights.items()}
+    before = pipeline.plan(graph)
+    weights = {name: w.to(target) for name, w in before.weights.items()}
     for _, inputs, _ in verifier.cases:
         reference = observed_values(before.plan, weights, before.node_table, before.nodes, inputs, target)
         fused = fused_values(contents, sched.plan, sched.nodes, inputs, target)
@@ -201,19 +179,16 @@ def _find_culprit(graph, sched, contents, verifier: Verifier, target: torch.devi
     return None
 
 
-def observe(graph, inputs: list, target: torch.device) -> tuple[ShapeRecorder, list]:
-    """Run the graph once on the example inputs through ATen and write every value's dtype, shape and strides into
-    the IR: this is the reference interpreter behind shape inference."""
-    sched = schedule(graph)
-    recorder = ShapeRecorder(sched.nodes)
-    recorder.observe_values(graph.inputs, inputs)
-    weights_on_device = {name: w.to(target) for name, w in graph.weights.items()}
-    try:
-        outputs = Executor(sched.plan, weights_on_device, sched.node_table, observe=recorder)(inputs)
-    except StepError as err:
-        raise ConversionError(f"running the model on the example inputs failed: {err}") from None
-    recorder.annotate()
-    return recorder, outputs
+def _run_plan(target: torch.device) -> pipeline.RunPlan:
+    """The reference interpreter the transpiler types the graph with: the runtime's executor, every op through
+    ATen, weights on the target device."""
+    def run(sched: Schedule, inputs: list, observer) -> list:
+        weights = {name: w.to(target) for name, w in sched.weights.items()}
+        try:
+            return Executor(sched.plan, weights, sched.node_table, observe=observer)(inputs)
+        except StepError as err:
+            raise ConversionError(f"running the model on the example inputs failed: {err}") from None
+    return run
 
 
 def build_kernels(kernels: list, backend: str, say: Progress,
@@ -233,23 +208,6 @@ def build_kernels(kernels: list, backend: str, say: Progress,
         files, section = build_triton(kernels, target)
         return files, {"triton": section}
     raise ConversionError(f"the {backend} backend is not available in this build")
-
-
-def keep_layout(weight: torch.Tensor) -> torch.Tensor:
-    """A weight as the package will hold it: its memory order kept when dense (channels-last), else contiguous, so
-    the strides seen while converting are the strides the loaded package has."""
-    order = memory_order(weight)
-    return weight if weight.permute(order).is_contiguous() else weight.contiguous()
-
-
-def retarget_constants(graph, target: torch.device) -> None:
-    """Device constants baked in by tracing on another device (a traced LSTM's zero state on the CPU) name the
-    conversion target instead: converting for CUDA means running on CUDA."""
-    weights_on = {w.device.type for w in graph.weights.values()} or {"cpu"}
-    for node in graph.walk():
-        value = node.attrs.get("value")
-        if node.op == "prim::Constant" and isinstance(value, torch.device) and value.type in weights_on:
-            node.attrs["value"] = target
 
 
 def _complete_inputs(example_inputs, names: list[str], defaults: list[Any]) -> list[Any]:
@@ -274,7 +232,7 @@ def _input_signature(names: list[str], defaults: list[Any], inputs: list[Any]) -
             entry["range"] = [int(value.min()), int(value.max()) + 1]  # for random inputs that stay valid
         elif isinstance(value, (bool, int, float, str)):
             entry["example"] = value
-        if default is not NO_DEFAULT and default is not MISSING:
+        if default is not NO_DEFAULT:
             entry["default"] = encode(default)
         signature.append(entry)
     return signature

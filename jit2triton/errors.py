@@ -35,3 +35,11 @@ class PackageDeviceError(PackageError):
 
 class InputError(Jit2TritonError, ValueError):
     """The inputs of a call do not match the signature the model was converted with."""
+
+
+class StepError(Jit2TritonError, RuntimeError):
+    """An op failed while running the plan; names the op and the model source line it came from."""
+
+
+class ModelRaisedError(Jit2TritonError):
+    """The model itself raised (a `raise` or `assert` in its TorchScript source)."""

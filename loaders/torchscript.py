@@ -10,7 +10,7 @@ import os
 import warnings
 import zipfile
 from dataclasses import dataclass, field
-from typing import Any, Optional, Union
+from typing import Any, Union
 
 import torch
 
@@ -25,8 +25,7 @@ class ScriptGraph:
     input_names: list[str]
     input_defaults: list[Any]  # per input: its default value, or `NO_DEFAULT`
     name: str
-    module: Optional[torch.jit.ScriptModule] = field(default=None, repr=False)  # the frozen module, if any
-    function: Any = field(default=None, repr=False)  # a callable that runs the original TorchScript
+    function: Any = field(default=None, repr=False)  # runs the TorchScript (frozen): verification's reference
 
 
 NO_DEFAULT = object()
@@ -89,7 +88,7 @@ def _from_module(module: torch.jit.ScriptModule) -> ScriptGraph:
     _normalise(graph)
     args = schema.arguments[1:]
     return ScriptGraph(graph, [a.name for a in args], [_default(a) for a in args], _module_name(module),
-                       module=frozen, function=frozen)
+                       function=frozen)
 
 
 def _from_function(function: torch.jit.ScriptFunction) -> ScriptGraph:

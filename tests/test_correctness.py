@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import jit2triton
 from jit2triton.transpiler import kernel_ir as K
+from jit2triton.transpiler.lowering import load_lowerings
 from jit2triton.transpiler.op_table import OP_TABLE, OpInfo
 
 from helpers import BACKENDS, assert_matches_torchscript, convert_for
@@ -138,7 +139,7 @@ def pointwise_chain(x, y):
 
 
 def _break_lowering(monkeypatch, op: str, how: str) -> None:
-    import jit2triton.transpiler.fuse  # noqa: F401  (registers the lowerings)
+    load_lowerings()
     original = OP_TABLE[op]
 
     def broken(ctx, *args):

@@ -3,14 +3,13 @@ import torch
 
 import jit2triton
 from jit2triton.loaders import load_script
-from jit2triton.loaders.torchscript import NO_DEFAULT
 from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.schedule import schedule
 
 
 def _plan(fn, *example):
     script = load_script(torch.jit.script(fn))
-    graph = from_torchscript(script.graph, script.input_names, script.input_defaults, script.name, NO_DEFAULT)
+    graph = from_torchscript(script.graph, script.input_names, script.name)
     return schedule(graph).plan
 
 

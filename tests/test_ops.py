@@ -14,11 +14,12 @@ import pytest
 import torch
 
 import jit2triton
-from jit2triton.transpiler import fuse  # noqa: F401  (importing fusion registers every lowering in the op table)
+from jit2triton.transpiler.lowering import load_lowerings
 from jit2triton.transpiler.op_table import OP_TABLE
 
 from op_samples import BACKSLASH_CONTINUED_SOURCE, NARROW_INTEGER_MAX_MIN, SAMPLES, Sample
 
+load_lowerings()
 LOWERED = sorted(op for op, info in OP_TABLE.items() if info.lowering is not None)
 EXAMPLE_SEED, FRESH_SEED = 0, 1234
 TOLERANCES = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-7, 1e-7), torch.bfloat16: (1.6e-2, 1e-2),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 import jit2triton
-import jit2triton.conversion as conversion
+from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.split_conv_bias import split_conv_bias
 
 from models import MODELS
@@ -19,8 +19,9 @@ CNN = next(s for s in MODELS if s.name == "small_cnn_bn_se")
 
 def test_conv_bias_moves_into_the_kernel_after_it(monkeypatch, tmp_path) -> None:
     counts = []
-    monkeypatch.setattr(conversion, "split_conv_bias", lambda graph, device: counts.append(
-        split_conv_bias(graph, "cuda")))
+    forced = ("split_conv_bias", lambda graph, ctx: counts.append(split_conv_bias(graph, "cuda")))
+    monkeypatch.setattr(pipeline, "REWRITES", [forced if name == "split_conv_bias" else (name, run)
+                                               for name, run in pipeline.REWRITES])
     source, reference, example = build(CNN, tmp_path)
     converted = jit2triton.convert(source, example_inputs=example)
     assert counts == [4]  # every convolution of the model (batch norm folded into them)
@@ -40,8 +41,9 @@ def test_on_the_cpu_the_bias_stays_in_the_convolution(tmp_path) -> None:
 
 def test_an_unbatched_convolution_keeps_its_bias(monkeypatch) -> None:
     counts = []
-    monkeypatch.setattr(conversion, "split_conv_bias", lambda graph, device: counts.append(
-        split_conv_bias(graph, "cuda")))
+    forced = ("split_conv_bias", lambda graph, ctx: counts.append(split_conv_bias(graph, "cuda")))
+    monkeypatch.setattr(pipeline, "REWRITES", [forced if name == "split_conv_bias" else (name, run)
+                                               for name, run in pipeline.REWRITES])
     torch.manual_seed(0)
     conv = torch.jit.script(torch.nn.Conv2d(3, 6, 3).eval())  # called on (C, H, W): no batch dim
     converted = jit2triton.convert(conv, example_inputs=(torch.randn(3, 8, 8),))

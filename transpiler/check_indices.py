@@ -56,7 +56,7 @@ def _bounds_check(node: Node, constants: dict[int, Any]) -> list[Node]:
 
     def op(name: str, args: list[Value], result: str) -> Value:
         out = [Value(f"{index.name}_{result}", Type("Tensor"))] if result else []
-        nodes.append(Node(name, args, out, source=node.source, ts_kind=name.split(".")[0],
+        nodes.append(Node(name, args, out, source=node.source,
                           attrs={"schema": schema_of(name), "synthetic": True}))
         return out[0] if out else None
 

@@ -61,7 +61,7 @@ class _Folder:
     def constant_node(self, node: Node, value: Any) -> Node:
         out = node.output
         self.constant.add(out.id)
-        folded = Node("prim::Constant", [], [out], source=node.source, ts_kind=node.ts_kind, uid=node.uid)
+        folded = Node("prim::Constant", [], [out], source=node.source, uid=node.uid)
         if isinstance(value, torch.Tensor):
             name = f"folded_{out.name}"
             self.graph.weights[name] = value.detach().clone()

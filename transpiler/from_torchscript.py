@@ -14,7 +14,7 @@ import torch
 
 from jit2triton.errors import ConversionError
 
-from .ir import MISSING, Block, Graph, Node, Source, Type, Value, dtype_name
+from .ir import Block, Graph, Node, Source, Type, Value, dtype_name
 
 _TYPE_KINDS = {
     "IntType": "int", "FloatType": "float", "BoolType": "bool", "StringType": "str", "NoneType": "None",
@@ -44,15 +44,13 @@ _SCALAR_NAMES = {
 }
 
 
-def from_torchscript(ts_graph: torch._C.Graph, input_names: list[str], input_defaults: list[Any],
-                     name: str, no_default: object) -> Graph:
+def from_torchscript(ts_graph: torch._C.Graph, input_names: list[str], name: str) -> Graph:
     builder = _Builder()
     body = Block()
     for ts_value, arg_name in zip(ts_graph.inputs(), input_names):
         body.inputs.append(builder.define(ts_value, arg_name))
     builder.fill_block(body, ts_graph.nodes(), ts_graph.outputs())
-    defaults = [MISSING if d is no_default else d for d in input_defaults]
-    return Graph(body, builder.weights, list(input_names), defaults, name)
+    return Graph(body, builder.weights, name)
 
 
 class _Builder:
@@ -77,7 +75,7 @@ class _Builder:
         kind = ts_node.kind()
         inputs = [self.use(v) for v in ts_node.inputs()]
         outputs = [self.define(v) for v in ts_node.outputs()]
-        node = Node(kind, inputs, outputs, source=_source(ts_node), ts_kind=kind)
+        node = Node(kind, inputs, outputs, source=_source(ts_node))
         if kind == "prim::Constant":
             self.constant(ts_node, node)
         schema = ts_node.schema()

@@ -85,7 +85,7 @@ def _rewrite(graph: Graph, block: Block, position: int) -> bool:
         inserted += [Node("prim::Constant", [], [v], attrs={"value": c}) for v, c in zip(values, args)]
         written = Value(f"{inner.name}_written", inner.type)
         scatter_op = _SCATTERS[view.op]
-        inserted.append(Node(scatter_op, [inner, src, *values], [written], source=node.source, ts_kind=node.ts_kind,
+        inserted.append(Node(scatter_op, [inner, src, *values], [written], source=node.source,
                              attrs={"schema": schema_of(scatter_op), "synthetic": True}))
         src = written
     block.nodes[position + 1:position + 1] = inserted

@@ -23,7 +23,6 @@ from typing import Any, Optional
 import torch
 
 from . import kernel_ir as K
-from . import lower_cat, lower_pointwise, lower_pooling, lower_reductions, lower_views  # noqa: F401  (lowerings)
 from .ir import Block, Graph, Node, Type, Value, walk_block
 from .op_table import is_view, may_alias, returns_alias, writes_in_place
 from .lowering import CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering, realized_box

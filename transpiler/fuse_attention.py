@@ -110,7 +110,7 @@ def _attention(out_matmul: Node, match: _Match):
               _constant_node(False, Type("bool"), consumed)]
     fused = Node("aten::scaled_dot_product_attention", inputs, list(out_matmul.outputs),
                  attrs={"schema": SDPA_SCHEMA, "fused_from": [n.op for n in consumed]},
-                 source=out_matmul.source, ts_kind="aten::matmul")
+                 source=out_matmul.source)
     constants = [n for n in consumed if n.op == "prim::Constant"]
     return constants + [fused], [n for n in consumed if n.op != "prim::Constant"]
 

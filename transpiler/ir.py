@@ -96,7 +96,6 @@ class Node:
     attrs: dict[str, Any] = field(default_factory=dict)
     blocks: list[Block] = field(default_factory=list)
     source: Optional[Source] = None
-    ts_kind: str = ""  # the TorchScript node kind it came from, for reports ("aten::add")
     uid: int = field(default_factory=lambda: next(_ids))
 
     @property
@@ -107,11 +106,9 @@ class Node:
 
 @dataclass(eq=False)
 class Graph:
-    """A function: the top block, its weights (constant tensors by name) and its input signature."""
+    """A function: the top block and its weights (constant tensors by name)."""
     body: Block
     weights: dict[str, torch.Tensor] = field(default_factory=dict)
-    input_names: list[str] = field(default_factory=list)
-    input_defaults: list[Any] = field(default_factory=list)  # per input: a literal, or MISSING
     name: str = "forward"
 
     @property
@@ -128,14 +125,6 @@ class Graph:
 
     def __str__(self) -> str:
         return format_graph(self)
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "MISSING"
-
-
-MISSING = _Missing()
 
 
 def walk_block(block: Block):

@@ -36,6 +36,11 @@ REDUCE_OPS = {"sum", "max", "min", "prod", "any", "all", "argmax", "argmin"}
 INT = "int64"
 
 
+def compute_dtype(dtype: str) -> str:
+    """The dtype values are computed in inside a kernel: float16 and bfloat16 in float32, rounded when stored."""
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
 class KExpr:
     __slots__ = ("op", "args", "arg", "dtype")
     _interned: dict = {}

@@ -5,6 +5,7 @@ old shape with div/mod, which `kernel_ir` simplifies away where the dims line up
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 from . import kernel_ir as K
@@ -33,15 +34,8 @@ def reshape_index(old_shape: Sequence[int], new_shape: Sequence[int]):
           "aten::reshape_as", "aten::squeeze", "aten::squeeze.dim", "aten::unsqueeze")
 def reshape(ctx, x, *args):
     shape = ctx.out_shape
-    require(x.numel == _numel(shape), "reshape to another number of elements")
+    require(x.numel == math.prod(shape), "reshape to another number of elements")
     return view_of(ctx, x, shape, reshape_index(x.shape, shape))
-
-
-def _numel(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
 
 
 @lowering("aten::permute")

@@ -10,13 +10,16 @@ storage dtype only when a kernel stores them, as TorchInductor does.
 """
 from __future__ import annotations
 
+import importlib
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from . import kernel_ir as K
+from .kernel_ir import compute_dtype  # noqa: F401  (re-exported for the lowering modules)
 from .op_table import OP_TABLE, OpInfo, lookup
 
 Index = list  # list[KExpr], one per dim
@@ -25,10 +28,6 @@ _box_ids = itertools.count(1)
 
 class CannotLower(Exception):
     """This node (with these arguments) has no kernel lowering; it runs through ATen instead."""
-
-
-def compute_dtype(dtype: str) -> str:
-    return "float32" if dtype in ("float16", "bfloat16") else dtype
 
 
 @dataclass(eq=False)
@@ -57,10 +56,7 @@ class TensorBox:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
 
 def realized_box(buffer: str, shape: Sequence[int], dtype: str, strides: Sequence[int]) -> TensorBox:
@@ -116,7 +112,22 @@ class LowerContext:
 _reduction_names = itertools.count()
 
 
+LOWERING_MODULES = ("lower_pointwise", "lower_views", "lower_reductions", "lower_pooling", "lower_cat")
+_loaded = False
+
+
+def load_lowerings() -> None:
+    """Fill the op table's lowerings, once: every reader of a lowering goes through here, so none depends on which
+    module happened to be imported first."""
+    global _loaded
+    if not _loaded:
+        for name in LOWERING_MODULES:
+            importlib.import_module(f"{__package__}.{name}")
+        _loaded = True
+
+
 def get_lowering(op: str) -> Optional[Lowering]:
+    load_lowerings()
     return lookup(op).lowering
 
 

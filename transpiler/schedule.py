@@ -27,6 +27,7 @@ class Schedule:
     plan: dict[str, Any]
     node_table: list[dict[str, Any]]  # per scheduled node: op, category, source; stored for reports and errors
     nodes: list[Node]  # the IR node behind each node_table entry (step["node"] indexes both)
+    weights: dict[str, torch.Tensor]  # what the plan's ["w", name] references name
 
 
 def schedule(graph: Graph) -> Schedule:
@@ -39,7 +40,7 @@ def schedule(graph: Graph) -> Schedule:
         "outputs": [builder.ref(v) for v in graph.outputs],
         "num_slots": memory.num_slots,
     }
-    return Schedule(plan, builder.node_table, builder.nodes)
+    return Schedule(plan, builder.node_table, builder.nodes, graph.weights)
 
 
 def _literals(graph: Graph) -> dict[int, list]:

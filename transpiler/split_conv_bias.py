@@ -46,11 +46,11 @@ def split_conv_bias(graph: Graph, device_type: str) -> int:
                 Node("prim::Constant", [], [none], attrs={"value": None}),
                 node,
                 Node("prim::Constant", [], [size], attrs={"value": [-1] + [1] * (rank - 2)}),
-                Node("aten::view", [bias, size], [per_channel], source=node.source, ts_kind=node.ts_kind,
+                Node("aten::view", [bias, size], [per_channel], source=node.source,
                      attrs={"schema": _VIEW_SCHEMA, "synthetic": True}),
                 Node("prim::Constant", [], [alpha], attrs={"value": 1}),
                 Node("aten::add.Tensor", [convolved, per_channel, alpha], [result], source=node.source,
-                     ts_kind=node.ts_kind, attrs={"schema": _ADD_SCHEMA, "synthetic": True}),
+                     attrs={"schema": _ADD_SCHEMA, "synthetic": True}),
             ]
             split += 1
         block.nodes = out

@@ -93,9 +93,9 @@ def _views(split: Node, unpack: Node, dim: int, pieces: list[tuple[int, int]], s
     for (start, length), out in zip(pieces, unpack.outputs):
         if select:
             nodes.append(Node("aten::select.int", [x, dim_value, constant(start)], [out],
-                              attrs={"schema": SELECT_SCHEMA}, source=split.source, ts_kind="aten::unbind"))
+                              attrs={"schema": SELECT_SCHEMA}, source=split.source))
         else:
             nodes.append(Node("aten::slice.Tensor", [x, dim_value, constant(start), constant(start + length),
                                                      constant(1)], [out],
-                              attrs={"schema": SLICE_SCHEMA}, source=split.source, ts_kind=split.ts_kind))
+                              attrs={"schema": SLICE_SCHEMA}, source=split.source))
     return nodes

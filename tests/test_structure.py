@@ -1,0 +1,68 @@
+"""The data flows one way: loaders -> transpiler -> emitters -> deploy. A stage imports only itself, earlier stages
+and the leaf modules every stage may use (errors, version); no stage imports the public face (api, cli,
+conversion). Checked on the source, lazy imports inside functions included, so a violation cannot hide."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGES = ["loaders", "transpiler", "emitters", "deploy"]
+
+
+def _imports(path: Path, package: str) -> set[str]:
+    """Every jit2triton module a file imports, resolved to absolute names."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{a.name}" for a in node.names)
+    return {m for m in found if m.startswith("jit2triton")}
+
+
+def _violation(module: str, allowed: set[str]) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in ("errors", "version"):
+        return ""
+    if module == "jit2triton":
+        return "the package root (the public face)"
+    if parts[1] not in STAGES:
+        return f"{module} (the public face)"
+    if parts[1] not in allowed:
+        return f"{module} (a later stage)"
+    return ""
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_a_stage_imports_only_earlier_stages(stage: str) -> None:
+    allowed = set(STAGES[:STAGES.index(stage) + 1])
+    wrong = [f"{path.name} imports {why}" for path in sorted((ROOT / stage).glob("*.py"))
+             for why in (_violation(m, allowed) for m in sorted(_imports(path, f"jit2triton.{stage}"))) if why]
+    assert not wrong, f"{stage}: " + "; ".join(wrong)
+
+
+def test_importing_errors_loads_no_stage_and_no_torch() -> None:
+    code = ("import sys, jit2triton.errors; "
+            "print(sorted(m for m in sys.modules if m.startswith('jit2triton')), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['jit2triton', 'jit2triton.errors', 'jit2triton.version'] False", out
+
+
+def test_loading_a_package_needs_no_converter_stage(small_package) -> None:
+    path, _ = small_package
+    code = (f"import sys, torch, jit2triton; m = jit2triton.load({str(path)!r}); m(torch.randn(2, 4), torch.randn(2, 3)); "
+            "print(sorted({m.split('.')[1] for m in sys.modules if m.startswith('jit2triton.')}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    stages = set(eval(out.strip()))
+    assert not stages & {"loaders", "transpiler"}, f"loading imported {sorted(stages)}"

@@ -1,0 +1,87 @@
+"""The conversion pipeline, in order: every pass the transpiler runs, each a function `(graph, context) -> graph`.
+
+    TorchScript graph ─▶ from_torchscript ─▶ PREPARE ─▶ (REWRITES, when kernels are generated) ─▶ fuse ─▶ schedule
+
+PREPARE types every value (by running the plan once on the example inputs); REWRITES reshape the graph for fusion
+and must each leave a graph that still runs through ATen alone (the plan before fusion is verification's
+reference). `fuse` lowers and fuses what it can into kernels; `schedule` turns the result into the plan the
+runtimes run. The face (`jit2triton/conversion.py`) supplies the one thing the transpiler cannot: an interpreter
+to run a plan with (`Context.run_plan`, the runtime's executor), so no stage imports a later one.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+from .check_indices import check_indices
+from .fold_shapes import fold_shapes
+from .functionalize import functionalize
+from .fuse import fuse
+from .fuse_attention import fuse_attention
+from .infer_shapes import ShapeRecorder
+from .infer_unobserved import infer_unobserved
+from .ir import Graph
+from .place_on_device import place_on_device
+from .schedule import Schedule, schedule
+from .split_conv_bias import split_conv_bias
+from .unpack_splits import unpack_splits
+
+RunPlan = Callable[[Schedule, list, Optional[Callable]], list]  # (schedule, inputs, observer) -> outputs
+
+
+@dataclass
+class Context:
+    device: torch.device
+    example_inputs: list
+    run_plan: RunPlan
+    recorder: Optional[ShapeRecorder] = None
+    outputs: list = field(default_factory=list)  # the model's outputs on the example inputs
+    refused: dict[int, str] = field(default_factory=dict)  # node uid -> why it must run through ATen
+
+
+def observe(graph: Graph, ctx: Context) -> Graph:
+    """Run the graph once on the example inputs through ATen and write every value's dtype, shape and strides into
+    the IR: the reference interpreter behind shape inference."""
+    sched = schedule(graph)
+    recorder = ShapeRecorder(sched.nodes)
+    recorder.observe_values(graph.inputs, ctx.example_inputs)
+    ctx.outputs = ctx.run_plan(sched, ctx.example_inputs, recorder)
+    recorder.annotate()
+    ctx.recorder = recorder
+    return graph
+
+
+Pass = Callable[[Graph, Context], Any]
+
+PREPARE: list[tuple[str, Pass]] = [
+    ("place_on_device", lambda g, c: place_on_device(g, c.device)),
+    ("observe", observe),
+]
+REWRITES: list[tuple[str, Pass]] = [
+    ("fold_shapes", lambda g, c: fold_shapes(g, c.recorder)),  # shape arithmetic becomes constants
+    ("unpack_splits", lambda g, c: unpack_splits(g)),  # chunk/split/unbind into one view per piece
+    ("fuse_attention", lambda g, c: fuse_attention(g)),  # written-out softmax attention into one ATen call
+    ("functionalize", lambda g, c: functionalize(g)),  # in-place writes nothing else sees become functional
+    ("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type)),  # on CUDA the bias fuses after the conv
+    ("check_indices", lambda g, c: check_indices(g)),  # generated gathers clamp: a bad index must still raise
+    ("observe", observe),  # the rewrites made new values (a fused attention's output has its own strides)
+    ("infer_unobserved", lambda g, c: infer_unobserved(g)),  # branches the example inputs did not take
+]
+
+
+def prepare(graph: Graph, ctx: Context, generate_kernels: bool) -> Graph:
+    """Every pass before fusion, in order; the graph they leave still runs through ATen alone."""
+    for _, run in PREPARE + (REWRITES if generate_kernels else []):
+        run(graph, ctx)
+    return graph
+
+
+def lower(graph: Graph, ctx: Context) -> Graph:
+    """A copy of the prepared graph with its lowerable nodes fused into kernels (`ctx.refused` stay ATen)."""
+    return fuse(graph, ctx.device.type, ctx.refused)
+
+
+def plan(graph: Graph) -> Schedule:
+    return schedule(graph)

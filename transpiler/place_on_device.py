@@ -1,0 +1,35 @@
+"""Place the graph on the conversion target: device constants name it, weights keep the layout the package will
+store them in, and their values are typed as living on it (weights move there at load)."""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from .ir import Graph
+
+
+def place_on_device(graph: Graph, target: torch.device) -> Graph:
+    _retarget_constants(graph, target)
+    graph.weights = {name: _stored_layout(w) for name, w in graph.weights.items()}
+    for node in graph.walk():
+        if node.op == "prim::Constant" and "weight" in node.attrs:
+            node.output.type = dataclasses.replace(node.output.type, device=target.type)
+    return graph
+
+
+def _retarget_constants(graph: Graph, target: torch.device) -> None:
+    """Device constants baked in by tracing on another device (a traced LSTM's zero state on the CPU) name the
+    conversion target instead: converting for CUDA means running on CUDA."""
+    weights_on = {w.device.type for w in graph.weights.values()} or {"cpu"}
+    for node in graph.walk():
+        value = node.attrs.get("value")
+        if node.op == "prim::Constant" and isinstance(value, torch.device) and value.type in weights_on:
+            node.attrs["value"] = target
+
+
+def _stored_layout(weight: torch.Tensor) -> torch.Tensor:
+    """A weight as the package will hold it: its memory order kept when it is a dense permutation (channels-last),
+    else made contiguous, so the strides seen while converting are the strides the loaded package has."""
+    order = sorted(range(weight.dim()), key=lambda d: (-weight.stride(d), d))
+    return weight if weight.permute(order).is_contiguous() else weight.contiguous()
