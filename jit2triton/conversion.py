@@ -21,7 +21,7 @@ from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP
 from jit2triton.transpiler.report import summarize
-from jit2triton.transpiler.schedule import Schedule
+from jit2triton.transpiler.build_plan import Plan
 
 from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, StepError
 from .verify import Verifier, divergent_kernel, fused_values, observed_values, package_runner
@@ -121,9 +121,9 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
 
 
 def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, model_info: dict,
-                   say: Progress) -> tuple[PackageContents, Schedule]:
+                   say: Progress) -> tuple[PackageContents, Plan]:
     """Fuse (unless every op runs through ATen), generate and compile kernels, and write the manifest.
-    -> (contents, the schedule of the plan it holds)."""
+    -> (contents, the plan it holds, with its IR nodes)."""
     target = ctx.device
     files, kernels, backend_section = {}, [], {}
     plan_graph = graph
@@ -182,7 +182,7 @@ def _find_culprit(graph, sched, contents, verifier: Verifier, target: torch.devi
 def _run_plan(target: torch.device) -> pipeline.RunPlan:
     """The reference interpreter the transpiler types the graph with: the runtime's executor, every op through
     ATen, weights on the target device."""
-    def run(sched: Schedule, inputs: list, observer) -> list:
+    def run(sched: Plan, inputs: list, observer) -> list:
         weights = {name: w.to(target) for name, w in sched.weights.items()}
         try:
             return Executor(sched.plan, weights, sched.node_table, observe=observer)(inputs)

@@ -17,22 +17,21 @@ from __future__ import annotations
 
 import copy
 import itertools
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any, Optional
 
 import torch
 
 from . import kernel_ir as K
-from .ir import Block, Graph, Node, Type, Value, walk_block
-from .op_table import is_view, may_alias, returns_alias, writes_in_place
-from .lowering import CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering, realized_box
+from .alias_analysis import fixed_tensor_lists, mutated_views, writes
+from .drop_unread import drop_unread
+from .ir import KERNEL_OP, Block, Graph, Node, Type, Value, walk_block
+from .lowering import (CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering, realized_box,
+                       strides_in_order)
+from .op_table import is_view
 
-KERNEL_OP = "j2t::kernel"
+__all__ = ["KERNEL_OP", "FusionFailed", "clone_graph", "fuse"]
 RECOMPUTE_LIMIT = 3  # a value of this many fused nodes or more is stored once rather than recomputed per user
-LIST_READERS = {"aten::cat", "aten::stack"}  # lowered ops that read a Tensor[] argument
-CONTAINERS = {"prim::ListConstruct", "prim::TupleConstruct", "prim::DictConstruct"}
-
-
 MAX_FUSION_ATTEMPTS = 64  # each failed attempt takes at least one more node out of the kernels
 
 
@@ -64,7 +63,7 @@ def fuse(graph: Graph, device_type: str, refused: Optional[dict[int, str]] = Non
             for node in fresh:
                 refused[node.uid] = failure.reason
             continue
-        _drop_unread(work)
+        drop_unread(work)
         return work
     raise FusionFailed([], f"fusion failed {MAX_FUSION_ATTEMPTS} times")
 
@@ -74,25 +73,6 @@ def clone_graph(graph: Graph) -> Graph:
     the weights (they are never written)."""
     memo = {id(w): w for w in graph.weights.values()}
     return copy.deepcopy(graph, memo)
-
-
-def _drop_unread(graph: Graph) -> None:
-    """Kernels and ATen views whose outputs nothing reads. Before an op that writes a tensor in place, every value
-    still virtual is stored (it may read that tensor, and must see it as it was); one whose readers all fused it
-    into their own kernels is then stored for nobody. A view whose readers all lowered is left unread the same way.
-    Neither writes anything but its own fresh output, so dropping it changes nothing else."""
-    while True:
-        read = Counter(v.id for n in graph.walk() for v in n.inputs)
-        read.update(v.id for n in graph.walk() for b in n.blocks for v in b.outputs)
-        read.update(v.id for v in graph.outputs)
-        dropped = 0
-        for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
-            kept = [n for n in block.nodes
-                    if not (n.op == KERNEL_OP or is_view(n.op)) or any(read[v.id] for v in n.outputs)]
-            dropped += len(block.nodes) - len(kept)
-            block.nodes = kept
-        if not dropped:
-            return
 
 
 _CARRIED_SCALARS = {"int": "int64", "float": "float64", "bool": "bool"}  # runtime scalar -> its 0-d tensor's dtype
@@ -119,8 +99,8 @@ class _Fuser:
         self.users.update(v.id for v in graph.outputs)
         self.pending: list[Value] = []  # values whose boxes are virtual, in creation order
         self.kernel_names = itertools.count()
-        self.pinned = _mutated_views(graph)
-        self.lists, self.unbuilt = _fixed_tensor_lists(graph)  # list value id -> its ListConstruct; ids not built yet
+        self.pinned = mutated_views(graph)
+        self.lists, self.unbuilt = fixed_tensor_lists(graph)  # list value id -> its ListConstruct; ids not built yet
         self.carried: dict[tuple[int, int], TensorBox] = {}  # (scalar value id, block) -> its 0-d tensor's box
         self.uncommitted: list[tuple[Value, TensorBox]] = []  # scalars the lowering under way reads
         self.current_out: list[Node] = []
@@ -255,7 +235,7 @@ class _Fuser:
         self.uncommitted = []
 
     def run_elsewhere(self, node: Node, out: list[Node]) -> None:
-        if _writes(node) == "tensor":  # a virtual value may read the written tensor: store each as it is now
+        if writes(node) == "tensor":  # a virtual value may read the written tensor: store each as it is now
             for v in list(self.pending):
                 self.realize(v, out)
         for v in node.inputs:
@@ -391,52 +371,8 @@ class _Fuser:
         return K.KernelBuffer(name, box.dtype, box.shape, box.strides)
 
 
-def strides_in_order(shape, order: list[int]) -> tuple[int, ...]:
-    """Dense strides for `shape` laid out with dims `order` from outermost to innermost."""
-    strides = [0] * len(shape)
-    running = 1
-    for d in reversed(order):
-        strides[d] = running
-        running *= max(shape[d], 1)
-    return tuple(strides)
-
-
 def _has_reduction(box: TensorBox) -> bool:
     return bool(K.reductions_in(box([K.var(f"i{d}", n) for d, n in enumerate(box.shape)])))
-
-
-def _fixed_tensor_lists(graph: Graph) -> tuple[dict[int, Node], set[int]]:
-    """The `prim::ListConstruct`s of tensors whose list no one can change after it is built: no user mutates it,
-    and it escapes into no loop, branch, container or nested block's outputs, so lowered readers may take its
-    items (a container only returned is no escape: the caller gets the list after the model is done with it).
-    -> (list value id -> its node, the ids of those only cat and stack read, which need not be built)."""
-    users: dict[int, list] = defaultdict(list)
-    for node in graph.walk():
-        for v in node.inputs:
-            users[v.id].append(node)
-        for sub in node.blocks:
-            for v in sub.outputs:
-                users[v.id].append(None)  # leaves through a block: out of sight
-    returned = {v.id for v in graph.outputs}
-    lists: dict[int, Node] = {}
-    unbuilt: set[int] = set()
-    for node in graph.walk():
-        if node.op != "prim::ListConstruct" or not node.inputs or not all(v.type.is_tensor for v in node.inputs):
-            continue
-        readers = users[node.output.id]
-        if any(u is None or u.op in ("prim::Loop", "prim::If") or _writes(u)
-               or (u.op in CONTAINERS and any(v.id not in returned or users[v.id] for v in u.outputs))
-               for u in readers):
-            continue
-        lists[node.output.id] = node
-        if readers and node.output.id not in returned and all(u.op in LIST_READERS for u in readers):
-            unbuilt.add(node.output.id)
-    return lists, unbuilt
-
-
-def _writes(node: Node) -> str:
-    """What the node writes in place: "tensor", "container" or "" (op_table.writes_in_place)."""
-    return writes_in_place(node.attrs.get("schema", ""))
 
 
 def _outer_reads(block: Block) -> list[Value]:
@@ -452,27 +388,6 @@ def _outer_reads(block: Block) -> list[Value]:
             reads += [v for v in sub.outputs if v.id not in defined]
     reads += [v for v in block.outputs if v.id not in defined]
     return reads
-
-
-def _mutated_views(graph: Graph) -> set[int]:
-    """Views (and ops that may return their input) of any tensor written in place: lowered, they would become copies,
-    and the write would miss them (a view written through must reach its base; a view read after its base is
-    written must see the write), so they stay real ATen aliases. Aliases form families (a base, its views, their
-    views); every alias in a family with a write is kept."""
-    family: dict[int, int] = {}  # value id -> a representative of its alias family
-
-    def find(v: int) -> int:
-        while family.get(v, v) != v:
-            v = family[v]
-        return v
-
-    aliases = [n for n in graph.walk()
-               if n.inputs and (may_alias(n.op) or returns_alias(n.attrs.get("schema", "")))]
-    for node in aliases:
-        for out in node.outputs:
-            family[find(out.id)] = find(node.inputs[0].id)
-    written = {find(node.inputs[0].id) for node in graph.walk() if _writes(node) == "tensor" and node.inputs}
-    return {node.uid for node in aliases if find(node.inputs[0].id) in written}
 
 
 def _short_name(nodes: list[Node]) -> str:

@@ -13,6 +13,7 @@ from typing import Any, Optional, Union
 import torch
 
 Dim = Union[int, str]
+KERNEL_OP = "j2t::kernel"  # a generated kernel: fusion's output node (attrs: the kernel, the nodes it fused)
 
 
 @dataclass(frozen=True)

@@ -71,6 +71,16 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def strides_in_order(shape, order: list[int]) -> tuple[int, ...]:
+    """Dense strides for `shape` laid out with dims `order` from outermost to innermost."""
+    strides = [0] * len(shape)
+    running = 1
+    for d in reversed(order):
+        strides[d] = running
+        running *= max(shape[d], 1)
+    return tuple(strides)
+
+
 # --- the registry -----------------------------------------------------------------------------------------------
 
 Lowering = Callable[..., Any]  # (ctx, *args) -> TensorBox | tuple of boxes

@@ -1,10 +1,10 @@
 """The conversion pipeline, in order: every pass the transpiler runs, each a function `(graph, context) -> graph`.
 
-    TorchScript graph ─▶ from_torchscript ─▶ PREPARE ─▶ (REWRITES, when kernels are generated) ─▶ fuse ─▶ schedule
+    TorchScript graph ─▶ from_torchscript ─▶ PREPARE ─▶ (REWRITES, when kernels are generated) ─▶ fuse ─▶ build_plan
 
 PREPARE types every value (by running the plan once on the example inputs); REWRITES reshape the graph for fusion
 and must each leave a graph that still runs through ATen alone (the plan before fusion is verification's
-reference). `fuse` lowers and fuses what it can into kernels; `schedule` turns the result into the plan the
+reference). `fuse` lowers and fuses what it can into kernels; `build_plan` turns the result into the plan the
 runtimes run. The face (`jit2triton/conversion.py`) supplies the one thing the transpiler cannot: an interpreter
 to run a plan with (`Context.run_plan`, the runtime's executor), so no stage imports a later one.
 """
@@ -24,11 +24,11 @@ from .infer_shapes import ShapeRecorder
 from .infer_unobserved import infer_unobserved
 from .ir import Graph
 from .place_on_device import place_on_device
-from .schedule import Schedule, schedule
+from .build_plan import Plan, build_plan
 from .split_conv_bias import split_conv_bias
 from .unpack_splits import unpack_splits
 
-RunPlan = Callable[[Schedule, list, Optional[Callable]], list]  # (schedule, inputs, observer) -> outputs
+RunPlan = Callable[[Plan, list, Optional[Callable]], list]  # (plan, inputs, observer) -> outputs
 
 
 @dataclass
@@ -44,7 +44,7 @@ class Context:
 def observe(graph: Graph, ctx: Context) -> Graph:
     """Run the graph once on the example inputs through ATen and write every value's dtype, shape and strides into
     the IR: the reference interpreter behind shape inference."""
-    sched = schedule(graph)
+    sched = build_plan(graph)
     recorder = ShapeRecorder(sched.nodes)
     recorder.observe_values(graph.inputs, ctx.example_inputs)
     ctx.outputs = ctx.run_plan(sched, ctx.example_inputs, recorder)
@@ -83,5 +83,5 @@ def lower(graph: Graph, ctx: Context) -> Graph:
     return fuse(graph, ctx.device.type, ctx.refused)
 
 
-def plan(graph: Graph) -> Schedule:
-    return schedule(graph)
+def plan(graph: Graph) -> Plan:
+    return build_plan(graph)

@@ -1,4 +1,4 @@
-"""Memory planning: give every runtime value a slot, reusing slots by liveness, and say when each dies.
+"""Slot assignment: give every runtime value a slot, reusing slots by liveness, and say when each dies.
 
 Positions number the nodes in program order, nested blocks included. A value lives from its definition to its last
 use. Everything a control-flow node reads (its inputs, the outputs its blocks yield, and any outer value its loop
@@ -18,13 +18,13 @@ FOREVER = float("inf")
 
 
 @dataclass
-class MemoryPlan:
+class Slots:
     slot: dict[int, int] = field(default_factory=dict)  # value id -> slot
     free_after: dict[int, list[int]] = field(default_factory=dict)  # id(node) -> slots dead once it has run
     num_slots: int = 0
 
 
-def plan_memory(graph: Graph, needs_slot: Callable[[Value], bool]) -> MemoryPlan:
+def assign_slots(graph: Graph, needs_slot: Callable[[Value], bool]) -> Slots:
     """`needs_slot(value)` is false for values baked into the plan (constants, weights)."""
     live = _Liveness(needs_slot)
     for v in graph.inputs:
@@ -96,8 +96,8 @@ class _Liveness:
         else:
             self.use(v, at, user)
 
-    def assign(self) -> MemoryPlan:
-        plan = MemoryPlan()
+    def assign(self) -> Slots:
+        plan = Slots()
         free_slots: list[int] = []
         busy: list[tuple[float, int]] = []  # (end of life, slot)
         for vid, life in sorted(self.lives.items(), key=lambda item: item[1].start):

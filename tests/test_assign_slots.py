@@ -4,13 +4,13 @@ import torch
 import jit2triton
 from jit2triton.loaders import load_script
 from jit2triton.transpiler.from_torchscript import from_torchscript
-from jit2triton.transpiler.schedule import schedule
+from jit2triton.transpiler.build_plan import build_plan
 
 
 def _plan(fn, *example):
     script = load_script(torch.jit.script(fn))
     graph = from_torchscript(script.graph, script.input_names, script.name)
-    return schedule(graph).plan
+    return build_plan(graph).plan
 
 
 def chain(x):

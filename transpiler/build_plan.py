@@ -1,4 +1,4 @@
-"""Scheduling: turn the IR into the execution plan, a flat list of steps per block over numbered slots.
+"""Building the plan: turn the IR into the execution plan, a flat list of steps per block over numbered slots.
 
 The plan is plain data (dicts, lists, literals) so that `deploy/` can store it as JSON and run it without the
 transpiler. A step is one of:
@@ -19,20 +19,20 @@ import torch
 from .fuse import KERNEL_OP
 from .ir import Block, Graph, Node, Type, Value
 from .op_table import lookup, writes_in_place
-from .plan_memory import MemoryPlan, plan_memory
+from .assign_slots import Slots, assign_slots
 
 
 @dataclass
-class Schedule:
+class Plan:
     plan: dict[str, Any]
-    node_table: list[dict[str, Any]]  # per scheduled node: op, category, source; stored for reports and errors
+    node_table: list[dict[str, Any]]  # per planned node: op, category, source; stored for reports and errors
     nodes: list[Node]  # the IR node behind each node_table entry (step["node"] indexes both)
     weights: dict[str, torch.Tensor]  # what the plan's ["w", name] references name
 
 
-def schedule(graph: Graph) -> Schedule:
+def build_plan(graph: Graph) -> Plan:
     literals = _literals(graph)
-    memory = plan_memory(graph, lambda v: v.id not in literals)
+    memory = assign_slots(graph, lambda v: v.id not in literals)
     builder = _PlanBuilder(literals, memory)
     plan = {
         "inputs": [memory.slot[v.id] for v in graph.inputs],
@@ -40,7 +40,7 @@ def schedule(graph: Graph) -> Schedule:
         "outputs": [builder.ref(v) for v in graph.outputs],
         "num_slots": memory.num_slots,
     }
-    return Schedule(plan, builder.node_table, builder.nodes, graph.weights)
+    return Plan(plan, builder.node_table, builder.nodes, graph.weights)
 
 
 def _literals(graph: Graph) -> dict[int, list]:
@@ -59,7 +59,7 @@ def _literals(graph: Graph) -> dict[int, list]:
 
 
 class _PlanBuilder:
-    def __init__(self, literals: dict[int, list], memory: MemoryPlan) -> None:
+    def __init__(self, literals: dict[int, list], memory: Slots) -> None:
         self.literals = literals
         self.memory = memory
         self.node_table: list[dict[str, Any]] = []

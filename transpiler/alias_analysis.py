@@ -1,0 +1,70 @@
+"""Who else can see a tensor's memory: the two analyses fusion needs before it may turn an op into indexing.
+
+A view that becomes indexing inside a kernel is a copy, not an alias; and a list whose items a kernel reads
+directly must not change after it is built. Both are decided from schemas' alias annotations (op_table), not from
+op names.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .ir import Graph, Node
+from .op_table import may_alias, returns_alias, writes_in_place
+
+LIST_READERS = {"aten::cat", "aten::stack"}  # lowered ops that read a Tensor[] argument
+CONTAINERS = {"prim::ListConstruct", "prim::TupleConstruct", "prim::DictConstruct"}
+
+
+def writes(node: Node) -> str:
+    """What the node writes in place: "tensor", "container" or "" (op_table.writes_in_place)."""
+    return writes_in_place(node.attrs.get("schema", ""))
+
+
+def mutated_views(graph: Graph) -> set[int]:
+    """Views (and ops that may return their input) of any tensor written in place: lowered, they would become copies,
+    and the write would miss them (a view written through must reach its base; a view read after its base is
+    written must see the write), so they stay real ATen aliases. Aliases form families (a base, its views, their
+    views); every alias in a family with a write is kept."""
+    family: dict[int, int] = {}  # value id -> a representative of its alias family
+
+    def find(v: int) -> int:
+        while family.get(v, v) != v:
+            v = family[v]
+        return v
+
+    aliases = [n for n in graph.walk()
+               if n.inputs and (may_alias(n.op) or returns_alias(n.attrs.get("schema", "")))]
+    for node in aliases:
+        for out in node.outputs:
+            family[find(out.id)] = find(node.inputs[0].id)
+    written = {find(node.inputs[0].id) for node in graph.walk() if writes(node) == "tensor" and node.inputs}
+    return {node.uid for node in aliases if find(node.inputs[0].id) in written}
+
+
+def fixed_tensor_lists(graph: Graph) -> tuple[dict[int, Node], set[int]]:
+    """The `prim::ListConstruct`s of tensors whose list no one can change after it is built: no user mutates it,
+    and it escapes into no loop, branch, container or nested block's outputs, so lowered readers may take its
+    items (a container only returned is no escape: the caller gets the list after the model is done with it).
+    -> (list value id -> its node, the ids of those only cat and stack read, which need not be built)."""
+    users: dict[int, list] = defaultdict(list)
+    for node in graph.walk():
+        for v in node.inputs:
+            users[v.id].append(node)
+        for sub in node.blocks:
+            for v in sub.outputs:
+                users[v.id].append(None)  # leaves through a block: out of sight
+    returned = {v.id for v in graph.outputs}
+    lists: dict[int, Node] = {}
+    unbuilt: set[int] = set()
+    for node in graph.walk():
+        if node.op != "prim::ListConstruct" or not node.inputs or not all(v.type.is_tensor for v in node.inputs):
+            continue
+        readers = users[node.output.id]
+        if any(u is None or u.op in ("prim::Loop", "prim::If") or writes(u)
+               or (u.op in CONTAINERS and any(v.id not in returned or users[v.id] for v in u.outputs))
+               for u in readers):
+            continue
+        lists[node.output.id] = node
+        if readers and node.output.id not in returned and all(u.op in LIST_READERS for u in readers):
+            unbuilt.add(node.output.id)
+    return lists, unbuilt

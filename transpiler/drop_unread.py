@@ -1,0 +1,26 @@
+"""Drop kernels and ATen views whose outputs nothing reads (fusion leaves some: see `drop_unread`)."""
+from __future__ import annotations
+
+from collections import Counter
+
+from .ir import KERNEL_OP, Graph
+from .op_table import is_view
+
+
+def drop_unread(graph: Graph) -> None:
+    """Kernels and ATen views whose outputs nothing reads. Before an op that writes a tensor in place, every value
+    still virtual is stored (it may read that tensor, and must see it as it was); one whose readers all fused it
+    into their own kernels is then stored for nobody. A view whose readers all lowered is left unread the same way.
+    Neither writes anything but its own fresh output, so dropping it changes nothing else."""
+    while True:
+        read = Counter(v.id for n in graph.walk() for v in n.inputs)
+        read.update(v.id for n in graph.walk() for b in n.blocks for v in b.outputs)
+        read.update(v.id for v in graph.outputs)
+        dropped = 0
+        for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
+            kept = [n for n in block.nodes
+                    if not (n.op == KERNEL_OP or is_view(n.op)) or any(read[v.id] for v in n.outputs)]
+            dropped += len(block.nodes) - len(kept)
+            block.nodes = kept
+        if not dropped:
+            return
