@@ -1,4 +1,6 @@
-"""Package format v1: one `.j2t` file, a zip holding data only.
+"""Package format v2: one `.j2t` file in torch's own archive container (what `torch.save` and `torch.jit.save`
+write: a zip read by `PyTorchFileReader` in Python and `caffe2::serialize::PyTorchStreamReader` in C++, both
+shipped with torch), holding data only.
 
     manifest.json     format version, producer versions, device, signature, plan, weights index, kernels,
                       provenance and the conversion report
@@ -8,10 +10,11 @@
     binaries/         compiled kernels (cubins, shared libraries)
     checksums.json    sha256 of every other member
 
-Every member is stored uncompressed and starts 64-byte aligned in the file, so both runtimes (Python and C++) read
-them in place from the mapped file, with no inflate. Nothing in a package is pickled and loading never executes
-code from it. Saving writes a temporary file beside the target and renames it, so a crash never leaves a
-half-written package under the final name.
+torch's container stores every record uncompressed and 64-byte aligned, so both runtimes read them in place from
+the mapped file, with no inflate, through a reader that torch maintains and fuzzes rather than one of our own.
+torch adds its own bookkeeping records (`version`, `byteorder`, `.data/serialization_id`), which are not members.
+Nothing in a package is pickled. Saving writes a temporary file beside the target and renames it, so a crash
+never leaves a half-written package under the final name.
 """
 from __future__ import annotations
 
@@ -32,8 +35,10 @@ from jit2triton.errors import CorruptPackageError, PackageError, PackageVersionE
 from .literals import decode, encode, map_plan_literals
 
 FORMAT = "jit2triton-package"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 1: a hand-written zip (jit2triton 0.1 before torch's container); refused with a clear message
 ALIGN = 64
+TORCH_RECORDS = frozenset({"version", ".data/version", "byteorder", ".data/serialization_id"})
+TORCHSCRIPT_RECORDS = ("constants.pkl", "data.pkl", "code/")  # what a torch.jit.save / torch.save archive holds
 
 
 @dataclass
@@ -54,9 +59,12 @@ def save_package(contents: PackageContents, path: str) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=".j2t-", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, "wb") as raw, zipfile.ZipFile(raw, "w") as zf:
+        with os.fdopen(fd, "wb") as raw:
+            writer = torch._C.PyTorchFileWriter(raw)  # a file object: records go under "archive/", as torch.save's
             for name, data in members.items():
-                zf.writestr(_aligned_entry(name, raw.tell()), data, compress_type=zipfile.ZIP_STORED)
+                writer.write_record(name, data, len(data))
+            writer.write_end_of_file()
+            del writer
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -64,35 +72,18 @@ def save_package(contents: PackageContents, path: str) -> None:
         raise
 
 
-_ALIGN_EXTRA_ID = 0xA11C  # a private zip extra field that only pads
-
-
-def _aligned_entry(name: str, header_offset: int) -> zipfile.ZipInfo:
-    """A member's zip entry, padded so its data starts 64-byte aligned in the file: weights are used in place from
-    the mapped file (by this runtime and the C++ one), and aligned tensors keep vector loads fast."""
-    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
-    info.external_attr = 0o644 << 16
-    start = header_offset + 30 + len(name.encode())
-    pad = -(start + 4) % ALIGN
-    info.extra = _ALIGN_EXTRA_ID.to_bytes(2, "little") + pad.to_bytes(2, "little") + b"\0" * pad
-    return info
-
-
 def read_package(path: str) -> PackageContents:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise PackageError(f"package not found: {path!r}; check the path or convert the model first")
-    try:
-        with zipfile.ZipFile(path) as zf:
-            members = {name: _stored_view(path, zf.getinfo(name)) or zf.read(name) for name in zf.namelist()}
-    except (zipfile.BadZipFile, EOFError, OSError, zipfile.LargeZipFile, ValueError) as err:
-        raise CorruptPackageError(
-            f"{path!r} is not a readable jit2triton package ({err}); it may be truncated or corrupted. "
-            "Copy it again or re-run `jit2triton convert`") from None
+    members = _records(path)
     _verify(path, members)
-    manifest = json.loads(members.pop("manifest.json"))
-    if manifest.get("format") != FORMAT:
-        raise CorruptPackageError(f"{path!r} is a zip file but not a jit2triton package")
+    try:
+        manifest = json.loads(bytes(members.pop("manifest.json")))
+    except ValueError:
+        raise CorruptPackageError(f"{path!r}: manifest.json is damaged; re-run `jit2triton convert`") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise CorruptPackageError(f"{path!r} is a torch archive but not a jit2triton package")
     version = manifest.get("format_version")
     if not isinstance(version, int) or version > FORMAT_VERSION:
         raise PackageVersionError(
@@ -101,32 +92,68 @@ def read_package(path: str) -> PackageContents:
     weights = _unpack_weights(manifest.pop("weights"), members.pop("weights.bin"))
     manifest["plan"] = map_plan_literals(manifest["plan"], decode)
     members.pop("checksums.json")
-    return PackageContents(manifest, weights, members)
+    return PackageContents(manifest, weights, {name: bytes(data) for name, data in members.items()})
 
 
-def _stored_view(path: str, info: zipfile.ZipInfo):
-    """The weights member, uncompressed in the zip, as a view of the file mapped into memory (copy-on-write):
-    no copy, no second pass for the zip's CRC (its sha256 is checked), and pages are read as tensors use them."""
-    if info.filename != "weights.bin" or info.compress_type != zipfile.ZIP_STORED or info.file_size == 0:
-        return None
-    with open(path, "rb") as f:
-        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-    header = mapped[info.header_offset:info.header_offset + 30]
-    if header[:4] != b"PK\x03\x04":
-        raise zipfile.BadZipFile("bad local header for weights.bin")
-    start = info.header_offset + 30 + int.from_bytes(header[26:28], "little") + int.from_bytes(header[28:30], "little")
-    if start + info.file_size > len(mapped):
-        raise zipfile.BadZipFile("weights.bin runs past the end of the file")
-    return memoryview(mapped)[start:start + info.file_size]
+def _records(path: str) -> dict[str, memoryview]:
+    """Every member of the archive as a view of the file mapped into memory (copy-on-write): no copy, and pages are
+    read as tensors use them. torch's reader finds the records; their bytes are checked against checksums.json."""
+    try:
+        reader = torch._C.PyTorchFileReader(path)
+        names = [n for n in reader.get_all_records() if n not in TORCH_RECORDS]
+        if "manifest.json" not in names and any(n.startswith(TORCHSCRIPT_RECORDS) for n in names):
+            raise PackageError(f"{path!r} is a TorchScript archive (or a torch.save file), not a jit2triton "
+                               "package; convert it with `jit2triton convert`")
+        size_of = getattr(reader, "get_record_size", None) or _zip_sizes(path)  # torch < 2.12 lacks the binding
+        spans = {n: (reader.get_record_offset(n), size_of(n)) for n in names}
+        with open(path, "rb") as f:
+            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if os.fstat(f.fileno()).st_size else b""
+        for name, (offset, size) in spans.items():
+            if offset + size > len(mapped):
+                raise ValueError(f"member {name!r} runs past the end of the file")
+    except (RuntimeError, OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
+        if _is_format_1(path):
+            raise PackageVersionError(
+                f"{path!r} is a package of format 1 (written by an earlier jit2triton 0.1); this jit2triton reads "
+                f"format {FORMAT_VERSION}: convert the model again") from None
+        raise CorruptPackageError(
+            f"{path!r} is not a readable jit2triton package ({_reason(err)}); it may be truncated or corrupted. "
+            "Copy it again or re-run `jit2triton convert`") from None
+    view = memoryview(mapped)
+    return {name: view[offset:offset + size] for name, (offset, size) in spans.items()}
 
 
-def _verify(path: str, members: dict[str, bytes]) -> None:
+def _zip_sizes(path: str):
+    """Record sizes from the container's central directory (records are stored, so a size is its data's length)."""
+    with zipfile.ZipFile(path) as zf:
+        sizes = {info.filename.split("/", 1)[-1]: info.file_size for info in zf.infolist()}
+    return sizes.__getitem__
+
+
+def _reason(err: Exception) -> str:
+    """torch's reader error without its boilerplate: 'failed finding central directory'."""
+    text = (str(err).strip().splitlines() or [type(err).__name__])[0]
+    text = text.split("failed reading zip archive: ")[-1]
+    return text.split(". This is an internal")[0][:200]
+
+
+def _is_format_1(path: str) -> bool:
+    try:
+        with zipfile.ZipFile(path) as zf:
+            return "manifest.json" in zf.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
+        return False
+
+
+def _verify(path: str, members: dict[str, memoryview]) -> None:
     for required in ("manifest.json", "weights.bin", "checksums.json"):
         if required not in members:
             raise CorruptPackageError(
                 f"{path!r} has no {required}: it is not a complete jit2triton package; re-run `jit2triton convert`")
     try:
-        checksums = json.loads(members["checksums.json"])
+        checksums = json.loads(bytes(members["checksums.json"]))
+        if not isinstance(checksums, dict):
+            raise ValueError("not a table")
     except ValueError:
         raise CorruptPackageError(f"{path!r}: checksums.json is damaged; re-run `jit2triton convert`") from None
     for name in members:
@@ -171,10 +198,12 @@ def _pack_weights(weights: dict[str, torch.Tensor]) -> tuple[dict, bytes]:
 
 def _unpack_weights(index: dict, blob) -> dict[str, torch.Tensor]:
     # writable (a copy-on-write mapping, or a copy), so torch.frombuffer shares it without a warning
-    buffer = blob if isinstance(blob, memoryview) and not blob.readonly else bytearray(blob)
+    buffer = blob if not blob.readonly else bytearray(blob)
     weights = {}
     for name, entry in index.items():
-        dtype = getattr(torch, entry["dtype"])
+        dtype = getattr(torch, str(entry.get("dtype")), None)
+        if not isinstance(dtype, torch.dtype):
+            raise CorruptPackageError(f"weight {name!r} has an unknown dtype; the package is corrupted")
         shape, offset, nbytes = entry["shape"], entry["offset"], entry["nbytes"]
         if offset + nbytes > len(buffer):
             raise CorruptPackageError(f"weight {name!r} lies outside weights.bin; the package is corrupted")

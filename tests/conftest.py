@@ -1,27 +1,6 @@
-import hashlib
-import json
-import zipfile
-
+"""Fixtures shared by the tests: a small converted package."""
 import pytest
 import torch
-
-
-def rewrite_package(src, dst, edit_manifest=None, edit_member=None):
-    """Copy a package, changing its manifest or a member, and re-sign it so only the intended change shows."""
-    with zipfile.ZipFile(src) as zf:
-        members = {n: zf.read(n) for n in zf.namelist()}
-    if edit_manifest:
-        manifest = json.loads(members["manifest.json"])
-        edit_manifest(manifest)
-        members["manifest.json"] = json.dumps(manifest).encode()
-    if edit_member:
-        name, data = edit_member(members)
-        members[name] = data
-    checksums = {n: hashlib.sha256(d).hexdigest() for n, d in members.items() if n != "checksums.json"}
-    members["checksums.json"] = json.dumps(checksums).encode()
-    with zipfile.ZipFile(dst, "w") as zf:
-        for name, data in members.items():
-            zf.writestr(name, data)
 
 
 @pytest.fixture

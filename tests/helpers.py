@@ -9,10 +9,19 @@ import pytest
 import torch
 
 import jit2triton
+from jit2triton.transpiler.lowering import load_lowerings
+from jit2triton.transpiler.op_table import OP_TABLE
+
+from models import MODELS, ModelSpec
+
+EXAMPLE_SEED = 0  # the draw that makes a model's weights and example inputs (what conversion sees)
+FRESH_SEED = 1234  # the draws of the inputs a package is checked on, which conversion never saw
 
 
 def _triton_interpreted() -> bool:
-    if os.environ.get("TRITON_INTERPRET") != "1":
+    """Whether this process's Triton runs kernels in its interpreter (TRITON_INTERPRET was set before triton was
+    imported). Without TRITON_INTERPRET it cannot be, and Triton is not imported to find out."""
+    if not os.environ.get("TRITON_INTERPRET"):
         return False
     try:
         from jit2triton.emitters.compile_triton import interpreter_active
@@ -21,8 +30,22 @@ def _triton_interpreted() -> bool:
         return False
 
 
-TRITON_ON_CPU = _triton_interpreted()
-TRITON_ON_GPU = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"
+INTERPRETED = _triton_interpreted()
+HAS_GPU = torch.cuda.is_available()
+TRITON_ON_CPU = INTERPRETED
+TRITON_ON_GPU = HAS_GPU and not INTERPRETED
+GPU_TOLERANCE = 2e-5  # tl.exp is the GPU's fast exp (about 7 ulp); TorchScript's reference runs on the CPU
+
+on_cpu = pytest.mark.skipif(not INTERPRETED, reason="Triton kernels run on the CPU only under its interpreter: "
+                                                    "start Python with TRITON_INTERPRET=1")
+
+
+def on_gpu(test):
+    """Marks a test `gpu` and skips it without a CUDA device or with Triton in its interpreter (which cannot
+    compile for the GPU)."""
+    skip = pytest.mark.skipif(not TRITON_ON_GPU,
+                              reason="needs a CUDA device and Triton's compiler (start Python without TRITON_INTERPRET)")
+    return pytest.mark.gpu(skip(test))
 # Where kernels are generated for: C++ on the CPU; Triton on the CPU under its interpreter (TRITON_INTERPRET=1);
 # Triton compiled for a CUDA GPU (on the GPU machine, without TRITON_INTERPRET)
 BACKENDS = ["cpp",
@@ -116,3 +139,116 @@ def assert_close_on_gpu(actual: Any, expected: Any, where: str) -> None:
     scale = expected.abs().max().clamp_min(1e-6)
     error = ((actual - expected).abs().max() / scale).item()
     assert error < 1e-3, f"{where}: max error {error:.3g} of the output's scale"
+
+
+# --- the zoo of tests/models.py ----------------------------------------------------------------------------------
+
+
+def build(spec: ModelSpec, tmp_path) -> tuple[Any, Any, tuple]:
+    """-> (what to convert, the TorchScript reference to compare against, the example inputs)."""
+    torch.manual_seed(EXAMPLE_SEED)
+    model, example = spec.build()
+    if not spec.from_file:
+        return model, model, example
+    path = tmp_path / f"{spec.name}.pt"
+    torch.jit.save(model, str(path))
+    return path, torch.jit.load(str(path)), example
+
+
+def fresh_calls(spec: ModelSpec, example: tuple) -> list[tuple]:
+    """The spec's fresh inputs (drawn from FRESH_SEED), checked to differ from the example's."""
+    torch.manual_seed(FRESH_SEED)
+    calls = spec.fresh_inputs()
+    example_tensors = [x for x in example if isinstance(x, torch.Tensor)]
+    for call in calls:
+        tensors = [x for x in call if isinstance(x, torch.Tensor)]
+        assert not all(torch.equal(a, b) for a, b in zip(tensors, example_tensors)), "fresh inputs repeat the example"
+    return calls
+
+
+def assert_same_outputs(actual: Any, expected: Any, spec: ModelSpec, where: str = "output") -> None:
+    """Same structure, dtypes, shapes; floating values within the spec's rtol/atol, the rest exactly."""
+    assert type(actual) is type(expected), f"{where}: got {type(actual).__name__}, expected {type(expected).__name__}"
+    if isinstance(expected, torch.Tensor):
+        assert actual.dtype == expected.dtype, f"{where}: dtype {actual.dtype}, expected {expected.dtype}"
+        assert actual.shape == expected.shape, f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+        exact = not (expected.is_floating_point() or expected.is_complex())
+        torch.testing.assert_close(actual, expected, rtol=0 if exact else spec.rtol, atol=0 if exact else spec.atol,
+                                   msg=lambda m: f"{spec.name} {where}: {m}")
+    elif isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected), f"{where}: {len(actual)} items, expected {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_same_outputs(a, e, spec, f"{where}[{i}]")
+    elif isinstance(expected, dict):
+        assert list(actual) == list(expected), f"{where}: keys {list(actual)}, expected {list(expected)}"
+        for key in expected:
+            assert_same_outputs(actual[key], expected[key], spec, f"{where}[{key!r}]")
+    else:
+        assert actual == expected, f"{where}: {actual!r}, expected {expected!r}"
+
+
+def cuda_zoo():
+    """Every zoo model, with and without CUDA graphs."""
+    for spec in MODELS:
+        for graphs in (True, False):
+            yield pytest.param(spec, graphs, id=f"{spec.name}-{'graphs' if graphs else 'no_graphs'}")
+
+
+def assert_matches_on_cuda(loaded, spec: ModelSpec, example: tuple, reference) -> None:
+    """A GPU package against the CPU TorchScript reference on fresh inputs, three calls each (with CUDA graphs:
+    step by step, then captured, then replayed)."""
+    tolerant = type(spec)(**{**spec.__dict__, "rtol": max(spec.rtol, GPU_TOLERANCE),
+                             "atol": max(spec.atol, GPU_TOLERANCE)})
+    for call in fresh_calls(spec, example):
+        expected = reference(*copied(call))
+        for _ in range(3):
+            assert_same_outputs(to_cpu(loaded(*to_device(call, "cuda"))), expected, tolerant)
+
+
+# --- the op table's lowerings and their samples (tests/op_samples) ------------------------------------------------
+
+
+def lowered_ops() -> list[str]:
+    """Every op the op table lowers (the lowerings register themselves in OP_TABLE when loaded)."""
+    load_lowerings()
+    return sorted(op for op, info in OP_TABLE.items() if info.lowering is not None)
+
+
+LOWERED = lowered_ops()
+OP_TOLERANCES = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-7, 1e-7), torch.bfloat16: (1.6e-2, 1e-2),
+                 torch.float16: (1e-3, 1e-3)}  # (rtol, atol) of one op's output; every other dtype exactly
+
+
+def assert_same_op_output(actual: Any, expected: Any, where: str) -> None:
+    """One op's outputs against TorchScript's: same structure, dtypes and shapes, values within OP_TOLERANCES
+    (tighter than TOLERANCE, which allows for a whole model's rounding)."""
+    assert type(actual) is type(expected), f"{where}: got {type(actual).__name__}, expected {type(expected).__name__}"
+    if isinstance(expected, torch.Tensor):
+        assert actual.dtype == expected.dtype, f"{where}: dtype {actual.dtype}, expected {expected.dtype}"
+        assert actual.shape == expected.shape, f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+        rtol, atol = OP_TOLERANCES.get(expected.dtype, (0.0, 0.0))
+        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True,
+                                   msg=lambda message: f"{where}: {message}")
+    elif isinstance(expected, (tuple, list)):
+        assert len(actual) == len(expected), f"{where}: {len(actual)} outputs, expected {len(expected)}"
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            assert_same_op_output(a, e, f"{where} output {i}")
+    else:
+        assert actual == expected, f"{where}: {actual!r}, expected {expected!r}"
+
+
+def assert_ran_in_a_kernel(op: str, converted: jit2triton.Converted) -> None:
+    """`op` ran in a generated kernel: not through ATen, and in some kernel's fused ops."""
+    summary = converted.summary()
+    assert op not in summary["fallback_ops"], (
+        f"{op} ran through ATen ({summary['fallback_reasons'][op]}):\n{converted.report()}")
+    assert op in {o for kernel in summary["kernels"] for o in kernel["ops"]}, (
+        f"{op} is in no generated kernel (does the sample call this overload?):\n{converted.report()}")
+
+
+def permuted(call: tuple) -> tuple:
+    """The same values, with every matrix-like input as a non-contiguous (transposed-storage) view."""
+    views = tuple(x.mT.contiguous().mT if isinstance(x, torch.Tensor) and x.dim() >= 2 and min(x.shape[-2:]) > 1
+                  else x for x in call)
+    assert any(isinstance(x, torch.Tensor) and not x.is_contiguous() for x in views), "no input to permute"
+    return views

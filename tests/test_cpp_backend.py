@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import jit2triton
-from conftest import rewrite_package
+from package_tools import read_members, rewrite_package
 from jit2triton.deploy import cpp_kernels
 
 
@@ -44,9 +44,7 @@ def test_library_without_the_kernels_is_refused(tmp_path):
     traced = torch.jit.trace(lambda x: torch.sigmoid(x) - 3, torch.randn(4, 8))
     other = tmp_path / "other2.j2t"
     jit2triton.convert(traced, example_inputs=(torch.randn(4, 8),)).save(other)
-    import zipfile
-    with zipfile.ZipFile(other) as zf:
-        foreign = zf.read("binaries/kernels.so")
+    foreign = read_members(other)["binaries/kernels.so"]
     swapped = tmp_path / "swapped.j2t"
     _replace_library(path, swapped, lambda lib: foreign)
     with pytest.raises(jit2triton.CorruptPackageError, match="no kernel"):

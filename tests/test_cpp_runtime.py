@@ -6,12 +6,10 @@ Each is compared with TorchScript on fresh random inputs; bad packages are refus
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import subprocess
-import zipfile
 
 import numpy as np
 import pytest
@@ -21,9 +19,11 @@ import jit2triton
 from jit2triton.deploy.cpp_runtime import ROOT, extension
 from jit2triton.inputs import random_inputs
 
-from conftest import rewrite_package
+from package_tools import (format_1_package, manifest_of, read_members, rewrite_package, torchscript_file,
+                           write_members)
+from helpers import (assert_matches_on_cuda, assert_same_outputs, build, copied, cuda_zoo, fresh_calls, on_gpu,
+                     to_device)
 from models import MODELS, ModelSpec
-from test_models import assert_same_outputs, build, copied, fresh_calls
 
 
 @pytest.fixture(scope="session")
@@ -84,14 +84,12 @@ def _truncated(path, tmp_path):
 
 
 def _bad_weights(path, tmp_path):
-    with zipfile.ZipFile(path) as zf:
-        members = {n: zf.read(n) for n in zf.namelist()}
+    members = read_members(path)
     weights = bytearray(members["weights.bin"])
     weights[0] ^= 0xFF
+    members["weights.bin"] = bytes(weights)
     out = tmp_path / "bad_weights.j2t"
-    with zipfile.ZipFile(out, "w") as zf:
-        for name, data in members.items():
-            zf.writestr(name, bytes(weights) if name == "weights.bin" else data)
+    write_members(out, members)
     return out
 
 
@@ -112,6 +110,10 @@ BAD_PACKAGES = {
     "other_torch": (_edited(lambda m: m["producer"].update(torch="1.13.1")), jit2triton.PackageVersionError,
                     "torch 1.13.1"),
     "other_device": (_edited(lambda m: m.update(device="cuda")), jit2triton.PackageDeviceError, "no CUDA device"),
+    "torchscript_file": (lambda path, tmp_path: torchscript_file(tmp_path), jit2triton.PackageError,
+                         "is a TorchScript archive (or a torch.save file), not a jit2triton package"),
+    "format_1": (lambda path, tmp_path: format_1_package(path, tmp_path), jit2triton.PackageVersionError,
+                 "is a package of format 1"),
 }
 
 
@@ -125,8 +127,7 @@ def test_bad_packages_are_refused_with_the_python_message(case, small_package, t
         jit2triton.load(bad, runtime="cpp")
     with pytest.raises(error) as from_python:
         jit2triton.load(bad)
-    if case != "truncated":  # the zip readers word what they found differently; the rest of the message is shared
-        assert str(from_cpp.value) == str(from_python.value)
+    assert str(from_cpp.value) == str(from_python.value)  # both read through torch's archive reader
 
 
 BAD_INPUTS = {
@@ -208,7 +209,7 @@ def test_j2t_run_matches_torchscript(name: str, tmp_path, cmake_build) -> None:
                           env=_no_python_env())
     assert done.returncode == 0, done.stderr
     assert "median" in done.stdout
-    signature = json.loads(zipfile.ZipFile(path).read("manifest.json"))["signature"]
+    signature = manifest_of(path)["signature"]
     inputs = random_inputs(signature["inputs"], "cpu", seed)  # the same draws j2t-run made
     expected = reference(*inputs)
     flat = []
@@ -256,9 +257,6 @@ def test_readme_example_program_matches_torchscript(tmp_path, cmake_build) -> No
 
 # ---- CUDA: GPU packages through the C++ runtime (run on the GPU machine) ------------------------------------------
 
-from test_triton_backend import assert_matches_on_cuda, cuda_zoo, on, on_gpu  # noqa: E402
-
-
 @on_gpu
 @pytest.mark.parametrize("spec, cuda_graphs", cuda_zoo())
 def test_gpu_package_through_the_cpp_runtime_matches_torchscript(spec, cuda_graphs, tmp_path, monkeypatch,
@@ -267,7 +265,7 @@ def test_gpu_package_through_the_cpp_runtime_matches_torchscript(spec, cuda_grap
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     source, reference, example = build(spec, tmp_path)
     path = tmp_path / f"{spec.name}.j2t"
-    jit2triton.convert(source, example_inputs=on("cuda", example), device="cuda").save(path)
+    jit2triton.convert(source, example_inputs=to_device(example, "cuda"), device="cuda").save(path)
     loaded = jit2triton.load(path, runtime="cpp", cuda_graphs=cuda_graphs)
     python = jit2triton.load(path, cuda_graphs=cuda_graphs)
     assert loaded._runtime.uses_cuda_graph == python._runtime.uses_cuda_graph
@@ -279,12 +277,12 @@ def test_j2t_run_runs_a_gpu_package(tmp_path, cmake_build):
     spec = next(s for s in MODELS if s.name == "bert_encoder_layer")
     source, reference, example = build(spec, tmp_path)
     path = tmp_path / "bert.j2t"
-    jit2triton.convert(source, example_inputs=on("cuda", example), device="cuda").save(path)
+    jit2triton.convert(source, example_inputs=to_device(example, "cuda"), device="cuda").save(path)
     done = subprocess.run([str(cmake_build / "jit2triton" / "j2t-run"), str(path), "--dump", str(tmp_path),
                            "--bench", "20"], capture_output=True, text=True, env=_no_python_env())
     assert done.returncode == 0, done.stderr
     assert "on cuda:0" in done.stdout
-    signature = json.loads(zipfile.ZipFile(path).read("manifest.json"))["signature"]
+    signature = manifest_of(path)["signature"]
     inputs = random_inputs(signature["inputs"], "cpu", 0)
     expected = reference(*inputs)
     raw = np.fromfile(tmp_path / "output_0.bin", dtype=np.float32)

@@ -1,13 +1,12 @@
 """Every bad input gets a clear error from the jit2triton family, naming the problem and what to do."""
 import os
 import pickle
-import zipfile
 
 import pytest
 import torch
 
 import jit2triton
-from conftest import rewrite_package
+from package_tools import format_1_package, read_members, rewrite_package, torchscript_file, write_members
 
 
 def test_missing_model_file(tmp_path):
@@ -56,15 +55,12 @@ def test_truncated_package(small_package, tmp_path):
 
 def test_corrupted_weights_fail_their_checksum(small_package, tmp_path):
     path, _ = small_package
-    with zipfile.ZipFile(path) as zf:
-        members = {n: zf.read(n) for n in zf.namelist()}
+    members = read_members(path)
     blob = bytearray(members["weights.bin"])
     blob[0] ^= 0xFF
     members["weights.bin"] = bytes(blob)
     corrupted = tmp_path / "corrupted.j2t"
-    with zipfile.ZipFile(corrupted, "w") as zf:  # rewritten with valid zip CRCs: only our checksum can catch it
-        for name, member in members.items():
-            zf.writestr(name, member)
+    write_members(corrupted, members)  # a well-formed archive: only our checksum can catch it
     with pytest.raises(jit2triton.CorruptPackageError, match="'weights.bin' fails its checksum"):
         jit2triton.load(corrupted)
 
@@ -154,9 +150,8 @@ def test_loading_never_unpickles(small_package, monkeypatch):
     monkeypatch.setattr(torch, "load", refuse)
     module = jit2triton.load(small_package[0])
     assert module(torch.randn(2, 4), torch.randn(2, 3)).shape == (2, 3)
-    with zipfile.ZipFile(small_package[0]) as zf:
-        assert sorted(zf.namelist()) == ["binaries/kernels.so", "checksums.json", "kernels/kernels.cpp",
-                                         "manifest.json", "weights.bin"]
+    assert sorted(read_members(small_package[0])) == ["binaries/kernels.so", "checksums.json", "kernels/kernels.cpp",
+                                                      "manifest.json", "weights.bin"]
 
 
 def test_an_op_failing_at_run_time_names_the_op_and_source():
@@ -179,3 +174,13 @@ def test_a_scalar_input_that_changes_a_kernel_input_shape_is_refused_not_misread
     torch.testing.assert_close(module(x, 2), tile(x, 2))
     with pytest.raises(jit2triton.Jit2TritonError, match=r"has shape \[3, 4\], but the package was converted for \[9, 4\]"):
         module(x, 0)
+
+
+def test_a_torchscript_file_is_named_as_such(tmp_path):
+    with pytest.raises(jit2triton.PackageError, match="is a TorchScript archive .* convert it with `jit2triton convert`"):
+        jit2triton.load(torchscript_file(tmp_path))
+
+
+def test_a_format_1_package_is_refused_with_what_to_do(small_package, tmp_path):
+    with pytest.raises(jit2triton.PackageVersionError, match="format 1 .* convert the model again"):
+        jit2triton.load(format_1_package(small_package[0], tmp_path))

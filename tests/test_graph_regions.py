@@ -13,9 +13,9 @@ import jit2triton
 from jit2triton.deploy.cuda_graph import RegionGraphs
 from jit2triton.deploy.graph_regions import group_regions
 
-from conftest import rewrite_package
+from package_tools import rewrite_package
+from helpers import assert_same_outputs, build, copied, fresh_calls, on_gpu, to_device
 from models import MODELS
-from test_models import assert_same_outputs, build, copied, fresh_calls
 
 DECODER = next(s for s in MODELS if s.name == "scripted_recurrent_decoder")
 
@@ -66,8 +66,15 @@ def test_a_loop_body_becomes_one_region_with_the_counter_outside(tmp_path) -> No
     assert [r[1] for r in region["args"]] == read_first
 
 
+def view_taken_before_the_write(x):
+    """A write that stays in place (as in test_functionalize.py): a view taken before it must see it."""
+    a = x * 2.0
+    v = a[0]
+    a.mul_(3.0)
+    return v + 1.0, a
+
+
 def test_a_plan_that_writes_a_tensor_in_place_gets_no_regions() -> None:
-    from test_functionalize import view_taken_before_the_write  # a write that stays in place (a view sees it)
     manifest = jit2triton.convert(torch.jit.script(view_taken_before_the_write),
                                   example_inputs=(torch.randn(4, 6),)).manifest
     assert any(s.get("mutates") == "tensor" for s in steps_of(manifest["plan"]["steps"]))
@@ -99,10 +106,6 @@ def test_regions_run_as_their_steps_off_the_gpu_and_match_torchscript(runtime, t
 
 # ---- on a GPU --------------------------------------------------------------------------------------------------
 
-def on_gpu(test):
-    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")(test))
-
-
 def regions_of(loaded) -> list[RegionGraphs]:
     found = []
 
@@ -127,8 +130,7 @@ def regions_of(loaded) -> list[RegionGraphs]:
 def test_gpu_regions_are_captured_replayed_and_match_torchscript(graphs, tmp_path) -> None:
     source, reference, example = build(DECODER, tmp_path)
     path = tmp_path / "decoder.j2t"
-    cuda_example = tuple(x.cuda() if isinstance(x, torch.Tensor) else x for x in example)
-    jit2triton.convert(source, example_inputs=cuda_example, device="cuda").save(path)
+    jit2triton.convert(source, example_inputs=to_device(example, "cuda"), device="cuda").save(path)
     loaded = jit2triton.load(path, cuda_graphs=graphs)
     assert not loaded.manifest["cuda_graph"]  # a loop: the plan cannot run whole as one graph
     assert any(s["kind"] == "graph" for s in steps_of(loaded.manifest["plan"]["steps"]))
@@ -136,7 +138,7 @@ def test_gpu_regions_are_captured_replayed_and_match_torchscript(graphs, tmp_pat
     for call in fresh_calls(DECODER, example):
         expected = reference(*copied(call))
         for _ in range(2):
-            actual = loaded(*(x.cuda() if isinstance(x, torch.Tensor) else x for x in call))
+            actual = loaded(*to_device(call, "cuda"))
             assert_same_outputs(actual.cpu(), expected, tolerant)
     regions = regions_of(loaded)
     if graphs:

@@ -6,17 +6,15 @@ conversion), with the same structure, dtypes and shapes, and must leave its inpu
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections import Counter
 
 import pytest
 import torch
 
 import jit2triton
 
+from helpers import EXAMPLE_SEED, assert_same_outputs, build, copied, fresh_calls
 from models import MODELS, ModelSpec
-
-EXAMPLE_SEED = 0
-FRESH_SEED = 1234
 
 # Models that fail through a gap or bug in jit2triton, not in the test: name -> (what it raises, the message).
 KNOWN_FAILURES: dict[str, tuple[type[Exception], str]] = {}
@@ -29,51 +27,6 @@ def model_params():
             raises, message = KNOWN_FAILURES[spec.name]
             marks.append(pytest.mark.xfail(strict=True, raises=raises, reason=f"{raises.__name__}: {message}"))
         yield pytest.param(spec, id=spec.name, marks=marks)
-
-
-def build(spec: ModelSpec, tmp_path) -> tuple[Any, Any, tuple]:
-    """-> (what to convert, the TorchScript reference to compare against, the example inputs)."""
-    torch.manual_seed(EXAMPLE_SEED)
-    model, example = spec.build()
-    if not spec.from_file:
-        return model, model, example
-    path = tmp_path / f"{spec.name}.pt"
-    torch.jit.save(model, str(path))
-    return path, torch.jit.load(str(path)), example
-
-
-def fresh_calls(spec: ModelSpec, example: tuple) -> list[tuple]:
-    torch.manual_seed(FRESH_SEED)
-    calls = spec.fresh_inputs()
-    example_tensors = [x for x in example if isinstance(x, torch.Tensor)]
-    for call in calls:
-        tensors = [x for x in call if isinstance(x, torch.Tensor)]
-        assert not all(torch.equal(a, b) for a, b in zip(tensors, example_tensors)), "fresh inputs repeat the example"
-    return calls
-
-
-def copied(call: tuple) -> tuple:
-    return tuple(x.clone() if isinstance(x, torch.Tensor) else x for x in call)
-
-
-def assert_same_outputs(actual: Any, expected: Any, spec: ModelSpec, where: str = "output") -> None:
-    assert type(actual) is type(expected), f"{where}: got {type(actual).__name__}, expected {type(expected).__name__}"
-    if isinstance(expected, torch.Tensor):
-        assert actual.dtype == expected.dtype, f"{where}: dtype {actual.dtype}, expected {expected.dtype}"
-        assert actual.shape == expected.shape, f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-        exact = not (expected.is_floating_point() or expected.is_complex())
-        torch.testing.assert_close(actual, expected, rtol=0 if exact else spec.rtol, atol=0 if exact else spec.atol,
-                                   msg=lambda m: f"{spec.name} {where}: {m}")
-    elif isinstance(expected, (tuple, list)):
-        assert len(actual) == len(expected), f"{where}: {len(actual)} items, expected {len(expected)}"
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            assert_same_outputs(a, e, spec, f"{where}[{i}]")
-    elif isinstance(expected, dict):
-        assert list(actual) == list(expected), f"{where}: keys {list(actual)}, expected {list(expected)}"
-        for key in expected:
-            assert_same_outputs(actual[key], expected[key], spec, f"{where}[{key!r}]")
-    else:
-        assert actual == expected, f"{where}: {actual!r}, expected {expected!r}"
 
 
 @pytest.mark.parametrize("spec", model_params())
@@ -92,14 +45,35 @@ def test_loaded_package_matches_torchscript_on_fresh_inputs(spec: ModelSpec, tmp
                 assert torch.equal(after, before), f"the package modified input {i} in place"
 
 
+def plan_steps(steps):
+    """Every step of a manifest plan, those inside if/loop blocks and graph regions included."""
+    for step in steps:
+        yield step
+        for block in step.get("blocks", ()):
+            yield from plan_steps(block["steps"])
+        yield from plan_steps(step.get("steps", ()))
+
+
 @pytest.mark.parametrize("spec", model_params())
-def test_summary_counts_add_up(spec: ModelSpec, tmp_path) -> None:
+def test_summary_agrees_with_the_plan_that_runs(spec: ModelSpec, tmp_path) -> None:
+    """The summary is counted from the conversion's node table; the plan is what the package runs. They must tell
+    the same story: each op the summary says falls back runs as an ATen call step, each kernel it lists is
+    launched by a kernel step (and the plan launches no other), and the package holds exactly those kernels."""
     source, _, example = build(spec, tmp_path)
-    summary = jit2triton.convert(source, example_inputs=example, device="cpu").summary()
-    placed = (summary["native_nodes"] + summary["extern_nodes"] + summary["host_nodes"] + summary["alias_nodes"]
-              + summary["fallback_nodes"])
-    assert placed == summary["nodes"], summary
-    assert summary["fallback_nodes"] == sum(summary["fallback_ops"].values()), summary
+    converted = jit2triton.convert(source, example_inputs=example, device="cpu")
+    summary, manifest = converted.summary(), converted.manifest
+    steps = list(plan_steps(manifest["plan"]["steps"]))
+    assert {s["kind"] for s in steps} <= {"call", "kernel", "if", "loop", "graph"}, steps
+    calls = Counter(s["op"] for s in steps if s["kind"] == "call")
+    for op, count in summary["fallback_ops"].items():
+        assert calls[op] >= count, f"{op}: {count} fallback node(s) in the summary, {calls[op]} call step(s) in the plan"
+    assert set(summary["fallback_reasons"]) == set(summary["fallback_ops"]), summary
+    launched = {s["kernel"] for s in steps if s["kind"] == "kernel"}
+    listed = [k["name"] for k in summary["kernels"]]
+    assert len(listed) == len(set(listed)), f"a kernel is listed twice: {listed}"
+    assert set(listed) == launched, f"summary lists {sorted(listed)}, the plan launches {sorted(launched)}"
+    assert len(summary["kernels"]) == len(launched)
+    assert {k["name"] for k in manifest["kernels"]} == launched, converted.report()
     # every zoo model has pointwise ops: the C++ backend (the CPU default) runs them in generated kernels
     assert (summary["native_nodes"] > 0 and bool(summary["kernels"])) == spec.generates_kernels, summary
     assert sum(k["nodes"] for k in summary["kernels"]) >= summary["native_nodes"], summary

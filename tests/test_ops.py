@@ -8,22 +8,14 @@ output's dtype (integer and bool outputs exactly).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
 import jit2triton
-from jit2triton.transpiler.lowering import load_lowerings
-from jit2triton.transpiler.op_table import OP_TABLE
 
+from helpers import EXAMPLE_SEED, FRESH_SEED, LOWERED, assert_ran_in_a_kernel, assert_same_op_output, permuted
 from op_samples import BACKSLASH_CONTINUED_SOURCE, NARROW_INTEGER_MAX_MIN, SAMPLES, Sample
-
-load_lowerings()
-LOWERED = sorted(op for op, info in OP_TABLE.items() if info.lowering is not None)
-EXAMPLE_SEED, FRESH_SEED = 0, 1234
-TOLERANCES = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-7, 1e-7), torch.bfloat16: (1.6e-2, 1e-2),
-              torch.float16: (1e-3, 1e-3)}  # (rtol, atol); every other dtype must match exactly
 
 # Ops whose test fails through a bug outside the lowerings (renderer, kernel IR, fusion): op -> the exact error.
 # None now: the bugs the samples found outside the lowerings have their own strict xfails below.
@@ -61,8 +53,8 @@ def check_sample(op: str, sample: Sample, path: Path, fresh_seed: int) -> None:
     fresh = sample.make_inputs()
     assert not all(torch.equal(a, b) for a, b in zip(fresh, example)), "fresh inputs repeat the example"
     expected = model(*fresh)
-    assert_same(loaded(*fresh), expected, f"{op} {path.stem}")
-    assert_same(loaded(*permuted(fresh)), expected, f"{op} {path.stem}, inputs permuted")
+    assert_same_op_output(loaded(*fresh), expected, f"{op} {path.stem}")
+    assert_same_op_output(loaded(*permuted(fresh)), expected, f"{op} {path.stem}, inputs permuted")
 
 
 # Bugs outside the lowerings that the samples ran into, kept as tests.
@@ -73,38 +65,6 @@ def test_max_and_min_of_narrow_integers_and_bools(tmp_path) -> None:
 
 def test_a_source_line_continued_with_a_backslash(tmp_path) -> None:
     check_sample("aten::relu", BACKSLASH_CONTINUED_SOURCE, tmp_path / "continued.j2t", FRESH_SEED)
-
-
-def assert_ran_in_a_kernel(op: str, loaded: jit2triton.Converted) -> None:
-    summary = loaded.summary()
-    assert op not in summary["fallback_ops"], (
-        f"{op} ran through ATen ({summary['fallback_reasons'][op]}):\n{loaded.report()}")
-    assert op in {o for kernel in summary["kernels"] for o in kernel["ops"]}, (
-        f"{op} is in no generated kernel (does the sample call this overload?):\n{loaded.report()}")
-
-
-def permuted(call: tuple) -> tuple:
-    """The same values, with every matrix-like input as a non-contiguous (transposed-storage) view."""
-    views = tuple(x.mT.contiguous().mT if isinstance(x, torch.Tensor) and x.dim() >= 2 and min(x.shape[-2:]) > 1
-                  else x for x in call)
-    assert any(isinstance(x, torch.Tensor) and not x.is_contiguous() for x in views), "no input to permute"
-    return views
-
-
-def assert_same(actual: Any, expected: Any, where: str) -> None:
-    assert type(actual) is type(expected), f"{where}: got {type(actual).__name__}, expected {type(expected).__name__}"
-    if isinstance(expected, torch.Tensor):
-        assert actual.dtype == expected.dtype, f"{where}: dtype {actual.dtype}, expected {expected.dtype}"
-        assert actual.shape == expected.shape, f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-        rtol, atol = TOLERANCES.get(expected.dtype, (0.0, 0.0))
-        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True,
-                                   msg=lambda message: f"{where}: {message}")
-    elif isinstance(expected, (tuple, list)):
-        assert len(actual) == len(expected), f"{where}: {len(actual)} outputs, expected {len(expected)}"
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            assert_same(a, e, f"{where} output {i}")
-    else:
-        assert actual == expected, f"{where}: {actual!r}, expected {expected!r}"
 
 
 def test_integer_division_by_zero_raises_instead_of_crashing(tmp_path) -> None:

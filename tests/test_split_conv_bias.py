@@ -11,8 +11,8 @@ import jit2triton
 from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.split_conv_bias import split_conv_bias
 
+from helpers import assert_same_outputs, build, copied, fresh_calls
 from models import MODELS
-from test_models import assert_same_outputs, build, copied, fresh_calls
 
 CNN = next(s for s in MODELS if s.name == "small_cnn_bn_se")
 

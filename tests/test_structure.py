@@ -66,3 +66,16 @@ def test_loading_a_package_needs_no_converter_stage(small_package) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     stages = set(eval(out.strip()))
     assert not stages & {"loaders", "transpiler"}, f"loading imported {sorted(stages)}"
+
+
+def test_a_test_module_imports_no_other_test_module() -> None:
+    """Shared helpers live in tests/helpers.py (data in models.py, op_samples, ...): importing a test module would
+    run its module-level code and collect its skips, and ties one test file's edits to another's."""
+    tests = Path(__file__).resolve().parent
+    wrong = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            wrong += [f"{path.name} imports {name}" for name in names if name.split(".")[0].startswith("test_")]
+    assert not wrong, "; ".join(wrong)

@@ -10,6 +10,7 @@ model (100k elements) takes under a second under the interpreter, so nothing is 
 """
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -21,38 +22,21 @@ import torch
 import jit2triton
 from jit2triton.transpiler import kernel_ir as K
 
+from helpers import (EXAMPLE_SEED, FRESH_SEED, GPU_TOLERANCE, HAS_GPU, INTERPRETED, LOWERED, assert_matches_on_cuda,
+                     assert_ran_in_a_kernel, assert_same_op_output, assert_same_outputs, build, copied, cuda_zoo,
+                     fresh_calls, on_cpu, on_gpu, permuted, to_device)
 from models import MODELS
-from test_models import assert_same_outputs, build, copied, fresh_calls
-from test_ops import LOWERED, SAMPLES, assert_ran_in_a_kernel, assert_same, permuted
+from op_samples import SAMPLES
 
 pytest.importorskip("triton")
-from jit2triton.emitters.compile_triton import interpreter_active  # noqa: E402
+from jit2triton.emitters import compile_triton  # noqa: E402
 from jit2triton.emitters.triton import render_kernel  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")  # numpy, on masked-off lanes
-INTERPRETED = interpreter_active()
-HAS_GPU = torch.cuda.is_available()
-on_cpu = pytest.mark.skipif(not INTERPRETED, reason="Triton kernels run on the CPU only under its interpreter: "
-                                                    "start Python with TRITON_INTERPRET=1")
-
-
-def on_gpu(test):
-    skip = pytest.mark.skipif(not HAS_GPU or INTERPRETED,
-                              reason="needs a CUDA device and Triton's compiler (start Python without TRITON_INTERPRET)")
-    return pytest.mark.gpu(skip(test))
-
-
-GPU_TOLERANCE = 2e-5  # tl.exp is the GPU's fast exp (about 7 ulp); TorchScript's reference runs on the CPU
 
 
 def zoo():
     return [pytest.param(spec, id=spec.name) for spec in MODELS]
-
-
-def cuda_zoo():
-    for spec in MODELS:
-        for graphs in (True, False):
-            yield pytest.param(spec, graphs, id=f"{spec.name}-{'graphs' if graphs else 'no_graphs'}")
 
 
 def run_package(source, example, device: str, tmp_path, name: str = "model"):
@@ -60,20 +44,6 @@ def run_package(source, example, device: str, tmp_path, name: str = "model"):
     path = tmp_path / f"{name}.j2t"
     jit2triton.convert(source, example_inputs=example, device=device, backend="triton").save(path)
     return jit2triton.load(path)
-
-
-def on(device: str, call: tuple) -> tuple:
-    return tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in call)
-
-
-def to_cpu(value):
-    if isinstance(value, torch.Tensor):
-        return value.cpu()
-    if isinstance(value, (list, tuple)):
-        return type(value)(to_cpu(v) for v in value)
-    if isinstance(value, dict):
-        return {k: to_cpu(v) for k, v in value.items()}
-    return value
 
 
 # --- the CPU, under the interpreter ------------------------------------------------------------------------------
@@ -99,16 +69,16 @@ def test_every_lowered_op_matches_torchscript_under_the_interpreter(op):
     if op not in SAMPLES:
         pytest.skip(f"{op} has no sample (test_ops.py reports it)")
     for i, sample in enumerate(SAMPLES[op]):
-        torch.manual_seed(0)
+        torch.manual_seed(EXAMPLE_SEED)
         example = sample.make_inputs()
         model = sample.build(example)
         converted = jit2triton.convert(model, example_inputs=example, device="cpu", backend="triton")
         assert_ran_in_a_kernel(op, converted)
-        torch.manual_seed(1234 + i)
+        torch.manual_seed(FRESH_SEED + i)
         fresh = sample.make_inputs()
         expected = model(*fresh)
-        assert_same(converted(*fresh), expected, f"{op} sample {i}")
-        assert_same(converted(*permuted(fresh)), expected, f"{op} sample {i}, inputs permuted")
+        assert_same_op_output(converted(*fresh), expected, f"{op} sample {i}")
+        assert_same_op_output(converted(*permuted(fresh)), expected, f"{op} sample {i}, inputs permuted")
 
 
 def long_rows(x, w):
@@ -191,7 +161,7 @@ def test_each_kernel_source_starts_with_the_nodes_and_lines_it_came_from():
     example = (torch.randn(4, 8), torch.randn(8))
     model = torch.jit.trace(lambda x, b: torch.softmax(torch.relu(x + b), dim=-1), example)
     device = "cpu" if INTERPRETED else "cuda"
-    converted = jit2triton.convert(model, example_inputs=on(device, example), device=device, backend="triton")
+    converted = jit2triton.convert(model, example_inputs=to_device(example, device), device=device, backend="triton")
     sources = dict(part.split("\n", 1) for part in converted.code.split("# ---- ")[1:])
     assert converted.manifest["kernels"]
     for kernel in converted.manifest["kernels"]:
@@ -266,24 +236,13 @@ def test_zoo_model_on_cuda_matches_torchscript(spec, cuda_graphs, tmp_path, monk
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     source, reference, example = build(spec, tmp_path)
     path = tmp_path / f"{spec.name}.j2t"
-    jit2triton.convert(source, example_inputs=on("cuda", example), device="cuda").save(path)
+    jit2triton.convert(source, example_inputs=to_device(example, "cuda"), device="cuda").save(path)
     loaded = jit2triton.load(path, cuda_graphs=cuda_graphs)
     manifest = loaded.manifest
     assert manifest["backend"] == "triton"
     major, minor = torch.cuda.get_device_capability()
     assert not manifest["kernels"] or manifest["triton"]["target"]["arch"] == major * 10 + minor
     assert_matches_on_cuda(loaded, spec, example, reference)
-
-
-def assert_matches_on_cuda(loaded, spec, example, reference) -> None:
-    """A GPU package against the CPU TorchScript reference on fresh inputs, three calls each (with CUDA graphs:
-    step by step, then captured, then replayed)."""
-    tolerant = type(spec)(**{**spec.__dict__, "rtol": max(spec.rtol, GPU_TOLERANCE),
-                             "atol": max(spec.atol, GPU_TOLERANCE)})
-    for call in fresh_calls(spec, example):
-        expected = reference(*copied(call))
-        for _ in range(3):
-            assert_same_outputs(to_cpu(loaded(*on("cuda", call))), expected, tolerant)
 
 
 @on_gpu
@@ -307,11 +266,11 @@ def test_loading_and_calling_a_gpu_package_never_runs_the_triton_compiler(tmp_pa
 
 @on_gpu
 def test_gpu_of_another_architecture_rebuilds_from_source_with_one_warning(tmp_path):
-    from conftest import rewrite_package
+    from package_tools import rewrite_package
     example = (torch.randn(8, 32),)
     model = torch.jit.trace(lambda x: torch.nn.functional.gelu(x) - x.mean(-1, keepdim=True), example)
     built = tmp_path / "built.j2t"
-    jit2triton.convert(model, example_inputs=on("cuda", example), device="cuda").save(built)
+    jit2triton.convert(model, example_inputs=to_device(example, "cuda"), device="cuda").save(built)
     foreign = tmp_path / "foreign.j2t"
 
     def pretend_older_gpu(manifest):
@@ -333,7 +292,7 @@ def test_unaligned_input_is_copied_before_launch(tmp_path):
     example = (torch.randn(5, 7),)
     model = torch.jit.trace(lambda x: torch.exp(x) + 1, example)
     path = tmp_path / "m.j2t"
-    jit2triton.convert(model, example_inputs=on("cuda", example), device="cuda").save(path)
+    jit2triton.convert(model, example_inputs=to_device(example, "cuda"), device="cuda").save(path)
     loaded = jit2triton.load(path, cuda_graphs=False)
     storage = torch.randn(1 + 35, device="cuda")
     x = storage[1:].view(5, 7)  # contiguous, but 4 bytes past an aligned address
@@ -342,27 +301,55 @@ def test_unaligned_input_is_copied_before_launch(tmp_path):
 
 
 @on_gpu
-def test_big_kernels_are_autotuned_and_stay_correct(tmp_path):
+def test_big_kernels_are_autotuned_and_stay_correct(tmp_path, monkeypatch):
+    rendered, compiled = {}, {}  # kernel name -> (its kernel IR, the rendered kernel); -> the configs compiled
+    render, compile_config = compile_triton.render_kernel, compile_triton.compile_config
+
+    def recording_render(kernel):
+        rendered[kernel.name] = (kernel, render(kernel))
+        return rendered[kernel.name][1]
+
+    def recording_compile(r, config, device):
+        compiled.setdefault(r.name, []).append(config)
+        return compile_config(r, config, device)
+
+    monkeypatch.setattr(compile_triton, "render_kernel", recording_render)
+    monkeypatch.setattr(compile_triton, "compile_config", recording_compile)
     example = (torch.randn(1024, 2048),)
     model = torch.jit.trace(lambda x: torch.softmax(x, -1) + torch.sigmoid(x), example)
     path = tmp_path / "m.j2t"
-    converted = jit2triton.convert(model, example_inputs=on("cuda", example), device="cuda")
+    converted = jit2triton.convert(model, example_inputs=to_device(example, "cuda"), device="cuda")
     converted.save(path)
-    entries = converted.manifest["triton"]["kernels"].values()
-    assert all(e["grid"][0] >= 1 and e["num_warps"] >= 1 for e in entries)
+    entries = converted.manifest["triton"]["kernels"]
+    assert entries and set(entries) == set(rendered), (sorted(entries), sorted(rendered))
+    for name, entry in entries.items():
+        kernel, r = rendered[name]
+        work = sum(math.prod(b.shape) for b in kernel.inputs + kernel.outputs)
+        assert work >= compile_triton.TUNE_MIN_ELEMENTS, f"{name} is too small to be tuned: the test lost its point"
+        # every candidate the renderer offers was compiled (and timed), and the one kept is one of them
+        tried = [c for i, c in enumerate(compiled[name]) if c not in compiled[name][:i]]
+        assert tried == r.configs, (name, tried, r.configs)
+        chosen = {"constants": entry["constants"], "num_warps": entry["num_warps"]}
+        assert chosen in r.configs, (name, chosen, r.configs)
+        # the grid covers the iteration space (a row per softmax row, or an element each) with no idle program
+        assert r.items in (1024, 1024 * 2048), (name, r.items)
+        block = entry["constants"]["XBLOCK"]
+        assert entry["grid"][1:] == [1, 1] and (entry["grid"][0] - 1) * block < r.items <= entry["grid"][0] * block, \
+            (name, entry["grid"], block, r.items)
+    assert any(len(r.configs) > 1 for _, r in rendered.values()), "no kernel had a choice of configs to tune"
     x = torch.randn(1024, 2048)
     torch.testing.assert_close(jit2triton.load(path)(x.cuda()).cpu(), model(x), rtol=GPU_TOLERANCE, atol=1e-6)
 
 
 @on_gpu
-def test_a_launch_bound_plan_runs_as_one_cuda_graph(tmp_path):
+def test_a_launch_bound_plan_runs_as_one_cuda_graph(tmp_path, monkeypatch):
     example = torch.randn(4, 4)
     model = torch.jit.trace(lambda x: torch.cos(torch.sin(x @ x) @ x) @ x, (example,))
     path = tmp_path / "small.j2t"
     jit2triton.convert(model, example_inputs=(example.cuda(),), device="cuda").save(path)
     graphed, stepped = jit2triton.load(path), jit2triton.load(path, cuda_graphs=False)
     assert graphed._runtime.uses_cuda_graph and not stepped._runtime.uses_cuda_graph
-    torch.backends.cuda.matmul.allow_tf32 = False
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # the CPU reference has no TF32
     for _ in range(3):
         x = torch.randn(4, 4)
         expected = model(x)

@@ -7,7 +7,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <caffe2/serialize/inline_container.h>
+
 #include <cstring>
+#include <set>
 
 #include "jit2triton/jit2triton.h"
 #include "sha256.h"
@@ -17,7 +20,7 @@ namespace jit2triton {
 namespace {
 
 constexpr const char* kFormat = "jit2triton-package";
-constexpr int64_t kFormatVersion = 1;
+constexpr int64_t kFormatVersion = 2;
 constexpr const char* kReconvert = "re-run `jit2triton convert`";
 
 }  // namespace
@@ -52,13 +55,12 @@ std::string repr(const std::string& text) {
 
 namespace {
 
-uint32_t u16(const uint8_t* p) { return p[0] | (p[1] << 8); }
-uint32_t u32(const uint8_t* p) { return p[0] | (p[1] << 8) | (p[2] << 16) | (uint32_t(p[3]) << 24); }
-uint64_t u64(const uint8_t* p) { return u32(p) | (uint64_t(u32(p + 4)) << 32); }
-
-struct ZipError : std::runtime_error {
+struct ArchiveError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// torch's own bookkeeping records in its archive container: not package members.
+const std::set<std::string> kTorchRecords = {"version", ".data/version", "byteorder", ".data/serialization_id"};
 
 std::shared_ptr<MappedFile> map_file(const std::string& path) {
   struct stat st;
@@ -81,52 +83,58 @@ std::shared_ptr<MappedFile> map_file(const std::string& path) {
   return file;
 }
 
-// The central directory: every member's name and where its bytes lie. Only stored (uncompressed) members are read;
-// the Python writer stores every member that way so this reader needs no inflate.
-std::map<std::string, std::string_view> zip_members(const MappedFile& f) {
-  const uint8_t* d = f.data;
-  size_t n = f.size;
-  if (n < 22) throw ZipError("file too short to be a zip");
-  size_t eocd = std::string::npos;
-  for (size_t i = n - 22 + 1; i-- > (n > 22 + 65535 ? n - 22 - 65535 : 0);)
-    if (u32(d + i) == 0x06054b50) { eocd = i; break; }
-  if (eocd == std::string::npos) throw ZipError("no end of central directory");
-  uint64_t count = u16(d + eocd + 10), dir_offset = u32(d + eocd + 16);
-  if (dir_offset == 0xFFFFFFFF || count == 0xFFFF) {  // zip64: the real values live in the zip64 record
-    if (eocd < 20 || u32(d + eocd - 20) != 0x07064b50) throw ZipError("bad zip64 locator");
-    uint64_t record = u64(d + eocd - 20 + 8);
-    if (record + 56 > n || u32(d + record) != 0x06064b50) throw ZipError("bad zip64 end record");
-    count = u64(d + record + 32);
-    dir_offset = u64(d + record + 48);
+// torch's reader error without its boilerplate: "failed finding central directory".
+std::string reason(const std::string& what) {
+  std::string text = what.substr(0, what.find('\n'));
+  const std::string prefix = "failed reading zip archive: ";
+  if (auto at = text.find(prefix); at != std::string::npos) text = text.substr(at + prefix.size());
+  if (auto at = text.find(". This is an internal"); at != std::string::npos) text = text.substr(0, at);
+  return text.substr(0, 200);
+}
+
+// A format-1 package (a hand-written zip with manifest.json at its root, which torch's reader refuses): found by the
+// name in the first local header, so it can be told apart from a corrupt file.
+bool is_format_1(const MappedFile& f) {
+  static const std::string name = "manifest.json";
+  if (f.size < 30 + name.size() || std::memcmp(f.data, "PK\x03\x04", 4) != 0) return false;
+  size_t name_len = f.data[26] | (f.data[27] << 8);
+  return name_len == name.size() && std::memcmp(f.data + 30, name.data(), name.size()) == 0;
+}
+
+bool is_torchscript(const std::vector<std::string>& names) {
+  bool torchscript = false;
+  for (const auto& name : names) {
+    if (name == "manifest.json") return false;
+    torchscript |= name == "constants.pkl" || name == "data.pkl" || name.rfind("code/", 0) == 0;
   }
+  return torchscript;
+}
+
+// The members of torch's archive container (what torch.save and torch.jit.save write), found by torch's own reader
+// (caffe2::serialize::PyTorchStreamReader): every record is stored uncompressed and 64-byte aligned, so each is a
+// view of the mapped file. Their bytes are checked against checksums.json afterwards.
+std::map<std::string, std::string_view> archive_members(const std::string& path, const MappedFile& f) {
   std::map<std::string, std::string_view> members;
-  size_t p = dir_offset;
-  for (uint64_t i = 0; i < count; ++i) {
-    if (p + 46 > n || u32(d + p) != 0x02014b50) throw ZipError("bad central directory entry");
-    uint32_t method = u16(d + p + 10);
-    uint64_t compressed = u32(d + p + 20), size = u32(d + p + 24), offset = u32(d + p + 42);
-    uint32_t name_len = u16(d + p + 28), extra_len = u16(d + p + 30), comment_len = u16(d + p + 32);
-    if (p + 46 + name_len + extra_len > n) throw ZipError("central directory runs past the end");
-    std::string name(reinterpret_cast<const char*>(d + p + 46), name_len);
-    for (size_t e = p + 46 + name_len; e + 4 <= p + 46 + name_len + extra_len;) {  // zip64 sizes and offset
-      uint32_t id = u16(d + e), len = u16(d + e + 2);
-      size_t q = e + 4;
-      if (id == 0x0001) {
-        if (size == 0xFFFFFFFF) { size = u64(d + q); q += 8; }
-        if (compressed == 0xFFFFFFFF) { compressed = u64(d + q); q += 8; }
-        if (offset == 0xFFFFFFFF) { offset = u64(d + q); }
-      }
-      e += 4 + len;
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(path);
+    std::vector<std::string> names;
+    for (const std::string& name : reader.getAllRecords())
+      if (!kTorchRecords.count(name)) names.push_back(name);
+    if (is_torchscript(names))
+      throw Error(Error::Kind::Package, repr(path) + " is a TorchScript archive (or a torch.save file), not a "
+                                        "jit2triton package; convert it with `jit2triton convert`");
+    for (const std::string& name : names) {
+      size_t offset = reader.getRecordOffset(name), size = reader.getRecordSize(name);
+      if (offset > f.size || size > f.size - offset)
+        throw ArchiveError("member " + repr(name) + " runs past the end of the file");
+      members[name] = std::string_view(reinterpret_cast<const char*>(f.data + offset), size);
     }
-    if (offset + 30 > n || u32(d + offset) != 0x04034b50) throw ZipError("bad local header for " + name);
-    uint64_t start = offset + 30 + u16(d + offset + 26) + u16(d + offset + 28);
-    if (start + compressed > n) throw ZipError(name + " runs past the end of the file");
-    if (method != 0)
-      throw Error(Error::Kind::PackageVersion,
-                  "member " + repr(name) + " is compressed; the C++ runtime reads packages written by jit2triton "
-                  "0.1 or newer, which store every member uncompressed: " + kReconvert);
-    members[name] = std::string_view(reinterpret_cast<const char*>(d + start), size);
-    p += 46 + name_len + extra_len + comment_len;
+  } catch (const ArchiveError&) {
+    throw;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& err) {
+    throw ArchiveError(reason(err.what()));
   }
   return members;
 }
@@ -204,12 +212,17 @@ Package read_package(const std::string& path) {
   pkg.path = path;
   pkg.file = map_file(path);
   try {
-    pkg.members = zip_members(*pkg.file);
-  } catch (const ZipError& err) {
+    pkg.members = archive_members(path, *pkg.file);
+  } catch (const ArchiveError& err) {
+    if (is_format_1(*pkg.file))
+      throw Error(Error::Kind::PackageVersion,
+                  repr(path) + " is a package of format 1 (written by an earlier jit2triton 0.1); this jit2triton "
+                  "reads format " + std::to_string(kFormatVersion) + ": convert the model again");
     throw Error(Error::Kind::CorruptPackage,
                 repr(path) + " is not a readable jit2triton package (" + err.what() +
                     "); it may be truncated or corrupted. Copy it again or " + kReconvert);
   }
+
   if (pkg.members.count("checksums.json")) {
     try {
       json::Value sums = json::parse(pkg.members["checksums.json"]);
@@ -222,7 +235,7 @@ Package read_package(const std::string& path) {
   pkg.manifest = json::parse(pkg.members["manifest.json"]);
   const json::Value* format = pkg.manifest.find("format");
   if (!format || !format->is_string() || format->as_string() != kFormat)
-    throw Error(Error::Kind::CorruptPackage, repr(path) + " is a zip file but not a jit2triton package");
+    throw Error(Error::Kind::CorruptPackage, repr(path) + " is a torch archive but not a jit2triton package");
   const json::Value* version = pkg.manifest.find("format_version");
   if (!version || version->kind != json::Value::Kind::Int || version->integer > kFormatVersion)
     throw Error(Error::Kind::PackageVersion,

@@ -1,4 +1,4 @@
-// Reading a .j2t package: the zip's members (stored, uncompressed) from a file mapped into memory, each checked
+// Reading a .j2t package: the members of torch's archive container from a file mapped into memory, each checked
 // against checksums.json; the manifest parsed; the weights as CPU tensors over the mapping, in their memory order.
 #pragma once
 

@@ -1,0 +1,124 @@
+"""The kernel IR's algebra (transpiler/kernel_ir.py), built directly: a sum of products whose factors read
+different reduced variables becomes a product of sums (an outer product summed over both its dims costs O(n), not
+O(n^2)); checked on the expression it builds, on its values, and on the C++ a zoo model compiles to."""
+from __future__ import annotations
+
+import itertools
+import math
+import re
+
+import torch
+
+import jit2triton
+from jit2triton.transpiler import kernel_ir as K
+
+from helpers import EXAMPLE_SEED, assert_same_outputs, copied, fresh_calls
+from models import MODELS
+
+
+def reduced_vars(reduction: K.KExpr) -> tuple:
+    return reduction.arg[1]
+
+
+def loop_trips(x: K.KExpr) -> int:
+    """How many body evaluations the reductions in x cost per output element."""
+    return sum(math.prod(v.arg[1] for v in reduced_vars(r)) for r in K.reductions_in(x))
+
+
+def evaluate(x: K.KExpr, buffers: dict[str, torch.Tensor], env: dict) -> float:
+    """The value of x at one point (env: loop var -> index): a small interpreter of the ops these tests build."""
+    if x.op == "var":
+        return env[x]
+    if x.op == "const":
+        return x.arg
+    if x.op == "load":
+        return buffers[x.arg].flatten()[int(evaluate(x.args[0], buffers, env))].item()
+    if x.op in ("add", "mul"):
+        a, b = (evaluate(arg, buffers, env) for arg in x.args)
+        return a + b if x.op == "add" else a * b
+    if x.op == "reduce":
+        assert x.arg[0] == "sum", x
+        variables = reduced_vars(x)
+        return sum(evaluate(x.args[0], buffers, {**env, **dict(zip(variables, point))})
+                   for point in itertools.product(*(range(v.arg[1]) for v in variables)))
+    raise AssertionError(f"the test's interpreter does not know {x.op}")
+
+
+def test_an_outer_product_summed_over_both_dims_is_a_product_of_two_sums() -> None:
+    i, r, s = K.var("i", 64), K.var("r", 64), K.var("s", 64)
+    a = K.load("buf_a", i * 64 + r, "float32")  # a(i, r): i is the output's, r reduced
+    b = K.load("buf_b", s, "float32")  # b(s)
+    total = K.reduce("sum", K.op("mul", a, b), (r, s), "float32")
+    assert total.op == "mul", f"not factored: {total!r}"
+    factors = sorted(total.args, key=lambda f: [v.arg[0] for v in reduced_vars(K.reductions_in(f)[0])])
+    for factor, var, buffer in zip(factors, (r, s), ("buf_a", "buf_b")):
+        inner = K.reductions_in(factor)
+        assert len(inner) == 1 and inner[0].arg[0] == "sum" and reduced_vars(inner[0]) == (var,), factor
+        assert K.loads_in(factor) == {buffer}, factor
+    assert K.free_vars(total) == frozenset([i])
+    # two 64-long sums, not one over 64 x 64
+    assert len(K.reductions_in(total)) == 2 and loop_trips(total) == 64 + 64, total
+
+
+def test_a_factored_sum_keeps_its_value() -> None:
+    i, r, s, t = K.var("i", 3), K.var("r", 5), K.var("s", 4), K.var("t", 2)
+    buffers = {"buf_a": torch.randn(3, 5, dtype=torch.float64), "buf_b": torch.randn(4, dtype=torch.float64)}
+    a, b = K.load("buf_a", i * 5 + r, "float64"), K.load("buf_b", s, "float64")
+    outer = buffers["buf_a"][:, :, None] * buffers["buf_b"][None, None, :]
+    # t is reduced but read by neither factor: the sum adds the same product t's size times
+    cases = {(r, s): outer.sum(dim=(1, 2)), (r, s, t): 2 * outer.sum(dim=(1, 2)), (r,): None}
+    for rvars, expected in cases.items():
+        total = K.reduce("sum", K.op("mul", a, b), rvars, "float64")
+        if expected is None:  # only a reads r: b(s) moves out of the sum, s stays the output's
+            expected = buffers["buf_a"].sum(dim=1)[:, None] * buffers["buf_b"][None, :]
+            assert total.op == "mul" and K.free_vars(total) == frozenset([i, s]), total
+            got = torch.tensor([[evaluate(total, buffers, {i: x, s: y}) for y in range(4)] for x in range(3)],
+                               dtype=torch.float64)
+        else:
+            got = torch.tensor([evaluate(total, buffers, {i: x}) for x in range(3)], dtype=torch.float64)
+        torch.testing.assert_close(got, expected, msg=lambda m: f"sum over {rvars}: {m}")
+
+
+def test_sums_that_do_not_split_stay_one_reduction() -> None:
+    r, s = K.var("r", 8), K.var("s", 8)
+    a_rs = K.load("buf_a", r * 8 + s, "float32")  # reads both reduced vars: nothing to split
+    b = K.load("buf_b", s, "float32")
+    shared = K.reduce("sum", K.op("mul", a_rs, b), (r, s), "float32")
+    assert shared.op == "reduce" and set(reduced_vars(shared)) == {r, s}, shared
+    a = K.load("buf_a", r, "float32")
+    for reduction in ("max", "min", "prod"):  # only a sum distributes over a product
+        kept = K.reduce(reduction, K.op("mul", a, b), (r, s), "float32")
+        assert kept.op == "reduce" and kept.arg[0] == reduction, kept
+    sum_of_sum = K.reduce("sum", K.op("add", a, b), (r, s), "float32")
+    assert sum_of_sum.op == "reduce", sum_of_sum
+
+
+def _reduction_loops(code: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """The C++ renderer's reduction loops (`for (int64_t r3_0 = 0; r3_0 < 40; ++r3_0) {`): every loop's trip count,
+    and (outer, inner) trip counts of each loop whose body starts with another reduction loop."""
+    loop = re.compile(r"^\s*for \(int64_t (r\d+_\d+) = 0; \1 < (\d+); \+\+\1\) \{$")
+    lines = code.splitlines()
+    trips, nested = [], []
+    for line, following in zip(lines, lines[1:] + [""]):
+        outer = loop.match(line)
+        if outer:
+            trips.append(int(outer.group(2)))
+            inner = loop.match(following)
+            if inner:
+                nested.append((int(outer.group(2)), int(inner.group(2))))
+    return trips, nested
+
+
+def test_the_zoos_summed_outer_product_compiles_to_two_single_loops(tmp_path) -> None:
+    """numpy_fn sums w[:, :, None] * b[:, None, :] over both dims: per output row, two loops over the row (40
+    each), not one loop inside another (1600 steps)."""
+    spec = next(s for s in MODELS if s.name == "numpy_fn")
+    torch.manual_seed(EXAMPLE_SEED)
+    model, example = spec.build()
+    columns = example[0].shape[1]
+    converted = jit2triton.convert(model, example_inputs=example, backend="cpp")
+    trips, nested = _reduction_loops(converted.code)
+    assert trips.count(columns) >= 2, f"the renderer's loops changed shape: update _reduction_loops\n{converted.code}"
+    assert (columns, columns) not in nested, f"a {columns} x {columns} reduction loop nest:\n{converted.code}"
+    for call in fresh_calls(spec, example):
+        assert_same_outputs(converted(*copied(call)), model(*copied(call)), spec)
