@@ -66,6 +66,16 @@ def _num_to_tensor(number: Any) -> torch.Tensor:
         number, bool) else (torch.bool if isinstance(number, bool) else torch.float64))
 
 
+def _format(fmt: str, *args: Any) -> str:
+    """TorchScript's aten::format: each "{}" in turn takes the next argument's text and nothing else is read.
+    Python's str.format would evaluate the attribute and index lookups a package's format string may hold
+    ("{0.__class__...}"), so a plan could read the process's memory."""
+    pieces = fmt.split("{}")
+    if len(pieces) - 1 > len(args):
+        raise ValueError(f"Too few arguments for format string: {fmt}")
+    return pieces[0] + "".join(str(arg) + piece for arg, piece in zip(args, pieces[1:]))
+
+
 def _int_floordiv(a, b):
     return a // b
 
@@ -110,7 +120,7 @@ HOST_OPS: dict[str, Callable] = {
     "aten::__is__": operator.is_,
     "aten::__isnot__": operator.is_not,
     "aten::__not__": operator.not_,
-    "aten::format": lambda fmt, *args: fmt.format(*args),
+    "aten::format": _format,
     "aten::warn": lambda *args: None,
     "aten::__range_length": _range_length,
     "aten::__derive_index": _derive_index,

@@ -14,7 +14,8 @@ torch's container stores every record uncompressed and 64-byte aligned, so both 
 the mapped file, with no inflate, through a reader that torch maintains and fuzzes rather than one of our own.
 torch adds its own bookkeeping records (`version`, `byteorder`, `.data/serialization_id`), which are not members.
 Nothing in a package is pickled. Saving writes a temporary file beside the target and renames it, so a crash
-never leaves a half-written package under the final name.
+never leaves a half-written package under the final name: the temporary is synced to disk before the rename,
+takes its mode from the umask, and one left by a killed save is removed by the next save to that name.
 """
 from __future__ import annotations
 
@@ -56,8 +57,9 @@ def save_package(contents: PackageContents, path: str) -> None:
     members = {"manifest.json": json.dumps(manifest, indent=1).encode(), "weights.bin": blob, **contents.files}
     checksums = {name: hashlib.sha256(data).hexdigest() for name, data in members.items()}
     members["checksums.json"] = json.dumps(checksums, indent=1).encode()
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".j2t-", suffix=".tmp", dir=folder)
+    folder, base = os.path.split(os.path.abspath(path))
+    _remove_stale_temporaries(folder, base)
+    fd, tmp = tempfile.mkstemp(prefix=f".{base}.{os.getpid()}.", suffix=TEMPORARY_SUFFIX, dir=folder)
     try:
         with os.fdopen(fd, "wb") as raw:
             writer = torch._C.PyTorchFileWriter(raw)  # a file object: records go under "archive/", as torch.save's
@@ -65,11 +67,61 @@ def save_package(contents: PackageContents, path: str) -> None:
                 writer.write_record(name, data, len(data))
             writer.write_end_of_file()
             del writer
+            raw.flush()
+            os.fsync(raw.fileno())  # the bytes are on disk before the name points at them
+        os.chmod(tmp, 0o666 & ~_umask())  # as any file writer would (mkstemp made it 0600)
         os.replace(tmp, path)
+        _fsync_folder(folder)  # and the rename too
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+TEMPORARY_SUFFIX = ".j2t-partial"  # ".model.j2t.<pid>.<random>.j2t-partial": a save under way, or one killed
+
+
+def _remove_stale_temporaries(folder: str, base: str) -> None:
+    """Temporaries of saves to the same name whose process is gone (killed mid-save) are removed."""
+    prefix = f".{base}."
+    for name in os.listdir(folder):
+        if not (name.startswith(prefix) and name.endswith(TEMPORARY_SUFFIX)):
+            continue
+        pid = name[len(prefix):].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_folder(folder: str) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def read_package(path: str) -> PackageContents:
@@ -85,10 +137,13 @@ def read_package(path: str) -> PackageContents:
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CorruptPackageError(f"{path!r} is a torch archive but not a jit2triton package")
     version = manifest.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if type(version) is int and version > FORMAT_VERSION:
         raise PackageVersionError(
             f"{path!r} uses package format {version}, newer than this jit2triton reads ({FORMAT_VERSION}); "
             "upgrade jit2triton (pip install -U jit2triton)")
+    if type(version) is not int or version != FORMAT_VERSION:
+        raise CorruptPackageError(f"{path!r} names a package format no jit2triton wrote (this one reads format "
+                                  f"{FORMAT_VERSION}); the package is corrupted: re-run `jit2triton convert`")
     weights = _unpack_weights(manifest.pop("weights"), members.pop("weights.bin"))
     manifest["plan"] = map_plan_literals(manifest["plan"], decode)
     members.pop("checksums.json")

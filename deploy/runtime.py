@@ -70,16 +70,26 @@ def load_kernels(contents: PackageContents, num_threads: Optional[int], device: 
 
 
 def check_compatible(manifest: dict) -> None:
-    made_with = manifest.get("producer", {}).get("torch", "")
-    if made_with.split(".")[0] != torch.__version__.split(".")[0]:
+    made_with = str(manifest.get("producer", {}).get("torch", ""))
+    if _release(made_with) != _release(torch.__version__):
         raise PackageVersionError(
             f"the package was made with torch {made_with or 'unknown'}, and this is torch {torch.__version__}: "
-            "ATen ops and kernels are not compatible across major versions. Convert the model again with this torch")
+            "ATen op schemas and kernels change between minor versions (patch releases may differ). Convert the model "
+            "again with this torch")
+
+
+def _release(version: str) -> str:
+    """"2.13" of "2.13.0+cpu": what must match between the torch that made a package and the one running it."""
+    return ".".join(version.split("+")[0].split(".")[:2])
 
 
 def target_device(manifest: dict, map_location: DeviceLike) -> torch.device:
     built_for = torch.device(manifest["device"])
     device = torch.device(map_location) if map_location is not None else built_for
+    if device.type != built_for.type and manifest.get("kernels") and built_for.type == "cpu":
+        raise PackageDeviceError(
+            f"the package's kernels are compiled for the CPU and run only there: load it without map_location (or "
+            f"with map_location='cpu'); to run on {device.type}, convert the model with device={device.type!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
         hint = (" or load it with map_location='cpu'" if not manifest.get("kernels") else
                 "; its GPU kernels cannot run on the CPU, so convert the model again with device='cpu'")

@@ -20,9 +20,12 @@ from .cache import cache_dir, write_once
 
 # The instruction-set baseline is recorded in the package; a machine without it rebuilds from the bundled source.
 ISA_FLAGS = {"x86-64-v3": ["-march=x86-64-v3"], "x86-64": ["-march=x86-64"], "native-arm": []}
-# -fno-builtin-sin/cos: otherwise GCC merges sin(x) and cos(x) into one sincos call that has no vector variant
+# -fno-builtin-sin/cos: otherwise GCC merges sin(x) and cos(x) into one sincos call that has no vector variant.
+# -ffp-contract=off: ATen's CPU kernels round after every op; an FMA fused across two of our ops does not, and
+# x * 3 - mean(x * 3) over one element came out 4e-7 instead of 0 (a layer norm then scales that by 1/sqrt(eps)).
 BASE_FLAGS = ["-O3", "-std=c++17", "-fopenmp", "-shared", "-fPIC", "-fno-math-errno", "-fno-trapping-math",
-              "-fvisibility=hidden", "-fno-builtin-sin", "-fno-builtin-cos", "-fno-builtin-sinf", "-fno-builtin-cosf"]
+              "-ffp-contract=off", "-fvisibility=hidden", "-fno-builtin-sin", "-fno-builtin-cos", "-fno-builtin-sinf",
+              "-fno-builtin-cosf"]
 _VECTOR_PREFIX = {"x86-64-v3": "_ZGVdN{lanes}v_", "x86-64": "_ZGVbN{half}v_"}
 
 

@@ -10,9 +10,12 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
+from jit2triton.deploy.literals import decode
 from jit2triton.deploy.package import PackageContents, read_package, save_package
 from jit2triton.deploy.runtime import DeviceLike, Runtime
 from jit2triton.deploy.signature import format_type
+
+from .errors import InputError
 
 Progress = Any  # Callable[[str], None]
 
@@ -25,8 +28,31 @@ class Converted:
         self._runtime = runtime
         self._call = getattr(runtime, "module", runtime)  # the C++ runtime's module is called directly
 
-    def __call__(self, *inputs: Any) -> Any:
+    def __call__(self, *inputs: Any, **named: Any) -> Any:
+        if named:  # by input name, as TorchScript's forward takes them
+            inputs = self._bind(inputs, named)
         return self._call(*inputs)
+
+    def _bind(self, inputs: tuple, named: dict[str, Any]) -> tuple:
+        signature = self._contents.manifest["signature"]["inputs"]
+        names = [d["name"] for d in signature]
+        unknown = [n for n in named if n not in names]
+        if unknown:
+            raise InputError(f"unknown input {unknown[0]!r}; the model takes ({', '.join(names)})")
+        twice = [n for n in named if names.index(n) < len(inputs)]
+        if twice:
+            raise InputError(f"input {twice[0]!r} was given by position and by name; give it once")
+        last = max(names.index(n) for n in named)
+        bound = list(inputs)
+        for position in range(len(inputs), last + 1):
+            name, entry = names[position], signature[position]
+            if name in named:
+                bound.append(named[name])
+            elif "default" in entry:
+                bound.append(decode(entry["default"]))
+            else:
+                raise InputError(f"input {name!r} has no default; pass it (by position or as {name}=...)")
+        return tuple(bound)
 
     @property
     def _contents(self) -> PackageContents:

@@ -8,9 +8,11 @@ import sys
 import time
 
 import click
-import torch
 
 from .errors import Jit2TritonError
+from .version import __version__
+
+# torch is imported inside the commands that need it: `--help` and `--version` answer at once.
 
 
 def _progress(message: str) -> None:
@@ -29,16 +31,18 @@ class _Group(click.Group):
 
 
 @click.group(cls=_Group)
+@click.version_option(__version__, "--version", prog_name="jit2triton")
 def main() -> None:
     """jit2triton: TorchScript models in, fused kernels out, in a one-file package."""
 
 
-@main.command()
+@main.command(short_help='Convert a TorchScript .pt into a .j2t package.')
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="package path (default: MODEL with .j2t)")
 @click.option("--input", "input_specs", multiple=True,
               help="an example input: SHAPE[:DTYPE][:LOW-HIGH] (8x3x224x224:float16, 1x9:int64:0-30522, "
-                   "scalar:float32) or int=3 / float=0.5; once per model input, in order")
+                   "scalar:float32) or int=3 / float=0.5; once per model input, in order. The shape is fixed: "
+                   "the package accepts exactly these shapes and dtypes")
 @click.option("--inputs-file", type=click.Path(exists=True, dir_okay=False),
               help="example inputs saved with torch.save as a tuple or list of tensors")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
@@ -53,6 +57,7 @@ def convert(model, output, input_specs, inputs_file, device, backend, no_verify)
 
     inputs = [parse_input_spec(s) for s in input_specs]
     if inputs_file:
+        import torch
         loaded = torch.load(inputs_file, weights_only=True)  # weights_only: never unpickle code
         inputs += list(loaded) if isinstance(loaded, (tuple, list)) else [loaded]
     output = output or os.path.splitext(model)[0] + ".j2t"
@@ -63,7 +68,7 @@ def convert(model, output, input_specs, inputs_file, device, backend, no_verify)
     click.echo(f"saved {output} ({os.path.getsize(output) / 1e6:.2f} MB)")
 
 
-@main.command()
+@main.command(short_help='Run a package on random inputs (--check: vs TorchScript).')
 @click.argument("package", type=click.Path(dir_okay=False))
 @click.option("--check", "reference", type=click.Path(dir_okay=False),
               help="the TorchScript model to compare outputs with")
@@ -74,6 +79,8 @@ def convert(model, output, input_specs, inputs_file, device, backend, no_verify)
               help="cpp: the C++ runtime (built on first use)")
 def run(package, reference, runs, seed, device, runtime) -> None:
     """Run a package on random inputs; compare with the TorchScript model when --check is given."""
+    import torch
+
     from .api import load
     from .compare import max_abs_error
     from .inputs import random_inputs
@@ -97,16 +104,17 @@ def run(package, reference, runs, seed, device, runtime) -> None:
         click.echo(f"max abs error against {reference}: {error:.3e}")
 
 
-@main.command()
+@main.command(short_help="Show a package's signature, report and kernels.")
 @click.argument("package", type=click.Path(dir_okay=False))
 @click.option("--kernels", is_flag=True, help="print the generated kernel sources")
 @click.option("--plan", is_flag=True, help="print the execution plan as JSON")
 @click.option("--ir", is_flag=True, help="print the typed IR the package was made from")
 def inspect(package, kernels, plan, ir) -> None:
-    """Show a package's manifest, signature and conversion report."""
-    from .api import load
+    """Show a package's manifest, signature and conversion report (loads no kernel code)."""
+    from .api import Converted
+    from jit2triton.deploy.package import read_package
 
-    module = load(package, map_location="cpu" if not torch.cuda.is_available() else None)
+    module = Converted(read_package(package), runtime=None)  # read only: no library opened, nothing run
     manifest = module.manifest
     producer = manifest["producer"]
     click.echo(f"package {package}: format v{manifest['format_version']}, device {manifest['device']}, "
@@ -124,14 +132,14 @@ def inspect(package, kernels, plan, ir) -> None:
         click.echo(module.code)
 
 
-@main.command("cpp-dir")
+@main.command("cpp-dir", short_help="Print the C++ runtime's CMake folder.")
 def cpp_dir() -> None:
     """Print the C++ runtime's CMake source folder (for add_subdirectory or cmake -S)."""
     from jit2triton.deploy.cpp_runtime import ROOT
     click.echo(ROOT)
 
 
-@main.command()
+@main.command(short_help='Convert, save, load and check a bundled model.')
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--keep", type=click.Path(dir_okay=False), help="also keep the demo package at this path")
 def demo(device, keep) -> None:

@@ -220,7 +220,8 @@ def _complete_inputs(example_inputs, names: list[str], defaults: list[Any]) -> l
     if len(given) < len(required) or len(given) > len(names):
         raise InputError(
             f"the model takes inputs ({', '.join(names)}), {len(required)} without defaults; got {len(given)} "
-            "example inputs. Pass example_inputs=(...) with one value per input, in order")
+            "example inputs. Pass example_inputs=(...) with one value per input, in order (on the command line: "
+            "one --input per model input)")
     return given + list(defaults[len(given):])
 
 

@@ -55,6 +55,7 @@ def _read_archive(path: str, map_location) -> torch.jit.ScriptModule:
     if not zipfile.is_zipfile(path):
         raise ModelLoadError(
             f"{path!r} is not a TorchScript archive (not a zip file); save the model with torch.jit.save")
+    _refuse_other_archives(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -64,6 +65,21 @@ def _read_archive(path: str, map_location) -> torch.jit.ScriptModule:
         raise ModelLoadError(
             f"{path!r} could not be read as TorchScript ({first}); if it was written with torch.save, "
             "re-export it with torch.jit.save(torch.jit.trace(model, inputs), path)") from None
+
+
+def _refuse_other_archives(path: str) -> None:
+    """The other files torch's container holds, named for what they are instead of torch's reader error."""
+    try:
+        records = set(torch._C.PyTorchFileReader(path).get_all_records())
+    except RuntimeError:
+        return  # torch.jit.load's own error says what is wrong
+    if "manifest.json" in records:
+        raise ModelLoadError(f"{path!r} is already a jit2triton package; load it with jit2triton.load({path!r})")
+    if "constants.pkl" not in records and "data.pkl" in records:
+        raise ModelLoadError(
+            f"{path!r} was written by torch.save (a state_dict or a pickled module), not torch.jit.save, so it holds "
+            "no TorchScript: build the model in Python, load the weights into it, and export it with "
+            "torch.jit.save(torch.jit.trace(model, inputs), path) (or torch.jit.script(model))")
 
 
 def _from_module(module: torch.jit.ScriptModule) -> ScriptGraph:

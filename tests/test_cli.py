@@ -41,7 +41,7 @@ def test_convert_run_inspect(tmp_path):
 
     result = runner.invoke(main, ["inspect", str(package), "--kernels", "--ir"])
     assert result.exit_code == 0, result.output
-    assert "format v1" in result.output and "fallback" in result.output and "graph " in result.output
+    assert "format v2" in result.output and "fallback" in result.output and "graph " in result.output
 
 
 def test_convert_with_inputs_file(tmp_path):
@@ -61,3 +61,19 @@ def test_cli_errors_are_one_clear_line(tmp_path):
 
     result = CliRunner().invoke(main, ["convert", str(_save_model(tmp_path)), "--input", "2x5:notadtype"])
     assert result.exit_code == 2 and "unknown dtype" in result.output
+
+
+def test_version_and_help_answer_at_once_without_torch():
+    import subprocess
+    import sys
+    import time
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['jit2triton', '--help']\n"
+                          "import jit2triton.cli as cli\ntry:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+                          "print('torch' in sys.modules)"], capture_output=True, text=True, check=True).stdout
+    assert time.perf_counter() - started < 5.0  # generous: about 0.2 s here, 2.6 s when help imported torch
+    assert out.strip().endswith("False"), "--help imported torch"
+    commands = out.split("Commands:")[1]
+    assert "..." not in commands, "a command's description is cut off in --help"
+    result = CliRunner().invoke(main, ["--version"])
+    assert result.exit_code == 0 and "jit2triton, version" in result.output

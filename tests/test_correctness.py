@@ -74,6 +74,12 @@ def single_chunk(x):
     return torch.minimum(x.sum(0, keepdim=True).chunk(2, 0)[0], x)
 
 
+def layer_norm_of_single_elements(x):
+    """Each row normalised over one element must be exactly 0 (found by the fuzzer: the C++ compiler fused
+    x * 3 - mean(x * 3) into one FMA, whose unrounded product left 4e-7, scaled by 1/sqrt(eps))."""
+    return torch.nn.functional.layer_norm(x * 3.0, [1])
+
+
 REGRESSIONS = {
     "qkv_unbind_attention": (lambda: torch.jit.trace(QkvAttention().eval(), torch.randn(2, 5, 48)),
                              lambda: (torch.randn(2, 5, 48),)),
@@ -84,6 +90,8 @@ REGRESSIONS = {
     "standardised_sum": (lambda: torch.jit.script(standardised_sum), lambda: (torch.randn(6, 5),)),
     "mixer": (lambda: torch.jit.trace(Mixer().eval(), torch.randn(2, 6, 8)), lambda: (torch.randn(2, 6, 8),)),
     "single_chunk": (lambda: torch.jit.trace(single_chunk, torch.randn(5)), lambda: (torch.randn(5),)),
+    "layer_norm_of_single_elements": (lambda: torch.jit.script(layer_norm_of_single_elements),
+                                      lambda: (torch.randn(64, 1),)),
 }
 
 

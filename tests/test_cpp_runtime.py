@@ -109,7 +109,17 @@ BAD_PACKAGES = {
                      "upgrade jit2triton"),
     "other_torch": (_edited(lambda m: m["producer"].update(torch="1.13.1")), jit2triton.PackageVersionError,
                     "torch 1.13.1"),
+    "other_torch_minor": (_edited(lambda m: m["producer"].update(torch="2.99.0")), jit2triton.PackageVersionError,
+                          "torch 2.99.0"),
+    "format_zero": (_edited(lambda m: m.update(format_version=0)), jit2triton.CorruptPackageError,
+                    "names a package format no jit2triton wrote"),
+    "format_text": (_edited(lambda m: m.update(format_version="2")), jit2triton.CorruptPackageError,
+                    "names a package format no jit2triton wrote"),
+    "format_float": (_edited(lambda m: m.update(format_version=2.0)), jit2triton.CorruptPackageError,
+                     "names a package format no jit2triton wrote"),
     "other_device": (_edited(lambda m: m.update(device="cuda")), jit2triton.PackageDeviceError, "no CUDA device"),
+    "cpu_kernels_to_cuda": (_edited(lambda m: m.update(device="cpu")), jit2triton.PackageDeviceError,
+                            "compiled for the CPU and run only there"),
     "torchscript_file": (lambda path, tmp_path: torchscript_file(tmp_path), jit2triton.PackageError,
                          "is a TorchScript archive (or a torch.save file), not a jit2triton package"),
     "format_1": (lambda path, tmp_path: format_1_package(path, tmp_path), jit2triton.PackageVersionError,
@@ -123,10 +133,11 @@ def test_bad_packages_are_refused_with_the_python_message(case, small_package, t
     if case == "other_device" and torch.cuda.is_available():
         pytest.skip("this machine has the CUDA device the package asks for")
     bad = make(small_package[0], tmp_path)
+    where = "cuda" if case == "cpu_kernels_to_cuda" else None
     with pytest.raises(error, match=re.escape(message)) as from_cpp:
-        jit2triton.load(bad, runtime="cpp")
+        jit2triton.load(bad, runtime="cpp", map_location=where)
     with pytest.raises(error) as from_python:
-        jit2triton.load(bad)
+        jit2triton.load(bad, map_location=where)
     assert str(from_cpp.value) == str(from_python.value)  # both read through torch's archive reader
 
 

@@ -184,3 +184,82 @@ def test_a_torchscript_file_is_named_as_such(tmp_path):
 def test_a_format_1_package_is_refused_with_what_to_do(small_package, tmp_path):
     with pytest.raises(jit2triton.PackageVersionError, match="format 1 .* convert the model again"):
         jit2triton.load(format_1_package(small_package[0], tmp_path))
+
+
+def test_a_cpu_package_sent_to_a_gpu_says_what_to_do(small_package):
+    with pytest.raises(jit2triton.PackageDeviceError) as refused:
+        jit2triton.load(small_package[0], map_location="cuda")
+    message = str(refused.value)
+    assert "run only there" in message and "device='cuda'" in message and "device='cpu'" not in message
+
+
+def test_a_saved_package_takes_its_mode_from_the_umask(small_package, tmp_path):
+    import os
+    module = jit2triton.load(small_package[0])
+    old = os.umask(0o022)
+    try:
+        module.save(tmp_path / "shared.j2t")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "shared.j2t").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_killed_save_leaves_nothing_the_next_save_keeps(small_package, tmp_path):
+    module = jit2triton.load(small_package[0])
+    tmp_path = tmp_path / "saves"
+    tmp_path.mkdir()
+    stale = tmp_path / ".model.j2t.999999999.abc123.j2t-partial"  # a save whose process is gone
+    stale.write_bytes(b"half a package")
+    running = tmp_path / f".model.j2t.{__import__('os').getpid()}.xyz.j2t-partial"  # one still under way
+    running.write_bytes(b"in progress")
+    module.save(tmp_path / "model.j2t")
+    assert not stale.exists() and running.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [running.name, "model.j2t"]
+
+
+@pytest.mark.parametrize("version", [0, -7, "2", 2.0, True, None])
+def test_a_format_version_no_jit2triton_wrote_is_refused(small_package, tmp_path, version):
+    edited = tmp_path / "edited.j2t"
+    rewrite_package(small_package[0], edited, edit_manifest=lambda m: m.update(format_version=version))
+    with pytest.raises(jit2triton.CorruptPackageError, match="names a package format no jit2triton wrote"):
+        jit2triton.load(edited)
+
+
+def test_a_package_from_another_torch_minor_version_is_refused(small_package, tmp_path):
+    edited = tmp_path / "edited.j2t"
+    rewrite_package(small_package[0], edited, edit_manifest=lambda m: m["producer"].update(torch="2.99.0"))
+    with pytest.raises(jit2triton.PackageVersionError, match="made with torch 2.99.0"):
+        jit2triton.load(edited)
+    patch = tmp_path / "patch.j2t"
+    release = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+    rewrite_package(small_package[0], patch, edit_manifest=lambda m: m["producer"].update(torch=release + ".99"))
+    assert jit2triton.load(patch)(torch.randn(2, 4), torch.randn(2, 3)).shape == (2, 3)  # patch releases may differ
+
+
+def test_string_formatting_in_a_plan_is_torchscripts_not_pythons():
+    """A package's format string must not reach Python's str.format, which evaluates lookups written in it."""
+    from jit2triton.deploy.host_ops import HOST_OPS
+    fmt = HOST_OPS["aten::format"]
+    assert fmt("a {} b {}", 1, "x") == "a 1 b x"
+    assert fmt("{0.__class__.__init__.__globals__}", 1) == "{0.__class__.__init__.__globals__}"
+
+    @torch.jit.script
+    def describe(x: int) -> str:
+        return "v={} w={}".format(x, x + 1)
+
+    module = jit2triton.convert(describe, example_inputs=(3,))
+    assert module(7) == describe(7) == "v=7 w=8"
+
+
+def test_inputs_may_be_passed_by_name_as_torchscript_takes_them(small_package):
+    path, traced = small_package
+    module = jit2triton.load(path)
+    x, y = torch.randn(2, 4), torch.randn(2, 3)
+    torch.testing.assert_close(module(x, y=y), traced(x, y))
+    torch.testing.assert_close(module(y=y, x=x), traced(x, y))
+    with pytest.raises(jit2triton.InputError, match="unknown input 'z'"):
+        module(x, z=y)
+    with pytest.raises(jit2triton.InputError, match="'x' was given by position and by name"):
+        module(x, x=x)
+    with pytest.raises(jit2triton.InputError, match="input 'x' has no default"):
+        module(y=y)

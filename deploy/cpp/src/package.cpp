@@ -237,11 +237,16 @@ Package read_package(const std::string& path) {
   if (!format || !format->is_string() || format->as_string() != kFormat)
     throw Error(Error::Kind::CorruptPackage, repr(path) + " is a torch archive but not a jit2triton package");
   const json::Value* version = pkg.manifest.find("format_version");
-  if (!version || version->kind != json::Value::Kind::Int || version->integer > kFormatVersion)
+  bool integer = version && version->kind == json::Value::Kind::Int;
+  if (integer && version->integer > kFormatVersion)
     throw Error(Error::Kind::PackageVersion,
-                repr(path) + " uses package format " + (version && version->is_number() ? std::to_string(version->as_int()) : "None") +
+                repr(path) + " uses package format " + std::to_string(version->integer) +
                     ", newer than this jit2triton reads (" + std::to_string(kFormatVersion) +
                     "); upgrade jit2triton (pip install -U jit2triton)");
+  if (!integer || version->integer != kFormatVersion)
+    throw Error(Error::Kind::CorruptPackage,
+                repr(path) + " names a package format no jit2triton wrote (this one reads format " +
+                    std::to_string(kFormatVersion) + "); the package is corrupted: re-run `jit2triton convert`");
   pkg.weights = unpack_weights(pkg);
   return pkg;
 }

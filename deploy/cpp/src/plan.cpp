@@ -383,6 +383,12 @@ c10::Device target_device(const Value& manifest, const std::string& requested) {
   c10::Device built_for(manifest.at("device").as_string());
   c10::Device device = requested.empty() ? built_for : c10::Device(requested);
   bool has_kernels = manifest.at("kernels").size() > 0;
+  if (device.type() != built_for.type() && has_kernels && built_for.is_cpu()) {
+    std::string target = c10::DeviceTypeName(device.type(), true);
+    throw Error(Error::Kind::PackageDevice,
+                "the package's kernels are compiled for the CPU and run only there: load it without map_location (or "
+                "with map_location='cpu'); to run on " + target + ", convert the model with device=" + repr(target));
+  }
   if (device.is_cuda() && !at::hasCUDA()) {
     std::string hint = has_kernels ? "; its GPU kernels cannot run on the CPU, so convert the model again with device='cpu'"
                                    : " or load it with map_location='cpu'";
@@ -402,11 +408,18 @@ void check_compatible(const Value& manifest) {
   if (const auto* producer = manifest.find("producer"))
     if (const auto* t = producer->find("torch")) made_with = t->as_string();
   std::string here = J2T_TORCH_VERSION;
-  if (made_with.substr(0, made_with.find('.')) != here.substr(0, here.find('.')))
+  // "2.13" of "2.13.0+cpu": ATen op schemas change between minor versions; patch releases may differ.
+  auto release = [](const std::string& v) {
+    std::string base = v.substr(0, v.find('+'));
+    size_t first = base.find('.');
+    return first == std::string::npos ? base : base.substr(0, base.find('.', first + 1));
+  };
+  if (release(made_with) != release(here))
     throw Error(Error::Kind::PackageVersion,
                 "the package was made with torch " + (made_with.empty() ? std::string("unknown") : made_with) +
                     ", and this is torch " + here +
-                    ": ATen ops and kernels are not compatible across major versions. Convert the model again with this torch");
+                    ": ATen op schemas and kernels change between minor versions (patch releases may differ). Convert "
+                    "the model again with this torch");
 }
 
 
