@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import pytest
 import torch
@@ -80,23 +80,25 @@ TOLERANCE = {torch.float64: (1e-7, 1e-9), torch.float32: (2e-4, 2e-5), torch.flo
              torch.bfloat16: (2e-2, 1e-2)}  # dtype -> (rtol, atol)
 
 
-def assert_same(actual: Any, expected: Any, where: str = "output") -> None:
-    """Same structure, dtypes, shapes; values within the dtype's tolerance (ints and bools exactly)."""
+def assert_same(actual: Any, expected: Any, where: str = "output", tolerances: Optional[dict] = None) -> None:
+    """Same structure, dtypes, shapes; values within `tolerances` (dtype -> (rtol, atol); default TOLERANCE), and
+    exactly for every dtype it does not name (ints and bools)."""
+    tolerances = TOLERANCE if tolerances is None else tolerances
     assert type(actual) is type(expected), f"{where}: got {type(actual).__name__}, expected {type(expected).__name__}"
     if isinstance(expected, torch.Tensor):
         assert actual.dtype == expected.dtype and actual.shape == expected.shape, \
             f"{where}: {actual.dtype}{list(actual.shape)}, expected {expected.dtype}{list(expected.shape)}"
-        rtol, atol = TOLERANCE.get(expected.dtype, (0, 0))
+        rtol, atol = tolerances.get(expected.dtype, (0, 0))
         torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True,
                                    msg=lambda m: f"{where}: {m}")
     elif isinstance(expected, (tuple, list)):
         assert len(actual) == len(expected), f"{where}: {len(actual)} items, expected {len(expected)}"
         for i, (a, e) in enumerate(zip(actual, expected)):
-            assert_same(a, e, f"{where}[{i}]")
+            assert_same(a, e, f"{where}[{i}]", tolerances)
     elif isinstance(expected, dict):
         assert list(actual) == list(expected), f"{where}: keys {list(actual)}, expected {list(expected)}"
         for key in expected:
-            assert_same(actual[key], expected[key], f"{where}[{key!r}]")
+            assert_same(actual[key], expected[key], f"{where}[{key!r}]", tolerances)
     else:
         assert actual == expected, f"{where}: {actual!r}, expected {expected!r}"
 
@@ -167,24 +169,9 @@ def fresh_calls(spec: ModelSpec, example: tuple) -> list[tuple]:
 
 
 def assert_same_outputs(actual: Any, expected: Any, spec: ModelSpec, where: str = "output") -> None:
-    """Same structure, dtypes, shapes; floating values within the spec's rtol/atol, the rest exactly."""
-    assert type(actual) is type(expected), f"{where}: got {type(actual).__name__}, expected {type(expected).__name__}"
-    if isinstance(expected, torch.Tensor):
-        assert actual.dtype == expected.dtype, f"{where}: dtype {actual.dtype}, expected {expected.dtype}"
-        assert actual.shape == expected.shape, f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-        exact = not (expected.is_floating_point() or expected.is_complex())
-        torch.testing.assert_close(actual, expected, rtol=0 if exact else spec.rtol, atol=0 if exact else spec.atol,
-                                   msg=lambda m: f"{spec.name} {where}: {m}")
-    elif isinstance(expected, (tuple, list)):
-        assert len(actual) == len(expected), f"{where}: {len(actual)} items, expected {len(expected)}"
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            assert_same_outputs(a, e, spec, f"{where}[{i}]")
-    elif isinstance(expected, dict):
-        assert list(actual) == list(expected), f"{where}: keys {list(actual)}, expected {list(expected)}"
-        for key in expected:
-            assert_same_outputs(actual[key], expected[key], spec, f"{where}[{key!r}]")
-    else:
-        assert actual == expected, f"{where}: {actual!r}, expected {expected!r}"
+    """A zoo model's outputs: floating values within the spec's rtol/atol, the rest exactly."""
+    floating = (torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128)
+    assert_same(actual, expected, f"{spec.name} {where}", {dtype: (spec.rtol, spec.atol) for dtype in floating})
 
 
 def cuda_zoo():
@@ -220,21 +207,9 @@ OP_TOLERANCES = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-7, 1e-7), torch
 
 
 def assert_same_op_output(actual: Any, expected: Any, where: str) -> None:
-    """One op's outputs against TorchScript's: same structure, dtypes and shapes, values within OP_TOLERANCES
-    (tighter than TOLERANCE, which allows for a whole model's rounding)."""
-    assert type(actual) is type(expected), f"{where}: got {type(actual).__name__}, expected {type(expected).__name__}"
-    if isinstance(expected, torch.Tensor):
-        assert actual.dtype == expected.dtype, f"{where}: dtype {actual.dtype}, expected {expected.dtype}"
-        assert actual.shape == expected.shape, f"{where}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-        rtol, atol = OP_TOLERANCES.get(expected.dtype, (0.0, 0.0))
-        torch.testing.assert_close(actual, expected, rtol=rtol, atol=atol, equal_nan=True,
-                                   msg=lambda message: f"{where}: {message}")
-    elif isinstance(expected, (tuple, list)):
-        assert len(actual) == len(expected), f"{where}: {len(actual)} outputs, expected {len(expected)}"
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            assert_same_op_output(a, e, f"{where} output {i}")
-    else:
-        assert actual == expected, f"{where}: {actual!r}, expected {expected!r}"
+    """One op's outputs against TorchScript's, within OP_TOLERANCES (tighter than TOLERANCE, which allows for a
+    whole model's rounding)."""
+    assert_same(actual, expected, where, OP_TOLERANCES)
 
 
 def assert_ran_in_a_kernel(op: str, converted: jit2triton.Converted) -> None:
