@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import math
 import json
 import mmap
 import os
@@ -132,7 +133,7 @@ def read_package(path: str) -> PackageContents:
     _verify(path, members)
     try:
         manifest = json.loads(bytes(members.pop("manifest.json")))
-    except ValueError:
+    except (ValueError, RecursionError):
         raise CorruptPackageError(f"{path!r}: manifest.json is damaged; re-run `jit2triton convert`") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise CorruptPackageError(f"{path!r} is a torch archive but not a jit2triton package")
@@ -209,7 +210,7 @@ def _verify(path: str, members: dict[str, memoryview]) -> None:
         checksums = json.loads(bytes(members["checksums.json"]))
         if not isinstance(checksums, dict):
             raise ValueError("not a table")
-    except ValueError:
+    except (ValueError, RecursionError):
         raise CorruptPackageError(f"{path!r}: checksums.json is damaged; re-run `jit2triton convert`") from None
     for name in members:
         if name == "checksums.json":
@@ -260,13 +261,18 @@ def _unpack_weights(index: dict, blob) -> dict[str, torch.Tensor]:
         if not isinstance(dtype, torch.dtype):
             raise CorruptPackageError(f"weight {name!r} has an unknown dtype; the package is corrupted")
         shape, offset, nbytes = entry["shape"], entry["offset"], entry["nbytes"]
-        if offset + nbytes > len(buffer):
+        if not all(type(v) is int and v >= 0 for v in [offset, nbytes, *shape]) or offset + nbytes > len(buffer):
             raise CorruptPackageError(f"weight {name!r} lies outside weights.bin; the package is corrupted")
+        if math.prod(shape) * dtype.itemsize != nbytes:  # else a tensor would reach past its bytes
+            raise CorruptPackageError(f"weight {name!r}'s shape does not match its bytes; the package is corrupted")
         if nbytes == 0:
             weights[name] = torch.empty(shape, dtype=dtype)
             continue
         flat = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=offset)
         order = entry.get("memory_order", list(range(len(shape))))
+        if sorted(order) != list(range(len(shape))):
+            raise CorruptPackageError(f"weight {name!r}'s memory order is not a permutation of its dims; the package "
+                                      "is corrupted")
         inverse = [order.index(d) for d in range(len(shape))]
         weights[name] = flat.view(dtype).reshape([shape[d] for d in order]).permute(inverse)
     return weights

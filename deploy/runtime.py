@@ -16,6 +16,7 @@ from .executor import Executor
 from .graph_regions import capturable, worth_capturing
 from .literals import map_plan_literals
 from .package import PackageContents
+from .plan_check import check_plan
 from .signature import NO_DEFAULT, InputChecker
 
 DeviceLike = Union[str, torch.device, None]
@@ -26,6 +27,7 @@ class Runtime:
                  num_threads: Optional[int] = None, cuda_graphs: bool = True, alias_outputs: bool = False) -> None:
         manifest = contents.manifest
         check_compatible(manifest)
+        check_plan(manifest["plan"], len(manifest["nodes"]), manifest["kernels"])
         self.device = target_device(manifest, map_location)
         self.contents = contents
         plan = retarget_devices(manifest["plan"], torch.device(manifest["device"]).type, self.device)

@@ -1,4 +1,6 @@
 """Fixtures shared by the tests: a small converted package."""
+import shutil
+
 import pytest
 import torch
 
@@ -22,3 +24,16 @@ def small_package(tmp_path):
     path = tmp_path / "small.j2t"
     jit2triton.convert(traced, example_inputs=example).save(path)
     return path, traced
+
+
+@pytest.fixture(scope="session")
+def cpp_runtime():
+    """The C++ runtime's Python extension, built once (cached across runs)."""
+    if shutil.which("c++") is None and shutil.which("g++") is None:
+        pytest.skip("no C++ compiler here: the C++ runtime cannot be built")
+    import jit2triton
+    from jit2triton.deploy.cpp_runtime import extension
+    try:
+        return extension()
+    except jit2triton.PackageError as err:
+        pytest.skip(str(err))

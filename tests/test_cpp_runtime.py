@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import jit2triton
-from jit2triton.deploy.cpp_runtime import ROOT, extension
+from jit2triton.deploy.cpp_runtime import ROOT
 from jit2triton.inputs import random_inputs
 
 from package_tools import (format_1_package, manifest_of, read_members, rewrite_package, torchscript_file,
@@ -24,16 +24,6 @@ from package_tools import (format_1_package, manifest_of, read_members, rewrite_
 from helpers import (assert_matches_on_cuda, assert_same_outputs, build, copied, cuda_zoo, fresh_calls, on_gpu,
                      to_device)
 from models import MODELS, ModelSpec
-
-
-@pytest.fixture(scope="session")
-def cpp_runtime():
-    if shutil.which("c++") is None and shutil.which("g++") is None:
-        pytest.skip("no C++ compiler here: the C++ runtime cannot be built")
-    try:
-        return extension()
-    except jit2triton.PackageError as err:
-        pytest.skip(str(err))
 
 
 def convert_and_save(spec: ModelSpec, tmp_path, backend=None):

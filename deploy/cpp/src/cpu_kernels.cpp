@@ -97,6 +97,9 @@ Launchers load_cpu_kernels(const Package& pkg, int num_threads) {
         heap.resize(num_buffers);
         buffers = heap.data();
       }
+      if (inputs.size() + outputs.size() != num_buffers)
+        throw std::runtime_error("kernel " + name + " takes " + std::to_string(num_buffers) + " buffers, the plan passes " +
+                                 std::to_string(inputs.size() + outputs.size()) + ": the package is damaged");
       size_t i = 0;
       for (auto& t : inputs) buffers[i++] = t.data_ptr();
       for (auto& t : outputs) buffers[i++] = t.data_ptr();

@@ -43,11 +43,19 @@ class Parser {
     pos_ += word.size();
   }
 
+  // Deeper nesting than any manifest has is refused before it can exhaust the stack (a hand-made "[[[[...").
+  static constexpr int kMaxDepth = 256;
+  int depth_ = 0;
+
   Value value() {
     Value v;
     switch (peek()) {
-      case '{': object(v); break;
-      case '[': array(v); break;
+      case '{':
+      case '[':
+        if (++depth_ > kMaxDepth) fail("nested too deeply");
+        if (s_[pos_] == '{') object(v); else array(v);
+        --depth_;
+        break;
       case '"': v.kind = Value::Kind::String; v.text = string(); break;
       case 't': expect("true"); v.kind = Value::Kind::Bool; v.boolean = true; break;
       case 'f': expect("false"); v.kind = Value::Kind::Bool; break;

@@ -168,12 +168,30 @@ std::map<std::string, at::Tensor> unpack_weights(const Package& pkg) {
     std::vector<int64_t> shape;
     for (const auto& d : entry.at("shape").items) shape.push_back(d.as_int());
     int64_t offset = entry.at("offset").as_int(), nbytes = entry.at("nbytes").as_int();
-    if (offset < 0 || nbytes < 0 || size_t(offset + nbytes) > blob.size())
+    if (offset < 0 || nbytes < 0 || size_t(offset) > blob.size() || size_t(nbytes) > blob.size() - size_t(offset))
       throw Error(Error::Kind::CorruptPackage, "weight " + repr(name) + " lies outside weights.bin; the package is corrupted");
+    // its shape must describe exactly its bytes (no overflow on the way), or a tensor would reach past them
+    uint64_t numel = 1;
+    bool fits = true;
+    for (int64_t d : shape) {
+      fits = fits && d >= 0 && (d == 0 || numel <= (uint64_t(1) << 62) / uint64_t(d));
+      numel = fits ? numel * uint64_t(d) : 0;
+    }
+    if (!fits || numel * at::elementSize(dtype) != uint64_t(nbytes))
+      throw Error(Error::Kind::CorruptPackage, "weight " + repr(name) + "'s shape does not match its bytes; the package is corrupted");
     std::vector<int64_t> order(shape.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
     if (const auto* o = entry.find("memory_order")) {
-      for (size_t i = 0; i < order.size(); ++i) order[i] = (*o)[i].as_int();
+      std::vector<bool> seen(order.size(), false);
+      if (o->size() != order.size())
+        throw Error(Error::Kind::CorruptPackage, "weight " + repr(name) + "'s memory order is not a permutation of its dims; the package is corrupted");
+      for (size_t i = 0; i < order.size(); ++i) {
+        int64_t d = (*o)[i].as_int();
+        if (d < 0 || d >= int64_t(order.size()) || seen[d])
+          throw Error(Error::Kind::CorruptPackage, "weight " + repr(name) + "'s memory order is not a permutation of its dims; the package is corrupted");
+        seen[d] = true;
+        order[i] = d;
+      }
     }
     std::vector<int64_t> stored_shape, inverse(order.size());
     for (size_t i = 0; i < order.size(); ++i) {

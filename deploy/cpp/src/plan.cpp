@@ -39,6 +39,62 @@ void release(Env& env, const std::vector<int>& slots) {
   for (int s : slots) env[s] = IValue();
 }
 
+constexpr int64_t kMaxSlots = int64_t(1) << 24;
+
+[[noreturn]] void bad_plan(const std::string& what) {
+  throw Error(Error::Kind::CorruptPackage,
+              "the package's plan is damaged (" + what + "); re-run `jit2triton convert`");
+}
+
+// Every index the plan holds, checked once at load against what it indexes (the same checks as the Python
+// runtime's check_plan): a hand-edited manifest is refused here, never read out of bounds later.
+void check_slot(const Value& v, int64_t num_slots) {
+  if (v.kind != Value::Kind::Int || v.integer < 0 || v.integer >= num_slots)
+    bad_plan("a slot outside 0.." + std::to_string(num_slots - 1));
+}
+
+void check_refs(const Value& refs, int64_t num_slots) {
+  for (const auto& r : refs.items)
+    if (r.size() == 2 && r[0].is_string() && r[0].as_string() == "s") check_slot(r[1], num_slots);
+}
+
+using BufferCounts = std::map<std::string, int64_t>;
+
+void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const BufferCounts& buffers) {
+  for (const auto& s : steps.items) {
+    if (const Value* kind = s.find("kind"); kind && kind->is_string() && kind->as_string() == "kernel") {
+      auto it = buffers.find(s.at("kernel").as_string());
+      if (it == buffers.end() || it->second != int64_t(s.at("args").size() + s.at("outs").size()))
+        bad_plan("kernel step " + repr(s.at("kernel").as_string()) +
+                 " passes another number of buffers than its kernel takes");
+    }
+    const Value* node = s.find("node");
+    if (!node || node->kind != Value::Kind::Int || node->integer < 0 || node->integer >= num_nodes)
+      bad_plan("a step names a node that is not in the node table");
+    if (const Value* args = s.find("args")) check_refs(*args, num_slots);
+    for (const char* key : {"outs", "free"})
+      if (const Value* v = s.find(key))
+        for (const auto& x : v->items) check_slot(x, num_slots);
+    if (const Value* inner = s.find("steps")) check_steps(*inner, num_slots, num_nodes, buffers);
+    if (const Value* blocks = s.find("blocks"))
+      for (const auto& b : blocks->items) {
+        for (const auto& x : b.at("inputs").items) check_slot(x, num_slots);
+        check_refs(b.at("outputs"), num_slots);
+        check_steps(b.at("steps"), num_slots, num_nodes, buffers);
+      }
+  }
+}
+
+void check_plan(const Value& plan, int64_t num_nodes, const Value& kernels) {
+  BufferCounts buffers;
+  for (const auto& k : kernels.items) buffers[k.at("name").as_string()] = k.at("num_buffers").as_int();
+  const Value& slots = plan.at("num_slots");
+  if (slots.kind != Value::Kind::Int || slots.integer < 0 || slots.integer > kMaxSlots) bad_plan("num_slots");
+  for (const auto& x : plan.at("inputs").items) check_slot(x, slots.integer);
+  check_refs(plan.at("outputs"), slots.integer);
+  check_steps(plan.at("steps"), slots.integer, num_nodes, buffers);
+}
+
 
 
 }  // namespace
@@ -445,6 +501,7 @@ Plan::Plan(Package pkg, const LoadOptions& options)
                                                    ", which this jit2triton does not know; upgrade jit2triton");
   }
   const Value& plan = manifest.at("plan");
+  check_plan(plan, static_cast<int64_t>(manifest.at("nodes").size()), manifest.at("kernels"));
   num_slots_ = static_cast<int>(plan.at("num_slots").as_int());
   input_slots_ = ints(&plan.at("inputs"));
   const Value* graph = manifest.find("cuda_graph");

@@ -1,0 +1,59 @@
+"""Every index a package's plan holds, checked once at load against what it indexes (the C++ runtime's check_plan in
+deploy/cpp/src/plan.cpp does the same): a hand-edited manifest is refused with a clear error, never read out of
+bounds during a call."""
+from __future__ import annotations
+
+from typing import Any
+
+from jit2triton.errors import CorruptPackageError
+
+MAX_SLOTS = 1 << 24
+
+
+def check_plan(plan: dict, num_nodes: int, kernels: list[dict]) -> None:
+    try:
+        buffers = {k["name"]: k["num_buffers"] for k in kernels}
+        slots = plan["num_slots"]
+        if type(slots) is not int or not 0 <= slots <= MAX_SLOTS:
+            _bad("num_slots")
+        for slot in plan["inputs"]:
+            _slot(slot, slots)
+        _refs(plan["outputs"], slots)
+        _steps(plan["steps"], slots, num_nodes, buffers)
+    except (KeyError, TypeError, IndexError, AttributeError):
+        _bad("a step lacks a field it needs")
+
+
+def _bad(what: str) -> None:
+    raise CorruptPackageError(f"the package's plan is damaged ({what}); re-run `jit2triton convert`")
+
+
+def _slot(value: Any, num_slots: int) -> None:
+    if type(value) is not int or not 0 <= value < num_slots:
+        _bad(f"a slot outside 0..{num_slots - 1}")
+
+
+def _refs(refs: list, num_slots: int) -> None:
+    for ref in refs:
+        if isinstance(ref, (list, tuple)) and len(ref) == 2 and ref[0] == "s":
+            _slot(ref[1], num_slots)
+
+
+def _steps(steps: list, num_slots: int, num_nodes: int, buffers: dict[str, int]) -> None:
+    for step in steps:
+        if step.get("kind") == "kernel" and buffers.get(step["kernel"]) != len(step["args"]) + len(step["outs"]):
+            _bad(f"kernel step {step['kernel']!r} passes another number of buffers than its kernel takes")
+        node = step.get("node")
+        if type(node) is not int or not 0 <= node < num_nodes:
+            _bad("a step names a node that is not in the node table")
+        _refs(step.get("args", ()), num_slots)
+        for key in ("outs", "free"):
+            for slot in step.get(key, ()):
+                _slot(slot, num_slots)
+        if "steps" in step:
+            _steps(step["steps"], num_slots, num_nodes, buffers)
+        for block in step.get("blocks", ()):
+            for slot in block["inputs"]:
+                _slot(slot, num_slots)
+            _refs(block["outputs"], num_slots)
+            _steps(block["steps"], num_slots, num_nodes, buffers)

@@ -1,0 +1,66 @@
+"""Hand-edited packages (checksums recomputed, as anyone who edits one can) are refused at load by both runtimes
+with a CorruptPackageError, never read out of bounds: the findings of an adversarial pass over the readers."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import jit2triton
+
+from package_tools import rewrite_package
+
+
+def _first_kernel_step(manifest: dict) -> dict:
+    return next(s for s in manifest["plan"]["steps"] if s["kind"] == "kernel")
+
+
+def _set_slot(value):
+    def edit(manifest):
+        _first_kernel_step(manifest)["args"][0] = ["s", value]
+    return edit
+
+
+def _weights(change):
+    def edit(manifest):
+        entry = next(iter(manifest["weights"].values()))
+        change(entry)
+    return edit
+
+
+EDITS = {
+    "weight_shape_larger_than_its_bytes": (_weights(lambda e: e.update(shape=[e["shape"][0] * 1000, *e["shape"][1:]])),
+                                           "shape does not match its bytes"),
+    "weight_bytes_past_the_blob": (_weights(lambda e: e.update(offset=1 << 40)), "lies outside weights.bin"),
+    "memory_order_not_a_permutation": (_weights(lambda e: e.update(memory_order=[0] * len(e["shape"]))),
+                                       "not a permutation"),
+    "slot_past_the_end": (_set_slot(1_000_000), "a slot outside"),
+    "negative_slot": (_set_slot(-5), "a slot outside"),
+    "kernel_step_with_40_arguments": (lambda m: _first_kernel_step(m).update(args=[["s", 0]] * 40),
+                                      "passes another number of buffers"),
+    "node_index_past_the_table": (lambda m: _first_kernel_step(m).update(node=10 ** 6), "not in the node table"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDITS))
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_hand_edited_manifest_is_refused(case, runtime, small_package, tmp_path, request) -> None:
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    edit, message = EDITS[case]
+    edited = tmp_path / "edited.j2t"
+    rewrite_package(small_package[0], edited, edit_manifest=edit)
+    with pytest.raises(jit2triton.CorruptPackageError, match=message):
+        module = jit2triton.load(edited, runtime=runtime)
+        module(torch.randn(2, 4), torch.randn(2, 3))
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_deeply_nested_checksum_table_is_refused_not_a_stack_overflow(runtime, small_package, tmp_path,
+                                                                         request) -> None:
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    edited = tmp_path / "nested.j2t"
+    rewrite_package(small_package[0], edited, recompute_checksums=False,
+                    edit_member=lambda members: ("checksums.json", b"[" * 200_000 + b"]" * 200_000))
+    with pytest.raises(jit2triton.CorruptPackageError, match="checksums.json is damaged"):
+        jit2triton.load(edited, runtime=runtime)
