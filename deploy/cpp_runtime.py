@@ -79,9 +79,10 @@ class CppRuntime:
     """A package loaded by the C++ runtime; called like the Python `Runtime`."""
 
     def __init__(self, path: str, map_location: Any = None, num_threads: Optional[int] = None,
-                 cuda_graphs: bool = True, alias_outputs: bool = False) -> None:
+                 cuda_graphs: bool = True, alias_outputs: bool = False, mmap: bool = False) -> None:
         device = "" if map_location is None else str(torch.device(map_location))
-        self.module = extension().Module(os.fspath(path), device, num_threads or 0, cuda_graphs, alias_outputs)
+        self.module = extension().Module(os.fspath(path), device, num_threads or 0, cuda_graphs, alias_outputs,
+                                         mmap)
         self.device = torch.device(self.module.device)
         self.uses_cuda_graph = self.module.uses_cuda_graph
 

@@ -125,7 +125,10 @@ def _fsync_folder(folder: str) -> None:
         os.close(fd)
 
 
-def read_package(path: str) -> PackageContents:
+def read_package(path: str, mmap: bool = False) -> PackageContents:
+    """The package's contents. CPU weights are copies the caller owns, so a later change to the file (or its
+    truncation) cannot reach a loaded module, as with torch.jit.load; `mmap=True` keeps them views of the mapped
+    file instead (no copy, pages read as used; the file must then stay as it is)."""
     path = os.fspath(path)
     if not os.path.exists(path):
         raise PackageError(f"package not found: {path!r}; check the path or convert the model first")
@@ -146,6 +149,8 @@ def read_package(path: str) -> PackageContents:
         raise CorruptPackageError(f"{path!r} names a package format no jit2triton wrote (this one reads format "
                                   f"{FORMAT_VERSION}); the package is corrupted: re-run `jit2triton convert`")
     weights = _unpack_weights(manifest.pop("weights"), members.pop("weights.bin"))
+    if not mmap:
+        weights = {name: w.clone() for name, w in weights.items()}  # clone keeps each weight's memory order
     manifest["plan"] = map_plan_literals(manifest["plan"], decode)
     members.pop("checksums.json")
     return PackageContents(manifest, weights, {name: bytes(data) for name, data in members.items()})

@@ -113,20 +113,23 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
 
 
 def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_threads: Optional[int] = None,
-         cuda_graphs: bool = True, alias_outputs: bool = False, runtime: str = "python") -> Converted:
+         cuda_graphs: bool = True, alias_outputs: bool = False, runtime: str = "python",
+         mmap: bool = False) -> Converted:
     """Load a `.j2t` package; `map_location` moves it to another device, as torch.jit.load's does.
 
     `num_threads` caps the C++ kernels' OpenMP threads (default: torch.get_num_threads()). On CUDA a plan of
     straight-line GPU work runs as one CUDA graph unless `cuda_graphs=False`; its outputs are copies unless
     `alias_outputs=True` (then the next call overwrites them). `runtime="cpp"` runs the plan in the C++ runtime
-    (the one C++ programs link; built on first use and cached) with no per-step Python work."""
+    (the one C++ programs link; built on first use and cached) with no per-step Python work. Weights are copied
+    at load, so later changes to the file cannot reach the module; `mmap=True` maps them instead (no copy; the
+    file must not change while the module lives)."""
     path = os.fspath(path)
     if runtime == "cpp":
         from jit2triton.deploy.cpp_runtime import CppRuntime
-        return Converted(path, CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs))
+        return Converted(path, CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap))
     if runtime != "python":
         raise ValueError(f"runtime must be 'python' or 'cpp', not {runtime!r}")
-    contents = read_package(path)
+    contents = read_package(path, mmap=mmap)
     return Converted(contents, Runtime(contents, map_location, num_threads, cuda_graphs, alias_outputs))
 
 

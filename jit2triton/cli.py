@@ -114,7 +114,7 @@ def inspect(package, kernels, plan, ir) -> None:
     from .api import Converted
     from jit2triton.deploy.package import read_package
 
-    module = Converted(read_package(package), runtime=None)  # read only: no library opened, nothing run
+    module = Converted(read_package(package, mmap=True), runtime=None)  # read only: no library opened, nothing run
     manifest = module.manifest
     producer = manifest["producer"]
     click.echo(f"package {package}: format v{manifest['format_version']}, device {manifest['device']}, "

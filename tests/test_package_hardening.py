@@ -64,3 +64,29 @@ def test_a_deeply_nested_checksum_table_is_refused_not_a_stack_overflow(runtime,
                     edit_member=lambda members: ("checksums.json", b"[" * 200_000 + b"]" * 200_000))
     with pytest.raises(jit2triton.CorruptPackageError, match="checksums.json is damaged"):
         jit2triton.load(edited, runtime=runtime)
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_loaded_module_owns_its_weights(runtime, tmp_path, request) -> None:
+    """Overwriting or truncating the file under a loaded module changes nothing for it (as with torch.jit.load)."""
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    torch.manual_seed(0)
+    linear = torch.nn.Linear(64, 64)
+    model = torch.jit.trace(linear.eval(), torch.randn(2, 64))
+    path, other = tmp_path / "model.j2t", tmp_path / "other.j2t"
+    jit2triton.convert(model, (torch.randn(2, 64),)).save(path)
+    negated = torch.nn.Linear(64, 64)
+    with torch.no_grad():
+        negated.weight.copy_(-linear.weight)
+        negated.bias.copy_(-linear.bias)
+    jit2triton.convert(torch.jit.trace(negated.eval(), torch.randn(2, 64)), (torch.randn(2, 64),)).save(other)
+    module = jit2triton.load(path, runtime=runtime)
+    x = torch.randn(2, 64)
+    expected = model(x)
+    with open(path, "r+b") as f:  # in place, as `cp other.j2t model.j2t` writes
+        f.write(other.read_bytes())
+    torch.testing.assert_close(module(x), expected)
+    with open(path, "r+b") as f:
+        f.truncate(100)
+    torch.testing.assert_close(module(x), expected)

@@ -74,8 +74,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   py::class_<jit2triton::Module>(m, "Module")
       .def(py::init([](const std::string& path, const std::string& device, int num_threads, bool cuda_graphs,
-                       bool alias_outputs) {
+                       bool alias_outputs, bool mmap) {
              jit2triton::LoadOptions options;
+             options.mmap = mmap;
              options.device = device;
              options.num_threads = num_threads;
              options.cuda_graphs = cuda_graphs;
@@ -84,7 +85,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              return jit2triton::load(path, options);
            }),
            py::arg("path"), py::arg("device") = "", py::arg("num_threads") = 0, py::arg("cuda_graphs") = true,
-           py::arg("alias_outputs") = false)
+           py::arg("alias_outputs") = false, py::arg("mmap") = false)
       .def("__call__",
            [](const jit2triton::Module& self, py::args args) {
              std::vector<c10::IValue> inputs;

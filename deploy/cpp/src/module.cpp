@@ -22,7 +22,7 @@ void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
 }  // namespace
 
 Module load(const std::string& path, const LoadOptions& options) {
-  return Module(std::make_shared<Plan>(read_package(path), options));
+  return Module(std::make_shared<Plan>(read_package(path, options.mmap), options));
 }
 
 Module load(const std::string& path, const std::string& device) {

@@ -159,7 +159,7 @@ void verify(const Package& pkg) {
       throw Error(Error::Kind::CorruptPackage, repr(pkg.path) + " lacks member " + repr(name) + "; " + kReconvert);
 }
 
-std::map<std::string, at::Tensor> unpack_weights(const Package& pkg) {
+std::map<std::string, at::Tensor> unpack_weights(const Package& pkg, bool keep_mapped) {
   std::string_view blob = pkg.member("weights.bin");
   std::map<std::string, at::Tensor> weights;
   auto keep = pkg.file;  // every weight holds the mapping alive
@@ -210,6 +210,7 @@ std::map<std::string, at::Tensor> unpack_weights(const Package& pkg) {
       std::memcpy(stored.data_ptr(), data, nbytes);
     } else {
       stored = at::from_blob(data, stored_shape, [keep](void*) {}, options);
+      if (!keep_mapped) stored = stored.clone();  // owned: the file may change or shrink under a loaded module
     }
     weights[name] = stored.permute(inverse);
   }
@@ -225,7 +226,7 @@ std::string_view Package::member(const std::string& name) const {
   return it->second;
 }
 
-Package read_package(const std::string& path) {
+Package read_package(const std::string& path, bool keep_mapped) {
   Package pkg;
   pkg.path = path;
   pkg.file = map_file(path);
@@ -265,7 +266,7 @@ Package read_package(const std::string& path) {
     throw Error(Error::Kind::CorruptPackage,
                 repr(path) + " names a package format no jit2triton wrote (this one reads format " +
                     std::to_string(kFormatVersion) + "); the package is corrupted: re-run `jit2triton convert`");
-  pkg.weights = unpack_weights(pkg);
+  pkg.weights = unpack_weights(pkg, keep_mapped);
   return pkg;
 }
 

@@ -26,7 +26,8 @@ struct Package {
   std::string_view member(const std::string& name) const;  // throws CorruptPackage when absent
 };
 
-Package read_package(const std::string& path);
+// keep_mapped: weights stay views of the mapped file; otherwise they are copies the module owns.
+Package read_package(const std::string& path, bool keep_mapped = false);
 
 // "float32" -> at::kFloat: the dtype names of the manifest (torch's, without "torch.").
 at::ScalarType parse_dtype(const std::string& name);

@@ -3,7 +3,7 @@
 //   auto m = jit2triton::load("model.j2t", "cuda");     // or "cpu", or "" for the device it was built for
 //   std::vector<at::Tensor> out = m.forward({x});
 //
-// The package is read as data (a zip of JSON and raw bytes: no pickle, no Python) and checked as the Python loader
+// The package is read as data (torch's archive container of JSON and raw bytes: no pickle, no Python) and checked as the Python loader
 // checks it; the plan then runs generated kernels (a shared library on the CPU, cubins through the CUDA driver on
 // the GPU), ATen ops through torch's operator registry, and structured control flow. Every refusal and failure is a
 // jit2triton::Error whose message says what is wrong and what to do.
@@ -36,6 +36,9 @@ struct LoadOptions {
   int num_threads = 0;       // OpenMP threads for CPU kernels; 0: at::get_num_threads()
   bool cuda_graphs = true;   // run a straight-line GPU plan as one CUDA graph, as the Python runtime does
   bool alias_outputs = false;  // with CUDA graphs: return the graph's own output buffers (the next call reuses them)
+  // false: CPU weights are copied at load, so a later change to the file (or its truncation) cannot reach the
+  // module, as with torch::jit::load. true: they stay views of the mapped file (no copy; the file must not change).
+  bool mmap = false;
 };
 
 class Plan;  // the loaded plan (internal)
