@@ -19,7 +19,7 @@ from .package import PackageContents
 from .plan_check import check_plan
 from .signature import NO_DEFAULT, InputChecker
 
-DeviceLike = Union[str, torch.device, None]
+DeviceLike = Union[str, torch.device, dict, None]  # a dict maps the device saved to the one wanted, as torch.jit
 
 
 class Runtime:
@@ -85,8 +85,21 @@ def _release(version: str) -> str:
     return ".".join(version.split("+")[0].split(".")[:2])
 
 
+def resolve_map_location(map_location: DeviceLike, built_for: str) -> Union[str, torch.device, None]:
+    """torch.jit.load's map_location forms: a device (or its name), or a dict from the device the package was built
+    for ("cuda:0" or "cuda") to the one to load it on; a dict without that device leaves it where it was built."""
+    if isinstance(map_location, dict):
+        for key in (built_for, torch.device(built_for).type):
+            for saved, wanted in map_location.items():
+                if str(saved) == key:
+                    return wanted
+        return None
+    return map_location
+
+
 def target_device(manifest: dict, map_location: DeviceLike) -> torch.device:
     built_for = torch.device(manifest["device"])
+    map_location = resolve_map_location(map_location, manifest["device"])
     device = torch.device(map_location) if map_location is not None else built_for
     if device.type != built_for.type and manifest.get("kernels") and built_for.type == "cpu":
         raise PackageDeviceError(

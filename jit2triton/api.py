@@ -12,7 +12,7 @@ import torch
 
 from jit2triton.deploy.literals import decode
 from jit2triton.deploy.package import PackageContents, read_package, save_package
-from jit2triton.deploy.runtime import DeviceLike, Runtime
+from jit2triton.deploy.runtime import DeviceLike, Runtime, resolve_map_location
 from jit2triton.deploy.signature import format_type
 
 from .errors import InputError
@@ -126,6 +126,8 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
     path = os.fspath(path)
     if runtime == "cpp":
         from jit2triton.deploy.cpp_runtime import CppRuntime
+        if isinstance(map_location, dict):  # which entry applies depends on the device the package was built for
+            map_location = resolve_map_location(map_location, read_package(path, mmap=True).manifest["device"])
         return Converted(path, CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap))
     if runtime != "python":
         raise ValueError(f"runtime must be 'python' or 'cpp', not {runtime!r}")

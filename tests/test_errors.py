@@ -263,3 +263,17 @@ def test_inputs_may_be_passed_by_name_as_torchscript_takes_them(small_package):
         module(x, x=x)
     with pytest.raises(jit2triton.InputError, match="input 'x' has no default"):
         module(y=y)
+
+
+@pytest.mark.parametrize("where", ["cpu", torch.device("cpu"), {"cpu": "cpu"}, {"cuda:0": "cuda:1"}, None])
+def test_map_location_takes_torch_jit_loads_forms(small_package, where):
+    path, traced = small_package
+    module = jit2triton.load(path, map_location=where)
+    assert module.device == torch.device("cpu")
+    x, y = torch.randn(2, 4), torch.randn(2, 3)
+    torch.testing.assert_close(module(x, y), traced(x, y))
+
+
+def test_a_map_location_dict_applies_the_entry_for_the_packages_device(small_package):
+    with pytest.raises(jit2triton.PackageDeviceError, match="compiled for the CPU and run only there"):
+        jit2triton.load(small_package[0], map_location={"cpu": "cuda:1"})
