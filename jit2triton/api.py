@@ -5,6 +5,7 @@ process that only serves packages never pays for them.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Optional, Sequence, Union
 
@@ -57,11 +58,22 @@ class Converted:
     @property
     def _contents(self) -> PackageContents:
         if isinstance(self._package, str):
-            self._package = read_package(self._package)
+            self._package = read_package(self._package, mmap=True)  # for reports and saving: the runtime has its own
         return self._package
 
-    def save(self, path: Union[str, os.PathLike]) -> None:
-        save_package(self._contents, os.fspath(path))
+    def save(self, path: Union[str, os.PathLike], _extra_files: Optional[dict[str, Union[str, bytes]]] = None) -> None:
+        """Write the package; `_extra_files` (name -> text or bytes) are stored beside it, as torch.jit.save's, and
+        replace files of the same name carried from the model's .pt."""
+        contents = self._contents
+        if _extra_files:
+            extra = {f"extra/{name}": data.encode() if isinstance(data, str) else bytes(data)
+                     for name, data in _extra_files.items()}
+            contents = dataclasses.replace(contents, files={**contents.files, **extra})
+        save_package(contents, os.fspath(path))
+
+    def extra_files(self) -> dict[str, bytes]:
+        """Every extra file the package holds (from the model's .pt, or given to save)."""
+        return {name[len("extra/"):]: data for name, data in self._contents.files.items() if name.startswith("extra/")}
 
     def summary(self) -> dict[str, Any]:
         return dict(self._contents.manifest["report"])
@@ -114,7 +126,7 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
 
 def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_threads: Optional[int] = None,
          cuda_graphs: bool = True, alias_outputs: bool = False, runtime: str = "python",
-         mmap: bool = False) -> Converted:
+         mmap: bool = False, _extra_files: Optional[dict[str, Any]] = None) -> Converted:
     """Load a `.j2t` package; `map_location` moves it to another device, as torch.jit.load's does.
 
     `num_threads` caps the C++ kernels' OpenMP threads (default: torch.get_num_threads()). On CUDA a plan of
@@ -122,16 +134,27 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
     `alias_outputs=True` (then the next call overwrites them). `runtime="cpp"` runs the plan in the C++ runtime
     (the one C++ programs link; built on first use and cached) with no per-step Python work. Weights are copied
     at load, so later changes to the file cannot reach the module; `mmap=True` maps them instead (no copy; the
-    file must not change while the module lives)."""
+    file must not change while the module lives). `_extra_files` is filled as torch.jit.load fills it: each name
+    the package holds (from the model's .pt, or given to save) gets its bytes, the others b""."""
     path = os.fspath(path)
     if runtime == "cpp":
         from jit2triton.deploy.cpp_runtime import CppRuntime
         if isinstance(map_location, dict):  # which entry applies depends on the device the package was built for
             map_location = resolve_map_location(map_location, read_package(path, mmap=True).manifest["device"])
-        return Converted(path, CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap))
+        module = Converted(path, CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap))
+        return _fill_extra_files(module, _extra_files)
     if runtime != "python":
         raise ValueError(f"runtime must be 'python' or 'cpp', not {runtime!r}")
     contents = read_package(path, mmap=mmap)
-    return Converted(contents, Runtime(contents, map_location, num_threads, cuda_graphs, alias_outputs))
+    module = Converted(contents, Runtime(contents, map_location, num_threads, cuda_graphs, alias_outputs))
+    return _fill_extra_files(module, _extra_files)
+
+
+def _fill_extra_files(module: Converted, wanted: Optional[dict[str, Any]]) -> Converted:
+    if wanted:
+        held = module.extra_files()
+        for name in wanted:
+            wanted[name] = held.get(name, b"")
+    return module
 
 

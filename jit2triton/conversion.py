@@ -109,6 +109,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     else:
         raise ConversionError(f"verification still failed after taking {len(removed)} kernels out; please report it, "
                               "or convert with backend='aten'")
+    contents.files.update({f"extra/{name}": data for name, data in script.extra_files.items()})
     contents.manifest["report"]["verification"] = {
         "status": "skipped" if verifier is None else "passed" if verifier.compared else "not compared",
         "input_sets": verifier.compared if verifier else 0,

@@ -26,6 +26,7 @@ class ScriptGraph:
     input_defaults: list[Any]  # per input: its default value, or `NO_DEFAULT`
     name: str
     function: Any = field(default=None, repr=False)  # runs the TorchScript (frozen): verification's reference
+    extra_files: dict[str, bytes] = field(default_factory=dict)  # torch.jit.save(..., _extra_files=...) of a .pt
 
 
 NO_DEFAULT = object()
@@ -34,7 +35,10 @@ NO_DEFAULT = object()
 def load_script(source: ModelSource, map_location: Union[str, torch.device, None] = None) -> ScriptGraph:
     """Accept a path to a `torch.jit.save` archive, a ScriptModule or a ScriptFunction."""
     if isinstance(source, (str, os.PathLike)):
-        source = _read_archive(os.fspath(source), map_location)
+        path = os.fspath(source)
+        script = load_script(_read_archive(path, map_location))
+        script.extra_files = _extra_files(path)
+        return script
     if isinstance(source, torch.jit.ScriptFunction):
         return _from_function(source)
     if isinstance(source, torch.jit.ScriptModule):
@@ -65,6 +69,13 @@ def _read_archive(path: str, map_location) -> torch.jit.ScriptModule:
         raise ModelLoadError(
             f"{path!r} could not be read as TorchScript ({first}); if it was written with torch.save, "
             "re-export it with torch.jit.save(torch.jit.trace(model, inputs), path)") from None
+
+
+def _extra_files(path: str) -> dict[str, bytes]:
+    """The files torch.jit.save stored beside the model (`_extra_files`: tokenizer configs, label maps, versions)."""
+    reader = torch._C.PyTorchFileReader(path)
+    return {name[len("extra/"):]: bytes(reader.get_record(name)) for name in reader.get_all_records()
+            if name.startswith("extra/")}
 
 
 def _refuse_other_archives(path: str) -> None:

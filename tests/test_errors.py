@@ -277,3 +277,20 @@ def test_map_location_takes_torch_jit_loads_forms(small_package, where):
 def test_a_map_location_dict_applies_the_entry_for_the_packages_device(small_package):
     with pytest.raises(jit2triton.PackageDeviceError, match="compiled for the CPU and run only there"):
         jit2triton.load(small_package[0], map_location={"cpu": "cuda:1"})
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_extra_files_travel_from_the_pt_into_the_package_as_with_torch_jit(runtime, tmp_path, request):
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    model = torch.jit.trace(torch.nn.Linear(3, 2).eval(), torch.randn(1, 3))
+    pt, package = tmp_path / "model.pt", tmp_path / "model.j2t"
+    torch.jit.save(model, str(pt), _extra_files={"labels.json": b'["cat", "dog"]', "version.txt": "1.2"})
+    jit2triton.convert(str(pt), (torch.randn(1, 3),)).save(package, _extra_files={"version.txt": "1.3"})
+    wanted = {"labels.json": "", "version.txt": "", "missing.txt": "x"}
+    jit2triton.load(package, runtime=runtime, _extra_files=wanted)
+    reference = {"labels.json": "", "missing.txt": "x"}
+    torch.jit.load(str(pt), _extra_files=reference)
+    assert wanted["labels.json"] == reference["labels.json"] == b'["cat", "dog"]'
+    assert wanted["version.txt"] == b"1.3"  # set at save, over the .pt's
+    assert wanted["missing.txt"] == reference["missing.txt"] == b""
