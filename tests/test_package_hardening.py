@@ -90,3 +90,22 @@ def test_a_loaded_module_owns_its_weights(runtime, tmp_path, request) -> None:
     with open(path, "r+b") as f:
         f.truncate(100)
     torch.testing.assert_close(module(x), expected)
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_library_planted_in_the_cache_is_never_opened(runtime, small_package, tmp_path, monkeypatch, request):
+    """The cache names a library by its content's hash; a file of that name with other bytes is replaced."""
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    import hashlib
+
+    from package_tools import read_members
+    monkeypatch.setenv("JIT2TRITON_CACHE", str(tmp_path / "cache"))
+    library = read_members(small_package[0])["binaries/kernels.so"]
+    planted = tmp_path / "cache" / "cpp" / f"lib-{hashlib.sha256(library).hexdigest()}.so"
+    planted.parent.mkdir(parents=True)
+    planted.write_bytes(b"\x7fELF not the package's library")
+    module = jit2triton.load(small_package[0], runtime=runtime)
+    x, y = torch.randn(2, 4), torch.randn(2, 3)
+    torch.testing.assert_close(module(x, y), small_package[1](x, y))
+    assert planted.read_bytes() == library

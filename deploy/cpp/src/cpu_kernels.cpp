@@ -8,8 +8,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 
 #include "plan.h"
+#include "sha256.h"
 
 namespace jit2triton {
 
@@ -26,16 +28,25 @@ std::string cache_root() {
 void make_dirs(const std::string& path) {
   for (size_t pos = 1; pos != std::string::npos;) {
     pos = path.find('/', pos + 1);
-    ::mkdir(path.substr(0, pos).c_str(), 0755);
+    ::mkdir(path.substr(0, pos).c_str(), 0700);  // private: other users must not plant libraries here
   }
 }
 
-// Written through a temporary file and a rename, so a concurrent loader never opens half a library.
+// Whether the file at `path` holds exactly the library whose sha256 is `sha` (a name is no proof of content).
+bool holds(const std::string& path, const std::string& sha) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return false;
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return sha256_hex(reinterpret_cast<const uint8_t*>(data.data()), data.size()) == sha;
+}
+
+// Written through a temporary file and a rename, so a concurrent loader never opens half a library; a file already
+// there is opened only if its bytes hash to the package's library (a planted or damaged one is replaced).
 std::string materialize(std::string_view library, const std::string& sha) {
   std::string dir = cache_root() + "/cpp";
   make_dirs(dir);
   std::string path = dir + "/lib-" + sha + ".so";
-  if (::access(path.c_str(), R_OK) == 0) return path;
+  if (holds(path, sha)) return path;
   std::string tmp = path + "." + std::to_string(::getpid()) + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary);
