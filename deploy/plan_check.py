@@ -8,6 +8,12 @@ from typing import Any
 from jit2triton.errors import CorruptPackageError
 
 MAX_SLOTS = 1 << 24
+# Ops a converted model never needs and a plan must not call: they reach outside the model (files, the process's
+# random generator and autograd state). The C++ runtime refuses the same list (kSideEffectOps in plan.cpp; a test
+# keeps the two equal). An allowlist of every op models call would refuse valid models with custom ops; these are
+# refused by what they do.
+SIDE_EFFECT_OPS = frozenset({"aten::save", "aten::from_file", "aten::from_file.out", "aten::manual_seed",
+                             "aten::manual_seed.generator", "aten::seed", "aten::set_grad_enabled"})
 
 
 def check_plan(plan: dict, num_nodes: int, kernels: list[dict]) -> None:
@@ -41,6 +47,10 @@ def _refs(refs: list, num_slots: int) -> None:
 
 def _steps(steps: list, num_slots: int, num_nodes: int, buffers: dict[str, int]) -> None:
     for step in steps:
+        if step.get("kind") == "call" and step.get("op") in SIDE_EFFECT_OPS:
+            raise CorruptPackageError(
+                f"the package's plan calls {step['op']}, which reaches outside the model (files, global state); a "
+                "converted model never does, so the package was edited: re-run `jit2triton convert`")
         if step.get("kind") == "kernel" and buffers.get(step["kernel"]) != len(step["args"]) + len(step["outs"]):
             _bad(f"kernel step {step['kernel']!r} passes another number of buffers than its kernel takes")
         node = step.get("node")

@@ -109,3 +109,36 @@ def test_a_library_planted_in_the_cache_is_never_opened(runtime, small_package, 
     x, y = torch.randn(2, 4), torch.randn(2, 3)
     torch.testing.assert_close(module(x, y), small_package[1](x, y))
     assert planted.read_bytes() == library
+
+
+@pytest.mark.parametrize("op", ["aten::save", "aten::manual_seed"])
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_plan_cannot_reach_outside_the_model(op, runtime, small_package, tmp_path, request) -> None:
+    """An injected step that would write files (or reseed the process) is refused at load, before any call."""
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    node = {"op": op, "category": "fallback", "source": ""}
+
+    def inject(manifest):
+        manifest["nodes"].append(node)
+        args = [["s", 0], ["c", str(tmp_path / "leak.pt")]] if op == "aten::save" else [["c", 0]]
+        manifest["plan"]["steps"].insert(0, {"kind": "call", "op": op, "args": args, "outs": [],
+                                             "node": len(manifest["nodes"]) - 1, "kwnames": []})
+
+    edited = tmp_path / "edited.j2t"
+    rewrite_package(small_package[0], edited, edit_manifest=inject)
+    with pytest.raises(jit2triton.CorruptPackageError, match=f"plan calls {op}"):
+        jit2triton.load(edited, runtime=runtime)(torch.randn(2, 4), torch.randn(2, 3))
+    assert not (tmp_path / "leak.pt").exists()
+
+
+def test_both_runtimes_refuse_the_same_ops() -> None:
+    import os
+    import re
+
+    from jit2triton.deploy.cpp_runtime import ROOT
+    from jit2triton.deploy.plan_check import SIDE_EFFECT_OPS
+    with open(os.path.join(ROOT, "src", "plan.cpp")) as f:
+        source = f.read()
+    listed = source.split("kSideEffectOps = {", 1)[1].split("};", 1)[0]
+    assert set(re.findall(r'"([^"]+)"', listed)) == set(SIDE_EFFECT_OPS)

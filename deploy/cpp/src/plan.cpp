@@ -9,6 +9,8 @@
 #include <torch/csrc/jit/runtime/operator.h>
 #include <torch/version.h>
 
+#include <set>
+
 // The torch this runtime was built against, as messages name it (the Python extension passes torch.__version__).
 #ifndef J2T_TORCH_VERSION
 #define J2T_TORCH_VERSION TORCH_VERSION
@@ -40,6 +42,10 @@ void release(Env& env, const std::vector<int>& slots) {
 }
 
 constexpr int64_t kMaxSlots = int64_t(1) << 24;
+// Ops a plan must not call (they reach files or the process's global state): SIDE_EFFECT_OPS in deploy/plan_check.py.
+const std::set<std::string> kSideEffectOps = {"aten::save", "aten::from_file", "aten::from_file.out",
+                                              "aten::manual_seed", "aten::manual_seed.generator", "aten::seed",
+                                              "aten::set_grad_enabled"};
 
 [[noreturn]] void bad_plan(const std::string& what) {
   throw Error(Error::Kind::CorruptPackage,
@@ -62,6 +68,11 @@ using BufferCounts = std::map<std::string, int64_t>;
 
 void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const BufferCounts& buffers) {
   for (const auto& s : steps.items) {
+    if (const Value* kind = s.find("kind"); kind && kind->is_string() && kind->as_string() == "call")
+      if (const Value* op = s.find("op"); op && op->is_string() && kSideEffectOps.count(op->as_string()))
+        throw Error(Error::Kind::CorruptPackage,
+                    "the package's plan calls " + op->as_string() + ", which reaches outside the model (files, global "
+                    "state); a converted model never does, so the package was edited: re-run `jit2triton convert`");
     if (const Value* kind = s.find("kind"); kind && kind->is_string() && kind->as_string() == "kernel") {
       auto it = buffers.find(s.at("kernel").as_string());
       if (it == buffers.end() || it->second != int64_t(s.at("args").size() + s.at("outs").size()))
