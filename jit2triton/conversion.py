@@ -75,6 +75,18 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     if verify:
         say("running TorchScript on the example inputs and a fresh draw, for verification")
         verifier = Verifier(script.function, inputs, signature["inputs"], target)
+    contents, verification = _build_verified(graph, backend, ctx, signature, model_info, verifier, say)
+    contents.files.update({f"extra/{name}": data for name, data in script.extra_files.items()})
+    contents.manifest["report"]["verification"] = verification
+    say(f"converted in {time.perf_counter() - started:.2f}s")
+    return contents, target
+
+
+def _build_verified(graph, backend: str, ctx: pipeline.Context, signature: dict, model_info: dict,
+                    verifier: Optional[Verifier], say: Progress) -> tuple[PackageContents, dict[str, Any]]:
+    """Build the package and verify it against TorchScript; while it disagrees, take out the first kernel that
+    diverges from ATen (or, when none does, every kernel) and build again. -> (contents, the report's
+    verification section)."""
     removed: list[dict[str, Any]] = []
     verify_seconds = 0.0
     for _ in range(MAX_VERIFY_ROUNDS):
@@ -84,10 +96,10 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
             break
         checked = time.perf_counter()
         say(f"verifying against TorchScript on {verifier.compared} input sets")
-        mismatches = verifier.check(package_runner(contents, target))
+        mismatches = verifier.check(package_runner(contents, ctx.device))
         culprit = None
         if mismatches and contents.manifest["kernels"]:
-            culprit = _find_culprit(graph, sched, contents, verifier, target)
+            culprit = _find_culprit(graph, sched, contents, verifier, ctx.device)
         verify_seconds += time.perf_counter() - checked
         if not mismatches:
             break
@@ -109,16 +121,13 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     else:
         raise ConversionError(f"verification still failed after taking {len(removed)} kernels out; please report it, "
                               "or convert with backend='aten'")
-    contents.files.update({f"extra/{name}": data for name, data in script.extra_files.items()})
-    contents.manifest["report"]["verification"] = {
+    return contents, {
         "status": "skipped" if verifier is None else "passed" if verifier.compared else "not compared",
         "input_sets": verifier.compared if verifier else 0,
         "seconds": round(verify_seconds, 3),
         "kernels_removed": removed,
         "notes": verifier.notes if verifier else [],
     }
-    say(f"converted in {time.perf_counter() - started:.2f}s")
-    return contents, target
 
 
 def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, model_info: dict,
@@ -127,7 +136,7 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
     -> (contents, the plan it holds, with its IR nodes)."""
     target = ctx.device
     files, kernels, backend_section = {}, [], {}
-    plan_graph = graph
+    plan_graph, failure = graph, ""
     if backend != "aten":
         say(f"fusing and generating {backend} kernels")
         try:
@@ -137,7 +146,8 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
         except Jit2TritonError:
             raise
         except Exception as err:  # a bug in fusion or a renderer that no single node explains: no kernels at all
-            say(f"generating kernels failed ({type(err).__name__}: {err}); every op runs through ATen")
+            failure = f"generating kernels failed ({type(err).__name__}: {err}); every op runs through ATen"
+            say(failure)
             plan_graph, kernels, files, backend_section, backend = graph, [], {}, {}, "aten"
     sched = pipeline.plan(plan_graph)
     manifest = {
@@ -151,7 +161,8 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
         "nodes": sched.node_table,
         "kernels": kernel_index(kernels, backend),
         "report": dict(summarize(sched.node_table),
-                       folded_nodes=sum(1 for n in plan_graph.walk() if "folded_from" in n.attrs)),
+                       folded_nodes=sum(1 for n in plan_graph.walk() if "folded_from" in n.attrs),
+                       **({"generation_failed": failure} if failure else {})),
         "ir": str(plan_graph),
         **backend_section,
     }

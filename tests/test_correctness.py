@@ -225,3 +225,17 @@ def test_random_models_are_not_compared(monkeypatch) -> None:
     converted = jit2triton.convert(torch.jit.script(noisy), (torch.randn(3),))
     verification = converted.summary()["verification"]
     assert verification["status"] == "not compared" and "vary between calls" in verification["notes"][0]
+
+
+def test_a_renderer_that_fails_leaves_every_op_to_aten_and_says_why(monkeypatch) -> None:
+    from jit2triton import conversion
+
+    def broken(kernels):
+        raise RuntimeError("an injected renderer bug")
+
+    monkeypatch.setattr(conversion, "build_cpp", broken)
+    model = torch.jit.script(pointwise_chain)
+    converted = jit2triton.convert(model, (torch.randn(4, 8), torch.randn(4, 8)))
+    assert converted.manifest["backend"] == "aten" and not converted.summary()["kernels"]
+    assert "RuntimeError: an injected renderer bug" in converted.report()
+    assert_matches_torchscript(converted, model, lambda: (torch.randn(4, 8), torch.randn(4, 8)))

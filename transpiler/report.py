@@ -65,6 +65,8 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
     externs = Counter(e["op"] for e in node_table if e["category"] == EXTERN)
     if externs:
         lines.append("extern ops: " + ", ".join(f"{op} x{n}" for op, n in externs.most_common()))
+    if summary.get("generation_failed"):
+        lines.append(summary["generation_failed"])
     lines += _format_verification(summary.get("verification"))
     return "\n".join(lines)
 
