@@ -237,7 +237,7 @@ class _KernelWriter:
             tile_name = tile if tile.isidentifier() else self.fresh(f"{op}_tile")
             if tile_name != tile:
                 lines.append(f"{indent}{tile_name} = {tile}")
-            lines.append(f"{indent}{name} = {self.finish(op, tile_name, group)}")
+            lines.append(f"{indent}{name} = {self.finish(op, tile_name, group, kind)}")
         else:
             acc = self.fresh(f"{op}_acc")
             acc_type = "tl.int8" if op in ("any", "all") else TL_TYPES[kind]
@@ -247,7 +247,7 @@ class _KernelWriter:
             lines.append(f"{target.indent}for {group}_start in range(0, {size}, RBLOCK):")
             lines += inner.lines
             lines += self.accumulate(op, acc, tile, group, indent, kind)
-            lines.append(f"{target.indent}{name} = {self.finish(op, acc, group)}")
+            lines.append(f"{target.indent}{name} = {self.finish(op, acc, group, kind)}")
         target.lines.extend(lines)
         return name
 
@@ -271,7 +271,7 @@ class _KernelWriter:
             update = f"tl.{'maximum' if op == 'max' else 'minimum'}({acc}, {tile}{nan})"
         return [f"{indent}{acc} = {update}"]
 
-    def finish(self, op: str, tile: str, group: str) -> str:
+    def finish(self, op: str, tile: str, group: str, kind: str) -> str:
         """The [XBLOCK, 1] result of reducing a tile (or a looped accumulator) along axis 1."""
         if op == "sum":
             return f"tl.sum({tile}, 1, keep_dims=True)"
@@ -282,6 +282,8 @@ class _KernelWriter:
             reduce = "tl.max" if op == "any" else "tl.min"
             return f"({reduce}(({tile}).to(tl.int8), 1, keep_dims=True) != 0)"
         if op in ("max", "min"):
+            if not kind.startswith("float"):  # no NaN to carry (and a NaN would make an int row a float one)
+                return f"tl.{op}({tile}, 1, keep_dims=True)"
             self.use(f"j2t_row_{op}")
             return f"j2t_row_{op}({tile})"
         self.use(f"j2t_row_{op}")

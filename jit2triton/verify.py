@@ -23,6 +23,9 @@ from .inputs import random_inputs
 # Largest error allowed, relative to the largest magnitude of the reference tensor: generated kernels reassociate
 # sums and use their own vector math, so they agree with ATen to rounding, not to the bit.
 RELATIVE_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 3e-2, "bfloat16": 6e-2}
+# Plus an absolute floor, as torch.testing has: an output that is only rounding noise (the std of values equal but
+# for their last bit, ~1e-7) has no scale of its own to be relative to.
+ABSOLUTE_TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
 EXACT_FRACTION = 1e-2  # ints and bools: this fraction may flip (an argmax tie broken by a rounding difference)
 FRESH_SEED = 20260101
 CROSS_DEVICE_SLACK = 10.0  # a CPU reference for a CUDA package: cuDNN convolutions use TF32 by default
@@ -58,10 +61,13 @@ def tensor_error(actual: torch.Tensor, expected: torch.Tensor, slack: float = 1.
     if not finite.any():
         return 0.0, ""
     scale = max(e[finite].abs().max().item(), 1e-30)
-    error = ((a - e)[finite].abs().max().item()) / scale
-    tolerance = RELATIVE_TOLERANCE.get(str(expected.dtype).removeprefix("torch."), 1e-3) * slack
-    return (error, f"max error {error:.3g} of the largest magnitude (tolerance {tolerance:g})") \
-        if error > tolerance else (0.0, "")
+    largest = (a - e)[finite].abs().max().item()
+    name = str(expected.dtype).removeprefix("torch.")
+    tolerance = RELATIVE_TOLERANCE.get(name, 1e-3) * slack
+    if largest <= tolerance * scale + ABSOLUTE_TOLERANCE.get(name, 1e-5) * slack:
+        return 0.0, ""
+    error = largest / scale
+    return error, f"max error {error:.3g} of the largest magnitude (tolerance {tolerance:g})"
 
 
 def compare(actual: Any, expected: Any, where: str = "output", slack: float = 1.0) -> list[Mismatch]:

@@ -80,6 +80,11 @@ def layer_norm_of_single_elements(x):
     return torch.nn.functional.layer_norm(x * 3.0, [1])
 
 
+def int_row_max(x):
+    """An integer row's max (found by the fuzzer: Triton's NaN-carrying row max made an int64 row float)."""
+    return (x.amax(0) * 3) // 2
+
+
 REGRESSIONS = {
     "qkv_unbind_attention": (lambda: torch.jit.trace(QkvAttention().eval(), torch.randn(2, 5, 48)),
                              lambda: (torch.randn(2, 5, 48),)),
@@ -92,6 +97,8 @@ REGRESSIONS = {
     "single_chunk": (lambda: torch.jit.trace(single_chunk, torch.randn(5)), lambda: (torch.randn(5),)),
     "layer_norm_of_single_elements": (lambda: torch.jit.script(layer_norm_of_single_elements),
                                       lambda: (torch.randn(64, 1),)),
+    "int_row_max": (lambda: torch.jit.trace(int_row_max, torch.randint(-4, 9, (6, 1))),
+                    lambda: (torch.randint(-4, 9, (6, 1)),)),
 }
 
 
