@@ -339,6 +339,9 @@ def main(argv=None) -> int:
         if report:
             failures.append(report)
             print(report, flush=True)
+        if (seed - args.first + 1) % 50 == 0:
+            print(f"[fuzz] {seed - args.first + 1} seeds, {len(failures)} failing, {time.time() - started:.0f}s",
+                  file=sys.stderr, flush=True)
     print(f"{args.seeds} seeds ({args.first}..{args.first + args.seeds - 1}), {args.backend} on {args.device}: "
           f"{len(failures)} failing, {time.time() - started:.0f}s", flush=True)
     return 1 if failures else 0
