@@ -107,7 +107,7 @@ class Converted:
 
 def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None, device: DeviceLike = "cpu",
             backend: Optional[str] = None, map_location: DeviceLike = None,
-            progress: Optional[Progress] = None, verify: bool = True) -> Converted:
+            progress: Optional[Progress] = None, verify: bool = True, full_source_paths: bool = False) -> Converted:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
@@ -117,10 +117,12 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
 
     `verify` (default on) runs the package on the example inputs and a fresh random draw against the TorchScript
     model; a generated kernel that disagrees with ATen is taken out and named in the report, and a package that
-    still disagrees is refused with a ConversionError.
+    still disagrees is refused with a ConversionError. Kernel comments name source files as the model imports them
+    (relative to its import root or the working folder); `full_source_paths=True` keeps this machine's full paths.
     """
     from .conversion import convert_to_package
-    contents, target = convert_to_package(model, example_inputs, device, backend, map_location, progress, verify)
+    contents, target = convert_to_package(model, example_inputs, device, backend, map_location, progress, verify,
+                                          full_source_paths)
     return Converted(contents, Runtime(contents, target))
 
 

@@ -50,7 +50,9 @@ def main() -> None:
               help="kernel generator (default: cpp on the CPU, triton on CUDA; aten: no generated kernels)")
 @click.option("--no-verify", is_flag=True,
               help="skip comparing the package with the TorchScript model on the example and fresh inputs")
-def convert(model, output, input_specs, inputs_file, device, backend, no_verify) -> None:
+@click.option("--full-source-paths", is_flag=True,
+              help="name source files in kernel comments by this machine's full paths (default: as imported)")
+def convert(model, output, input_specs, inputs_file, device, backend, no_verify, full_source_paths) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
     from .inputs import parse_input_spec
@@ -62,7 +64,7 @@ def convert(model, output, input_specs, inputs_file, device, backend, no_verify)
         inputs += list(loaded) if isinstance(loaded, (tuple, list)) else [loaded]
     output = output or os.path.splitext(model)[0] + ".j2t"
     converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
-                              progress=_progress, verify=not no_verify)
+                              progress=_progress, verify=not no_verify, full_source_paths=full_source_paths)
     converted.save(output)
     click.echo(converted.report())
     click.echo(f"saved {output} ({os.path.getsize(output) / 1e6:.2f} MB)")

@@ -35,7 +35,8 @@ MAX_VERIFY_ROUNDS = 16  # each failed round takes one kernel out (the last, ever
 
 def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None,
                        device: DeviceLike = "cpu", backend: Optional[str] = None, map_location: DeviceLike = None,
-                       progress: Optional[Progress] = None, verify: bool = True) -> tuple[PackageContents, torch.device]:
+                       progress: Optional[Progress] = None, verify: bool = True,
+                       full_source_paths: bool = False) -> tuple[PackageContents, torch.device]:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
@@ -62,7 +63,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
     inputs = [x.to(target).contiguous() if isinstance(x, torch.Tensor) else x for x in inputs]
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
-    graph = from_torchscript(script.graph, script.input_names, script.name)
+    graph = from_torchscript(script.graph, script.input_names, script.name, full_source_paths)
     ctx = pipeline.Context(target, inputs, _run_plan(target))
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
     pipeline.prepare(graph, ctx, generate_kernels=backend != "aten")

@@ -77,3 +77,16 @@ def test_version_and_help_answer_at_once_without_torch():
     assert "..." not in commands, "a command's description is cut off in --help"
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0 and "jit2triton, version" in result.output
+
+
+def test_kernel_sources_carry_no_full_paths_of_the_converting_machine(tmp_path, monkeypatch):
+    import os
+
+    import jit2triton
+    monkeypatch.chdir(os.path.dirname(os.path.abspath(__file__)))  # the model's code lives under the working folder
+    traced = torch.jit.trace(lambda x: torch.sigmoid(x) * 3 + 1, torch.randn(4, 4))
+    code = jit2triton.convert(traced, example_inputs=(torch.randn(4, 4),)).code
+    here = os.path.abspath(__file__)
+    assert here not in code and os.path.basename(here) in code
+    full = jit2triton.convert(traced, example_inputs=(torch.randn(4, 4),), full_source_paths=True).code
+    assert here in full

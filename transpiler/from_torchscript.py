@@ -8,6 +8,7 @@ from __future__ import annotations
 import linecache
 import os
 import re
+import sys
 from typing import Any
 
 import torch
@@ -44,8 +45,12 @@ _SCALAR_NAMES = {
 }
 
 
-def from_torchscript(ts_graph: torch._C.Graph, input_names: list[str], name: str) -> Graph:
-    builder = _Builder()
+def from_torchscript(ts_graph: torch._C.Graph, input_names: list[str], name: str,
+                     full_source_paths: bool = False) -> Graph:
+    """Our IR of a normalised TorchScript graph. Source files are named as the model's code imports them
+    (`transformers/models/bert/modeling_bert.py`, or relative to the working folder) unless `full_source_paths`:
+    a package should not carry the converting machine's folder layout."""
+    builder = _Builder(full_source_paths)
     body = Block()
     for ts_value, arg_name in zip(ts_graph.inputs(), input_names):
         body.inputs.append(builder.define(ts_value, arg_name))
@@ -54,7 +59,8 @@ def from_torchscript(ts_graph: torch._C.Graph, input_names: list[str], name: str
 
 
 class _Builder:
-    def __init__(self) -> None:
+    def __init__(self, full_source_paths: bool = False) -> None:
+        self.full_source_paths = full_source_paths
         self.values: dict[int, Value] = {}
         self.weights: dict[str, torch.Tensor] = {}
 
@@ -75,7 +81,7 @@ class _Builder:
         kind = ts_node.kind()
         inputs = [self.use(v) for v in ts_node.inputs()]
         outputs = [self.define(v) for v in ts_node.outputs()]
-        node = Node(kind, inputs, outputs, source=_source(ts_node))
+        node = Node(kind, inputs, outputs, source=_source(ts_node, self.full_source_paths))
         if kind == "prim::Constant":
             self.constant(ts_node, node)
         schema = ts_node.schema()
@@ -138,7 +144,16 @@ _SCRIPT_FRAME = re.compile(r'File "(.+)", line (\d+)')
 _TORCH_DIR = os.path.dirname(torch.__file__)
 
 
-def _source(ts_node) -> Source | None:
+def shown_path(path: str) -> str:
+    """`path` relative to the longest import root (sys.path entry) or working folder holding it, else as it is."""
+    if not os.path.isabs(path):
+        return path
+    roots = [os.path.abspath(p) for p in sys.path if p] + [os.getcwd()]
+    holding = [r for r in roots if path.startswith(r.rstrip(os.sep) + os.sep)]
+    return os.path.relpath(path, max(holding, key=len)) if holding else path
+
+
+def _source(ts_node, full_path: bool = False) -> Source | None:
     """file:line of the node in the model's source, and that line's text when it can be found.
 
     A traced node's source range is a stack; its first frame is often inside torch (nn.Linear's forward), so the
@@ -152,7 +167,7 @@ def _source(ts_node) -> Source | None:
         return None
     file, line = match.group(1), int(match.group(2))
     text = linecache.getline(file, line).strip() or _highlighted_line(ranged)
-    return Source(file, line, text)
+    return Source(file if full_path else shown_path(file), line, text)
 
 
 def _highlighted_line(ranged: str) -> str:
