@@ -10,8 +10,8 @@ from typing import Any
 from .ir import Block, Graph, Node, Type, Value
 from .op_table import schema_of
 
-# op -> (position of the index argument, position of the dim argument or None for dim 0 of the first argument)
-GATHERS = {"aten::embedding": (1, None, 0), "aten::index_select": (2, 1, 0), "aten::gather": (2, 1, 0)}
+# op -> (position of the index argument, position of the dim argument; None: dim 0). The indexed tensor is the first.
+GATHERS = {"aten::embedding": (1, None), "aten::index_select": (2, 1), "aten::gather": (2, 1)}
 MESSAGE_LIMIT = 250
 
 
@@ -36,8 +36,8 @@ def _blocks(block: Block):
 
 
 def _bounds_check(node: Node, constants: dict[int, Any]) -> list[Node]:
-    index_at, dim_at, source_at = GATHERS[node.op]
-    index, source = node.inputs[index_at], node.inputs[source_at]
+    index_at, dim_at = GATHERS[node.op]
+    index, source = node.inputs[index_at], node.inputs[0]
     dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
     shape = source.type.shape
     if not (index.type.is_tensor and shape and isinstance(dim, int) and -len(shape) <= dim < len(shape)
