@@ -241,6 +241,15 @@ def test_j2t_run_refuses_a_corrupt_package(small_package, tmp_path, cmake_build)
     assert "'weights.bin' fails its checksum" in done.stderr
 
 
+def test_j2t_run_answers_help_and_version(cmake_build) -> None:
+    tool = str(cmake_build / "jit2triton" / "j2t-run")
+    helped = subprocess.run([tool, "--help"], capture_output=True, text=True)
+    assert helped.returncode == 0 and helped.stdout.startswith("usage: j2t-run model.j2t")
+    version = subprocess.run([tool, "--version"], capture_output=True, text=True)
+    assert version.returncode == 0 and "package format 2" in version.stdout and torch.__version__.split("+")[0] in \
+        version.stdout
+
+
 def test_readme_example_program_matches_torchscript(tmp_path, cmake_build) -> None:
     torch.manual_seed(0)
     model = torch.jit.trace(torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.GELU()).eval(), torch.randn(2, 4))

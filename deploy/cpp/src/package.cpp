@@ -20,7 +20,7 @@ namespace jit2triton {
 namespace {
 
 constexpr const char* kFormat = "jit2triton-package";
-constexpr int64_t kFormatVersion = 2;
+constexpr int64_t kFormatVersion = kPackageFormatVersion;
 constexpr const char* kReconvert = "re-run `jit2triton convert`";
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <ATen/ATen.h>
 #include <jit2triton/jit2triton.h>
 #include <torch/csrc/jit/serialization/import.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
@@ -23,8 +24,15 @@
 
 namespace {
 
+const char* kUsage =
+    "usage: j2t-run model.j2t [--device cpu|cuda] [--bench N] [--threads N] [--seed S] [--dump DIR] [--torchscript M.pt]\n"
+    "       j2t-run --help | --version\n"
+    "Runs a jit2triton package on random inputs that fit its signature and prints the outputs' shapes and the load\n"
+    "time; --bench N: the median time of N calls; --torchscript M.pt: the largest difference from that TorchScript\n"
+    "model on the same inputs (and its time); --dump DIR: each output's raw bytes.\n";
+
 int usage() {
-  std::cerr << "usage: j2t-run model.j2t [--device cpu|cuda] [--bench N] [--threads N] [--seed S] [--dump DIR] [--torchscript M.pt]\n";
+  std::cerr << kUsage;
   return 2;
 }
 
@@ -62,6 +70,15 @@ void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   std::string path = argv[1];
+  if (path == "--help" || path == "-h") {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (path == "--version") {
+    std::cout << "j2t-run (jit2triton C++ runtime): package format " << jit2triton::kPackageFormatVersion
+              << ", built against torch " << TORCH_VERSION << "\n";
+    return 0;
+  }
   jit2triton::LoadOptions options;
   int bench = 0;
   uint64_t seed = 0;

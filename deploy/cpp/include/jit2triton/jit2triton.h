@@ -18,6 +18,9 @@
 
 namespace jit2triton {
 
+// The package format this runtime reads (deploy/package.py's FORMAT_VERSION).
+constexpr int kPackageFormatVersion = 2;
+
 class Error : public std::runtime_error {
  public:
   // The same families as the Python package's exceptions (jit2triton.errors), so both runtimes can be told apart
