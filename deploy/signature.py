@@ -80,6 +80,9 @@ class InputChecker:
             def check_tensor(x: Any) -> Any:
                 if not isinstance(x, torch.Tensor):
                     raise InputError(f"{label}: expected a tensor {expected}, got {type(x).__name__}")
+                if x.layout is not torch.strided:
+                    raise InputError(f"{label}: expected a dense tensor {expected}, got a {x.layout} tensor; pass "
+                                     "x.to_dense()")
                 if x.dtype != dtype or x.shape != shape or not on_device(x):
                     got = f"{str(x.dtype).removeprefix('torch.')}[{', '.join(map(str, x.shape))}] on {x.device}"
                     raise InputError(

@@ -31,9 +31,5 @@ def cpp_runtime():
     """The C++ runtime's Python extension, built once (cached across runs)."""
     if shutil.which("c++") is None and shutil.which("g++") is None:
         pytest.skip("no C++ compiler here: the C++ runtime cannot be built")
-    import jit2triton
     from jit2triton.deploy.cpp_runtime import extension
-    try:
-        return extension()
-    except jit2triton.PackageError as err:
-        pytest.skip(str(err))
+    return extension()  # with a compiler here, a runtime that does not build is a failure, never a skip

@@ -137,6 +137,8 @@ BAD_INPUTS = {
     "dtype": ((torch.randn(2, 4).half(), torch.randn(2, 3)), r"input 0 \('x'\): expected float32\[2, 4\] on cpu, got float16"),
     "device": ((torch.randn(2, 4, device="meta"), torch.randn(2, 3)), r"input 0 \('x'\).* on meta"),
     "not_a_tensor": (("x", torch.randn(2, 3)), "expected a tensor"),
+    "sparse": ((torch.randn(2, 4).to_sparse(), torch.randn(2, 3)),
+               r"input 0 \('x'\): expected a dense tensor float32\[2, 4\] on cpu, got a torch.sparse_coo tensor"),
 }
 
 

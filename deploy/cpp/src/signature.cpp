@@ -12,6 +12,20 @@ using json::Value;
 
 namespace {
 
+// torch's name of a layout, as the Python runtime prints it (no iostreams in the extension: see cuda_graph.cpp).
+std::string layout_name(at::Layout layout) {
+  switch (layout) {
+    case at::kSparse: return "torch.sparse_coo";
+    case at::kSparseCsr: return "torch.sparse_csr";
+    case at::kSparseCsc: return "torch.sparse_csc";
+    case at::kSparseBsr: return "torch.sparse_bsr";
+    case at::kSparseBsc: return "torch.sparse_bsc";
+    case at::kMkldnn: return "torch._mkldnn";
+    default: return "non-strided";
+  }
+}
+
+
 std::string python_type_name(const IValue& v) {
   if (v.isTensor()) return "Tensor";
   if (v.isBool()) return "bool";
@@ -75,6 +89,9 @@ void Plan::build_input_checks() {
       checks_.push_back([=](IValue& v) {
         if (!v.isTensor()) throw Error(Error::Kind::Input, label + ": expected a tensor " + expected + ", got " + python_type_name(v));
         const at::Tensor& x = v.toTensor();
+        if (x.layout() != at::kStrided)
+          throw Error(Error::Kind::Input, label + ": expected a dense tensor " + expected + ", got a " +
+                                              layout_name(x.layout()) + " tensor; pass x.to_dense()");
         if (x.scalar_type() != dtype || x.sizes() != at::IntArrayRef(shape) || x.device().type() != type)
           throw Error(Error::Kind::Input,
                       label + ": expected " + expected + ", got " + dtype_name(x.scalar_type()) + "[" + join_dims(x.sizes()) +
