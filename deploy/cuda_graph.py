@@ -74,16 +74,17 @@ class GraphRunner:
     The first call with a tuple runs step by step and the second captures: a process that needs one answer (a
     cold start) never pays for warm-up runs and a capture it will not replay."""
 
-    def __init__(self, run: Callable[[list], list], alias_outputs: bool = False) -> None:
+    def __init__(self, run: Callable[[list], list], alias_outputs: bool = False, by_shape: bool = False) -> None:
         self.run = run
         self.alias_outputs = alias_outputs
+        self.by_shape = by_shape  # dynamic dims: the input check fixed dtypes only, so shapes are part of the key
         self.graphs: dict[tuple, _Captured] = {}
         self.seen: set[tuple] = set()
         self.refused = False  # the plan synchronises with the host: it always runs step by step
         self.lock = threading.Lock()  # replays share the static buffers
 
     def __call__(self, inputs: list) -> list:
-        key = _key(inputs, layouts=False)  # the input check fixed the tensors' shapes and dtypes
+        key = _key(inputs, layouts=self.by_shape)  # else the input check fixed the tensors' shapes and dtypes
         with self.lock:
             captured = self.graphs.get(key) if key is not None else None
             if captured is None:

@@ -39,20 +39,21 @@ def capturable(plan: dict, on_host: frozenset = frozenset()) -> bool:
 def worth_capturing(plan: dict, signature: dict) -> bool:
     """A graph saves each step's launch but costs a copy of every input and output: for a few steps, or for large
     tensors (sin(x)**2 + cos(x)**2 over 16M floats), the copies cost more than the launches they save."""
-    copied = sum(_bytes(d) for d in signature["inputs"]) + _bytes(signature["outputs"])
+    sizes = {name: d["example"] for name, d in signature.get("dims", {}).items()}  # judged at the example's sizes
+    copied = sum(_bytes(d, sizes) for d in signature["inputs"]) + _bytes(signature["outputs"], sizes)
     steps = len(plan["steps"])
     # a replay is itself a launch, and the copies in and out are two more: a plan of a few steps gains nothing
     return steps > MIN_STEPS and copied / COPY_BYTES_PER_US < LAUNCH_US * steps
 
 
-def _bytes(desc: dict) -> int:
+def _bytes(desc: dict, sizes: dict[str, int]) -> int:
     if desc.get("type") == "Tensor":
         n = 1
         for d in desc["shape"]:
-            n *= d
+            n *= sizes[d] if isinstance(d, str) else d
         return n * getattr(torch, desc["dtype"]).itemsize
     items = desc.get("items", [])
-    return sum(_bytes(d) for d in (items.values() if isinstance(items, dict) else items))
+    return sum(_bytes(d, sizes) for d in (items.values() if isinstance(items, dict) else items))
 
 
 # ---- regions of plans with control flow ---------------------------------------------------------------------------

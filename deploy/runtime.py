@@ -41,8 +41,11 @@ class Runtime:
                                  graph_regions=graphs and not graph_worthy)
         signature = manifest["signature"]["inputs"]
         defaults = [d["default"] if "default" in d else NO_DEFAULT for d in signature]
-        self.check_inputs = InputChecker(signature, self.device, defaults, contiguous=bool(kernels))
-        self.run = GraphRunner(self.executor, alias_outputs) if graphs and graph_worthy else self.executor
+        self.check_inputs = InputChecker(signature, self.device, defaults, contiguous=bool(kernels),
+                                         dims=manifest["signature"].get("dims"))
+        # a package with dynamic dims gets a graph per input shape (a graph bakes its shapes in)
+        self.run = (GraphRunner(self.executor, alias_outputs, by_shape=bool(manifest["signature"].get("dims")))
+                    if graphs and graph_worthy else self.executor)
         self.uses_cuda_graph = isinstance(self.run, GraphRunner)
 
     def __call__(self, *inputs: Any) -> Any:

@@ -5,11 +5,11 @@ The check is built once at load; a call compares each input's dtype, shape and d
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
-from jit2triton.errors import InputError
+from jit2triton.errors import CorruptPackageError, InputError
 
 _SCALAR_TYPES = {"int": int, "float": (float, int), "bool": bool, "str": str}
 
@@ -31,8 +31,8 @@ def describe(value: Any) -> dict:
 
 def format_type(desc: dict) -> str:
     kind = desc["type"]
-    if kind == "Tensor":
-        return f"{desc['dtype']}[{', '.join(map(str, desc['shape']))}]"
+    if kind == "Tensor":  # an output's dynamic sizes are named in "dims" ("12*batch"), its example's in "shape"
+        return f"{desc['dtype']}[{', '.join(map(str, desc.get('dims', desc['shape'])))}]"
     if kind in ("Tuple", "List"):
         return f"{kind}[{', '.join(format_type(d) for d in desc['items'])}]"
     if kind == "Dict":
@@ -44,7 +44,9 @@ class InputChecker:
     """Validates a call's inputs against the signature and fills in defaults; raises InputError otherwise. Each
     input has one function, built at load, that checks it and returns what the plan receives."""
 
-    def __init__(self, inputs: list[dict], device: torch.device, defaults: list[Any], contiguous: bool = False) -> None:
+    def __init__(self, inputs: list[dict], device: torch.device, defaults: list[Any], contiguous: bool = False,
+                 dims: Optional[dict[str, dict]] = None) -> None:
+        self.dims = dims or {}  # dynamic dims: name -> {"min", "max"}; one call binds each to one size
         self.names = [d["name"] for d in inputs]
         self.defaults = defaults  # per input: a value, or NO_DEFAULT
         self.required = sum(1 for d in defaults if d is NO_DEFAULT)
@@ -56,6 +58,9 @@ class InputChecker:
     def __call__(self, args: tuple) -> list:
         if len(args) != self.count:
             args = self._with_defaults(args)
+        if self.dims:
+            bound: dict[str, tuple[int, str]] = {}  # dim -> (size, where it was bound)
+            return [check(value, bound) for check, value in zip(self.checks, args)]
         return [check(value) for check, value in zip(self.checks, args)]
 
     def _with_defaults(self, args: tuple) -> tuple:
@@ -71,13 +76,15 @@ class InputChecker:
         kind = desc["type"]
         if kind == "Tensor":
             dtype = getattr(torch, desc["dtype"])
-            shape = torch.Size(desc["shape"])
             device_type = self.device.type
-            expected = f"{desc['dtype']}[{', '.join(map(str, shape))}] on {device_type}"
+            expected = f"{desc['dtype']}[{', '.join(map(str, desc['shape']))}] on {device_type}"
             on_device = _DEVICE_TEST.get(device_type, lambda x: x.device.type == device_type)
             contiguous = self.contiguous
+            if any(isinstance(d, str) for d in desc["shape"]):
+                return self._dynamic_check(label, desc, dtype, expected, on_device)
+            shape = torch.Size(desc["shape"])
 
-            def check_tensor(x: Any) -> Any:
+            def check_tensor(x: Any, bound: Any = None) -> Any:
                 if not isinstance(x, torch.Tensor):
                     raise InputError(f"{label}: expected a tensor {expected}, got {type(x).__name__}")
                 if x.layout is not torch.strided:
@@ -93,14 +100,51 @@ class InputChecker:
             return check_tensor
         python_type = _SCALAR_TYPES.get(kind)
         if python_type is None:
-            return lambda x: x
+            return (lambda x, bound=None: x)
 
-        def check_scalar(x: Any) -> Any:
+        def check_scalar(x: Any, bound: Any = None) -> Any:
             if not isinstance(x, python_type) or (kind != "bool" and isinstance(x, bool)):
                 raise InputError(f"{label}: expected {kind}, got {type(x).__name__}")
             return x
 
         return check_scalar
+
+    def _dynamic_check(self, label: str, desc: dict, dtype: torch.dtype, expected: str,
+                       on_device: Callable) -> Callable[[Any, dict], Any]:
+        """The check of a tensor with dynamic dims: static sizes equal, each dynamic one within its range and equal
+        wherever else the same dim appears in this call."""
+        rank, contiguous = len(desc["shape"]), self.contiguous
+        undeclared = [d for d in desc["shape"] if isinstance(d, str) and d not in self.dims]
+        if undeclared:
+            raise CorruptPackageError(f"{label} names dim {undeclared[0]!r}, which the signature does not declare; "
+                                      "re-run `jit2triton convert`")
+        static = [(axis, d) for axis, d in enumerate(desc["shape"]) if isinstance(d, int)]
+        dynamic = [(axis, d, self.dims[d]["min"], self.dims[d]["max"]) for axis, d in enumerate(desc["shape"])
+                   if isinstance(d, str)]
+
+        def check_tensor(x: Any, bound: dict) -> Any:
+            if not isinstance(x, torch.Tensor):
+                raise InputError(f"{label}: expected a tensor {expected}, got {type(x).__name__}")
+            if x.layout is not torch.strided:
+                raise InputError(f"{label}: expected a dense tensor {expected}, got a {x.layout} tensor; pass "
+                                 "x.to_dense()")
+            shape = x.shape
+            if x.dtype != dtype or len(shape) != rank or not on_device(x) or any(shape[a] != n for a, n in static):
+                got = f"{str(x.dtype).removeprefix('torch.')}[{', '.join(map(str, shape))}] on {x.device}"
+                raise InputError(f"{label}: expected {expected}, got {got}. The package was converted for that "
+                                 "signature; convert again with example inputs of the shape and dtype you need")
+            for axis, name, low, high in dynamic:
+                n = shape[axis]
+                if n < low or (high is not None and n > high):
+                    raise InputError(f"{label}: axis {axis} is dim {name}, whose range is {low}..{high or 'inf'}; "
+                                     f"got {n}. Convert again with a wider Dim to serve that size")
+                seen = bound.setdefault(name, (n, f"{label} axis {axis}"))
+                if seen[0] != n:
+                    raise InputError(f"{label}: axis {axis} is dim {name}, which is {seen[0]} in {seen[1]}; got {n}. "
+                                     "The model needs those sizes equal")
+            return x.contiguous() if contiguous else x
+
+        return check_tensor
 
 
 NO_DEFAULT = object()

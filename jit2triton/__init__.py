@@ -30,7 +30,7 @@ from .errors import (  # noqa: E402
 from .version import __version__  # noqa: E402
 
 __all__ = [
-    "convert", "load", "Converted", "__version__",
+    "convert", "load", "Converted", "Dim", "__version__",
     "Jit2TritonError", "ModelLoadError", "ConversionError", "PackageError", "CorruptPackageError",
     "PackageVersionError", "PackageDeviceError", "InputError", "StepError", "ModelRaisedError",
 ]
@@ -43,4 +43,7 @@ def __getattr__(name: str):
     if name in _API:
         from . import api
         return getattr(api, name)
+    if name == "Dim":
+        from .dims import Dim
+        return Dim
     raise AttributeError(f"module 'jit2triton' has no attribute {name!r}")

@@ -107,7 +107,8 @@ class Converted:
 
 def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None, device: DeviceLike = "cpu",
             backend: Optional[str] = None, map_location: DeviceLike = None,
-            progress: Optional[Progress] = None, verify: bool = True, full_source_paths: bool = False) -> Converted:
+            progress: Optional[Progress] = None, verify: bool = True, full_source_paths: bool = False,
+            dynamic_shapes: Any = None) -> Converted:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
@@ -119,10 +120,14 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
     model; a generated kernel that disagrees with ATen is taken out and named in the report, and a package that
     still disagrees is refused with a ConversionError. Kernel comments name source files as the model imports them
     (relative to its import root or the working folder); `full_source_paths=True` keeps this machine's full paths.
+
+    `dynamic_shapes` makes input dims dynamic, as torch.export's does: `{"input_ids": {0: batch, 1: seq}}` with
+    `batch = jit2triton.Dim("batch", min=1, max=64)`, by input name or position. The package then serves every size
+    in those ranges and refuses others with an InputError naming the dim.
     """
     from .conversion import convert_to_package
     contents, target = convert_to_package(model, example_inputs, device, backend, map_location, progress, verify,
-                                          full_source_paths)
+                                          full_source_paths, dynamic_shapes)
     return Converted(contents, Runtime(contents, target))
 
 

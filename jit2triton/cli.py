@@ -41,8 +41,12 @@ def main() -> None:
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="package path (default: MODEL with .j2t)")
 @click.option("--input", "input_specs", multiple=True,
               help="an example input: SHAPE[:DTYPE][:LOW-HIGH] (8x3x224x224:float16, 1x9:int64:0-30522, "
-                   "scalar:float32) or int=3 / float=0.5; once per model input, in order. The shape is fixed: "
-                   "the package accepts exactly these shapes and dtypes")
+                   "scalar:float32) or int=3 / float=0.5; once per model input, in order. A name in the shape "
+                   "(Bx128) is a dynamic dim declared with --dim; other sizes are fixed")
+@click.option("--dim", "dim_specs", multiple=True,
+              help="a dynamic dim named in --input shapes: NAME=MIN:MAX[:EXAMPLE] (B=1:64, S=8:512:128); the "
+                   "package serves every size in the range (the example size, default the smallest above 1, is "
+                   "the one conversion traces)")
 @click.option("--inputs-file", type=click.Path(exists=True, dir_okay=False),
               help="example inputs saved with torch.save as a tuple or list of tensors")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
@@ -52,19 +56,32 @@ def main() -> None:
               help="skip comparing the package with the TorchScript model on the example and fresh inputs")
 @click.option("--full-source-paths", is_flag=True,
               help="name source files in kernel comments by this machine's full paths (default: as imported)")
-def convert(model, output, input_specs, inputs_file, device, backend, no_verify, full_source_paths) -> None:
+def convert(model, output, input_specs, dim_specs, inputs_file, device, backend, no_verify,
+            full_source_paths) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
-    from .inputs import parse_input_spec
+    from .errors import InputError
+    from .inputs import dynamic_axes, parse_dim_spec, parse_input_spec
 
-    inputs = [parse_input_spec(s) for s in input_specs]
+    dims = {}
+    for spec in dim_specs:
+        dim, example = parse_dim_spec(spec)
+        dims[dim.name] = (dim, example)
+    inputs = [parse_input_spec(s, dims) for s in input_specs]
+    dynamic_shapes = {i: {axis: dims[name][0] for axis, name in dynamic_axes(s).items()}
+                      for i, s in enumerate(input_specs) if dynamic_axes(s)}
+    unused = set(dims) - {name for s in input_specs for name in dynamic_axes(s).values()}
+    if unused:
+        raise InputError(f"--dim {sorted(unused)[0]} is named in no --input shape (write it there: "
+                         f"--input {sorted(unused)[0]}x128:int64)")
     if inputs_file:
         import torch
         loaded = torch.load(inputs_file, weights_only=True)  # weights_only: never unpickle code
         inputs += list(loaded) if isinstance(loaded, (tuple, list)) else [loaded]
     output = output or os.path.splitext(model)[0] + ".j2t"
     converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
-                              progress=_progress, verify=not no_verify, full_source_paths=full_source_paths)
+                              progress=_progress, verify=not no_verify, full_source_paths=full_source_paths,
+                              dynamic_shapes=dynamic_shapes or None)
     converted.save(output)
     click.echo(converted.report())
     click.echo(f"saved {output} ({os.path.getsize(output) / 1e6:.2f} MB)")
@@ -79,7 +96,9 @@ def convert(model, output, input_specs, inputs_file, device, backend, no_verify,
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
 @click.option("--runtime", type=click.Choice(["python", "cpp"]), default="python", show_default=True,
               help="cpp: the C++ runtime (built on first use)")
-def run(package, reference, runs, seed, device, runtime) -> None:
+@click.option("--shape", "shape_specs", multiple=True,
+              help="sizes of the package's dynamic dims: DIM=N[,DIM=N] (B=4,S=128); default: the example's")
+def run(package, reference, runs, seed, device, runtime, shape_specs) -> None:
     """Run a package on random inputs; compare with the TorchScript model when --check is given."""
     import torch
 
@@ -87,8 +106,11 @@ def run(package, reference, runs, seed, device, runtime) -> None:
     from .compare import max_abs_error
     from .inputs import random_inputs
 
+    from .inputs import parse_sizes
+
     module = load(package, map_location=device, runtime=runtime)
-    inputs = random_inputs(module.manifest["signature"]["inputs"], module.device, seed)
+    inputs = random_inputs(module.manifest["signature"]["inputs"], module.device, seed,
+                           parse_sizes(shape_specs, module.manifest["signature"].get("dims", {})))
     outputs = module(*inputs)
     times = []
     for _ in range(runs):

@@ -20,9 +20,12 @@ from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource
 from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP
+from jit2triton.transpiler.ir import Type
 from jit2triton.transpiler.report import summarize
 from jit2triton.transpiler.build_plan import Plan
 
+from . import dims
+from .dims import DynamicShapes
 from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, StepError
 from .verify import Verifier, divergent_kernel, fused_values, observed_values, package_runner
 from .version import __version__
@@ -36,7 +39,8 @@ MAX_VERIFY_ROUNDS = 16  # each failed round takes one kernel out (the last, ever
 def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None,
                        device: DeviceLike = "cpu", backend: Optional[str] = None, map_location: DeviceLike = None,
                        progress: Optional[Progress] = None, verify: bool = True,
-                       full_source_paths: bool = False) -> tuple[PackageContents, torch.device]:
+                       full_source_paths: bool = False,
+                       dynamic_shapes: DynamicShapes = None) -> tuple[PackageContents, torch.device]:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
@@ -47,6 +51,10 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     With `verify` (the default) the package is run on the example inputs and on a fresh random draw and compared
     with the TorchScript model; a generated kernel that disagrees with ATen is taken out (its nodes run through
     ATen) and the package rebuilt, and the report says so. A package that still disagrees is refused.
+
+    `dynamic_shapes` (see jit2triton/dims.py) makes dims of the inputs dynamic: the package serves every size in
+    their ranges. Shape inference then also runs the model at a few other sizes, and verification at the ranges'
+    ends.
     """
     say = progress or (lambda message: None)
     started = time.perf_counter()
@@ -62,23 +70,33 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     script = load_script(model, map_location=map_location)
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
     inputs = [x.to(target).contiguous() if isinstance(x, torch.Tensor) else x for x in inputs]
+    dynamic = dims.resolve(dynamic_shapes, script.input_names, inputs)
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
     graph = from_torchscript(script.graph, script.input_names, script.name, full_source_paths)
-    ctx = pipeline.Context(target, inputs, _run_plan(target))
+    ctx = pipeline.Context(target, inputs, _run_plan(target), example_sizes=dict(dynamic.example),
+                           draws=[(sizes, dims.inputs_at(dynamic, sizes, inputs, seed=i))
+                                  for i, sizes in enumerate(dynamic.draws())])
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
     pipeline.prepare(graph, ctx, generate_kernels=backend != "aten")
     output = ctx.outputs[0] if len(ctx.outputs) == 1 else tuple(ctx.outputs)
-    signature = {"inputs": _input_signature(script.input_names, script.input_defaults, inputs),
-                 "outputs": describe(output)}
+    signature = {"inputs": _input_signature(script.input_names, script.input_defaults, inputs, dynamic),
+                 "outputs": _with_dims(describe(output), graph.outputs[0].type if len(graph.outputs) == 1
+                                       else Type("Tuple", elems=tuple(v.type for v in graph.outputs)))}
+    if dynamic:
+        signature["dims"] = dynamic.signature()
     model_info = {"name": script.name,
                   "source": os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""}
     verifier = None
     if verify:
         say("running TorchScript on the example inputs and a fresh draw, for verification")
-        verifier = Verifier(script.function, inputs, signature["inputs"], target)
+        other_sizes = [(", ".join(f"{n}={k}" for n, k in sizes.items()), dims.inputs_at(dynamic, sizes, inputs, 100 + i))
+                       for i, sizes in enumerate(dynamic.bounds() + dynamic.draws(1, seed=1))] if dynamic else []
+        verifier = Verifier(script.function, inputs, signature["inputs"], target, dynamic.example, other_sizes)
     contents, verification = _build_verified(graph, backend, ctx, signature, model_info, verifier, say)
     contents.files.update({f"extra/{name}": data for name, data in script.extra_files.items()})
     contents.manifest["report"]["verification"] = verification
+    if dynamic:
+        contents.manifest["report"]["dynamic_dims"] = signature["dims"]
     say(f"converted in {time.perf_counter() - started:.2f}s")
     return contents, target
 
@@ -200,7 +218,7 @@ def _run_plan(target: torch.device) -> pipeline.RunPlan:
         try:
             return Executor(sched.plan, weights, sched.node_table, observe=observer)(inputs)
         except StepError as err:
-            raise ConversionError(f"running the model on the example inputs failed: {err}") from None
+            raise ConversionError(f"running the model failed: {err}") from None
     return run
 
 
@@ -238,10 +256,13 @@ def _complete_inputs(example_inputs, names: list[str], defaults: list[Any]) -> l
     return given + list(defaults[len(given):])
 
 
-def _input_signature(names: list[str], defaults: list[Any], inputs: list[Any]) -> list[dict[str, Any]]:
+def _input_signature(names: list[str], defaults: list[Any], inputs: list[Any],
+                     dynamic: dims.DynamicSpec) -> list[dict[str, Any]]:
     signature = []
-    for name, default, value in zip(names, defaults, inputs):
+    for position, (name, default, value) in enumerate(zip(names, defaults, inputs)):
         entry = {"name": name, **describe(value)}
+        for axis, dim in dynamic.axes.get(position, {}).items():
+            entry["shape"][axis] = dim.name  # a dynamic dim: checked against its range (signature["dims"]) per call
         if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and value.numel():
             entry["range"] = [int(value.min()), int(value.max()) + 1]  # for random inputs that stay valid
         elif isinstance(value, (bool, int, float, str)):
@@ -250,6 +271,16 @@ def _input_signature(names: list[str], defaults: list[Any], inputs: list[Any]) -
             entry["default"] = encode(default)
         signature.append(entry)
     return signature
+
+
+def _with_dims(desc: dict, t: Type) -> dict:
+    """An output description with its dynamic sizes named (`dims`: "batch", "12*batch"), beside the example's."""
+    if desc.get("type") == "Tensor" and t.is_tensor and t.shape is not None and len(t.shape) == len(desc["shape"]):
+        if any(not isinstance(d, int) for d in t.shape):
+            desc["dims"] = [str(d) for d in t.shape]
+    elif desc.get("type") in ("Tuple", "List") and t.kind == "Tuple" and len(t.elems) == len(desc["items"]):
+        desc["items"] = [_with_dims(d, e) for d, e in zip(desc["items"], t.elems)]
+    return desc
 
 
 def _triton_version() -> str:

@@ -8,11 +8,35 @@ import torch
 
 from .errors import InputError
 
-_SPEC = re.compile(r"^(?P<shape>[0-9x]*|scalar)(?::(?P<dtype>[a-z0-9]+))?(?::(?P<low>-?\d+)-(?P<high>-?\d+))?$")
+_SPEC = re.compile(r"^(?P<shape>[0-9A-Za-z_]*|scalar)(?::(?P<dtype>[a-z0-9]+))?(?::(?P<low>-?\d+)-(?P<high>-?\d+))?$")
+_DIM_SPEC = re.compile(r"^(?P<name>[A-Za-wyz_][A-Za-wyz0-9_]*)=(?P<min>\d+):(?P<max>\d+|inf)(?::(?P<example>\d+))?$")
 
 
-def parse_input_spec(spec: str) -> Any:
-    """`8x3x224x224:float16`, `1x9:int64:0-30522` (ints drawn from [0, 30522)), `scalar:float32`, `int=3`."""
+def parse_dim_spec(spec: str) -> tuple[Any, int]:
+    """`B=1:64` (dim B, sizes 1 to 64), `S=8:512:128` (example size 128), `B=1:inf` -> (Dim, example size). The
+    example size defaults to the smallest above 1 in the range: small, so conversion is quick, and not 1, which
+    would hide broadcasts."""
+    from .dims import Dim
+    match = _DIM_SPEC.match(spec.strip())
+    if not match:
+        raise InputError(f"--dim {spec!r}: expected NAME=MIN:MAX[:EXAMPLE], e.g. B=1:64 or S=8:512:128 (a name "
+                         "without the letter x, which separates sizes in --input)")
+    low, high = int(match["min"]), None if match["max"] == "inf" else int(match["max"])
+    try:
+        dim = Dim(match["name"], low, high)
+    except ValueError as err:
+        raise InputError(f"--dim {spec!r}: {err}") from None
+    example = int(match["example"]) if match["example"] else (min(2, high) if high is not None else 2)
+    example = max(example, low)
+    if high is not None and example > high:
+        raise InputError(f"--dim {spec!r}: the example size {example} is outside {low}..{high}")
+    return dim, example
+
+
+def parse_input_spec(spec: str, dims: Optional[dict[str, tuple[Any, int]]] = None) -> Any:
+    """`8x3x224x224:float16`, `1x9:int64:0-30522` (ints drawn from [0, 30522)), `scalar:float32`, `int=3`.
+    A name in the shape (`Bx128`) is a dynamic dim declared in `dims` (name -> (Dim, example size), see
+    parse_dim_spec): the tensor takes its example size, and `dynamic_axes(spec)` names its axes."""
     spec = spec.strip()
     if "=" in spec:
         kind, _, text = spec.partition("=")
@@ -25,12 +49,42 @@ def parse_input_spec(spec: str) -> Any:
         raise InputError(f"--input {spec!r}: expected SHAPE[:DTYPE][:LOW-HIGH], e.g. 8x3x224x224:float16 or "
                          "1x128:int64:0-30522 (use 'scalar:float32' for a 0-d tensor)")
     shape_text = match["shape"]
-    shape = [] if shape_text in ("", "scalar") else [int(d) for d in shape_text.split("x")]
+    shape = []
+    for d in ([] if shape_text in ("", "scalar") else shape_text.split("x")):
+        if d.isdigit():
+            shape.append(int(d))
+        elif d and (dims or {}).get(d):
+            shape.append(dims[d][1])
+        else:
+            raise InputError(f"--input {spec!r}: {d!r} is neither a size nor a dim declared with --dim "
+                             f"(e.g. --dim {d or 'B'}=1:64)")
     dtype = getattr(torch, match["dtype"] or "float32", None)
     if not isinstance(dtype, torch.dtype):
         raise InputError(f"--input {spec!r}: unknown dtype {match['dtype']!r} (float32, float16, bfloat16, int64...)")
     low, high = (int(match["low"]), int(match["high"])) if match["low"] is not None else (0, 2)
     return random_tensor(shape, dtype, "cpu", low, high)
+
+
+def dynamic_axes(spec: str) -> dict[int, str]:
+    """The axes of an --input spec that name a dynamic dim: {axis: name}."""
+    shape_text = spec.strip().split(":")[0]
+    if "=" in spec or shape_text in ("", "scalar"):
+        return {}
+    return {axis: d for axis, d in enumerate(shape_text.split("x")) if not d.isdigit()}
+
+
+def parse_sizes(specs, dims: dict[str, dict]) -> dict[str, int]:
+    """`--shape B=4,S=128` (repeatable) -> sizes of a package's dynamic dims; the others take the example's."""
+    sizes = {name: d["example"] for name, d in dims.items()}
+    for item in (i for spec in specs for i in spec.split(",") if i.strip()):
+        name, _, text = item.strip().partition("=")
+        if name not in dims:
+            have = f"its dims are {', '.join(dims)}" if dims else "its shapes are static"
+            raise InputError(f"--shape {item!r}: the package has no dynamic dim {name!r}; {have}")
+        if not text.isdigit():
+            raise InputError(f"--shape {item!r}: expected DIM=SIZE, e.g. {name}=4")
+        sizes[name] = int(text)
+    return sizes
 
 
 def random_tensor(shape, dtype: torch.dtype, device, low: int = 0, high: int = 2,
@@ -42,15 +96,20 @@ def random_tensor(shape, dtype: torch.dtype, device, low: int = 0, high: int = 2
     return torch.randint(low, max(high, low + 1), shape, generator=generator, dtype=dtype).to(device)
 
 
-def random_inputs(signature: list[dict], device, seed: int = 0) -> list[Any]:
-    """Fresh random inputs for a package: tensors of the signature's dtype and shape, ints within the range the
-    example inputs spanned (so token ids stay inside the vocabulary); other inputs take their defaults."""
+def random_inputs(signature: list[dict], device, seed: int = 0, sizes: Optional[dict[str, int]] = None) -> list[Any]:
+    """Fresh random inputs for a package: tensors of the signature's dtype and shape (a dynamic dim at its size in
+    `sizes`), ints within the range the example inputs spanned (so token ids stay inside the vocabulary); other
+    inputs take their defaults."""
     generator = torch.Generator().manual_seed(seed)
     values = []
     for entry in signature:
         if entry["type"] == "Tensor":
             low, high = entry.get("range", (0, 2))
-            values.append(random_tensor(entry["shape"], getattr(torch, entry["dtype"]), device, low, high, generator))
+            try:
+                shape = [d if isinstance(d, int) else (sizes or {})[d] for d in entry["shape"]]
+            except KeyError as err:
+                raise InputError(f"input {entry['name']!r} has dynamic dim {err.args[0]}: give its size") from None
+            values.append(random_tensor(shape, getattr(torch, entry["dtype"]), device, low, high, generator))
         elif "example" in entry:
             values.append(entry["example"])
         else:

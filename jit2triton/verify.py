@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -111,16 +111,21 @@ def _copies(inputs: list) -> list:
 class Verifier:
     """The reference side of verification: TorchScript's outputs on the example inputs and on a fresh draw."""
 
-    def __init__(self, reference: Callable, example_inputs: list, signature: list[dict], device: torch.device):
+    def __init__(self, reference: Callable, example_inputs: list, signature: list[dict], device: torch.device,
+                 sizes: Optional[dict[str, int]] = None, other_sizes: Sequence[tuple[str, list]] = ()):
+        """`sizes`: the dynamic dims' sizes in the example inputs; `other_sizes`: (name, inputs) at other sizes in
+        their ranges, which the package must accept (a refusal there is a failure, not a note)."""
         self.reference = reference
         self.slack = 1.0  # 10 when TorchScript runs on another device (a CPU model converted for CUDA: TF32 convs)
         self.notes: list[str] = []
         self.cases: list[tuple[str, list, Any]] = []
+        self.must_accept = {name for name, _ in other_sizes}
         draws = [("the example inputs", example_inputs)]
         try:
-            draws.append(("fresh random inputs", random_inputs(signature, device, FRESH_SEED)))
+            draws.append(("fresh random inputs", random_inputs(signature, device, FRESH_SEED, sizes)))
         except InputError as err:
             self.notes.append(f"no fresh inputs ({err})")
+        draws += list(other_sizes)
         for name, inputs in draws:
             try:
                 expected = self.run_reference(inputs)
@@ -155,7 +160,7 @@ class Verifier:
             try:
                 actual = run(*_copies(inputs))
             except InputError as err:  # the draw changed a shape the package is specialised to: a refusal, not a bug
-                if name != "the example inputs":
+                if name != "the example inputs" and name not in self.must_accept:
                     self.notes.append(f"the package refused {name}: {err}")
                     continue
                 actual = err

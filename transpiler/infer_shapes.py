@@ -1,8 +1,10 @@
 """Shape and dtype inference from example inputs.
 
-The plan is run once on the example inputs (see `jit2triton.api`), and every value it produces is observed here.
-A value seen with different sizes across loop iterations gets a named symbol for that dim; a value never produced
-(a branch not taken) keeps the type TorchScript gave it.
+The plan is run on the example inputs, and, for a package with dynamic dims, again at a few other draws of those
+dims (see pipeline.observe); every value it produces is observed here. A size that differs between draws is
+fitted to a polynomial in the dims (`SymSize`, see symbolic.py), or, when none fits, becomes an opaque symbol; so
+does a size that differs between loop iterations of one run. A value never produced (a branch not taken) keeps
+the type TorchScript gave it.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 import torch
 
 from .ir import Node, Type, Value, tensor_type
+from .symbolic import fit
 
 
 class ShapeRecorder:
@@ -19,10 +22,19 @@ class ShapeRecorder:
 
     def __init__(self, nodes: list[Node]) -> None:
         self.nodes = nodes
-        self.seen: dict[int, tuple[Value, Type]] = {}
+        self.seen: dict[int, tuple[Value, Type]] = {}  # this draw's types, merged over loop iterations
+        self.draws: list[tuple[dict[str, int], dict[int, tuple[Value, Type]]]] = []  # earlier draws: (sizes, seen)
         self.symbols = (f"s{i}" for i in itertools.count())
         self.small: dict[int, Any] = {}  # value id -> its value, for scalars, short lists and 0-d tensors
-        self.varying: set[int] = set()  # value ids seen with different values (loop counters, data)
+        self.varying: set[int] = set()  # value ids seen with different values (loop counters, data, dynamic sizes)
+
+    def next_draw(self, sizes: dict[str, int]) -> None:
+        """Types observed from here on belong to a run at these sizes of the dynamic dims."""
+        if self.seen or self.draws:
+            self.draws.append((self.current_sizes, self.seen))
+        self.current_sizes, self.seen = dict(sizes), {}
+
+    current_sizes: dict[str, int] = {}
 
     def observe_values(self, values: list[Value], runtime_values) -> None:
         for value, obj in zip(values, runtime_values):
@@ -52,9 +64,47 @@ class ShapeRecorder:
         return Type("Tensor", a.dtype, dims, a.device, strides=a.strides if a.strides == b.strides else None)
 
     def annotate(self) -> None:
-        """Write every observed type into its IR value."""
+        """Write every observed type into its IR value: over several draws, each size fitted across them."""
+        if self.draws:
+            self.next_draw({})
+            draws, self.draws = self.draws, []
+            self.seen = {}
+            for value_id, (value, _) in draws[0][1].items():
+                self.seen[value_id] = (value, self.across_draws([(sizes, seen[value_id][1]) for sizes, seen in draws
+                                                                 if value_id in seen]))
         for value, observed in self.seen.values():
             value.type = observed
+
+    def across_draws(self, observed: list[tuple[dict[str, int], Type]]) -> Type:
+        """One type for a value seen at several draws: a size that changed with the draw becomes its fitted
+        polynomial (or an opaque symbol); strides likewise, or none when one does not fit."""
+        first = observed[0][1]
+        types = [t for _, t in observed]
+        if all(t == first for t in types):
+            return first
+        if first.kind == "Tuple" and all(t.kind == "Tuple" and len(t.elems) == len(first.elems) for t in types):
+            return Type("Tuple", elems=tuple(self.across_draws([(s, t.elems[i]) for s, t in observed])
+                                             for i in range(len(first.elems))))
+        if not first.is_tensor:
+            return first
+        if any(t.shape is None or len(t.shape) != len(first.shape) or t.dtype != first.dtype for t in types):
+            return Type("Tensor", first.dtype if all(t.dtype == first.dtype for t in types) else None, None,
+                        first.device)
+        sizes = [s for s, _ in observed]
+        shape = tuple(self.fitted([t.shape[d] for t in types], sizes) for d in range(len(first.shape)))
+        strides = None
+        if all(t.strides is not None for t in types):
+            fitted = [self.fitted([t.strides[d] for t in types], sizes, opaque=False) for d in range(len(shape))]
+            strides = None if any(s is None for s in fitted) else tuple(fitted)
+        return Type("Tensor", first.dtype, shape, first.device, strides=strides)
+
+    def fitted(self, values: list, sizes: list[dict[str, int]], opaque: bool = True):
+        if any(isinstance(v, str) for v in values):  # it varied within a run (a loop): no draw explains it
+            return next(self.symbols) if opaque else None
+        found = fit(values, sizes) if len(sizes) > 2 or len(set(values)) == 1 else None
+        if found is None and opaque:
+            return next(self.symbols)
+        return found
         for node in self.nodes:
             if node.op == "prim::Loop":
                 self.type_carried(node)

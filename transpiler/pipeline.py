@@ -15,6 +15,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from jit2triton.errors import ConversionError
+
 from .check_indices import check_indices
 from .fold_shapes import fold_shapes
 from .functionalize import functionalize
@@ -38,16 +40,33 @@ class Context:
     run_plan: RunPlan
     recorder: Optional[ShapeRecorder] = None
     outputs: list = field(default_factory=list)  # the model's outputs on the example inputs
+    # Dynamic dims: their sizes in the example inputs, and other draws of them (sizes, inputs) to observe as well
+    example_sizes: dict[str, int] = field(default_factory=dict)
+    draws: list[tuple[dict[str, int], list]] = field(default_factory=list)
     refused: dict[int, str] = field(default_factory=dict)  # node uid -> why it must run through ATen
 
 
 def observe(graph: Graph, ctx: Context) -> Graph:
-    """Run the graph once on the example inputs through ATen and write every value's dtype, shape and strides into
-    the IR: the reference interpreter behind shape inference."""
+    """Run the graph on the example inputs (and on each draw of the dynamic dims) through ATen and write every
+    value's dtype, shape and strides into the IR: the reference interpreter behind shape inference."""
     sched = build_plan(graph)
     recorder = ShapeRecorder(sched.nodes)
+    recorder.next_draw(ctx.example_sizes)
     recorder.observe_values(graph.inputs, ctx.example_inputs)
-    ctx.outputs = ctx.run_plan(sched, ctx.example_inputs, recorder)
+    try:
+        ctx.outputs = ctx.run_plan(sched, ctx.example_inputs, recorder)
+    except ConversionError as err:
+        raise ConversionError(f"on the example inputs, {err}") from None
+    for sizes, inputs in ctx.draws:
+        recorder.next_draw(sizes)
+        recorder.observe_values(graph.inputs, inputs)
+        try:
+            ctx.run_plan(sched, inputs, recorder)
+        except ConversionError as err:
+            at = ", ".join(f"{name}={n}" for name, n in sizes.items())
+            raise ConversionError(f"the model does not run with its dynamic dims at {at}: {err}. It specialises on "
+                                  "those sizes (a reshape to a constant shape, or a branch a trace baked in): "
+                                  "declare the dim static, or give it a range the model accepts") from None
     recorder.annotate()
     ctx.recorder = recorder
     return graph

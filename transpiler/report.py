@@ -67,6 +67,9 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
         lines.append("extern ops: " + ", ".join(f"{op} x{n}" for op, n in externs.most_common()))
     if summary.get("generation_failed"):
         lines.append(summary["generation_failed"])
+    for name, d in summary.get("dynamic_dims", {}).items():
+        lines.append(f"dynamic dim {name}: {d['min']}..{d['max'] if d['max'] is not None else 'inf'} "
+                     f"(converted at {d['example']})")
     lines += _format_verification(summary.get("verification"))
     return "\n".join(lines)
 

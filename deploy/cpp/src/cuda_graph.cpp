@@ -195,12 +195,13 @@ bool warm_up(const std::function<void()>& run, int times) {
 
 class GraphRunner {
  public:
-  GraphRunner(std::function<c10::IValue(std::vector<c10::IValue>)> run, bool alias_outputs)
-      : run_(std::move(run)), alias_outputs_(alias_outputs) {}
+  GraphRunner(std::function<c10::IValue(std::vector<c10::IValue>)> run, bool alias_outputs, bool by_shape)
+      : run_(std::move(run)), alias_outputs_(alias_outputs), by_shape_(by_shape) {}
 
   c10::IValue operator()(std::vector<c10::IValue> inputs) {
     std::string key;
-    if (!graph_key(inputs, /*layouts=*/false, key)) return run_(std::move(inputs));  // the input check fixed shapes
+    // a graph bakes its shapes in: keyed by them when the package has dynamic dims, else the input check fixed them
+    if (!graph_key(inputs, /*layouts=*/by_shape_, key)) return run_(std::move(inputs));
     std::lock_guard<std::mutex> lock(mutex_);  // replays share the static buffers
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
@@ -236,7 +237,7 @@ class GraphRunner {
   }
 
   std::function<c10::IValue(std::vector<c10::IValue>)> run_;
-  bool alias_outputs_;
+  bool alias_outputs_, by_shape_;
   bool refused_ = false;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Captured>> graphs_;
@@ -308,8 +309,8 @@ class RegionGraphs {
 };
 
 std::shared_ptr<GraphRunner> make_graph_runner(std::function<c10::IValue(std::vector<c10::IValue>)> run,
-                                               bool alias_outputs) {
-  return std::make_shared<GraphRunner>(std::move(run), alias_outputs);
+                                               bool alias_outputs, bool by_shape) {
+  return std::make_shared<GraphRunner>(std::move(run), alias_outputs, by_shape);
 }
 
 c10::IValue run_graph(GraphRunner& runner, std::vector<c10::IValue> inputs) { return runner(std::move(inputs)); }
@@ -335,7 +336,7 @@ std::shared_ptr<RegionGraphs> make_region_graphs(RegionRun, int) { return nullpt
 
 bool replay_region(RegionGraphs&, const std::vector<c10::IValue>&, std::vector<c10::IValue>&) { return false; }
 
-std::shared_ptr<GraphRunner> make_graph_runner(std::function<c10::IValue(std::vector<c10::IValue>)>, bool) {
+std::shared_ptr<GraphRunner> make_graph_runner(std::function<c10::IValue(std::vector<c10::IValue>)>, bool, bool) {
   return nullptr;  // built without CUDA: there are no GPU plans to capture
 }
 

@@ -527,7 +527,7 @@ Plan::Plan(Package pkg, const LoadOptions& options)
   build_input_checks();
   if (whole_graph) {
     graph_ = make_graph_runner([this](std::vector<IValue> inputs) { return run(std::move(inputs)); },
-                               options.alias_outputs);
+                               options.alias_outputs, !dim_names_.empty());
     uses_cuda_graph = graph_ != nullptr;
   }
 }
@@ -549,7 +549,8 @@ IValue Plan::call(std::vector<IValue> inputs) const {
     }
     for (size_t i = n; i < total; ++i) inputs.push_back(defaults_[i]);
   }
-  for (size_t i = 0; i < total; ++i) checks_[i](inputs[i]);
+  Bound bound{std::vector<int64_t>(dim_names_.size(), -1), std::vector<std::string>(dim_names_.size())};
+  for (size_t i = 0; i < total; ++i) checks_[i](inputs[i], bound);
   if (graph_) return run_graph(*graph_, std::move(inputs));
   return run(std::move(inputs));
 }

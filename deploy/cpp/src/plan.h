@@ -41,7 +41,8 @@ class Plan {
   c10::IValue call(std::vector<c10::IValue> inputs) const;  // checks the inputs first
   c10::IValue run(std::vector<c10::IValue> inputs) const;   // trusts them
   std::string signature() const;
-  std::vector<c10::IValue> random_inputs(uint64_t seed) const;
+  // Random inputs that fit the signature; `sizes` sets dynamic dims (the others take the example's size).
+  std::vector<c10::IValue> random_inputs(uint64_t seed, const std::map<std::string, int64_t>& sizes = {}) const;
 
   c10::Device device;
   bool uses_cuda_graph = false;
@@ -55,7 +56,13 @@ class Plan {
   std::vector<int> input_slots_;
   std::vector<std::function<const c10::IValue&(const Env&)>> outputs_;
   int num_slots_ = 0;
-  std::vector<std::function<void(c10::IValue&)>> checks_;  // per input; throws Error(Input)
+  // Dynamic dims, as one call binds them: each dim's size (-1: not yet) and the input axis that set it.
+  struct Bound {
+    std::vector<int64_t> size;
+    std::vector<std::string> where;
+  };
+  std::vector<std::string> dim_names_;
+  std::vector<std::function<void(c10::IValue&, Bound&)>> checks_;  // per input; throws Error(Input)
   std::vector<std::string> input_names_;
   std::vector<c10::IValue> defaults_;  // per input; None marks "no default" when has_default_ is false
   std::vector<bool> has_default_;
@@ -68,9 +75,10 @@ class Plan {
   [[noreturn]] void step_failed(int node, const std::string& what) const;
 };
 
-// CUDA graphs (cuda_graph.cpp): a whole straight-line plan captured once per tuple of scalar inputs, replayed.
+// CUDA graphs (cuda_graph.cpp): a whole straight-line plan captured once per tuple of scalar inputs (and input
+// shapes, `by_shape`, for a package with dynamic dims), replayed.
 std::shared_ptr<GraphRunner> make_graph_runner(std::function<c10::IValue(std::vector<c10::IValue>)> run,
-                                               bool alias_outputs);
+                                               bool alias_outputs, bool by_shape);
 c10::IValue run_graph(GraphRunner& runner, std::vector<c10::IValue> inputs);
 // A plan's `graph` step (a region of a plan with control flow): `run` runs its steps on the given inputs and
 // returns its outputs. replay_region fills `outputs` and returns true when a captured graph ran; false tells the

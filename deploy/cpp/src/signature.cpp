@@ -3,6 +3,8 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
+
 #include "plan.h"
 
 namespace jit2triton {
@@ -42,8 +44,11 @@ std::string python_type_name(const IValue& v) {
 std::string format_type(const Value& d) {
   const std::string& kind = d.at("type").as_string();
   if (kind == "Tensor") {
+    // a dynamic size is a dim's name (inputs) or expression (an output's "dims"); the rest are ints
+    const Value& shape = d.find("dims") ? d.at("dims") : d.at("shape");
     std::string dims;
-    for (size_t i = 0; i < d.at("shape").size(); ++i) dims += (i ? ", " : "") + std::to_string(d.at("shape")[i].as_int());
+    for (size_t i = 0; i < shape.size(); ++i)
+      dims += (i ? ", " : "") + (shape[i].is_string() ? shape[i].as_string() : std::to_string(shape[i].as_int()));
     return d.at("dtype").as_string() + "[" + dims + "]";
   }
   if (kind == "Tuple" || kind == "List") {
@@ -70,6 +75,16 @@ std::string join_dims(at::IntArrayRef dims) {
 void Plan::build_input_checks() {
   const Value& inputs = pkg_.manifest.at("signature").at("inputs");
   bool contiguous = !kernels_.empty();  // generated kernels index inputs as dense row-major tensors
+  struct Range {
+    int64_t min, max;  // max -1: no upper bound
+  };
+  std::vector<Range> ranges;
+  if (const Value* dims = pkg_.manifest.at("signature").find("dims")) {
+    for (const auto& [name, d] : dims->members) {
+      dim_names_.push_back(name);
+      ranges.push_back({d.at("min").as_int(), d.at("max").is_null() ? -1 : d.at("max").as_int()});
+    }
+  }
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Value& d = inputs[i];
     std::string name = d.at("name").as_string();
@@ -82,11 +97,63 @@ void Plan::build_input_checks() {
     const std::string& kind = d.at("type").as_string();
     if (kind == "Tensor") {
       at::ScalarType dtype = parse_dtype(d.at("dtype").as_string());
-      std::vector<int64_t> shape;
-      for (const auto& x : d.at("shape").items) shape.push_back(x.as_int());
       c10::DeviceType type = device.type();
-      std::string expected = d.at("dtype").as_string() + "[" + join_dims(shape) + "] on " + c10::DeviceTypeName(type, true);
-      checks_.push_back([=](IValue& v) {
+      std::string expected = format_type(d) + " on " + c10::DeviceTypeName(type, true);
+      std::vector<int64_t> shape;
+      struct Dynamic {
+        size_t axis, dim;
+        Range range;
+      };
+      std::vector<Dynamic> dynamic;
+      for (const auto& x : d.at("shape").items) {
+        if (x.is_string()) {
+          auto it = std::find(dim_names_.begin(), dim_names_.end(), x.as_string());
+          if (it == dim_names_.end())
+            throw Error(Error::Kind::CorruptPackage, label + " names dim " + repr(x.as_string()) + ", which the signature does not declare; re-run `jit2triton convert`");
+          size_t dim = static_cast<size_t>(it - dim_names_.begin());
+          dynamic.push_back({shape.size(), dim, ranges[dim]});
+          shape.push_back(-1);
+        } else {
+          shape.push_back(x.as_int());
+        }
+      }
+      if (!dynamic.empty()) {
+        std::vector<std::string> names = dim_names_;
+        checks_.push_back([=](IValue& v, Bound& bound) {
+          if (!v.isTensor()) throw Error(Error::Kind::Input, label + ": expected a tensor " + expected + ", got " + python_type_name(v));
+          const at::Tensor& x = v.toTensor();
+          if (x.layout() != at::kStrided)
+            throw Error(Error::Kind::Input, label + ": expected a dense tensor " + expected + ", got a " +
+                                                layout_name(x.layout()) + " tensor; pass x.to_dense()");
+          bool same = x.scalar_type() == dtype && x.dim() == static_cast<int64_t>(shape.size()) && x.device().type() == type;
+          for (size_t a = 0; same && a < shape.size(); ++a) same = shape[a] < 0 || x.size(a) == shape[a];
+          if (!same)
+            throw Error(Error::Kind::Input,
+                        label + ": expected " + expected + ", got " + dtype_name(x.scalar_type()) + "[" + join_dims(x.sizes()) +
+                            "] on " + x.device().str() +
+                            ". The package was converted for that signature; convert again with example inputs of the shape and dtype you need");
+          for (const auto& dyn : dynamic) {
+            int64_t n = x.size(dyn.axis);
+            std::string axis = label + " axis " + std::to_string(dyn.axis);
+            if (n < dyn.range.min || (dyn.range.max >= 0 && n > dyn.range.max))
+              throw Error(Error::Kind::Input, label + ": axis " + std::to_string(dyn.axis) + " is dim " + names[dyn.dim] +
+                                                  ", whose range is " + std::to_string(dyn.range.min) + ".." +
+                                                  (dyn.range.max >= 0 ? std::to_string(dyn.range.max) : "inf") + "; got " +
+                                                  std::to_string(n) + ". Convert again with a wider Dim to serve that size");
+            if (bound.size[dyn.dim] < 0) {
+              bound.size[dyn.dim] = n;
+              bound.where[dyn.dim] = axis;
+            } else if (bound.size[dyn.dim] != n) {
+              throw Error(Error::Kind::Input, label + ": axis " + std::to_string(dyn.axis) + " is dim " + names[dyn.dim] +
+                                                  ", which is " + std::to_string(bound.size[dyn.dim]) + " in " + bound.where[dyn.dim] +
+                                                  "; got " + std::to_string(n) + ". The model needs those sizes equal");
+            }
+          }
+          if (contiguous && !x.is_contiguous()) v = x.contiguous();
+        });
+        continue;
+      }
+      checks_.push_back([=](IValue& v, Bound&) {
         if (!v.isTensor()) throw Error(Error::Kind::Input, label + ": expected a tensor " + expected + ", got " + python_type_name(v));
         const at::Tensor& x = v.toTensor();
         if (x.layout() != at::kStrided)
@@ -100,14 +167,14 @@ void Plan::build_input_checks() {
         if (contiguous && !x.is_contiguous()) v = x.contiguous();
       });
     } else if (kind == "int" || kind == "float" || kind == "bool" || kind == "str") {
-      checks_.push_back([=](IValue& v) {
+      checks_.push_back([=](IValue& v, Bound&) {
         bool ok = kind == "int" ? v.isInt() : kind == "float" ? (v.isDouble() || v.isInt())
                 : kind == "bool" ? v.isBool() : v.isString();
         if (!ok) throw Error(Error::Kind::Input, label + ": expected " + kind + ", got " + python_type_name(v));
         if (kind == "float" && v.isInt()) v = static_cast<double>(v.toInt());
       });
     } else {
-      checks_.push_back([](IValue&) {});
+      checks_.push_back([](IValue&, Bound&) {});
     }
   }
 }
@@ -120,14 +187,25 @@ std::string Plan::signature() const {
   return "(" + args + ") -> " + format_type(sig.at("outputs"));
 }
 
-std::vector<IValue> Plan::random_inputs(uint64_t seed) const {
+std::vector<IValue> Plan::random_inputs(uint64_t seed, const std::map<std::string, int64_t>& sizes) const {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const Value* dims = pkg_.manifest.at("signature").find("dims");
+  for (const auto& [name, n] : sizes)
+    if (!dims || !dims->find(name))
+      throw Error(Error::Kind::Input, "the package has no dynamic dim " + repr(name) + (dim_names_.empty() ? "; its shapes are static" : ""));
   std::vector<IValue> values;
   for (const auto& entry : pkg_.manifest.at("signature").at("inputs").items) {
     if (entry.at("type").as_string() == "Tensor") {
       at::ScalarType dtype = parse_dtype(entry.at("dtype").as_string());
       std::vector<int64_t> shape;
-      for (const auto& d : entry.at("shape").items) shape.push_back(d.as_int());
+      for (const auto& d : entry.at("shape").items) {
+        if (!d.is_string()) {
+          shape.push_back(d.as_int());
+          continue;
+        }
+        auto it = sizes.find(d.as_string());
+        shape.push_back(it != sizes.end() ? it->second : dims->at(d.as_string()).at("example").as_int());
+      }
       int64_t low = 0, high = 2;
       if (const auto* range = entry.find("range")) {
         low = (*range)[0].as_int();

@@ -17,6 +17,8 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
+#include <sstream>
 
 #ifdef J2T_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -25,10 +27,11 @@
 namespace {
 
 const char* kUsage =
-    "usage: j2t-run model.j2t [--device cpu|cuda] [--bench N] [--threads N] [--seed S] [--dump DIR] [--torchscript M.pt]\n"
+    "usage: j2t-run model.j2t [--device cpu|cuda] [--shape DIM=N[,DIM=N]] [--bench N] [--threads N] [--seed S]\n"
+    "               [--dump DIR] [--torchscript M.pt]\n"
     "       j2t-run --help | --version\n"
     "Runs a jit2triton package on random inputs that fit its signature and prints the outputs' shapes and the load\n"
-    "time; --bench N: the median time of N calls; --torchscript M.pt: the largest difference from that TorchScript\n"
+    "time; --shape: sizes of the package's dynamic dims (default: the example's); --bench N: the median time of N calls; --torchscript M.pt: the largest difference from that TorchScript\n"
     "model on the same inputs (and its time); --dump DIR: each output's raw bytes.\n";
 
 int usage() {
@@ -83,6 +86,7 @@ int main(int argc, char** argv) {
   int bench = 0;
   uint64_t seed = 0;
   std::string dump, torchscript;
+  std::map<std::string, int64_t> sizes;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (i + 1 >= argc) return usage();
@@ -92,6 +96,19 @@ int main(int argc, char** argv) {
     else if (arg == "--seed") seed = std::strtoull(argv[++i], nullptr, 10);
     else if (arg == "--dump") dump = argv[++i];
     else if (arg == "--torchscript") torchscript = argv[++i];
+    else if (arg == "--shape") {
+      std::stringstream items(argv[++i]);
+      for (std::string item; std::getline(items, item, ',');) {
+        size_t eq = item.find('=');
+        char* end = nullptr;
+        long long n = eq == std::string::npos ? 0 : std::strtoll(item.c_str() + eq + 1, &end, 10);
+        if (eq == std::string::npos || eq == 0 || !end || *end || n < 0) {
+          std::cerr << "j2t-run: --shape takes DIM=SIZE items separated by commas (B=4,S=128), not " << item << "\n";
+          return 2;
+        }
+        sizes[item.substr(0, eq)] = n;
+      }
+    }
     else return usage();
   }
   at::AutoGradMode no_grad(false);  // inference: neither runtime records autograd history
@@ -101,7 +118,7 @@ int main(int argc, char** argv) {
     double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     std::cout << "loaded " << path << " in " << load_ms << " ms on " << m.device() << "\n"
               << "signature " << m.signature() << "\n";
-    std::vector<c10::IValue> inputs = m.random_inputs(seed);
+    std::vector<c10::IValue> inputs = m.random_inputs(seed, sizes);
     auto outputs = m.forward(inputs);
     sync(m.device());
     for (size_t i = 0; i < outputs.size(); ++i) {

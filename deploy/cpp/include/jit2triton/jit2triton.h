@@ -11,6 +11,7 @@
 
 #include <ATen/core/ivalue.h>
 
+#include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -57,8 +58,9 @@ class Module {
   std::string signature() const;  // "(x: float32[4, 4]) -> float32[4]"
   bool uses_cuda_graph() const;
   // Random inputs that fit the signature (integer tensors within the range the example inputs spanned; scalars
-  // take the example's value), for smoke tests and benchmarks.
-  std::vector<c10::IValue> random_inputs(uint64_t seed = 0) const;
+  // take the example's value), for smoke tests and benchmarks. `sizes` picks dynamic dims' sizes by name (the
+  // others take the example's).
+  std::vector<c10::IValue> random_inputs(uint64_t seed = 0, const std::map<std::string, int64_t>& sizes = {}) const;
 
   explicit Module(std::shared_ptr<Plan> plan) : plan_(std::move(plan)) {}
 

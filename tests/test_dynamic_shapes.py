@@ -1,0 +1,210 @@
+"""Dynamic shapes: one package serves every size in its declared ranges, checked against TorchScript at many sizes,
+and refuses sizes outside them (or that break a relation between inputs) with an InputError naming the dim."""
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import jit2triton
+from jit2triton import ConversionError, Dim, InputError
+from jit2triton.transpiler.symbolic import SymSize, fit
+
+from helpers import BACKENDS, FRESH_SEED, assert_close_on_gpu, assert_same, convert_for, copied, to_cpu, to_device
+
+
+class Encoder(torch.nn.Module):
+    """An attention block whose shape arithmetic reads the input's sizes (x.shape, view(b * s, ...), heads)."""
+
+    def __init__(self, vocab: int = 50, hidden: int = 32, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.embed = torch.nn.Embedding(vocab, hidden)
+        self.qkv = torch.nn.Linear(hidden, 3 * hidden)
+        self.out = torch.nn.Linear(hidden, hidden)
+        self.norm = torch.nn.LayerNorm(hidden)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor):
+        x = self.embed(ids)
+        b, s, h = x.shape
+        q, k, v = self.qkv(x).view(b, s, 3, self.heads, h // self.heads).permute(2, 0, 3, 1, 4).unbind(0)
+        scores = q @ k.transpose(-1, -2) / (h // self.heads) ** 0.5
+        scores = scores + (1.0 - mask[:, None, None, :]) * -1e4
+        attended = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, h)
+        y = self.norm(x + torch.nn.functional.gelu(self.out(attended)))
+        return y.view(b * s, h).sum(-1).view(b, s), y.mean(1)
+
+
+def encoder_inputs(batch: int, seq: int, generator: torch.Generator) -> tuple:
+    ids = torch.randint(0, 50, (batch, seq), generator=generator)
+    mask = (torch.rand(batch, seq, generator=generator) < 0.8).float()
+    mask[:, 0] = 1.0
+    return ids, mask
+
+
+BATCH, SEQ = Dim("batch", min=1, max=8), Dim("seq", min=1, max=48)
+DYNAMIC = {"ids": {0: BATCH, 1: SEQ}, "mask": {0: BATCH, 1: SEQ}}
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    torch.manual_seed(0)
+    return torch.jit.trace(Encoder().eval(), encoder_inputs(2, 6, torch.Generator().manual_seed(0)))
+
+
+def sizes_to_try(count: int = 6, seed: int = FRESH_SEED) -> list[tuple[int, int]]:
+    """The ranges' ends and random sizes inside them (conversion saw none of these but by chance)."""
+    rng = random.Random(seed)
+    return [(1, 1), (8, 48)] + [(rng.randint(1, 8), rng.randint(1, 48)) for _ in range(count - 2)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_one_package_serves_every_size_in_its_ranges(encoder, backend, tmp_path) -> None:
+    example = encoder_inputs(2, 6, torch.Generator().manual_seed(0))
+    converted = convert_for(encoder, example, backend, dynamic_shapes=DYNAMIC)
+    path = tmp_path / "encoder.j2t"
+    converted.save(path)
+    loaded = jit2triton.load(path)
+    generator = torch.Generator().manual_seed(FRESH_SEED)
+    for batch, seq in sizes_to_try():
+        inputs = encoder_inputs(batch, seq, generator)
+        expected = encoder(*copied(inputs))
+        # on CUDA the third call at a shape replays the CUDA graph the second captured for that shape
+        for name, module in (("converted", converted), ("loaded", loaded)) * (3 if backend == "cuda" else 1):
+            actual = module(*to_device(copied(inputs), converted.device))
+            if backend == "cuda":
+                assert_close_on_gpu(to_cpu(actual), expected, f"{name} at batch={batch}, seq={seq}")
+            else:
+                assert_same(actual, expected, f"{name} at batch={batch}, seq={seq}")
+
+
+def test_the_cpp_runtime_serves_every_size_and_refuses_others(encoder, tmp_path, cpp_runtime) -> None:
+    example = encoder_inputs(2, 6, torch.Generator().manual_seed(0))
+    path = tmp_path / "encoder.j2t"
+    jit2triton.convert(encoder, example, dynamic_shapes=DYNAMIC).save(path)
+    module = jit2triton.load(path, runtime="cpp")
+    generator = torch.Generator().manual_seed(FRESH_SEED + 1)
+    for batch, seq in sizes_to_try(seed=5):
+        inputs = encoder_inputs(batch, seq, generator)
+        assert_same(module(*copied(inputs)), encoder(*copied(inputs)), f"batch={batch}, seq={seq}")
+    python = jit2triton.load(path)
+    for bad in [encoder_inputs(9, 4, generator), encoder_inputs(2, 49, generator),
+                (encoder_inputs(2, 5, generator)[0], encoder_inputs(2, 6, generator)[1])]:
+        with pytest.raises(InputError) as from_cpp:
+            module(*bad)
+        with pytest.raises(InputError) as from_python:
+            python(*bad)
+        assert str(from_cpp.value) == str(from_python.value)
+
+
+def test_out_of_range_and_unequal_sizes_are_refused_naming_the_dim(encoder) -> None:
+    example = encoder_inputs(2, 6, torch.Generator().manual_seed(0))
+    converted = jit2triton.convert(encoder, example, dynamic_shapes=DYNAMIC, backend="aten")
+    generator = torch.Generator().manual_seed(3)
+    with pytest.raises(InputError, match=r"axis 0 is dim batch, whose range is 1\.\.8; got 9"):
+        converted(*encoder_inputs(9, 4, generator))
+    ids, _ = encoder_inputs(2, 5, generator)
+    _, mask = encoder_inputs(2, 7, generator)
+    with pytest.raises(InputError, match=r"input 1 \('mask'\): axis 1 is dim seq, which is 5 in input 0 \('ids'\) "
+                                         r"axis 1; got 7"):
+        converted(ids, mask)
+    with pytest.raises(InputError, match="expected int64"):
+        converted(ids.float(), mask[:, :5])
+
+
+def test_the_signature_report_and_ir_name_the_dims(encoder) -> None:
+    example = encoder_inputs(2, 6, torch.Generator().manual_seed(0))
+    converted = jit2triton.convert(encoder, example, dynamic_shapes=DYNAMIC)
+    assert converted.signature() == ("(ids: int64[batch, seq], mask: float32[batch, seq]) -> "
+                                     "Tuple[float32[batch, seq], float32[batch, 32]]")
+    assert converted.summary()["dynamic_dims"] == {"batch": {"min": 1, "max": 8, "example": 2},
+                                                   "seq": {"min": 1, "max": 48, "example": 6}}
+    assert "dynamic dim seq: 1..48 (converted at 6)" in converted.report()
+    assert "float32[batch*seq, 32]" in converted.manifest["ir"]  # the view(b * s, h) kept symbolic
+    verification = converted.summary()["verification"]
+    assert verification["status"] == "passed" and verification["input_sets"] >= 4  # the ranges' ends too
+
+
+def test_dims_by_position_and_as_lists(encoder) -> None:
+    example = encoder_inputs(2, 6, torch.Generator().manual_seed(0))
+    converted = jit2triton.convert(encoder, example, dynamic_shapes=[[BATCH, SEQ], (BATCH, SEQ)], backend="aten")
+    inputs = encoder_inputs(3, 11, torch.Generator().manual_seed(4))
+    assert_same(converted(*copied(inputs)), encoder(*copied(inputs)))
+
+
+@pytest.mark.parametrize("dynamic_shapes, message", [
+    ({"idz": {0: BATCH}}, "names input 'idz'"),
+    ({"ids": {2: BATCH}}, "has 2 dims; dynamic_shapes names axis 2"),
+    ({"ids": {0: Dim("batch", min=3, max=8)}}, "is 2 in the example inputs, outside its Dim batch's range 3..8"),
+    ({"ids": {0: BATCH, 1: BATCH}}, "axes that share a Dim must have equal sizes"),
+    ({"ids": {0: BATCH}, "mask": {0: Dim("batch", max=4)}}, "two different Dims are named 'batch'"),
+    ({"ids": {0: 8}}, "must be a jit2triton.Dim"),
+    ([None, None, None], "has 3 entries, the model 2 inputs"),
+])
+def test_bad_dynamic_shapes_are_refused(encoder, dynamic_shapes, message) -> None:
+    example = encoder_inputs(2, 6, torch.Generator().manual_seed(0))
+    with pytest.raises(ConversionError, match=message.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        jit2triton.convert(encoder, example, dynamic_shapes=dynamic_shapes)
+
+
+@pytest.mark.parametrize("args, message", [(("2b",), "identifier"), (("b", 0), "min must be"),
+                                           (("b", 4, 2), "max must be an int >= min")])
+def test_bad_dims_are_refused(args, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        Dim(*args)
+
+
+class Flatten(torch.nn.Module):
+    def forward(self, x):
+        return x * torch.ones(2, 1, 1)  # traced: the 2 is a constant, so the batch dim cannot change
+
+
+def test_a_model_that_specialises_on_a_dim_is_refused_at_convert_time() -> None:
+    traced = torch.jit.trace(Flatten(), torch.randn(2, 3, 4))
+    with pytest.raises(ConversionError, match=r"does not run with its dynamic dims at b=\d+.*aten::mul.*"
+                                              r"specialises on those sizes"):
+        jit2triton.convert(traced, (torch.randn(2, 3, 4),), dynamic_shapes={"x": {0: Dim("b", max=8)}})
+    # the dim that does not matter to the constant is free
+    converted = jit2triton.convert(traced, (torch.randn(2, 3, 4),), dynamic_shapes={"x": {1: Dim("n", max=8)}})
+    x = torch.randn(2, 7, 4)
+    assert_same(converted(x), traced(x))
+
+
+def test_sizes_are_fitted_to_the_simplest_polynomial() -> None:
+    draws = [{"b": 2, "s": 6}, {"b": 3, "s": 7}, {"b": 5, "s": 23}, {"b": 1, "s": 11}, {"b": 7, "s": 2}]
+    cases = {lambda b, s: b: "b", lambda b, s: 768 * b * s: "768*b*s", lambda b, s: s + 1: "s + 1",
+             lambda b, s: 12 * b * s * s: "12*b*s*s", lambda b, s: b * s + s: "b*s + s", lambda b, s: 64: "64",
+             lambda b, s: 2 * s - 1: "2*s - 1"}
+    for size, text in cases.items():
+        assert str(fit([size(**d) for d in draws], draws)) == text
+    assert fit([(d["s"] + 1) // 2 for d in draws], draws) is None  # not a polynomial: an opaque size
+    assert SymSize.of([(2, ("s",)), (-2, ("s",))]) == 0
+    assert SymSize.of([(3, ("s", "b")), (1, ())]) == SymSize.of([(1, ()), (3, ("b", "s"))])
+    assert SymSize.of([(3, ("s", "b"))]).evaluate({"b": 2, "s": 5}) == 30
+
+
+def test_cli_converts_with_dims_and_runs_at_chosen_sizes(tmp_path) -> None:
+    torch.manual_seed(0)
+    model = torch.jit.trace(Encoder().eval(), encoder_inputs(2, 6, torch.Generator().manual_seed(0)))
+    pt, package = tmp_path / "encoder.pt", tmp_path / "encoder.j2t"
+    model.save(pt)
+    cli = [sys.executable, "-m", "jit2triton.cli"]
+    done = subprocess.run(cli + ["convert", str(pt), "--input", "BxS:int64:0-50", "--input", "BxS:float32:1-2",
+                                 "--dim", "B=1:8", "--dim", "S=1:48:6", "-o", str(package)],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "dynamic dim S: 1..48 (converted at 6)" in done.stdout
+    done = subprocess.run(cli + ["run", str(package), "--shape", "B=3,S=17", "--check", str(pt), "--runs", "1"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "signature: (ids: int64[B, S], mask: float32[B, S])" in done.stdout
+    error = float(done.stdout.split("max abs error against")[1].split(":")[1])
+    assert error < 1e-4
+    done = subprocess.run(cli + ["run", str(package), "--shape", "B=30"], capture_output=True, text=True)
+    assert done.returncode == 2 and "axis 0 is dim B, whose range is 1..8; got 30" in done.stderr
+    done = subprocess.run(cli + ["convert", str(pt), "--input", "BxS:int64:0-50", "--input", "BxS:float32",
+                                 "--dim", "B=1:8"], capture_output=True, text=True)
+    assert done.returncode == 2 and "'S' is neither a size nor a dim declared with --dim" in done.stderr
