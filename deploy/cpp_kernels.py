@@ -44,7 +44,7 @@ def load_cpp_kernels(library: bytes, source: str, isa: str, kernels: list[dict],
         except AttributeError:
             raise CorruptPackageError(f"the package's kernel library has no kernel {meta['name']!r}: it is not the "
                                       "library this package was built with; re-run `jit2triton convert`") from None
-        fn.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.c_int)
+        fn.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.c_int)
         fn.restype = ctypes.c_int
         launchers[meta["name"]] = _launcher(fn, meta, threads)
     return launchers
@@ -52,9 +52,12 @@ def load_cpp_kernels(library: bytes, source: str, isa: str, kernels: list[dict],
 
 def _launcher(fn, meta: dict, threads: int) -> Callable:
     array_type = ctypes.c_void_p * meta["num_buffers"]
+    sizes_type = ctypes.c_int64 * max(len(meta.get("sizes", ())), 1)
 
-    def launch(inputs: list, outputs: list) -> None:
-        if fn(array_type(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs]), threads):
+    def launch(inputs: list, outputs: list, sizes: list = ()) -> None:
+        """`sizes`: the call's values of the dynamic dims the kernel takes (meta["sizes"]), in that order."""
+        if fn(array_type(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs]), sizes_type(*sizes),
+              threads):
             raise ZeroDivisionError(f"integer division by zero in kernel {meta['name']} (from "
                                     f"{'; '.join(meta['provenance'])})")
 

@@ -14,6 +14,7 @@ from jit2triton.errors import InputError, Jit2TritonError, StepError
 
 from .cuda_graph import RegionGraphs
 from .resolve import resolve_op
+from .sizes import is_dynamic, shape_function
 
 Step = Callable[[list], None]
 UNPACKS = ("prim::ListUnpack", "prim::TupleUnpack")
@@ -33,6 +34,9 @@ class Executor:
         self.observe = observe
         self.num_slots = plan["num_slots"]
         self.input_slots = plan["inputs"]
+        # Dynamic dims: read from the inputs once per call, into the slot after the plan's own (kernels take them)
+        self.dim_sources = [(name, position, axis) for name, position, axis in plan.get("dims", ())]
+        self.sizes_slot = self.num_slots
         self.steps = self.compile_block(plan["steps"])
         self.output_getters = [self.getter(r) for r in plan["outputs"]]
         self.single_kernel = self.compile_single_kernel(plan)
@@ -40,9 +44,11 @@ class Executor:
     def __call__(self, inputs: list) -> list:
         if self.single_kernel is not None:
             return self.single_kernel(inputs)
-        env: list = [None] * self.num_slots
+        env: list = [None] * (self.num_slots + 1)
         for slot, value in zip(self.input_slots, inputs):
             env[slot] = value
+        if self.dim_sources:
+            env[self.sizes_slot] = self.sizes_of(inputs)
         self.run_steps(self.steps, env)
         return [get(env) for get in self.output_getters]
 
@@ -136,6 +142,8 @@ class Executor:
         position = {slot: i for i, slot in enumerate(self.input_slots)}
         if any(r[0] == "s" and r[1] not in position for r in step["args"]):
             return None
+        if _dynamic_kernel(step):
+            return None  # it needs the call's dims: the step-by-step path has them
         launch = self.kernel_launcher(step)
         allocate = self.output_allocator(step)
         template = [None if r[0] == "s" else self.literal(r) for r in step["args"]]
@@ -168,6 +176,9 @@ class Executor:
         info = self.nodes[node]
         where = f" (model source {info['source']})" if info.get("source") else ""
         return lambda err: StepError(f"{info['op']} failed{where}: {type(err).__name__}: {err}")
+
+    def sizes_of(self, inputs: list) -> dict:
+        return {name: inputs[position].shape[axis] for name, position, axis in self.dim_sources}
 
     def kernel_launcher(self, step: dict) -> Callable[[list, list], None]:
         launch = self.kernels.get(step["kernel"])
@@ -213,6 +224,8 @@ class Executor:
 
     def compile_kernel(self, step: dict) -> Step:
         """A generated kernel: `launch(inputs, outputs)` with outputs allocated here, in the planned dtype/shape."""
+        if _dynamic_kernel(step):
+            return self.compile_dynamic_kernel(step)
         launch = self.kernel_launcher(step)
         getters = [self.getter(r) for r in step["args"]]
         allocate = self.output_allocator(step)
@@ -230,6 +243,44 @@ class Executor:
                 env[slot] = value
             if observe:
                 observe(node, tuple(outputs))
+            for slot in free:
+                env[slot] = None
+
+        return kernel
+
+    def compile_dynamic_kernel(self, step: dict) -> Step:
+        """A kernel over dynamic dims: its outputs' shapes and strides, the shapes and layouts its inputs must
+        have, and its size arguments are functions of the call's dims (built here, evaluated per call)."""
+        launch = self.kernel_launcher(step)
+        getters = [self.getter(r) for r in step["args"]]
+        device, empty = self.device, torch.empty_strided
+        outputs = [(shape_function(shape), shape_function(strides), getattr(torch, dtype))
+                   for shape, dtype, strides in step["out_types"]]
+        shapes = step.get("in_shapes") or [None] * len(step.get("in_strides", ()))
+        checked = [(i, shape_function(strides), shape_function(shape) if shape is not None else None)
+                   for i, (strides, shape) in enumerate(zip(step.get("in_strides", ()), shapes)) if strides is not None]
+        names = step.get("sizes", ())
+        outs, free, sizes_slot = step["outs"], step.get("free", ()), self.sizes_slot
+        node, observe = step["node"], self.observe
+
+        def kernel(env: list) -> None:
+            sizes = env[sizes_slot]
+            made = [empty(shape(sizes), strides(sizes), dtype=dtype, device=device) for shape, strides, dtype in outputs]
+            inputs = [get(env) for get in getters]
+            for i, strides, shape in checked:
+                x, want = inputs[i], strides(sizes)
+                if shape is not None and tuple(x.shape) != shape(sizes):
+                    raise InputError(
+                        f"kernel input {i} has shape {list(x.shape)}, but the package was converted for "
+                        f"{list(shape(sizes))}: an input value (a scalar) changed a shape the package is specialised "
+                        "to; convert again with example inputs of the values you need")
+                if x.stride() != want:
+                    inputs[i] = torch.empty_strided(x.shape, want, dtype=x.dtype, device=x.device).copy_(x)
+            launch(inputs, made, [sizes[n] for n in names])
+            for slot, value in zip(outs, made):
+                env[slot] = value
+            if observe:
+                observe(node, tuple(made))
             for slot in free:
                 env[slot] = None
 
@@ -296,3 +347,11 @@ class Executor:
     def compile_subblock(self, block: dict) -> tuple[list[tuple[Step, int]], list[Callable]]:
         return self.compile_block(block["steps"]), [self.getter(r) for r in block["outputs"]]
 
+
+def _dynamic_kernel(step: dict) -> bool:
+    """Whether a kernel step depends on the call's dynamic dims (its size arguments or any shape it allocates or
+    checks)."""
+    return bool(step.get("sizes")) or any(is_dynamic(shape) or is_dynamic(strides)
+                                         for shape, _, strides in step["out_types"]) \
+        or any(s is not None and is_dynamic(s) for s in step.get("in_strides", ()) or ()) \
+        or any(s is not None and is_dynamic(s) for s in step.get("in_shapes", ()) or ())

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jit2triton.transpiler.symbolic import size_json
 from jit2triton.transpiler.kernel_ir import Kernel
 
 from . import cpp
@@ -16,8 +17,9 @@ def kernel_index(kernels: list[Kernel], backend: str) -> list[dict[str, Any]]:
         "name": k.name,
         "backend": backend,
         "num_buffers": len(k.inputs) + len(k.outputs),
-        "inputs": [[b.dtype, list(b.shape), list(b.strides)] for b in k.inputs],
-        "outputs": [[b.dtype, list(b.shape)] for b in k.outputs],
+        "sizes": list(k.size_names),  # the dynamic dims it takes, in its `sizes` argument's order
+        "inputs": [[b.dtype, [size_json(n) for n in b.shape], [size_json(n) for n in b.strides]] for b in k.inputs],
+        "outputs": [[b.dtype, [size_json(n) for n in b.shape]] for b in k.outputs],
         "provenance": k.provenance,
     } for k in kernels]
 

@@ -58,15 +58,24 @@ def _one_line(text: str) -> str:
     return " ".join(text.split()).rstrip("\\ ")
 
 
-def reduction_size(reduction: K.KExpr) -> int:
+def reduction_size(reduction: K.KExpr):
     return _size(reduction.arg[1])
 
 
-def _size(variables) -> int:
+def _size(variables):
+    """The number of points of these loop variables: an int, or a SymSize when a range is dynamic."""
     n = 1
     for v in variables:
         n *= v.arg[1]
     return n
+
+
+def size_code(n, name_of=lambda dim: f"dim_{dim}") -> str:
+    """A size (int or SymSize) as an int64 expression over the kernel's size arguments."""
+    if isinstance(n, int):
+        return str(n)
+    terms = ["*".join(([str(c)] if c != 1 else []) + [name_of(d) for d in names]) or "1" for c, names in n.terms]
+    return "(" + " + ".join(terms) + ")"
 
 
 class Scope:
@@ -106,8 +115,9 @@ def unravel(flat: str, variables, divide: str) -> list[tuple[str, str]]:
     out = []
     for i, v in enumerate(variables):
         stride = _size(variables[i + 1:])
-        code = f"{flat} {divide} {stride}" if stride > 1 else flat
+        strided = stride != 1
+        code = f"{flat} {divide} {size_code(stride)}" if strided else flat
         if i > 0:
-            code = f"({code}) % {v.arg[1]}" if stride > 1 else f"{code} % {v.arg[1]}"
+            code = f"({code}) % {size_code(v.arg[1])}" if strided else f"{code} % {size_code(v.arg[1])}"
         out.append((v.arg[0], code))
     return out

@@ -6,8 +6,10 @@ emitted once each (the kernel IR is hash-consed), at the outermost loop level wh
 so loop-invariant work is hoisted for free. Values are computed in float for float16/bfloat16, and float sums
 accumulate in double.
 
-Calling convention: `int name(void* const* buffers, int num_threads)`, buffers = inputs then outputs, in the
-order of `Kernel.inputs` and `Kernel.outputs`; it returns 0, or 1 after an integer division by zero.
+Calling convention: `int name(void* const* buffers, const int64_t* sizes, int num_threads)`, buffers = inputs
+then outputs, in the order of `Kernel.inputs` and `Kernel.outputs`; sizes = the dynamic dims the kernel takes, in
+the order of `Kernel.size_names` (none for a static kernel); it returns 0, or 1 after an integer division by
+zero.
 """
 from __future__ import annotations
 
@@ -16,8 +18,10 @@ import math
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import compute_dtype
 
-from .common import (LoopNest, Scope, loop_nest, provenance_comment, reduction_size, store_index, unravel,
-                     variables_size)
+from jit2triton.transpiler.symbolic import at_least_one
+
+from .common import (LoopNest, Scope, loop_nest, provenance_comment, reduction_size, size_code, store_index,
+                     unravel, variables_size)
 
 CTYPES = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
           "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t",
@@ -143,6 +147,8 @@ class _KernelWriter:
             return node.arg[0]
         if node.op == "const":
             return literal(node.arg, node.dtype)
+        if node.op == "sym":
+            return f"dim_{node.arg}"
         found = scope.lookup(node)
         if found is not None:
             return found
@@ -202,12 +208,14 @@ class _KernelWriter:
             lines.append(f"{ind}{ctype(body_dtype)} {best} = {start}; int64_t {acc} = -1;")
         else:
             lines.append(f"{ind}{acc_type} {acc} = {_reduction_init(op, body_dtype)};")
-        if self.nest.outer_size == 1 and op in ("sum", "prod", "any", "all") and reduction_size(node) > PARALLEL_WORK:
+        if self.nest.outer_size == 1 and op in ("sum", "prod", "any", "all") \
+                and K.hint(reduction_size(node)) > PARALLEL_WORK:
             symbol = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}[op]
             collapse = f" collapse({len(rvars)})" if len(rvars) > 1 else ""
             lines.append(f"{ind}#pragma omp parallel for reduction({symbol}:{acc}){collapse} num_threads(num_threads)")
         for depth, r in enumerate(rvars):
-            lines.append(f"{ind}{'  ' * depth}for (int64_t {r.arg[0]} = 0; {r.arg[0]} < {r.arg[1]}; ++{r.arg[0]}) {{")
+            lines.append(f"{ind}{'  ' * depth}for (int64_t {r.arg[0]} = 0; {r.arg[0]} < {size_code(r.arg[1])}; "
+                         f"++{r.arg[0]}) {{")
         lines += inner.lines
         body_ind = inner.indent
         if op == "sum":
@@ -243,7 +251,9 @@ class _KernelWriter:
     def render(self) -> str:
         kernel, nest = self.kernel, self.nest
         head = [provenance_comment(kernel, "//"),
-                f'J2T_KERNEL int {kernel.name}(void* const* buffers, int num_threads) {{', "  int j2t_status = 0;"]
+                f'J2T_KERNEL int {kernel.name}(void* const* buffers, const int64_t* sizes, int num_threads) {{',
+                "  int j2t_status = 0;"]
+        head += [f"  const int64_t dim_{name} = sizes[{i}];" for i, name in enumerate(kernel.size_names)]
         for i, b in enumerate(kernel.inputs):
             head.append(f"  const {CTYPES[b.dtype]}* __restrict {self.buffer_names[b.name]} = "
                         f"(const {CTYPES[b.dtype]}*)buffers[{i}];")
@@ -257,13 +267,13 @@ class _KernelWriter:
             index = self.value(store_index(kernel, out.strides), sweep)
             converted = {"float16": f"j2t_f2h({code})", "bfloat16": f"j2t_f2bf({code})"}.get(out.dtype, code)
             sweep.lines.append(f"{sweep.indent}out_{out.name}[{index}] = {converted};")
-        work = nest.outer_size * max(nest.inner_size, 1) * (1 + sum(reduction_size(r) for r in nest.reductions))
-        parallel_rows = nest.outer_size >= 16 or not nest.inner
+        work = nest.outer_size * at_least_one(nest.inner_size) * (1 + sum(reduction_size(r) for r in nest.reductions))
+        parallel_rows = K.hint(nest.outer_size) >= 16 or not nest.inner
         lines = head + root.lines
-        pragma = f"if({work} > {PARALLEL_WORK}) num_threads(num_threads)"
+        pragma = f"if({size_code(work)} > {PARALLEL_WORK}) num_threads(num_threads)"
         if parallel_rows:
             lines.append(f"  #pragma omp parallel for {pragma}")
-        lines.append(f"  for (int64_t row = 0; row < {nest.outer_size}; ++row) {{")
+        lines.append(f"  for (int64_t row = 0; row < {size_code(nest.outer_size)}; ++row) {{")
         lines += [f"    const int64_t {name} = {code};" for name, code in unravel("row", nest.outer, "/")]
         lines += row.lines
         for depth, v in enumerate(nest.inner):
@@ -272,7 +282,7 @@ class _KernelWriter:
                 lines.append(f"{ind}#pragma omp simd" if parallel_rows or depth else f"{ind}#pragma omp parallel for simd {pragma}")
             elif depth == 0 and not parallel_rows:
                 lines.append(f"{ind}#pragma omp parallel for {pragma}")
-            lines.append(f"{ind}for (int64_t {v.arg[0]} = 0; {v.arg[0]} < {v.arg[1]}; ++{v.arg[0]}) {{")
+            lines.append(f"{ind}for (int64_t {v.arg[0]} = 0; {v.arg[0]} < {size_code(v.arg[1])}; ++{v.arg[0]}) {{")
         lines += sweep.lines
         for depth in reversed(range(len(nest.inner))):
             lines.append("    " + "  " * depth + "}")

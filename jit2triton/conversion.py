@@ -76,6 +76,8 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     ctx = pipeline.Context(target, inputs, _run_plan(target), example_sizes=dict(dynamic.example),
                            draws=[(sizes, dims.inputs_at(dynamic, sizes, inputs, seed=i))
                                   for i, sizes in enumerate(dynamic.draws())])
+    if dynamic and backend == "cpp":  # the C++ renderer and both runtimes pass dynamic dims to kernels
+        ctx.kernel_dims = {name: (d.min, d.max, dynamic.example[name]) for name, d in dynamic.dims.items()}
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
     pipeline.prepare(graph, ctx, generate_kernels=backend != "aten")
     output = ctx.outputs[0] if len(ctx.outputs) == 1 else tuple(ctx.outputs)

@@ -20,6 +20,7 @@ from .fuse import KERNEL_OP
 from .ir import Block, Graph, Node, Type, Value
 from .op_table import lookup, writes_in_place
 from .assign_slots import Slots, assign_slots
+from .symbolic import SymSize, size_json
 
 
 @dataclass
@@ -40,7 +41,21 @@ def build_plan(graph: Graph) -> Plan:
         "outputs": [builder.ref(v) for v in graph.outputs],
         "num_slots": memory.num_slots,
     }
+    dims = _dim_sources(graph)
+    if dims:
+        plan["dims"] = dims
     return Plan(plan, builder.node_table, builder.nodes, graph.weights)
+
+
+def _dim_sources(graph: Graph) -> list[list]:
+    """Where each dynamic dim is read from per call: [name, input position, axis], for the runtimes to pass to
+    kernels (the input check has already made every place a dim appears agree)."""
+    found: dict[str, list] = {}
+    for position, v in enumerate(graph.inputs):
+        for axis, d in enumerate(v.type.shape or () if v.type.is_tensor else ()):
+            if isinstance(d, SymSize) and len(d.terms) == 1 and d.terms[0][0] == 1 and len(d.terms[0][1]) == 1:
+                found.setdefault(d.terms[0][1][0], [d.terms[0][1][0], position, axis])
+    return sorted(found.values())
 
 
 def _literals(graph: Graph) -> dict[int, list]:
@@ -137,7 +152,9 @@ class _PlanBuilder:
         # and a kernel generated for another shape would read past the tensor; the runtime refuses instead.
         in_strides = [None if v.id in self.made_by_kernels or v.id in self.literals else list(b.strides)
                       for v, b in zip(node.inputs, kernel.inputs)]
-        in_shapes = [None if strides is None else list(b.shape) for strides, b in zip(in_strides, kernel.inputs)]
+        in_strides = [None if s is None else [size_json(n) for n in s] for s in in_strides]
+        in_shapes = [None if strides is None else [size_json(n) for n in b.shape]
+                     for strides, b in zip(in_strides, kernel.inputs)]
         self.made_by_kernels.update(v.id for v in node.outputs)
         step = {
             "kind": "kernel",
@@ -146,9 +163,12 @@ class _PlanBuilder:
             "in_strides": in_strides,
             "in_shapes": in_shapes,
             "outs": [self.memory.slot[v.id] for v in node.outputs],
-            "out_types": [[list(b.shape), b.dtype, list(b.strides)] for b in kernel.outputs],
+            "out_types": [[[size_json(n) for n in b.shape], b.dtype, [size_json(n) for n in b.strides]]
+                          for b in kernel.outputs],
             "node": index,
         }
+        if kernel.size_names:
+            step["sizes"] = list(kernel.size_names)  # the dynamic dims it takes (plan["dims"] says where they are)
         free = self.memory.free_after.get(id(node))
         if free:
             step["free"] = sorted(free)

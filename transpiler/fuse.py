@@ -29,6 +29,7 @@ from .ir import KERNEL_OP, Block, Graph, Node, Type, Value, walk_block
 from .lowering import (CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering, realized_box,
                        strides_in_order)
 from .op_table import is_view
+from .symbolic import SymSize
 
 __all__ = ["KERNEL_OP", "FusionFailed", "clone_graph", "fuse"]
 RECOMPUTE_LIMIT = 3  # a value of this many fused nodes or more is stored once rather than recomputed per user
@@ -44,18 +45,22 @@ class FusionFailed(Exception):
         self.nodes, self.reason = nodes, reason
 
 
-def fuse(graph: Graph, device_type: str, refused: Optional[dict[int, str]] = None) -> Graph:
+def fuse(graph: Graph, device_type: str, refused: Optional[dict[int, str]] = None,
+         dims: Optional[dict[str, tuple]] = None) -> Graph:
     """-> a copy of `graph` in which lowered nodes have disappeared into `j2t::kernel` nodes.
 
     `refused` maps node uids to the reason they must run through ATen (a kernel that failed to build or to verify);
     a kernel that fails while being built here adds its nodes to it, and fusion starts again without them, so a
-    bug in one lowering costs that node its kernel, never the conversion."""
+    bug in one lowering costs that node its kernel, never the conversion.
+
+    `dims` (name -> (min, max, example size)) lets kernels take dynamic dims as arguments: values whose sizes are
+    polynomials over them lower like static ones. Without it only static shapes lower."""
     refused = {} if refused is None else refused
     for _ in range(MAX_FUSION_ATTEMPTS):
         work = clone_graph(graph)
-        K.fresh_scope()
+        K.fresh_scope(dims)
         try:
-            _Fuser(work, device_type, refused).block(work.body, top=True)
+            _Fuser(work, device_type, refused, dims is not None).block(work.body, top=True)
         except FusionFailed as failure:
             fresh = [n for n in failure.nodes if n.uid not in refused]
             if not fresh:
@@ -80,14 +85,17 @@ _SCALAR_TENSOR_SCHEMA = ("aten::scalar_tensor(Scalar s, *, ScalarType? dtype=Non
                          "Device? device=None, bool? pin_memory=None) -> Tensor")
 
 
-def _static_tensor(t: Type, device_type: str) -> bool:
+def _static_tensor(t: Type, device_type: str, symbolic: bool = False) -> bool:
+    """A tensor a kernel can index: known dtype and device, every dim an int (or, with `symbolic`, a polynomial
+    over the dynamic dims; an opaque size never)."""
     return (t.is_tensor and t.dtype is not None and t.shape is not None and t.device == device_type
-            and all(isinstance(d, int) for d in t.shape))
+            and all(isinstance(d, int) or (symbolic and isinstance(d, SymSize)) for d in t.shape))
 
 
 class _Fuser:
-    def __init__(self, graph: Graph, device_type: str, refused: dict[int, str]) -> None:
+    def __init__(self, graph: Graph, device_type: str, refused: dict[int, str], symbolic: bool = False) -> None:
         self.graph = graph
+        self.symbolic = symbolic
         self.device_type = device_type
         self.refused = refused
         self.boxes: dict[int, TensorBox] = {}
@@ -111,7 +119,7 @@ class _Fuser:
 
     def define_realized(self, v: Value) -> None:
         t = v.type
-        if _static_tensor(t, self.device_type):
+        if _static_tensor(t, self.device_type, self.symbolic):
             name = f"buf{v.id}"
             strides = t.strides if t.strides is not None else contiguous_strides(t.shape)
             self.boxes[v.id] = realized_box(name, t.shape, t.dtype, strides)
@@ -198,7 +206,7 @@ class _Fuser:
                 raise CannotLower(self.refused[node.uid])
             if node.uid in self.pinned:
                 raise CannotLower("its result is mutated in place later, so it must stay an ATen view")
-            if any(not _static_tensor(v.type, self.device_type) for v in node.outputs):
+            if any(not _static_tensor(v.type, self.device_type, self.symbolic) for v in node.outputs):
                 raise CannotLower("an output has no static shape on this device")
             ctx = LowerContext(node.op, [v.type.dtype for v in node.outputs], [v.type.shape for v in node.outputs],
                                self.device_type)
@@ -306,7 +314,7 @@ class _Fuser:
                 if (len(source.shape) != len(box.shape) or len(box.shape) < 2
                         or (source.shape == box.shape) != same_shape):
                     continue
-                order = sorted(range(len(box.shape)), key=lambda d: (-source.strides[d], d))
+                order = sorted(range(len(box.shape)), key=lambda d: (-K.hint(source.strides[d]), d))
                 if order != sorted(order) and strides_in_order(source.shape, order) == tuple(source.strides):
                     return order
         return list(range(len(box.shape)))

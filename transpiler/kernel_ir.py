@@ -5,7 +5,8 @@ common subexpressions are shared by construction and a renderer emits each node 
 the same node type as value math (int64 dtype) and is simplified as it is built, using each loop variable's range.
 
 Ops:
-  var        a loop index; arg = (name, size)
+  var        a loop index; arg = (name, size): size an int, or a SymSize over the package's dynamic dims
+  sym        a dynamic dim's size, a kernel argument; arg = the dim's name
   const      a literal; arg = value
   load       args = (flat element index,) or (flat element index, mask); arg = buffer name. A masked load
              touches no memory where its (bool) mask is false, and reads 0 there
@@ -19,6 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
+
+from .symbolic import SymSize
 
 POINTWISE_OPS = {
     # arity 1
@@ -74,11 +77,22 @@ class KExpr:
     def __mod__(self, k: int): return mod(self, k)
 
 
-def fresh_scope() -> None:
-    """Forget interned nodes and cached analyses; called once per conversion so memory does not grow."""
+def fresh_scope(dims: Optional[dict[str, tuple[int, Optional[int], int]]] = None) -> None:
+    """Forget interned nodes and cached analyses; called once per conversion so memory does not grow. `dims`: the
+    package's dynamic dims as (min, max or None, example size): ranges bound index arithmetic over them."""
     KExpr._interned.clear()
     _bounds.clear()
     _free.clear()
+    _dims.clear()
+    _dims.update(dims or {})
+
+
+_dims: dict[str, tuple[int, Optional[int], int]] = {}
+
+
+def hint(n) -> int:
+    """A size's value at the example's dims: to order sizes when a heuristic must (which stride is larger)."""
+    return n.evaluate({name: d[2] for name, d in _dims.items()}) if isinstance(n, SymSize) else n
 
 
 def _key(arg: Any) -> Any:
@@ -91,8 +105,30 @@ def _key(arg: Any) -> Any:
     return arg
 
 
-def var(name: str, size: int) -> KExpr:
-    return KExpr("var", (), (name, int(size)), INT)
+def var(name: str, size) -> KExpr:
+    return KExpr("var", (), (name, size if isinstance(size, SymSize) else int(size)), INT)
+
+
+def sym(name: str) -> KExpr:
+    return KExpr("sym", (), name, INT)
+
+
+def size(n) -> KExpr:
+    """An int or SymSize as an index expression (a SymSize over `sym` leaves)."""
+    if not isinstance(n, SymSize):
+        return const(int(n), INT)
+    total = const(0, INT)
+    for coef, names in n.terms:
+        term = const(coef, INT)
+        for name in names:
+            term = mul(term, sym(name))
+        total = add(total, term)
+    return total
+
+
+def is_dynamic(x: KExpr) -> bool:
+    """Whether a loop variable's range is a dynamic size."""
+    return isinstance(x.arg[1], SymSize)
 
 
 def const(value: Any, dtype: str) -> KExpr:
@@ -106,7 +142,7 @@ def const(value: Any, dtype: str) -> KExpr:
 
 
 def as_index(x: Any) -> KExpr:
-    return x if isinstance(x, KExpr) else const(int(x), INT)
+    return x if isinstance(x, KExpr) else size(x)
 
 
 def load(buffer: str, index: KExpr, dtype: str, mask: Optional[KExpr] = None) -> KExpr:
@@ -202,7 +238,9 @@ def _factor_sum_of_products(reduction, body, rvars, dtype, tag) -> Optional[KExp
     for v in rvars:
         if v not in in_a and v not in in_b:
             unused *= v.arg[1]
-    return product if unused == 1 else op("mul", product, const(unused, dtype))
+    if unused == 1:
+        return product
+    return op("mul", product, const(unused, dtype) if isinstance(unused, int) else cast(size(unused), dtype))
 
 
 # --- index arithmetic with simplification ---------------------------------------------------------------------
@@ -214,7 +252,10 @@ def bounds(x: KExpr) -> tuple[float, float]:
     if cached is not None:
         return cached
     if x.op == "var":
-        result = (0, x.arg[1] - 1)
+        result = (0, bounds(size(x.arg[1]))[1] - 1) if isinstance(x.arg[1], SymSize) else (0, x.arg[1] - 1)
+    elif x.op == "sym":
+        low, high, _ = _dims.get(x.arg, (1, None, 1))
+        result = (low, math.inf if high is None else high)
     elif x.op == "const":
         result = (x.arg, x.arg)
     elif x.op == "add":
@@ -222,14 +263,14 @@ def bounds(x: KExpr) -> tuple[float, float]:
         result = (a0 + b0, a1 + b1)
     elif x.op == "mul":
         (a0, a1), (b0, b1) = bounds(x.args[0]), bounds(x.args[1])
-        products = (a0 * b0, a0 * b1, a1 * b0, a1 * b1)
+        products = tuple(0 if x == 0 or y == 0 else x * y for x, y in ((a0, b0), (a0, b1), (a1, b0), (a1, b1)))
         result = (min(products), max(products))
     elif x.op == "index_div":
         a0, a1 = bounds(x.args[0])
-        k = x.args[1].arg
-        result = (a0 // k, a1 // k)
+        k0, k1 = bounds(x.args[1])
+        result = (a0 // k1 if k1 != math.inf else 0, a1 // k0 if a1 != math.inf else math.inf)
     elif x.op == "index_mod":
-        result = (0, x.args[1].arg - 1)
+        result = (0, bounds(x.args[1])[1] - 1)
     else:
         result = (-math.inf, math.inf)
     _bounds[id(x)] = result
@@ -266,7 +307,10 @@ def mul(a: KExpr, b: KExpr) -> KExpr:
     return KExpr("mul", (a, b), None, INT)
 
 
-def floordiv(a: KExpr, k: int) -> KExpr:
+def floordiv(a: KExpr, k) -> KExpr:
+    if not isinstance(k, int):  # a dynamic size: no simplification but the trivial
+        k = as_index(k)
+        return KExpr("index_div", (a, k), None, INT) if k.op != "const" else floordiv(a, k.arg)
     if k == 1:
         return a
     lo, hi = bounds(a)
@@ -280,7 +324,14 @@ def floordiv(a: KExpr, k: int) -> KExpr:
     return KExpr("index_div", (a, const(k, INT)), None, INT)
 
 
-def mod(a: KExpr, k: int) -> KExpr:
+def mod(a: KExpr, k) -> KExpr:
+    if not isinstance(k, int):
+        k = as_index(k)
+        if k.op == "const":
+            return mod(a, k.arg)
+        if bounds(a)[1] < bounds(k)[0]:
+            return a
+        return KExpr("index_mod", (a, k), None, INT)
     if k == 1:
         return const(0, INT)
     lo, hi = bounds(a)
@@ -413,3 +464,31 @@ class Kernel:
 
     def __post_init__(self) -> None:
         self.index = self.index or self.ranges
+
+    @property
+    def size_names(self) -> tuple[str, ...]:
+        """The dynamic dims the kernel takes as arguments, sorted: its `sizes` array, in this order."""
+        names: set[str] = set()
+        seen: set[int] = set()
+
+        def visit(x: KExpr) -> None:
+            if id(x) in seen:
+                return
+            seen.add(id(x))
+            if x.op == "sym":
+                names.add(x.arg)
+            elif x.op == "var" and isinstance(x.arg[1], SymSize):
+                names.update(x.arg[1].names)
+            elif x.op == "reduce":
+                for v in x.arg[1]:
+                    visit(v)
+            for a in x.args:
+                visit(a)
+
+        for x in (*self.values, *self.ranges):
+            visit(x)
+        for b in (*self.inputs, *self.outputs):
+            for n in (*b.shape, *b.strides):
+                if isinstance(n, SymSize):
+                    names.update(n.names)
+        return tuple(sorted(names))

@@ -21,6 +21,7 @@ import torch
 from . import kernel_ir as K
 from .kernel_ir import compute_dtype  # noqa: F401  (re-exported for the lowering modules)
 from .op_table import OP_TABLE, OpInfo, lookup
+from .symbolic import at_least_one
 
 Index = list  # list[KExpr], one per dim
 _box_ids = itertools.count(1)
@@ -67,7 +68,7 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     strides, running = [], 1
     for d in reversed(shape):
         strides.append(running)
-        running *= max(d, 1)
+        running *= at_least_one(d)
     return tuple(reversed(strides))
 
 
@@ -77,7 +78,7 @@ def strides_in_order(shape, order: list[int]) -> tuple[int, ...]:
     running = 1
     for d in reversed(order):
         strides[d] = running
-        running *= max(shape[d], 1)
+        running *= at_least_one(shape[d])
     return tuple(strides)
 
 
@@ -148,8 +149,19 @@ def is_box(x: Any) -> bool:
     return isinstance(x, TensorBox)
 
 
-def broadcast_shapes(*shapes: Sequence[int]) -> tuple[int, ...]:
-    return tuple(torch.broadcast_shapes(*[torch.Size(s) for s in shapes]))
+def broadcast_shapes(*shapes: Sequence) -> tuple:
+    """torch's broadcast of shapes whose dims may be dynamic (SymSize): a dim broadcasts only from a static 1; two
+    different dynamic sizes, or a dynamic and a static one, cannot be told equal here, so that node stays ATen."""
+    rank = max(len(s) for s in shapes)
+    result = []
+    for d in range(rank):
+        sizes = {s[d - rank + len(s)] for s in shapes if d - rank + len(s) >= 0} - {1}
+        if len(sizes) > 1:
+            if all(isinstance(n, int) for n in sizes):
+                raise CannotLower(f"shapes {[list(s) for s in shapes]} do not broadcast")
+            raise CannotLower(f"dims {sorted(map(str, sizes))} broadcast against each other")
+        result.append(sizes.pop() if sizes else 1)
+    return tuple(result)
 
 
 def broadcast_index(box: TensorBox, index: Index, shape: Sequence[int]) -> Index:

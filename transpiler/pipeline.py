@@ -43,6 +43,9 @@ class Context:
     # Dynamic dims: their sizes in the example inputs, and other draws of them (sizes, inputs) to observe as well
     example_sizes: dict[str, int] = field(default_factory=dict)
     draws: list[tuple[dict[str, int], list]] = field(default_factory=list)
+    # Whether generated kernels may take the dynamic dims as arguments (name -> (min, max, example)); else values
+    # with dynamic sizes run through ATen
+    kernel_dims: Optional[dict[str, tuple]] = None
     refused: dict[int, str] = field(default_factory=dict)  # node uid -> why it must run through ATen
 
 
@@ -99,7 +102,7 @@ def prepare(graph: Graph, ctx: Context, generate_kernels: bool) -> Graph:
 
 def lower(graph: Graph, ctx: Context) -> Graph:
     """A copy of the prepared graph with its lowerable nodes fused into kernels (`ctx.refused` stay ATen)."""
-    return fuse(graph, ctx.device.type, ctx.refused)
+    return fuse(graph, ctx.device.type, ctx.refused, ctx.kernel_dims)
 
 
 def plan(graph: Graph) -> Plan:

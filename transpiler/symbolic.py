@@ -49,6 +49,15 @@ class SymSize:
     def to_json(self) -> list:
         return [[coef, list(names)] for coef, names in self.terms]
 
+    # arithmetic with ints and other sizes, so shape code (products of dims, strides) works on either
+    def __add__(self, other): return SymSize.of(self.terms + _terms(other))
+    __radd__ = __add__
+    def __mul__(self, other): return SymSize.of([(c1 * c2, n1 + n2) for c1, n1 in self.terms for c2, n2 in _terms(other)])
+    __rmul__ = __mul__
+    def __neg__(self): return SymSize.of([(-c, n) for c, n in self.terms])
+    def __sub__(self, other): return self + (-other)
+    def __rsub__(self, other): return (-self) + other
+
     def __str__(self) -> str:
         parts = []
         for coef, names in self.terms:
@@ -58,6 +67,23 @@ class SymSize:
 
     def __repr__(self) -> str:
         return str(self)
+
+
+def _terms(x: Union[int, SymSize]) -> tuple[Term, ...]:
+    if isinstance(x, SymSize):
+        return x.terms
+    if isinstance(x, int):
+        return ((x, ()),)
+    return NotImplemented
+
+
+def is_static(size) -> bool:
+    return isinstance(size, int)
+
+
+def at_least_one(size):
+    """max(size, 1) for a dim; a dynamic dim's own minimum is at least 1."""
+    return max(size, 1) if isinstance(size, int) else size
 
 
 Size = Union[int, SymSize, str]  # str: a size that varies in a way no polynomial here explains (opaque)

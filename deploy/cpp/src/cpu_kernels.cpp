@@ -17,7 +17,7 @@ namespace jit2triton {
 
 namespace {
 
-using KernelFn = int (*)(void**, int);
+using KernelFn = int (*)(void**, const int64_t*, int);
 
 std::string cache_root() {
   if (const char* env = std::getenv("JIT2TRITON_CACHE"); env && *env) return env;
@@ -100,7 +100,8 @@ Launchers load_cpu_kernels(const Package& pkg, int num_threads) {
       throw Error(Error::Kind::CorruptPackage, "the package's kernel library has no kernel " + repr(name) +
                                                    ": it is not the library this package was built with; re-run `jit2triton convert`");
     size_t num_buffers = static_cast<size_t>(meta.at("num_buffers").as_int());
-    launchers[name] = [fn, num_buffers, threads, name](std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs) {
+    launchers[name] = [fn, num_buffers, threads, name](std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs,
+                                                       const int64_t* sizes) {
       void* stack_buffers[16];
       std::vector<void*> heap;
       void** buffers = stack_buffers;
@@ -114,7 +115,7 @@ Launchers load_cpu_kernels(const Package& pkg, int num_threads) {
       size_t i = 0;
       for (auto& t : inputs) buffers[i++] = t.data_ptr();
       for (auto& t : outputs) buffers[i++] = t.data_ptr();
-      if (fn(buffers, threads)) throw std::domain_error("integer division by zero in kernel " + name);
+      if (fn(buffers, sizes, threads)) throw std::domain_error("integer division by zero in kernel " + name);
     };
   }
   return launchers;

@@ -116,7 +116,7 @@ Launchers load_cuda_kernels(const Package& pkg, c10::Device device) {
     int64_t scratch = entry->find("global_scratch_size") ? entry->at("global_scratch_size").as_int() * gx * gy * gz : 0;
     size_t num_args = entry->at("arg_types").size();
     c10::DeviceIndex index = device.index();
-    launchers[name] = [=, &cu](std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs) {
+    launchers[name] = [=, &cu](std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs, const int64_t*) {
       if (!gx) return;
       std::vector<uint64_t> values(num_args + kScratchPointers, 0);
       std::vector<void*> params(values.size());

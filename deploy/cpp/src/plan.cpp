@@ -66,6 +66,57 @@ void check_refs(const Value& refs, int64_t num_slots) {
 
 using BufferCounts = std::map<std::string, int64_t>;
 
+// A size in a plan: an int, or a polynomial over the dynamic dims ([[coef, [dim, ...]], ...], deploy/sizes.py),
+// with each dim as its index into the call's dims (the plan's "dims" order).
+struct Size {
+  std::vector<std::pair<int64_t, std::vector<size_t>>> terms;  // a static size is one term with no dims
+  int64_t operator()(const int64_t* dims) const {
+    int64_t total = 0;
+    for (const auto& [coef, names] : terms) {
+      int64_t term = coef;
+      for (size_t d : names) term *= dims[d];
+      total += term;
+    }
+    return total;
+  }
+  bool dynamic() const { return terms.size() != 1 || !terms[0].second.empty(); }
+};
+
+size_t dim_index(const std::vector<std::string>& dims, const std::string& name) {
+  auto it = std::find(dims.begin(), dims.end(), name);
+  if (it == dims.end())
+    throw Error(Error::Kind::CorruptPackage, "the package's plan is damaged (a kernel size names dim " + repr(name) +
+                                                 ", which the plan does not read); re-run `jit2triton convert`");
+  return static_cast<size_t>(it - dims.begin());
+}
+
+Size parse_size(const Value& v, const std::vector<std::string>& dims) {
+  Size size;
+  if (!v.is_array()) {
+    size.terms.push_back({v.as_int(), {}});
+    return size;
+  }
+  for (const auto& term : v.items) {
+    std::vector<size_t> names;
+    for (const auto& n : term[1].items) names.push_back(dim_index(dims, n.as_string()));
+    size.terms.push_back({term[0].as_int(), std::move(names)});
+  }
+  return size;
+}
+
+std::vector<Size> parse_sizes(const Value& list, const std::vector<std::string>& dims) {
+  std::vector<Size> out;
+  for (const auto& v : list.items) out.push_back(parse_size(v, dims));
+  return out;
+}
+
+std::vector<int64_t> evaluate(const std::vector<Size>& sizes, const int64_t* dims) {
+  std::vector<int64_t> out;
+  out.reserve(sizes.size());
+  for (const auto& s : sizes) out.push_back(s(dims));
+  return out;
+}
+
 void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const BufferCounts& buffers) {
   for (const auto& s : steps.items) {
     if (const Value* kind = s.find("kind"); kind && kind->is_string() && kind->as_string() == "call")
@@ -302,23 +353,29 @@ class Builder {
     Launcher launch = found->second;
     std::vector<Ref> args = refs(s.at("args"));
     std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
+    const std::vector<std::string>& dims = plan_.plan_dims_;
     struct OutSpec {
-      std::vector<int64_t> shape, strides;
+      std::vector<Size> shape, strides;
       at::TensorOptions options;
     };
     std::vector<OutSpec> specs;
+    bool dynamic = false;
     for (const auto& t : s.at("out_types").items) {
-      OutSpec spec;
-      for (const auto& d : t[0].items) spec.shape.push_back(d.as_int());
-      spec.options = at::TensorOptions().dtype(parse_dtype(t[1].as_string())).device(device_);
-      for (const auto& d : t[2].items) spec.strides.push_back(d.as_int());
+      OutSpec spec{parse_sizes(t[0], dims), parse_sizes(t[2], dims),
+                   at::TensorOptions().dtype(parse_dtype(t[1].as_string())).device(device_)};
+      for (const auto& n : spec.shape) dynamic |= n.dynamic();
+      for (const auto& n : spec.strides) dynamic |= n.dynamic();
       specs.push_back(std::move(spec));
     }
+    std::vector<size_t> size_args;  // the kernel's size arguments, as indices into the call's dims
+    if (const Value* names = s.find("sizes"))
+      for (const auto& n : names->items) size_args.push_back(dim_index(dims, n.as_string()));
+    dynamic |= !size_args.empty();
     // Inputs that ATen made must have the shape the kernel was generated for (a scalar input may change it: then
     // refuse) and the strides seen at convert time (the kernel indexes with them: else copy into that layout).
     struct Checked {
       size_t index;
-      std::vector<int64_t> strides, shape;
+      std::vector<Size> strides, shape;
       bool has_shape;
     };
     std::vector<Checked> checked;
@@ -326,30 +383,43 @@ class Builder {
     if (const auto* strides = s.find("in_strides"))
       for (size_t i = 0; i < strides->items.size(); ++i)
         if (!strides->items[i].is_null()) {
-          Checked c{i, {}, {}, shapes && i < shapes->size() && !(*shapes)[i].is_null()};
-          for (const auto& d : strides->items[i].items) c.strides.push_back(d.as_int());
-          if (c.has_shape)
-            for (const auto& d : (*shapes)[i].items) c.shape.push_back(d.as_int());
+          Checked c{i, parse_sizes(strides->items[i], dims), {}, shapes && i < shapes->size() && !(*shapes)[i].is_null()};
+          if (c.has_shape) c.shape = parse_sizes((*shapes)[i], dims);
+          for (const auto& n : c.shape) dynamic |= n.dynamic();
+          for (const auto& n : c.strides) dynamic |= n.dynamic();
           checked.push_back(std::move(c));
         }
-    return [launch, args, outs, free, specs, checked](Env& env) {
+    int sizes_slot = plan_.num_slots_;
+    return [launch, args, outs, free, specs, checked, dynamic, size_args, sizes_slot](Env& env) {
+      // the call's dynamic dims (a static kernel reads none)
+      std::vector<int64_t> call_dims;
+      if (dynamic) {
+        const auto list = env[sizes_slot].toIntList();
+        call_dims.assign(list.begin(), list.end());
+      }
+      const int64_t* d = call_dims.data();
       std::vector<at::Tensor> outputs, inputs;
       outputs.reserve(specs.size());
-      for (const auto& spec : specs) outputs.push_back(at::empty_strided(spec.shape, spec.strides, spec.options));
+      for (const auto& spec : specs) outputs.push_back(at::empty_strided(evaluate(spec.shape, d), evaluate(spec.strides, d), spec.options));
       inputs.reserve(args.size());
       for (const auto& a : args) inputs.push_back(a.get(env).toTensor());
       for (const auto& c : checked) {
         at::Tensor& x = inputs[c.index];
-        if (c.has_shape && x.sizes() != at::IntArrayRef(c.shape))
-          throw std::invalid_argument(
-              "kernel input " + std::to_string(c.index) + " has shape [" + join_dims(x.sizes()) +
-              "], but the package was converted for [" + join_dims(c.shape) +
-              "]: an input value (a scalar) changed a shape the package is specialised to; convert again with "
-              "example inputs of the values you need");
-        if (x.strides() != at::IntArrayRef(c.strides))
-          x = at::empty_strided(x.sizes(), c.strides, x.options()).copy_(x);
+        if (c.has_shape) {
+          std::vector<int64_t> shape = evaluate(c.shape, d);
+          if (x.sizes() != at::IntArrayRef(shape))
+            throw std::invalid_argument(
+                "kernel input " + std::to_string(c.index) + " has shape [" + join_dims(x.sizes()) +
+                "], but the package was converted for [" + join_dims(shape) +
+                "]: an input value (a scalar) changed a shape the package is specialised to; convert again with "
+                "example inputs of the values you need");
+        }
+        std::vector<int64_t> strides = evaluate(c.strides, d);
+        if (x.strides() != at::IntArrayRef(strides)) x = at::empty_strided(x.sizes(), strides, x.options()).copy_(x);
       }
-      launch(inputs, outputs);
+      std::vector<int64_t> sizes;
+      for (size_t i : size_args) sizes.push_back(call_dims[i]);
+      launch(inputs, outputs, sizes.empty() ? nullptr : sizes.data());
       for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(outputs[i]);
       release(env, free);
     };
@@ -392,7 +462,7 @@ class Builder {
       int num_slots = plan_.num_slots_;
       graphs = make_region_graphs(
           [plan, steps, ins, outs, num_slots](const std::vector<IValue>& inputs) {
-            Env env(num_slots);  // a scratch env: capture must not leave static buffers in the caller's slots
+            Env env(num_slots + 1);  // a scratch env: capture must not leave static buffers in the caller's slots
             for (size_t i = 0; i < ins.size(); ++i) env[ins[i]] = inputs[i];
             plan->run_steps(*steps, env);
             std::vector<IValue> results;
@@ -515,6 +585,16 @@ Plan::Plan(Package pkg, const LoadOptions& options)
   check_plan(plan, static_cast<int64_t>(manifest.at("nodes").size()), manifest.at("kernels"));
   num_slots_ = static_cast<int>(plan.at("num_slots").as_int());
   input_slots_ = ints(&plan.at("inputs"));
+  if (const Value* dims = plan.find("dims")) {
+    for (const auto& d : dims->items) {
+      size_t position = static_cast<size_t>(d[1].as_int());
+      if (position >= input_slots_.size())
+        throw Error(Error::Kind::CorruptPackage, "the package's plan is damaged (a dynamic dim read from input " +
+                                                     std::to_string(position) + "); re-run `jit2triton convert`");
+      plan_dims_.push_back(d[0].as_string());
+      dim_sources_.push_back({position, d[2].as_int()});
+    }
+  }
   const Value* graph = manifest.find("cuda_graph");
   bool whole_graph = options.cuda_graphs && device.is_cuda() && graph && graph->as_bool();
   region_graphs_ = options.cuda_graphs && device.is_cuda() && !whole_graph;
@@ -556,7 +636,12 @@ IValue Plan::call(std::vector<IValue> inputs) const {
 }
 
 IValue Plan::run(std::vector<IValue> inputs) const {
-  Env env(num_slots_);
+  Env env(num_slots_ + 1);
+  if (!dim_sources_.empty()) {  // before the inputs move into their slots
+    std::vector<int64_t> dims;
+    for (const auto& [position, axis] : dim_sources_) dims.push_back(inputs.at(position).toTensor().size(axis));
+    env[num_slots_] = IValue(std::move(dims));
+  }
   for (size_t i = 0; i < input_slots_.size() && i < inputs.size(); ++i) env[input_slots_[i]] = std::move(inputs[i]);
   run_steps(steps_, env);
   if (outputs_.size() == 1) return outputs_[0](env);

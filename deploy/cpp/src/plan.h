@@ -19,8 +19,10 @@
 namespace jit2triton {
 
 using Env = std::vector<c10::IValue>;
-// A generated kernel: reads `inputs`, writes `outputs` (allocated by the caller in the planned shape and dtype).
-using Launcher = std::function<void(std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs)>;
+// A generated kernel: reads `inputs`, writes `outputs` (allocated by the caller in the planned shape and dtype);
+// `sizes` are the call's values of the dynamic dims it takes (the kernel's manifest "sizes"), or null.
+using Launcher = std::function<void(std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs,
+                                    const int64_t* sizes)>;
 using Launchers = std::map<std::string, Launcher>;
 
 Launchers load_cpu_kernels(const Package& pkg, int num_threads);
@@ -62,6 +64,10 @@ class Plan {
     std::vector<std::string> where;
   };
   std::vector<std::string> dim_names_;
+  // Where each dynamic dim is read per call (plan "dims": input position and axis), in dim_names_ order; the
+  // values go into the slot after the plan's own, for the kernels that take them.
+  std::vector<std::pair<size_t, int64_t>> dim_sources_;
+  std::vector<std::string> plan_dims_;  // their names, in that order
   std::vector<std::function<void(c10::IValue&, Bound&)>> checks_;  // per input; throws Error(Input)
   std::vector<std::string> input_names_;
   std::vector<c10::IValue> defaults_;  // per input; None marks "no default" when has_default_ is false
