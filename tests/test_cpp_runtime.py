@@ -236,6 +236,30 @@ def test_j2t_run_matches_torchscript(name: str, tmp_path, cmake_build) -> None:
         torch.testing.assert_close(got, want, rtol=spec.rtol, atol=spec.atol)
 
 
+def test_j2t_run_serves_dynamic_dims_at_the_sizes_asked(tmp_path, cmake_build) -> None:
+    class Model(torch.nn.Module):
+        def forward(self, x):
+            return torch.tanh(x).sum(-1) * x.shape[1]
+
+    example = (torch.randn(2, 5, 3),)
+    dims = {"x": {0: jit2triton.Dim("B", max=16), 1: jit2triton.Dim("S", max=64)}}
+    model = torch.jit.trace(Model(), example)
+    path = tmp_path / "dynamic.j2t"
+    jit2triton.convert(model, example, dynamic_shapes=dims).save(path)
+    run = str(cmake_build / "jit2triton" / "j2t-run")
+    done = subprocess.run([run, str(path), "--shape", "B=3,S=17", "--seed", "4", "--dump", str(tmp_path)],
+                          capture_output=True, text=True, env=_no_python_env())
+    assert done.returncode == 0, done.stderr
+    assert "signature (x: float32[B, S, 3]) -> float32[B, S]" in done.stdout
+    (x,) = random_inputs(manifest_of(path)["signature"]["inputs"], "cpu", 4, {"B": 3, "S": 17})
+    got = torch.from_numpy(np.fromfile(tmp_path / "output_0.bin", dtype=np.float32)).reshape(3, 17)
+    torch.testing.assert_close(got, model(x))
+    done = subprocess.run([run, str(path), "--shape", "B=30"], capture_output=True, text=True, env=_no_python_env())
+    assert done.returncode != 0 and "axis 0 is dim B, whose range is 1..16; got 30" in done.stderr
+    done = subprocess.run([run, str(path), "--shape", "Q=3"], capture_output=True, text=True, env=_no_python_env())
+    assert done.returncode != 0 and "no dynamic dim 'Q'" in done.stderr
+
+
 def test_j2t_run_refuses_a_corrupt_package(small_package, tmp_path, cmake_build) -> None:
     bad = _bad_weights(small_package[0], tmp_path)
     done = subprocess.run([str(cmake_build / "jit2triton" / "j2t-run"), str(bad)], capture_output=True, text=True)
