@@ -53,11 +53,12 @@ def load_cpp_kernels(library: bytes, source: str, isa: str, kernels: list[dict],
 def _launcher(fn, meta: dict, threads: int) -> Callable:
     array_type = ctypes.c_void_p * meta["num_buffers"]
     sizes_type = ctypes.c_int64 * max(len(meta.get("sizes", ())), 1)
+    no_sizes = sizes_type()  # a static kernel reads none: one array, made here, serves every call
 
     def launch(inputs: list, outputs: list, sizes: list = ()) -> None:
         """`sizes`: the call's values of the dynamic dims the kernel takes (meta["sizes"]), in that order."""
-        if fn(array_type(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs]), sizes_type(*sizes),
-              threads):
+        if fn(array_type(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs]),
+              sizes_type(*sizes) if sizes else no_sizes, threads):
             raise ZeroDivisionError(f"integer division by zero in kernel {meta['name']} (from "
                                     f"{'; '.join(meta['provenance'])})")
 

@@ -17,6 +17,7 @@ import torch
 from .graph_regions import COPY_BYTES_PER_US, LAUNCH_US
 
 MAX_GRAPHS = 8  # distinct values of the non-tensor inputs kept captured; beyond that, calls run step by step
+MAX_SEEN = 4096  # keys remembered as seen once (the second sighting captures)
 REPLAY_LAUNCHES = 3  # a region's replay: one multi-tensor copy in, the graph, one multi-tensor copy out
 
 
@@ -89,6 +90,8 @@ class GraphRunner:
             captured = self.graphs.get(key) if key is not None else None
             if captured is None:
                 if key is None or self.refused or len(self.graphs) >= MAX_GRAPHS or key not in self.seen:
+                    if len(self.seen) >= MAX_SEEN:  # keys seen once (shapes, with dynamic dims) must not pile up
+                        self.seen.clear()
                     self.seen.add(key)
                     captured = None
                 else:

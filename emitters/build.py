@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jit2triton.transpiler.symbolic import size_json
 from jit2triton.transpiler.kernel_ir import Kernel
+from jit2triton.transpiler.symbolic import size_json
 
 from . import cpp
 from .compile_cpp import (BASE_FLAGS, ISA_FLAGS, compile_library, compiler_version, find_compiler, host_isa,

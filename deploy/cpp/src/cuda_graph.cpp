@@ -24,6 +24,7 @@ namespace {
 constexpr size_t kMaxGraphs = 8;  // distinct tuples of scalar inputs kept captured; beyond, calls run step by step
 constexpr double kLaunchUs = 4.0, kCopyBytesPerUs = 1.5e6;  // as deploy/graph_regions.py
 constexpr int kReplayLaunches = 3;  // as deploy/cuda_graph.py
+constexpr size_t kMaxSeen = 4096;    // as deploy/cuda_graph.py
 
 // What a graph is specialised to: each tensor's layout (when `layouts`) and each other value, exactly (doubles by
 // their bits). False when a value must not be captured: a CPU tensor (a graph reads its values on the host once,
@@ -206,6 +207,7 @@ class GraphRunner {
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       // The first call with these scalars runs step by step, the second captures: a cold start pays no capture.
+      if (seen_.size() >= kMaxSeen) seen_.clear();  // keys seen once (shapes, with dynamic dims) must not pile up
       if (refused_ || graphs_.size() >= kMaxGraphs || seen_.insert(key).second) return run_(std::move(inputs));
       auto captured = capture(inputs);
       if (!captured) {
