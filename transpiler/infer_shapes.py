@@ -24,6 +24,7 @@ class ShapeRecorder:
         self.nodes = nodes
         self.seen: dict[int, tuple[Value, Type]] = {}  # this draw's types, merged over loop iterations
         self.draws: list[tuple[dict[str, int], dict[int, tuple[Value, Type]]]] = []  # earlier draws: (sizes, seen)
+        self.current_sizes: dict[str, int] = {}  # the dynamic dims' sizes of the run being observed
         self.symbols = (f"s{i}" for i in itertools.count())
         self.small: dict[int, Any] = {}  # value id -> its value, for scalars, short lists and 0-d tensors
         self.varying: set[int] = set()  # value ids seen with different values (loop counters, data, dynamic sizes)
@@ -33,8 +34,6 @@ class ShapeRecorder:
         if self.seen or self.draws:
             self.draws.append((self.current_sizes, self.seen))
         self.current_sizes, self.seen = dict(sizes), {}
-
-    current_sizes: dict[str, int] = {}
 
     def observe_values(self, values: list[Value], runtime_values) -> None:
         for value, obj in zip(values, runtime_values):
