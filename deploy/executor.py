@@ -154,7 +154,7 @@ class Executor:
 
         def single_kernel(inputs: list) -> list:
             try:
-                outputs = allocate()
+                outputs = allocate(None)  # a static kernel (dynamic ones run step by step, with the call's dims)
                 if direct:  # the kernel's arguments are the plan's inputs, in order
                     args = inputs
                 else:
@@ -162,7 +162,7 @@ class Executor:
                     for i, j in from_inputs:
                         args[i] = inputs[j]
                 if relayout:
-                    args = relayout(args)
+                    args = relayout(args, None)
                 launch(args, outputs)
                 return outputs
             except Jit2TritonError:
@@ -186,35 +186,42 @@ class Executor:
             raise Jit2TritonError(f"kernel {step['kernel']!r} is missing from the package; re-run the conversion")
         return launch
 
-    def output_allocator(self, step: dict) -> Callable[[], list]:
-        """Fresh output tensors in the planned dtype, shape and strides (`torch.empty_strided` is the cheapest
-        allocation torch offers from Python, cheaper than `torch.empty`)."""
+    def output_allocator(self, step: dict) -> Callable[[Optional[dict]], list]:
+        """Fresh output tensors in the planned dtype, shape and strides, for the call's dynamic dims (`sizes`;
+        a static kernel's shapes are fixed). `torch.empty_strided` is the cheapest allocation torch offers from
+        Python, cheaper than `torch.empty`."""
         device, empty = self.device, torch.empty_strided
-        specs = [(tuple(shape), tuple(strides), getattr(torch, dtype)) for shape, dtype, strides in step["out_types"]]
-        if len(specs) == 1:
-            (shape, strides, dtype), = specs
-            return lambda: [empty(shape, strides, dtype=dtype, device=device)]
-        return lambda: [empty(shape, strides, dtype=dtype, device=device) for shape, strides, dtype in specs]
+        if any(is_dynamic(shape) or is_dynamic(strides) for shape, _, strides in step["out_types"]):
+            specs = [(shape_function(shape), shape_function(strides), getattr(torch, dtype))
+                     for shape, dtype, strides in step["out_types"]]
+            return lambda sizes: [empty(shape(sizes), strides(sizes), dtype=dtype, device=device)
+                                  for shape, strides, dtype in specs]
+        fixed = [(tuple(shape), tuple(strides), getattr(torch, dtype)) for shape, dtype, strides in step["out_types"]]
+        if len(fixed) == 1:
+            (shape, strides, dtype), = fixed
+            return lambda sizes: [empty(shape, strides, dtype=dtype, device=device)]
+        return lambda sizes: [empty(shape, strides, dtype=dtype, device=device) for shape, strides, dtype in fixed]
 
-    def relayout(self, step: dict) -> Optional[Callable[[list], list]]:
+    def relayout(self, step: dict) -> Optional[Callable[[list, Optional[dict]], list]]:
         """The check that each input ATen made has the shape the kernel was generated for (else an error: a
-        scalar input changed it) and exactly the layout it indexes with (copied into that layout when not); None
-        when no input needs it."""
+        scalar input changed it) and exactly the layout it indexes with (copied into that layout when not), at
+        the call's dynamic dims; None when no input needs it."""
         shapes = step.get("in_shapes") or [None] * len(step.get("in_strides", ()))
-        checked = [(i, tuple(strides), torch.Size(shape) if shape is not None else None)
+        checked = [(i, shape_function(strides), shape_function(shape) if shape is not None else None)
                    for i, (strides, shape) in enumerate(zip(step.get("in_strides", ()), shapes)) if strides is not None]
         if not checked:
             return None
 
-        def relayout(inputs: list) -> list:
+        def relayout(inputs: list, sizes: Optional[dict]) -> list:
             copied = None
-            for i, strides, shape in checked:
+            for i, strides_at, shape_at in checked:
                 x = inputs[i]
-                if shape is not None and x.shape != shape:
+                if shape_at is not None and x.shape != shape_at(sizes):
                     raise InputError(
                         f"kernel input {i} has shape {list(x.shape)}, but the package was converted for "
-                        f"{list(shape)}: an input value (a scalar) changed a shape the package is specialised to; "
-                        "convert again with example inputs of the values you need")
+                        f"{list(shape_at(sizes))}: an input value (a scalar) changed a shape the package is "
+                        "specialised to; convert again with example inputs of the values you need")
+                strides = strides_at(sizes)
                 if x.stride() != strides:
                     copied = copied or list(inputs)
                     copied[i] = torch.empty_strided(x.shape, strides, dtype=x.dtype, device=x.device).copy_(x)
@@ -223,64 +230,30 @@ class Executor:
         return relayout
 
     def compile_kernel(self, step: dict) -> Step:
-        """A generated kernel: `launch(inputs, outputs)` with outputs allocated here, in the planned dtype/shape."""
-        if _dynamic_kernel(step):
-            return self.compile_dynamic_kernel(step)
+        """A generated kernel: `launch(inputs, outputs[, sizes])` with outputs allocated here, in the planned dtype
+        and shape; a kernel over dynamic dims also gets the call's values of the dims it takes."""
         launch = self.kernel_launcher(step)
         getters = [self.getter(r) for r in step["args"]]
         allocate = self.output_allocator(step)
         relayout = self.relayout(step)
-        outs, free = step["outs"], step.get("free", ())
-        node, observe = step["node"], self.observe
-
-        def kernel(env: list) -> None:
-            outputs = allocate()
-            inputs = [get(env) for get in getters]
-            if relayout:
-                inputs = relayout(inputs)
-            launch(inputs, outputs)
-            for slot, value in zip(outs, outputs):
-                env[slot] = value
-            if observe:
-                observe(node, tuple(outputs))
-            for slot in free:
-                env[slot] = None
-
-        return kernel
-
-    def compile_dynamic_kernel(self, step: dict) -> Step:
-        """A kernel over dynamic dims: its outputs' shapes and strides, the shapes and layouts its inputs must
-        have, and its size arguments are functions of the call's dims (built here, evaluated per call)."""
-        launch = self.kernel_launcher(step)
-        getters = [self.getter(r) for r in step["args"]]
-        device, empty = self.device, torch.empty_strided
-        outputs = [(shape_function(shape), shape_function(strides), getattr(torch, dtype))
-                   for shape, dtype, strides in step["out_types"]]
-        shapes = step.get("in_shapes") or [None] * len(step.get("in_strides", ()))
-        checked = [(i, shape_function(strides), shape_function(shape) if shape is not None else None)
-                   for i, (strides, shape) in enumerate(zip(step.get("in_strides", ()), shapes)) if strides is not None]
         names = step.get("sizes", ())
         outs, free, sizes_slot = step["outs"], step.get("free", ()), self.sizes_slot
         node, observe = step["node"], self.observe
 
         def kernel(env: list) -> None:
             sizes = env[sizes_slot]
-            made = [empty(shape(sizes), strides(sizes), dtype=dtype, device=device) for shape, strides, dtype in outputs]
+            outputs = allocate(sizes)
             inputs = [get(env) for get in getters]
-            for i, strides, shape in checked:
-                x, want = inputs[i], strides(sizes)
-                if shape is not None and tuple(x.shape) != shape(sizes):
-                    raise InputError(
-                        f"kernel input {i} has shape {list(x.shape)}, but the package was converted for "
-                        f"{list(shape(sizes))}: an input value (a scalar) changed a shape the package is specialised "
-                        "to; convert again with example inputs of the values you need")
-                if x.stride() != want:
-                    inputs[i] = torch.empty_strided(x.shape, want, dtype=x.dtype, device=x.device).copy_(x)
-            launch(inputs, made, [sizes[n] for n in names])
-            for slot, value in zip(outs, made):
+            if relayout:
+                inputs = relayout(inputs, sizes)
+            if names:
+                launch(inputs, outputs, [sizes[n] for n in names])
+            else:
+                launch(inputs, outputs)
+            for slot, value in zip(outs, outputs):
                 env[slot] = value
             if observe:
-                observe(node, tuple(made))
+                observe(node, tuple(outputs))
             for slot in free:
                 env[slot] = None
 
@@ -342,7 +315,8 @@ class Executor:
             return lambda env: run(steps, env)
         if self.graph_pool is None:
             self.graph_pool = torch.cuda.graph_pool_handle()
-        return RegionGraphs(step, steps, run, self.num_slots, self.graph_pool)
+        # its scratch env has the dims slot too, empty: only C++ kernels (never on CUDA) take dynamic dims
+        return RegionGraphs(step, steps, run, self.num_slots + 1, self.graph_pool)
 
     def compile_subblock(self, block: dict) -> tuple[list[tuple[Step, int]], list[Callable]]:
         return self.compile_block(block["steps"]), [self.getter(r) for r in block["outputs"]]

@@ -75,29 +75,7 @@ class InputChecker:
         label = f"input {index} ({desc['name']!r})"
         kind = desc["type"]
         if kind == "Tensor":
-            dtype = getattr(torch, desc["dtype"])
-            device_type = self.device.type
-            expected = f"{desc['dtype']}[{', '.join(map(str, desc['shape']))}] on {device_type}"
-            on_device = _DEVICE_TEST.get(device_type, lambda x: x.device.type == device_type)
-            contiguous = self.contiguous
-            if any(isinstance(d, str) for d in desc["shape"]):
-                return self._dynamic_check(label, desc, dtype, expected, on_device)
-            shape = torch.Size(desc["shape"])
-
-            def check_tensor(x: Any, bound: Any = None) -> Any:
-                if not isinstance(x, torch.Tensor):
-                    raise InputError(f"{label}: expected a tensor {expected}, got {type(x).__name__}")
-                if x.layout is not torch.strided:
-                    raise InputError(f"{label}: expected a dense tensor {expected}, got a {x.layout} tensor; pass "
-                                     "x.to_dense()")
-                if x.dtype != dtype or x.shape != shape or not on_device(x):
-                    got = f"{str(x.dtype).removeprefix('torch.')}[{', '.join(map(str, x.shape))}] on {x.device}"
-                    raise InputError(
-                        f"{label}: expected {expected}, got {got}. The package was converted for that signature; "
-                        f"convert again with example inputs of the shape and dtype you need")
-                return x.contiguous() if contiguous else x
-
-            return check_tensor
+            return self._tensor_check(label, desc)
         python_type = _SCALAR_TYPES.get(kind)
         if python_type is None:
             return (lambda x, bound=None: x)
@@ -109,27 +87,34 @@ class InputChecker:
 
         return check_scalar
 
-    def _dynamic_check(self, label: str, desc: dict, dtype: torch.dtype, expected: str,
-                       on_device: Callable) -> Callable[[Any, dict], Any]:
-        """The check of a tensor with dynamic dims: static sizes equal, each dynamic one within its range and equal
-        wherever else the same dim appears in this call."""
-        rank, contiguous = len(desc["shape"]), self.contiguous
+    def _tensor_check(self, label: str, desc: dict) -> Callable[..., Any]:
+        """The check of a tensor input: dtype, device, dense layout and shape. A dynamic dim (a name in the shape)
+        must be within its range and equal wherever else the same dim appears in this call (`bound`)."""
+        dtype = getattr(torch, desc["dtype"])
+        device_type = self.device.type
+        expected = f"{desc['dtype']}[{', '.join(map(str, desc['shape']))}] on {device_type}"
+        on_device = _DEVICE_TEST.get(device_type, lambda x: x.device.type == device_type)
+        contiguous = self.contiguous
         undeclared = [d for d in desc["shape"] if isinstance(d, str) and d not in self.dims]
         if undeclared:
             raise CorruptPackageError(f"{label} names dim {undeclared[0]!r}, which the signature does not declare; "
                                       "re-run `jit2triton convert`")
-        static = [(axis, d) for axis, d in enumerate(desc["shape"]) if isinstance(d, int)]
         dynamic = [(axis, d, self.dims[d]["min"], self.dims[d]["max"]) for axis, d in enumerate(desc["shape"])
                    if isinstance(d, str)]
+        fixed = None if dynamic else torch.Size(desc["shape"])  # a static shape: one comparison per call
+        rank = len(desc["shape"])
+        static = [(axis, d) for axis, d in enumerate(desc["shape"]) if isinstance(d, int)]
 
-        def check_tensor(x: Any, bound: dict) -> Any:
+        def check_tensor(x: Any, bound: Any = None) -> Any:
             if not isinstance(x, torch.Tensor):
                 raise InputError(f"{label}: expected a tensor {expected}, got {type(x).__name__}")
             if x.layout is not torch.strided:
                 raise InputError(f"{label}: expected a dense tensor {expected}, got a {x.layout} tensor; pass "
                                  "x.to_dense()")
             shape = x.shape
-            if x.dtype != dtype or len(shape) != rank or not on_device(x) or any(shape[a] != n for a, n in static):
+            if x.dtype != dtype or not on_device(x) or (
+                    shape != fixed if fixed is not None else
+                    len(shape) != rank or any(shape[a] != n for a, n in static)):
                 got = f"{str(x.dtype).removeprefix('torch.')}[{', '.join(map(str, shape))}] on {x.device}"
                 raise InputError(f"{label}: expected {expected}, got {got}. The package was converted for that "
                                  "signature; convert again with example inputs of the shape and dtype you need")

@@ -28,7 +28,3 @@ def shape_function(entries: list) -> Callable[[Sizes], tuple]:
         return lambda sizes: fixed
     parts = [size_function(n) for n in entries]
     return lambda sizes: tuple(f(sizes) for f in parts)
-
-
-def names_in(entries) -> set[str]:
-    return {d for n in entries if isinstance(n, list) for _, names in n for d in names}

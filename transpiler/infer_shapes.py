@@ -100,7 +100,7 @@ class ShapeRecorder:
     def fitted(self, values: list, sizes: list[dict[str, int]], opaque: bool = True):
         if any(isinstance(v, str) for v in values):  # it varied within a run (a loop): no draw explains it
             return next(self.symbols) if opaque else None
-        found = fit(values, sizes) if len(sizes) > 2 or len(set(values)) == 1 else None
+        found = fit(values, sizes)
         if found is None and opaque:
             return next(self.symbols)
         return found

@@ -126,10 +126,6 @@ def size(n) -> KExpr:
     return total
 
 
-def is_dynamic(x: KExpr) -> bool:
-    """Whether a loop variable's range is a dynamic size."""
-    return isinstance(x.arg[1], SymSize)
-
 
 def const(value: Any, dtype: str) -> KExpr:
     if dtype == "bool":
@@ -403,39 +399,31 @@ def free_vars(x: KExpr) -> frozenset:
 _free: dict[int, frozenset] = {}
 
 
-def reductions_in(x: KExpr) -> list[KExpr]:
-    """Every reduce node reachable from x, innermost first (a reduce after the reduces its body needs)."""
-    seen: dict[int, KExpr] = {}
+def nodes_in(*roots: KExpr) -> list[KExpr]:
+    """Every node reachable from `roots`, once each, a node's args before the node."""
+    seen: set[int] = set()
     order: list[KExpr] = []
 
     def visit(node: KExpr) -> None:
         if id(node) in seen:
             return
-        seen[id(node)] = node
+        seen.add(id(node))
         for a in node.args:
             visit(a)
-        if node.op == "reduce":
-            order.append(node)
+        order.append(node)
 
-    visit(x)
+    for root in roots:
+        visit(root)
     return order
 
 
+def reductions_in(x: KExpr) -> list[KExpr]:
+    """Every reduce node reachable from x, innermost first (a reduce after the reduces its body needs)."""
+    return [n for n in nodes_in(x) if n.op == "reduce"]
+
+
 def loads_in(x: KExpr) -> set[str]:
-    found: set[str] = set()
-    seen: set[int] = set()
-
-    def visit(node: KExpr) -> None:
-        if id(node) in seen:
-            return
-        seen.add(id(node))
-        if node.op == "load":
-            found.add(node.arg)
-        for a in node.args:
-            visit(a)
-
-    visit(x)
-    return found
+    return {n.arg for n in nodes_in(x) if n.op == "load"}
 
 
 @dataclass
@@ -469,24 +457,12 @@ class Kernel:
     def size_names(self) -> tuple[str, ...]:
         """The dynamic dims the kernel takes as arguments, sorted: its `sizes` array, in this order."""
         names: set[str] = set()
-        seen: set[int] = set()
-
-        def visit(x: KExpr) -> None:
-            if id(x) in seen:
-                return
-            seen.add(id(x))
+        for x in nodes_in(*self.values, *self.ranges):
             if x.op == "sym":
                 names.add(x.arg)
-            elif x.op == "var" and isinstance(x.arg[1], SymSize):
-                names.update(x.arg[1].names)
-            elif x.op == "reduce":
-                for v in x.arg[1]:
-                    visit(v)
-            for a in x.args:
-                visit(a)
-
-        for x in (*self.values, *self.ranges):
-            visit(x)
+            for v in x.arg[1] if x.op == "reduce" else (x,) if x.op == "var" else ():
+                if isinstance(v.arg[1], SymSize):
+                    names.update(v.arg[1].names)
         for b in (*self.inputs, *self.outputs):
             for n in (*b.shape, *b.strides):
                 if isinstance(n, SymSize):

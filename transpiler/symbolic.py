@@ -77,10 +77,6 @@ def _terms(x: Union[int, SymSize]) -> tuple[Term, ...]:
     return NotImplemented
 
 
-def is_static(size) -> bool:
-    return isinstance(size, int)
-
-
 def at_least_one(size):
     """max(size, 1) for a dim; a dynamic dim's own minimum is at least 1."""
     return max(size, 1) if isinstance(size, int) else size

@@ -104,17 +104,28 @@ Size parse_size(const Value& v, const std::vector<std::string>& dims) {
   return size;
 }
 
-std::vector<Size> parse_sizes(const Value& list, const std::vector<std::string>& dims) {
-  std::vector<Size> out;
-  for (const auto& v : list.items) out.push_back(parse_size(v, dims));
-  return out;
-}
+// A shape or strides list of a plan: fixed (evaluated once, at load), or evaluated at each call's dims.
+struct Shape {
+  std::vector<Size> sizes;
+  std::vector<int64_t> fixed;
+  bool dynamic = false;
+  at::IntArrayRef at(const int64_t* dims, std::vector<int64_t>& scratch) const {
+    if (!dynamic) return fixed;
+    scratch.clear();
+    for (const auto& s : sizes) scratch.push_back(s(dims));
+    return scratch;
+  }
+};
 
-std::vector<int64_t> evaluate(const std::vector<Size>& sizes, const int64_t* dims) {
-  std::vector<int64_t> out;
-  out.reserve(sizes.size());
-  for (const auto& s : sizes) out.push_back(s(dims));
-  return out;
+Shape parse_shape(const Value& list, const std::vector<std::string>& dims) {
+  Shape shape;
+  for (const auto& v : list.items) {
+    shape.sizes.push_back(parse_size(v, dims));
+    shape.dynamic |= shape.sizes.back().dynamic();
+  }
+  if (!shape.dynamic)
+    for (const auto& s : shape.sizes) shape.fixed.push_back(s(nullptr));
+  return shape;
 }
 
 void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const BufferCounts& buffers) {
@@ -355,16 +366,15 @@ class Builder {
     std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
     const std::vector<std::string>& dims = plan_.plan_dims_;
     struct OutSpec {
-      std::vector<Size> shape, strides;
+      Shape shape, strides;
       at::TensorOptions options;
     };
     std::vector<OutSpec> specs;
     bool dynamic = false;
     for (const auto& t : s.at("out_types").items) {
-      OutSpec spec{parse_sizes(t[0], dims), parse_sizes(t[2], dims),
+      OutSpec spec{parse_shape(t[0], dims), parse_shape(t[2], dims),
                    at::TensorOptions().dtype(parse_dtype(t[1].as_string())).device(device_)};
-      for (const auto& n : spec.shape) dynamic |= n.dynamic();
-      for (const auto& n : spec.strides) dynamic |= n.dynamic();
+      dynamic |= spec.shape.dynamic || spec.strides.dynamic;
       specs.push_back(std::move(spec));
     }
     std::vector<size_t> size_args;  // the kernel's size arguments, as indices into the call's dims
@@ -375,7 +385,7 @@ class Builder {
     // refuse) and the strides seen at convert time (the kernel indexes with them: else copy into that layout).
     struct Checked {
       size_t index;
-      std::vector<Size> strides, shape;
+      Shape strides, shape;
       bool has_shape;
     };
     std::vector<Checked> checked;
@@ -383,10 +393,9 @@ class Builder {
     if (const auto* strides = s.find("in_strides"))
       for (size_t i = 0; i < strides->items.size(); ++i)
         if (!strides->items[i].is_null()) {
-          Checked c{i, parse_sizes(strides->items[i], dims), {}, shapes && i < shapes->size() && !(*shapes)[i].is_null()};
-          if (c.has_shape) c.shape = parse_sizes((*shapes)[i], dims);
-          for (const auto& n : c.shape) dynamic |= n.dynamic();
-          for (const auto& n : c.strides) dynamic |= n.dynamic();
+          Checked c{i, parse_shape(strides->items[i], dims), {}, shapes && i < shapes->size() && !(*shapes)[i].is_null()};
+          if (c.has_shape) c.shape = parse_shape((*shapes)[i], dims);
+          dynamic |= c.shape.dynamic || c.strides.dynamic;
           checked.push_back(std::move(c));
         }
     int sizes_slot = plan_.num_slots_;
@@ -398,24 +407,26 @@ class Builder {
         call_dims.assign(list.begin(), list.end());
       }
       const int64_t* d = call_dims.data();
+      std::vector<int64_t> scratch_shape, scratch_strides;  // used only by shapes over the dims
       std::vector<at::Tensor> outputs, inputs;
       outputs.reserve(specs.size());
-      for (const auto& spec : specs) outputs.push_back(at::empty_strided(evaluate(spec.shape, d), evaluate(spec.strides, d), spec.options));
+      for (const auto& spec : specs)
+        outputs.push_back(at::empty_strided(spec.shape.at(d, scratch_shape), spec.strides.at(d, scratch_strides), spec.options));
       inputs.reserve(args.size());
       for (const auto& a : args) inputs.push_back(a.get(env).toTensor());
       for (const auto& c : checked) {
         at::Tensor& x = inputs[c.index];
         if (c.has_shape) {
-          std::vector<int64_t> shape = evaluate(c.shape, d);
-          if (x.sizes() != at::IntArrayRef(shape))
+          at::IntArrayRef shape = c.shape.at(d, scratch_shape);
+          if (x.sizes() != shape)
             throw std::invalid_argument(
                 "kernel input " + std::to_string(c.index) + " has shape [" + join_dims(x.sizes()) +
                 "], but the package was converted for [" + join_dims(shape) +
                 "]: an input value (a scalar) changed a shape the package is specialised to; convert again with "
                 "example inputs of the values you need");
         }
-        std::vector<int64_t> strides = evaluate(c.strides, d);
-        if (x.strides() != at::IntArrayRef(strides)) x = at::empty_strided(x.sizes(), strides, x.options()).copy_(x);
+        at::IntArrayRef strides = c.strides.at(d, scratch_strides);
+        if (x.strides() != strides) x = at::empty_strided(x.sizes(), strides, x.options()).copy_(x);
       }
       std::vector<int64_t> sizes;
       for (size_t i : size_args) sizes.push_back(call_dims[i]);

@@ -99,7 +99,7 @@ void Plan::build_input_checks() {
       at::ScalarType dtype = parse_dtype(d.at("dtype").as_string());
       c10::DeviceType type = device.type();
       std::string expected = format_type(d) + " on " + c10::DeviceTypeName(type, true);
-      std::vector<int64_t> shape;
+      std::vector<int64_t> shape;  // -1 at a dynamic dim
       struct Dynamic {
         size_t axis, dim;
         Range range;
@@ -117,53 +117,36 @@ void Plan::build_input_checks() {
           shape.push_back(x.as_int());
         }
       }
-      if (!dynamic.empty()) {
-        std::vector<std::string> names = dim_names_;
-        checks_.push_back([=](IValue& v, Bound& bound) {
-          if (!v.isTensor()) throw Error(Error::Kind::Input, label + ": expected a tensor " + expected + ", got " + python_type_name(v));
-          const at::Tensor& x = v.toTensor();
-          if (x.layout() != at::kStrided)
-            throw Error(Error::Kind::Input, label + ": expected a dense tensor " + expected + ", got a " +
-                                                layout_name(x.layout()) + " tensor; pass x.to_dense()");
-          bool same = x.scalar_type() == dtype && x.dim() == static_cast<int64_t>(shape.size()) && x.device().type() == type;
-          for (size_t a = 0; same && a < shape.size(); ++a) same = shape[a] < 0 || x.size(a) == shape[a];
-          if (!same)
-            throw Error(Error::Kind::Input,
-                        label + ": expected " + expected + ", got " + dtype_name(x.scalar_type()) + "[" + join_dims(x.sizes()) +
-                            "] on " + x.device().str() +
-                            ". The package was converted for that signature; convert again with example inputs of the shape and dtype you need");
-          for (const auto& dyn : dynamic) {
-            int64_t n = x.size(dyn.axis);
-            std::string axis = label + " axis " + std::to_string(dyn.axis);
-            if (n < dyn.range.min || (dyn.range.max >= 0 && n > dyn.range.max))
-              throw Error(Error::Kind::Input, label + ": axis " + std::to_string(dyn.axis) + " is dim " + names[dyn.dim] +
-                                                  ", whose range is " + std::to_string(dyn.range.min) + ".." +
-                                                  (dyn.range.max >= 0 ? std::to_string(dyn.range.max) : "inf") + "; got " +
-                                                  std::to_string(n) + ". Convert again with a wider Dim to serve that size");
-            if (bound.size[dyn.dim] < 0) {
-              bound.size[dyn.dim] = n;
-              bound.where[dyn.dim] = axis;
-            } else if (bound.size[dyn.dim] != n) {
-              throw Error(Error::Kind::Input, label + ": axis " + std::to_string(dyn.axis) + " is dim " + names[dyn.dim] +
-                                                  ", which is " + std::to_string(bound.size[dyn.dim]) + " in " + bound.where[dyn.dim] +
-                                                  "; got " + std::to_string(n) + ". The model needs those sizes equal");
-            }
-          }
-          if (contiguous && !x.is_contiguous()) v = x.contiguous();
-        });
-        continue;
-      }
-      checks_.push_back([=](IValue& v, Bound&) {
+      std::vector<std::string> names = dim_names_;
+      checks_.push_back([=](IValue& v, Bound& bound) {
         if (!v.isTensor()) throw Error(Error::Kind::Input, label + ": expected a tensor " + expected + ", got " + python_type_name(v));
         const at::Tensor& x = v.toTensor();
         if (x.layout() != at::kStrided)
           throw Error(Error::Kind::Input, label + ": expected a dense tensor " + expected + ", got a " +
                                               layout_name(x.layout()) + " tensor; pass x.to_dense()");
-        if (x.scalar_type() != dtype || x.sizes() != at::IntArrayRef(shape) || x.device().type() != type)
+        bool same = x.scalar_type() == dtype && x.dim() == static_cast<int64_t>(shape.size()) && x.device().type() == type;
+        for (size_t a = 0; same && a < shape.size(); ++a) same = shape[a] < 0 || x.size(a) == shape[a];
+        if (!same)
           throw Error(Error::Kind::Input,
                       label + ": expected " + expected + ", got " + dtype_name(x.scalar_type()) + "[" + join_dims(x.sizes()) +
                           "] on " + x.device().str() +
                           ". The package was converted for that signature; convert again with example inputs of the shape and dtype you need");
+        for (const auto& dyn : dynamic) {
+          int64_t n = x.size(dyn.axis);
+          if (n < dyn.range.min || (dyn.range.max >= 0 && n > dyn.range.max))
+            throw Error(Error::Kind::Input, label + ": axis " + std::to_string(dyn.axis) + " is dim " + names[dyn.dim] +
+                                                ", whose range is " + std::to_string(dyn.range.min) + ".." +
+                                                (dyn.range.max >= 0 ? std::to_string(dyn.range.max) : "inf") + "; got " +
+                                                std::to_string(n) + ". Convert again with a wider Dim to serve that size");
+          if (bound.size[dyn.dim] < 0) {
+            bound.size[dyn.dim] = n;
+            bound.where[dyn.dim] = label + " axis " + std::to_string(dyn.axis);
+          } else if (bound.size[dyn.dim] != n) {
+            throw Error(Error::Kind::Input, label + ": axis " + std::to_string(dyn.axis) + " is dim " + names[dyn.dim] +
+                                                ", which is " + std::to_string(bound.size[dyn.dim]) + " in " + bound.where[dyn.dim] +
+                                                "; got " + std::to_string(n) + ". The model needs those sizes equal");
+          }
+        }
         if (contiguous && !x.is_contiguous()) v = x.contiguous();
       });
     } else if (kind == "int" || kind == "float" || kind == "bool" || kind == "str") {
