@@ -18,7 +18,7 @@ SIDE_EFFECT_OPS = frozenset({"aten::save", "aten::from_file", "aten::from_file.o
 
 def check_plan(plan: dict, num_nodes: int, kernels: list[dict]) -> None:
     try:
-        buffers = {k["name"]: k["num_buffers"] for k in kernels}
+        buffers = {k["name"]: (k["num_buffers"], list(k.get("sizes", ()))) for k in kernels}
         slots = plan["num_slots"]
         if type(slots) is not int or not 0 <= slots <= MAX_SLOTS:
             _bad("num_slots")
@@ -45,14 +45,19 @@ def _refs(refs: list, num_slots: int) -> None:
             _slot(ref[1], num_slots)
 
 
-def _steps(steps: list, num_slots: int, num_nodes: int, buffers: dict[str, int]) -> None:
+def _steps(steps: list, num_slots: int, num_nodes: int, buffers: dict[str, tuple]) -> None:
+    """`buffers`: kernel name -> (its number of buffers, the dynamic dims it takes)."""
     for step in steps:
         if step.get("kind") == "call" and step.get("op") in SIDE_EFFECT_OPS:
             raise CorruptPackageError(
                 f"the package's plan calls {step['op']}, which reaches outside the model (files, global state); a "
                 "converted model never does, so the package was edited: re-run `jit2triton convert`")
-        if step.get("kind") == "kernel" and buffers.get(step["kernel"]) != len(step["args"]) + len(step["outs"]):
-            _bad(f"kernel step {step['kernel']!r} passes another number of buffers than its kernel takes")
+        if step.get("kind") == "kernel":
+            arity = buffers.get(step["kernel"])
+            if arity is None or arity[0] != len(step["args"]) + len(step["outs"]):
+                _bad(f"kernel step {step['kernel']!r} passes another number of buffers than its kernel takes")
+            if list(step.get("sizes", ())) != arity[1]:
+                _bad(f"kernel step {step['kernel']!r} passes other sizes than its kernel takes")
         node = step.get("node")
         if type(node) is not int or not 0 <= node < num_nodes:
             _bad("a step names a node that is not in the node table")

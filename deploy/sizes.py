@@ -28,3 +28,12 @@ def shape_function(entries: list) -> Callable[[Sizes], tuple]:
         return lambda sizes: fixed
     parts = [size_function(n) for n in entries]
     return lambda sizes: tuple(f(sizes) for f in parts)
+
+
+def positional_size_function(n: SizeRef, names: list) -> Callable[[list], int]:
+    """A size as a function of dim values given as a list in `names`' order (how kernels receive them)."""
+    if isinstance(n, int):
+        return lambda values: n
+    where = {name: i for i, name in enumerate(names)}
+    terms = [(int(coef), tuple(where[d] for d in dims)) for coef, dims in n]
+    return lambda values: sum(coef * math.prod(values[i] for i in at) for coef, at in terms)

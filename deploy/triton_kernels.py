@@ -1,4 +1,5 @@
-"""Load a package's Triton kernels: one launcher per kernel, `launch(inputs, outputs)`.
+"""Load a package's Triton kernels: one launcher per kernel, `launch(inputs, outputs[, sizes])`; `sizes` are the
+call's values of the dynamic dims the kernel takes (its "size_args"), which also set its grid.
 
 On CUDA each kernel's cubin is loaded with the CUDA driver (cuModuleLoadData) and launched with cuLaunchKernel
 through ctypes, on torch's current stream, with the grid, warps and shared memory recorded at convert time: no
@@ -16,6 +17,8 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, PackageDeviceError
 
+from .sizes import positional_size_function
+
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 STATIC_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
 ALIGNMENT = 16  # the cubins assume every pointer 16-byte aligned (see emitters/compile_triton.compile_config)
@@ -32,6 +35,9 @@ def load_triton_kernels(files: dict[str, bytes], section: Optional[dict], kernel
         entry = section["kernels"].get(meta["name"])
         if entry is None or entry["source"] not in files:
             raise CorruptPackageError(f"the package has no Triton kernel {meta['name']!r}; re-run `jit2triton convert`")
+        if list(entry.get("size_args", ())) != list(meta.get("sizes", ())):
+            raise CorruptPackageError(f"Triton kernel {meta['name']!r} takes other sizes than the manifest says; "
+                                      "re-run `jit2triton convert`")
         entries[meta["name"]] = entry
     if device.type == "cuda":
         return _load_cuda(files, entries, device)
@@ -53,11 +59,34 @@ def _load_interpreted(files: dict[str, bytes], entries: dict[str, dict]) -> dict
     launchers = {}
     for name, entry in entries.items():
         fn = kernel_function(files[entry["source"]].decode(), entry["function"])
-        launchers[name] = _interpreted_launcher(fn, tuple(entry["grid"]), entry["constants"])
+        launchers[name] = _interpreted_launcher(fn, entry)
     return launchers
 
 
-def _interpreted_launcher(fn, grid: tuple, constants: dict) -> Callable:
+def _grid_function(entry: dict) -> Callable[[list], int]:
+    """A kernel's grid size (programs on axis 0) from the call's size arguments: fixed for a static grid."""
+    if "grid_items" not in entry:
+        programs = entry["grid"][0]
+        return lambda sizes: programs
+    names = {d for _, dims in entry["grid_items"] for d in dims}
+    if not names <= set(entry.get("size_args", ())):
+        raise CorruptPackageError(f"kernel {entry['function']!r}'s grid names dims it is not given; re-run "
+                                  "`jit2triton convert`")
+    items, block = positional_size_function(entry["grid_items"], entry["size_args"]), entry["constants"]["XBLOCK"]
+    return lambda sizes: -(-items(sizes) // block)
+
+
+def _interpreted_launcher(fn, entry: dict) -> Callable:
+    grid, constants = tuple(entry["grid"]), entry["constants"]
+    if entry.get("size_args"):
+        grid_of = _grid_function(entry)
+
+        def launch_dynamic(inputs: list, outputs: list, sizes: list) -> None:
+            programs = grid_of(sizes)
+            if programs:
+                fn[(programs,)](*inputs, *outputs, *sizes, **constants)
+        return launch_dynamic
+
     def launch(inputs: list, outputs: list) -> None:
         if grid[0]:
             fn[grid](*inputs, *outputs, **constants)
@@ -171,7 +200,8 @@ def _rebuilt(files: dict[str, bytes], entries: dict[str, dict], arch: int, built
             r = TritonKernel(entry["function"], files[entry["source"]].decode(), entry["arg_types"], 0)
             config = {"constants": entry["constants"], "num_warps": entry["num_warps"]}
             compiled = compile_config(r, config, device)
-            rebuilt[name] = dict(launch_entry(r, config, compiled), grid=entry["grid"], cubin=compiled.asm["cubin"])
+            fresh = {k: v for k, v in launch_entry(r, config, compiled).items() if k != "grid"}
+            rebuilt[name] = dict(entry, **fresh, cubin=compiled.asm["cubin"])
     return rebuilt
 
 
@@ -180,14 +210,19 @@ def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, 
         raise PackageDeviceError("the package's kernels use thread-block clusters, which this runtime does not "
                                  "launch; convert again with this jit2triton")
     grid_x, grid_y, grid_z = entry["grid"]
-    if not grid_x:
-        return lambda inputs, outputs: None
-    scratch = entry.get("global_scratch_size", 0) * grid_x * grid_y * grid_z
+    dynamic = bool(entry.get("size_args"))
+    grid_of = _grid_function(entry)
+    if not grid_x and "grid_items" not in entry:
+        return lambda inputs, outputs, sizes=None: None
+    scratch_per_program = entry.get("global_scratch_size", 0)
+    scratch = scratch_per_program * grid_x * grid_y * grid_z
     num_args = len(entry["arg_types"])
     launch_kernel, check, device = driver.launch, driver.check, torch.device("cuda", index)
     current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or \
         (lambda i: torch.cuda.current_stream(i).cuda_stream)
     name = entry["function"]
+    first_size = num_args - len(entry.get("size_args", ()))  # a size goes in a 64-bit slot; an i32 one is read
+    # as its low half, which on the little-endian hosts CUDA runs on is the value
     several_gpus = torch.cuda.device_count() > 1
 
     # Everything but the pointers and the stream is fixed at load: a call writes this call's pointers into the
@@ -198,8 +233,17 @@ def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, 
     params = (ctypes.c_void_p * (num_args + SCRATCH_POINTERS))(
         *[ctypes.addressof(values) + 8 * i for i in range(num_args + SCRATCH_POINTERS)])
 
-    def launch(inputs: list, outputs: list) -> None:
+    def launch(inputs: list, outputs: list, sizes: Optional[list] = None) -> None:
         keep = []  # aligned copies and scratch memory, alive until the launch is queued
+        scratch_bytes = scratch
+        if dynamic:  # sizes (after the buffers) and the grid are the call's
+            programs = grid_of(sizes)
+            if not programs:
+                return
+            config.grid_x = programs
+            scratch_bytes = scratch_per_program * programs
+            for k, n in enumerate(sizes):
+                values[first_size + k] = n
         i = 0
         for t in inputs:
             pointer = t.data_ptr()
@@ -211,8 +255,8 @@ def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, 
         for t in outputs:
             values[i] = t.data_ptr()
             i += 1
-        if scratch:
-            keep.append(torch.empty(scratch, dtype=torch.uint8, device=device))
+        if scratch_bytes:
+            keep.append(torch.empty(scratch_bytes, dtype=torch.uint8, device=device))
             values[num_args] = keep[-1].data_ptr()
         if several_gpus and torch.cuda.current_device() != index:
             with torch.cuda.device(index):

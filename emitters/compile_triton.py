@@ -23,7 +23,9 @@ from typing import Any
 import torch
 
 from jit2triton.errors import ConversionError
+from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import Kernel
+from jit2triton.transpiler.symbolic import SymSize, size_json
 
 from .cache import cache_dir, write_once
 from .triton import TritonKernel, render_kernel
@@ -111,8 +113,17 @@ def interpreter_config(r: TritonKernel) -> dict:
 
 
 def launch_entry(r: TritonKernel, config: dict, compiled=None) -> dict[str, Any]:
+    """What a launch needs. A kernel over dynamic dims takes their sizes ("size_args") after its buffers; when its
+    grid depends on them it has "grid_items" (the grid covers ceil(items / XBLOCK) programs, items a polynomial in
+    the size_args), and its "grid" is the example's, for people."""
+    example = {name: K.hint(SymSize.symbol(name)) for name in r.size_args}
     entry = {"function": r.name, "source": f"kernels/{r.name}.py", "arg_types": r.arg_types,
-             "constants": config["constants"], "num_warps": config["num_warps"], "grid": [r.grid(config), 1, 1]}
+             "constants": config["constants"], "num_warps": config["num_warps"],
+             "grid": [r.grid(config, example), 1, 1]}
+    if r.size_args:
+        entry["size_args"] = list(r.size_args)
+    if not isinstance(r.items, int):
+        entry["grid_items"] = size_json(r.items)
     if compiled is not None:
         meta = compiled.metadata
         entry.update(binary=f"binaries/{r.name}.cubin", function=meta.name, num_warps=meta.num_warps,
@@ -124,9 +135,10 @@ def launch_entry(r: TritonKernel, config: dict, compiled=None) -> dict[str, Any]
 
 def compile_config(r: TritonKernel, config: dict, device: torch.device):
     """Triton's compiled kernel for one configuration. Every pointer is specialized as 16-byte aligned (fresh
-    allocations are); the runtime copies an input that is not before launching."""
+    allocations are); the runtime copies an input that is not before launching. Size arguments are not
+    specialized (the kernel says so), so any value compiles the one binary."""
     fn = kernel_function(r.source, r.name)
-    dummies = [torch.empty(16, dtype=_torch_dtype(t), device=device) for t in r.arg_types]
+    dummies = [2 if t in SIZE_TYPES else torch.empty(16, dtype=_torch_dtype(t), device=device) for t in r.arg_types]
     try:
         return fn.warmup(*dummies, grid=(1,), num_warps=config["num_warps"], enable_fp_fusion=FP_FUSION,
                          **config["constants"])
@@ -136,17 +148,20 @@ def compile_config(r: TritonKernel, config: dict, device: torch.device):
 
 
 def tune(r: TritonKernel, kernel: Kernel, device: torch.device):
-    """-> (config, compiled kernel): the default configuration, or the fastest of the candidates on big kernels."""
-    work = sum(math.prod(b.shape) for b in kernel.inputs + kernel.outputs)
+    """-> (config, compiled kernel): the default configuration, or the fastest of the candidates on big kernels.
+    A kernel over dynamic dims is timed at the example's sizes."""
+    sizes = {name: K.hint(SymSize.symbol(name)) for name in r.size_args}
+    work = sum(math.prod(K.hint(n) for n in b.shape) for b in kernel.inputs + kernel.outputs)
     candidates = r.configs if work >= TUNE_MIN_ELEMENTS and len(r.configs) > 1 else r.configs[:1]
     compiled = [compile_config(r, c, device) for c in candidates]
     if len(candidates) == 1:
         return candidates[0], compiled[0]
     from triton.testing import do_bench
     fn = kernel_function(r.source, r.name)
-    args = _example_buffers(kernel, device)
-    times = [do_bench(lambda c=c: fn[(r.grid(c),)](*args, num_warps=c["num_warps"], enable_fp_fusion=FP_FUSION,
-                                                   **c["constants"]), warmup=5, rep=25) for c in candidates]
+    args = _example_buffers(kernel, device) + [sizes[name] for name in r.size_args]
+    times = [do_bench(lambda c=c: fn[(r.grid(c, sizes),)](*args, num_warps=c["num_warps"],
+                                                          enable_fp_fusion=FP_FUSION, **c["constants"]),
+                      warmup=5, rep=25) for c in candidates]
     best = min(range(len(candidates)), key=times.__getitem__)
     return candidates[best], compiled[best]
 
@@ -155,14 +170,17 @@ def _example_buffers(kernel: Kernel, device: torch.device) -> list[torch.Tensor]
     buffers = []
     for b in kernel.inputs:
         dtype = getattr(torch, b.dtype)
-        extent = 1 + sum((n - 1) * s for n, s in zip(b.shape, b.strides) if n > 0)
+        shape, strides = [K.hint(n) for n in b.shape], [K.hint(n) for n in b.strides]
+        extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides) if n > 0)
         storage = torch.randn(extent, device=device).to(dtype) if dtype.is_floating_point else \
             torch.zeros(extent, dtype=dtype, device=device)
-        buffers.append(storage.as_strided(b.shape, b.strides or ()))
-    buffers += [torch.empty(b.shape, dtype=getattr(torch, b.dtype), device=device) for b in kernel.outputs]
+        buffers.append(storage.as_strided(shape, strides or ()))
+    buffers += [torch.empty([K.hint(n) for n in b.shape], dtype=getattr(torch, b.dtype), device=device)
+                for b in kernel.outputs]
     return buffers
 
 
+SIZE_TYPES = ("i32", "i64")  # a dynamic dim's size argument (emitters/triton.py)
 _POINTER_DTYPES = {"*fp32": torch.float32, "*fp64": torch.float64, "*fp16": torch.float16, "*bf16": torch.bfloat16,
                    "*i64": torch.int64, "*i32": torch.int32, "*i16": torch.int16, "*i8": torch.int8,
                    "*u8": torch.uint8, "*i1": torch.bool}

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import compute_dtype
+from jit2triton.transpiler.symbolic import at_least_one
 
-from .common import LoopNest, Scope, loop_nest, provenance_comment, reduction_size, store_index, unravel
+from .common import LoopNest, Scope, loop_nest, provenance_comment, reduction_size, size_code, store_index, unravel
 from .triton_math import EXPRESSIONS, FLOAT_ONLY, HELPER_NEEDS, HELPERS, TL_TYPES, literal, neutral, ordered
 
 POINTER_TYPES = {"float32": "*fp32", "float64": "*fp64", "float16": "*fp16", "bfloat16": "*bf16", "int64": "*i64",
@@ -37,12 +38,15 @@ class TritonKernel:
     """A rendered kernel: its module source and how to launch it."""
     name: str
     source: str  # a standalone Python module: provenance comment, imports, helpers, the kernel
-    arg_types: list[str]  # Triton pointer types of the arguments, inputs then outputs
-    items: int  # what the grid covers: output elements (flat kernels) or rows (kernels with reductions)
+    arg_types: list[str]  # Triton types of the arguments: inputs' and outputs' pointers, then the dims' sizes
+    items: Any  # what the grid covers: output elements (flat kernels) or rows (kernels with reductions); an int,
+    # or a SymSize over `size_args` when the kernel is dynamic
     configs: list[dict] = field(default_factory=list)  # {"constants": {...}, "num_warps": n}; the default first
+    size_args: tuple[str, ...] = ()  # the dynamic dims it takes, after the buffers (argument `dim_<name>`)
 
-    def grid(self, config: dict) -> int:
-        return -(-self.items // config["constants"]["XBLOCK"])
+    def grid(self, config: dict, sizes: Optional[dict] = None) -> int:
+        items = self.items if isinstance(self.items, int) else self.items.evaluate(sizes)
+        return -(-items // config["constants"]["XBLOCK"])
 
 
 def next_power_of_2(n: int) -> int:
@@ -117,6 +121,8 @@ class _KernelWriter:
             return node.arg[0]
         if node.op == "const":
             return literal(node.arg, node.dtype)
+        if node.op == "sym":
+            return f"dim_{node.arg}"
         found = scope.lookup(node)
         if found is not None:
             return found
@@ -202,10 +208,10 @@ class _KernelWriter:
             op = "any" if op == "max" else "all"
         group = self.fresh_group(rvars[0].arg[0].rsplit("_", 1)[0])
         size = reduction_size(node)
-        persistent = size <= PERSISTENT_LIMIT
-        width = str(next_power_of_2(size)) if persistent else "RBLOCK"
+        persistent = most(size) <= PERSISTENT_LIMIT  # over a dynamic dim: wide enough for the range's largest
+        width = str(next_power_of_2(most(size))) if persistent else "RBLOCK"
         if persistent:
-            self.persistent_widths.append(next_power_of_2(size))
+            self.persistent_widths.append(int(width))
         elif "RBLOCK" not in self.constexprs:
             self.constexprs.append("RBLOCK")
         self.axis[group], self.width[group] = 1, width
@@ -217,7 +223,7 @@ class _KernelWriter:
         inner.lines.append(f"{indent}{group} = {start}{self.arange(width)}[None, :]")
         if not persistent or size != int(width):
             self.mask[group] = f"{group}_mask"
-            inner.lines.append(f"{indent}{group}_mask = {group} < {size}")
+            inner.lines.append(f"{indent}{group}_mask = {group} < {size_code(size)}")
         inner.lines += [f"{indent}{name} = {code}" for name, code in unravel(group, rvars, "//")]
         body = self.value(body_node, inner)
         identity = neutral(op, kind)
@@ -244,7 +250,7 @@ class _KernelWriter:
             lines.append(f"{target.indent}{acc} = tl.full({tile_shape}, {identity}, {acc_type})")
             if op in ("argmax", "argmin"):
                 lines.append(f"{target.indent}{acc}_at = tl.zeros({tile_shape}, tl.int64)")
-            lines.append(f"{target.indent}for {group}_start in range(0, {size}, RBLOCK):")
+            lines.append(f"{target.indent}for {group}_start in range(0, {size_code(size)}, RBLOCK):")
             lines += inner.lines
             lines += self.accumulate(op, acc, tile, group, indent, kind)
             lines.append(f"{target.indent}{name} = {self.finish(op, acc, group, kind)}")
@@ -296,21 +302,28 @@ class _KernelWriter:
         kernel, nest = self.kernel, self.nest
         body = self.render_flat() if self.flat else self.render_rows()
         params = [self.buffer_names[b.name] for b in kernel.inputs] + [f"out_{b.name}" for b in kernel.outputs]
+        # A dynamic dim's size is a typed argument Triton must not specialise (on 1, or on divisibility by 16):
+        # one binary serves every size, and the launchers pass it at a fixed width
+        size_type = "tl.int64" if self.index64 else "tl.int32"
+        params += [f"dim_{name}: {size_type}" for name in kernel.size_names]
         params += [f"{c}: tl.constexpr" for c in self.constexprs]
         lines = [provenance_comment(kernel, "#"), "import triton", "import triton.language as tl", ""]
         lines += [HELPERS[h].rstrip() + "\n" for h in ordered(self.helpers)]
-        lines += ["", "@triton.jit", f"def {kernel.name}({', '.join(params)}):"] + body
+        unspecialised = ", ".join(f'"dim_{name}"' for name in kernel.size_names)
+        decorator = f"@triton.jit(do_not_specialize=[{unspecialised}])" if kernel.size_names else "@triton.jit"
+        lines += ["", decorator, f"def {kernel.name}({', '.join(params)}):"] + body
         source = "\n".join(lines) + "\n"
         arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
+        arg_types += ["i64" if self.index64 else "i32"] * len(kernel.size_names)
         items = _size(nest.ranges) if self.flat else nest.outer_size
-        return TritonKernel(kernel.name, source, arg_types, items, self.configs(items))
+        return TritonKernel(kernel.name, source, arg_types, items, self.configs(items), kernel.size_names)
 
     def render_flat(self) -> list[str]:
         kernel = self.kernel
         scope = Scope(None, frozenset(kernel.ranges), "    ")
         pid = "tl.program_id(0).to(tl.int64)" if self.index64 else "tl.program_id(0)"
         lines = [f"    xindex = {pid} * XBLOCK + {self.arange('XBLOCK')}",
-                 f"    xmask = xindex < {_size(kernel.ranges)}"]
+                 f"    xmask = xindex < {size_code(_size(kernel.ranges))}"]
         lines += [f"    {name} = {code}" for name, code in unravel("xindex", kernel.ranges, "//")]
         self.mask["x"], self.axis["x"], self.width["x"] = "xmask", 0, "XBLOCK"
         for v in kernel.ranges:
@@ -326,7 +339,7 @@ class _KernelWriter:
         kernel, nest = self.kernel, self.nest
         pid = "tl.program_id(0).to(tl.int64)" if self.index64 else "tl.program_id(0)"
         lines = [f"    row = {pid} * XBLOCK + {self.arange('XBLOCK')}[:, None]",
-                 f"    xmask = row < {nest.outer_size}"]
+                 f"    xmask = row < {size_code(nest.outer_size)}"]
         lines += [f"    {name} = {code}" for name, code in unravel("row", nest.outer, "//")]
         self.mask["x"], self.axis["x"], self.width["x"] = "xmask", 0, "XBLOCK"
         for v in nest.outer:
@@ -335,10 +348,10 @@ class _KernelWriter:
         sweep = program
         inner_size = nest.inner_size
         if nest.inner:
-            persistent = inner_size <= PERSISTENT_LIMIT
-            width = str(next_power_of_2(inner_size)) if persistent else "YBLOCK"
+            persistent = most(inner_size) <= PERSISTENT_LIMIT
+            width = str(next_power_of_2(most(inner_size))) if persistent else "YBLOCK"
             if persistent:
-                self.persistent_widths.append(next_power_of_2(inner_size))
+                self.persistent_widths.append(int(width))
             else:
                 self.constexprs.append("YBLOCK")
             self.axis["y"], self.width["y"] = 1, width
@@ -350,7 +363,7 @@ class _KernelWriter:
             sweep.lines.append(f"{indent}y = {start}{self.arange(width)}[None, :]")
             if not persistent or inner_size != int(width):
                 self.mask["y"] = "ymask"
-                sweep.lines.append(f"{indent}ymask = y < {inner_size}")
+                sweep.lines.append(f"{indent}ymask = y < {size_code(inner_size)}")
             sweep.lines += [f"{indent}{name} = {code}" for name, code in unravel("y", nest.inner, "//")]
         store_mask = " & ".join(self.mask[g] for g in ("x", "y") if g in self.mask)
         full_groups = ["x", "y"] if nest.inner else ["x"]
@@ -365,16 +378,19 @@ class _KernelWriter:
             sweep.lines.append(f"{sweep.indent}tl.store(out_{out.name} + {index}, {code}, mask={store_mask})")
         lines += program.lines
         if nest.inner and sweep.indent != "    ":
-            lines.append(f"    for y_start in range(0, {inner_size}, YBLOCK):")
+            lines.append(f"    for y_start in range(0, {size_code(inner_size)}, YBLOCK):")
         if sweep is not program:
             lines += sweep.lines
         return lines
 
     # --- launch configurations ----------------------------------------------------------------------------
 
-    def configs(self, items: int) -> list[dict]:
+    def configs(self, items) -> list[dict]:
+        """Candidate launch configurations; over dynamic dims, shaped for the example's sizes and capped by the
+        range's largest."""
+        cap = next_power_of_2(int(min(most(items), 1 << 40)))
+        items = K.hint(items)
         if self.flat:
-            cap = next_power_of_2(items)
             choices = [(1024, 4), (512, 4), (2048, 8), (256, 2)]
             return _dedupe([{"constants": {"XBLOCK": min(x, cap)}, "num_warps": max(1, min(w, min(x, cap) // 64))}
                             for x, w in choices])
@@ -383,7 +399,7 @@ class _KernelWriter:
         gpu_rows = next_power_of_2(items) // 512  # keep enough programs to fill a GPU
 
         def config(rows: int, chunk: int) -> dict:
-            rows = max(1, min(rows, next_power_of_2(items), TILE_BUDGET // max(persistent, chunk)))
+            rows = max(1, min(rows, cap, TILE_BUDGET // max(persistent, chunk)))
             warps = max(1, min(8, next_power_of_2(rows * max(persistent, chunk)) // 256))
             return {"constants": {"XBLOCK": rows, **{c: chunk for c in looped}}, "num_warps": warps}
 
@@ -403,7 +419,7 @@ def _hint(node: K.KExpr) -> str:
 def _needs_int64(kernel: K.Kernel, nest: LoopNest) -> bool:
     """Whether index math can leave int32: any size, or any index expression's bound, past 2**31 - 1."""
     sizes = [_size(kernel.ranges)] + [reduction_size(r) for r in nest.reductions]
-    if max(sizes) > INT32_LIMIT // 2:
+    if max(most(n) for n in sizes) > INT32_LIMIT // 2:
         return True
     seen: set[int] = set()
     stack = list(kernel.values) + [store_index(kernel, out.strides) for out in kernel.outputs]
@@ -426,12 +442,17 @@ def _size(variables) -> int:
     return math.prod(v.arg[1] for v in variables)
 
 
-def _contiguous(shape) -> tuple[int, ...]:
+def _contiguous(shape) -> tuple:
     strides, running = [], 1
     for d in reversed(shape):
         strides.append(running)
-        running *= max(d, 1)
+        running *= at_least_one(d)
     return tuple(reversed(strides))
+
+
+def most(n) -> float:
+    """A size's largest value: itself, or over dynamic dims their ranges' maximum (inf for an unbounded dim)."""
+    return n if isinstance(n, int) else K.bounds(K.size(n))[1]
 
 
 def _dedupe(configs: list[dict]) -> list[dict]:

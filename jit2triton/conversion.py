@@ -76,7 +76,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     ctx = pipeline.Context(target, inputs, _run_plan(target), example_sizes=dict(dynamic.example),
                            draws=[(sizes, dims.inputs_at(dynamic, sizes, inputs, seed=i))
                                   for i, sizes in enumerate(dynamic.draws())])
-    if dynamic and backend == "cpp":  # the C++ renderer and both runtimes pass dynamic dims to kernels
+    if dynamic:  # kernels take the dynamic dims as arguments (both renderers, both runtimes)
         ctx.kernel_dims = {name: (d.min, d.max, dynamic.example[name]) for name, d in dynamic.dims.items()}
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
     pipeline.prepare(graph, ctx, generate_kernels=backend != "aten")

@@ -11,6 +11,8 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <optional>
+
 namespace jit2triton {
 
 namespace {
@@ -113,11 +115,32 @@ Launchers load_cuda_kernels(const Package& pkg, c10::Device device) {
     const json::Value& grid = entry->at("grid");
     unsigned gx = grid[0].as_int(), gy = grid[1].as_int(), gz = grid[2].as_int();
     unsigned threads = 32 * entry->at("num_warps").as_int();
-    int64_t scratch = entry->find("global_scratch_size") ? entry->at("global_scratch_size").as_int() * gx * gy * gz : 0;
+    int64_t scratch_per_program = entry->find("global_scratch_size") ? entry->at("global_scratch_size").as_int() : 0;
     size_t num_args = entry->at("arg_types").size();
+    // A kernel over dynamic dims takes their sizes after its buffers (in its "size_args" order, which is the
+    // order of the sizes the plan hands it); when its grid depends on them, "grid_items" says how many items it
+    // covers, XBLOCK per program.
+    std::vector<std::string> size_args;
+    if (const json::Value* names = entry->find("size_args"))
+      for (const auto& n : names->items) size_args.push_back(n.as_string());
+    std::vector<std::string> listed;
+    if (const json::Value* names = meta.find("sizes"))
+      for (const auto& n : names->items) listed.push_back(n.as_string());
+    if (size_args != listed || size_args.size() > num_args)
+      throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + " takes other sizes than the manifest says; re-run `jit2triton convert`");
+    size_t first_size = num_args - size_args.size();
+    std::optional<Size> grid_items;
+    int64_t block = 1;
+    if (const json::Value* items = entry->find("grid_items")) {
+      grid_items = parse_size(*items, size_args);
+      block = entry->at("constants").at("XBLOCK").as_int();
+      if (block <= 0) throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + " has a block size below 1; re-run `jit2triton convert`");
+    }
     c10::DeviceIndex index = device.index();
-    launchers[name] = [=, &cu](std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs, const int64_t*) {
-      if (!gx) return;
+    launchers[name] = [=, &cu](std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs, const int64_t* sizes) {
+      unsigned programs = grid_items ? static_cast<unsigned>(((*grid_items)(sizes) + block - 1) / block) : gx;
+      if (!programs) return;
+      int64_t scratch = scratch_per_program * programs * gy * gz;
       std::vector<uint64_t> values(num_args + kScratchPointers, 0);
       std::vector<void*> params(values.size());
       std::vector<at::Tensor> keep;  // aligned copies and scratch, alive until the launch is queued
@@ -131,6 +154,8 @@ Launchers load_cuda_kernels(const Package& pkg, c10::Device device) {
         values[i++] = pointer;
       }
       for (auto& t : outputs) values[i++] = reinterpret_cast<uintptr_t>(t.data_ptr());
+      // a size goes in a 64-bit slot; an i32 one is read as its low half (the value, on little-endian hosts)
+      for (size_t k = 0; k < size_args.size(); ++k) values[first_size + k] = static_cast<uint64_t>(sizes[k]);
       if (scratch) {
         keep.push_back(at::empty({scratch}, at::TensorOptions().dtype(at::kByte).device(c10::kCUDA, index)));
         values[num_args] = reinterpret_cast<uintptr_t>(keep.back().data_ptr());
@@ -138,7 +163,7 @@ Launchers load_cuda_kernels(const Package& pkg, c10::Device device) {
       for (size_t k = 0; k < values.size(); ++k) params[k] = &values[k];
       c10::cuda::CUDAGuard on(index);
       cudaStream_t stream = at::cuda::getCurrentCUDAStream(index).stream();
-      int result = cu.launch(function, gx, gy, gz, threads, 1, 1, static_cast<unsigned>(shared), stream, params.data(), nullptr);
+      int result = cu.launch(function, programs, gy, gz, threads, 1, 1, static_cast<unsigned>(shared), stream, params.data(), nullptr);
       if (result) cu.check(result, "launching kernel " + symbol);
     };
   }

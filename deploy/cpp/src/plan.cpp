@@ -64,45 +64,12 @@ void check_refs(const Value& refs, int64_t num_slots) {
     if (r.size() == 2 && r[0].is_string() && r[0].as_string() == "s") check_slot(r[1], num_slots);
 }
 
-using BufferCounts = std::map<std::string, int64_t>;
-
-// A size in a plan: an int, or a polynomial over the dynamic dims ([[coef, [dim, ...]], ...], deploy/sizes.py),
-// with each dim as its index into the call's dims (the plan's "dims" order).
-struct Size {
-  std::vector<std::pair<int64_t, std::vector<size_t>>> terms;  // a static size is one term with no dims
-  int64_t operator()(const int64_t* dims) const {
-    int64_t total = 0;
-    for (const auto& [coef, names] : terms) {
-      int64_t term = coef;
-      for (size_t d : names) term *= dims[d];
-      total += term;
-    }
-    return total;
-  }
-  bool dynamic() const { return terms.size() != 1 || !terms[0].second.empty(); }
+// What a kernel step must pass: the kernel's number of buffers and the dynamic dims it takes (manifest "sizes").
+struct KernelArity {
+  int64_t buffers;
+  std::vector<std::string> sizes;
 };
-
-size_t dim_index(const std::vector<std::string>& dims, const std::string& name) {
-  auto it = std::find(dims.begin(), dims.end(), name);
-  if (it == dims.end())
-    throw Error(Error::Kind::CorruptPackage, "the package's plan is damaged (a kernel size names dim " + repr(name) +
-                                                 ", which the plan does not read); re-run `jit2triton convert`");
-  return static_cast<size_t>(it - dims.begin());
-}
-
-Size parse_size(const Value& v, const std::vector<std::string>& dims) {
-  Size size;
-  if (!v.is_array()) {
-    size.terms.push_back({v.as_int(), {}});
-    return size;
-  }
-  for (const auto& term : v.items) {
-    std::vector<size_t> names;
-    for (const auto& n : term[1].items) names.push_back(dim_index(dims, n.as_string()));
-    size.terms.push_back({term[0].as_int(), std::move(names)});
-  }
-  return size;
-}
+using BufferCounts = std::map<std::string, KernelArity>;
 
 // A shape or strides list of a plan: fixed (evaluated once, at load), or evaluated at each call's dims.
 struct Shape {
@@ -137,9 +104,14 @@ void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const
                     "state); a converted model never does, so the package was edited: re-run `jit2triton convert`");
     if (const Value* kind = s.find("kind"); kind && kind->is_string() && kind->as_string() == "kernel") {
       auto it = buffers.find(s.at("kernel").as_string());
-      if (it == buffers.end() || it->second != int64_t(s.at("args").size() + s.at("outs").size()))
+      if (it == buffers.end() || it->second.buffers != int64_t(s.at("args").size() + s.at("outs").size()))
         bad_plan("kernel step " + repr(s.at("kernel").as_string()) +
                  " passes another number of buffers than its kernel takes");
+      std::vector<std::string> sizes;
+      if (const Value* names = s.find("sizes"))
+        for (const auto& n : names->items) sizes.push_back(n.as_string());
+      if (sizes != it->second.sizes)
+        bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " passes other sizes than its kernel takes");
     }
     const Value* node = s.find("node");
     if (!node || node->kind != Value::Kind::Int || node->integer < 0 || node->integer >= num_nodes)
@@ -160,7 +132,12 @@ void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const
 
 void check_plan(const Value& plan, int64_t num_nodes, const Value& kernels) {
   BufferCounts buffers;
-  for (const auto& k : kernels.items) buffers[k.at("name").as_string()] = k.at("num_buffers").as_int();
+  for (const auto& k : kernels.items) {
+    KernelArity& arity = buffers[k.at("name").as_string()];
+    arity.buffers = k.at("num_buffers").as_int();
+    if (const Value* names = k.find("sizes"))
+      for (const auto& n : names->items) arity.sizes.push_back(n.as_string());
+  }
   const Value& slots = plan.at("num_slots");
   if (slots.kind != Value::Kind::Int || slots.integer < 0 || slots.integer > kMaxSlots) bad_plan("num_slots");
   for (const auto& x : plan.at("inputs").items) check_slot(x, slots.integer);

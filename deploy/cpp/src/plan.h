@@ -5,6 +5,7 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
@@ -27,6 +28,44 @@ using Launchers = std::map<std::string, Launcher>;
 
 Launchers load_cpu_kernels(const Package& pkg, int num_threads);
 Launchers load_cuda_kernels(const Package& pkg, c10::Device device);
+
+// A size in a plan: an int, or a polynomial over the dynamic dims ([[coef, [dim, ...]], ...], deploy/sizes.py),
+// with each dim as its index into the call's dims (the plan's "dims" order).
+struct Size {
+  std::vector<std::pair<int64_t, std::vector<size_t>>> terms;  // a static size is one term with no dims
+  int64_t operator()(const int64_t* dims) const {
+    int64_t total = 0;
+    for (const auto& [coef, names] : terms) {
+      int64_t term = coef;
+      for (size_t d : names) term *= dims[d];
+      total += term;
+    }
+    return total;
+  }
+  bool dynamic() const { return terms.size() != 1 || !terms[0].second.empty(); }
+};
+
+inline size_t dim_index(const std::vector<std::string>& dims, const std::string& name) {
+  auto it = std::find(dims.begin(), dims.end(), name);
+  if (it == dims.end())
+    throw Error(Error::Kind::CorruptPackage, "the package's plan is damaged (a kernel size names dim " + repr(name) +
+                                                 ", which the plan does not read); re-run `jit2triton convert`");
+  return static_cast<size_t>(it - dims.begin());
+}
+
+inline Size parse_size(const json::Value& v, const std::vector<std::string>& dims) {
+  Size size;
+  if (!v.is_array()) {
+    size.terms.push_back({v.as_int(), {}});
+    return size;
+  }
+  for (const auto& term : v.items) {
+    std::vector<size_t> names;
+    for (const auto& n : term[1].items) names.push_back(dim_index(dims, n.as_string()));
+    size.terms.push_back({term[0].as_int(), std::move(names)});
+  }
+  return size;
+}
 
 class GraphRunner;
 
