@@ -64,6 +64,8 @@ def map_plan_literals(plan: dict, fn: Callable[[Any], Any]) -> dict:
         out = dict(s, args=[ref(r) for r in s["args"]])
         if "blocks" in s:
             out["blocks"] = [block(b) for b in s["blocks"]]
+        if "steps" in s:  # a CUDA graph region (deploy/graph_regions.py) holds its steps
+            out["steps"] = [step(inner) for inner in s["steps"]]
         return out
 
     return dict(plan, steps=[step(s) for s in plan["steps"]], outputs=[ref(r) for r in plan["outputs"]])

@@ -179,3 +179,15 @@ def test_steps_that_make_cpu_tensors_and_host_side_effects_stay_out_of_regions(t
     every_node = frozenset(range(len(manifest["nodes"])))
     plan = group_regions(manifest["plan"], manifest["nodes"], on_host=every_node)
     assert not any(s["kind"] == "graph" for s in steps_of(plan["steps"]))
+
+
+def test_literals_inside_a_region_are_stored_and_read_back() -> None:
+    """A region's steps keep constants a JSON manifest cannot hold as they are (a device, a dtype, a tuple): they
+    are tagged on save and read back on load, as at the plan's top level (a BERT on CUDA failed to save)."""
+    import json
+    from jit2triton.deploy.literals import decode, encode, map_plan_literals
+    inner = {"kind": "call", "op": "aten::tensor", "args": [["c", 0.0], ["c", torch.device("cuda", 0)],
+                                                            ["c", torch.float16], ["c", (1, 2)]], "outs": [1]}
+    plan = {"steps": [{"kind": "graph", "steps": [inner], "args": [], "outs": [1]}], "outputs": [["s", 1]]}
+    stored = json.loads(json.dumps(map_plan_literals(plan, encode)))
+    assert map_plan_literals(stored, decode) == plan
