@@ -165,8 +165,11 @@ class RegionGraphs:
     runs step by step from then on."""
 
     def __init__(self, step: dict, steps: list, run_steps: Callable[[list, list], None], num_slots: int,
-                 pool: Any) -> None:
+                 pool: Any, sizes_slot: Optional[int] = None) -> None:
+        """`sizes_slot`: where the call's dynamic dims are (kernels inside read them), or None in a static plan; a
+        graph is also specialised to them (a kernel's grid and allocations follow the dims, not only its inputs)."""
         self.steps, self.run_steps, self.num_slots, self.pool = steps, run_steps, num_slots, pool
+        self.sizes_slot = sizes_slot
         self.in_slots = [ref[1] for ref in step["args"]]
         self.out_slots = step["outs"]
         self.free = step.get("free", ())
@@ -179,11 +182,16 @@ class RegionGraphs:
     def __call__(self, env: list) -> None:
         inputs = [env[slot] for slot in self.in_slots]
         key = _key(inputs)
+        sizes = None
+        if self.sizes_slot is not None:
+            sizes = env[self.sizes_slot]
+            if key is not None:
+                key += (tuple(sizes.values()),)  # one call's dims always come in the plan's order
         if key is not None:
             with self.lock:
                 captured = self.graphs.get(key)
                 if captured is None and key in self.seen and key not in self.refused and len(self.graphs) < MAX_GRAPHS:
-                    captured = self.capture(inputs)
+                    captured = self.capture(inputs, sizes)
                     if captured is None:
                         self.refused.add(key)
                     else:
@@ -201,14 +209,14 @@ class RegionGraphs:
                 return
         self.run_steps(self.steps, env)
 
-    def capture(self, inputs: list) -> Optional["_CapturedRegion"]:
+    def capture(self, inputs: list, sizes: Optional[dict]) -> Optional["_CapturedRegion"]:
         """A replay costs three launches (the copy in, the graph, the copy out) and the bytes it copies: a region
         that launches no more than that, or copies too much, runs step by step."""
         copied = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
         if self.launches <= REPLAY_LAUNCHES or copied / COPY_BYTES_PER_US >= LAUNCH_US * self.launches:
             return None
         try:
-            captured = _CapturedRegion(self, inputs)
+            captured = _CapturedRegion(self, inputs, sizes)
         except NotCapturable:
             return None
         copied += sum(o.numel() * o.element_size() for o in captured.outputs if isinstance(o, torch.Tensor))
@@ -216,10 +224,12 @@ class RegionGraphs:
             return None
         return captured
 
-    def run_on(self, inputs: list) -> list:
+    def run_on(self, inputs: list, sizes: Optional[dict]) -> list:
         env = [None] * self.num_slots
         for slot, value in zip(self.in_slots, inputs):
             env[slot] = value
+        if self.sizes_slot is not None:
+            env[self.sizes_slot] = sizes
         self.run_steps(self.steps, env)
         return [env[slot] for slot in self.out_slots]
 
@@ -233,13 +243,13 @@ def _static_copy(x: torch.Tensor) -> torch.Tensor:
 
 
 class _CapturedRegion:
-    def __init__(self, region: RegionGraphs, inputs: list) -> None:
+    def __init__(self, region: RegionGraphs, inputs: list, sizes: Optional[dict]) -> None:
         self.inputs = [_static_copy(x) if isinstance(x, torch.Tensor) else x for x in inputs]
         with _CAPTURING:
-            _warm_up(lambda: region.run_on(self.inputs), times=1)
+            _warm_up(lambda: region.run_on(self.inputs, sizes), times=1)
             self.graph = torch.cuda.CUDAGraph()
             try:
                 with torch.cuda.graph(self.graph, pool=region.pool):
-                    self.outputs = region.run_on(self.inputs)
+                    self.outputs = region.run_on(self.inputs, sizes)
             except Exception as err:  # noqa: BLE001 - a sync the debug mode missed: the steps still run
                 raise NotCapturable(str(err)) from err

@@ -315,8 +315,9 @@ class Executor:
             return lambda env: run(steps, env)
         if self.graph_pool is None:
             self.graph_pool = torch.cuda.graph_pool_handle()
-        # its scratch env has the dims slot too, empty: only C++ kernels (never on CUDA) take dynamic dims
-        return RegionGraphs(step, steps, run, self.num_slots + 1, self.graph_pool)
+        # its scratch env has the dims slot too, where its kernels find the call's dims
+        return RegionGraphs(step, steps, run, self.num_slots + 1, self.graph_pool,
+                            self.sizes_slot if self.dim_sources else None)
 
     def compile_subblock(self, block: dict) -> tuple[list[tuple[Step, int]], list[Callable]]:
         return self.compile_block(block["steps"]), [self.getter(r) for r in block["outputs"]]

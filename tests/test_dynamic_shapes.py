@@ -222,3 +222,46 @@ def test_cli_converts_with_dims_and_runs_at_chosen_sizes(tmp_path) -> None:
     done = subprocess.run(cli + ["convert", str(pt), "--input", "BxS:int64:0-50", "--input", "BxS:float32",
                                  "--dim", "B=1:8"], capture_output=True, text=True)
     assert done.returncode == 2 and "'S' is neither a size nor a dim declared with --dim" in done.stderr
+
+
+class LoopedBlock(torch.nn.Module):
+    """Control flow around GPU work: on CUDA the loop body runs as a graph region (deploy/graph_regions.py), whose
+    kernels take the dynamic dims too; its graphs must be specialised to them."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(width, 2 * width), torch.nn.Linear(2 * width, width)
+
+    def forward(self, x: torch.Tensor, steps: int) -> torch.Tensor:
+        for _ in range(steps):
+            h = torch.nn.functional.gelu(self.up(x)).softmax(-1)
+            x = torch.tanh(self.down(h) * 2.0) + x.mean(-1, keepdim=True)
+        return x
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_graph_regions_over_dynamic_dims(backend, runtime, tmp_path, request) -> None:
+    if runtime == "cpp":
+        if backend == "triton":
+            pytest.skip("the C++ runtime runs Triton kernels only on CUDA (no interpreter)")
+        request.getfixturevalue("cpp_runtime")
+    torch.manual_seed(0)
+    model = torch.jit.script(LoopedBlock().eval())
+    dims = {"x": {0: Dim("rows", max=64), 1: Dim("cols", max=24)}}
+    converted = convert_for(model, (torch.randn(4, 3, 16), 2), backend, dynamic_shapes=dims)
+    assert converted.summary()["verification"]["kernels_removed"] == [] and "dim_rows" in converted.code
+    path = tmp_path / "looped.j2t"
+    converted.save(path)
+    module = jit2triton.load(path, runtime=runtime)
+    generator = torch.Generator().manual_seed(FRESH_SEED)
+    for rows, cols, steps in [(1, 1, 3), (64, 24, 2), (5, 7, 3), (5, 9, 3), (30, 7, 1)]:
+        x = torch.randn(rows, cols, 16, generator=generator)
+        expected = model(x.clone(), steps)
+        # on CUDA the loop body's region is captured the second time its key is seen, then replayed
+        for _ in range(3 if backend == "cuda" else 1):
+            actual = module(*to_device((x.clone(), steps), converted.device))
+            if backend == "cuda":
+                assert_close_on_gpu(to_cpu(actual), expected, f"{rows}x{cols}, {steps} steps")
+            else:
+                assert_same(actual, expected, f"{rows}x{cols}, {steps} steps")

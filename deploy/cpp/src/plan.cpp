@@ -446,12 +446,20 @@ class Builder {
     std::shared_ptr<RegionGraphs> graphs;
     std::vector<int> ins, outs = ints(&s.at("outs")), free = ints(s.find("free"));
     for (const auto& r : s.at("args").items) ins.push_back(static_cast<int>(r[1].as_int()));
+    // With dynamic dims, the call's dims follow the region's inputs as ints: a graph is specialised to them too
+    // (its kernels' grids and allocations follow them), and its steps find them in their slot.
+    bool dims = !plan_.dim_sources_.empty();
     if (plan_.region_graphs_) {
       int num_slots = plan_.num_slots_;
       graphs = make_region_graphs(
-          [plan, steps, ins, outs, num_slots](const std::vector<IValue>& inputs) {
+          [plan, steps, ins, outs, num_slots, dims](const std::vector<IValue>& inputs) {
             Env env(num_slots + 1);  // a scratch env: capture must not leave static buffers in the caller's slots
             for (size_t i = 0; i < ins.size(); ++i) env[ins[i]] = inputs[i];
+            if (dims) {
+              std::vector<int64_t> sizes;
+              for (size_t i = ins.size(); i < inputs.size(); ++i) sizes.push_back(inputs[i].toInt());
+              env[num_slots] = IValue(std::move(sizes));
+            }
             plan->run_steps(*steps, env);
             std::vector<IValue> results;
             for (int slot : outs) results.push_back(env[slot]);
@@ -460,10 +468,13 @@ class Builder {
           static_cast<int>(s.at("launches").as_int()));
     }
     if (!graphs) return [plan, steps](Env& env) { plan->run_steps(*steps, env); };
-    return [plan, steps, graphs, ins, outs, free](Env& env) {
+    int sizes_slot = plan_.num_slots_;
+    return [plan, steps, graphs, ins, outs, free, dims, sizes_slot](Env& env) {
       std::vector<IValue> inputs, results;
       inputs.reserve(ins.size());
       for (int slot : ins) inputs.push_back(env[slot]);
+      if (dims)
+        for (int64_t n : env[sizes_slot].toIntList()) inputs.push_back(IValue(n));
       if (!replay_region(*graphs, inputs, results)) {
         plan->run_steps(*steps, env);
         return;
