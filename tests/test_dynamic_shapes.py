@@ -251,6 +251,13 @@ def test_graph_regions_over_dynamic_dims(backend, runtime, tmp_path, request) ->
     dims = {"x": {0: Dim("rows", max=64), 1: Dim("cols", max=24)}}
     converted = convert_for(model, (torch.randn(4, 3, 16), 2), backend, dynamic_shapes=dims)
     assert converted.summary()["verification"]["kernels_removed"] == [] and "dim_rows" in converted.code
+    if backend == "cuda":
+        def kinds(steps):
+            for step in steps:
+                yield step["kind"]
+                for block in step.get("blocks", ()):
+                    yield from kinds(block["steps"])
+        assert "graph" in set(kinds(converted.manifest["plan"]["steps"])), "no graph region to test"
     path = tmp_path / "looped.j2t"
     converted.save(path)
     module = jit2triton.load(path, runtime=runtime)
