@@ -10,7 +10,13 @@ of them) with pointwise ops, reductions over every dim, softmax and layer norm, 
 Each program is traced and scripted. A failure (a conversion error, a kernel that convert-time verification had to
 take out, or an output that differs from TorchScript) is shrunk to a minimal program by dropping statements.
 
-    python tests/fuzz_programs.py --seeds 2000 [--first 0] [--backend cpp|triton] [--device cpu|cuda]
+With `--dynamic`, the first input's first dim is a dynamic dim (a range around its drawn size) and the package is
+run at other sizes in that range. The program was drawn at one size, so TorchScript may specialise to it (a trace
+bakes sizes into constants); then conversion may refuse with a ConversionError naming the dim, which is no
+failure. Anything else is: another error, a package that refuses a size in its range which TorchScript runs, or a
+different answer.
+
+    python tests/fuzz_programs.py --seeds 2000 [--first 0] [--backend cpp|triton] [--device cpu|cuda] [--dynamic]
 """
 from __future__ import annotations
 
@@ -41,6 +47,7 @@ class Program:
     inputs: list[Var]
     statements: list[tuple[str, str]] = field(default_factory=list)  # (name, the lines that assign it)
     outputs: int = 1  # how many of the last values it returns
+    dynamic: Optional[tuple[int, int]] = None  # (min, max) of the first input's first dim, in dynamic mode
 
     def source(self, statements: Optional[list[tuple[str, str]]] = None) -> str:
         statements = self.statements if statements is None else statements
@@ -52,10 +59,13 @@ class Program:
         return "\n".join(lines) + "\n"
 
 
-def make_inputs(program: Program, seed: int) -> tuple:
+def make_inputs(program: Program, seed: int, first_dim: Optional[int] = None) -> tuple:
+    """Inputs of the drawn shapes; `first_dim` resizes the first input's first dim (dynamic mode)."""
     g = torch.Generator().manual_seed(seed)
     values = []
-    for v in program.inputs:
+    for i, v in enumerate(program.inputs):
+        if i == 0 and first_dim is not None:
+            v = Var(v.name, (first_dim,) + v.shape[1:], v.dtype)
         if v.dtype == torch.bool:
             values.append(torch.rand(v.shape, generator=g) < 0.5)
         elif v.dtype.is_floating_point:
@@ -262,8 +272,16 @@ def failure_of(program: Program, mode: str, backend: str, device: str, statement
         reference(*example)
     except Exception:
         return None
+    options = {}
+    if program.dynamic:
+        low, high = program.dynamic
+        options["dynamic_shapes"] = [{0: jit2triton.Dim("d0", min=low, max=high)}]
     try:
-        converted = jit2triton.convert(reference, example, backend=backend, device=device)
+        converted = jit2triton.convert(reference, example, backend=backend, device=device, **options)
+    except jit2triton.ConversionError as err:
+        if program.dynamic and "d0" in str(err):  # the program specialises to the drawn size, and convert says so
+            return None
+        return f"convert raised ConversionError: {str(err)[:300]}"
     except Exception as err:
         return f"convert raised {type(err).__name__}: {str(err)[:300]}"
     removed = converted.summary().get("verification", {}).get("kernels_removed")
@@ -276,8 +294,11 @@ def failure_of(program: Program, mode: str, backend: str, device: str, statement
             loaded = jit2triton.load(path)
         except Exception as err:
             return f"save/load raised {type(err).__name__}: {err}"
-        for seed in (101, 202):
-            inputs = tuple(x.to(device) for x in make_inputs(program, seed))
+        sizes = [None, None]
+        if program.dynamic:  # the range's ends and a size between
+            sizes = [program.dynamic[0], program.dynamic[1], random.Random(len(statements or ())).randint(*program.dynamic)]
+        for seed, size in zip((101, 202, 303), sizes):
+            inputs = tuple(x.to(device) for x in make_inputs(program, seed, size))
             try:
                 expected = reference(*[x.clone() for x in inputs])
             except Exception:
@@ -288,7 +309,7 @@ def failure_of(program: Program, mode: str, backend: str, device: str, statement
                 return f"run raised {type(err).__name__}: {str(err)[:300]}"
             why = differs(actual, expected)
             if why:
-                return f"outputs differ on fresh inputs: {why}"
+                return f"outputs differ on fresh inputs{f' with d0={size}' if size else ''}: {why}"
     return None
 
 
@@ -306,14 +327,26 @@ def shrink(program: Program, mode: str, backend: str, device: str) -> list[tuple
     return statements
 
 
-def check_seed(seed: int, backend: str = "cpp", device: str = "cpu", modes=("trace", "script")) -> Optional[str]:
+def with_dynamic_first_dim(program: Program) -> Program:
+    """The program with its first input's first dim made dynamic: a range around the drawn size (above 1, where
+    broadcasting would specialise)."""
+    shape = program.inputs[0].shape
+    if shape and shape[0] > 1:
+        program.dynamic = (2, 2 * shape[0] + 3)
+    return program
+
+
+def check_seed(seed: int, backend: str = "cpp", device: str = "cpu", modes=("trace", "script"),
+               dynamic: bool = False) -> Optional[str]:
     """None if the program of this seed passes in every mode; else a report with the shrunk program."""
     program = draw_program(seed)
+    if dynamic:
+        program = with_dynamic_first_dim(program)
     for mode in modes:
         why = failure_of(program, mode, backend, device)
         if why:
             small = shrink(program, mode, backend, device)
-            return (f"seed {seed} ({mode}, {backend}): {why}\n"
+            return (f"seed {seed} ({mode}, {backend}{', dynamic d0 in %d..%d' % program.dynamic if program.dynamic else ''}): {why}\n"
                     f"inputs: {[(v.name, v.shape, str(v.dtype)) for v in program.inputs]}\n"
                     f"{program.source(small)}")
     return None
@@ -325,11 +358,12 @@ def main(argv=None) -> int:
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--backend", default="cpp")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dynamic", action="store_true", help="the first input's first dim is dynamic")
     args = parser.parse_args(argv)
     started, failures = time.time(), []
     for seed in range(args.first, args.first + args.seeds):
         try:
-            report = check_seed(seed, args.backend, args.device)
+            report = check_seed(seed, args.backend, args.device, dynamic=args.dynamic)
         except Exception:
             report = f"seed {seed}: the fuzzer itself raised\n{traceback.format_exc()}"
         if report:
@@ -338,7 +372,8 @@ def main(argv=None) -> int:
         if (seed - args.first + 1) % 50 == 0:
             print(f"[fuzz] {seed - args.first + 1} seeds, {len(failures)} failing, {time.time() - started:.0f}s",
                   file=sys.stderr, flush=True)
-    print(f"{args.seeds} seeds ({args.first}..{args.first + args.seeds - 1}), {args.backend} on {args.device}: "
+    print(f"{args.seeds} seeds ({args.first}..{args.first + args.seeds - 1}), {args.backend} on {args.device}"
+          f"{' (dynamic)' if args.dynamic else ''}: "
           f"{len(failures)} failing, {time.time() - started:.0f}s", flush=True)
     return 1 if failures else 0
 
