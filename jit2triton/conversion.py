@@ -20,7 +20,7 @@ from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource
 from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP
-from jit2triton.transpiler.ir import Type
+from jit2triton.transpiler.symbolic import fit
 from jit2triton.transpiler.report import summarize
 from jit2triton.transpiler.build_plan import Plan
 
@@ -82,8 +82,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     pipeline.prepare(graph, ctx, generate_kernels=backend != "aten")
     output = ctx.outputs[0] if len(ctx.outputs) == 1 else tuple(ctx.outputs)
     signature = {"inputs": _input_signature(script.input_names, script.input_defaults, inputs, dynamic),
-                 "outputs": _with_dims(describe(output), graph.outputs[0].type if len(graph.outputs) == 1
-                                       else Type("Tuple", elems=tuple(v.type for v in graph.outputs)))}
+                 "outputs": _with_dims(describe(output), [(ctx.example_sizes, ctx.outputs)] + ctx.draw_outputs)}
     if dynamic:
         signature["dims"] = dynamic.signature()
     model_info = {"name": script.name,
@@ -275,13 +274,28 @@ def _input_signature(names: list[str], defaults: list[Any], inputs: list[Any],
     return signature
 
 
-def _with_dims(desc: dict, t: Type) -> dict:
-    """An output description with its dynamic sizes named (`dims`: "batch", "12*batch"), beside the example's."""
-    if desc.get("type") == "Tensor" and t.is_tensor and t.shape is not None and len(t.shape) == len(desc["shape"]):
-        if any(not isinstance(d, int) for d in t.shape):
-            desc["dims"] = [str(d) for d in t.shape]
-    elif desc.get("type") in ("Tuple", "List") and t.kind == "Tuple" and len(t.elems) == len(desc["items"]):
-        desc["items"] = [_with_dims(d, e) for d, e in zip(desc["items"], t.elems)]
+def _with_dims(desc: dict, seen: list[tuple[dict, list]]) -> dict:
+    """The outputs' description with each tensor's dynamic sizes named (`dims`: "batch", "12*batch"), beside the
+    example's: fitted to the outputs seen at the example and at each draw of the dims (`seen`: (sizes, outputs))."""
+    if not seen[1:]:
+        return desc
+    draws = [sizes for sizes, _ in seen]
+
+    def walk(d: dict, values: list) -> None:
+        if d.get("type") == "Tensor" and all(isinstance(v, torch.Tensor) and v.dim() == len(d["shape"])
+                                             for v in values):
+            fitted = [fit([v.shape[axis] for v in values], draws) for axis in range(len(d["shape"]))]
+            if any(not isinstance(n, int) for n in fitted):
+                d["dims"] = [str(n) if n is not None else "?" for n in fitted]
+        elif d.get("type") in ("Tuple", "List") and all(isinstance(v, (tuple, list)) and len(v) == len(d["items"])
+                                                        for v in values):
+            for i, item in enumerate(d["items"]):
+                walk(item, [v[i] for v in values])
+        elif d.get("type") == "Dict" and all(isinstance(v, dict) and v.keys() == d["items"].keys() for v in values):
+            for key, item in d["items"].items():
+                walk(item, [v[key] for v in values])
+
+    walk(desc, [outputs[0] if len(outputs) == 1 else tuple(outputs) for _, outputs in seen])
     return desc
 
 

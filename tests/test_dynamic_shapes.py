@@ -129,6 +129,24 @@ def test_out_of_range_and_unequal_sizes_are_refused_naming_the_dim(encoder) -> N
         converted(ids.float(), mask[:, :5])
 
 
+def test_dict_and_nested_outputs_name_their_dims(tmp_path) -> None:
+    class Heads(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], list[torch.Tensor]]:
+            flat = x.reshape(-1, x.shape[-1])
+            return {"scores": x.softmax(-1), "pooled": x.sum(1)}, [flat * 2.0]
+
+    example = (torch.randn(3, 4, 5),)
+    model = torch.jit.script(Heads())
+    converted = jit2triton.convert(model, example, dynamic_shapes=[{0: Dim("B", max=9), 1: Dim("S", max=12)}])
+    expected = "(x: float32[B, S, 5]) -> Tuple[Dict{scores: float32[B, S, 5], pooled: float32[B, 5]}, " \
+               "List[float32[B*S, 5]]]"
+    assert converted.signature() == expected
+    converted.save(tmp_path / "heads.j2t")
+    assert jit2triton.load(tmp_path / "heads.j2t").signature() == expected
+    x = torch.randn(7, 2, 5)
+    assert_same(converted(x.clone()), model(x.clone()), "at B=7, S=2")
+
+
 def test_the_signature_report_and_ir_name_the_dims(encoder) -> None:
     example = encoder_inputs(2, 6, torch.Generator().manual_seed(0))
     converted = jit2triton.convert(encoder, example, dynamic_shapes=DYNAMIC)

@@ -40,6 +40,7 @@ class Context:
     run_plan: RunPlan
     recorder: Optional[ShapeRecorder] = None
     outputs: list = field(default_factory=list)  # the model's outputs on the example inputs
+    draw_outputs: list = field(default_factory=list)  # (sizes, outputs) at each draw of the dynamic dims
     # Dynamic dims: their sizes in the example inputs, and other draws of them (sizes, inputs) to observe as well
     example_sizes: dict[str, int] = field(default_factory=dict)
     draws: list[tuple[dict[str, int], list]] = field(default_factory=list)
@@ -64,7 +65,7 @@ def observe(graph: Graph, ctx: Context) -> Graph:
         recorder.next_draw(sizes)
         recorder.observe_values(graph.inputs, inputs)
         try:
-            ctx.run_plan(sched, inputs, recorder)
+            ctx.draw_outputs.append((sizes, ctx.run_plan(sched, inputs, recorder)))
         except ConversionError as err:
             at = ", ".join(f"{name}={n}" for name, n in sizes.items())
             raise ConversionError(f"the model does not run with its dynamic dims at {at}: {err}. It specialises on "
