@@ -123,7 +123,9 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
 
     `dynamic_shapes` makes input dims dynamic, as torch.export's does: `{"input_ids": {0: batch, 1: seq}}` with
     `batch = jit2triton.Dim("batch", min=1, max=64)`, by input name or position. The package then serves every size
-    in those ranges and refuses others with an InputError naming the dim.
+    in those ranges and refuses others with an InputError naming the dim. `dynamic_shapes="auto"` makes the inputs'
+    batch axis dynamic (one dim, `batch`, 1 and up) where the model allows it, else converts static and says why in
+    the report.
     """
     from .conversion import convert_to_package
     contents, target = convert_to_package(model, example_inputs, device, backend, map_location, progress, verify,

@@ -47,6 +47,9 @@ def main() -> None:
               help="a dynamic dim named in --input shapes: NAME=MIN:MAX[:EXAMPLE] (B=1:64, S=8:512:128); the "
                    "package serves every size in the range (the example size, default the smallest above 1, is "
                    "the one conversion traces)")
+@click.option("--dynamic-batch", is_flag=True,
+              help="make the inputs' first (batch) axis dynamic where the model allows it, else keep it static "
+                   "and say why (dynamic_shapes='auto'); instead of --dim")
 @click.option("--inputs-file", type=click.Path(exists=True, dir_okay=False),
               help="example inputs saved with torch.save as a tuple or list of tensors")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
@@ -56,7 +59,7 @@ def main() -> None:
               help="skip comparing the package with the TorchScript model on the example and fresh inputs")
 @click.option("--full-source-paths", is_flag=True,
               help="name source files in kernel comments by this machine's full paths (default: as imported)")
-def convert(model, output, input_specs, dim_specs, inputs_file, device, backend, no_verify,
+def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, device, backend, no_verify,
             full_source_paths) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
@@ -74,6 +77,10 @@ def convert(model, output, input_specs, dim_specs, inputs_file, device, backend,
     if unused:
         raise InputError(f"--dim {sorted(unused)[0]} is named in no --input shape (write it there: "
                          f"--input {sorted(unused)[0]}x128:int64)")
+    if dynamic_batch:
+        if dynamic_shapes:
+            raise InputError("--dynamic-batch chooses the dynamic dim itself: give it or --dim, not both")
+        dynamic_shapes = "auto"
     if inputs_file:
         import torch
         loaded = torch.load(inputs_file, weights_only=True)  # weights_only: never unpickle code

@@ -54,8 +54,11 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
 
     `dynamic_shapes` (see jit2triton/dims.py) makes dims of the inputs dynamic: the package serves every size in
     their ranges. Shape inference then also runs the model at a few other sizes, and verification at the ranges'
-    ends.
+    ends. "auto" makes the inputs' batch dim dynamic where the model allows it, else converts static and says why.
     """
+    if isinstance(dynamic_shapes, str):
+        return _convert_auto(model, example_inputs, device, backend, map_location, progress, verify,
+                             full_source_paths, dynamic_shapes)
     say = progress or (lambda message: None)
     started = time.perf_counter()
     target = torch.device(device or "cpu")
@@ -99,6 +102,30 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     if dynamic:
         contents.manifest["report"]["dynamic_dims"] = signature["dims"]
     say(f"converted in {time.perf_counter() - started:.2f}s")
+    return contents, target
+
+
+def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backend: Optional[str],
+                  map_location: DeviceLike, progress: Optional[Progress], verify: bool, full_source_paths: bool,
+                  mode: str) -> tuple[PackageContents, torch.device]:
+    """dynamic_shapes="auto": try a dynamic batch dim; when the model specialises on it (a reshape to the example's
+    batch, a branch a trace baked in), convert it static and put the reason in the report."""
+    if mode != "auto":
+        raise ConversionError(f"dynamic_shapes={mode!r} is not known: give Dims (see jit2triton.Dim), or 'auto'")
+    say = progress or (lambda message: None)
+    script = load_script(model, map_location=map_location)
+    inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
+    batch = dims.auto_batch(inputs)
+    options = (device, backend, map_location, progress, verify, full_source_paths)
+    why = "the model has no tensor input with a batch axis"
+    if batch is not None:
+        try:
+            return convert_to_package(model, example_inputs, *options, batch)
+        except ConversionError as err:
+            why = str(err)
+    say(f"the batch dim stays static: {why}")
+    contents, target = convert_to_package(model, example_inputs, *options, None)
+    contents.manifest["report"]["static_dims"] = {dims.AUTO_DIM: why}
     return contents, target
 
 

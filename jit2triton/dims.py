@@ -7,6 +7,9 @@
 An input's entry maps an axis to its `Dim` (or is a list with a `Dim` or None per axis); inputs are named as the
 model names them, or by position (a list or tuple with one entry per input). One `Dim` on several axes says those
 sizes are always equal; the package refuses a call that breaks that, or that leaves a dim's range.
+
+`dynamic_shapes="auto"` declares one dim, `batch`, on the first axis of the inputs that share the first input's
+batch size, and keeps it static (saying why in the report) when the model specialises on it.
 """
 from __future__ import annotations
 
@@ -43,7 +46,8 @@ class Dim:
         return f"{self.min}..{self.max if self.max is not None else 'inf'}"
 
 
-DynamicShapes = Union[None, Mapping[Union[str, int], Any], Sequence[Any]]
+DynamicShapes = Union[None, str, Mapping[Union[str, int], Any], Sequence[Any]]
+AUTO_DIM = "batch"  # the dim dynamic_shapes="auto" declares
 
 
 @dataclass
@@ -79,6 +83,18 @@ class DynamicSpec:
 
     def signature(self) -> dict[str, dict[str, Any]]:
         return {name: {"min": d.min, "max": d.max, "example": self.example[name]} for name, d in self.dims.items()}
+
+
+def auto_batch(inputs: list[Any]) -> Optional[list[Any]]:
+    """dynamic_shapes="auto": one dim `batch` (1 and up, no maximum) on the first axis of every tensor input whose
+    first axis has the first tensor input's size; None when there is no tensor input to make dynamic."""
+    import torch
+    tensors = [x for x in inputs if isinstance(x, torch.Tensor) and x.dim() >= 1]
+    if not tensors:
+        return None
+    batch, size = Dim(AUTO_DIM), tensors[0].shape[0]
+    return [{0: batch} if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] == size else None
+            for x in inputs]
 
 
 def resolve(dynamic_shapes: DynamicShapes, names: list[str], inputs: list[Any]) -> DynamicSpec:

@@ -90,3 +90,17 @@ def test_kernel_sources_carry_no_full_paths_of_the_converting_machine(tmp_path, 
     assert here not in code and os.path.basename(here) in code
     full = jit2triton.convert(traced, example_inputs=(torch.randn(4, 4),), full_source_paths=True).code
     assert here in full
+
+
+def test_convert_dynamic_batch_serves_other_batch_sizes(tmp_path):
+    model = _save_model(tmp_path)
+    package = tmp_path / "embed.j2t"
+    result = CliRunner().invoke(main, ["convert", str(model), "-o", str(package), "--input", "2x5:int64:0-50",
+                                       "--input", "2x5x4:float32", "--dynamic-batch"])
+    assert result.exit_code == 0, result.output
+    assert "dynamic dim batch: 1..inf (converted at 2)" in result.output
+    result = CliRunner().invoke(main, ["run", str(package), "--check", str(model), "--shape", "batch=7",
+                                       "--runs", "2"])
+    assert result.exit_code == 0, result.output
+    assert "(ids: int64[batch, 5], scale: float32[batch, 5, 4])" in result.output
+    assert float(re.search(r"max abs error against .*: (\S+)", result.output).group(1)) < 1e-5

@@ -290,3 +290,33 @@ def test_graph_regions_over_dynamic_dims(backend, runtime, tmp_path, request) ->
                 assert_close_on_gpu(to_cpu(actual), expected, f"{rows}x{cols}, {steps} steps")
             else:
                 assert_same(actual, expected, f"{rows}x{cols}, {steps} steps")
+
+
+def test_auto_makes_the_batch_dynamic_where_the_model_allows_it() -> None:
+    class PerRow(torch.nn.Module):
+        def forward(self, x, scale):
+            return torch.tanh(x * scale).sum(-1)
+
+    class BakedBatch(torch.nn.Module):  # the view's size holds the example's batch: it specialises on batch
+        def forward(self, x, scale):
+            return (x * scale).reshape(12, 5).sum(0)
+
+    example = (torch.randn(3, 4, 5), torch.randn(3, 4, 1))
+    generator = torch.Generator().manual_seed(FRESH_SEED)
+    per_row = torch.jit.trace(PerRow(), example)
+    converted = jit2triton.convert(per_row, example, dynamic_shapes="auto")
+    assert converted.signature() == "(x: float32[batch, 4, 5], scale: float32[batch, 4, 1]) -> float32[batch, 4]"
+    assert "static_dims" not in converted.summary()
+    for batch in (1, 2, 11):
+        inputs = (torch.randn(batch, 4, 5, generator=generator), torch.randn(batch, 4, 1, generator=generator))
+        assert_same(converted(*copied(inputs)), per_row(*copied(inputs)), f"batch={batch}")
+
+    baked = torch.jit.trace(BakedBatch(), example)
+    converted = jit2triton.convert(baked, example, dynamic_shapes="auto")
+    assert "batch" not in converted.signature()
+    assert "dim batch kept static (dynamic_shapes='auto')" in converted.report()
+    assert "specialises" in converted.summary()["static_dims"]["batch"]
+    with pytest.raises(InputError):
+        converted(torch.randn(2, 4, 5), torch.randn(2, 4, 1))
+    with pytest.raises(ConversionError, match="'sometimes' is not known"):
+        jit2triton.convert(baked, example, dynamic_shapes="sometimes")

@@ -1,7 +1,7 @@
 """The differential fuzzer on fixed seeds (tests/fuzz_programs.py): random programs of views, pointwise ops,
 reductions, externs and in-place writes, traced and scripted, must convert, pass verification without any kernel
-taken out, and match TorchScript on fresh inputs after a save/load round trip. A longer run is one command:
-`python tests/fuzz_programs.py --seeds 2000`."""
+taken out, and match TorchScript on fresh inputs after a save/load round trip; in dynamic mode, at other sizes of a
+dynamic first dim too. A longer run is one command: `python tests/fuzz_programs.py --seeds 2000 [--dynamic]`."""
 from __future__ import annotations
 
 import pytest
@@ -11,6 +11,8 @@ from helpers import TRITON_ON_CPU
 
 CPP_SEEDS = range(0, 48)
 TRITON_SEEDS = range(1000, 1016)  # the interpreter is slow: fewer, other programs
+DYNAMIC_CPP_SEEDS = range(3000, 3024)  # the first input's first dim dynamic (fuzz_programs.py --dynamic)
+DYNAMIC_TRITON_SEEDS = range(4000, 4008)
 
 
 @pytest.mark.parametrize("seed", CPP_SEEDS)
@@ -23,6 +25,19 @@ def test_fuzz_cpp(seed: int) -> None:
 @pytest.mark.parametrize("seed", TRITON_SEEDS)
 def test_fuzz_triton(seed: int) -> None:
     report = check_seed(seed, "triton")
+    assert report is None, report
+
+
+@pytest.mark.parametrize("seed", DYNAMIC_CPP_SEEDS)
+def test_fuzz_dynamic_cpp(seed: int) -> None:
+    report = check_seed(seed, "cpp", dynamic=True)
+    assert report is None, report
+
+
+@pytest.mark.skipif(not TRITON_ON_CPU, reason="Triton kernels run on the CPU only under TRITON_INTERPRET=1")
+@pytest.mark.parametrize("seed", DYNAMIC_TRITON_SEEDS)
+def test_fuzz_dynamic_triton(seed: int) -> None:
+    report = check_seed(seed, "triton", dynamic=True)
     assert report is None, report
 
 

@@ -70,6 +70,8 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
     for name, d in summary.get("dynamic_dims", {}).items():
         lines.append(f"dynamic dim {name}: {d['min']}..{d['max'] if d['max'] is not None else 'inf'} "
                      f"(converted at {d['example']})")
+    for name, why in summary.get("static_dims", {}).items():
+        lines.append(f"dim {name} kept static (dynamic_shapes='auto'): {why}")
     lines += _format_verification(summary.get("verification"))
     return "\n".join(lines)
 
