@@ -155,7 +155,9 @@ def test_the_signature_report_and_ir_name_the_dims(encoder) -> None:
     assert converted.summary()["dynamic_dims"] == {"batch": {"min": 1, "max": 8, "example": 2},
                                                    "seq": {"min": 1, "max": 48, "example": 6}}
     assert "dynamic dim seq: 1..48 (converted at 6)" in converted.report()
-    assert "float32[batch*seq, 32]" in converted.manifest["ir"]  # the view(b * s, h) kept symbolic
+    assert "float32[batch, seq, 3, 4, 8]" in converted.manifest["ir"]  # the qkv view's shape kept symbolic
+    # the view(b * s, h), by sizes read at run time, is inside a kernel
+    assert any("aten::view" in k["ops"] for k in converted.summary()["kernels"])
     verification = converted.summary()["verification"]
     assert verification["status"] == "passed" and verification["input_sets"] >= 4  # the ranges' ends too
 
@@ -320,3 +322,38 @@ def test_auto_makes_the_batch_dynamic_where_the_model_allows_it() -> None:
         converted(torch.randn(2, 4, 5), torch.randn(2, 4, 1))
     with pytest.raises(ConversionError, match="'sometimes' is not known"):
         jit2triton.convert(baked, example, dynamic_shapes="sometimes")
+
+
+class ShapeOps(torch.nn.Module):
+    """Views, slices, selects and iotas whose sizes follow the dynamic dims, as transformers write them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("positions", torch.randn(64, 8))
+
+    def forward(self, x):
+        b, s, h = x.shape
+        y = (x + self.positions[:s]).view(b * s, h) * 2.0  # a slice of a static dim to a dynamic length; a view
+        steps = torch.arange(s).float()  # by sizes known only at run time
+        return y.view(b, s, h).sum(-1) + steps, x.select(1, -1) * 3.0, x[:, 1:].exp()
+
+
+@pytest.mark.parametrize("backend", ["cpp", BACKENDS[1]])
+def test_views_slices_and_iotas_over_dynamic_sizes_become_kernels(backend) -> None:
+    example = (torch.randn(2, 5, 8),)
+    model = torch.jit.trace(ShapeOps(), example)
+    seq = Dim("seq", min=2, max=64)
+    converted = convert_for(model, example, backend, dynamic_shapes=[{0: Dim("batch", max=8), 1: seq}])
+    assert converted.summary()["verification"]["kernels_removed"] == []
+    fallbacks = converted.summary()["fallback_ops"]
+    for op in ("aten::view", "aten::slice.Tensor", "aten::select.int", "aten::arange"):
+        assert op not in fallbacks, (op, converted.summary()["fallback_reasons"])
+    generator = torch.Generator().manual_seed(FRESH_SEED)
+    for batch, length in [(1, 2), (8, 64), (3, 17), (5, 9)]:
+        x = torch.randn(batch, length, 8, generator=generator)
+        assert_same(converted(x.clone()), model(x.clone()), f"batch={batch}, seq={length}")
+    # a range past the buffer: the slice could run off its dim, so it stays an ATen op (and the answers right)
+    wide = jit2triton.convert(model, example, backend="cpp", dynamic_shapes=[{1: Dim("seq", min=2, max=100)}])
+    assert "aten::slice.Tensor" in wide.summary()["fallback_ops"]
+    x = torch.randn(2, 40, 8, generator=generator)
+    assert_same(wide(x.clone()), model(x.clone()), "seq=40 with the wide range")

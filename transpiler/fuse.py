@@ -92,6 +92,11 @@ def _static_tensor(t: Type, device_type: str, symbolic: bool = False) -> bool:
             and all(isinstance(d, int) or (symbolic and isinstance(d, SymSize)) for d in t.shape))
 
 
+# ops whose list argument at these positions is the output's shape (or expands to it); their lowerings read the
+# shape from the output, so a list computed at run time does not keep them out of kernels (see `shape_argument`)
+_SIZE_LISTS = {"aten::view": (1,), "aten::reshape": (1,), "aten::expand": (1,)}
+
+
 class _Fuser:
     def __init__(self, graph: Graph, device_type: str, refused: dict[int, str], symbolic: bool = False) -> None:
         self.graph = graph
@@ -139,6 +144,17 @@ class _Fuser:
                                   "appended to, passed into a loop or a container, or made by another op)")
             raise CannotLower(f"input %{v.name} is not a static tensor or a constant")
         return box
+
+    def shape_argument(self, node: Node, position: int, v: Value) -> Any:
+        """A size list whose values the op's output shape already holds (a view's target shape). Over dynamic dims
+        it is often computed at run time (`x.view(b * s, -1)` with `b, s = x.shape`), which no kernel can take as
+        an argument; the output's shape, fitted by shape inference, stands for it."""
+        try:
+            return self.argument(v)
+        except CannotLower:
+            if not self.symbolic:
+                raise
+            return list(node.outputs[0].type.shape)
 
     def scalar_box(self, v: Value) -> TensorBox:
         """A scalar known only at run time (an input, or computed on the host) as a 0-d tensor a kernel loads: an
@@ -210,7 +226,8 @@ class _Fuser:
                 raise CannotLower("an output has no static shape on this device")
             ctx = LowerContext(node.op, [v.type.dtype for v in node.outputs], [v.type.shape for v in node.outputs],
                                self.device_type)
-            result = fn(ctx, *[self.argument(v) for v in node.inputs])
+            result = fn(ctx, *[self.shape_argument(node, i, v) if i in _SIZE_LISTS.get(node.op, ()) else
+                               self.argument(v) for i, v in enumerate(node.inputs)])
             boxes = result if isinstance(result, tuple) else (result,)
             for box, v in zip(boxes, node.outputs):
                 if box.shape != tuple(v.type.shape) or box.dtype != v.type.dtype:

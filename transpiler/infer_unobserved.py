@@ -48,7 +48,7 @@ def infer_unobserved(graph: Graph) -> int:
 
 def _static(t: Type) -> bool:
     return (t.is_tensor and t.dtype is not None and t.shape is not None and t.strides is not None
-            and all(isinstance(d, int) for d in t.shape))
+            and all(isinstance(d, int) for d in (*t.shape, *t.strides)))  # dynamic strides have no meta tensor
 
 
 def _meta(t: Type) -> torch.Tensor:

@@ -5,6 +5,7 @@ import math
 from typing import Any, Callable, Optional
 
 from . import kernel_ir as K
+from .symbolic import SymSize
 from .lowering import (LowerContext, TensorBox, broadcast_shapes, compute_dtype, is_box, lowering, make_box,
                        promoted_dtype, require, value_at)
 
@@ -352,20 +353,26 @@ def full(ctx, size, value, *args):
 def arange(ctx, *args):
     """An iota: element i is start + step * i, an index expression, so it fuses into whatever reads it."""
     bounds = args[:{"aten::arange": 1, "aten::arange.start": 2}.get(ctx.op, 3)]
-    require(all(isinstance(b, (int, float)) for b in bounds),
-            "its start, end or step is computed at run time (only constant bounds become an index expression)")
     start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
+    if not isinstance(end, (int, float)) and isinstance(ctx.out_shape[0], SymSize):
+        # an end that follows a dynamic dim (arange(seq)): shape inference fitted the length, which is all the
+        # end decides; element i is still start + step * i
+        end = None
+    require(all(isinstance(b, (int, float)) for b in (start, step)) and (end is None or isinstance(end, (int, float))),
+            "its start, end or step is computed at run time (only constant bounds become an index expression)")
     dtype = ctx.out_dtype
     integral = not dtype.startswith(("float", "bfloat"))
     # ATen computes an integer result in int64 from the bounds truncated (and sizes an int64 one from those too),
     # a float one in double
-    truncated = (int(start), int(end), int(step))
+    truncated = (int(start), int(end if end is not None else 0), int(step))
     require(step != 0 and (not integral or truncated[2] != 0), "a step of zero")
-    if dtype == "int64":
-        length = max(0, -((truncated[0] - truncated[1]) // truncated[2]))
-    else:
-        length = max(0, math.ceil((end - start) / step))
-    require(ctx.out_shape == (length,), f"ATen's rule gives {length} elements, TorchScript saw {list(ctx.out_shape)}")
+    if end is not None:
+        if dtype == "int64":
+            length = max(0, -((truncated[0] - truncated[1]) // truncated[2]))
+        else:
+            length = max(0, math.ceil((end - start) / step))
+        require(ctx.out_shape == (length,),
+                f"ATen's rule gives {length} elements, TorchScript saw {list(ctx.out_shape)}")
     math_dtype = K.INT if integral else "float64"
     first, step = (truncated[0], truncated[2]) if integral else (start, step)
 

@@ -9,6 +9,7 @@ import math
 from typing import Sequence
 
 from . import kernel_ir as K
+from .symbolic import SymSize
 from .lowering import (LowerContext, TensorBox, is_box, lowering, make_box, normalize_dim, require)
 
 
@@ -74,11 +75,31 @@ def expand(ctx, x, *args):
                                                  for d, n in enumerate(x.shape)])
 
 
+def _dynamic_position(n: SymSize, index: int, what: str):
+    """A position along a dynamic dim of size `n` as an index expression: `index`, or `n + index` when negative;
+    refused unless it lies inside the dim at every size of its range."""
+    smallest = K.bounds(K.size(n))[0]
+    require(-smallest <= index < smallest, f"{what} {index} is outside the dim at some of its sizes")
+    return index if index >= 0 else K.size(n + index)
+
+
 @lowering("aten::slice.Tensor")
 def slice_(ctx, x, dim=0, start=None, end=None, step=1):
-    require(not any(is_box(v) for v in (start, end, step)), "slice bounds computed at run time")
     dim = normalize_dim(dim, len(x.shape))
-    first = range(x.shape[dim])[slice(start, end, step)].start if x.shape[dim] else 0
+    n = x.shape[dim]
+    if isinstance(ctx.out_shape[dim], SymSize) and not is_box(start) and not is_box(step):
+        # a length that follows a dynamic dim (x[:, :seq], or any slice of a dynamic dim) is shape inference's
+        # (fitted): the end decides nothing else
+        if isinstance(n, SymSize):
+            first = _dynamic_position(n, start or 0, "slice start")
+        else:  # a dynamic length out of a static dim must fit it at the range's largest size
+            first = range(n)[slice(start, None, step)].start if n else 0
+            longest = K.bounds(K.size(ctx.out_shape[dim]))[1]
+            require(first + (longest - 1) * step < n, "a slice whose dynamic length can run past its dim")
+        return view_of(ctx, x, ctx.out_shape, lambda index: [first + i * step if d == dim else i
+                                                             for d, i in enumerate(index)])
+    require(not any(is_box(v) for v in (start, end, step)), "slice bounds computed at run time")
+    first = range(n)[slice(start, end, step)].start if n else 0
 
     def index_map(index):
         return [first + i * step if d == dim else i for d, i in enumerate(index)]
@@ -95,9 +116,10 @@ def narrow(ctx, x, dim, start, length):
 def select(ctx, x, dim, index_value):
     require(not is_box(index_value), "select index computed at run time")
     dim = normalize_dim(dim, len(x.shape))
-    position = index_value % x.shape[dim]
+    n = x.shape[dim]
+    position = _dynamic_position(n, index_value, "select index") if isinstance(n, SymSize) else index_value % n
     return view_of(ctx, x, ctx.out_shape,
-                   lambda index: list(index[:dim]) + [K.const(position, K.INT)] + list(index[dim:]))
+                   lambda index: list(index[:dim]) + [K.as_index(position)] + list(index[dim:]))
 
 
 # --- scatters: a tensor with a view of it replaced (what an in-place write through a view becomes) -------------
