@@ -148,13 +148,9 @@ class _Fuser:
     def shape_argument(self, node: Node, position: int, v: Value) -> Any:
         """A size list whose values the op's output shape already holds (a view's target shape). Over dynamic dims
         it is often computed at run time (`x.view(b * s, -1)` with `b, s = x.shape`), which no kernel can take as
-        an argument; the output's shape, fitted by shape inference, stands for it."""
-        try:
-            return self.argument(v)
-        except CannotLower:
-            if not self.symbolic:
-                raise
-            return list(node.outputs[0].type.shape)
+        an argument; the output's shape, fitted by shape inference, stands for it (and the sizes are never carried
+        into the kernel as scalars it would not read)."""
+        return list(node.outputs[0].type.shape) if self.symbolic else self.argument(v)
 
     def scalar_box(self, v: Value) -> TensorBox:
         """A scalar known only at run time (an input, or computed on the host) as a 0-d tensor a kernel loads: an
