@@ -32,6 +32,8 @@ class Executor:
         self.device = device
         self.nodes = nodes
         self.observe = observe
+        # set by a profiler (jit2triton bench --profile): runs each step and accounts its time to its node
+        self.step_timer: Optional[Callable[[Step, int, list], None]] = None
         self.num_slots = plan["num_slots"]
         self.input_slots = plan["inputs"]
         # Dynamic dims: read from the inputs once per call, into the slot after the plan's own (kernels take them)
@@ -53,9 +55,10 @@ class Executor:
         return [get(env) for get in self.output_getters]
 
     def run_steps(self, steps: list[tuple[Step, int]], env: list) -> None:
+        timer = self.step_timer
         for step, node in steps:
             try:
-                step(env)
+                step(env) if timer is None else timer(step, node, env)
             except Jit2TritonError:
                 raise
             except Exception as err:

@@ -135,6 +135,76 @@ def run(package, reference, runs, seed, device, runtime, shape_specs) -> None:
         click.echo(f"max abs error against {reference}: {error:.3e}")
 
 
+@main.command(short_help="Time a package: latency statistics, --against TorchScript, --profile.")
+@click.argument("package", type=click.Path(dir_okay=False))
+@click.option("--warmup-ms", default=200.0, show_default=True, help="warm up for this long before timing")
+@click.option("--iterations", type=int, default=None, help="timed calls (default: as many as --duration-s allows)")
+@click.option("--duration-s", default=3.0, show_default=True, help="time calls for this long (unless --iterations)")
+@click.option("--threads", type=int, default=None, help="CPU kernels' threads (default: torch's)")
+@click.option("--cuda-graphs", type=click.Choice(["on", "off"]), default="on", show_default=True)
+@click.option("--runtime", type=click.Choice(["python", "cpp"]), default="python", show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
+@click.option("--shape", "shape_specs", multiple=True, help="sizes of dynamic dims: DIM=N[,DIM=N] (B=4,S=128)")
+@click.option("--against", type=click.Path(exists=True, dir_okay=False),
+              help="a TorchScript .pt timed in turn with the package, call by call, on the same inputs")
+@click.option("--profile", is_flag=True, help="time each plan step (Python runtime, synchronised, no CUDA graphs) "
+                                              "and show where the time goes, by TorchScript source line")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="also write the results as JSON here")
+@click.option("--seed", default=0, show_default=True, help="seed of the random inputs")
+def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runtime, device, shape_specs, against,
+          profile, json_path, seed) -> None:
+    """Time a package like trtexec: min, mean, median, p90, p99 and max latency and throughput on random inputs
+    that fit its signature."""
+    import torch
+
+    from .api import load
+    from .bench import (StepProfiler, format_profile, format_stats, measure, profile_rows, summarize)
+    from .errors import InputError
+    from .inputs import parse_sizes, random_inputs
+
+    if iterations is not None and iterations < 1:
+        raise InputError("--iterations must be at least 1")
+    module = load(package, map_location=device, runtime=runtime, num_threads=threads,
+                  cuda_graphs=cuda_graphs == "on")
+    signature = module.manifest["signature"]
+    inputs = random_inputs(signature["inputs"], module.device, seed, parse_sizes(shape_specs, signature.get("dims", {})))
+    paths = {"jit2triton": lambda: module(*inputs)}
+    if against:
+        scripted = torch.jit.load(against, map_location=module.device)
+        paths["torch.jit"] = lambda: scripted(*inputs)
+    click.echo(f"{package}: {module.signature()} on {module.device}, {runtime} runtime, CUDA graphs {cuda_graphs}"
+               + (f", {threads} threads" if threads else ""))
+    times = measure(paths, module.device, warmup_ms, iterations, duration_s)
+    results: dict = {"package": package, "device": str(module.device), "runtime": runtime,
+                     "cuda_graphs": cuda_graphs, "stats": {label: summarize(t) for label, t in times.items()}}
+    for label, stats in results["stats"].items():
+        click.echo(format_stats(label, stats))
+    if against:
+        ratio = results["stats"]["torch.jit"]["median_ms"] / results["stats"]["jit2triton"]["median_ms"]
+        results["speedup_vs_torch_jit"] = ratio
+        click.echo(f"median speed-up over torch.jit: {ratio:.2f}x")
+    if profile:
+        profiled = load(package, map_location=device, num_threads=threads, cuda_graphs=False)
+        profiler = StepProfiler(cuda=profiled.device.type == "cuda")
+        profiled(*inputs)  # a warm call outside the profile
+        profiled._runtime.executor.step_timer = profiler
+        calls = max(5, min(100, len(times["jit2triton"])))
+        started = time.perf_counter()
+        for _ in range(calls):
+            profiled(*inputs)
+        results["profiled_call_ms"] = (time.perf_counter() - started) * 1e3 / calls
+        rows = profile_rows(profiler, profiled.manifest["nodes"], profiled.manifest["kernels"], calls)
+        results["profile"] = rows
+        click.echo(f"profile: {calls} calls, each step synchronised (times add up to more than an unprofiled "
+                   "call's):")
+        for line in format_profile(rows):
+            click.echo(line)
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(results, f, indent=1)
+        click.echo(f"wrote {json_path}")
+
+
 @main.command(short_help="Show a package's signature, report and kernels.")
 @click.argument("package", type=click.Path(dir_okay=False))
 @click.option("--kernels", is_flag=True, help="print the generated kernel sources")

@@ -104,3 +104,47 @@ def test_convert_dynamic_batch_serves_other_batch_sizes(tmp_path):
     assert result.exit_code == 0, result.output
     assert "(ids: int64[batch, 5], scale: float32[batch, 5, 4])" in result.output
     assert float(re.search(r"max abs error against .*: (\S+)", result.output).group(1)) < 1e-5
+
+
+def test_bench_times_against_torchscript_and_profiles_by_source_line(tmp_path):
+    import json
+
+    class Looped(torch.nn.Module):
+        def forward(self, x, steps: int):
+            for _ in range(steps):
+                x = torch.tanh(x) * 2.0 + 1.0  # the loop body's kernel
+            return x.softmax(-1)
+
+    model = tmp_path / "looped.pt"
+    torch.jit.save(torch.jit.script(Looped()), model)
+    package = tmp_path / "looped.j2t"
+    result = CliRunner().invoke(main, ["convert", str(model), "-o", str(package), "--input", "4x8:float32",
+                                       "--input", "int=3"])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(main, ["bench", str(package), "--warmup-ms", "0", "--iterations", "7",
+                                       "--against", str(model), "--profile", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "median speed-up over torch.jit" in result.output and "p99" in result.output
+    data = json.loads(out.read_text())
+    for label in ("jit2triton", "torch.jit"):
+        stats = data["stats"][label]
+        assert stats["calls"] == 7
+        assert stats["min_ms"] <= stats["median_ms"] <= stats["p90_ms"] <= stats["p99_ms"] <= stats["max_ms"]
+    rows = data["profile"]
+    # exclusive times: a loop is charged only for what its body's steps do not account for, so the rows add up
+    # to no more than a profiled call took (counting the body inside the loop too would nearly double them)
+    assert sum(r["ms_per_call"] for r in rows) <= data["profiled_call_ms"]
+    assert abs(sum(r["share"] for r in rows) - 1) < 1e-6
+    body = next(r for r in rows if r["what"].startswith("kernel") and r["steps_per_call"] == 3)  # once a trip
+    assert any("the loop body's kernel" in s for s in body["sources"])
+    assert any(r["what"] == "prim::Loop" for r in rows)
+
+
+def test_bench_refuses_a_bad_iteration_count(tmp_path):
+    model = _save_model(tmp_path)
+    package = tmp_path / "embed.j2t"
+    CliRunner().invoke(main, ["convert", str(model), "-o", str(package), "--input", "2x5:int64:0-50",
+                              "--input", "2x5x4:float32"])
+    result = CliRunner().invoke(main, ["bench", str(package), "--iterations", "0"])
+    assert result.exit_code == 2 and "--iterations must be at least 1" in result.output

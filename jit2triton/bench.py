@@ -1,0 +1,151 @@
+"""`jit2triton bench`: latency statistics like trtexec's, TorchScript timed interleaved in the same process, and a
+profile of where the time goes by plan step, each row naming the TorchScript source lines it covers.
+
+Timing: warm-up for a duration, then calls until an iteration count or a duration is reached. On CUDA each call
+is timed with CUDA events and synchronised (the latency a caller sees); on the CPU with a wall clock. With
+`--against`, the package and TorchScript take turns call by call, so a burst of load on the machine hits both.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+
+
+def percentile(sorted_times: list[float], q: float) -> float:
+    """The q-th percentile (0..100) by linear interpolation between the closest ranks, as numpy's default."""
+    if len(sorted_times) == 1:
+        return sorted_times[0]
+    rank = (len(sorted_times) - 1) * q / 100
+    low = math.floor(rank)
+    high = min(low + 1, len(sorted_times) - 1)
+    return sorted_times[low] + (sorted_times[high] - sorted_times[low]) * (rank - low)
+
+
+def summarize(times_ms: list[float]) -> dict[str, float]:
+    ordered = sorted(times_ms)
+    mean = statistics.fmean(ordered)
+    return {"calls": len(ordered), "min_ms": ordered[0], "mean_ms": mean, "median_ms": statistics.median(ordered),
+            "p90_ms": percentile(ordered, 90), "p99_ms": percentile(ordered, 99), "max_ms": ordered[-1],
+            "throughput_per_s": 1e3 / mean if mean > 0 else math.inf}
+
+
+class _Clock:
+    """One call's latency in milliseconds, measured the way the device needs."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            self.begin, self.end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def time(self, fn: Callable[[], Any]) -> float:
+        if self.cuda:
+            self.begin.record()
+            fn()
+            self.end.record()
+            self.end.synchronize()
+            return self.begin.elapsed_time(self.end)
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+
+
+def measure(paths: dict[str, Callable[[], Any]], device: torch.device, warmup_ms: float,
+            iterations: Optional[int], duration_s: Optional[float]) -> dict[str, list[float]]:
+    """Milliseconds per call of each path, the paths taking turns: warm-up until `warmup_ms` have passed (at
+    least one call each), then until `iterations` rounds or `duration_s` seconds, whichever is given."""
+    clock = _Clock(device)
+    started = time.perf_counter()
+    while True:
+        for fn in paths.values():
+            clock.time(fn)
+        if (time.perf_counter() - started) * 1e3 >= warmup_ms:
+            break
+    times: dict[str, list[float]] = {label: [] for label in paths}
+    started = time.perf_counter()
+    while True:
+        for label, fn in paths.items():
+            times[label].append(clock.time(fn))
+        rounds = len(next(iter(times.values())))
+        if iterations is not None and rounds >= iterations:
+            break
+        if iterations is None and time.perf_counter() - started >= (duration_s or 0):
+            break
+    return times
+
+
+@dataclass
+class _Row:
+    node: int
+    seconds: float = 0.0
+    calls: int = 0
+
+
+@dataclass
+class StepProfiler:
+    """Exclusive time per plan node: a step that holds others (a loop, a branch, a graph region) is charged only
+    for what its inner steps do not account for. CUDA work is synchronised around each step."""
+    cuda: bool
+    rows: dict[int, _Row] = field(default_factory=dict)
+    _inner: list[float] = field(default_factory=list)  # per open step: the time its inner steps took
+
+    def __call__(self, step: Callable, node: int, env: list) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+        self._inner.append(0.0)
+        start = time.perf_counter()
+        try:
+            step(env)
+            if self.cuda:
+                torch.cuda.synchronize()
+        finally:
+            elapsed = time.perf_counter() - start
+            inner = self._inner.pop()
+            if self._inner:
+                self._inner[-1] += elapsed
+            row = self.rows.setdefault(node, _Row(node))
+            row.seconds += elapsed - inner
+            row.calls += 1
+
+
+def profile_rows(profiler: StepProfiler, nodes: list[dict], kernels: list[dict], calls: int) -> list[dict]:
+    """The profile's rows, largest share first: what ran (op or kernel), ms per model call, share, where from."""
+    provenance = {k["name"]: k.get("provenance", []) for k in kernels}
+    total = sum(r.seconds for r in profiler.rows.values()) or 1.0
+    rows = []
+    for r in profiler.rows.values():
+        node = nodes[r.node] if 0 <= r.node < len(nodes) else {}
+        if node.get("category") == "kernel":
+            what = f"kernel {node.get('kernel')}"
+            sources = sorted({f["source"] for f in node.get("fused", []) if f.get("source")})
+            ops = [line.split()[0] for line in provenance.get(node.get("kernel"), []) if line.split()]
+        else:
+            what = node.get("op", "?")
+            sources = [node["source"]] if node.get("source") else []
+            ops = []
+        rows.append({"node": r.node, "what": what, "ms_per_call": r.seconds * 1e3 / max(calls, 1),
+                     "share": r.seconds / total, "steps_per_call": r.calls / max(calls, 1), "sources": sources,
+                     "ops": ops})
+    return sorted(rows, key=lambda row: -row["share"])
+
+
+def format_stats(label: str, s: dict[str, float]) -> str:
+    return (f"{label:12s} min {s['min_ms']:.3f}  mean {s['mean_ms']:.3f}  median {s['median_ms']:.3f}  "
+            f"p90 {s['p90_ms']:.3f}  p99 {s['p99_ms']:.3f}  max {s['max_ms']:.3f} ms  "
+            f"({s['calls']} calls, {s['throughput_per_s']:.1f} calls/s)")
+
+
+def format_profile(rows: list[dict], limit: int = 30) -> list[str]:
+    lines = [f"{'share':>6s} {'ms/call':>9s}  {'step':40s} source"]
+    for row in rows[:limit]:
+        where = "; ".join(" ".join(src.split())[:60] for src in row["sources"][:3])
+        where += " ..." if len(row["sources"]) > 3 else ""
+        lines.append(f"{row['share'] * 100:5.1f}% {row['ms_per_call']:9.4f}  {row['what'][:40]:40s} {where}")
+    if len(rows) > limit:
+        rest = sum(r["share"] for r in rows[limit:])
+        lines.append(f"{rest * 100:5.1f}% in {len(rows) - limit} more steps")
+    return lines
