@@ -211,7 +211,8 @@ def test_j2t_run_matches_torchscript(name: str, tmp_path, cmake_build) -> None:
                            "--dump", str(tmp_path), "--bench", "3"], capture_output=True, text=True,
                           env=_no_python_env())
     assert done.returncode == 0, done.stderr
-    assert "median" in done.stdout
+    assert "median" in done.stdout and re.search(r"j2t-run: min \S+ +mean \S+ +median \S+ +p90 \S+ +p99 \S+ +max "
+                                                 r"\S+ us \(3 calls", done.stdout), done.stdout
     signature = manifest_of(path)["signature"]
     inputs = random_inputs(signature["inputs"], "cpu", seed)  # the same draws j2t-run made
     expected = reference(*inputs)

@@ -1,9 +1,10 @@
 // j2t-run: run a .j2t package on random inputs with the C++ runtime and print the outputs' shapes and the time.
 //
-//   j2t-run model.j2t [--device cpu|cuda] [--bench N] [--threads N] [--seed S] [--dump DIR] [--torchscript M.pt]
+//   j2t-run model.j2t [--device cpu|cuda] [--bench N] [--warmup-ms MS] [--threads N] [--seed S] [--dump DIR]
+//                     [--torchscript M.pt]
 //
 // With --torchscript, the same inputs also run through torch::jit::load(M.pt) in this process: the largest
-// difference from it is printed and, with --bench, its time per call beside ours.
+// difference from it is printed and, with --bench, its latency statistics beside ours, the two taking turns.
 // The random inputs are those `jit2triton run` draws for the same seed (torch's CPU generator), and --dump writes
 // each output's raw bytes to DIR/output_<i>.bin, so a test can compare them with TorchScript's.
 #include <ATen/ATen.h>
@@ -27,11 +28,12 @@
 namespace {
 
 const char* kUsage =
-    "usage: j2t-run model.j2t [--device cpu|cuda] [--shape DIM=N[,DIM=N]] [--bench N] [--threads N] [--seed S]\n"
+    "usage: j2t-run model.j2t [--device cpu|cuda] [--shape DIM=N[,DIM=N]] [--bench N] [--warmup-ms MS] [--threads N]\n"
+    "               [--seed S]\n"
     "               [--dump DIR] [--torchscript M.pt]\n"
     "       j2t-run --help | --version\n"
     "Runs a jit2triton package on random inputs that fit its signature and prints the outputs' shapes and the load\n"
-    "time; --shape: sizes of the package's dynamic dims (default: the example's); --bench N: the median time of N calls; --torchscript M.pt: the largest difference from that TorchScript\n"
+    "time; --shape: sizes of the package's dynamic dims (default: the example's); --bench N: latency statistics (min, mean, median, p90, p99, max) of N calls after --warmup-ms (default 200) of warm-up, taking turns with --torchscript when given; --torchscript M.pt: the largest difference from that TorchScript\n"
     "model on the same inputs (and its time); --dump DIR: each output's raw bytes.\n";
 
 int usage() {
@@ -45,20 +47,31 @@ void sync(const std::string& device) {
 #endif
 }
 
-// Median wall time of one call, synchronised, after a few warm-up calls (the TorchScript profiling executor
-// optimises on its second call).
-double median_us(const std::function<void()>& call, int runs, const std::string& device) {
-  for (int i = 0; i < 3; ++i) call();
+// One call's wall time in microseconds, synchronised (the latency a caller sees).
+double time_us(const std::function<void()>& call, const std::string& device) {
+  auto t0 = std::chrono::steady_clock::now();
+  call();
   sync(device);
-  std::vector<double> times;
-  for (int i = 0; i < runs; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    call();
-    sync(device);
-    times.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-  }
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// The q-th percentile (0..100) of sorted times, interpolating between the closest ranks (as `jit2triton bench`).
+double percentile(const std::vector<double>& sorted, double q) {
+  double rank = (sorted.size() - 1) * q / 100;
+  size_t low = static_cast<size_t>(rank), high = std::min(low + 1, sorted.size() - 1);
+  return sorted[low] + (sorted[high] - sorted[low]) * (rank - low);
+}
+
+// min / mean / median / p90 / p99 / max and throughput, as `jit2triton bench` prints them; returns the median.
+double report(const std::string& label, std::vector<double> times) {
   std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  double mean = 0;
+  for (double t : times) mean += t / times.size();
+  double median = percentile(times, 50);
+  std::cout << label << ": min " << times.front() << "  mean " << mean << "  median " << median << "  p90 "
+            << percentile(times, 90) << "  p99 " << percentile(times, 99) << "  max " << times.back() << " us ("
+            << times.size() << " calls, " << 1e6 / mean << " calls/s)\n";
+  return median;
 }
 
 void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
@@ -84,6 +97,7 @@ int main(int argc, char** argv) {
   }
   jit2triton::LoadOptions options;
   int bench = 0;
+  double warmup_ms = 200;
   uint64_t seed = 0;
   std::string dump, torchscript;
   std::map<std::string, int64_t> sizes;
@@ -92,6 +106,7 @@ int main(int argc, char** argv) {
     if (i + 1 >= argc) return usage();
     if (arg == "--device") options.device = argv[++i];
     else if (arg == "--bench") bench = std::atoi(argv[++i]);
+    else if (arg == "--warmup-ms") warmup_ms = std::atof(argv[++i]);
     else if (arg == "--threads") options.num_threads = std::atoi(argv[++i]);
     else if (arg == "--seed") seed = std::strtoull(argv[++i], nullptr, 10);
     else if (arg == "--dump") dump = argv[++i];
@@ -142,10 +157,23 @@ int main(int argc, char** argv) {
       std::cout << "max abs difference from torch::jit::load: " << worst << "\n";
     }
     if (bench > 0) {
-      double ours = median_us([&] { m.forward(inputs); }, bench, m.device());
+      // Warm up for --warmup-ms (the TorchScript profiling executor optimises on its second call), then the
+      // package and TorchScript take turns call by call, so a burst of load on the machine hits both.
+      auto ours_call = [&] { m.forward(inputs); };
+      auto start = std::chrono::steady_clock::now();
+      do {
+        time_us(ours_call, m.device());
+        if (reference) time_us(reference, m.device());
+      } while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() < warmup_ms);
+      std::vector<double> ours_times, theirs_times;
+      for (int i = 0; i < bench; ++i) {
+        ours_times.push_back(time_us(ours_call, m.device()));
+        if (reference) theirs_times.push_back(time_us(reference, m.device()));
+      }
+      double ours = report("j2t-run", ours_times);
       std::cout << "median " << ours << " us per call over " << bench << " calls\n";
       if (reference) {
-        double theirs = median_us(reference, bench, m.device());
+        double theirs = report("torch::jit::load", theirs_times);
         std::cout << "torch::jit::load: median " << theirs << " us per call (" << theirs / ours << "x ours)\n";
       }
     }
