@@ -18,7 +18,7 @@ import math
 import os
 import sys
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -75,8 +75,10 @@ def kernel_function(source: str, name: str):
     return getattr(load_module(source), name)
 
 
-def build_triton(kernels: list[Kernel], device: torch.device) -> tuple[dict[str, bytes], dict[str, Any]]:
-    """-> (package files, the manifest's "triton" section): a source per kernel, and on CUDA a cubin per kernel."""
+def build_triton(kernels: list[Kernel], device: torch.device,
+                 progress: Optional[Callable[[str], None]] = None) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """-> (package files, the manifest's "triton" section): a source per kernel, and on CUDA a cubin per kernel.
+    `progress` hears "compiling Triton kernels i/n" after each kernel compiled (the slow part of a GPU conversion)."""
     if not triton_available():
         raise ConversionError("the triton backend needs Triton (pip install 'triton>=3.6'), or convert with "
                               "backend='cpp' on the CPU")
@@ -94,8 +96,10 @@ def build_triton(kernels: list[Kernel], device: torch.device) -> tuple[dict[str,
     if interpreter_active():
         raise ConversionError(f"converting for CUDA compiles Triton kernels, but {COMPILER_HINT}")
     with torch.cuda.device(device):
-        for r, kernel in zip(rendered, kernels):
+        for done, (r, kernel) in enumerate(zip(rendered, kernels), 1):
             config, compiled = tune(r, kernel, device)
+            if progress is not None:
+                progress(f"compiling Triton kernels {done}/{len(kernels)}")
             files[f"binaries/{r.name}.cubin"] = compiled.asm["cubin"]
             section["kernels"][r.name] = launch_entry(r, config, compiled)
         target = compiled.metadata.target

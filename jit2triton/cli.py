@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -15,8 +16,43 @@ from .version import __version__
 # torch is imported inside the commands that need it: `--help` and `--version` answer at once.
 
 
-def _progress(message: str) -> None:
-    click.echo(f"[jit2triton] {message}", err=True)
+class _Progress:
+    """Conversion progress on stderr. A counted step ("compiling Triton kernels 3/40") is a bar redrawn in place
+    on a terminal; elsewhere (a log) it is a plain line at the start, every tenth and the end. `quiet`: nothing."""
+
+    COUNTED = re.compile(r"^(.*) (\d+)/(\d+)$")
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+        self.open_bar = False
+
+    def __call__(self, message: str) -> None:
+        if self.quiet:
+            return
+        counted = self.COUNTED.match(message)
+        if counted is None:
+            self.end_bar()
+            click.echo(f"[jit2triton] {message}", err=True)
+            return
+        what, done, total = counted.group(1), int(counted.group(2)), int(counted.group(3))
+        if self.tty:
+            filled = 30 * done // max(total, 1)
+            click.echo(f"\r[jit2triton] {what} [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}", err=True,
+                       nl=False)
+            self.open_bar = True
+            if done >= total:
+                self.end_bar()
+        elif done in (1, total) or done * 10 // total != (done - 1) * 10 // total:
+            click.echo(f"[jit2triton] {message}", err=True)
+
+    def end_bar(self) -> None:
+        if self.open_bar:
+            click.echo("", err=True)
+            self.open_bar = False
+
+
+_progress = _Progress()
 
 
 class _Group(click.Group):
@@ -59,8 +95,9 @@ def main() -> None:
               help="skip comparing the package with the TorchScript model on the example and fresh inputs")
 @click.option("--full-source-paths", is_flag=True,
               help="name source files in kernel comments by this machine's full paths (default: as imported)")
+@click.option("--quiet", is_flag=True, help="no progress messages (the report is still printed)")
 def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, device, backend, no_verify,
-            full_source_paths) -> None:
+            full_source_paths, quiet) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
     from .errors import InputError
@@ -87,7 +124,7 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, d
         inputs += list(loaded) if isinstance(loaded, (tuple, list)) else [loaded]
     output = output or os.path.splitext(model)[0] + ".j2t"
     converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
-                              progress=_progress, verify=not no_verify, full_source_paths=full_source_paths,
+                              progress=_Progress(quiet), verify=not no_verify, full_source_paths=full_source_paths,
                               dynamic_shapes=dynamic_shapes or None)
     converted.save(output)
     click.echo(converted.report())

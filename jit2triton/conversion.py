@@ -264,7 +264,7 @@ def build_kernels(kernels: list, backend: str, say: Progress,
         from jit2triton.emitters.compile_triton import build_triton, buildable_device
         target = torch.device(device) if device is not None else buildable_device()
         say(f"rendering {len(kernels)} Triton kernels" + (" and compiling them" if target.type == "cuda" else ""))
-        files, section = build_triton(kernels, target)
+        files, section = build_triton(kernels, target, say)
         return files, {"triton": section}
     raise ConversionError(f"the {backend} backend is not available in this build")
 

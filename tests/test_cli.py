@@ -148,3 +148,31 @@ def test_bench_refuses_a_bad_iteration_count(tmp_path):
                               "--input", "2x5x4:float32"])
     result = CliRunner().invoke(main, ["bench", str(package), "--iterations", "0"])
     assert result.exit_code == 2 and "--iterations must be at least 1" in result.output
+
+
+def test_progress_is_a_bar_on_a_terminal_plain_lines_in_a_log_and_nothing_when_quiet(tmp_path, capsys, monkeypatch):
+    from jit2triton.cli import _Progress
+
+    def feed(progress):
+        progress("fusing and generating triton kernels")
+        for i in range(1, 41):
+            progress(f"compiling Triton kernels {i}/40")
+        progress("verifying against TorchScript on 2 input sets")
+        return capsys.readouterr().err
+
+    monkeypatch.setattr("sys.stderr.isatty", lambda: False, raising=False)
+    log = feed(_Progress())
+    counted = [line for line in log.splitlines() if "compiling Triton kernels" in line]
+    assert counted[0].endswith(" 1/40") and counted[-1].endswith(" 40/40") and len(counted) == 11, counted
+    assert "\r" not in log and log.splitlines()[-1].endswith("verifying against TorchScript on 2 input sets")
+    terminal = _Progress()
+    terminal.tty = True
+    shown = feed(terminal)
+    assert shown.count("\r") == 40 and "[" + "#" * 30 + "] 40/40\n" in shown
+    assert feed(_Progress(quiet=True)) == ""
+
+    model = _save_model(tmp_path)
+    args = ["convert", str(model), "--input", "2x5:int64:0-50", "--input", "2x5x4:float32"]
+    assert "[jit2triton]" in CliRunner().invoke(main, args).output
+    quiet = CliRunner().invoke(main, args + ["--quiet"])
+    assert quiet.exit_code == 0 and "[jit2triton]" not in quiet.output and "saved" in quiet.output
