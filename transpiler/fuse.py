@@ -26,8 +26,8 @@ from . import kernel_ir as K
 from .alias_analysis import fixed_tensor_lists, mutated_views, writes
 from .drop_unread import drop_unread
 from .ir import KERNEL_OP, Block, Graph, Node, Type, Value, walk_block
-from .lowering import (CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering, realized_box,
-                       strides_in_order)
+from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering,
+                       realized_box, strides_in_order)
 from .op_table import is_view
 from .symbolic import SymSize
 
@@ -92,9 +92,10 @@ def _static_tensor(t: Type, device_type: str, symbolic: bool = False) -> bool:
             and all(isinstance(d, int) or (symbolic and isinstance(d, SymSize)) for d in t.shape))
 
 
-# ops whose list argument at these positions is the output's shape (or expands to it); their lowerings read the
-# shape from the output, so a list computed at run time does not keep them out of kernels (see `shape_argument`)
-_SIZE_LISTS = {"aten::view": (1,), "aten::reshape": (1,), "aten::expand": (1,)}
+# arguments (by position) that only decide the op's output shape, which the lowering reads from the output
+# instead: computed at run time over dynamic dims, they do not keep the op out of kernels (see `shape_argument`)
+_SIZE_LISTS = {"aten::view": (1,), "aten::reshape": (1,), "aten::expand": (1,), "aten::arange": (0,),
+               "aten::arange.start": (1,), "aten::arange.start_step": (1,), "aten::slice.Tensor": (3,)}
 
 
 class _Fuser:
@@ -149,8 +150,13 @@ class _Fuser:
         """A size list whose values the op's output shape already holds (a view's target shape). Over dynamic dims
         it is often computed at run time (`x.view(b * s, -1)` with `b, s = x.shape`), which no kernel can take as
         an argument; the output's shape, fitted by shape inference, stands for it (and the sizes are never carried
-        into the kernel as scalars it would not read)."""
-        return list(node.outputs[0].type.shape) if self.symbolic else self.argument(v)
+        into the kernel as scalars it would not read). A slice's or an iota's end computed at run time comes as
+        RUNTIME_SIZE, for the lowering to accept only where the output's length is dynamic."""
+        if not self.symbolic:
+            return self.argument(v)
+        if node.op in ("aten::view", "aten::reshape", "aten::expand"):
+            return list(node.outputs[0].type.shape)
+        return self.literals[v.id] if v.id in self.literals else RUNTIME_SIZE
 
     def scalar_box(self, v: Value) -> TensorBox:
         """A scalar known only at run time (an input, or computed on the host) as a 0-d tensor a kernel loads: an

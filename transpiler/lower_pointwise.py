@@ -6,8 +6,8 @@ from typing import Any, Callable, Optional
 
 from . import kernel_ir as K
 from .symbolic import SymSize
-from .lowering import (LowerContext, TensorBox, broadcast_shapes, compute_dtype, is_box, lowering, make_box,
-                       promoted_dtype, require, value_at)
+from .lowering import (RUNTIME_SIZE, LowerContext, TensorBox, broadcast_shapes, compute_dtype, is_box, lowering,
+                       make_box, promoted_dtype, require, value_at)
 
 Math = Callable[..., K.KExpr]
 
@@ -354,9 +354,9 @@ def arange(ctx, *args):
     """An iota: element i is start + step * i, an index expression, so it fuses into whatever reads it."""
     bounds = args[:{"aten::arange": 1, "aten::arange.start": 2}.get(ctx.op, 3)]
     start, end, step = (0, bounds[0], 1) if len(bounds) == 1 else (*bounds, 1)[:3]
-    if not isinstance(end, (int, float)) and isinstance(ctx.out_shape[0], SymSize):
-        # an end that follows a dynamic dim (arange(seq)): shape inference fitted the length, which is all the
-        # end decides; element i is still start + step * i
+    # an end computed at run time (RUNTIME_SIZE, see fuse.shape_argument): when it follows a dynamic dim
+    # (arange(seq)), shape inference fitted the length, which is all the end decides; element i is start + step * i
+    if end is RUNTIME_SIZE and isinstance(ctx.out_shape[0], SymSize):
         end = None
     require(all(isinstance(b, (int, float)) for b in (start, step)) and (end is None or isinstance(end, (int, float))),
             "its start, end or step is computed at run time (only constant bounds become an index expression)")

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from . import kernel_ir as K
 from .symbolic import SymSize
-from .lowering import (LowerContext, TensorBox, is_box, lowering, make_box, normalize_dim, require)
+from .lowering import (RUNTIME_SIZE, LowerContext, TensorBox, is_box, lowering, make_box, normalize_dim, require)
 
 
 def view_of(ctx: LowerContext, x: TensorBox, shape: Sequence[int], index_map) -> TensorBox:
@@ -98,7 +98,8 @@ def slice_(ctx, x, dim=0, start=None, end=None, step=1):
             require(first + (longest - 1) * step < n, "a slice whose dynamic length can run past its dim")
         return view_of(ctx, x, ctx.out_shape, lambda index: [first + i * step if d == dim else i
                                                              for d, i in enumerate(index)])
-    require(not any(is_box(v) for v in (start, end, step)), "slice bounds computed at run time")
+    require(not any(is_box(v) for v in (start, end, step)) and end is not RUNTIME_SIZE,
+            "slice bounds computed at run time")
     first = range(n)[slice(start, end, step)].start if n else 0
 
     def index_map(index):

@@ -27,6 +27,11 @@ Index = list  # list[KExpr], one per dim
 _box_ids = itertools.count(1)
 
 
+# What a lowering gets for an argument that only decides the output's shape and is computed at run time over
+# dynamic dims (a slice's end, an iota's end): the output's fitted shape stands for it (fuse.shape_argument)
+RUNTIME_SIZE = type("RuntimeSize", (), {"__repr__": lambda self: "RUNTIME_SIZE"})()
+
+
 class CannotLower(Exception):
     """This node (with these arguments) has no kernel lowering; it runs through ATen instead."""
 
