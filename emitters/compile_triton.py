@@ -120,7 +120,7 @@ def launch_entry(r: TritonKernel, config: dict, compiled=None) -> dict[str, Any]
     """What a launch needs. A kernel over dynamic dims takes their sizes ("size_args") after its buffers; when its
     grid depends on them it has "grid_items" (the grid covers ceil(items / XBLOCK) programs, items a polynomial in
     the size_args), and its "grid" is the example's, for people."""
-    example = {name: K.hint(SymSize.symbol(name)) for name in r.size_args}
+    example = _example_sizes(r)
     entry = {"function": r.name, "source": f"kernels/{r.name}.py", "arg_types": r.arg_types,
              "constants": config["constants"], "num_warps": config["num_warps"],
              "grid": [r.grid(config, example), 1, 1]}
@@ -154,7 +154,7 @@ def compile_config(r: TritonKernel, config: dict, device: torch.device):
 def tune(r: TritonKernel, kernel: Kernel, device: torch.device):
     """-> (config, compiled kernel): the default configuration, or the fastest of the candidates on big kernels.
     A kernel over dynamic dims is timed at the example's sizes."""
-    sizes = {name: K.hint(SymSize.symbol(name)) for name in r.size_args}
+    sizes = _example_sizes(r)
     work = sum(math.prod(K.hint(n) for n in b.shape) for b in kernel.inputs + kernel.outputs)
     candidates = r.configs if work >= TUNE_MIN_ELEMENTS and len(r.configs) > 1 else r.configs[:1]
     compiled = [compile_config(r, c, device) for c in candidates]
@@ -168,6 +168,11 @@ def tune(r: TritonKernel, kernel: Kernel, device: torch.device):
                       warmup=5, rep=25) for c in candidates]
     best = min(range(len(candidates)), key=times.__getitem__)
     return candidates[best], compiled[best]
+
+
+def _example_sizes(r: TritonKernel) -> dict[str, int]:
+    """The example's size of each dynamic dim the kernel takes (what it is tuned at, and its "grid" for people)."""
+    return {name: K.hint(SymSize.symbol(name)) for name in r.size_args}
 
 
 def _example_buffers(kernel: Kernel, device: torch.device) -> list[torch.Tensor]:
