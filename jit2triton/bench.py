@@ -8,6 +8,7 @@ is timed with CUDA events and synchronised (the latency a caller sees); on the C
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -113,24 +114,35 @@ class StepProfiler:
 
 
 def profile_rows(profiler: StepProfiler, nodes: list[dict], kernels: list[dict], calls: int) -> list[dict]:
-    """The profile's rows, largest share first: what ran (op or kernel), ms per model call, share, where from."""
+    """The profile's rows, largest share first: what ran (op or kernel), ms per model call, share, where from.
+
+    Steps that do the same thing for the same source lines are one row (`count` of them): the twelve layers of a
+    BERT run one `nn.Linear` line twelve times, and a user wants that line's total, not twelve equal rows."""
     provenance = {k["name"]: k.get("provenance", []) for k in kernels}
     total = sum(r.seconds for r in profiler.rows.values()) or 1.0
-    rows = []
-    for r in profiler.rows.values():
+    grouped: dict[tuple, dict] = {}
+    for r in sorted(profiler.rows.values(), key=lambda r: r.node):
         node = nodes[r.node] if 0 <= r.node < len(nodes) else {}
         if node.get("category") == "kernel":
-            what = f"kernel {node.get('kernel')}"
+            what = f"kernel {_KERNEL_INDEX.sub('', str(node.get('kernel')))}"
             sources = sorted({f["source"] for f in node.get("fused", []) if f.get("source")})
             ops = [line.split()[0] for line in provenance.get(node.get("kernel"), []) if line.split()]
         else:
             what = node.get("op", "?")
             sources = [node["source"]] if node.get("source") else []
             ops = []
-        rows.append({"node": r.node, "what": what, "ms_per_call": r.seconds * 1e3 / max(calls, 1),
-                     "share": r.seconds / total, "steps_per_call": r.calls / max(calls, 1), "sources": sources,
-                     "ops": ops})
-    return sorted(rows, key=lambda row: -row["share"])
+        row = grouped.setdefault((what, tuple(sources)), {
+            "nodes": [], "what": what, "count": 0, "ms_per_call": 0.0, "share": 0.0, "steps_per_call": 0.0,
+            "sources": sources, "ops": ops})
+        row["nodes"].append(r.node)
+        row["count"] += 1
+        row["ms_per_call"] += r.seconds * 1e3 / max(calls, 1)
+        row["share"] += r.seconds / total
+        row["steps_per_call"] += r.calls / max(calls, 1)
+    return sorted(grouped.values(), key=lambda row: -row["share"])
+
+
+_KERNEL_INDEX = re.compile(r"^k\d+_")  # k14_add_relu and k6_add_relu are the same fusion in two places
 
 
 def format_stats(label: str, s: dict[str, float]) -> str:
@@ -144,8 +156,10 @@ def format_profile(rows: list[dict], limit: int = 30) -> list[str]:
     for row in rows[:limit]:
         where = "; ".join(" ".join(src.split())[:60] for src in row["sources"][:3])
         where += " ..." if len(row["sources"]) > 3 else ""
-        lines.append(f"{row['share'] * 100:5.1f}% {row['ms_per_call']:9.4f}  {row['what'][:40]:40s} {where}")
+        what = row["what"] + (f" x{row['count']}" if row["count"] > 1 else "")
+        lines.append(f"{row['share'] * 100:5.1f}% {row['ms_per_call']:9.4f}  {what[:40]:40s} {where}")
     if len(rows) > limit:
         rest = sum(r["share"] for r in rows[limit:])
-        lines.append(f"{rest * 100:5.1f}% in {len(rows) - limit} more steps")
+        steps = sum(r["count"] for r in rows[limit:])
+        lines.append(f"{rest * 100:5.1f}% in {steps} more steps ({len(rows) - limit} rows)")
     return lines

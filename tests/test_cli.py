@@ -176,3 +176,29 @@ def test_progress_is_a_bar_on_a_terminal_plain_lines_in_a_log_and_nothing_when_q
     assert "[jit2triton]" in CliRunner().invoke(main, args).output
     quiet = CliRunner().invoke(main, args + ["--quiet"])
     assert quiet.exit_code == 0 and "[jit2triton]" not in quiet.output and "saved" in quiet.output
+
+
+def test_profile_rows_of_repeated_layers_add_up_to_one_row_per_source_line(tmp_path):
+    import json
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(8, 8))
+
+        def forward(self, x):
+            return torch.tanh(torch.mm(x, self.weight)) * 0.5  # one line, three layers
+
+    model = tmp_path / "layers.pt"
+    torch.jit.save(torch.jit.trace(torch.nn.Sequential(Layer(), Layer(), Layer()), torch.randn(4, 8)), model)
+    package = tmp_path / "layers.j2t"
+    result = CliRunner().invoke(main, ["convert", str(model), "-o", str(package), "--input", "4x8:float32"])
+    assert result.exit_code == 0, result.output
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(main, ["bench", str(package), "--warmup-ms", "0", "--iterations", "5",
+                                       "--profile", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(out.read_text())["profile"]
+    layer_rows = [r for r in rows if any("three layers" in s for s in r["sources"])]
+    assert layer_rows and all(r["count"] == 3 and len(r["nodes"]) == 3 for r in layer_rows), layer_rows
+    assert " x3 " in result.output

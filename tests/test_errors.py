@@ -294,3 +294,23 @@ def test_extra_files_travel_from_the_pt_into_the_package_as_with_torch_jit(runti
     assert wanted["labels.json"] == reference["labels.json"] == b'["cat", "dog"]'
     assert wanted["version.txt"] == b"1.3"  # set at save, over the .pt's
     assert wanted["missing.txt"] == reference["missing.txt"] == b""
+
+
+def test_provenance_names_the_first_frame_outside_torch_even_in_a_torch_named_sibling_package():
+    """A traced node's stack starts inside torch (nn.Conv2d's forward); the line named is the model's own, and a
+    model library installed beside torch (torchvision, torchaudio) is the model's code, not torch's."""
+    from jit2triton.transpiler.from_torchscript import _source
+
+    torch_dir = os.path.dirname(torch.__file__)
+    resnet = torch_dir + "vision" + os.sep + os.path.join("models", "resnet.py")
+
+    class TracedNode:
+        def sourceRange(self):
+            return (f"{os.path.join(torch_dir, 'nn', 'modules', 'conv.py')}(549): _conv_forward\n"
+                    f"{resnet}(92): forward\n<stdin>(6): <module>\n")
+
+        def __str__(self):
+            return "%y : Tensor = aten::_convolution(%x)\n"
+
+    source = _source(TracedNode(), full_path=True)
+    assert (source.file, source.line) == (resnet, 92)

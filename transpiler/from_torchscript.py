@@ -141,7 +141,11 @@ _TRACE_FRAME = re.compile(r"^(.+)\((\d+)\): \S+")
 _SCRIPT_FRAME = re.compile(r'File "(.+)", line (\d+)')
 
 
-_TORCH_DIR = os.path.dirname(torch.__file__)
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep  # with the separator: torchvision/ is the model's own code
+
+
+def inside_torch(path: str) -> bool:
+    return path.startswith(_TORCH_DIR)
 
 
 def shown_path(path: str) -> str:
@@ -160,7 +164,7 @@ def _source(ts_node, full_path: bool = False) -> Source | None:
     first frame outside torch, the model's own line, is the one named."""
     ranged = ts_node.sourceRange()
     frames = [m for m in map(_TRACE_FRAME.match, ranged.splitlines()) if m]
-    match = next((m for m in frames if not m.group(1).startswith(_TORCH_DIR)), None)
+    match = next((m for m in frames if not inside_torch(m.group(1))), None)
     if match is None:
         match = _WHERE.search(str(ts_node).split("\n", 1)[0]) or _SCRIPT_FRAME.search(ranged)
     if not match:
