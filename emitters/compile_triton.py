@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import math
 import os
+import re
 import sys
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from types import ModuleType
 from typing import Any, Callable, Optional
 
@@ -95,16 +98,97 @@ def build_triton(kernels: list[Kernel], device: torch.device,
         return files, section
     if interpreter_active():
         raise ConversionError(f"converting for CUDA compiles Triton kernels, but {COMPILER_HINT}")
+    # A kernel identical to an earlier one but for its name, comments and buffer numbers (a model's repeated
+    # layers) shares its binary: compiled and tuned once
+    first: dict[str, int] = {}
+    same_as = [first.setdefault(kernel_identity(r), i) for i, r in enumerate(rendered)]
+    unique = sorted(set(same_as))
+    for i in unique:  # imported here, one at a time: the compile threads only compile
+        load_module(rendered[i].source)
     with torch.cuda.device(device):
-        for done, (r, kernel) in enumerate(zip(rendered, kernels), 1):
-            config, compiled = tune(r, kernel, device)
+        arch = torch.cuda.get_device_capability(device)
+        tuned = {}
+        for done, (i, choice) in enumerate(_compile_all([(rendered[i], kernels[i]) for i in unique], device, arch),
+                                           1):
+            tuned[unique[i]] = choice
             if progress is not None:
-                progress(f"compiling Triton kernels {done}/{len(kernels)}")
-            files[f"binaries/{r.name}.cubin"] = compiled.asm["cubin"]
-            section["kernels"][r.name] = launch_entry(r, config, compiled)
+                progress(f"compiling Triton kernels {done}/{len(unique)}"
+                         + (f" ({len(kernels)} with repeats)" if len(unique) < len(kernels) else ""))
+        for i, (r, same) in enumerate(zip(rendered, same_as)):
+            config, compiled = tuned[same]
+            if same == i:
+                files[f"binaries/{r.name}.cubin"] = compiled.asm["cubin"]
+                section["kernels"][r.name] = launch_entry(r, config, compiled)
+            else:  # launched as its twin (source, binary, function); its own source stays in the package to read
+                section["kernels"][r.name] = dict(section["kernels"][rendered[same].name], same_as=rendered[same].name)
         target = compiled.metadata.target
         section["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
     return files, section
+
+
+_NUMBERED = re.compile(r"(?<![A-Za-z0-9])(buf|r)(\d+)")  # buffers and reduction variables: numbered model-wide
+
+
+def kernel_identity(r: TritonKernel) -> str:
+    """A hash of what a kernel computes and how it launches: its source without comments, with its own name and
+    buffer and reduction-variable numbers replaced by placeholders (renumbered in order of appearance)."""
+    code = "\n".join(line for line in r.source.splitlines() if not line.lstrip().startswith("#"))
+    code = re.sub(rf"\b{re.escape(r.name)}\b", "KERNEL", code)
+    numbers: dict[str, str] = {}
+    code = _NUMBERED.sub(lambda m: m.group(1) + "_" + numbers.setdefault(m.group(0), str(len(numbers))), code)
+    described = json.dumps([code, r.arg_types, r.configs, list(r.size_args), str(r.items)], sort_keys=True)
+    return hashlib.sha256(described.encode()).hexdigest()
+
+
+def _compile_all(jobs: list[tuple[TritonKernel, Kernel]], device: torch.device, arch: tuple[int, int]):
+    """Yield (job index, (config, compiled)) as kernels are ready. Every candidate configuration of every kernel
+    is compiled first, in threads (Triton's compiler releases the GIL: about 1.9x on 2 cores); then the kernels
+    with several candidates are timed one after another (timings must not overlap). A choice made before, for the
+    same kernel, GPU and Triton, is read from the tuning cache, so converting a model again compiles little and
+    times nothing."""
+    import triton
+    plans = []
+    for r, kernel in jobs:
+        key = hashlib.sha256(f"{kernel_identity(r)} {arch} {triton.__version__} "
+                             f"{sorted(_example_sizes(r).items())}".encode()).hexdigest()
+        known = _tuning_cache_read(key, r.configs)
+        plans.append((key, [known] if known is not None else tuning_candidates(r, kernel)))
+
+    def build(index: int) -> list:
+        with torch.cuda.device(device):
+            return [compile_config(jobs[index][0], c, device) for c in plans[index][1]]
+
+    workers = min(32, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(build, i): i for i in range(len(jobs))}
+        compiled: dict[int, list] = {}
+        for future in as_completed(futures):
+            i = futures[future]
+            compiled[i] = future.result()
+            if len(plans[i][1]) == 1:
+                yield i, (plans[i][1][0], compiled[i][0])
+    for i, (key, candidates) in enumerate(plans):
+        if len(candidates) > 1:
+            best = time_candidates(jobs[i][0], jobs[i][1], candidates, device)
+            _tuning_cache_write(key, candidates[best])
+            yield i, (candidates[best], compiled[i][best])
+
+
+def _tuning_cache_read(key: str, configs: list[dict]) -> Optional[dict]:
+    path = os.path.join(cache_dir("tuning"), f"{key}.json")
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return config if config in configs else None  # only ever one of the kernel's own candidates
+
+
+def _tuning_cache_write(key: str, config: dict) -> None:
+    try:
+        write_once(os.path.join(cache_dir("tuning"), f"{key}.json"), json.dumps(config, sort_keys=True).encode())
+    except OSError:  # a read-only cache costs only the timing next time
+        pass
 
 
 def interpreter_config(r: TritonKernel) -> dict:
@@ -151,23 +235,22 @@ def compile_config(r: TritonKernel, config: dict, device: torch.device):
                               f"please report it with this source:\n{r.source}") from err
 
 
-def tune(r: TritonKernel, kernel: Kernel, device: torch.device):
-    """-> (config, compiled kernel): the default configuration, or the fastest of the candidates on big kernels.
-    A kernel over dynamic dims is timed at the example's sizes."""
-    sizes = _example_sizes(r)
+def tuning_candidates(r: TritonKernel, kernel: Kernel) -> list[dict]:
+    """The default configuration, or every candidate on kernels big enough for the choice to matter."""
     work = sum(math.prod(K.hint(n) for n in b.shape) for b in kernel.inputs + kernel.outputs)
-    candidates = r.configs if work >= TUNE_MIN_ELEMENTS and len(r.configs) > 1 else r.configs[:1]
-    compiled = [compile_config(r, c, device) for c in candidates]
-    if len(candidates) == 1:
-        return candidates[0], compiled[0]
+    return r.configs if work >= TUNE_MIN_ELEMENTS and len(r.configs) > 1 else r.configs[:1]
+
+
+def time_candidates(r: TritonKernel, kernel: Kernel, candidates: list[dict], device: torch.device) -> int:
+    """The index of the fastest candidate, timed at the example's sizes (a kernel over dynamic dims too)."""
     from triton.testing import do_bench
+    sizes = _example_sizes(r)
     fn = kernel_function(r.source, r.name)
     args = _example_buffers(kernel, device) + [sizes[name] for name in r.size_args]
     times = [do_bench(lambda c=c: fn[(r.grid(c, sizes),)](*args, num_warps=c["num_warps"],
                                                           enable_fp_fusion=FP_FUSION, **c["constants"]),
                       warmup=5, rep=25) for c in candidates]
-    best = min(range(len(candidates)), key=times.__getitem__)
-    return candidates[best], compiled[best]
+    return min(range(len(candidates)), key=times.__getitem__)
 
 
 def _example_sizes(r: TritonKernel) -> dict[str, int]:

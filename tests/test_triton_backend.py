@@ -315,6 +315,7 @@ def test_big_kernels_are_autotuned_and_stay_correct(tmp_path, monkeypatch):
 
     monkeypatch.setattr(compile_triton, "render_kernel", recording_render)
     monkeypatch.setattr(compile_triton, "compile_config", recording_compile)
+    monkeypatch.setenv("JIT2TRITON_CACHE", str(tmp_path / "cache"))  # no choice remembered from an earlier run
     example = (torch.randn(1024, 2048),)
     model = torch.jit.trace(lambda x: torch.softmax(x, -1) + torch.sigmoid(x), example)
     path = tmp_path / "m.j2t"
@@ -339,6 +340,69 @@ def test_big_kernels_are_autotuned_and_stay_correct(tmp_path, monkeypatch):
     assert any(len(r.configs) > 1 for _, r in rendered.values()), "no kernel had a choice of configs to tune"
     x = torch.randn(1024, 2048)
     torch.testing.assert_close(jit2triton.load(path)(x.cuda()).cpu(), model(x), rtol=GPU_TOLERANCE, atol=1e-6)
+    # converting again reads each choice from the tuning cache: only the chosen configuration is compiled
+    compiled.clear()
+    again = jit2triton.convert(model, example_inputs=to_device(example, "cuda"), device="cuda")
+    for name, entry in again.manifest["triton"]["kernels"].items():
+        chosen = {"constants": entry["constants"], "num_warps": entry["num_warps"]}
+        assert compiled[name] == [chosen] and chosen == {k: entries[name][k] for k in ("constants", "num_warps")}
+
+
+class RepeatedLayers(torch.nn.Module):
+    """Three identical layers, then one of another width: three twin kernels and one of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.weights = torch.nn.ParameterList([torch.nn.Parameter(torch.randn(32, 32) / 6) for _ in range(3)])
+        self.last = torch.nn.Parameter(torch.randn(32, 48) / 6)
+
+    def forward(self, x):
+        for w in self.weights:
+            x = torch.tanh(torch.mm(x, w)) * 0.5 + x.softmax(-1)
+        return torch.tanh(torch.mm(x, self.last)) * 0.5
+
+
+def _rendered_kernels(model, example) -> list:
+    from jit2triton import conversion
+    found = []
+    build_kernels = conversion.build_kernels
+    try:
+        conversion.build_kernels = lambda kernels, *rest: found.extend(kernels) or build_kernels(kernels, *rest)
+        jit2triton.convert(model, example_inputs=example, backend="cpp", verify=False)
+    finally:
+        conversion.build_kernels = build_kernels
+    return [render_kernel(k) for k in found]
+
+
+def test_kernels_identical_but_for_names_comments_and_buffer_numbers_share_one_identity():
+    example = (torch.randn(16, 32),)
+    rendered = _rendered_kernels(torch.jit.trace(RepeatedLayers(), example), example)
+    identities = [compile_triton.kernel_identity(r) for r in rendered]
+    assert len(rendered) == 4 and len(set(r.source for r in rendered)) == 4
+    assert identities[0] == identities[1] == identities[2] != identities[3], [r.source for r in rendered]
+    # a kernel that differs in one constant is not a twin
+    changed = rendered[1]
+    changed.source = changed.source.replace("0.5", "0.25")
+    assert compile_triton.kernel_identity(changed) != identities[0]
+
+
+@on_gpu
+def test_repeated_layers_compile_once_and_share_a_binary(tmp_path):
+    example = (torch.randn(16, 32),)
+    model = torch.jit.trace(RepeatedLayers(), example)
+    path = tmp_path / "m.j2t"
+    converted = jit2triton.convert(model, example_inputs=to_device(example, "cuda"), device="cuda")
+    converted.save(path)
+    entries = converted.manifest["triton"]["kernels"]
+    twins = [name for name, entry in entries.items() if "same_as" in entry]
+    assert len(entries) == 4 and len(twins) == 2, entries
+    from package_tools import read_members
+    binaries = [m for m in read_members(path) if m.startswith("binaries/")]
+    assert len(binaries) == 2 and all(m.removeprefix("binaries/").removesuffix(".cubin") in entries for m in binaries)
+    for runtime in ("python", "cpp"):
+        loaded = jit2triton.load(path, runtime=runtime)
+        x = torch.randn(16, 32)
+        torch.testing.assert_close(loaded(x.cuda()).cpu(), model(x), rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)
 
 
 @on_gpu
