@@ -246,3 +246,19 @@ def test_a_renderer_that_fails_leaves_every_op_to_aten_and_says_why(monkeypatch)
     assert converted.manifest["backend"] == "aten" and not converted.summary()["kernels"]
     assert "RuntimeError: an injected renderer bug" in converted.report()
     assert_matches_torchscript(converted, model, lambda: (torch.randn(4, 8), torch.randn(4, 8)))
+
+
+def test_the_reference_runs_in_torchscripts_plain_interpreter() -> None:
+    """TorchScript's optimizing executor compiles fusion groups from the second call on (minutes for a DenseNet on
+    CUDA); verification needs only the model's semantics, so the reference runs unoptimized."""
+    from jit2triton.verify import Verifier
+
+    seen = []
+
+    def reference(x):
+        seen.append(torch._C._get_graph_executor_optimize())
+        return x * 2
+
+    Verifier(reference, [torch.randn(3)], [{"name": "x", "type": "Tensor", "dtype": "float32", "shape": [3]}],
+             torch.device("cpu"))
+    assert seen and not any(seen) and torch._C._get_graph_executor_optimize()
