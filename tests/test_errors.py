@@ -314,3 +314,16 @@ def test_provenance_names_the_first_frame_outside_torch_even_in_a_torch_named_si
 
     source = _source(TracedNode(), full_path=True)
     assert (source.file, source.line) == (resnet, 92)
+
+
+def test_a_node_torchscript_made_without_a_source_range_names_its_nearest_consumers_line():
+    """Freezing on CUDA merges linears that read one input into one linear and slices, none with a source range."""
+    from jit2triton.transpiler.from_torchscript import _sources_from_consumers
+    from jit2triton.transpiler.ir import Block, Graph, Node, Source, Value
+
+    x, merged, q, out = Value("x"), Value("merged"), Value("q"), Value("out")
+    line = Source("model.py", 7, "q = self.q(x).view(b, s, h, d)")
+    nodes = [Node("aten::linear", [x], [merged]), Node("aten::slice.Tensor", [merged], [q]),
+             Node("aten::view", [q], [out], source=line)]
+    _sources_from_consumers(Graph(Block([x], nodes, [out])))
+    assert [n.source for n in nodes] == [line, line, line]

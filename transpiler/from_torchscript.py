@@ -55,7 +55,24 @@ def from_torchscript(ts_graph: torch._C.Graph, input_names: list[str], name: str
     for ts_value, arg_name in zip(ts_graph.inputs(), input_names):
         body.inputs.append(builder.define(ts_value, arg_name))
     builder.fill_block(body, ts_graph.nodes(), ts_graph.outputs())
-    return Graph(body, builder.weights, name)
+    graph = Graph(body, builder.weights, name)
+    _sources_from_consumers(graph)
+    return graph
+
+
+def _sources_from_consumers(graph: Graph) -> None:
+    """Nodes that TorchScript's own passes made have no source range (freezing merges the q, k and v linears that
+    read one input into one linear and three slices); each takes the line of its nearest consumer that has one,
+    so a profile or a kernel comment still names the model's code (the q projection's line for the merged one)."""
+    consumers: dict[int, list[Node]] = {}
+    nodes = list(graph.walk())
+    for node in nodes:
+        for v in node.inputs:
+            consumers.setdefault(v.id, []).append(node)
+    for node in reversed(nodes):  # consumers come later in program order, so theirs are settled first
+        if node.source is None and node.op != "prim::Constant":
+            node.source = next((c.source for v in node.outputs for c in consumers.get(v.id, ())
+                                if c.source is not None), None)
 
 
 class _Builder:
