@@ -90,14 +90,26 @@ def _release(version: str) -> str:
 
 def resolve_map_location(map_location: DeviceLike, built_for: str) -> Union[str, torch.device, None]:
     """torch.jit.load's map_location forms: a device (or its name), or a dict from the device the package was built
-    for ("cuda:0" or "cuda") to the one to load it on; a dict without that device leaves it where it was built."""
-    if isinstance(map_location, dict):
-        for key in (built_for, torch.device(built_for).type):
-            for saved, wanted in map_location.items():
-                if str(saved) == key:
-                    return wanted
-        return None
-    return map_location
+    for to the one to load it on; a dict without that device leaves it where it was built. A package records only
+    its device type (its kernels run on any GPU of the same architecture), so a "cuda:0" key applies to a CUDA
+    package as "cuda" does (an exact "cuda" key first)."""
+    if not isinstance(map_location, dict):
+        return map_location
+    built = torch.device(built_for)
+    keys = {}
+    for saved, wanted in map_location.items():
+        try:
+            keys[saved] = torch.device(saved)
+        except (RuntimeError, TypeError):
+            raise PackageDeviceError(f"map_location has a key {saved!r} that is not a device (use names like "
+                                     "'cpu', 'cuda' or 'cuda:0')") from None
+    for saved, wanted in map_location.items():
+        if keys[saved] == built:
+            return wanted
+    for saved, wanted in map_location.items():
+        if keys[saved].type == built.type:
+            return wanted
+    return None
 
 
 def target_device(manifest: dict, map_location: DeviceLike) -> torch.device:

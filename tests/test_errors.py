@@ -327,3 +327,12 @@ def test_a_node_torchscript_made_without_a_source_range_names_its_nearest_consum
              Node("aten::view", [q], [out], source=line)]
     _sources_from_consumers(Graph(Block([x], nodes, [out])))
     assert [n.source for n in nodes] == [line, line, line]
+
+
+def test_a_map_location_dict_keyed_by_a_gpu_index_applies_to_a_cuda_package():
+    from jit2triton.deploy.runtime import resolve_map_location
+    assert resolve_map_location({"cuda:0": "cuda:1"}, "cuda") == "cuda:1"
+    assert resolve_map_location({"cuda:0": "cuda:1", "cuda": "cuda:2"}, "cuda") == "cuda:2"  # the exact key first
+    assert resolve_map_location({torch.device("cuda", 0): "cpu"}, "cpu") is None
+    with pytest.raises(jit2triton.PackageDeviceError, match="'gpu0' that is not a device"):
+        resolve_map_location({"gpu0": "cuda:1"}, "cuda")

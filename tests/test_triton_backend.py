@@ -429,3 +429,23 @@ def test_ops_with_weights_fuse_on_cuda_as_on_the_cpu():
     on_cpu_summary = jit2triton.convert(traced, example_inputs=(example,), device="cpu").summary()
     assert on_gpu_summary["fallback_nodes"] == 0, on_gpu_summary["fallback_reasons"]
     assert on_gpu_summary["native_nodes"] == on_cpu_summary["native_nodes"]
+
+
+@on_gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("where", ["cuda:1", torch.device("cuda", 1), {"cuda": "cuda:1"}, {"cuda:0": "cuda:1"}])
+def test_a_gpu_package_loads_onto_another_gpu_of_the_same_architecture(runtime, where, tmp_path, request):
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    example = (torch.randn(64, 300),)
+    model = torch.jit.trace(lambda x: torch.softmax(x, -1) * torch.tanh(x), example)
+    path = tmp_path / "m.j2t"
+    jit2triton.convert(model, example_inputs=to_device(example, "cuda:0"), device="cuda:0").save(path)
+    loaded = jit2triton.load(path, map_location=where, runtime=runtime)
+    assert loaded.device == torch.device("cuda", 1)
+    for _ in range(3):  # past CUDA graph capture
+        x = torch.randn(64, 300)
+        out = loaded(x.to("cuda:1"))
+        assert out.device == torch.device("cuda", 1)
+        torch.testing.assert_close(out.cpu(), model(x), rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)
