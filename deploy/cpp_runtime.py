@@ -49,6 +49,21 @@ def extension():
     return _extension
 
 
+_unavailable: Optional[str] = None
+
+
+def unavailable() -> Optional[str]:
+    """None when the C++ runtime can be used (building it now if this machine has not yet), else why not: the
+    default load then falls back to the Python runtime. A failed build is not retried in this process."""
+    global _unavailable
+    if _extension is None and _unavailable is None:
+        try:
+            extension()
+        except PackageError as err:
+            _unavailable = str(err)
+    return _unavailable if _extension is None else None
+
+
 def _build():
     from torch.utils import cpp_extension
     cuda = with_cuda()
@@ -60,9 +75,12 @@ def _build():
     name = f"jit2triton_runtime_{digest.hexdigest()[:16]}"
     if not cpp_extension.is_ninja_available():
         raise PackageError("the C++ runtime is built on first use with torch's cpp_extension, which needs ninja: "
-                           "pip install ninja (or use the Python runtime: jit2triton.load(path))")
+                           "pip install ninja (or use the Python runtime: jit2triton.load(path, runtime='python'))")
     build_dir = os.path.join(cache_dir("ext"), name)
     os.makedirs(build_dir, exist_ok=True)
+    if not os.path.exists(os.path.join(build_dir, f"{name}.so")):
+        print(f"jit2triton: building the C++ runtime for torch {torch.__version__} (once per machine, about a minute; "
+              f"cached in {build_dir})", file=sys.stderr, flush=True)
     # (the escaped quotes survive the shell that ninja runs the compiler through)
     flags = ["-O2", "-std=c++17", f'-DJ2T_TORCH_VERSION=\\"{torch.__version__}\\"'] + (["-DJ2T_WITH_CUDA"] if cuda else [])
     try:
@@ -72,11 +90,13 @@ def _build():
                                   build_directory=build_dir, verbose=False)
     except (RuntimeError, OSError) as err:
         raise PackageError(f"building the C++ runtime failed ({err}); it needs a C++17 compiler and torch's headers. "
-                           "Use the Python runtime meanwhile: jit2triton.load(path)") from None
+                           "Use the Python runtime meanwhile: jit2triton.load(path, runtime='python')") from None
 
 
 class CppRuntime:
     """A package loaded by the C++ runtime; called like the Python `Runtime`."""
+
+    name = "cpp"
 
     def __init__(self, path: str, map_location: Any = None, num_threads: Optional[int] = None,
                  cuda_graphs: bool = True, alias_outputs: bool = False, mmap: bool = False) -> None:

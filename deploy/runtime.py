@@ -23,6 +23,8 @@ DeviceLike = Union[str, torch.device, dict, None]  # a dict maps the device save
 
 
 class Runtime:
+    name = "python"
+
     def __init__(self, contents: PackageContents, map_location: DeviceLike = None,
                  num_threads: Optional[int] = None, cuda_graphs: bool = True, alias_outputs: bool = False) -> None:
         manifest = contents.manifest

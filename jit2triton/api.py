@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import warnings
 from typing import Any, Optional, Sequence, Union
 
 import torch
@@ -16,7 +17,7 @@ from jit2triton.deploy.package import PackageContents, read_package, save_packag
 from jit2triton.deploy.runtime import DeviceLike, Runtime, resolve_map_location
 from jit2triton.deploy.signature import format_type
 
-from .errors import InputError
+from .errors import InputError, PackageDeviceError
 
 Progress = Any  # Callable[[str], None]
 
@@ -99,6 +100,11 @@ class Converted:
     def device(self) -> torch.device:
         return self._runtime.device
 
+    @property
+    def runtime(self) -> str:
+        """What runs the plan: "cpp" (the C++ runtime) or "python"."""
+        return self._runtime.name
+
     def signature(self) -> str:
         sig = self._contents.manifest["signature"]
         args = ", ".join(f"{d['name']}: {format_type(d)}" for d in sig["inputs"])
@@ -133,30 +139,61 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
     return Converted(contents, Runtime(contents, target))
 
 
+RUNTIMES = ("auto", "cpp", "python")
+
+
 def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_threads: Optional[int] = None,
-         cuda_graphs: bool = True, alias_outputs: bool = False, runtime: str = "python",
+         cuda_graphs: bool = True, alias_outputs: bool = False, runtime: Optional[str] = None,
          mmap: bool = False, _extra_files: Optional[dict[str, Any]] = None) -> Converted:
     """Load a `.j2t` package; `map_location` moves it to another device, as torch.jit.load's does.
 
     `num_threads` caps the C++ kernels' OpenMP threads (default: torch.get_num_threads()). On CUDA a plan of
     straight-line GPU work runs as one CUDA graph unless `cuda_graphs=False`; its outputs are copies unless
-    `alias_outputs=True` (then the next call overwrites them). `runtime="cpp"` runs the plan in the C++ runtime
-    (the one C++ programs link; built on first use and cached) with no per-step Python work. Weights are copied
+    `alias_outputs=True` (then the next call overwrites them).
+
+    `runtime` picks what runs the plan. "auto" (the default, or the JIT2TRITON_RUNTIME environment variable) takes
+    the C++ runtime (the one C++ programs link: no per-step Python work; built on first use, once per machine and
+    torch version, and cached) and falls back to the Python runtime, with a one-time warning, where the C++ one
+    cannot be built or cannot run the package (a Triton package on the CPU runs under Triton's interpreter, which
+    only Python has). "cpp" or "python" insist on one. Weights are copied
     at load, so later changes to the file cannot reach the module; `mmap=True` maps them instead (no copy; the
     file must not change while the module lives). `_extra_files` is filled as torch.jit.load fills it: each name
     the package holds (from the model's .pt, or given to save) gets its bytes, the others b""."""
     path = os.fspath(path)
-    if runtime == "cpp":
-        from jit2triton.deploy.cpp_runtime import CppRuntime
-        if isinstance(map_location, dict):  # which entry applies depends on the device the package was built for
-            map_location = resolve_map_location(map_location, read_package(path, mmap=True).manifest["device"])
-        module = Converted(path, CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap))
-        return _fill_extra_files(module, _extra_files)
+    runtime = runtime or os.environ.get("JIT2TRITON_RUNTIME") or "auto"
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
     if runtime != "python":
-        raise ValueError(f"runtime must be 'python' or 'cpp', not {runtime!r}")
+        from jit2triton.deploy import cpp_runtime
+        why = cpp_runtime.unavailable() if runtime == "auto" else None  # "cpp": build it or say why it cannot
+        if why is None:
+            if isinstance(map_location, dict):  # which entry applies depends on the device the package was built for
+                map_location = resolve_map_location(map_location, read_package(path, mmap=True).manifest["device"])
+            try:
+                module = Converted(path, cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs,
+                                                                alias_outputs, mmap))
+                return _fill_extra_files(module, _extra_files)
+            except PackageDeviceError as err:
+                if runtime == "cpp":
+                    raise
+                why = str(err)  # the Python runtime may run it (rebuilding kernels, or under Triton's interpreter)
+        _python_fallback_notice(why)
     contents = read_package(path, mmap=mmap)
     module = Converted(contents, Runtime(contents, map_location, num_threads, cuda_graphs, alias_outputs))
     return _fill_extra_files(module, _extra_files)
+
+
+_noticed: set[str] = set()
+
+
+def _python_fallback_notice(why: str) -> None:
+    """Once per reason and process: the default fell back to the Python runtime, and what that costs."""
+    if why in _noticed:
+        return
+    _noticed.add(why)
+    warnings.warn(f"jit2triton: running the package in the Python runtime, which adds a few microseconds of Python "
+                  f"per plan step to every call (the C++ runtime adds none): {why}. Pass runtime='python' (or set "
+                  "JIT2TRITON_RUNTIME=python) to choose it and silence this", stacklevel=3)
 
 
 def _fill_extra_files(module: Converted, wanted: Optional[dict[str, Any]]) -> Converted:

@@ -138,7 +138,7 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, d
 @click.option("--runs", default=20, show_default=True, help="timed calls after one warm-up")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
-@click.option("--runtime", type=click.Choice(["python", "cpp"]), default="python", show_default=True,
+@click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True,
               help="cpp: the C++ runtime (built on first use)")
 @click.option("--shape", "shape_specs", multiple=True,
               help="sizes of the package's dynamic dims: DIM=N[,DIM=N] (B=4,S=128); default: the example's")
@@ -179,7 +179,7 @@ def run(package, reference, runs, seed, device, runtime, shape_specs) -> None:
 @click.option("--duration-s", default=3.0, show_default=True, help="time calls for this long (unless --iterations)")
 @click.option("--threads", type=int, default=None, help="CPU kernels' threads (default: torch's)")
 @click.option("--cuda-graphs", type=click.Choice(["on", "off"]), default="on", show_default=True)
-@click.option("--runtime", type=click.Choice(["python", "cpp"]), default="python", show_default=True)
+@click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
 @click.option("--shape", "shape_specs", multiple=True, help="sizes of dynamic dims: DIM=N[,DIM=N] (B=4,S=128)")
 @click.option("--against", type=click.Path(exists=True, dir_okay=False),
@@ -209,10 +209,10 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
     if against:
         scripted = torch.jit.load(against, map_location=module.device)
         paths["torch.jit"] = lambda: scripted(*inputs)
-    click.echo(f"{package}: {module.signature()} on {module.device}, {runtime} runtime, CUDA graphs {cuda_graphs}"
+    click.echo(f"{package}: {module.signature()} on {module.device}, {module.runtime} runtime, CUDA graphs {cuda_graphs}"
                + (f", {threads} threads" if threads else ""))
     times = measure(paths, module.device, warmup_ms, iterations, duration_s)
-    results: dict = {"package": package, "device": str(module.device), "runtime": runtime,
+    results: dict = {"package": package, "device": str(module.device), "runtime": module.runtime,
                      "cuda_graphs": cuda_graphs, "stats": {label: summarize(t) for label, t in times.items()}}
     for label, stats in results["stats"].items():
         click.echo(format_stats(label, stats))
@@ -221,7 +221,7 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
         results["speedup_vs_torch_jit"] = ratio
         click.echo(f"median speed-up over torch.jit: {ratio:.2f}x")
     if profile:
-        profiled = load(package, map_location=device, num_threads=threads, cuda_graphs=False)
+        profiled = load(package, map_location=device, num_threads=threads, cuda_graphs=False, runtime="python")
         profiler = StepProfiler(cuda=profiled.device.type == "cuda")
         profiled(*inputs)  # a warm call outside the profile
         profiled._runtime.executor.step_timer = profiler

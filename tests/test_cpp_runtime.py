@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import warnings
 
 import numpy as np
 import pytest
@@ -21,8 +22,8 @@ from jit2triton.inputs import random_inputs
 
 from package_tools import (format_1_package, manifest_of, read_members, rewrite_package, torchscript_file,
                            write_members)
-from helpers import (assert_matches_on_cuda, assert_same_outputs, build, copied, cuda_zoo, fresh_calls, on_gpu,
-                     to_device)
+from helpers import (INTERPRETED, assert_matches_on_cuda, assert_same_outputs, build, copied, cuda_zoo, fresh_calls,
+                     on_gpu, to_device)
 from models import MODELS, ModelSpec
 
 
@@ -324,3 +325,49 @@ def test_j2t_run_runs_a_gpu_package(tmp_path, cmake_build):
     expected = reference(*inputs)
     raw = np.fromfile(tmp_path / "output_0.bin", dtype=np.float32)
     torch.testing.assert_close(torch.from_numpy(raw).reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_default_load_runs_the_cpp_runtime_and_the_environment_can_choose(small_package, cpp_runtime,
+                                                                             monkeypatch) -> None:
+    path, traced = small_package
+    x, y = torch.randn(2, 4), torch.randn(2, 3)
+    module = jit2triton.load(path)
+    assert module.runtime == "cpp"
+    torch.testing.assert_close(module(x, y), traced(x, y))
+    monkeypatch.setenv("JIT2TRITON_RUNTIME", "python")
+    assert jit2triton.load(path).runtime == "python"
+    assert jit2triton.load(path, runtime="cpp").runtime == "cpp"  # an explicit choice wins over the environment
+    with pytest.raises(ValueError, match="runtime must be one of auto, cpp, python"):
+        jit2triton.load(path, runtime="rust")
+
+
+def test_without_the_cpp_runtime_the_default_load_falls_back_to_python_saying_so_once(small_package,
+                                                                                      monkeypatch) -> None:
+    from jit2triton import api
+    from jit2triton.deploy import cpp_runtime
+    monkeypatch.setattr(cpp_runtime, "unavailable", lambda: "no C++ compiler on this machine")
+    monkeypatch.setattr(api, "_noticed", set())
+    path, traced = small_package
+    with pytest.warns(UserWarning, match="Python runtime.*no C\\+\\+ compiler on this machine"):
+        module = jit2triton.load(path)
+    assert module.runtime == "python"
+    x, y = torch.randn(2, 4), torch.randn(2, 3)
+    torch.testing.assert_close(module(x, y), traced(x, y))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second load says nothing more
+        assert jit2triton.load(path).runtime == "python"
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="a Triton package on the CPU runs under Triton's interpreter")
+def test_a_package_only_the_python_runtime_can_run_falls_back_by_default(tmp_path, cpp_runtime, monkeypatch) -> None:
+    from jit2triton import api
+    monkeypatch.setattr(api, "_noticed", set())  # another test may have heard this reason already
+    example = (torch.randn(3, 5),)
+    model = torch.jit.trace(lambda x: torch.sin(x) * 2, example)
+    path = tmp_path / "interpreted.j2t"
+    jit2triton.convert(model, example_inputs=example, backend="triton").save(path)
+    with pytest.warns(UserWarning, match="Python runtime.*interpreter"):
+        module = jit2triton.load(path)
+    assert module.runtime == "python"
+    x = torch.randn(3, 5)
+    torch.testing.assert_close(module(x), model(x))
