@@ -28,7 +28,7 @@ import os
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -129,10 +129,26 @@ def read_package(path: str, mmap: bool = False) -> PackageContents:
     """The package's contents. CPU weights are copies the caller owns, so a later change to the file (or its
     truncation) cannot reach a loaded module, as with torch.jit.load; `mmap=True` keeps them views of the mapped
     file instead (no copy, pages read as used; the file must then stay as it is)."""
+    return _contents(os.fspath(path), _records(_existing(path)), mmap)
+
+
+def mapped_package(path: str) -> Callable[[], PackageContents]:
+    """The package mapped now, read when first asked: a module the C++ runtime loaded reads its manifest (for
+    reports, inputs by name, save) only if asked, and from the file as it was at load, even if the file was
+    removed or replaced since."""
+    path = os.fspath(path)
+    members = _records(_existing(path))
+    return lambda: _contents(path, dict(members), mmap=True)
+
+
+def _existing(path: str) -> str:
     path = os.fspath(path)
     if not os.path.exists(path):
         raise PackageError(f"package not found: {path!r}; check the path or convert the model first")
-    members = _records(path)
+    return path
+
+
+def _contents(path: str, members: dict[str, memoryview], mmap: bool) -> PackageContents:
     _verify(path, members)
     try:
         manifest = json.loads(bytes(members.pop("manifest.json")))

@@ -8,12 +8,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
 from jit2triton.deploy.literals import decode
-from jit2triton.deploy.package import PackageContents, read_package, save_package
+from jit2triton.deploy.package import PackageContents, mapped_package, read_package, save_package
 from jit2triton.deploy.runtime import DeviceLike, Runtime, resolve_map_location
 from jit2triton.deploy.signature import format_type
 
@@ -25,8 +25,8 @@ Progress = Any  # Callable[[str], None]
 class Converted:
     """A converted model: call it like the TorchScript model; `save` it; read its report and generated code."""
 
-    def __init__(self, contents: Union[PackageContents, str], runtime: Runtime) -> None:
-        self._package = contents  # the contents, or the path to read them from when first asked
+    def __init__(self, contents: Union[PackageContents, Callable[[], PackageContents]], runtime: Runtime) -> None:
+        self._package = contents  # the contents, or what reads them when first asked (mapped_package)
         self._runtime = runtime
         self._call = getattr(runtime, "module", runtime)  # the C++ runtime's module is called directly
 
@@ -58,8 +58,8 @@ class Converted:
 
     @property
     def _contents(self) -> PackageContents:
-        if isinstance(self._package, str):
-            self._package = read_package(self._package, mmap=True)  # for reports and saving: the runtime has its own
+        if not isinstance(self._package, PackageContents):
+            self._package = self._package()  # for reports and saving: the C++ runtime has its own
         return self._package
 
     def save(self, path: Union[str, os.PathLike], _extra_files: Optional[dict[str, Union[str, bytes]]] = None) -> None:
@@ -170,8 +170,9 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
             if isinstance(map_location, dict):  # which entry applies depends on the device the package was built for
                 map_location = resolve_map_location(map_location, read_package(path, mmap=True).manifest["device"])
             try:
-                module = Converted(path, cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs,
-                                                                alias_outputs, mmap))
+                contents = mapped_package(path)  # mapped before the runtime reads it: both see one file
+                module = Converted(contents, cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs,
+                                                                    alias_outputs, mmap))
                 return _fill_extra_files(module, _extra_files)
             except PackageDeviceError as err:
                 if runtime == "cpp":

@@ -202,3 +202,9 @@ def test_profile_rows_of_repeated_layers_add_up_to_one_row_per_source_line(tmp_p
     layer_rows = [r for r in rows if any("three layers" in s for s in r["sources"])]
     assert layer_rows and all(r["count"] == 3 and len(r["nodes"]) == 3 for r in layer_rows), layer_rows
     assert " x3 " in result.output
+
+
+def test_the_readme_demo_runs_and_exits_cleanly():
+    result = CliRunner().invoke(main, ["demo"])
+    assert result.exit_code == 0, result.output
+    assert "demo OK" in result.output and "error" not in result.output.lower()

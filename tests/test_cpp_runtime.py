@@ -371,3 +371,19 @@ def test_a_package_only_the_python_runtime_can_run_falls_back_by_default(tmp_pat
     assert module.runtime == "python"
     x = torch.randn(3, 5)
     torch.testing.assert_close(module(x), model(x))
+
+
+def test_a_module_the_cpp_runtime_loaded_reports_and_saves_after_its_file_is_gone(small_package, tmp_path,
+                                                                                  cpp_runtime) -> None:
+    """(the demo loads from a temporary folder, removed before it prints the report)"""
+    path, traced = small_package
+    moved = tmp_path / "gone.j2t"
+    shutil.copy(path, moved)
+    module = jit2triton.load(moved)
+    assert module.runtime == "cpp"
+    os.remove(moved)
+    assert module.summary()["verification"]["status"] == "passed" and "cpu" in module.report()
+    module.save(tmp_path / "again.j2t")
+    x, y = torch.randn(2, 4), torch.randn(2, 3)
+    torch.testing.assert_close(jit2triton.load(tmp_path / "again.j2t")(x, y), traced(x, y))
+    torch.testing.assert_close(module(x, y), traced(x, y))
