@@ -139,7 +139,7 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, d
 @click.option("--seed", default=0, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
 @click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True,
-              help="cpp: the C++ runtime (built on first use)")
+              help="auto: the C++ runtime where it can run the package, else the Python one")
 @click.option("--shape", "shape_specs", multiple=True,
               help="sizes of the package's dynamic dims: DIM=N[,DIM=N] (B=4,S=128); default: the example's")
 def run(package, reference, runs, seed, device, runtime, shape_specs) -> None:
@@ -179,7 +179,8 @@ def run(package, reference, runs, seed, device, runtime, shape_specs) -> None:
 @click.option("--duration-s", default=3.0, show_default=True, help="time calls for this long (unless --iterations)")
 @click.option("--threads", type=int, default=None, help="CPU kernels' threads (default: torch's)")
 @click.option("--cuda-graphs", type=click.Choice(["on", "off"]), default="on", show_default=True)
-@click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True)
+@click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True,
+              help="auto: the C++ runtime where it can run the package, else the Python one")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
 @click.option("--shape", "shape_specs", multiple=True, help="sizes of dynamic dims: DIM=N[,DIM=N] (B=4,S=128)")
 @click.option("--against", type=click.Path(exists=True, dir_okay=False),
