@@ -164,10 +164,14 @@ def _contents(path: str, members: dict[str, memoryview], mmap: bool) -> PackageC
     if type(version) is not int or version != FORMAT_VERSION:
         raise CorruptPackageError(f"{path!r} names a package format no jit2triton wrote (this one reads format "
                                   f"{FORMAT_VERSION}); the package is corrupted: re-run `jit2triton convert`")
-    weights = _unpack_weights(manifest.pop("weights"), members.pop("weights.bin"))
+    try:
+        weights = _unpack_weights(manifest.pop("weights"), members.pop("weights.bin"))
+        manifest["plan"] = map_plan_literals(manifest["plan"], decode)
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as err:  # a field missing or mistyped
+        raise CorruptPackageError(f"{path!r}: the manifest is damaged ({type(err).__name__}: {err}); re-run "
+                                  "`jit2triton convert`") from None
     if not mmap:
         weights = {name: w.clone() for name, w in weights.items()}  # clone keeps each weight's memory order
-    manifest["plan"] = map_plan_literals(manifest["plan"], decode)
     members.pop("checksums.json")
     return PackageContents(manifest, weights, {name: bytes(data) for name, data in members.items()})
 
@@ -218,8 +222,8 @@ def _is_format_1(path: str) -> bool:
     try:
         with zipfile.ZipFile(path) as zf:
             return "manifest.json" in zf.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError):
-        return False
+    except Exception:  # a probe of a file already found unreadable: any failure means "no" (zipfile raises
+        return False  # NotImplementedError for a damaged version field; found by tests/mutate_packages.py)
 
 
 def _verify(path: str, members: dict[str, memoryview]) -> None:

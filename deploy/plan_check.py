@@ -18,7 +18,7 @@ SIDE_EFFECT_OPS = frozenset({"aten::save", "aten::from_file", "aten::from_file.o
 
 def check_plan(plan: dict, num_nodes: int, kernels: list[dict]) -> None:
     try:
-        buffers = {k["name"]: (k["num_buffers"], list(k.get("sizes", ()))) for k in kernels}
+        buffers = {k["name"]: (k["num_buffers"], list(k.get("sizes", ())), k.get("outputs")) for k in kernels}
         slots = plan["num_slots"]
         if type(slots) is not int or not 0 <= slots <= MAX_SLOTS:
             _bad("num_slots")
@@ -28,6 +28,19 @@ def check_plan(plan: dict, num_nodes: int, kernels: list[dict]) -> None:
         _steps(plan["steps"], slots, num_nodes, buffers)
     except (KeyError, TypeError, IndexError, AttributeError):
         _bad("a step lacks a field it needs")
+
+
+def check_dims(plan: dict, signature_inputs: list[dict]) -> None:
+    """Each dynamic dim the plan reads at call time comes from an axis of a tensor input (the C++ runtime checks the
+    same when it reads the plan's dims)."""
+    try:
+        for _, position, axis in plan.get("dims", ()):
+            entry = signature_inputs[position] if type(position) is int and position >= 0 else None
+            if (entry is None or entry["type"] != "Tensor" or type(axis) is not int
+                    or not 0 <= axis < len(entry["shape"])):
+                _bad(f"a dynamic dim read from input {position}")
+    except (KeyError, TypeError, IndexError, ValueError):
+        _bad("a dynamic dim's source")
 
 
 def _bad(what: str) -> None:
@@ -46,7 +59,7 @@ def _refs(refs: list, num_slots: int) -> None:
 
 
 def _steps(steps: list, num_slots: int, num_nodes: int, buffers: dict[str, tuple]) -> None:
-    """`buffers`: kernel name -> (its number of buffers, the dynamic dims it takes)."""
+    """`buffers`: kernel name -> (its number of buffers, the dynamic dims it takes, its outputs' [dtype, shape])."""
     for step in steps:
         if step.get("kind") == "call" and step.get("op") in SIDE_EFFECT_OPS:
             raise CorruptPackageError(
@@ -58,6 +71,12 @@ def _steps(steps: list, num_slots: int, num_nodes: int, buffers: dict[str, tuple
                 _bad(f"kernel step {step['kernel']!r} passes another number of buffers than its kernel takes")
             if list(step.get("sizes", ())) != arity[1]:
                 _bad(f"kernel step {step['kernel']!r} passes other sizes than its kernel takes")
+            # the outputs the step allocates are the ones its kernel writes (an emptied list made a kernel write
+            # through a pointer never passed; found by tests/mutate_packages.py)
+            types, written = step["out_types"], arity[2]
+            if (not isinstance(written, list) or len(types) != len(step["outs"]) or len(types) != len(written)
+                    or any(len(t) != 3 or [t[1], t[0]] != w for t, w in zip(types, written))):
+                _bad(f"kernel step {step['kernel']!r} allocates other outputs than its kernel writes")
         node = step.get("node")
         if type(node) is not int or not 0 <= node < num_nodes:
             _bad("a step names a node that is not in the node table")

@@ -9,14 +9,14 @@ from typing import Any, Optional, Union
 
 import torch
 
-from jit2triton.errors import CorruptPackageError, PackageDeviceError, PackageVersionError
+from jit2triton.errors import CorruptPackageError, Jit2TritonError, PackageDeviceError, PackageVersionError
 
 from .cuda_graph import GraphRunner
 from .executor import Executor
 from .graph_regions import capturable, worth_capturing
 from .literals import map_plan_literals
 from .package import PackageContents
-from .plan_check import check_plan
+from .plan_check import check_dims, check_plan
 from .signature import NO_DEFAULT, InputChecker
 
 DeviceLike = Union[str, torch.device, dict, None]  # a dict maps the device saved to the one wanted, as torch.jit
@@ -27,9 +27,23 @@ class Runtime:
 
     def __init__(self, contents: PackageContents, map_location: DeviceLike = None,
                  num_threads: Optional[int] = None, cuda_graphs: bool = True, alias_outputs: bool = False) -> None:
+        try:
+            self._load(contents, map_location, num_threads, cuda_graphs, alias_outputs)
+        except (Jit2TritonError, torch.OutOfMemoryError):
+            raise
+        except (KeyError, TypeError, AttributeError, ValueError, IndexError, RuntimeError) as err:
+            # a manifest field missing or of the wrong type, a device name torch does not know: the checks that
+            # name their own problem raise our errors; only a damaged or hand-edited package gets here (found by
+            # the mutation fuzz, tests/mutate_packages.py)
+            raise CorruptPackageError(f"the package's manifest is damaged ({type(err).__name__}: {err}); re-run "
+                                      "`jit2triton convert`") from None
+
+    def _load(self, contents: PackageContents, map_location: DeviceLike, num_threads: Optional[int],
+              cuda_graphs: bool, alias_outputs: bool) -> None:
         manifest = contents.manifest
         check_compatible(manifest)
         check_plan(manifest["plan"], len(manifest["nodes"]), manifest["kernels"])
+        check_dims(manifest["plan"], manifest["signature"]["inputs"])
         self.device = target_device(manifest, map_location)
         self.contents = contents
         plan = retarget_devices(manifest["plan"], torch.device(manifest["device"]).type, self.device)

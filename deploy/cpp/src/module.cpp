@@ -22,7 +22,17 @@ void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
 }  // namespace
 
 Module load(const std::string& path, const LoadOptions& options) {
-  return Module(std::make_shared<Plan>(read_package(path, options.mmap), options));
+  try {
+    return Module(std::make_shared<Plan>(read_package(path, options.mmap), options));
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& err) {
+    // A manifest field of the wrong type, a number out of range, a device name torch does not know: checks that
+    // name their own problem throw Error; only a damaged or hand-edited package gets here (the mutation fuzz,
+    // tests/mutate_packages.py, found these reaching Python as raw RuntimeErrors)
+    throw Error(Error::Kind::CorruptPackage, std::string("the package's manifest is damaged (") + err.what() +
+                                                 "); re-run `jit2triton convert`");
+  }
 }
 
 Module load(const std::string& path, const std::string& device) {

@@ -68,7 +68,20 @@ void check_refs(const Value& refs, int64_t num_slots) {
 struct KernelArity {
   int64_t buffers;
   std::vector<std::string> sizes;
+  const Value* outputs = nullptr;  // [dtype, shape] per output, from the kernel index
 };
+
+bool same(const Value& a, const Value& b) {
+  if (a.kind != b.kind || a.boolean != b.boolean || a.integer != b.integer || a.text != b.text ||
+      a.items.size() != b.items.size() || a.members.size() != b.members.size())
+    return false;
+  if (a.kind == Value::Kind::Float && !(a.number == b.number)) return false;
+  for (size_t i = 0; i < a.items.size(); ++i)
+    if (!same(a.items[i], b.items[i])) return false;
+  for (size_t i = 0; i < a.members.size(); ++i)
+    if (a.members[i].first != b.members[i].first || !same(a.members[i].second, b.members[i].second)) return false;
+  return true;
+}
 using BufferCounts = std::map<std::string, KernelArity>;
 
 // A shape or strides list of a plan: fixed (evaluated once, at load), or evaluated at each call's dims.
@@ -112,6 +125,16 @@ void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const
         for (const auto& n : names->items) sizes.push_back(n.as_string());
       if (sizes != it->second.sizes)
         bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " passes other sizes than its kernel takes");
+      // the outputs the step allocates are the ones its kernel writes (an emptied list made a kernel write
+      // through a pointer never passed; found by tests/mutate_packages.py)
+      const Value& types = s.at("out_types");
+      const Value* written = it->second.outputs;
+      bool agree = written && types.size() == s.at("outs").size() && types.size() == written->size();
+      for (size_t i = 0; agree && i < types.size(); ++i)
+        agree = types[i].size() == 3 && (*written)[i].size() == 2 && same(types[i][1], (*written)[i][0]) &&
+                same(types[i][0], (*written)[i][1]);
+      if (!agree)
+        bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " allocates other outputs than its kernel writes");
     }
     const Value* node = s.find("node");
     if (!node || node->kind != Value::Kind::Int || node->integer < 0 || node->integer >= num_nodes)
@@ -135,6 +158,7 @@ void check_plan(const Value& plan, int64_t num_nodes, const Value& kernels) {
   for (const auto& k : kernels.items) {
     KernelArity& arity = buffers[k.at("name").as_string()];
     arity.buffers = k.at("num_buffers").as_int();
+    arity.outputs = k.find("outputs");
     if (const Value* names = k.find("sizes"))
       for (const auto& n : names->items) arity.sizes.push_back(n.as_string());
   }
@@ -220,6 +244,13 @@ class Builder {
     }
     auto handle = find_operator(op);
     const auto& schema = handle->schema();
+    // A stack-based operation pops exactly its schema's arguments: fewer would read past the stack (a hand-edited
+    // plan with an emptied argument list freed an invalid pointer; found by tests/mutate_packages.py)
+    if (!schema.is_vararg() && args.size() != schema.arguments().size())
+      throw Error(Error::Kind::CorruptPackage, "the package's plan calls " + op + " with " +
+                                                   std::to_string(args.size()) + " arguments where it takes " +
+                                                   std::to_string(schema.arguments().size()) +
+                                                   "; the package is damaged: re-run `jit2triton convert`");
     for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i)
       if (args[i].slot < 0) args[i].constant = coerce(args[i].constant, schema.arguments()[i].type());
     bool vararg = schema.is_vararg();
@@ -586,10 +617,15 @@ Plan::Plan(Package pkg, const LoadOptions& options)
   input_slots_ = ints(&plan.at("inputs"));
   if (const Value* dims = plan.find("dims")) {
     for (const auto& d : dims->items) {
-      size_t position = static_cast<size_t>(d[1].as_int());
-      if (position >= input_slots_.size())
+      int64_t at = d[1].as_int(), axis = d[2].as_int();
+      size_t position = static_cast<size_t>(at);
+      const Value& inputs = manifest.at("signature").at("inputs");
+      // read from a tensor input's axis (plan_check.check_dims in the Python runtime)
+      if (at < 0 || position >= input_slots_.size() || position >= inputs.size() ||
+          inputs[position].at("type").as_string() != "Tensor" || axis < 0 ||
+          axis >= static_cast<int64_t>(inputs[position].at("shape").size()))
         throw Error(Error::Kind::CorruptPackage, "the package's plan is damaged (a dynamic dim read from input " +
-                                                     std::to_string(position) + "); re-run `jit2triton convert`");
+                                                     std::to_string(at) + "); re-run `jit2triton convert`");
       plan_dims_.push_back(d[0].as_string());
       dim_sources_.push_back({position, d[2].as_int()});
     }

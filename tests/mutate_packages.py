@@ -1,0 +1,148 @@
+"""Mutation fuzz of package loading: damaged and hand-edited packages must be refused with an error of the
+jit2triton family (or, where the edit is harmless, load and run), never crash the process or raise anything else.
+
+Three kinds of mutation, from one seed each:
+  - a byte of the archive's metadata (zip headers, central directory, the torch records) changed;
+  - random bytes written anywhere in the file;
+  - the manifest edited at a random place (a number, a string, a list or an object replaced) with the checksums
+    recomputed, as anyone who edits a package can.
+
+    python tests/mutate_packages.py --package small.j2t --runtime cpp --first 0 --count 5000
+
+Prints one line per failure and a summary; exits 1 on any failure. A crash kills the process: the last
+"seed N" line on stdout (flushed before each load) names the mutation that did it.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import random
+import sys
+import tempfile
+import zipfile
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import jit2triton  # noqa: E402
+from jit2triton.errors import Jit2TritonError  # noqa: E402
+from jit2triton.inputs import random_inputs  # noqa: E402
+from package_tools import read_members, write_members  # noqa: E402
+
+ODD_VALUES = [0, -1, 1, 2 ** 31, -2 ** 31, 2 ** 62, 10 ** 30, 0.5, float("nan"), "", "x" * 300, None, True, [], {},
+              [[[[[[[[]]]]]]]], "s", "w", ["s", -1], ["s", 10 ** 9]]
+
+
+def metadata_ranges(data: bytes) -> list[tuple[int, int]]:
+    """Byte ranges of the zip structure: each member's local header (with its name and extra field) and the
+    central directory with the end records."""
+    with zipfile.ZipFile(io.BytesIO(data)) as zf:
+        ranges = [(i.header_offset, i.header_offset + 30 + len(i.filename) + 64) for i in zf.infolist()]
+    central = data.find(b"PK\x01\x02")
+    if central >= 0:
+        ranges.append((central, len(data)))
+    return ranges
+
+
+def edit_json(value, rng: random.Random):
+    """`value` with one random place in it replaced."""
+    if isinstance(value, dict) and value and rng.random() < 0.85:
+        key = rng.choice(sorted(value))
+        copy = dict(value)
+        if rng.random() < 0.1:
+            del copy[key]
+        else:
+            copy[key] = edit_json(value[key], rng)
+        return copy
+    if isinstance(value, list) and value and rng.random() < 0.85:
+        i = rng.randrange(len(value))
+        copy = list(value)
+        roll = rng.random()
+        if roll < 0.1:
+            del copy[i]
+        elif roll < 0.2:
+            copy.insert(i, copy[i])
+        else:
+            copy[i] = edit_json(value[i], rng)
+        return copy
+    return rng.choice(ODD_VALUES)
+
+
+def mutate(data: bytes, members: dict[str, bytes], seed: int) -> tuple[str, bytes]:
+    rng = random.Random(seed)
+    kind = seed % 3
+    if kind == 0:
+        start, stop = rng.choice(metadata_ranges(data))
+        offset = rng.randrange(start, min(stop, len(data)))
+        damaged = bytearray(data)
+        damaged[offset] = rng.choice([0, 0xFF, damaged[offset] ^ (1 << rng.randrange(8)), rng.randrange(256)])
+        return f"metadata byte {offset}", bytes(damaged)
+    if kind == 1:
+        damaged = bytearray(data)
+        offset = rng.randrange(len(data))
+        for i in range(rng.randint(1, 16)):
+            if offset + i < len(damaged):
+                damaged[offset + i] = rng.randrange(256)
+        return f"random bytes at {offset}", bytes(damaged)
+    manifest = json.loads(members["manifest.json"])
+    edited = dict(members, **{"manifest.json": json.dumps(edit_json(manifest, rng)).encode()})
+    checksums = {name: hashlib.sha256(blob).hexdigest() for name, blob in edited.items() if name != "checksums.json"}
+    edited["checksums.json"] = json.dumps(checksums).encode()
+    with tempfile.NamedTemporaryFile(suffix=".j2t") as f:
+        write_members(f.name, edited)
+        return "manifest edit", open(f.name, "rb").read()
+
+
+def try_package(path: str, runtime: str) -> str:
+    """'' when the package was refused with a jit2triton error or loaded and ran; else what went wrong."""
+    try:
+        module = jit2triton.load(path, runtime=runtime)
+    except Jit2TritonError:
+        return ""
+    except Exception as err:  # anything else reaching a user is a defect
+        return f"{type(err).__name__}: {str(err)[:200]}"
+    try:  # (a signature field only random inputs read, such as an input's range, may be damaged: not the runtime's)
+        inputs = random_inputs(module.manifest["signature"]["inputs"], module.device)
+    except Exception:
+        return ""
+    try:
+        module(*inputs)
+    except Jit2TritonError:
+        return ""
+    except Exception as err:  # anything else reaching a user is a defect
+        return f"{type(err).__name__}: {str(err)[:200]}"
+    return ""
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--package", required=True)
+    parser.add_argument("--runtime", choices=["cpp", "python"], default="cpp")
+    parser.add_argument("--first", type=int, default=0)
+    parser.add_argument("--count", type=int, default=500)
+    args = parser.parse_args()
+    data = open(args.package, "rb").read()
+    members = read_members(args.package)
+    torch.manual_seed(0)
+    failures = 0
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "mutated.j2t")
+        for seed in range(args.first, args.first + args.count):
+            what, damaged = mutate(data, members, seed)
+            with open(path, "wb") as f:
+                f.write(damaged)
+            print(f"seed {seed}: {what}", flush=True)
+            problem = try_package(path, args.runtime)
+            if problem:
+                failures += 1
+                print(f"FAIL seed {seed} ({what}): {problem}", flush=True)
+    print(f"{args.count} mutations ({args.first}..{args.first + args.count - 1}), {args.runtime} runtime: "
+          f"{failures} failing", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
