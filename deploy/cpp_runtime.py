@@ -11,23 +11,23 @@ import hashlib
 import os
 import sys
 import threading
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 
 from jit2triton.emitters.cache import cache_dir
 from jit2triton.errors import (CorruptPackageError, InputError, ModelRaisedError, PackageDeviceError, PackageError,
-                               PackageVersionError, StepError)
+                               PackageVersionError, SignatureError, StepError)
 
 # The classes the extension raises, by name: the C++ runtime's errors are the Python runtime's exceptions.
 EXCEPTIONS = {cls.__name__: cls for cls in (PackageError, CorruptPackageError, PackageVersionError, PackageDeviceError,
-                                            InputError, StepError, ModelRaisedError)}
+                                            SignatureError, InputError, StepError, ModelRaisedError)}
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp")
-SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/package.cpp", "src/literals.cpp", "src/plan.cpp", "src/signature.cpp",
+SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/signing.cpp", "src/package.cpp", "src/literals.cpp", "src/plan.cpp", "src/signature.cpp",
            "src/module.cpp",
            "src/cpu_kernels.cpp", "src/cuda_kernels.cpp", "src/cuda_graph.cpp", "python/bindings.cpp"]
-HEADERS = ["include/jit2triton/jit2triton.h", "src/json.h", "src/sha256.h", "src/package.h", "src/literals.h",
+HEADERS = ["include/jit2triton/jit2triton.h", "src/json.h", "src/sha256.h", "src/signing.h", "src/package.h", "src/literals.h",
            "src/plan.h"]
 
 _lock = threading.Lock()
@@ -99,10 +99,11 @@ class CppRuntime:
     name = "cpp"
 
     def __init__(self, path: str, map_location: Any = None, num_threads: Optional[int] = None,
-                 cuda_graphs: bool = True, alias_outputs: bool = False, mmap: bool = False) -> None:
+                 cuda_graphs: bool = True, alias_outputs: bool = False, mmap: bool = False,
+                 trusted_keys: Sequence[str] = ()) -> None:
         device = "" if map_location is None else str(torch.device(map_location))
         self.module = extension().Module(os.fspath(path), device, num_threads or 0, cuda_graphs, alias_outputs,
-                                         mmap)
+                                         mmap, list(trusted_keys))
         self.device = torch.device(self.module.device)
         self.uses_cuda_graph = self.module.uses_cuda_graph
 

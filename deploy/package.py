@@ -9,6 +9,7 @@ shipped with torch), holding data only.
     kernels/          generated kernel sources (Triton, C++)
     binaries/         compiled kernels (cubins, shared libraries)
     checksums.json    sha256 of every other member
+    signature.ed25519 optional: an Ed25519 signature over checksums.json (deploy/signing.py)
 
 torch's container stores every record uncompressed and 64-byte aligned, so both runtimes read them in place from
 the mapped file, with no inflate, through a reader that torch maintains and fuzzes rather than one of our own.
@@ -35,6 +36,7 @@ import torch
 from jit2triton.errors import CorruptPackageError, PackageError, PackageVersionError
 
 from .literals import decode, encode, map_plan_literals
+from .signing import SIGNATURE_MEMBER, KeyPaths, check_signature, sign, trusted_key_paths
 
 FORMAT = "jit2triton-package"
 FORMAT_VERSION = 2  # 1: a hand-written zip (jit2triton 0.1 before torch's container); refused with a clear message
@@ -48,9 +50,11 @@ class PackageContents:
     manifest: dict[str, Any]  # with the plan's literals as Python values (decoded)
     weights: dict[str, torch.Tensor]  # on the CPU
     files: dict[str, bytes] = field(default_factory=dict)  # kernels/..., binaries/...
+    signed: bool = False  # read from a file that carried a signature (checked only where keys were trusted)
 
 
-def save_package(contents: PackageContents, path: str) -> None:
+def save_package(contents: PackageContents, path: str, signing_key=None) -> None:
+    """Write the package; `signing_key` (a PEM Ed25519 private key's path) adds a signature over its checksums."""
     path = os.fspath(path)
     weights_index, blob = _pack_weights(contents.weights)
     manifest = dict(contents.manifest, format=FORMAT, format_version=FORMAT_VERSION, weights=weights_index)
@@ -58,6 +62,8 @@ def save_package(contents: PackageContents, path: str) -> None:
     members = {"manifest.json": json.dumps(manifest, indent=1).encode(), "weights.bin": blob, **contents.files}
     checksums = {name: hashlib.sha256(data).hexdigest() for name, data in members.items()}
     members["checksums.json"] = json.dumps(checksums, indent=1).encode()
+    if signing_key is not None:
+        members[SIGNATURE_MEMBER] = sign(members["checksums.json"], signing_key)
     folder, base = os.path.split(os.path.abspath(path))
     _remove_stale_temporaries(folder, base)
     fd, tmp = tempfile.mkstemp(prefix=f".{base}.{os.getpid()}.", suffix=TEMPORARY_SUFFIX, dir=folder)
@@ -125,20 +131,29 @@ def _fsync_folder(folder: str) -> None:
         os.close(fd)
 
 
-def read_package(path: str, mmap: bool = False) -> PackageContents:
+def read_package(path: str, mmap: bool = False, trusted_keys: KeyPaths = None) -> PackageContents:
     """The package's contents. CPU weights are copies the caller owns, so a later change to the file (or its
     truncation) cannot reach a loaded module, as with torch.jit.load; `mmap=True` keeps them views of the mapped
-    file instead (no copy, pages read as used; the file must then stay as it is)."""
-    return _contents(os.fspath(path), _records(_existing(path)), mmap)
+    file instead (no copy, pages read as used; the file must then stay as it is). With trusted keys (given, or in
+    JIT2TRITON_TRUSTED_KEYS) the package must carry a signature by one of them, checked before anything is
+    parsed."""
+    path = os.fspath(path)
+    return _contents(path, _signed_records(path, trusted_keys), mmap)
 
 
-def mapped_package(path: str) -> Callable[[], PackageContents]:
+def mapped_package(path: str, trusted_keys: KeyPaths = None) -> Callable[[], PackageContents]:
     """The package mapped now, read when first asked: a module the C++ runtime loaded reads its manifest (for
     reports, inputs by name, save) only if asked, and from the file as it was at load, even if the file was
     removed or replaced since."""
     path = os.fspath(path)
-    members = _records(_existing(path))
+    members = _signed_records(path, trusted_keys)
     return lambda: _contents(path, dict(members), mmap=True)
+
+
+def _signed_records(path: str, trusted_keys: KeyPaths) -> dict[str, memoryview]:
+    members = _records(_existing(path))
+    check_signature(path, members, trusted_key_paths(trusted_keys))
+    return members
 
 
 def _existing(path: str) -> str:
@@ -173,7 +188,8 @@ def _contents(path: str, members: dict[str, memoryview], mmap: bool) -> PackageC
     if not mmap:
         weights = {name: w.clone() for name, w in weights.items()}  # clone keeps each weight's memory order
     members.pop("checksums.json")
-    return PackageContents(manifest, weights, {name: bytes(data) for name, data in members.items()})
+    signed = members.pop(SIGNATURE_MEMBER, None) is not None  # it signs these bytes only: a re-save signs anew
+    return PackageContents(manifest, weights, {name: bytes(data) for name, data in members.items()}, signed)
 
 
 def _records(path: str) -> dict[str, memoryview]:
@@ -238,7 +254,7 @@ def _verify(path: str, members: dict[str, memoryview]) -> None:
     except (ValueError, RecursionError):
         raise CorruptPackageError(f"{path!r}: checksums.json is damaged; re-run `jit2triton convert`") from None
     for name in members:
-        if name == "checksums.json":
+        if name in ("checksums.json", SIGNATURE_MEMBER):  # the signature signs checksums.json (deploy/signing.py)
             continue
         expected = checksums.get(name)
         if expected is None or hashlib.sha256(members[name]).hexdigest() != expected:

@@ -16,6 +16,7 @@ from jit2triton.deploy.literals import decode
 from jit2triton.deploy.package import PackageContents, mapped_package, read_package, save_package
 from jit2triton.deploy.runtime import DeviceLike, Runtime, resolve_map_location
 from jit2triton.deploy.signature import format_type
+from jit2triton.deploy.signing import trusted_key_paths
 
 from .errors import InputError, PackageDeviceError
 
@@ -62,15 +63,17 @@ class Converted:
             self._package = self._package()  # for reports and saving: the C++ runtime has its own
         return self._package
 
-    def save(self, path: Union[str, os.PathLike], _extra_files: Optional[dict[str, Union[str, bytes]]] = None) -> None:
+    def save(self, path: Union[str, os.PathLike], _extra_files: Optional[dict[str, Union[str, bytes]]] = None,
+             signing_key: Union[str, os.PathLike, None] = None) -> None:
         """Write the package; `_extra_files` (name -> text or bytes) are stored beside it, as torch.jit.save's, and
-        replace files of the same name carried from the model's .pt."""
+        replace files of the same name carried from the model's .pt. `signing_key`, the path of an Ed25519 private
+        key (`jit2triton keygen`), signs it, so that a `load` with `trusted_keys` accepts it."""
         contents = self._contents
         if _extra_files:
             extra = {f"extra/{name}": data.encode() if isinstance(data, str) else bytes(data)
                      for name, data in _extra_files.items()}
             contents = dataclasses.replace(contents, files={**contents.files, **extra})
-        save_package(contents, os.fspath(path))
+        save_package(contents, os.fspath(path), signing_key)
 
     def extra_files(self) -> dict[str, bytes]:
         """Every extra file the package holds (from the model's .pt, or given to save)."""
@@ -144,7 +147,8 @@ RUNTIMES = ("auto", "cpp", "python")
 
 def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_threads: Optional[int] = None,
          cuda_graphs: bool = True, alias_outputs: bool = False, runtime: Optional[str] = None,
-         mmap: bool = False, _extra_files: Optional[dict[str, Any]] = None) -> Converted:
+         mmap: bool = False, _extra_files: Optional[dict[str, Any]] = None,
+         trusted_keys: Optional[Sequence[Union[str, os.PathLike]]] = None) -> Converted:
     """Load a `.j2t` package; `map_location` moves it to another device, as torch.jit.load's does.
 
     `num_threads` caps the C++ kernels' OpenMP threads (default: torch.get_num_threads()). On CUDA a plan of
@@ -158,8 +162,13 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
     only Python has). "cpp" or "python" insist on one. Weights are copied
     at load, so later changes to the file cannot reach the module; `mmap=True` maps them instead (no copy; the
     file must not change while the module lives). `_extra_files` is filled as torch.jit.load fills it: each name
-    the package holds (from the model's .pt, or given to save) gets its bytes, the others b""."""
+    the package holds (from the model's .pt, or given to save) gets its bytes, the others b"".
+
+    `trusted_keys` (paths of Ed25519 public keys, `jit2triton keygen`; also read from JIT2TRITON_TRUSTED_KEYS)
+    makes load refuse, with a SignatureError, a package that none of them signed, before reading anything from
+    it. A package holds native code: load only packages you trust as you would a shared library."""
     path = os.fspath(path)
+    trusted_keys = trusted_key_paths(trusted_keys)
     runtime = runtime or os.environ.get("JIT2TRITON_RUNTIME") or "auto"
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
@@ -168,18 +177,19 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
         why = cpp_runtime.unavailable() if runtime == "auto" else None  # "cpp": build it or say why it cannot
         if why is None:
             if isinstance(map_location, dict):  # which entry applies depends on the device the package was built for
-                map_location = resolve_map_location(map_location, read_package(path, mmap=True).manifest["device"])
+                map_location = resolve_map_location(
+                    map_location, read_package(path, mmap=True, trusted_keys=trusted_keys).manifest["device"])
             try:
-                contents = mapped_package(path)  # mapped before the runtime reads it: both see one file
+                contents = mapped_package(path, trusted_keys)  # mapped before the runtime reads it: one file
                 module = Converted(contents, cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs,
-                                                                    alias_outputs, mmap))
+                                                                    alias_outputs, mmap, trusted_keys))
                 return _fill_extra_files(module, _extra_files)
             except PackageDeviceError as err:
                 if runtime == "cpp":
                     raise
                 why = str(err)  # the Python runtime may run it (rebuilding kernels, or under Triton's interpreter)
         _python_fallback_notice(why)
-    contents = read_package(path, mmap=mmap)
+    contents = read_package(path, mmap=mmap, trusted_keys=trusted_keys)
     module = Converted(contents, Runtime(contents, map_location, num_threads, cuda_graphs, alias_outputs))
     return _fill_extra_files(module, _extra_files)
 

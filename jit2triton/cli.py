@@ -96,8 +96,10 @@ def main() -> None:
 @click.option("--full-source-paths", is_flag=True,
               help="name source files in kernel comments by this machine's full paths (default: as imported)")
 @click.option("--quiet", is_flag=True, help="no progress messages (the report is still printed)")
+@click.option("--sign", "signing_key", type=click.Path(exists=True, dir_okay=False),
+              help="sign the package with this Ed25519 private key (from `jit2triton keygen`)")
 def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, device, backend, no_verify,
-            full_source_paths, quiet) -> None:
+            full_source_paths, quiet, signing_key) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
     from .errors import InputError
@@ -126,9 +128,24 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, d
     converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
                               progress=_Progress(quiet), verify=not no_verify, full_source_paths=full_source_paths,
                               dynamic_shapes=dynamic_shapes or None)
-    converted.save(output)
+    converted.save(output, signing_key=signing_key)
     click.echo(converted.report())
-    click.echo(f"saved {output} ({os.path.getsize(output) / 1e6:.2f} MB)")
+    click.echo(f"saved {output} ({os.path.getsize(output) / 1e6:.2f} MB{', signed' if signing_key else ''})")
+
+
+@main.command(short_help="Make an Ed25519 key pair to sign packages with.")
+@click.option("--out", "folder", required=True, type=click.Path(file_okay=False),
+              help="folder for jit2triton.key (private, mode 0600) and jit2triton.pub")
+@click.option("--force", is_flag=True, help="replace a key pair already there")
+def keygen(folder, force) -> None:
+    """Write a key pair: sign packages with the private key (`convert --sign DIR/jit2triton.key`), and load them
+    with the public one (`load(path, trusted_keys=["DIR/jit2triton.pub"])`, `--trusted-key`, or the
+    JIT2TRITON_TRUSTED_KEYS environment variable), which then refuses any package that key did not sign."""
+    from jit2triton.deploy.signing import generate_keys
+
+    private, public = generate_keys(folder, overwrite=force)
+    click.echo(f"wrote {private} (keep it secret: it signs packages)")
+    click.echo(f"wrote {public} (give it to whoever loads them)")
 
 
 @main.command(short_help='Run a package on random inputs (--check: vs TorchScript).')
@@ -142,7 +159,9 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, d
               help="auto: the C++ runtime where it can run the package, else the Python one")
 @click.option("--shape", "shape_specs", multiple=True,
               help="sizes of the package's dynamic dims: DIM=N[,DIM=N] (B=4,S=128); default: the example's")
-def run(package, reference, runs, seed, device, runtime, shape_specs) -> None:
+@click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
+              help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
+def run(package, reference, runs, seed, device, runtime, shape_specs, trusted_keys) -> None:
     """Run a package on random inputs; compare with the TorchScript model when --check is given."""
     import torch
 
@@ -152,7 +171,7 @@ def run(package, reference, runs, seed, device, runtime, shape_specs) -> None:
 
     from .inputs import parse_sizes
 
-    module = load(package, map_location=device, runtime=runtime)
+    module = load(package, map_location=device, runtime=runtime, trusted_keys=trusted_keys)
     inputs = random_inputs(module.manifest["signature"]["inputs"], module.device, seed,
                            parse_sizes(shape_specs, module.manifest["signature"].get("dims", {})))
     outputs = module(*inputs)
@@ -189,8 +208,10 @@ def run(package, reference, runs, seed, device, runtime, shape_specs) -> None:
                                               "and show where the time goes, by TorchScript source line")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="also write the results as JSON here")
 @click.option("--seed", default=0, show_default=True, help="seed of the random inputs")
+@click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
+              help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
 def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runtime, device, shape_specs, against,
-          profile, json_path, seed) -> None:
+          profile, json_path, seed, trusted_keys) -> None:
     """Time a package like trtexec: min, mean, median, p90, p99 and max latency and throughput on random inputs
     that fit its signature."""
     import torch
@@ -203,7 +224,7 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
     if iterations is not None and iterations < 1:
         raise InputError("--iterations must be at least 1")
     module = load(package, map_location=device, runtime=runtime, num_threads=threads,
-                  cuda_graphs=cuda_graphs == "on")
+                  cuda_graphs=cuda_graphs == "on", trusted_keys=trusted_keys)
     signature = module.manifest["signature"]
     inputs = random_inputs(signature["inputs"], module.device, seed, parse_sizes(shape_specs, signature.get("dims", {})))
     paths = {"jit2triton": lambda: module(*inputs)}
@@ -222,7 +243,8 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
         results["speedup_vs_torch_jit"] = ratio
         click.echo(f"median speed-up over torch.jit: {ratio:.2f}x")
     if profile:
-        profiled = load(package, map_location=device, num_threads=threads, cuda_graphs=False, runtime="python")
+        profiled = load(package, map_location=device, num_threads=threads, cuda_graphs=False, runtime="python",
+                        trusted_keys=trusted_keys)
         profiler = StepProfiler(cuda=profiled.device.type == "cuda")
         profiled(*inputs)  # a warm call outside the profile
         profiled._runtime.executor.step_timer = profiler
@@ -248,18 +270,22 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
 @click.option("--kernels", is_flag=True, help="print the generated kernel sources")
 @click.option("--plan", is_flag=True, help="print the execution plan as JSON")
 @click.option("--ir", is_flag=True, help="print the typed IR the package was made from")
-def inspect(package, kernels, plan, ir) -> None:
+@click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
+              help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
+def inspect(package, kernels, plan, ir, trusted_keys) -> None:
     """Show a package's manifest, signature and conversion report (loads no kernel code)."""
     from .api import Converted
     from jit2triton.deploy.package import read_package
 
-    module = Converted(read_package(package, mmap=True), runtime=None)  # read only: no library opened, nothing run
+    # read only: no library opened, nothing run
+    module = Converted(read_package(package, mmap=True, trusted_keys=trusted_keys), runtime=None)
     manifest = module.manifest
     producer = manifest["producer"]
     click.echo(f"package {package}: format v{manifest['format_version']}, device {manifest['device']}, "
                f"backend {manifest['backend']}")
     click.echo(f"made with jit2triton {producer['jit2triton']}, torch {producer['torch']}, "
                f"triton {producer['triton'] or '-'}, python {producer['python']}")
+    click.echo(f"signed: {_signed_line(module._contents.signed, trusted_keys)}")
     click.echo(f"signature: {module.signature()}")
     click.echo(f"weights: {len(module._contents.weights)} tensors")
     click.echo(module.report())
@@ -269,6 +295,16 @@ def inspect(package, kernels, plan, ir) -> None:
         click.echo(json.dumps(manifest["plan"], indent=1, default=str))
     if kernels:
         click.echo(module.code)
+
+
+def _signed_line(signed: bool, trusted_keys) -> str:
+    from jit2triton.deploy.signing import trusted_key_paths
+
+    if not signed:
+        return "no"
+    if trusted_key_paths(trusted_keys):
+        return "yes, by a trusted key"
+    return "yes (not checked: pass --trusted-key or set JIT2TRITON_TRUSTED_KEYS)"
 
 
 @main.command("cpp-dir", short_help="Print the C++ runtime's CMake folder.")

@@ -29,6 +29,11 @@ class PackageVersionError(PackageError):
     """The package was written in a newer format, or by an incompatible torch/triton."""
 
 
+class SignatureError(PackageError):
+    """Trusted keys are set and the package is unsigned, signed by another key, or changed since it was signed;
+    or a key file cannot be used."""
+
+
 class PackageDeviceError(PackageError):
     """The package was built for a device this machine or this call cannot provide."""
 

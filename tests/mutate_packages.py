@@ -8,6 +8,10 @@ Three kinds of mutation, from one seed each:
     recomputed, as anyone who edits a package can.
 
     python tests/mutate_packages.py --package small.j2t --runtime cpp --first 0 --count 5000
+    python tests/mutate_packages.py --package signed.j2t --trusted-key keys/jit2triton.pub ...
+
+With --trusted-key (the package signed by that key), a mutated package that loads must hold exactly the signed
+members: anything else is a signature that let a change through.
 
 Prints one line per failure and a summary; exits 1 on any failure. A crash kills the process: the last
 "seed N" line on stdout (flushed before each load) names the mutation that did it.
@@ -30,6 +34,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import jit2triton  # noqa: E402
 from jit2triton.errors import Jit2TritonError  # noqa: E402
 from jit2triton.inputs import random_inputs  # noqa: E402
+from jit2triton.deploy.package import _records  # noqa: E402
 from package_tools import read_members, write_members  # noqa: E402
 
 ODD_VALUES = [0, -1, 1, 2 ** 31, -2 ** 31, 2 ** 62, 10 ** 30, 0.5, float("nan"), "", "x" * 300, None, True, [], {},
@@ -96,14 +101,16 @@ def mutate(data: bytes, members: dict[str, bytes], seed: int) -> tuple[str, byte
         return "manifest edit", open(f.name, "rb").read()
 
 
-def try_package(path: str, runtime: str) -> str:
+def try_package(path: str, runtime: str, trusted_key: str | None = None, signed: dict | None = None) -> str:
     """'' when the package was refused with a jit2triton error or loaded and ran; else what went wrong."""
     try:
-        module = jit2triton.load(path, runtime=runtime)
+        module = jit2triton.load(path, runtime=runtime, trusted_keys=[trusted_key] if trusted_key else None)
     except Jit2TritonError:
         return ""
     except Exception as err:  # anything else reaching a user is a defect
         return f"{type(err).__name__}: {str(err)[:200]}"
+    if trusted_key and {n: bytes(b) for n, b in _records(path).items()} != signed:  # the members as runtimes read them
+        return "a changed package loaded although trusted keys were set"
     try:  # (a signature field only random inputs read, such as an input's range, may be damaged: not the runtime's)
         inputs = random_inputs(module.manifest["signature"]["inputs"], module.device)
     except Exception:
@@ -123,6 +130,7 @@ def main() -> int:
     parser.add_argument("--runtime", choices=["cpp", "python"], default="cpp")
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--count", type=int, default=500)
+    parser.add_argument("--trusted-key", help="the public key that signed the package: loads require it")
     args = parser.parse_args()
     data = open(args.package, "rb").read()
     members = read_members(args.package)
@@ -135,7 +143,7 @@ def main() -> int:
             with open(path, "wb") as f:
                 f.write(damaged)
             print(f"seed {seed}: {what}", flush=True)
-            problem = try_package(path, args.runtime)
+            problem = try_package(path, args.runtime, args.trusted_key, members)
             if problem:
                 failures += 1
                 print(f"FAIL seed {seed} ({what}): {problem}", flush=True)

@@ -148,16 +148,27 @@ def test_both_runtimes_refuse_the_same_ops() -> None:
     assert set(re.findall(r'"([^"]+)"', listed)) == set(SIDE_EFFECT_OPS)
 
 
+@pytest.mark.parametrize("signed", [False, True])
 @pytest.mark.parametrize("runtime", ["python", "cpp"])
-def test_mutated_packages_are_refused_cleanly_never_a_crash_or_a_raw_exception(runtime, small_package, request):
+def test_mutated_packages_are_refused_cleanly_never_a_crash_or_a_raw_exception(runtime, signed, small_package,
+                                                                              tmp_path, request):
     """tests/mutate_packages.py in a subprocess (a crash must not take pytest down): zip metadata bytes, random
     bytes and manifest edits with recomputed checksums; each package is refused with a jit2triton error, or loads
-    and runs. Longer runs: `python tests/mutate_packages.py --package P --count 5000`."""
+    and runs; signed, with the key trusted, one that loads holds exactly the signed members. Longer runs:
+    `python tests/mutate_packages.py --package P --count 5000`."""
     if runtime == "cpp":
         request.getfixturevalue("cpp_runtime")
+    package, extra = str(small_package[0]), []
+    if signed:
+        from jit2triton.deploy.signing import generate_keys
+        private, public = generate_keys(tmp_path / "keys")
+        package = str(tmp_path / "signed.j2t")
+        jit2triton.load(small_package[0], runtime="python").save(package, signing_key=private)
+        extra = ["--trusted-key", public]
     script = os.path.join(os.path.dirname(__file__), "mutate_packages.py")
-    result = subprocess.run([sys.executable, script, "--package", str(small_package[0]), "--runtime", runtime,
-                             "--count", "500"], capture_output=True, text=True, timeout=900)
+    result = subprocess.run([sys.executable, script, "--package", package, "--runtime", runtime,
+                             "--count", "300" if signed else "500", *extra],
+                            capture_output=True, text=True, timeout=900)
     lines = result.stdout.splitlines()
     failures = [line for line in lines if line.startswith("FAIL")]
     last = [line for line in lines if line.startswith("seed ")][-1:]

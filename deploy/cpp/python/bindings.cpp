@@ -51,6 +51,7 @@ const char* error_class(Error::Kind kind) {
     case Error::Kind::CorruptPackage: return "CorruptPackageError";
     case Error::Kind::PackageVersion: return "PackageVersionError";
     case Error::Kind::PackageDevice: return "PackageDeviceError";
+    case Error::Kind::Signature: return "SignatureError";
     case Error::Kind::Input: return "InputError";
     case Error::Kind::Step: return "StepError";
     case Error::Kind::ModelRaised: return "ModelRaisedError";
@@ -74,9 +75,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   py::class_<jit2triton::Module>(m, "Module")
       .def(py::init([](const std::string& path, const std::string& device, int num_threads, bool cuda_graphs,
-                       bool alias_outputs, bool mmap) {
+                       bool alias_outputs, bool mmap, std::vector<std::string> trusted_keys) {
              jit2triton::LoadOptions options;
              options.mmap = mmap;
+             options.trusted_keys = std::move(trusted_keys);
              options.device = device;
              options.num_threads = num_threads;
              options.cuda_graphs = cuda_graphs;
@@ -85,7 +87,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              return jit2triton::load(path, options);
            }),
            py::arg("path"), py::arg("device") = "", py::arg("num_threads") = 0, py::arg("cuda_graphs") = true,
-           py::arg("alias_outputs") = false, py::arg("mmap") = false)
+           py::arg("alias_outputs") = false, py::arg("mmap") = false,
+           py::arg("trusted_keys") = std::vector<std::string>())
       .def("__call__",
            [](const jit2triton::Module& self, py::args args) {
              std::vector<c10::IValue> inputs;

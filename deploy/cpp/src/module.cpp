@@ -23,7 +23,7 @@ void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
 
 Module load(const std::string& path, const LoadOptions& options) {
   try {
-    return Module(std::make_shared<Plan>(read_package(path, options.mmap), options));
+    return Module(std::make_shared<Plan>(read_package(path, options.mmap, options.trusted_keys), options));
   } catch (const Error&) {
     throw;
   } catch (const std::exception& err) {

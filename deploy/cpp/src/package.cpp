@@ -14,6 +14,7 @@
 
 #include "jit2triton/jit2triton.h"
 #include "sha256.h"
+#include "signing.h"
 
 namespace jit2triton {
 
@@ -146,7 +147,7 @@ void verify(const Package& pkg) {
       throw Error(Error::Kind::CorruptPackage, repr(pkg.path) + " has no " + required +
                                                    ": it is not a complete jit2triton package; " + kReconvert);
   for (const auto& [name, data] : pkg.members) {
-    if (name == "checksums.json") continue;
+    if (name == "checksums.json" || name == "signature.ed25519") continue;  // the signature signs checksums.json
     auto expected = pkg.checksums.find(name);
     if (expected == pkg.checksums.end() ||
         sha256_hex(reinterpret_cast<const uint8_t*>(data.data()), data.size()) != expected->second)
@@ -226,7 +227,7 @@ std::string_view Package::member(const std::string& name) const {
   return it->second;
 }
 
-Package read_package(const std::string& path, bool keep_mapped) {
+Package read_package(const std::string& path, bool keep_mapped, const std::vector<std::string>& trusted_keys) {
   Package pkg;
   pkg.path = path;
   pkg.file = map_file(path);
@@ -242,6 +243,8 @@ Package read_package(const std::string& path, bool keep_mapped) {
                     "); it may be truncated or corrupted. Copy it again or " + kReconvert);
   }
 
+  // before anything in the package is parsed (deploy/signing.py)
+  check_signature(path, pkg.members, trusted_key_paths(trusted_keys));
   if (pkg.members.count("checksums.json")) {
     try {
       json::Value sums = json::parse(pkg.members["checksums.json"]);

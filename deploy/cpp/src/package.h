@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "json.h"
 
@@ -26,8 +27,10 @@ struct Package {
   std::string_view member(const std::string& name) const;  // throws CorruptPackage when absent
 };
 
-// keep_mapped: weights stay views of the mapped file; otherwise they are copies the module owns.
-Package read_package(const std::string& path, bool keep_mapped = false);
+// keep_mapped: weights stay views of the mapped file; otherwise they are copies the module owns. trusted_keys (with
+// JIT2TRITON_TRUSTED_KEYS): the package must be signed by one of them (signing.h), checked before parsing.
+Package read_package(const std::string& path, bool keep_mapped = false,
+                     const std::vector<std::string>& trusted_keys = {});
 
 // "float32" -> at::kFloat: the dtype names of the manifest (torch's, without "torch.").
 at::ScalarType parse_dtype(const std::string& name);

@@ -29,12 +29,13 @@ namespace {
 
 const char* kUsage =
     "usage: j2t-run model.j2t [--device cpu|cuda] [--shape DIM=N[,DIM=N]] [--bench N] [--warmup-ms MS] [--threads N]\n"
-    "               [--seed S]\n"
+    "               [--seed S] [--trusted-key KEY.pub]...\n"
     "               [--dump DIR] [--torchscript M.pt]\n"
     "       j2t-run --help | --version\n"
     "Runs a jit2triton package on random inputs that fit its signature and prints the outputs' shapes and the load\n"
     "time; --shape: sizes of the package's dynamic dims (default: the example's); --bench N: latency statistics (min, mean, median, p90, p99, max) of N calls after --warmup-ms (default 200) of warm-up, taking turns with --torchscript when given; --torchscript M.pt: the largest difference from that TorchScript\n"
-    "model on the same inputs (and its time); --dump DIR: each output's raw bytes.\n";
+    "model on the same inputs (and its time); --dump DIR: each output's raw bytes; --trusted-key: refuse the package\n"
+    "unless this Ed25519 public key (or another given, or one in JIT2TRITON_TRUSTED_KEYS) signed it.\n";
 
 int usage() {
   std::cerr << kUsage;
@@ -110,6 +111,7 @@ int main(int argc, char** argv) {
     else if (arg == "--threads") options.num_threads = std::atoi(argv[++i]);
     else if (arg == "--seed") seed = std::strtoull(argv[++i], nullptr, 10);
     else if (arg == "--dump") dump = argv[++i];
+    else if (arg == "--trusted-key") options.trusted_keys.push_back(argv[++i]);
     else if (arg == "--torchscript") torchscript = argv[++i];
     else if (arg == "--shape") {
       std::stringstream items(argv[++i]);

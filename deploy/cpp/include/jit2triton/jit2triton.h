@@ -26,7 +26,7 @@ class Error : public std::runtime_error {
  public:
   // The same families as the Python package's exceptions (jit2triton.errors), so both runtimes can be told apart
   // the same way.
-  enum class Kind { Package, CorruptPackage, PackageVersion, PackageDevice, Input, Step, ModelRaised };
+  enum class Kind { Package, CorruptPackage, PackageVersion, PackageDevice, Signature, Input, Step, ModelRaised };
 
   Error(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   Kind kind() const { return kind_; }
@@ -43,6 +43,10 @@ struct LoadOptions {
   // false: CPU weights are copied at load, so a later change to the file (or its truncation) cannot reach the
   // module, as with torch::jit::load. true: they stay views of the mapped file (no copy; the file must not change).
   bool mmap = false;
+  // Paths of Ed25519 public keys (PEM, as `jit2triton keygen` writes them), joined by those in the
+  // JIT2TRITON_TRUSTED_KEYS environment variable (':'-separated). When any is set, a package that none of them
+  // signed is refused (Error::Kind::Signature) before its manifest is read or any of its code is loaded.
+  std::vector<std::string> trusted_keys;
 };
 
 class Plan;  // the loaded plan (internal)
