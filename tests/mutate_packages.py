@@ -131,9 +131,18 @@ def main() -> int:
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--count", type=int, default=500)
     parser.add_argument("--trusted-key", help="the public key that signed the package: loads require it")
+    parser.add_argument("--write-dir", help="write the mutated packages here (mutation-<seed>.j2t) and load none, "
+                                            "for the sanitized C++ driver (deploy/cpp/tools/j2t_fuzz.cpp)")
     args = parser.parse_args()
     data = open(args.package, "rb").read()
     members = read_members(args.package)
+    if args.write_dir:
+        os.makedirs(args.write_dir, exist_ok=True)
+        for seed in range(args.first, args.first + args.count):
+            with open(os.path.join(args.write_dir, f"mutation-{seed:07d}.j2t"), "wb") as f:
+                f.write(mutate(data, members, seed)[1])
+        print(f"wrote {args.count} mutations ({args.first}..{args.first + args.count - 1}) to {args.write_dir}")
+        return 0
     torch.manual_seed(0)
     failures = 0
     with tempfile.TemporaryDirectory() as folder:
