@@ -1,8 +1,11 @@
-"""Every zoo model (tests/models.py) on the CPU: torch.jit against a package loaded the default way (the C++
-runtime) and with the Python runtime, in one process, on the same inputs; median of interleaved calls after
-warm-up. Prints a table and the geometric means of the speed-ups over torch.jit.
+"""Every zoo model (tests/models.py) and real architectures on the CPU: torch.jit against a package loaded the
+default way (the C++ runtime) and with the Python runtime, in one process, on the same inputs; median of interleaved
+calls after warm-up. Prints a table and the geometric means of the speed-ups over torch.jit.
 
-    python benchmarks/zoo_cpu.py [--calls 200] [--only NAME,NAME]
+    python benchmarks/zoo_cpu.py [--set zoo|real|all] [--calls 200] [--only NAME,NAME]
+
+`real`: transformers BERT, GPT-2, ViT and ConvNeXt at mid-size configs with random weights (no downloads; sizes
+below), and tests/real_models.py's conv-net, mixer, dense-block and detection-head patterns.
 """
 from __future__ import annotations
 
@@ -22,28 +25,83 @@ import jit2triton  # noqa: E402
 from models import MODELS  # noqa: E402
 
 
+def _zoo():
+    for spec in MODELS:
+        model, example = spec.build()
+        yield spec.name, model, example, spec.fresh_inputs()[0]
+
+
+def _traced(model, inputs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.jit.trace(model.eval(), inputs, strict=False, check_trace=False)
+
+
+class _ByName(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask)
+
+
+def _transformers_mid():
+    """Mid-size transformers models: big enough that kernels, not call overhead, decide."""
+    import transformers as t
+
+    def tokens():
+        mask = torch.ones(2, 64, dtype=torch.long)
+        mask[0, 50:] = 0  # padding in the first sequence
+        return torch.randint(0, 1000, (2, 64)), mask
+
+    def image(size):
+        return (torch.randn(1, 3, size, size),)
+
+    mid = dict(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+               torchscript=True)
+    bert = t.BertModel(t.BertConfig(vocab_size=1000, max_position_embeddings=128, **mid))
+    yield "transformers BERT 256x4, 2x64", _traced(bert, tokens()), tokens(), tokens()
+    gpt2 = t.GPT2LMHeadModel(t.GPT2Config(vocab_size=1000, n_positions=128, n_embd=256, n_layer=4, n_head=4,
+                                          torchscript=True, use_cache=False))
+    yield "transformers GPT-2 256x4, 2x64", _traced(_ByName(gpt2), tokens()), tokens(), tokens()
+    vit = t.ViTModel(t.ViTConfig(image_size=64, patch_size=8, num_channels=3, **mid))
+    yield "transformers ViT 256x4, 64px", _traced(vit, image(64)), image(64), image(64)
+    convnext = t.ConvNextModel(t.ConvNextConfig(num_channels=3, hidden_sizes=[48, 96, 192, 384],
+                                                depths=[2, 2, 4, 2], image_size=128, torchscript=True))
+    yield "transformers ConvNeXt 48-384, 128px", _traced(convnext, image(128)), image(128), image(128)
+
+
+def _real():
+    yield from _transformers_mid()
+    from real_models import REAL_MODELS, TRANSFORMERS_MODELS
+    for name, build in REAL_MODELS.items():
+        if name not in TRANSFORMERS_MODELS:  # (those at tiny configs; above at mid-size ones)
+            model, draw = build()
+            yield name, model, draw(), draw()
+
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--only", default="")
+    parser.add_argument("--set", choices=["zoo", "real", "all"], default="zoo")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     only = set(filter(None, args.only.split(",")))
     folder = tempfile.mkdtemp()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; ms per call, median of {args.calls}")
-    print(f"{'model':28s} {'torch.jit':>10s} {'default':>10s} {'python':>10s} {'jit/default':>12s} {'jit/python':>11s}")
+    print(f"{'model':36s} {'torch.jit':>10s} {'default':>10s} {'python':>10s} {'jit/default':>12s} {'jit/python':>11s}")
     ratios = {"default": [], "python": []}
-    for spec in MODELS:
-        if only and spec.name not in only:
+    rows = {"zoo": [_zoo], "real": [_real], "all": [_zoo, _real]}[args.set]
+    for name, model, example, call in (row for source in rows for row in source()):
+        if only and name not in only:
             continue
         torch.manual_seed(0)
-        model, example = spec.build()
-        path = os.path.join(folder, f"{spec.name}.j2t")
+        path = os.path.join(folder, "model.j2t")
         jit2triton.convert(model, example_inputs=example).save(path)
         paths = {"torch.jit": model, "default": jit2triton.load(path),
                  "python": jit2triton.load(path, runtime="python")}
-        call = spec.fresh_inputs()[0]
         times = {label: [] for label in paths}
         with torch.no_grad():
             for _ in range(10):
@@ -57,7 +115,7 @@ def main() -> None:
         ms = {label: statistics.median(t) * 1e3 for label, t in times.items()}
         for label in ratios:
             ratios[label].append(ms["torch.jit"] / ms[label])
-        print(f"{spec.name:28s} {ms['torch.jit']:10.4f} {ms['default']:10.4f} {ms['python']:10.4f} "
+        print(f"{name:36s} {ms['torch.jit']:10.4f} {ms['default']:10.4f} {ms['python']:10.4f} "
               f"{ms['torch.jit'] / ms['default']:11.2f}x {ms['torch.jit'] / ms['python']:10.2f}x", flush=True)
     for label, values in ratios.items():
         geomean = math.exp(sum(map(math.log, values)) / len(values))

@@ -89,6 +89,7 @@ class Plan {
   bool uses_cuda_graph = false;
 
  private:
+  std::vector<c10::IValue> draw_inputs(uint64_t seed, const std::map<std::string, int64_t>& sizes) const;
   friend class Builder;
   Package pkg_;
   std::string built_for_;

@@ -171,11 +171,36 @@ std::string Plan::signature() const {
 }
 
 std::vector<IValue> Plan::random_inputs(uint64_t seed, const std::map<std::string, int64_t>& sizes) const {
+  const Value* dims = pkg_.manifest.at("signature").find("dims");
+  for (const auto& [name, n] : sizes) {
+    const Value* dim = dims ? dims->find(name) : nullptr;
+    if (!dim)
+      throw Error(Error::Kind::Input, "the package has no dynamic dim " + repr(name) + (dim_names_.empty() ? "; its shapes are static" : ""));
+    const Value *low = dim->find("min"), *high = dim->find("max");
+    if (low && high && low->kind == Value::Kind::Int && high->kind == Value::Kind::Int &&
+        (n < low->integer || n > high->integer))
+      throw Error(Error::Kind::Input, "dim " + repr(name) + " takes sizes " + std::to_string(low->integer) + ".." +
+                                          std::to_string(high->integer) + ", not " + std::to_string(n));
+  }
+  try {
+    return draw_inputs(seed, sizes);
+  } catch (const Error&) {
+    throw;
+  } catch (const c10::Error& err) {
+    throw Error(Error::Kind::CorruptPackage, std::string("cannot draw inputs from the package's signature (") +
+                                                 err.what_without_backtrace() +
+                                                 "); the package is damaged: re-run `jit2triton convert`");
+  } catch (const std::exception& err) {
+    // the sizes asked for were checked above: only a damaged signature (an example size of -1, 2**62, a field
+    // of the wrong type) gets here; found by the sanitized mutation fuzz (tests/test_sanitized_fuzz.py)
+    throw Error(Error::Kind::CorruptPackage, std::string("cannot draw inputs from the package's signature (") +
+                                                 err.what() + "); the package is damaged: re-run `jit2triton convert`");
+  }
+}
+
+std::vector<IValue> Plan::draw_inputs(uint64_t seed, const std::map<std::string, int64_t>& sizes) const {
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   const Value* dims = pkg_.manifest.at("signature").find("dims");
-  for (const auto& [name, n] : sizes)
-    if (!dims || !dims->find(name))
-      throw Error(Error::Kind::Input, "the package has no dynamic dim " + repr(name) + (dim_names_.empty() ? "; its shapes are static" : ""));
   std::vector<IValue> values;
   for (const auto& entry : pkg_.manifest.at("signature").at("inputs").items) {
     if (entry.at("type").as_string() == "Tensor") {
