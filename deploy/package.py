@@ -53,7 +53,7 @@ class PackageContents:
     signed: bool = False  # read from a file that carried a signature (checked only where keys were trusted)
 
 
-def save_package(contents: PackageContents, path: str, signing_key=None) -> None:
+def save_package(contents: PackageContents, path: str, signing_key: "str | os.PathLike | None" = None) -> None:
     """Write the package; `signing_key` (a PEM Ed25519 private key's path) adds a signature over its checksums."""
     path = os.fspath(path)
     weights_index, blob = _pack_weights(contents.weights)

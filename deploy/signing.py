@@ -69,18 +69,8 @@ def generate_keys(folder: Union[str, os.PathLike], overwrite: bool = False) -> t
 def sign(checksums: bytes, key_path: Union[str, os.PathLike]) -> bytes:
     """The signature member's bytes for a package whose checksums.json is `checksums`."""
     serialization, ed25519, _ = _crypto()
-    key_path = os.fspath(key_path)
-    try:
-        with open(key_path, "rb") as f:
-            key = serialization.load_pem_private_key(f.read(), password=None)
-    except OSError as err:
-        raise SignatureError(f"cannot read the signing key {key_path!r}: {err.strerror}") from None
-    except (ValueError, TypeError) as err:
-        raise SignatureError(f"{key_path!r} is not an unencrypted PEM private key ({err}); make one with "
-                             "`jit2triton keygen --out DIR`") from None
-    if not isinstance(key, ed25519.Ed25519PrivateKey):
-        raise SignatureError(f"{key_path!r} is a {type(key).__name__}; packages are signed with Ed25519 keys: make "
-                             "one with `jit2triton keygen --out DIR`")
+    key = _read_key(os.fspath(key_path), "the signing key", ed25519.Ed25519PrivateKey,
+                    lambda data: serialization.load_pem_private_key(data, password=None))
     return key.sign(SIGNED_PREFIX + checksums)
 
 
@@ -96,20 +86,24 @@ def trusted_key_paths(given: KeyPaths = None) -> list[str]:
 
 def _public_keys(paths: Iterable[str]) -> list:
     serialization, ed25519, _ = _crypto()
-    keys = []
-    for path in paths:
-        try:
-            with open(path, "rb") as f:
-                key = serialization.load_pem_public_key(f.read())
-        except OSError as err:
-            raise SignatureError(f"cannot read the trusted key {path!r}: {err.strerror}") from None
-        except (ValueError, TypeError) as err:
-            raise SignatureError(f"the trusted key {path!r} is not a PEM public key ({err}); use the .pub file "
-                                 "`jit2triton keygen` wrote") from None
-        if not isinstance(key, ed25519.Ed25519PublicKey):
-            raise SignatureError(f"the trusted key {path!r} is a {type(key).__name__}, not an Ed25519 key")
-        keys.append(key)
-    return keys
+    return [_read_key(path, "the trusted key", ed25519.Ed25519PublicKey, serialization.load_pem_public_key)
+            for path in paths]
+
+
+def _read_key(path: str, role: str, kind: type, parse):
+    """The Ed25519 key in the PEM file at `path`, or a SignatureError naming the file and what to use instead."""
+    try:
+        with open(path, "rb") as f:
+            key = parse(f.read())
+    except OSError as err:
+        raise SignatureError(f"cannot read {role} {path!r}: {err.strerror}") from None
+    except (ValueError, TypeError) as err:
+        raise SignatureError(f"{role} {path!r} is not an unencrypted PEM {kind.__name__} ({err}); use the files "
+                             "`jit2triton keygen --out DIR` writes") from None
+    if not isinstance(key, kind):
+        raise SignatureError(f"{role} {path!r} is a {type(key).__name__}; packages are signed with Ed25519 keys, "
+                             "as `jit2triton keygen --out DIR` makes them")
+    return key
 
 
 def check_signature(path: str, members: dict, key_paths: list[str]) -> None:
