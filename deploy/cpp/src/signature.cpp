@@ -186,15 +186,14 @@ std::vector<IValue> Plan::random_inputs(uint64_t seed, const std::map<std::strin
     return draw_inputs(seed, sizes);
   } catch (const Error&) {
     throw;
-  } catch (const c10::Error& err) {
-    throw Error(Error::Kind::CorruptPackage, std::string("cannot draw inputs from the package's signature (") +
-                                                 err.what_without_backtrace() +
-                                                 "); the package is damaged: re-run `jit2triton convert`");
   } catch (const std::exception& err) {
     // the sizes asked for were checked above: only a damaged signature (an example size of -1, 2**62, a field
     // of the wrong type) gets here; found by the sanitized mutation fuzz (tests/test_sanitized_fuzz.py)
-    throw Error(Error::Kind::CorruptPackage, std::string("cannot draw inputs from the package's signature (") +
-                                                 err.what() + "); the package is damaged: re-run `jit2triton convert`");
+    const auto* torch_error = dynamic_cast<const c10::Error*>(&err);
+    throw Error(Error::Kind::CorruptPackage,
+                std::string("cannot draw inputs from the package's signature (") +
+                    (torch_error ? torch_error->what_without_backtrace() : err.what()) +
+                    "); the package is damaged: re-run `jit2triton convert`");
   }
 }
 
