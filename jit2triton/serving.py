@@ -1,0 +1,20 @@
+"""Serve a package with Ray Serve (`pip install "jit2triton[serve]"`): replicas, dynamic batching, HTTP JSON and a
+Python handle.
+
+    from ray import serve
+    from jit2triton.serving import app
+
+    serve.run(app("model.j2t", num_replicas=2, max_batch_size=32), route_prefix="/")
+
+The deployment itself lives in the deployment stage (deploy/serving.py); this is the name users import.
+"""
+from jit2triton.deploy.serving import (  # noqa: F401
+    DEFAULT_MAX_BODY_BYTES,
+    Batching,
+    ModelServer,
+    app,
+    plan_batching,
+    start_local,
+)
+
+__all__ = ["app", "start_local", "ModelServer", "plan_batching", "Batching", "DEFAULT_MAX_BODY_BYTES"]
