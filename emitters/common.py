@@ -1,10 +1,13 @@
-"""What the renderers share: how a kernel's loops are laid out, and its provenance comment."""
+"""What the renderers share: how a kernel's loops are laid out, its provenance comment, and the writer core
+(`KernelWriter`) that names each expression once and renders it from the language's op table."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional, Union
 
 from jit2triton.transpiler import kernel_ir as K
+
+from .decompose import decompose
 
 
 @dataclass
@@ -121,3 +124,83 @@ def unravel(flat: str, variables, divide: str) -> list[tuple[str, str]]:
             code = f"({code}) % {size_code(v.arg[1])}" if strided else f"{code} % {size_code(v.arg[1])}"
         out.append((v.arg[0], code))
     return out
+
+
+# How a language spells one kernel-IR op: a format string over the arguments' code ("({0} + {1})"), or a function
+# (writer, node, argument code) -> code for what a string cannot say (a load, a cast, a typed literal).
+OpRender = Union[str, Callable[["KernelWriter", K.KExpr, list], str]]
+
+
+class KernelWriter:
+    """The core both renderers stand on (tinygrad's CStyleLanguage, Inductor's OpOverrides): a language subclass
+    gives its op table `OPS`, the ops it needs decomposed (`DECOMPOSE`, see decompose.py), how it writes a literal
+    and a named value, and how it renders reductions and the kernel around them. The core walks the expression DAG
+    and emits each node once, at the outermost scope where every variable it reads is bound (loop-invariant work
+    is hoisted for free)."""
+
+    OPS: dict[str, OpRender] = {}
+    DECOMPOSE: frozenset = frozenset()
+
+    def __init__(self, kernel: K.Kernel) -> None:
+        self.spelled: dict[int, str] = {}  # id of a decomposition's result -> the op it spells (its name's stem)
+        self.kernel = decompose(kernel, self.DECOMPOSE, self.spelled)
+        self.nest: LoopNest = loop_nest(self.kernel)
+        self.counter = 0
+        self.buffer_names = {b.name: f"in_{b.name}" for b in self.kernel.inputs}
+        self.buffer_dtypes = {b.name: b.dtype for b in self.kernel.inputs}
+
+    # --- what a language defines ----------------------------------------------------------------------------
+
+    def literal(self, value, dtype: str) -> str:
+        raise NotImplementedError
+
+    def declare(self, scope: "Scope", name: str, node: K.KExpr, code: str) -> None:
+        """Bind `name` to `code` in `scope` (a line of the language)."""
+        raise NotImplementedError
+
+    def reduction(self, node: K.KExpr, target: "Scope") -> str:
+        raise NotImplementedError
+
+    # --- the core -------------------------------------------------------------------------------------------
+
+    def fresh(self, hint: str) -> str:
+        self.counter += 1
+        return f"{hint}{self.counter}"
+
+    def value(self, node: K.KExpr, scope: "Scope") -> str:
+        """The code naming node's value in `scope`, emitting it (once) where it belongs if it is new."""
+        if node.op == "var":
+            return node.arg[0]
+        if node.op == "const":
+            return self.literal(node.arg, node.dtype)
+        if node.op == "sym":
+            return f"dim_{node.arg}"
+        found = scope.lookup(node)
+        if found is not None:
+            return found
+        target = scope.home(node)
+        if node.op == "reduce":
+            name = self.reduction(node, target)
+        else:
+            name = self.expression(node, target)
+            if not name.isidentifier():  # (a cast that changes nothing in the compute dtype is its argument)
+                code, name = name, self.fresh(self.spelled.get(id(node)) or _hint(node))
+                self.declare(target, name, node, code)
+        target.names[id(node)] = name
+        return name
+
+    def expression(self, node: K.KExpr, scope: "Scope") -> str:
+        args = [self.value(a, scope) for a in node.args]
+        render = self.OPS.get(node.op)
+        if render is None:
+            raise NotImplementedError(f"{type(self).__name__} has no rendering for kernel-IR op {node.op!r}")
+        return render.format(*args) if isinstance(render, str) else render(self, node, args)
+
+
+def _hint(node: K.KExpr) -> str:
+    """A generated name's stem: the buffer a load reads, idx for index math, v for values."""
+    if node.op == "load":
+        return f"{node.arg}_"
+    if node.dtype == K.INT and node.op in ("add", "mul", "index_div", "index_mod"):
+        return "idx"
+    return "v"

@@ -20,8 +20,8 @@ from jit2triton.transpiler.kernel_ir import compute_dtype
 
 from jit2triton.transpiler.symbolic import at_least_one
 
-from .common import (LoopNest, Scope, loop_nest, provenance_comment, reduction_size, size_code, store_index,
-                     unravel, variables_size)
+from .common import (KernelWriter, Scope, provenance_comment, reduction_size, size_code, store_index, unravel,
+                     variables_size)
 
 CTYPES = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
           "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t",
@@ -89,23 +89,6 @@ template <class T> static inline T j2t_sign(T a) { return (T)((a > 0) - (a < 0))
 # Transcendentals are called by their C names (expf, not std::exp) so that the loop vectorizer can use glibc's
 # vector variants (libmvec), declared in the prelude for the functions this machine's libmvec has.
 VECTOR_MATH = ("exp", "log", "log1p", "expm1", "sin", "cos", "tan", "tanh", "erf")
-_UNARY = {
-    "neg": "(-{0})", "exp": "{2}({0})", "log": "{2}({0})", "log1p": "{2}({0})",
-    "expm1": "{2}({0})", "sqrt": "std::sqrt({0})", "rsqrt": "({1}1 / std::sqrt({0}))",
-    "sin": "{2}({0})", "cos": "{2}({0})", "tan": "{2}({0})", "tanh": "{2}({0})",
-    "erf": "{2}({0})", "abs": "std::abs({0})", "floor": "std::floor({0})", "ceil": "std::ceil({0})",
-    "round": "std::nearbyint({0})", "trunc": "std::trunc({0})", "sign": "j2t_sign({0})", "not": "(!{0})",
-    "isnan": "std::isnan({0})", "isinf": "std::isinf({0})", "reciprocal": "({1}1 / {0})",
-    "sigmoid": "({1}1 / ({1}1 + {3}(-{0})))",
-}
-_BINARY = {
-    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": "({0} / {1})",
-    "floordiv": "j2t_floordiv({0}, {1})", "mod": "j2t_mod({0}, {1})", "fmod": "std::fmod({0}, {1})",
-    "pow": "std::pow({0}, {1})", "maximum": "j2t_max({0}, {1})", "minimum": "j2t_min({0}, {1})",
-    "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})", "eq": "({0} == {1})",
-    "ne": "({0} != {1})", "and": "({0} && {1})", "or": "({0} || {1})", "xor": "({0} != {1})",
-    "index_div": "({0} / {1})", "index_mod": "({0} % {1})",
-}
 
 
 def ctype(dtype: str) -> str:
@@ -128,70 +111,75 @@ def literal(value, dtype: str) -> str:
     return f"{text}f" if kind == "float32" else text
 
 
-class _KernelWriter:
-    def __init__(self, kernel: K.Kernel) -> None:
-        self.kernel = kernel
-        self.nest: LoopNest = loop_nest(kernel)
-        self.counter = 0
-        self.buffer_names = {b.name: f"in_{b.name}" for b in kernel.inputs}
-        self.buffer_dtypes = {b.name: b.dtype for b in kernel.inputs}
+def _c_math(template: str):
+    """A C math expression typed by the node: {fn} is the op's libm function (expf or exp), {one} casts a 1 to
+    the value's type, {exp} is exp's name."""
+    def render(writer, node: K.KExpr, args: list) -> str:
+        single = compute_dtype(node.dtype) == "float32"
+        suffix = "f" if single else ""
+        return template.format(*args, fn=node.op + suffix, one="(float)" if single else "(double)", exp="exp" + suffix)
+    return render
 
-    def fresh(self, hint: str) -> str:
-        self.counter += 1
-        return f"{hint}{self.counter}"
 
-    # --- expressions ----------------------------------------------------------------------------------------
+def _load(writer, node: K.KExpr, args: list) -> str:
+    dtype = writer.buffer_dtypes[node.arg]
+    raw = f"{writer.buffer_names[node.arg]}[{args[0]}]"
+    if len(args) == 2:  # a masked load: the conditional operator reads memory only where the mask holds
+        raw = f"({args[1]} ? {raw} : ({CTYPES[dtype]})0)"
+    return {"float16": f"j2t_h2f({raw})", "bfloat16": f"j2t_bf2f({raw})"}.get(dtype, raw)
 
-    def value(self, node: K.KExpr, scope: Scope) -> str:
-        if node.op == "var":
-            return node.arg[0]
-        if node.op == "const":
-            return literal(node.arg, node.dtype)
-        if node.op == "sym":
-            return f"dim_{node.arg}"
-        found = scope.lookup(node)
-        if found is not None:
-            return found
-        target = scope.home(node)
-        if node.op == "reduce":
-            name = self.reduction(node, target)
-        else:
-            code = self.expression(node, target)
-            name = self.fresh("idx" if node.dtype == K.INT and node.op.startswith("index") else "v")
-            target.lines.append(f"{target.indent}const {ctype(node.dtype)} {name} = {code};")
-        target.names[id(node)] = name
-        return name
 
-    def expression(self, node: K.KExpr, scope: Scope) -> str:
-        args = [self.value(a, scope) for a in node.args]
-        if node.op == "load":
-            buffer, index = node.arg, args[0]
-            dtype = self.buffer_dtypes[buffer]
-            raw = f"{self.buffer_names[buffer]}[{index}]"
-            if len(args) == 2:  # a masked load: the conditional operator reads memory only where the mask holds
-                raw = f"({args[1]} ? {raw} : ({CTYPES[dtype]})0)"
-            return {"float16": f"j2t_h2f({raw})", "bfloat16": f"j2t_bf2f({raw})"}.get(dtype, raw)
-        if node.op == "cast":
-            source, target = compute_dtype(node.args[0].dtype), compute_dtype(node.dtype)
-            if node.dtype in ("float16", "bfloat16") and node.args[0].dtype not in ("float16", "bfloat16"):
-                to, back = ("j2t_f2h", "j2t_h2f") if node.dtype == "float16" else ("j2t_f2bf", "j2t_bf2f")
-                return f"{back}({to}((float){args[0]}))"  # round as the eager cast does
-            if source == target:
-                return args[0]
-            if target == "bool":
-                return f"({args[0]} != 0)"
-            return f"(({CTYPES[target]}){args[0]})"
-        if node.op == "where":
-            return f"({args[0]} ? {args[1]} : {args[2]})"
-        if node.op in ("floordiv", "mod", "truediv") and not compute_dtype(node.dtype).startswith("float"):
-            helper = {"floordiv": "j2t_floordiv", "mod": "j2t_mod", "truediv": "j2t_truncdiv"}[node.op]
-            return f"{helper}((int64_t){args[0]}, (int64_t){args[1]}, &j2t_status)"
-        if node.op in _UNARY:
-            single = compute_dtype(node.dtype) == "float32"
-            suffix = "f" if single else ""
-            return _UNARY[node.op].format(args[0], "(float)" if single else "(double)", node.op + suffix,
-                                          "exp" + suffix)
-        return _BINARY[node.op].format(*args)
+def _cast(writer, node: K.KExpr, args: list) -> str:
+    source, target = compute_dtype(node.args[0].dtype), compute_dtype(node.dtype)
+    if node.dtype in ("float16", "bfloat16") and node.args[0].dtype not in ("float16", "bfloat16"):
+        to, back = ("j2t_f2h", "j2t_h2f") if node.dtype == "float16" else ("j2t_f2bf", "j2t_bf2f")
+        return f"{back}({to}((float){args[0]}))"  # round as the eager cast does
+    if source == target:
+        return args[0]
+    if target == "bool":
+        return f"({args[0]} != 0)"
+    return f"(({CTYPES[target]}){args[0]})"
+
+
+def _division(float_template: str, helper: str):
+    """Float division as written; integer division through a helper that floors (or truncates) as torch does and
+    reports a zero divisor through the kernel's status instead of trapping."""
+    def render(writer, node: K.KExpr, args: list) -> str:
+        if compute_dtype(node.dtype).startswith("float"):
+            return float_template.format(*args)
+        return f"{helper}((int64_t){args[0]}, (int64_t){args[1]}, &j2t_status)"
+    return render
+
+
+OPS = {
+    "load": _load, "cast": _cast, "where": "({0} ? {1} : {2})",
+    "neg": "(-{0})", "exp": _c_math("{fn}({0})"), "exp2": _c_math("{fn}({0})"), "log": _c_math("{fn}({0})"),
+    "log2": _c_math("{fn}({0})"), "log1p": _c_math("{fn}({0})"), "expm1": _c_math("{fn}({0})"),
+    "sqrt": "std::sqrt({0})", "rsqrt": _c_math("({one}1 / std::sqrt({0}))"), "sin": _c_math("{fn}({0})"),
+    "cos": _c_math("{fn}({0})"), "tan": _c_math("{fn}({0})"), "tanh": _c_math("{fn}({0})"),
+    "erf": _c_math("{fn}({0})"), "abs": "std::abs({0})", "floor": "std::floor({0})", "ceil": "std::ceil({0})",
+    "round": "std::nearbyint({0})", "trunc": "std::trunc({0})", "sign": "j2t_sign({0})", "not": "(!{0})",
+    "isnan": "std::isnan({0})", "isinf": "std::isinf({0})", "reciprocal": _c_math("({one}1 / {0})"),
+    "sigmoid": _c_math("({one}1 / ({one}1 + {exp}(-{0})))"),
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
+    "truediv": _division("({0} / {1})", "j2t_truncdiv"), "floordiv": _division("j2t_floordiv({0}, {1})",
+                                                                              "j2t_floordiv"),
+    "mod": _division("j2t_mod({0}, {1})", "j2t_mod"), "fmod": "std::fmod({0}, {1})", "pow": "std::pow({0}, {1})",
+    "maximum": "j2t_max({0}, {1})", "minimum": "j2t_min({0}, {1})",
+    "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})", "eq": "({0} == {1})",
+    "ne": "({0} != {1})", "and": "({0} && {1})", "or": "({0} || {1})", "xor": "({0} != {1})",
+    "index_div": "({0} / {1})", "index_mod": "({0} % {1})",
+}
+
+
+class _KernelWriter(KernelWriter):
+    OPS = OPS  # libm has every op: C++ decomposes none
+
+    def literal(self, value, dtype: str) -> str:
+        return literal(value, dtype)
+
+    def declare(self, scope: Scope, name: str, node: K.KExpr, code: str) -> None:
+        scope.lines.append(f"{scope.indent}const {ctype(node.dtype)} {name} = {code};")
 
     def reduction(self, node: K.KExpr, target: Scope) -> str:
         op, rvars, _ = node.arg

@@ -22,8 +22,8 @@ from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import compute_dtype
 from jit2triton.transpiler.symbolic import at_least_one
 
-from .common import LoopNest, Scope, loop_nest, provenance_comment, reduction_size, size_code, store_index, unravel
-from .triton_math import EXPRESSIONS, FLOAT_ONLY, HELPER_NEEDS, HELPERS, TL_TYPES, literal, neutral, ordered
+from .common import KernelWriter, LoopNest, Scope, provenance_comment, reduction_size, size_code, store_index, unravel
+from .triton_math import DECOMPOSE, HELPER_NEEDS, HELPERS, OPS, TL_TYPES, literal, neutral, ordered
 
 POINTER_TYPES = {"float32": "*fp32", "float64": "*fp64", "float16": "*fp16", "bfloat16": "*bf16", "int64": "*i64",
                  "int32": "*i32", "int16": "*i16", "int8": "*i8", "uint8": "*u8", "bool": "*i1"}
@@ -53,14 +53,14 @@ def next_power_of_2(n: int) -> int:
     return 1 << max(0, (max(n, 1) - 1).bit_length())
 
 
-class _KernelWriter:
+class _KernelWriter(KernelWriter):
+    OPS = OPS
+    DECOMPOSE = DECOMPOSE
+
     def __init__(self, kernel: K.Kernel) -> None:
-        self.kernel = kernel
-        self.nest: LoopNest = loop_nest(kernel)
+        super().__init__(kernel)
         self.flat = not self.nest.reductions
-        self.index64 = _needs_int64(kernel, self.nest)
-        self.counter = 0
-        self.buffer_names = {b.name: f"in_{b.name}" for b in kernel.inputs}
+        self.index64 = _needs_int64(self.kernel, self.nest)
         self.group: dict[int, str] = {}  # loop var -> the tile axis group it lives in ("x", "y", "r3", ...)
         self.mask: dict[str, str] = {}  # group -> its mask's name, for groups whose lanes can run past the range
         self.axis: dict[str, int] = {}  # group -> tile axis (0 for rows, 1 for reductions and the sweep)
@@ -69,9 +69,11 @@ class _KernelWriter:
         self.constexprs = ["XBLOCK"]
         self.persistent_widths: list[int] = []
 
-    def fresh(self, hint: str) -> str:
-        self.counter += 1
-        return f"{hint}{self.counter}"
+    def literal(self, value, dtype: str) -> str:
+        return literal(value, dtype)
+
+    def declare(self, scope: Scope, name: str, node: K.KExpr, code: str) -> None:
+        scope.lines.append(f"{scope.indent}{name} = {code}")
 
     def fresh_group(self, prefix: str) -> str:
         """A reduction's tile-axis name from its loop vars' prefix ("r3"); unique even when two reductions share
@@ -113,90 +115,6 @@ class _KernelWriter:
         for g in groups:
             dims[self.axis[g]] = self.width[g]
         return f"[{', '.join(dims)}]"
-
-    # --- expressions ----------------------------------------------------------------------------------------
-
-    def value(self, node: K.KExpr, scope: Scope) -> str:
-        if node.op == "var":
-            return node.arg[0]
-        if node.op == "const":
-            return literal(node.arg, node.dtype)
-        if node.op == "sym":
-            return f"dim_{node.arg}"
-        found = scope.lookup(node)
-        if found is not None:
-            return found
-        target = scope.home(node)
-        if node.op == "reduce":
-            name = self.reduction(node, target)
-        else:
-            code = self.expression(node, target)
-            if code.isidentifier():  # a cast that changes nothing in the compute dtype
-                target.names[id(node)] = code
-                return code
-            name = self.fresh(_hint(node))
-            target.lines.append(f"{target.indent}{name} = {code}")
-        target.names[id(node)] = name
-        return name
-
-    def expression(self, node: K.KExpr, scope: Scope) -> str:
-        args = [self.value(a, scope) for a in node.args]
-        kind = compute_dtype(node.dtype)
-        if node.op == "load":
-            mask = self.mask_for(node)
-            pointer = f"{self.buffer_names[node.arg]} + {args[0]}"
-            if not K.free_vars(node):  # a one-element block, never a 0-d scalar (see `unit_block`)
-                pointer += f" + tl.zeros({self.unit_block()}, tl.int32)"
-            elif self.groups_of(node.args[0]) != self.groups_of(node):  # the pointer spans its mask's whole tile
-                pointer += f" + tl.zeros({self.tile(self.groups_of(node))}, tl.int32)"
-            if len(args) == 2:  # a masked load (a piece of a cat): lanes outside its piece read no memory
-                mask = f"{mask} & {args[1]}" if mask else args[1]
-            code = f"tl.load({pointer}, mask={mask}, other=0)" if mask else f"tl.load({pointer})"
-            return code + ".to(tl.float32)" if kind != node.dtype else code  # float16/bfloat16 compute in float32
-        if node.op == "cast":
-            source = compute_dtype(node.args[0].dtype)
-            if node.dtype in ("float16", "bfloat16") and node.args[0].dtype not in ("float16", "bfloat16"):
-                if node.dtype == "bfloat16":  # round there and then, as the eager cast does
-                    self.use("j2t_round_bf16")
-                    return f"j2t_round_bf16({args[0]}.to(tl.float32))"
-                return f"{args[0]}.to(tl.float16).to(tl.float32)"
-            if source == kind:
-                return args[0]
-            return f"({args[0]} != 0)" if kind == "bool" else f"{args[0]}.to({TL_TYPES[kind]})"
-        operands = compute_dtype(node.args[0].dtype)
-        is_float = operands.startswith("float")
-        if node.op in FLOAT_ONLY:
-            if not is_float:
-                return args[0]
-            code = FLOAT_ONLY[node.op]
-        elif node.op in ("maximum", "minimum"):
-            if operands == "bool":
-                return f"({args[0]} {'|' if node.op == 'maximum' else '&'} {args[1]})"
-            nan = ", propagate_nan=tl.PropagateNan.ALL" if is_float else ""
-            return f"tl.{node.op}({args[0]}, {args[1]}{nan})"
-        elif node.op == "truediv" and not is_float:  # integer operands: C's truncating division, as in the C++ renderer
-            return f"({args[0]} // {args[1]})"
-        elif node.op == "floordiv":
-            if is_float:
-                return f"tl.floor({args[0]} / {args[1]})"
-            code = "j2t_floordiv_int({0}, {1})"
-        elif node.op == "mod":
-            code = "j2t_mod({0}, {1})"
-        elif node.op in ("sqrt", "rsqrt"):
-            root = f"tl.sqrt_rn({args[0]})" if kind == "float32" else f"tl.sqrt({args[0]})"
-            return root if node.op == "sqrt" else f"(1.0 / {root})"
-        elif node.op == "pow" and not is_float:
-            self.use("j2t_pow")
-            power = f"j2t_pow({args[0]}.to(tl.float64), {args[1]}.to(tl.float64))"
-            return f"tl.floor({power} + 0.5).to({TL_TYPES[kind]})"
-        else:
-            code = EXPRESSIONS[node.op]
-        if code.startswith("j2t_"):
-            self.use(code.split("(")[0])
-            # a helper is Python code under the interpreter: literal arguments go in as typed blocks
-            args = [f"tl.full({self.unit_block()}, {a}, {TL_TYPES[compute_dtype(n.dtype)]})" if n.op == "const"
-                    else a for a, n in zip(args, node.args)]
-        return code.format(*args)
 
     # --- reductions -----------------------------------------------------------------------------------------
 
@@ -406,14 +324,6 @@ class _KernelWriter:
         if looped:  # long rows in wide chunks; many strided rows (a column sum) side by side in narrow ones
             return _dedupe([config(gpu_rows, LOOP_BLOCK), config(1, TILE_BUDGET), config(64, 64), config(16, 256)])
         return _dedupe([config(gpu_rows, 1), config(TILE_BUDGET, 1), config(gpu_rows // 4, 1)])
-
-
-def _hint(node: K.KExpr) -> str:
-    if node.op == "load":
-        return f"{node.arg}_"
-    if node.dtype == K.INT and node.op in ("add", "mul", "index_div", "index_mod"):
-        return "idx"
-    return "v"
 
 
 def _needs_int64(kernel: K.Kernel, nest: LoopNest) -> bool:

@@ -1,6 +1,7 @@
-"""What each kernel-IR op means in Triton: the expression table, literals, reductions' neutral elements, and the
-small `@triton.jit` helpers for what `triton.language` lacks (tanh, expm1, log1p, round, Python's floor division and
-remainder, NaN-propagating row max/min, first-index argmax). Only `triton.language` is used, never libdevice: the
+"""What each kernel-IR op means in Triton: the op table, the ops decomposed in the kernel IR first (expm1, log1p,
+tanh, round, trunc, sign, tan, pow: decompose.py), literals, reductions' neutral elements, and the small
+`@triton.jit` helpers for what neither triton.language nor a decomposition gives (Python's integer floor division and
+remainder, bfloat16 rounding, NaN-propagating row max/min, first-index argmax). Only `triton.language` is used, never libdevice: the
 same source compiles on Triton 3.6 and 3.9 and runs under the Triton interpreter, which has no libdevice.
 """
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import math
 import struct
 
-from jit2triton.transpiler.kernel_ir import compute_dtype
+from jit2triton.transpiler.kernel_ir import compute_dtype, free_vars
 
 TL_TYPES = {"float32": "tl.float32", "float64": "tl.float64", "float16": "tl.float16", "bfloat16": "tl.bfloat16",
             "int64": "tl.int64", "int32": "tl.int32", "int16": "tl.int16", "int8": "tl.int8", "uint8": "tl.uint8",
@@ -35,63 +36,6 @@ def j2t_mod(a, b):
     # Python's remainder takes the divisor's sign; `%` here is C's, which takes the dividend's
     rest = a % b
     return tl.where((rest != 0) & ((rest < 0) != (b < 0)), rest + b, rest)
-''',
-    "j2t_expm1": '''
-@triton.jit
-def j2t_expm1(x):
-    # Kahan's trick: (u - 1) * x / log(u) cancels the rounding error of u = exp(x) near 0
-    u = tl.exp(x)
-    u_minus_1 = u - 1.0
-    result = tl.where(u == 1.0, x, u_minus_1 * x / tl.log(u))
-    result = tl.where(u_minus_1 == -1.0, -1.0, result)
-    return tl.where(u == float("inf"), u, result)
-''',
-    "j2t_log1p": '''
-@triton.jit
-def j2t_log1p(x):
-    # Kahan's trick: log(u) * x / (u - 1) cancels the rounding error of u = 1 + x near 0
-    u = 1.0 + x
-    result = tl.where(u == 1.0, x, tl.log(u) * x / (u - 1.0))
-    return tl.where(u == float("inf"), u, result)
-''',
-    "j2t_tanh": '''
-@triton.jit
-def j2t_tanh(x):
-    # tanh|x| = -expm1(-2|x|) / (2 + expm1(-2|x|)): accurate near 0 and saturating exactly at 1
-    e = j2t_expm1(-2.0 * tl.abs(x))
-    magnitude = -e / (2.0 + e)
-    return tl.where(x < 0, -magnitude, magnitude)
-''',
-    "j2t_round": '''
-@triton.jit
-def j2t_round(x):
-    # round half to even, as torch.round
-    low = tl.floor(x)
-    fraction = x - low
-    low_is_odd = (low - 2.0 * tl.floor(low * 0.5)) == 1.0
-    up = (fraction > 0.5) | ((fraction == 0.5) & low_is_odd)
-    return tl.where(up, low + 1.0, low)
-''',
-    "j2t_trunc": '''
-@triton.jit
-def j2t_trunc(x):
-    return tl.where(x < 0, tl.ceil(x), tl.floor(x))
-''',
-    "j2t_sign": '''
-@triton.jit
-def j2t_sign(x):
-    return (x > 0).to(x.dtype) - (x < 0).to(x.dtype)
-''',
-    "j2t_pow": '''
-@triton.jit
-def j2t_pow(x, y):
-    # C's pow through exp2/log2: a negative base keeps its sign under an odd integral exponent
-    magnitude = tl.exp2(y * tl.log2(tl.abs(x)))
-    integral = tl.floor(y) == y
-    odd = integral & (2.0 * tl.floor(y * 0.5) != y)
-    result = tl.where((x < 0) & odd, -magnitude, magnitude)
-    result = tl.where((x < 0) & (integral == 0), float("nan"), result)
-    return tl.where((y == 0) | (x == 1), 1.0, result)
 ''',
     "j2t_multiply": '''
 @triton.jit
@@ -127,20 +71,93 @@ def j2t_row_argmin(values, positions):
     return tl.min(tl.where(is_best, positions, 2147483647), 1, keep_dims=True)
 ''',
 }
-HELPER_NEEDS = {"j2t_tanh": ["j2t_expm1"], "j2t_row_argmax": ["j2t_row_max"], "j2t_row_argmin": ["j2t_row_min"]}
-EXPRESSIONS = {
-    "neg": "(-{0})", "exp": "tl.exp({0})", "log": "tl.log({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
-    "tan": "(tl.sin({0}) / tl.cos({0}))", "erf": "tl.erf({0})", "sigmoid": "tl.sigmoid({0})",
-    "reciprocal": "(1.0 / {0})", "isnan": "({0} != {0})", "isinf": '(tl.abs({0}) == float("inf"))',
-    "not": "({0} == 0)", "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})",
-    "truediv": "({0} / {1})", "fmod": "({0} % {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
-    "gt": "({0} > {1})", "ge": "({0} >= {1})", "eq": "({0} == {1})", "ne": "({0} != {1})", "and": "({0} & {1})",
-    "or": "({0} | {1})", "xor": "({0} ^ {1})", "where": "tl.where({0}, {1}, {2})", "index_div": "({0} // {1})",
-    "index_mod": "({0} % {1})", "log1p": "j2t_log1p({0})", "expm1": "j2t_expm1({0})", "tanh": "j2t_tanh({0})",
-    "sign": "j2t_sign({0})", "pow": "j2t_pow({0}, {1})", "abs": "tl.abs({0})",
+HELPER_NEEDS = {"j2t_row_argmax": ["j2t_row_max"], "j2t_row_argmin": ["j2t_row_min"]}
+
+# Ops triton.language lacks, rewritten in the kernel IR before rendering (decompose.py)
+DECOMPOSE = frozenset({"expm1", "log1p", "tanh", "round", "trunc", "sign", "tan", "pow"})
+
+
+def _is_float(node) -> bool:
+    return compute_dtype(node.args[0].dtype).startswith("float")
+
+
+def _load(writer, node, args: list) -> str:
+    mask = writer.mask_for(node)
+    pointer = f"{writer.buffer_names[node.arg]} + {args[0]}"
+    if not free_vars(node):  # a one-element block, never a 0-d scalar (see `unit_block`)
+        pointer += f" + tl.zeros({writer.unit_block()}, tl.int32)"
+    elif writer.groups_of(node.args[0]) != writer.groups_of(node):  # the pointer spans its mask's whole tile
+        pointer += f" + tl.zeros({writer.tile(writer.groups_of(node))}, tl.int32)"
+    if len(args) == 2:  # a masked load (a piece of a cat): lanes outside its piece read no memory
+        mask = f"{mask} & {args[1]}" if mask else args[1]
+    code = f"tl.load({pointer}, mask={mask}, other=0)" if mask else f"tl.load({pointer})"
+    # float16/bfloat16 compute in float32
+    return code + ".to(tl.float32)" if compute_dtype(node.dtype) != node.dtype else code
+
+
+def _cast(writer, node, args: list) -> str:
+    kind, source = compute_dtype(node.dtype), compute_dtype(node.args[0].dtype)
+    if node.dtype in ("float16", "bfloat16") and node.args[0].dtype not in ("float16", "bfloat16"):
+        if node.dtype == "bfloat16":  # round there and then, as the eager cast does
+            return _helper("j2t_round_bf16({0}.to(tl.float32))")(writer, node, args)
+        return f"{args[0]}.to(tl.float16).to(tl.float32)"
+    if source == kind:
+        return args[0]
+    return f"({args[0]} != 0)" if kind == "bool" else f"{args[0]}.to({TL_TYPES[kind]})"
+
+
+def _helper(template: str):
+    """A call of one of HELPERS, copied into the module. A helper is Python code under the interpreter: literal
+    arguments go in as typed one-element blocks."""
+    def render(writer, node, args: list) -> str:
+        writer.use(template.split("(")[0])
+        args = [f"tl.full({writer.unit_block()}, {a}, {TL_TYPES[compute_dtype(n.dtype)]})" if n.op == "const" else a
+                for a, n in zip(args, node.args)]
+        return template.format(*args)
+    return render
+
+
+def _float_only(template: str):
+    """Rounding to an integral value: the identity on integers."""
+    return lambda writer, node, args: template.format(*args) if _is_float(node) else args[0]
+
+
+def _extremum(writer, node, args: list) -> str:
+    if compute_dtype(node.args[0].dtype) == "bool":
+        return f"({args[0]} {'|' if node.op == 'maximum' else '&'} {args[1]})"
+    nan = ", propagate_nan=tl.PropagateNan.ALL" if _is_float(node) else ""
+    return f"tl.{node.op}({args[0]}, {args[1]}{nan})"
+
+
+def _truediv(writer, node, args: list) -> str:
+    # integer operands: C's truncating division, as in the C++ renderer
+    return f"({args[0]} / {args[1]})" if _is_float(node) else f"({args[0]} // {args[1]})"
+
+
+def _floordiv(writer, node, args: list) -> str:
+    if _is_float(node):
+        return f"tl.floor({args[0]} / {args[1]})"
+    return _helper("j2t_floordiv_int({0}, {1})")(writer, node, args)
+
+
+def _sqrt(writer, node, args: list) -> str:
+    root = f"tl.sqrt_rn({args[0]})" if compute_dtype(node.dtype) == "float32" else f"tl.sqrt({args[0]})"
+    return root if node.op == "sqrt" else f"(1.0 / {root})"
+
+
+OPS = {
+    "load": _load, "cast": _cast, "where": "tl.where({0}, {1}, {2})",
+    "neg": "(-{0})", "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "log": "tl.log({0})", "log2": "tl.log2({0})",
+    "sin": "tl.sin({0})", "cos": "tl.cos({0})", "erf": "tl.erf({0})", "sigmoid": "tl.sigmoid({0})",
+    "sqrt": _sqrt, "rsqrt": _sqrt, "abs": "tl.abs({0})", "floor": _float_only("tl.floor({0})"),
+    "ceil": _float_only("tl.ceil({0})"), "reciprocal": "(1.0 / {0})", "isnan": "({0} != {0})",
+    "isinf": '(tl.abs({0}) == float("inf"))', "not": "({0} == 0)",
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": _truediv, "floordiv": _floordiv,
+    "mod": _helper("j2t_mod({0}, {1})"), "fmod": "({0} % {1})", "maximum": _extremum, "minimum": _extremum,
+    "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})", "eq": "({0} == {1})",
+    "ne": "({0} != {1})", "and": "({0} & {1})", "or": "({0} | {1})", "xor": "({0} ^ {1})",
+    "index_div": "({0} // {1})", "index_mod": "({0} % {1})",
 }
-FLOAT_ONLY = {"floor": "tl.floor({0})", "ceil": "tl.ceil({0})", "round": "j2t_round({0})",
-               "trunc": "j2t_trunc({0})"}  # on integers these are the identity
 
 
 def literal(value, dtype: str) -> str:

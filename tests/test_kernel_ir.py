@@ -7,6 +7,7 @@ import itertools
 import math
 import re
 
+import pytest
 import torch
 
 import jit2triton
@@ -33,9 +34,10 @@ def evaluate(x: K.KExpr, buffers: dict[str, torch.Tensor], env: dict) -> float:
         return x.arg
     if x.op == "load":
         return buffers[x.arg].flatten()[int(evaluate(x.args[0], buffers, env))].item()
-    if x.op in ("add", "mul"):
+    if x.op in ("add", "mul", "index_div", "index_mod"):
         a, b = (evaluate(arg, buffers, env) for arg in x.args)
-        return a + b if x.op == "add" else a * b
+        return {"add": a + b, "mul": a * b}.get(x.op) if x.op in ("add", "mul") else a // b if x.op == "index_div" \
+            else a % b
     if x.op == "reduce":
         assert x.arg[0] == "sum", x
         variables = reduced_vars(x)
@@ -122,3 +124,51 @@ def test_the_zoos_summed_outer_product_compiles_to_two_single_loops(tmp_path) ->
     assert (columns, columns) not in nested, f"a {columns} x {columns} reduction loop nest:\n{converted.code}"
     for call in fresh_calls(spec, example):
         assert_same_outputs(converted(*copied(call)), model(*copied(call)), spec)
+
+
+# --- the simplification rules, one case each: it must fire, and keep the value ---------------------------------
+
+def _rule_cases():
+    i, j = K.var("i", 4), K.var("j", 8)
+    r, s = K.var("r", 3), K.var("s", 5)
+    c = lambda v: K.const(v, K.INT)  # noqa: E731
+    product = lambda: K.op("mul", K.load("buf_a", r, "float64"), K.load("buf_b", s, "float64"))  # noqa: E731
+    return {
+        "fold_add": lambda: K.add(c(2), c(3)),
+        "add_zero": lambda: K.add(i, c(0)),
+        "add_constant_last": lambda: K.add(c(3), i),
+        "add_constants_together": lambda: K.add(K.add(i, c(4)), c(-4)),
+        "fold_mul": lambda: K.mul(c(2), c(3)),
+        "mul_constant_last": lambda: K.mul(c(3), i),
+        "mul_zero": lambda: K.mul(i, c(0)),
+        "mul_one": lambda: K.mul(i, c(1)),
+        "div_one": lambda: K.floordiv(i, 1),
+        "div_small": lambda: K.floordiv(i, 8),
+        "fold_div": lambda: K.floordiv(c(17), 5),
+        "div_multiples": lambda: K.floordiv(i * 8 + j, 4),
+        "mod_one": lambda: K.mod(i, 1),
+        "mod_small": lambda: K.mod(i, 8),
+        "fold_mod": lambda: K.mod(c(17), 5),
+        "mod_multiples": lambda: K.mod(i * 8 + j, 4),
+        "factor_sum_of_products": lambda: K.reduce("sum", product(), (r, s), "float64"),
+    }
+
+
+def test_every_simplification_rule_has_a_case() -> None:
+    assert set(_rule_cases()) == {rule.name for rule in K.RULES}
+
+
+@pytest.mark.parametrize("name", [rule.name for rule in K.RULES])
+def test_a_simplification_rule_fires_and_keeps_the_value(name: str) -> None:
+    build = _rule_cases()[name]
+    simplified = build()
+    with K.rules_disabled(name):
+        plain = build()
+    assert K.rule(name).enabled, "the switch was not restored"
+    assert simplified is not plain, f"{name} changed nothing: {simplified!r}"
+    buffers = {"buf_a": torch.randn(3, dtype=torch.float64), "buf_b": torch.randn(5, dtype=torch.float64)}
+    variables = sorted(K.free_vars(plain) | K.free_vars(simplified), key=lambda v: v.arg[0])
+    for point in itertools.product(*(range(v.arg[1]) for v in variables)):
+        env = dict(zip(variables, point))
+        expected, got = evaluate(plain, buffers, env), evaluate(simplified, buffers, env)
+        assert math.isclose(got, expected, rel_tol=1e-12), f"{name} at {env}: {got} != {expected}"

@@ -81,6 +81,33 @@ def test_every_lowered_op_matches_torchscript_under_the_interpreter(op):
         assert_same_op_output(converted(*permuted(fresh)), expected, f"{op} sample {i}, inputs permuted")
 
 
+def decomposed_ops(x, y, n, e):
+    """Every op Triton renders through a kernel-IR decomposition (emitters/decompose.py)."""
+    return (torch.expm1(x), torch.log1p(x.abs() - 0.5), torch.tanh(x), torch.round(x * 2.5), torch.div(x * 3, 1.7, rounding_mode="trunc"),
+            torch.sign(x), torch.tan(x), torch.pow(y, e), torch.pow(n, 3), torch.sign(n))
+
+
+@on_cpu
+def test_decomposed_ops_match_torch_at_their_edges():
+    """Values where the formulas need care: 0 and tiny (Kahan's expm1/log1p), saturation (tanh), halves (round
+    to even), negative bases with odd, even and fractional exponents, 0**0, 1**nan, inf and nan."""
+    edges = [0.0, -0.0, 1e-7, -1e-7, 1e-3, 0.5, -0.5, 1.5, 2.5, -2.5, 20.0, -20.0, 100.0, float("inf"),
+             float("-inf"), float("nan"), 3.0, -3.0]
+    x = torch.tensor(edges)
+    y = torch.tensor([2.0, -2.0, 0.0, 1.0, -1.0, 3.0, -3.0, 0.5, -0.5, 1.5, 2.0, 0.0, -2.0, 2.0, 3.0, 0.0, 1.0,
+                      -1.0])
+    e = torch.tensor([3.0, 3.0, 0.0, float("nan"), 2.0, 0.5, 2.0, -1.0, 1.5, 2.0, 0.5, float("nan"), 0.25, 1.0,
+                      -2.0, 2.5, 7.0, 4.0])
+    n = torch.arange(-9, 9)
+    model = torch.jit.trace(decomposed_ops, (x, y, n, e))
+    converted = jit2triton.convert(model, example_inputs=(x, y, n, e), device="cpu", backend="triton",
+                                   verify=False)
+    assert converted.summary()["fallback_nodes"] == 0, converted.report()
+    for i, (got, expected) in enumerate(zip(converted(x, y, n, e), model(x, y, n, e))):
+        torch.testing.assert_close(got, expected, rtol=2e-6, atol=1e-6, equal_nan=True,
+                                   msg=lambda m: f"output {i}: {m}")
+
+
 def long_rows(x, w):
     """Rows past the one-tile limit: looped reductions (sum, max, argmax with NaN and ties) and a looped sweep."""
     centered = x - x.mean()  # a global mean, then a sweep over 3 x 5000 elements

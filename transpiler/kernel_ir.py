@@ -18,6 +18,7 @@ Ops:
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Optional
 
@@ -25,7 +26,7 @@ from .symbolic import SymSize
 
 POINTWISE_OPS = {
     # arity 1
-    "neg", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "erf", "abs", "floor",
+    "neg", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "erf", "abs", "floor",
     "ceil", "round", "trunc", "sign", "not", "isnan", "isinf", "reciprocal", "sigmoid",
     # arity 2
     "add", "sub", "mul", "truediv", "floordiv", "mod", "fmod", "pow", "maximum", "minimum", "lt", "le", "gt", "ge",
@@ -204,10 +205,8 @@ def op(name: str, *args: KExpr, dtype: Optional[str] = None) -> KExpr:
 def reduce(reduction: str, body: KExpr, rvars: tuple[KExpr, ...], dtype: str, tag: int = 0) -> KExpr:
     """`tag` names the TensorBox that made this reduction, so fusion can find and realize it."""
     assert reduction in REDUCE_OPS, reduction
-    factored = _factor_sum_of_products(reduction, body, tuple(rvars), dtype, tag)
-    if factored is not None:
-        return factored
-    return KExpr("reduce", (body,), (reduction, tuple(rvars), tag), dtype)
+    return _rewrite("reduce", (reduction, body, tuple(rvars), dtype, tag)) or \
+        KExpr("reduce", (body,), (reduction, tuple(rvars), tag), dtype)
 
 
 def _factor_sum_of_products(reduction, body, rvars, dtype, tag) -> Optional[KExpr]:
@@ -277,68 +276,124 @@ _bounds: dict[int, tuple] = {}
 
 
 def add(a: KExpr, b: KExpr) -> KExpr:
-    if a.op == "const" and b.op == "const":
-        return const(a.arg + b.arg, INT)
-    if a.op == "const" and a.arg == 0:
-        return b
-    if b.op == "const" and b.arg == 0:
-        return a
-    if a.op == "const":
-        a, b = b, a
-    if b.op == "const" and a.op == "add" and a.args[1].op == "const":  # (x + 4) + -4 == x
-        return add(a.args[0], const(a.args[1].arg + b.arg, INT))
-    return KExpr("add", (a, b), None, INT)
+    return _rewrite("add", (a, b)) or KExpr("add", (a, b), None, INT)
 
 
 def mul(a: KExpr, b: KExpr) -> KExpr:
-    if a.op == "const" and b.op == "const":
-        return const(a.arg * b.arg, INT)
-    if a.op == "const":
-        a, b = b, a
-    if b.op == "const":
-        if b.arg == 0:
-            return const(0, INT)
-        if b.arg == 1:
-            return a
-    return KExpr("mul", (a, b), None, INT)
+    return _rewrite("mul", (a, b)) or KExpr("mul", (a, b), None, INT)
 
 
 def floordiv(a: KExpr, k) -> KExpr:
-    if not isinstance(k, int):  # a dynamic size: no simplification but the trivial
-        k = as_index(k)
-        return KExpr("index_div", (a, k), None, INT) if k.op != "const" else floordiv(a, k.arg)
-    if k == 1:
-        return a
-    lo, hi = bounds(a)
-    if lo >= 0 and hi < k:
-        return const(0, INT)
-    if a.op == "const":
-        return const(a.arg // k, INT)
-    divisible, rest = _split_multiples(a, k)
-    if divisible and bounds(rest)[0] >= 0:  # (k*x + r) // k == x + r // k, for r >= 0 in C's division too
-        return add(sum_terms(_divide(t, k) for t in divisible), floordiv(rest, k))
-    return KExpr("index_div", (a, const(k, INT)), None, INT)
+    k = as_index(k)
+    return _rewrite("index_div", (a, k)) or KExpr("index_div", (a, k), None, INT)
 
 
 def mod(a: KExpr, k) -> KExpr:
-    if not isinstance(k, int):
-        k = as_index(k)
-        if k.op == "const":
-            return mod(a, k.arg)
-        if bounds(a)[1] < bounds(k)[0]:
-            return a
-        return KExpr("index_mod", (a, k), None, INT)
-    if k == 1:
-        return const(0, INT)
-    lo, hi = bounds(a)
-    if lo >= 0 and hi < k:
-        return a
-    if a.op == "const":
-        return const(a.arg % k, INT)
-    divisible, rest = _split_multiples(a, k)
-    if divisible and bounds(rest)[0] >= 0:  # (k*x + r) % k == r % k
-        return mod(rest, k)
-    return KExpr("index_mod", (a, const(k, INT)), None, INT)
+    k = as_index(k)
+    return _rewrite("index_mod", (a, k)) or KExpr("index_mod", (a, k), None, INT)
+
+
+# --- the simplification rules ---------------------------------------------------------------------------------
+# Each rule sees a node about to be built (its op's arguments) and returns a simpler equal expression, or None. The
+# constructors above try the rules of their op in table order; a rule may build through the constructors again
+# (so rules compose). Every rule has a switch (`Rule.enabled`, `rules_disabled`) and its own test
+# (tests/test_kernel_ir.py), which checks both that it fires and that the value is unchanged.
+
+
+@dataclass
+class Rule:
+    name: str
+    op: str  # the constructor it applies in: add, mul, index_div, index_mod, reduce
+    apply: Any  # (args) -> Optional[KExpr]
+    why: str
+    enabled: bool = True
+
+
+def _const_k(k: KExpr) -> Optional[int]:
+    return k.arg if k.op == "const" else None
+
+
+def _nonnegative_below(a: KExpr, k: KExpr) -> bool:
+    """0 <= a < k over every point of a's and k's ranges."""
+    return bounds(a)[0] >= 0 and bounds(a)[1] < bounds(k)[0]
+
+
+def _multiples(a: KExpr, k: KExpr) -> Optional[tuple[list[KExpr], KExpr]]:
+    """a as (terms that are multiples of a constant k, the rest) when some are and the rest is non-negative."""
+    kk = _const_k(k)
+    if kk is None or kk <= 0:
+        return None
+    divisible, rest = _split_multiples(a, kk)
+    return (divisible, rest) if divisible and bounds(rest)[0] >= 0 else None
+
+
+RULES: list[Rule] = [
+    Rule("fold_add", "add", lambda ab: const(ab[0].arg + ab[1].arg, INT)
+         if ab[0].op == "const" and ab[1].op == "const" else None, "c1 + c2 is a constant"),
+    Rule("add_zero", "add", lambda ab: ab[1] if ab[0].op == "const" and ab[0].arg == 0
+         else ab[0] if ab[1].op == "const" and ab[1].arg == 0 else None, "x + 0 == x"),
+    Rule("add_constant_last", "add", lambda ab: add(ab[1], ab[0]) if ab[0].op == "const" and ab[1].op != "const"
+         else None, "c + x == x + c: one canonical form, so equal sums intern to one node"),
+    Rule("add_constants_together", "add", lambda ab: add(ab[0].args[0], const(ab[0].args[1].arg + ab[1].arg, INT))
+         if ab[1].op == "const" and ab[0].op == "add" and ab[0].args[1].op == "const" else None,
+         "(x + c1) + c2 == x + (c1 + c2): an offset and its undoing cancel ((x + 4) + -4 == x)"),
+    Rule("fold_mul", "mul", lambda ab: const(ab[0].arg * ab[1].arg, INT)
+         if ab[0].op == "const" and ab[1].op == "const" else None, "c1 * c2 is a constant"),
+    Rule("mul_constant_last", "mul", lambda ab: mul(ab[1], ab[0]) if ab[0].op == "const" and ab[1].op != "const"
+         else None, "c * x == x * c: the coefficient is where the division rules look for it"),
+    Rule("mul_zero", "mul", lambda ab: const(0, INT) if ab[1].op == "const" and ab[1].arg == 0 else None,
+         "x * 0 == 0"),
+    Rule("mul_one", "mul", lambda ab: ab[0] if ab[1].op == "const" and ab[1].arg == 1 else None, "x * 1 == x"),
+    Rule("div_one", "index_div", lambda ak: ak[0] if _const_k(ak[1]) == 1 else None, "x // 1 == x"),
+    Rule("div_small", "index_div", lambda ak: const(0, INT) if _const_k(ak[1]) and _nonnegative_below(*ak)
+         else None, "x // k == 0 when 0 <= x < k over x's range"),
+    Rule("fold_div", "index_div", lambda ak: const(ak[0].arg // ak[1].arg, INT)
+         if ak[0].op == "const" and _const_k(ak[1]) else None, "c1 // c2 is a constant"),
+    Rule("div_multiples", "index_div", lambda ak: None if (m := _multiples(*ak)) is None else
+         add(sum_terms(_divide(t, ak[1].arg) for t in m[0]), floordiv(m[1], ak[1])),
+         "(k*x + r) // k == x + r // k, for r >= 0 (so in C's truncating division too)"),
+    Rule("mod_one", "index_mod", lambda ak: const(0, INT) if _const_k(ak[1]) == 1 else None, "x % 1 == 0"),
+    Rule("mod_small", "index_mod", lambda ak: ak[0] if _nonnegative_below(*ak) else None,
+         "x % k == x when 0 <= x < k over the ranges (k may be a dynamic size)"),
+    Rule("fold_mod", "index_mod", lambda ak: const(ak[0].arg % ak[1].arg, INT)
+         if ak[0].op == "const" and _const_k(ak[1]) else None, "c1 % c2 is a constant"),
+    Rule("mod_multiples", "index_mod", lambda ak: None if (m := _multiples(*ak)) is None else mod(m[1], ak[1]),
+         "(k*x + r) % k == r % k, for r >= 0"),
+    Rule("factor_sum_of_products", "reduce", lambda r: _factor_sum_of_products(*r),
+         "sum over (r, s) of a(r) * b(s) == (sum over r of a) * (sum over s of b): O(n), not O(n^2)"),
+]
+_RULES_BY_OP: dict[str, list[Rule]] = {}
+for _rule in RULES:
+    _RULES_BY_OP.setdefault(_rule.op, []).append(_rule)
+
+
+def rule(name: str) -> Rule:
+    return next(r for r in RULES if r.name == name)
+
+
+@contextmanager
+def rules_disabled(*names: str):
+    """Build with these simplifications off (to test each, or to see the IR a lowering makes before them)."""
+    # Interned nodes stay valid across switches: the rules run before a node is looked up, so a switch changes only
+    # which node a constructor returns, never what a key means.
+    chosen = [rule(n) for n in names]
+    saved = [r.enabled for r in chosen]
+    try:
+        for r in chosen:
+            r.enabled = False
+        yield
+    finally:
+        for r, on in zip(chosen, saved):
+            r.enabled = on
+
+
+def _rewrite(op: str, args: tuple) -> Optional[KExpr]:
+    for r in _RULES_BY_OP.get(op, ()):
+        if r.enabled:
+            found = r.apply(args)
+            if found is not None:
+                return found
+    return None
 
 
 def _split_multiples(a: KExpr, k: int) -> tuple[list[KExpr], KExpr]:
