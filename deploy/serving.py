@@ -493,10 +493,12 @@ def app(package: str, *, runtime: str = "auto", max_batch_size: int = 32, batch_
 
 def start_local(host: str = "127.0.0.1", port: int = 8000, num_cpus: Optional[int] = None,
                 log_to_driver: bool = True) -> None:
-    """A local Ray instance with Serve's HTTP proxy on `host:port` (loopback unless told otherwise), for a quick
-    start; to serve on an existing cluster, serve.run(app(...)) there instead."""
+    """A new local Ray instance with Serve's HTTP proxy on `host:port`, for a quick start; to serve on an existing
+    cluster, serve.run(app(...)) there instead. With a loopback `host` Ray's own processes talk over loopback too
+    (Ray's single-machine mode, which it reads when first imported: call this before importing ray)."""
+    if host in ("127.0.0.1", "localhost", "::1"):
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     import ray
     from ray import serve
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=log_to_driver,
-             _node_ip_address="127.0.0.1" if host.startswith("127.") or host == "localhost" else None)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=log_to_driver)
     serve.start(http_options={"host": host, "port": port})

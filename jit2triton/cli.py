@@ -265,6 +265,59 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
         click.echo(f"wrote {json_path}")
 
 
+@main.command(short_help="Serve a package over HTTP with Ray Serve: replicas, dynamic batching.")
+@click.argument("package", type=click.Path(dir_okay=False))
+@click.option("--replicas", default=1, show_default=True, help="replicas, each loading the package once")
+@click.option("--max-batch", default=32, show_default=True,
+              help="most rows of the package's batch dim in one model call (1: no batching)")
+@click.option("--batch-wait-ms", default=5.0, show_default=True, help="longest wait for a batch to fill")
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="address to listen on (0.0.0.0: other machines too)")
+@click.option("--port", default=8000, show_default=True)
+@click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True,
+              help="auto: the C++ runtime where it can run the package, else the Python one")
+@click.option("--num-gpus", default=0.0, show_default=True, help="GPUs per replica (a CUDA package needs 1)")
+@click.option("--threads", type=int, default=None, help="CPU threads per replica (default: torch's)")
+@click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
+              help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
+def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_gpus, threads, trusted_keys) -> None:
+    """Serve a package on a local Ray instance until Ctrl-C: POST {"inputs": {...}} to http://HOST:PORT/, GET / for
+    its signature, GET /stats for a replica's counters. To serve on a Ray cluster you already run, see the README."""
+    from jit2triton.deploy.package import read_package
+
+    try:
+        from .serving import app, plan_batching, start_local
+        from ray import serve as ray_serve
+    except ImportError as err:
+        raise click.ClickException(f"serving needs Ray Serve ({err}): pip install 'jit2triton[serve]'") from None
+    # read here first, so a missing, damaged or unsigned package is one clear line, not a failed replica
+    signature = read_package(package, mmap=True, trusted_keys=trusted_keys).manifest["signature"]
+    batching = plan_batching(signature, max_batch)
+    start_local(host, port)
+    try:
+        ray_serve.run(app(package, runtime=runtime, max_batch_size=max_batch, batch_wait_timeout_s=batch_wait_ms / 1e3,
+                          num_replicas=replicas, num_gpus=num_gpus, num_threads=threads, trusted_keys=trusted_keys),
+                      name="jit2triton", route_prefix="/")
+        click.echo(f"serving {os.path.basename(package)} at http://{host}:{port}/ with {replicas} "
+                   f"replica{'s' if replicas > 1 else ''}, " + (
+                       f"batching dim {batching.dim}, up to {batching.max_rows} rows per call" if batching.dim else
+                       f"one request per call ({batching.why_not})"))
+        name = signature["inputs"][0]["name"] if signature["inputs"] else "x"
+        click.echo(f"try: curl -s http://{host}:{port}/ ; curl -s -X POST http://{host}:{port}/ -d "
+                   f"'{{\"inputs\": {{\"{name}\": [...]}}}}'   (Ctrl-C stops)")
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    except RuntimeError as err:  # Serve's report of replicas that could not start (each replica's error is in it)
+        raise click.ClickException(f"the deployment did not start: {err}") from None
+    finally:
+        ray_serve.shutdown()
+        import ray
+        ray.shutdown()
+    click.echo("stopped")
+
+
 @main.command(short_help="Show a package's signature, report and kernels.")
 @click.argument("package", type=click.Path(dir_okay=False))
 @click.option("--kernels", is_flag=True, help="print the generated kernel sources")
