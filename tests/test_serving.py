@@ -318,7 +318,9 @@ def _wrong_answers(outcomes: list, model) -> list:
                 wrong.append(f"request {i}: HTTP {o.status} {o.data[:200]!r}")
                 continue
             got, expected = _decode_answer(o.data), model(o.x)
-            if got.shape != expected.shape or not torch.allclose(got, expected, rtol=1e-4, atol=1e-5):
+            if got.shape != expected.shape:
+                wrong.append(f"request {i}: shape {list(got.shape)}, expected {list(expected.shape)}")
+            elif not torch.allclose(got, expected, rtol=1e-4, atol=1e-5):
                 wrong.append(f"request {i}: rows {o.x.shape[0]}, max error {(got - expected).abs().max():.3e}")
     return wrong
 
@@ -339,7 +341,8 @@ def _replica_stats(port: int, replicas: int) -> dict:
 
 def _totals(before: dict, after: dict) -> dict:
     keys = ("answered", "model_calls", "rows", "batched_requests")
-    return {k: sum(s[k] for s in after.values()) - sum(before.get(r, {}).get(k, 0) for r in after) for k in keys}
+    totals = {k: sum(s[k] for s in after.values()) - sum(before.get(r, {}).get(k, 0) for r in after) for k in keys}
+    return {**totals, "largest_call_rows": max(s["largest_call_rows"] for s in after.values())}
 
 
 @needs_ray
@@ -397,8 +400,9 @@ def test_2000_requests_from_16_clients_are_all_answered_correctly_in_batches(ser
           f"{2000 / seconds:.0f} requests/s, p50 {statistics.median(latencies):.1f} ms, "
           f"p99 {latencies[int(0.99 * len(latencies))]:.1f} ms; the batcher formed {totals['model_calls']} model "
           f"calls, {totals['batched_requests'] / totals['model_calls']:.2f} requests and "
-          f"{totals['rows'] / totals['model_calls']:.2f} rows per call")
+          f"{totals['rows'] / totals['model_calls']:.2f} rows per call (at most {totals['largest_call_rows']})")
     assert totals["answered"] == 2000 and totals["rows"] == rows
+    assert totals["largest_call_rows"] <= MAX_BATCH
     assert totals["model_calls"] < 2000  # concurrent requests shared model calls
 
 
