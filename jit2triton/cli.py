@@ -291,7 +291,10 @@ def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_
     except ImportError as err:
         raise click.ClickException(f"serving needs Ray Serve ({err}): pip install 'jit2triton[serve]'") from None
     # read here first, so a missing, damaged or unsigned package is one clear line, not a failed replica
-    signature = read_package(package, mmap=True, trusted_keys=trusted_keys).manifest["signature"]
+    manifest = read_package(package, mmap=True, trusted_keys=trusted_keys).manifest
+    if not manifest["device"].startswith("cpu") and not num_gpus:
+        raise click.ClickException(f"the package runs on {manifest['device']}: give each replica a GPU (--num-gpus 1)")
+    signature = manifest["signature"]
     batching = plan_batching(signature, max_batch)
     start_local(host, port)
     try:

@@ -430,7 +430,8 @@ def test_a_replica_killed_mid_load_loses_no_request_and_is_replaced(server, pack
     refusals = [r for o in outcomes for r in o.refusals]
     print(f"\nfault: killed replica {victim['name']} after 150 of 600 requests: {600 - len(wrong)} answered "
           f"correctly in {seconds:.1f} s, {len(refusals)} refusals retried "
-          f"({sorted({r[0] for r in refusals}, key=str)}), {len(wrong)} wrong or unanswered")
+          f"({sorted({r[0] for r in refusals}, key=str)}{', first: ' + repr(refusals[0][1][:100]) if refusals else ''}), "
+          f"{len(wrong)} wrong or unanswered")
     assert not wrong, wrong[:5]
     assert all(status is not None and status >= 500 and body for status, body in refusals), refusals[:5]
 
