@@ -15,12 +15,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import dataclasses
+import inspect
 import json
 import logging
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import torch
@@ -35,9 +36,6 @@ from .signing import trusted_key_paths
 DEFAULT_MAX_BODY_BYTES = 64 << 20  # a batch of 32 224x224 RGB images is 25 MB as base64, ~60 MB as JSON lists
 ENCODINGS = ("list", "base64")
 BODY_EXAMPLE = '{"inputs": {"x": [[0.5, 1.0]]}}'
-_DTYPES = {name: getattr(torch, name) for name in (
-    "float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool",
-    "complex64", "complex128")}
 log = logging.getLogger("jit2triton.serving")
 
 
@@ -45,7 +43,7 @@ class BodyTooLarge(Exception):
     """A request body over the replica's limit (answered 413)."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Batching:
     """How a replica batches, decided once from the package's signature."""
     dim: Optional[str]  # the batch dim; None: one request per model call
@@ -84,7 +82,7 @@ def _splits_by_rows(desc: dict, dim: str) -> bool:
     return False
 
 
-@dataclass
+@dataclasses.dataclass
 class Request:
     """One validated request: its inputs (CPU tensors, defaults filled), its rows of the batch dim, the key of the
     requests it may be concatenated with (every input's shape past axis 0), and how to encode its answer."""
@@ -116,17 +114,19 @@ class RequestReader:
             raise InputError(f"the body must be a JSON object with \"inputs\": an object by input name or a list by "
                              f"position (the model takes {', '.join(self.names)}); e.g. {BODY_EXAMPLE}")
         given = doc["inputs"]
-        if isinstance(given, dict) and not given:
+        if not given:
             raise InputError(f"\"inputs\" is empty; the model takes ({', '.join(self.names)})")
-        args = self._bind(given) if isinstance(given, dict) else list(given)
-        if len(args) > len(self.names):
-            raise InputError(f"expected at most {len(self.names)} inputs ({', '.join(self.names)}), got {len(args)}")
-        uses_base64 = any(isinstance(a, dict) for a in args)
-        reply = doc.get("outputs", "base64" if uses_base64 else "list")
+        sent = list(given.values()) if isinstance(given, dict) else given
+        reply = doc.get("outputs", "base64" if any(isinstance(v, dict) for v in sent) else "list")
         if reply not in ENCODINGS:
             raise InputError(f"\"outputs\" must be \"list\" or \"base64\", not {reply!r}")
-        values = [self._decode(i, a) for i, a in enumerate(args)]
-        return self._checked(values, reply)
+        if isinstance(given, dict):
+            self._known(given)
+            return self._checked(self._bind({n: self._decode(self.names.index(n), v) for n, v in given.items()}),
+                                 reply)
+        if len(given) > len(self.names):
+            raise InputError(f"expected at most {len(self.names)} inputs ({', '.join(self.names)}), got {len(given)}")
+        return self._checked([self._decode(i, v) for i, v in enumerate(given)], reply)
 
     def from_values(self, args: Sequence[Any], named: dict[str, Any]) -> Request:
         """A Python handle call: tensors by position and by name, as the loaded module takes them."""
@@ -137,9 +137,7 @@ class RequestReader:
     def _bind(self, given: dict, positional: Sequence[Any] = ()) -> list:
         """Inputs by name after those by position, in the model's order up to the last one named; a gap takes the
         input's default."""
-        unknown = [n for n in given if n not in self.names]
-        if unknown:
-            raise InputError(f"unknown input {unknown[0]!r}; the model takes ({', '.join(self.names)})")
+        self._known(given)
         twice = [n for n in given if self.names.index(n) < len(positional)]
         if twice:
             raise InputError(f"input {twice[0]!r} was given by position and by name; give it once")
@@ -151,13 +149,18 @@ class RequestReader:
             args.append(given.get(name, default))
         return args
 
+    def _known(self, given: dict) -> None:
+        unknown = [n for n in given if n not in self.names]
+        if unknown:
+            raise InputError(f"unknown input {unknown[0]!r}; the model takes ({', '.join(self.names)})")
+
     def _decode(self, index: int, value: Any) -> Any:
         dtype = self.dtypes[index]
         if self.inputs[index]["type"] != "Tensor" or dtype is None:
             return value  # a scalar input: the input check says whether its JSON type fits
         label = f"input {index} ({self.names[index]!r})"
         if isinstance(value, dict):
-            return tensor_from_base64(label, value)
+            return tensor_from_base64(label, value, dtype)
         return tensor_from_list(label, value, dtype)
 
     def _checked(self, values: list, reply: str) -> Request:
@@ -185,12 +188,14 @@ def tensor_from_list(label: str, value: Any, dtype: torch.dtype) -> torch.Tensor
     return tensor.to(dtype)
 
 
-def tensor_from_base64(label: str, doc: dict) -> torch.Tensor:
-    """{"dtype", "shape", "data"}: a tensor's raw little-endian bytes, base64-encoded."""
-    dtype, shape, data = _DTYPES.get(doc.get("dtype")), doc.get("shape"), doc.get("data")
-    if dtype is None:
-        raise InputError(f"{label}: \"dtype\" must be one of {', '.join(_DTYPES)}, not {doc.get('dtype')!r}")
-    if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0
+def tensor_from_base64(label: str, doc: dict, dtype: torch.dtype) -> torch.Tensor:
+    """{"dtype", "shape", "data"}: a tensor's raw little-endian bytes, base64-encoded, of the input's own dtype
+    (bytes are read only as that dtype: torch.frombuffer crashes the process on some others, quantized ones)."""
+    name, shape, data = doc.get("dtype"), doc.get("shape"), doc.get("data")
+    if name != _name(dtype):
+        raise InputError(f"{label}: expected {_name(dtype)} data, got \"dtype\": {json.dumps(name)}; send the tensor "
+                         f"as {_name(dtype)}")
+    if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 62
                                               for n in shape):
         raise InputError(f"{label}: \"shape\" must be a list of sizes (e.g. [2, 16]), not {shape!r}")
     if not isinstance(data, str):
@@ -287,7 +292,7 @@ def load_for_serving(path: str, runtime: str = "auto", num_threads: Optional[int
     return Runtime(contents, None, num_threads), contents.manifest
 
 
-@dataclass
+@dataclasses.dataclass
 class Counts:
     """A replica's counters: how many requests it answered and refused, and the batches it formed."""
     answered: int = 0
@@ -307,10 +312,8 @@ class Counts:
 
     def as_dict(self) -> dict:
         calls = max(self.model_calls, 1)
-        return {"replica": self.replica, "answered": self.answered, "refused": self.refused, "failed": self.failed,
-                "model_calls": self.model_calls, "rows": self.rows, "batched_requests": self.batched_requests,
-                "mean_rows_per_call": self.rows / calls, "mean_requests_per_call": self.batched_requests / calls,
-                "largest_call_rows": self.largest_call_rows}
+        return {**dataclasses.asdict(self), "mean_rows_per_call": self.rows / calls,
+                "mean_requests_per_call": self.batched_requests / calls}
 
 
 class ModelServer:
@@ -377,7 +380,7 @@ class ModelServer:
         except InputError:
             self.counts.refused += 1
             raise
-        return _owned(await self._answer(request))
+        return map_tensors(_owned, await self._answer(request))
 
     def stats(self) -> dict:
         return {**self.counts.as_dict(), "batch_dim": self.batching.dim, "max_rows_per_call": self.batching.max_rows}
@@ -434,14 +437,12 @@ class ModelServer:
         device = self.model.device
         if device.type != "cpu":
             inputs = [t.to(device, non_blocking=True) if isinstance(t, torch.Tensor) else t for t in inputs]
-        return _to_cpu(self.model(*inputs))
+        return map_tensors(torch.Tensor.cpu, self.model(*inputs))
 
 
 def _batch_options(max_rows: int, wait_s: float) -> dict:
     """serve.batch's settings: batches counted in rows where this Ray can (batch_size_fn, Ray 2.53+), else in
     requests (each has at least one row, so a batch never needs more than max_rows requests)."""
-    import inspect
-
     from ray import serve
     options = {"max_batch_size": max_rows, "batch_wait_timeout_s": wait_s}
     if "batch_size_fn" in inspect.signature(serve.batch).parameters:
@@ -450,25 +451,20 @@ def _batch_options(max_rows: int, wait_s: float) -> dict:
     return options
 
 
-def _to_cpu(value: Any) -> Any:
+def map_tensors(fn: Any, value: Any) -> Any:
+    """`value` (a model's outputs) with `fn` applied to each tensor in it."""
     if isinstance(value, torch.Tensor):
-        return value.cpu()
+        return fn(value)
     if isinstance(value, (tuple, list)):
-        return type(value)(_to_cpu(v) for v in value)
+        return type(value)(map_tensors(fn, v) for v in value)
     if isinstance(value, dict):
-        return {k: _to_cpu(v) for k, v in value.items()}
+        return {k: map_tensors(fn, v) for k, v in value.items()}
     return value
 
 
-def _owned(value: Any) -> Any:
-    """A request's rows as tensors of their own: a view would pickle the whole batch's storage to the caller."""
-    if isinstance(value, torch.Tensor):
-        return value.clone() if value.untyped_storage().nbytes() > value.nbytes else value
-    if isinstance(value, (tuple, list)):
-        return type(value)(_owned(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _owned(v) for k, v in value.items()}
-    return value
+def _owned(tensor: torch.Tensor) -> torch.Tensor:
+    """A request's rows as a tensor of its own: a view would pickle the whole batch's storage to the caller."""
+    return tensor.clone() if tensor.untyped_storage().nbytes() > tensor.nbytes else tensor
 
 
 def app(package: str, *, runtime: str = "auto", max_batch_size: int = 32, batch_wait_timeout_s: float = 0.005,

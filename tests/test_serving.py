@@ -129,13 +129,18 @@ def test_inputs_with_defaults_may_be_left_out():
     (_body(inputs=[[[[1.0] * 3]], [[1]]]), "input 0 ('x'): expected float32[batch, seq, 4]"),
     (_body(inputs=[[[[1.0] * 4]] * 17, [[1]] * 17]), "axis 0 is dim batch, whose range is 1..16; got 17"),
     (_body(inputs=[[[[1.0] * 4]] * 2, [[1]] * 3]), "which is 2 in input 0 ('x') axis 0; got 3"),
-    (_body(inputs=[_b64(torch.randn(1, 1, 4), "float64"), [[1]]]), "float64[1, 1, 4]"),
-    (_body(inputs=[_b64(torch.randn(1, 1, 4).double()), [[1]]]), "expected float32[batch, seq, 4]"),
-    (_body(inputs=[{**_b64(torch.randn(1, 1, 4)), "dtype": "float99"}, [[1]]]), "\"dtype\" must be one of"),
+    (_body(inputs=[_b64(torch.randn(1, 1, 4).double()), [[1]]]), "input 0 ('x'): expected float32 data, got "
+                                                                  "\"dtype\": \"float64\"; send the tensor as float32"),
+    (_body(inputs=[{**_b64(torch.randn(1, 1, 4)), "dtype": "float99"}, [[1]]]), "expected float32 data"),
+    (_body(inputs=[[[[1.0] * 4]], _b64(torch.zeros(1, 1, dtype=torch.int8), "qint8")]), "expected int64 data"),
+    (_body(inputs=[{**_b64(torch.randn(1, 1, 4)), "dtype": None}, [[1]]]), "got \"dtype\": null"),
     (_body(inputs=[{**_b64(torch.randn(1, 1, 4)), "shape": [1, -1, 4]}, [[1]]]), "\"shape\" must be a list of sizes"),
+    (_body(inputs=[{"dtype": "float32", "shape": [0, 2 ** 63, 4], "data": ""}, [[1]]]), "\"shape\" must be a list"),
+    (_body(inputs=[json.loads("[" * 500 + "1.0" + "]" * 500), [[1]]]), "input 0 ('x'): expected a nested list"),
     (_body(inputs=[{**_b64(torch.randn(1, 1, 4)), "data": "!!"}, [[1]]]), "\"data\" is not base64"),
     (_body(inputs=[{**_b64(torch.randn(1, 1, 4)), "shape": [1, 2, 4]}, [[1]]]), "is 32 bytes, \"data\" holds 16"),
     (_body(inputs=[{"dtype": "float32", "shape": [1, 1, 4]}, [[1]]]), "\"data\" must be the tensor's bytes"),
+    (_body(inputs=[{"dtype": "float32", "shape": [1, 1, 4], "data": 5}, [[1]]]), "\"data\" must be the tensor's"),
     (_body(inputs=[[[[1.0] * 4]], [[1]]], outputs="xml"), "\"outputs\" must be \"list\" or \"base64\""),
     (b"[" * 100_000, "the body is not JSON"),
 ])
@@ -486,7 +491,8 @@ def test_bad_bodies_get_4xx_with_a_message_and_the_server_keeps_serving(server, 
     x = torch.randn(2, 3, FEATURES)
     cases = [
         (b"{\"inputs\": [", 400, "the body is not JSON"),
-        (_body(inputs={"x": _b64(x.double())}), 400, "expected float32[batch, seq, 16] on cpu, got float64[2, 3, 16]"),
+        (_body(inputs={"x": _b64(x.double())}), 400, "expected float32 data, got \"dtype\": \"float64\""),
+        (_body(inputs={"x": x.double().tolist()[0]}), 400, "expected float32[batch, seq, 16] on cpu, got float32[3, 16]"),
         (_body(inputs={"x": torch.randn(33, 1, FEATURES).tolist()}), 400, "dim batch, whose range is 1..32; got 33"),
         (_body(inputs={"x": torch.randn(1, 9, FEATURES).tolist()}), 400, "dim seq, whose range is 1..8; got 9"),
         (_body(inputs={"y": x.tolist()}), 400, "unknown input 'y'"),
@@ -558,3 +564,44 @@ def test_a_request_sent_before_the_app_is_up_waits_or_is_refused_cleanly(server,
     assert info["batch_dim"] is None and "no dynamic dim on axis 0" in info["not_batched_because"]
     assert info["runtime"] == "python"
     serve.delete("static")
+
+
+class Embed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(10, 4)
+
+    def forward(self, ids):
+        return torch.tanh(self.embedding(ids))
+
+
+@needs_ray
+def test_a_request_whose_values_make_the_model_raise_fails_alone(server, tmp_path):
+    """Ids out of the embedding's range pass the signature check (it knows dtypes and shapes, not values), so
+    the model raises inside a batch: that request gets 500 with the op's message, the others of its batch their
+    answers (the Python runtime, batching)."""
+    from jit2triton.serving import app
+
+    torch.manual_seed(2)
+    example = torch.randint(0, 10, (2, 3))
+    traced = torch.jit.trace(Embed().eval(), (example,))
+    path = tmp_path / "embed.j2t"
+    batch = jit2triton.Dim("batch", min=1, max=16)
+    jit2triton.convert(traced, example_inputs=(example,), dynamic_shapes={"ids": {0: batch}}).save(path)
+    serve.run(app(str(path), runtime="python", num_cpus=0.25, batch_wait_timeout_s=0.2,
+                  logging_config={"enable_access_log": False}), name="embed", route_prefix="/embed")
+    try:
+        requests = [torch.randint(0, 10, (n, 3)) for n in (2, 1, 3, 2, 1, 4)]
+        requests[2][1, 1] = 12  # out of the embedding's range
+        with ThreadPoolExecutor(len(requests)) as pool:  # together, within the 0.2 s a batch waits for
+            answers = list(pool.map(lambda ids: Client(server).send("POST", "/embed", _body(inputs=[ids.tolist()])),
+                                    requests))
+        for i, (ids, (status, data)) in enumerate(zip(requests, answers)):
+            if i == 2:
+                assert status == 500 and "the model failed on this request" in json.loads(data)["error"], data
+            else:
+                assert status == 200 and torch.allclose(_decode_answer(data), traced(ids), atol=1e-6), (i, data)
+        stats = json.loads(Client(server).send("GET", "/embed/stats")[1])
+        assert stats["failed"] == 1 and stats["answered"] == 5, stats
+    finally:
+        serve.delete("embed")
