@@ -324,8 +324,8 @@ class ModelServer:
     def __init__(self, package: str, runtime: str = "auto", max_batch_size: int = 32,
                  batch_wait_timeout_s: float = 0.005, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  num_threads: Optional[int] = None, trusted_keys: Sequence[str] = ()) -> None:
-        from ray import serve
-        from starlette.responses import Response
+        serve = _ray_serve()
+        from starlette.responses import Response  # a dependency of Ray Serve
 
         if num_threads:
             torch.set_num_threads(num_threads)  # ATen's ops too, not only the generated kernels
@@ -443,12 +443,20 @@ class ModelServer:
 def _batch_options(max_rows: int, wait_s: float) -> dict:
     """serve.batch's settings: batches counted in rows where this Ray can (batch_size_fn, Ray 2.53+), else in
     requests (each has at least one row, so a batch never needs more than max_rows requests)."""
-    from ray import serve
     options = {"max_batch_size": max_rows, "batch_wait_timeout_s": wait_s}
-    if "batch_size_fn" in inspect.signature(serve.batch).parameters:
+    if "batch_size_fn" in inspect.signature(_ray_serve().batch).parameters:
         # a request over max_rows (still in the dim's range) counts as max_rows: it runs alone, never refused
         options["batch_size_fn"] = lambda batch: sum(min(r.rows, max_rows) for r in batch)
     return options
+
+
+def _ray_serve() -> Any:
+    """Ray Serve, or an ImportError that says how to install it (it is an optional extra)."""
+    try:
+        from ray import serve
+    except ImportError as err:
+        raise ImportError(f"jit2triton.serving needs Ray Serve ({err}): pip install 'jit2triton[serve]'") from None
+    return serve
 
 
 def map_tensors(fn: Any, value: Any) -> Any:
@@ -477,7 +485,9 @@ def app(package: str, *, runtime: str = "auto", max_batch_size: int = 32, batch_
     "python"), on `num_gpus` GPUs (Ray picks which), and batches concurrent requests up to `max_batch_size` rows of
     the package's batch dim, waiting at most `batch_wait_timeout_s` for a batch to fill. Other keyword arguments
     go to the deployment's options (autoscaling_config, max_queued_requests, ...)."""
-    from ray import serve
+    serve = _ray_serve()
+    if max_batch_size < 1:
+        raise ValueError(f"max_batch_size must be at least 1 (1: no batching), not {max_batch_size}")
     options = {"max_ongoing_requests": 2 * max_batch_size,  # a full batch can gather while the previous one runs
                "ray_actor_options": {"num_cpus": num_cpus, "num_gpus": num_gpus}, **deployment_options}
     if "autoscaling_config" not in options:
@@ -494,7 +504,7 @@ def start_local(host: str = "127.0.0.1", port: int = 8000, num_cpus: Optional[in
     (Ray's single-machine mode, which it reads when first imported: call this before importing ray)."""
     if host in ("127.0.0.1", "localhost", "::1"):
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    serve = _ray_serve()
     import ray
-    from ray import serve
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=log_to_driver)
     serve.start(http_options={"host": host, "port": port})

@@ -267,8 +267,9 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
 
 @main.command(short_help="Serve a package over HTTP with Ray Serve: replicas, dynamic batching.")
 @click.argument("package", type=click.Path(dir_okay=False))
-@click.option("--replicas", default=1, show_default=True, help="replicas, each loading the package once")
-@click.option("--max-batch", default=32, show_default=True,
+@click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
+              help="replicas, each loading the package once")
+@click.option("--max-batch", type=click.IntRange(min=1), default=32, show_default=True,
               help="most rows of the package's batch dim in one model call (1: no batching)")
 @click.option("--batch-wait-ms", default=5.0, show_default=True, help="longest wait for a batch to fill")
 @click.option("--host", default="127.0.0.1", show_default=True,

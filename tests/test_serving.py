@@ -187,6 +187,13 @@ def test_answers_encode_as_lists_or_exact_base64():
     assert torch.equal(torch.frombuffer(bytearray(base64.b64decode(record["data"])), dtype=torch.float32).view(2, 3), y)
 
 
+def test_without_ray_serving_says_how_to_install_it():
+    code = ("import sys; sys.modules['ray'] = None; from jit2triton.serving import app\n"
+            "try:\n    app('model.j2t')\nexcept ImportError as err:\n    print(err)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "jit2triton.serving needs Ray Serve" in out and "pip install 'jit2triton[serve]'" in out, out
+
+
 # ---- a Ray Serve app on loopback ----
 
 class LinearGeluNorm(torch.nn.Module):
