@@ -14,11 +14,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .graph_regions import COPY_BYTES_PER_US, LAUNCH_US
+from .policy import COPY_BYTES_PER_US, LAUNCH_US, MAX_GRAPHS, MAX_SEEN, REPLAY_LAUNCHES
 
-MAX_GRAPHS = 8  # distinct values of the non-tensor inputs kept captured; beyond that, calls run step by step
-MAX_SEEN = 4096  # keys remembered as seen once (the second sighting captures)
-REPLAY_LAUNCHES = 3  # a region's replay: one multi-tensor copy in, the graph, one multi-tensor copy out
 
 
 class NotCapturable(Exception):

@@ -17,13 +17,13 @@ from typing import Iterator
 
 import torch
 
+from .policy import COPY_BYTES_PER_US, LAUNCH_US
+
 HOST_READS = {"aten::Int.Tensor", "aten::Float.Tensor", "aten::Bool.Tensor", "aten::item", "aten::nonzero",
               "aten::unique", "aten::_unique2", "aten::masked_select", "aten::tolist", "aten::equal",
               "aten::is_nonzero", "aten::allclose", "aten::ScalarImplicit", "prim::RaiseException",
               "prim::Print", "aten::warn"}  # (the last two act on the host each call: a replay would skip them)
 
-LAUNCH_US = 4.0  # what a replay saves per step: the host's launch cost, which a graph does not pay
-COPY_BYTES_PER_US = 1.5e6  # what copying inputs in and outputs out of the graph's buffers costs
 MIN_STEPS = 3
 MIN_REGION_LAUNCHES = 4  # a region's replay costs three launches (copy in, graph, copy out): fewer gain nothing
 NO_LAUNCH = ("host", "view", "alias")  # node categories that launch no GPU work

@@ -36,10 +36,8 @@ import torch
 from jit2triton.errors import CorruptPackageError, PackageError, PackageVersionError
 
 from .literals import decode, encode, map_plan_literals
-from .signing import SIGNATURE_MEMBER, KeyPaths, check_signature, sign, trusted_key_paths
-
-FORMAT = "jit2triton-package"
-FORMAT_VERSION = 2  # 1: a hand-written zip (jit2triton 0.1 before torch's container); refused with a clear message
+from .policy import DTYPES, FORMAT, FORMAT_VERSION, REQUIRED_MEMBERS, SIGNATURE_MEMBER, message
+from .signing import KeyPaths, check_signature, sign, trusted_key_paths
 ALIGN = 64
 TORCH_RECORDS = frozenset({"version", ".data/version", "byteorder", ".data/serialization_id"})
 TORCHSCRIPT_RECORDS = ("constants.pkl", "data.pkl", "code/")  # what a torch.jit.save / torch.save archive holds
@@ -159,7 +157,7 @@ def _signed_records(path: str, trusted_keys: KeyPaths) -> dict[str, memoryview]:
 def _existing(path: str) -> str:
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise PackageError(f"package not found: {path!r}; check the path or convert the model first")
+        raise PackageError(message("not_found", path=repr(path)))
     return path
 
 
@@ -168,17 +166,14 @@ def _contents(path: str, members: dict[str, memoryview], mmap: bool) -> PackageC
     try:
         manifest = json.loads(bytes(members.pop("manifest.json")))
     except (ValueError, RecursionError):
-        raise CorruptPackageError(f"{path!r}: manifest.json is damaged; re-run `jit2triton convert`") from None
+        raise CorruptPackageError(message("manifest_unreadable", path=repr(path))) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CorruptPackageError(f"{path!r} is a torch archive but not a jit2triton package")
+        raise CorruptPackageError(message("not_a_package", path=repr(path)))
     version = manifest.get("format_version")
     if type(version) is int and version > FORMAT_VERSION:
-        raise PackageVersionError(
-            f"{path!r} uses package format {version}, newer than this jit2triton reads ({FORMAT_VERSION}); "
-            "upgrade jit2triton (pip install -U jit2triton)")
+        raise PackageVersionError(message("newer_format", path=repr(path), found=version, version=FORMAT_VERSION))
     if type(version) is not int or version != FORMAT_VERSION:
-        raise CorruptPackageError(f"{path!r} names a package format no jit2triton wrote (this one reads format "
-                                  f"{FORMAT_VERSION}); the package is corrupted: re-run `jit2triton convert`")
+        raise CorruptPackageError(message("unknown_format", path=repr(path), version=FORMAT_VERSION))
     try:
         weights = _unpack_weights(manifest.pop("weights"), members.pop("weights.bin"))
         manifest["plan"] = map_plan_literals(manifest["plan"], decode)
@@ -199,8 +194,7 @@ def _records(path: str) -> dict[str, memoryview]:
         reader = torch._C.PyTorchFileReader(path)
         names = [n for n in reader.get_all_records() if n not in TORCH_RECORDS]
         if "manifest.json" not in names and any(n.startswith(TORCHSCRIPT_RECORDS) for n in names):
-            raise PackageError(f"{path!r} is a TorchScript archive (or a torch.save file), not a jit2triton "
-                               "package; convert it with `jit2triton convert`")
+            raise PackageError(message("torchscript_file", path=repr(path)))
         size_of = getattr(reader, "get_record_size", None) or _zip_sizes(path)  # torch < 2.12 lacks the binding
         spans = {n: (reader.get_record_offset(n), size_of(n)) for n in names}
         with open(path, "rb") as f:
@@ -210,12 +204,8 @@ def _records(path: str) -> dict[str, memoryview]:
                 raise ValueError(f"member {name!r} runs past the end of the file")
     except (RuntimeError, OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
         if _is_format_1(path):
-            raise PackageVersionError(
-                f"{path!r} is a package of format 1 (written by an earlier jit2triton 0.1); this jit2triton reads "
-                f"format {FORMAT_VERSION}: convert the model again") from None
-        raise CorruptPackageError(
-            f"{path!r} is not a readable jit2triton package ({_reason(err)}); it may be truncated or corrupted. "
-            "Copy it again or re-run `jit2triton convert`") from None
+            raise PackageVersionError(message("format_1", path=repr(path), version=FORMAT_VERSION)) from None
+        raise CorruptPackageError(message("unreadable", path=repr(path), reason=_reason(err))) from None
     view = memoryview(mapped)
     return {name: view[offset:offset + size] for name, (offset, size) in spans.items()}
 
@@ -243,27 +233,23 @@ def _is_format_1(path: str) -> bool:
 
 
 def _verify(path: str, members: dict[str, memoryview]) -> None:
-    for required in ("manifest.json", "weights.bin", "checksums.json"):
+    for required in REQUIRED_MEMBERS:
         if required not in members:
-            raise CorruptPackageError(
-                f"{path!r} has no {required}: it is not a complete jit2triton package; re-run `jit2triton convert`")
+            raise CorruptPackageError(message("incomplete", path=repr(path), member=required))
     try:
         checksums = json.loads(bytes(members["checksums.json"]))
         if not isinstance(checksums, dict):
             raise ValueError("not a table")
     except (ValueError, RecursionError):
-        raise CorruptPackageError(f"{path!r}: checksums.json is damaged; re-run `jit2triton convert`") from None
+        raise CorruptPackageError(message("checksums_damaged", path=repr(path))) from None
     for name in members:
         if name in ("checksums.json", SIGNATURE_MEMBER):  # the signature signs checksums.json (deploy/signing.py)
             continue
         expected = checksums.get(name)
         if expected is None or hashlib.sha256(members[name]).hexdigest() != expected:
-            raise CorruptPackageError(
-                f"{path!r}: member {name!r} fails its checksum, so the package was modified or corrupted; "
-                "copy it again or re-run `jit2triton convert`")
-    missing = set(checksums) - set(members)
-    if missing:
-        raise CorruptPackageError(f"{path!r} lacks members {sorted(missing)}; re-run `jit2triton convert`")
+            raise CorruptPackageError(message("checksum_fails", path=repr(path), member=repr(name)))
+    for name in sorted(set(checksums) - set(members)):
+        raise CorruptPackageError(message("member_missing", path=repr(path), member=repr(name)))
 
 
 def memory_order(tensor: torch.Tensor) -> list[int]:
@@ -298,22 +284,21 @@ def _unpack_weights(index: dict, blob) -> dict[str, torch.Tensor]:
     buffer = blob if not blob.readonly else bytearray(blob)
     weights = {}
     for name, entry in index.items():
-        dtype = getattr(torch, str(entry.get("dtype")), None)
-        if not isinstance(dtype, torch.dtype):
-            raise CorruptPackageError(f"weight {name!r} has an unknown dtype; the package is corrupted")
+        if entry.get("dtype") not in DTYPES:
+            raise CorruptPackageError(message("unknown_dtype", name=repr(name), dtype=repr(entry.get("dtype"))))
+        dtype = getattr(torch, entry["dtype"])
         shape, offset, nbytes = entry["shape"], entry["offset"], entry["nbytes"]
         if not all(type(v) is int and v >= 0 for v in [offset, nbytes, *shape]) or offset + nbytes > len(buffer):
-            raise CorruptPackageError(f"weight {name!r} lies outside weights.bin; the package is corrupted")
+            raise CorruptPackageError(message("weight_outside", name=repr(name)))
         if math.prod(shape) * dtype.itemsize != nbytes:  # else a tensor would reach past its bytes
-            raise CorruptPackageError(f"weight {name!r}'s shape does not match its bytes; the package is corrupted")
+            raise CorruptPackageError(message("weight_shape", name=repr(name)))
         if nbytes == 0:
             weights[name] = torch.empty(shape, dtype=dtype)
             continue
         flat = torch.frombuffer(buffer, dtype=torch.uint8, count=nbytes, offset=offset)
         order = entry.get("memory_order", list(range(len(shape))))
         if sorted(order) != list(range(len(shape))):
-            raise CorruptPackageError(f"weight {name!r}'s memory order is not a permutation of its dims; the package "
-                                      "is corrupted")
+            raise CorruptPackageError(message("weight_order", name=repr(name)))
         inverse = [order.index(d) for d in range(len(shape))]
         weights[name] = flat.view(dtype).reshape([shape[d] for d in order]).permute(inverse)
     return weights

@@ -7,7 +7,8 @@ from typing import Any
 
 from jit2triton.errors import CorruptPackageError
 
-MAX_SLOTS = 1 << 24
+from .policy import MAX_SLOTS
+
 # Ops a converted model never needs and a plan must not call: they reach outside the model (files, the process's
 # random generator and autograd state). The C++ runtime refuses the same list (kSideEffectOps in plan.cpp; a test
 # keeps the two equal). An allowlist of every op models call would refuse valid models with custom ops; these are

@@ -21,8 +21,10 @@ from typing import Iterable, Optional, Sequence, Union
 
 from jit2triton.errors import SignatureError
 
-SIGNATURE_MEMBER = "signature.ed25519"
-SIGNED_PREFIX = b"jit2triton package signature v1\n"
+from . import policy
+from .policy import SIGNATURE_MEMBER
+
+SIGNED_PREFIX = policy.SIGNED_PREFIX.encode()
 TRUSTED_KEYS_ENV = "JIT2TRITON_TRUSTED_KEYS"
 PRIVATE_KEY_FILE, PUBLIC_KEY_FILE = "jit2triton.key", "jit2triton.pub"
 

@@ -79,3 +79,12 @@ def test_a_test_module_imports_no_other_test_module() -> None:
                      [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             wrong += [f"{path.name} imports {name}" for name in names if name.split(".")[0].startswith("test_")]
     assert not wrong, "; ".join(wrong)
+
+
+def test_the_cpp_policy_header_is_generated_from_the_python_policy() -> None:
+    """Both runtimes refuse packages with the same words and run by the same numbers because the C++ side's
+    policy.h is generated from deploy/policy.py; a hand edit to either side shows here."""
+    from jit2triton.deploy import policy
+    header = (ROOT / "deploy" / "cpp" / "src" / "policy.h").read_text()
+    assert header == policy.cpp_header(), (
+        "deploy/cpp/src/policy.h is stale: run `python -m jit2triton.deploy.policy > deploy/cpp/src/policy.h`")

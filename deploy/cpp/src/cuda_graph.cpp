@@ -4,6 +4,7 @@
 // control flow runs its `graph` steps (regions, deploy/graph_regions.py) as graphs keyed by their inputs' layouts
 // and scalar values.
 #include "plan.h"
+#include "policy.h"
 
 #ifdef J2T_WITH_CUDA
 
@@ -21,10 +22,11 @@ namespace jit2triton {
 
 namespace {
 
-constexpr size_t kMaxGraphs = 8;  // distinct tuples of scalar inputs kept captured; beyond, calls run step by step
-constexpr double kLaunchUs = 4.0, kCopyBytesPerUs = 1.5e6;  // as deploy/graph_regions.py
-constexpr int kReplayLaunches = 3;  // as deploy/cuda_graph.py
-constexpr size_t kMaxSeen = 4096;    // as deploy/cuda_graph.py
+using policy::kCopyBytesPerUs;  // deploy/policy.py
+using policy::kLaunchUs;
+using policy::kMaxGraphs;
+using policy::kMaxSeen;
+using policy::kReplayLaunches;
 
 // What a graph is specialised to: each tensor's layout (when `layouts`) and each other value, exactly (doubles by
 // their bits). False when a value must not be captured: a CPU tensor (a graph reads its values on the host once,

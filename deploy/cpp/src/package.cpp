@@ -13,6 +13,7 @@
 #include <set>
 
 #include "jit2triton/jit2triton.h"
+#include "policy.h"
 #include "sha256.h"
 #include "signing.h"
 
@@ -20,9 +21,10 @@ namespace jit2triton {
 
 namespace {
 
-constexpr const char* kFormat = "jit2triton-package";
-constexpr int64_t kFormatVersion = kPackageFormatVersion;
-constexpr const char* kReconvert = "re-run `jit2triton convert`";
+using policy::kFormat;
+using policy::kFormatVersion;
+namespace message = policy::message;
+static_assert(kFormatVersion == kPackageFormatVersion, "jit2triton.h and deploy/policy.py disagree on the format");
 
 }  // namespace
 
@@ -35,13 +37,8 @@ struct MappedFile {
 };
 
 at::ScalarType parse_dtype(const std::string& name) {
-  static const std::map<std::string, at::ScalarType> dtypes = {
-      {"float32", at::kFloat}, {"float64", at::kDouble}, {"float16", at::kHalf}, {"bfloat16", at::kBFloat16},
-      {"int64", at::kLong},    {"int32", at::kInt},      {"int16", at::kShort}, {"int8", at::kChar},
-      {"uint8", at::kByte},    {"bool", at::kBool},      {"complex64", at::kComplexFloat},
-      {"complex128", at::kComplexDouble}};
-  auto it = dtypes.find(name);
-  if (it == dtypes.end()) throw Error(Error::Kind::PackageVersion, "unknown dtype " + repr(name) + " in the package");
+  auto it = policy::dtypes().find(name);
+  if (it == policy::dtypes().end()) throw Error(Error::Kind::PackageVersion, "unknown dtype " + repr(name) + " in the package");
   return it->second;
 }
 
@@ -66,7 +63,7 @@ const std::set<std::string> kTorchRecords = {"version", ".data/version", "byteor
 std::shared_ptr<MappedFile> map_file(const std::string& path) {
   struct stat st;
   if (::stat(path.c_str(), &st) != 0)
-    throw Error(Error::Kind::Package, "package not found: " + repr(path) + "; check the path or convert the model first");
+    throw Error(Error::Kind::Package, message::not_found(repr(path)));
   int fd = ::open(path.c_str(), O_RDONLY);
   if (fd < 0) throw Error(Error::Kind::Package, "cannot open " + repr(path) + ": " + std::strerror(errno));
   auto file = std::make_shared<MappedFile>();
@@ -122,8 +119,7 @@ std::map<std::string, std::string_view> archive_members(const std::string& path,
     for (const std::string& name : reader.getAllRecords())
       if (!kTorchRecords.count(name)) names.push_back(name);
     if (is_torchscript(names))
-      throw Error(Error::Kind::Package, repr(path) + " is a TorchScript archive (or a torch.save file), not a "
-                                        "jit2triton package; convert it with `jit2triton convert`");
+      throw Error(Error::Kind::Package, message::torchscript_file(repr(path)));
     for (const std::string& name : names) {
       size_t offset = reader.getRecordOffset(name), size = reader.getRecordSize(name);
       if (offset > f.size || size > f.size - offset)
@@ -142,22 +138,19 @@ std::map<std::string, std::string_view> archive_members(const std::string& path,
 
 
 void verify(const Package& pkg) {
-  for (const char* required : {"manifest.json", "weights.bin", "checksums.json"})
+  for (const char* required : policy::kRequiredMembers)
     if (!pkg.members.count(required))
-      throw Error(Error::Kind::CorruptPackage, repr(pkg.path) + " has no " + required +
-                                                   ": it is not a complete jit2triton package; " + kReconvert);
+      throw Error(Error::Kind::CorruptPackage, message::incomplete(repr(pkg.path), required));
   for (const auto& [name, data] : pkg.members) {
-    if (name == "checksums.json" || name == "signature.ed25519") continue;  // the signature signs checksums.json
+    if (name == "checksums.json" || name == policy::kSignatureMember) continue;  // it signs checksums.json
     auto expected = pkg.checksums.find(name);
     if (expected == pkg.checksums.end() ||
         sha256_hex(reinterpret_cast<const uint8_t*>(data.data()), data.size()) != expected->second)
-      throw Error(Error::Kind::CorruptPackage,
-                  repr(pkg.path) + ": member " + repr(name) +
-                      " fails its checksum, so the package was modified or corrupted; copy it again or " + kReconvert);
+      throw Error(Error::Kind::CorruptPackage, message::checksum_fails(repr(pkg.path), repr(name)));
   }
   for (const auto& [name, _] : pkg.checksums)
     if (!pkg.members.count(name))
-      throw Error(Error::Kind::CorruptPackage, repr(pkg.path) + " lacks member " + repr(name) + "; " + kReconvert);
+      throw Error(Error::Kind::CorruptPackage, message::member_missing(repr(pkg.path), repr(name)));
 }
 
 std::map<std::string, at::Tensor> unpack_weights(const Package& pkg, bool keep_mapped) {
@@ -165,12 +158,15 @@ std::map<std::string, at::Tensor> unpack_weights(const Package& pkg, bool keep_m
   std::map<std::string, at::Tensor> weights;
   auto keep = pkg.file;  // every weight holds the mapping alive
   for (const auto& [name, entry] : pkg.manifest.at("weights").members) {
-    at::ScalarType dtype = parse_dtype(entry.at("dtype").as_string());
+    const std::string& dtype_name = entry.at("dtype").as_string();
+    if (!policy::dtypes().count(dtype_name))
+      throw Error(Error::Kind::CorruptPackage, message::unknown_dtype(repr(name), repr(dtype_name)));
+    at::ScalarType dtype = parse_dtype(dtype_name);
     std::vector<int64_t> shape;
     for (const auto& d : entry.at("shape").items) shape.push_back(d.as_int());
     int64_t offset = entry.at("offset").as_int(), nbytes = entry.at("nbytes").as_int();
     if (offset < 0 || nbytes < 0 || size_t(offset) > blob.size() || size_t(nbytes) > blob.size() - size_t(offset))
-      throw Error(Error::Kind::CorruptPackage, "weight " + repr(name) + " lies outside weights.bin; the package is corrupted");
+      throw Error(Error::Kind::CorruptPackage, message::weight_outside(repr(name)));
     // its shape must describe exactly its bytes (no overflow on the way), or a tensor would reach past them
     uint64_t numel = 1;
     bool fits = true;
@@ -179,17 +175,17 @@ std::map<std::string, at::Tensor> unpack_weights(const Package& pkg, bool keep_m
       numel = fits ? numel * uint64_t(d) : 0;
     }
     if (!fits || numel * at::elementSize(dtype) != uint64_t(nbytes))
-      throw Error(Error::Kind::CorruptPackage, "weight " + repr(name) + "'s shape does not match its bytes; the package is corrupted");
+      throw Error(Error::Kind::CorruptPackage, message::weight_shape(repr(name)));
     std::vector<int64_t> order(shape.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
     if (const auto* o = entry.find("memory_order")) {
       std::vector<bool> seen(order.size(), false);
       if (o->size() != order.size())
-        throw Error(Error::Kind::CorruptPackage, "weight " + repr(name) + "'s memory order is not a permutation of its dims; the package is corrupted");
+        throw Error(Error::Kind::CorruptPackage, message::weight_order(repr(name)));
       for (size_t i = 0; i < order.size(); ++i) {
         int64_t d = (*o)[i].as_int();
         if (d < 0 || d >= int64_t(order.size()) || seen[d])
-          throw Error(Error::Kind::CorruptPackage, "weight " + repr(name) + "'s memory order is not a permutation of its dims; the package is corrupted");
+          throw Error(Error::Kind::CorruptPackage, message::weight_order(repr(name)));
         seen[d] = true;
         order[i] = d;
       }
@@ -223,7 +219,7 @@ std::map<std::string, at::Tensor> unpack_weights(const Package& pkg, bool keep_m
 std::string_view Package::member(const std::string& name) const {
   auto it = members.find(name);
   if (it == members.end())
-    throw Error(Error::Kind::CorruptPackage, "the package has no member " + repr(name) + "; " + kReconvert);
+    throw Error(Error::Kind::CorruptPackage, message::member_missing("the package", repr(name)));
   return it->second;
 }
 
@@ -235,12 +231,8 @@ Package read_package(const std::string& path, bool keep_mapped, const std::vecto
     pkg.members = archive_members(path, *pkg.file);
   } catch (const ArchiveError& err) {
     if (is_format_1(*pkg.file))
-      throw Error(Error::Kind::PackageVersion,
-                  repr(path) + " is a package of format 1 (written by an earlier jit2triton 0.1); this jit2triton "
-                  "reads format " + std::to_string(kFormatVersion) + ": convert the model again");
-    throw Error(Error::Kind::CorruptPackage,
-                repr(path) + " is not a readable jit2triton package (" + err.what() +
-                    "); it may be truncated or corrupted. Copy it again or " + kReconvert);
+      throw Error(Error::Kind::PackageVersion, message::format_1(repr(path), std::to_string(kFormatVersion)));
+    throw Error(Error::Kind::CorruptPackage, message::unreadable(repr(path), err.what()));
   }
 
   // before anything in the package is parsed (deploy/signing.py)
@@ -250,25 +242,21 @@ Package read_package(const std::string& path, bool keep_mapped, const std::vecto
       json::Value sums = json::parse(pkg.members["checksums.json"]);
       for (const auto& [name, v] : sums.members) pkg.checksums[name] = v.as_string();
     } catch (const std::runtime_error&) {
-      throw Error(Error::Kind::CorruptPackage, repr(path) + ": checksums.json is damaged; " + kReconvert);
+      throw Error(Error::Kind::CorruptPackage, message::checksums_damaged(repr(path)));
     }
   }
   verify(pkg);
   pkg.manifest = json::parse(pkg.members["manifest.json"]);
   const json::Value* format = pkg.manifest.find("format");
   if (!format || !format->is_string() || format->as_string() != kFormat)
-    throw Error(Error::Kind::CorruptPackage, repr(path) + " is a torch archive but not a jit2triton package");
+    throw Error(Error::Kind::CorruptPackage, message::not_a_package(repr(path)));
   const json::Value* version = pkg.manifest.find("format_version");
   bool integer = version && version->kind == json::Value::Kind::Int;
   if (integer && version->integer > kFormatVersion)
     throw Error(Error::Kind::PackageVersion,
-                repr(path) + " uses package format " + std::to_string(version->integer) +
-                    ", newer than this jit2triton reads (" + std::to_string(kFormatVersion) +
-                    "); upgrade jit2triton (pip install -U jit2triton)");
+                message::newer_format(repr(path), std::to_string(version->integer), std::to_string(kFormatVersion)));
   if (!integer || version->integer != kFormatVersion)
-    throw Error(Error::Kind::CorruptPackage,
-                repr(path) + " names a package format no jit2triton wrote (this one reads format " +
-                    std::to_string(kFormatVersion) + "); the package is corrupted: re-run `jit2triton convert`");
+    throw Error(Error::Kind::CorruptPackage, message::unknown_format(repr(path), std::to_string(kFormatVersion)));
   pkg.weights = unpack_weights(pkg, keep_mapped);
   return pkg;
 }

@@ -1,4 +1,5 @@
 #include "plan.h"
+#include "policy.h"
 
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -41,7 +42,7 @@ void release(Env& env, const std::vector<int>& slots) {
   for (int s : slots) env[s] = IValue();
 }
 
-constexpr int64_t kMaxSlots = int64_t(1) << 24;
+using policy::kMaxSlots;  // deploy/policy.py
 // Ops a plan must not call (they reach files or the process's global state): SIDE_EFFECT_OPS in deploy/plan_check.py.
 const std::set<std::string> kSideEffectOps = {"aten::save", "aten::from_file", "aten::from_file.out",
                                               "aten::manual_seed", "aten::manual_seed.generator", "aten::seed",

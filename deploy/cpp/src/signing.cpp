@@ -12,13 +12,14 @@
 
 #include "jit2triton/jit2triton.h"
 #include "package.h"
+#include "policy.h"
 
 namespace jit2triton {
 
 namespace {
 
-constexpr const char* kSignatureMember = "signature.ed25519";
-constexpr const char* kSignedPrefix = "jit2triton package signature v1\n";
+using policy::kSignatureMember;  // deploy/policy.py
+using policy::kSignedPrefix;
 constexpr int kEd25519 = 1087;  // NID_ED25519 (= EVP_PKEY_ED25519), fixed since OpenSSL 1.1.1
 
 // The few libcrypto functions an Ed25519 check needs, found at run time as sha256.cpp finds SHA256: the runtime

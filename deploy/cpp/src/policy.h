@@ -1,0 +1,61 @@
+// Generated from deploy/policy.py by `python -m jit2triton.deploy.policy`: edit that file, not this one.
+#pragma once
+#include <ATen/ATen.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace jit2triton::policy {
+
+constexpr const char* kFormat = "jit2triton-package";
+constexpr int64_t kFormatVersion = 2;
+constexpr const char* kSignatureMember = "signature.ed25519";
+constexpr const char* kSignedPrefix = "jit2triton package signature v1\n";
+constexpr const char* kRequiredMembers[] = {"manifest.json", "weights.bin", "checksums.json"};
+constexpr int64_t kMaxSlots = 16777216;
+constexpr size_t kMaxGraphs = 8;
+constexpr size_t kMaxSeen = 4096;
+constexpr int kReplayLaunches = 3;
+constexpr double kLaunchUs = 4.0;
+constexpr double kCopyBytesPerUs = 1500000.0;
+
+inline const std::map<std::string, at::ScalarType>& dtypes() {
+  static const std::map<std::string, at::ScalarType> table = {
+      {"float32", at::ScalarType::Float},
+      {"float64", at::ScalarType::Double},
+      {"float16", at::ScalarType::Half},
+      {"bfloat16", at::ScalarType::BFloat16},
+      {"int64", at::ScalarType::Long},
+      {"int32", at::ScalarType::Int},
+      {"int16", at::ScalarType::Short},
+      {"int8", at::ScalarType::Char},
+      {"uint8", at::ScalarType::Byte},
+      {"bool", at::ScalarType::Bool},
+      {"complex64", at::ScalarType::ComplexFloat},
+      {"complex128", at::ScalarType::ComplexDouble},
+  };
+  return table;
+}
+
+namespace message {
+inline std::string not_found(const std::string& path) { return std::string("package not found: ") + path + std::string("; check the path or convert the model first"); }
+inline std::string torchscript_file(const std::string& path) { return path + std::string(" is a TorchScript archive (or a torch.save file), not a jit2triton package; convert it with `jit2triton convert`"); }
+inline std::string format_1(const std::string& path, const std::string& version) { return path + std::string(" is a package of format 1 (written by an earlier jit2triton 0.1); this jit2triton reads format ") + version + std::string(": convert the model again"); }
+inline std::string unreadable(const std::string& path, const std::string& reason) { return path + std::string(" is not a readable jit2triton package (") + reason + std::string("); it may be truncated or corrupted. Copy it again or re-run `jit2triton convert`"); }
+inline std::string incomplete(const std::string& path, const std::string& member) { return path + std::string(" has no ") + member + std::string(": it is not a complete jit2triton package; re-run `jit2triton convert`"); }
+inline std::string checksums_damaged(const std::string& path) { return path + std::string(": checksums.json is damaged; re-run `jit2triton convert`"); }
+inline std::string checksum_fails(const std::string& path, const std::string& member) { return path + std::string(": member ") + member + std::string(" fails its checksum, so the package was modified or corrupted; copy it again or re-run `jit2triton convert`"); }
+inline std::string member_missing(const std::string& path, const std::string& member) { return path + std::string(" lacks member ") + member + std::string("; re-run `jit2triton convert`"); }
+inline std::string manifest_unreadable(const std::string& path) { return path + std::string(": manifest.json is damaged; re-run `jit2triton convert`"); }
+inline std::string not_a_package(const std::string& path) { return path + std::string(" is a torch archive but not a jit2triton package"); }
+inline std::string newer_format(const std::string& path, const std::string& found, const std::string& version) { return path + std::string(" uses package format ") + found + std::string(", newer than this jit2triton reads (") + version + std::string("); upgrade jit2triton (pip install -U jit2triton)"); }
+inline std::string unknown_format(const std::string& path, const std::string& version) { return path + std::string(" names a package format no jit2triton wrote (this one reads format ") + version + std::string("); the package is corrupted: re-run `jit2triton convert`"); }
+inline std::string unknown_dtype(const std::string& name, const std::string& dtype) { return std::string("weight ") + name + std::string(" has dtype ") + dtype + std::string(", which no jit2triton writes; the package is corrupted"); }
+inline std::string weight_outside(const std::string& name) { return std::string("weight ") + name + std::string(" lies outside weights.bin; the package is corrupted"); }
+inline std::string weight_shape(const std::string& name) { return std::string("weight ") + name + std::string("'s shape does not match its bytes; the package is corrupted"); }
+inline std::string weight_order(const std::string& name) { return std::string("weight ") + name + std::string("'s memory order is not a permutation of its dims; the package is corrupted"); }
+}  // namespace message
+
+}  // namespace jit2triton::policy

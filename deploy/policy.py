@@ -1,0 +1,128 @@
+"""The one source of what both runtimes must agree on: the package format's constants, the runtime policy numbers,
+the dtype table and the messages a package is refused with.
+
+The Python runtime imports this module; the C++ runtime includes `deploy/cpp/src/policy.h`, generated from it:
+
+    python -m jit2triton.deploy.policy > deploy/cpp/src/policy.h
+
+(tests/test_structure.py fails while the checked-in header differs from what this file generates, so the two cannot
+drift). A message is a template whose `{fields}` are filled with text as given: callers quote names themselves
+(`repr(path)` in Python, `repr(path)` in C++), so both runtimes say exactly the same thing.
+"""
+from __future__ import annotations
+
+import re
+import sys
+
+# --- the package format ------------------------------------------------------------------------------------------
+FORMAT = "jit2triton-package"
+FORMAT_VERSION = 2  # 1: a hand-written zip (jit2triton 0.1 before torch's container); refused with a clear message
+SIGNATURE_MEMBER = "signature.ed25519"
+SIGNED_PREFIX = "jit2triton package signature v1\n"  # what a signature signs, before checksums.json's bytes
+REQUIRED_MEMBERS = ("manifest.json", "weights.bin", "checksums.json")
+
+# --- runtime policy ------------------------------------------------------------------------------------------------
+MAX_SLOTS = 1 << 24  # a plan naming more value slots is refused as damaged (no model comes near)
+MAX_GRAPHS = 8  # CUDA graphs kept per plan or region (distinct shapes or scalar inputs); beyond, step by step
+MAX_SEEN = 4096  # keys remembered as seen once (a key's second sighting captures); bounded so they cannot pile up
+REPLAY_LAUNCHES = 3  # a region's replay: one multi-tensor copy in, the graph, one multi-tensor copy out
+LAUNCH_US = 4.0  # what a replay saves per step: the host's launch cost, which a graph does not pay
+COPY_BYTES_PER_US = 1.5e6  # what copying inputs in and outputs out of a graph's buffers costs
+
+# --- dtypes a package may hold: manifest name -> ATen scalar type ---------------------------------------------------
+DTYPES = {
+    "float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int64": "Long",
+    "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte", "bool": "Bool", "complex64": "ComplexFloat",
+    "complex128": "ComplexDouble",
+}
+
+# --- messages ------------------------------------------------------------------------------------------------------
+RECONVERT = "re-run `jit2triton convert`"
+MESSAGES = {
+    "not_found": "package not found: {path}; check the path or convert the model first",
+    "torchscript_file": "{path} is a TorchScript archive (or a torch.save file), not a jit2triton package; convert it "
+                        "with `jit2triton convert`",
+    "format_1": "{path} is a package of format 1 (written by an earlier jit2triton 0.1); this jit2triton reads format "
+                "{version}: convert the model again",
+    "unreadable": "{path} is not a readable jit2triton package ({reason}); it may be truncated or corrupted. Copy it "
+                  "again or " + RECONVERT,
+    "incomplete": "{path} has no {member}: it is not a complete jit2triton package; " + RECONVERT,
+    "checksums_damaged": "{path}: checksums.json is damaged; " + RECONVERT,
+    "checksum_fails": "{path}: member {member} fails its checksum, so the package was modified or corrupted; copy it "
+                      "again or " + RECONVERT,
+    "member_missing": "{path} lacks member {member}; " + RECONVERT,
+    "manifest_unreadable": "{path}: manifest.json is damaged; " + RECONVERT,
+    "not_a_package": "{path} is a torch archive but not a jit2triton package",
+    "newer_format": "{path} uses package format {found}, newer than this jit2triton reads ({version}); upgrade "
+                    "jit2triton (pip install -U jit2triton)",
+    "unknown_format": "{path} names a package format no jit2triton wrote (this one reads format {version}); the "
+                      "package is corrupted: " + RECONVERT,
+    "unknown_dtype": "weight {name} has dtype {dtype}, which no jit2triton writes; the package is corrupted",
+    "weight_outside": "weight {name} lies outside weights.bin; the package is corrupted",
+    "weight_shape": "weight {name}'s shape does not match its bytes; the package is corrupted",
+    "weight_order": "weight {name}'s memory order is not a permutation of its dims; the package is corrupted",
+}
+
+
+def message(key: str, **fields) -> str:
+    return MESSAGES[key].format(**{k: str(v) for k, v in fields.items()})
+
+
+# --- the C++ header ------------------------------------------------------------------------------------------------
+
+def _cpp_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _cpp_message(key: str, template: str) -> str:
+    """A template as a C++ function of its fields (strings), in the order they first appear."""
+    fields = list(dict.fromkeys(re.findall(r"{(\w+)}", template)))
+    params = ", ".join(f"const std::string& {f}" for f in fields)
+    parts = [p for p in re.split(r"({\w+})", template) if p]
+    body = " + ".join(p[1:-1] if re.fullmatch(r"{\w+}", p) else f"std::string({_cpp_string(p)})" for p in parts)
+    return f"inline std::string {key}({params}) {{ return {body}; }}"
+
+
+def cpp_header() -> str:
+    lines = [
+        "// Generated from deploy/policy.py by `python -m jit2triton.deploy.policy`: edit that file, not this one.",
+        "#pragma once",
+        "#include <ATen/ATen.h>",
+        "",
+        "#include <cstddef>",
+        "#include <cstdint>",
+        "#include <map>",
+        "#include <string>",
+        "",
+        "namespace jit2triton::policy {",
+        "",
+        f"constexpr const char* kFormat = {_cpp_string(FORMAT)};",
+        f"constexpr int64_t kFormatVersion = {FORMAT_VERSION};",
+        f"constexpr const char* kSignatureMember = {_cpp_string(SIGNATURE_MEMBER)};",
+        f"constexpr const char* kSignedPrefix = {_cpp_string(SIGNED_PREFIX)};",
+        "constexpr const char* kRequiredMembers[] = {" + ", ".join(map(_cpp_string, REQUIRED_MEMBERS)) + "};",
+        f"constexpr int64_t kMaxSlots = {MAX_SLOTS};",
+        f"constexpr size_t kMaxGraphs = {MAX_GRAPHS};",
+        f"constexpr size_t kMaxSeen = {MAX_SEEN};",
+        f"constexpr int kReplayLaunches = {REPLAY_LAUNCHES};",
+        f"constexpr double kLaunchUs = {LAUNCH_US!r};",
+        f"constexpr double kCopyBytesPerUs = {COPY_BYTES_PER_US!r};",
+        "",
+        "inline const std::map<std::string, at::ScalarType>& dtypes() {",
+        "  static const std::map<std::string, at::ScalarType> table = {",
+        *(f"      {{{_cpp_string(name)}, at::ScalarType::{aten}}}," for name, aten in DTYPES.items()),
+        "  };",
+        "  return table;",
+        "}",
+        "",
+        "namespace message {",
+        *(_cpp_message(key, template) for key, template in MESSAGES.items()),
+        "}  // namespace message",
+        "",
+        "}  // namespace jit2triton::policy",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(cpp_header())
