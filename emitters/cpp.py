@@ -14,6 +14,7 @@ zero.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import compute_dtype
@@ -174,6 +175,7 @@ OPS = {
 
 class _KernelWriter(KernelWriter):
     OPS = OPS  # libm has every op: C++ decomposes none
+    simd_sweep: Optional[Scope] = None  # the scope of the kernel's innermost `omp simd` loop, once rendering
 
     def literal(self, value, dtype: str) -> str:
         return literal(value, dtype)
@@ -201,7 +203,14 @@ class _KernelWriter(KernelWriter):
             symbol = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}[op]
             collapse = f" collapse({len(rvars)})" if len(rvars) > 1 else ""
             lines.append(f"{ind}#pragma omp parallel for reduction({symbol}:{acc}){collapse} num_threads(num_threads)")
+        # A sum's or product's innermost loop runs as SIMD lanes, each with its own partial accumulator: a
+        # serial chain of dependent adds is latency-bound (a LayerNorm sums short rows: 48 floats). Not
+        # when the loop holds another loop (OpenMP forbids nested simd) or is already split across threads.
+        simd = op in ("sum", "prod") and "parallel" not in lines[-1] and not self._in_simd_sweep(target) and \
+            not any(line.lstrip().startswith(("for ", "#pragma")) for line in inner.lines)
         for depth, r in enumerate(rvars):
+            if simd and depth == len(rvars) - 1:
+                lines.append(f"{ind}{'  ' * depth}#pragma omp simd reduction({'+' if op == 'sum' else '*'}:{acc})")
             lines.append(f"{ind}{'  ' * depth}for (int64_t {r.arg[0]} = 0; {r.arg[0]} < {size_code(r.arg[1])}; "
                          f"++{r.arg[0]}) {{")
         lines += inner.lines
@@ -234,6 +243,14 @@ class _KernelWriter(KernelWriter):
             return result
         return acc
 
+    def _in_simd_sweep(self, scope: Optional[Scope]) -> bool:
+        """Whether code emitted in `scope` lands inside the kernel's `omp simd` sweep loop."""
+        while scope is not None:
+            if scope is self.simd_sweep:
+                return True
+            scope = scope.parent
+        return False
+
     # --- the kernel -----------------------------------------------------------------------------------------
 
     def render(self) -> str:
@@ -250,6 +267,7 @@ class _KernelWriter(KernelWriter):
         root = Scope(None, frozenset(), "  ")
         row = Scope(root, frozenset(nest.outer), "    ")
         sweep = Scope(row, frozenset(nest.ranges), "    " + "  " * len(nest.inner))
+        self.simd_sweep = sweep if nest.inner else None
         for value, out in zip(kernel.values, kernel.outputs):
             code = self.value(value, sweep)
             index = self.value(store_index(kernel, out.strides), sweep)

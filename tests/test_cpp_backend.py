@@ -94,3 +94,19 @@ def test_runs_on_one_thread_when_asked(tmp_path):
     module = jit2triton.load(path, num_threads=1)
     x = torch.randn(4, 8)
     torch.testing.assert_close(module(x), traced(x))
+
+
+def test_a_layer_norm_passes_over_each_row_twice_with_simd_sums():
+    """LayerNorm's one mean serves both the centring and the variance (it was computed twice, three passes over
+    each row), and a row's sums run as `omp simd` reductions, lanes with partial sums (a serial chain of dependent
+    adds is latency-bound). Then the values, against TorchScript."""
+    import re
+    torch.manual_seed(0)
+    traced = torch.jit.trace(torch.nn.LayerNorm(48).eval(), torch.randn(4, 16, 48))
+    converted = jit2triton.convert(traced, example_inputs=(torch.randn(4, 16, 48),))
+    kernel = converted.code[converted.code.index("J2T_KERNEL int"):]
+    assert len(re.findall(r"double acc\d+ = 0;", kernel)) == 2, kernel
+    assert kernel.count("#pragma omp simd reduction(+:acc") == 2, kernel
+    for _ in range(2):
+        x = torch.randn(4, 16, 48) * 3 + 5  # an offset a one-pass variance would lose digits to
+        torch.testing.assert_close(converted(x), traced(x), rtol=1e-5, atol=1e-5)

@@ -116,6 +116,19 @@ def _read_only_as_gemm_rows(graph: Graph) -> set[int]:
     return gemm - other
 
 
+def _observed_order(v: Value, box: TensorBox) -> Optional[list[int]]:
+    """The dims of `v` outermost first in the memory ATen gave it when the model ran on the example inputs, when
+    that memory is dense: a kernel that replaces ATen's ops writes its output as they did. Downstream ATen ops then
+    see the layouts they saw while converting (a convolution fed the row-major tensor where TorchScript's add had
+    given it a channels-last one returned a row-major output, and every kernel reading that output paid a copy
+    into the layout it was generated for), and the choice TensorIterator made between mixed layouts stands."""
+    strides = v.type.strides if v.type.is_tensor else None
+    if strides is None or len(strides) != len(box.shape) or len(box.shape) < 2:
+        return None
+    order = sorted(range(len(box.shape)), key=lambda d: (-K.hint(strides[d]), d))
+    return order if strides_in_order(box.shape, order) == tuple(strides) else None  # else not dense
+
+
 class _Fuser:
     def __init__(self, graph: Graph, device_type: str, refused: dict[int, str], symbolic: bool = False) -> None:
         self.graph = graph
@@ -323,7 +336,8 @@ class _Fuser:
         value = self.split_nested_reductions(value, box, logical, out)
         name = f"buf{v.id}"
         inputs = sorted(K.loads_in(value), key=lambda b: self.buffers[b].id)
-        order = list(range(len(box.shape))) if v.id in self.gemm_only else self.memory_order_for(box, inputs)
+        order = (list(range(len(box.shape))) if v.id in self.gemm_only else
+                 _observed_order(v, box) or self.memory_order_for(box, inputs))
         strides = strides_in_order(box.shape, order)
         kernel = K.Kernel(
             name=f"k{next(self.kernel_names)}_{_short_name(box.nodes)}",

@@ -128,8 +128,10 @@ def any_all(ctx, x, dim=None, keepdim=False):
     return reduce_box(ctx, x, None if dim is None else [dim], keepdim, reduction, "bool", body=truthy)
 
 
-def variance(ctx, x, dims, correction, keepdim, dtype) -> TensorBox:
-    """Two passes in the compute dtype: the mean, then the mean square deviation from it (no cancellation)."""
+def moments(ctx, x, dims, correction, keepdim, dtype) -> tuple[TensorBox, TensorBox]:
+    """The mean (dims kept) and the variance, in two passes in the compute dtype: the mean, then the mean square
+    deviation from it (no cancellation). One mean serves both, so a normalization reduces its rows twice, not
+    three times."""
     n = _count(x, dims)
     total = reduce_box(ctx, x, dims, True, "sum", dtype)
     mu = elementwise(total.shape, dtype, lambda s: K.op("truediv", s, _c(n, s)), total)
@@ -139,7 +141,12 @@ def variance(ctx, x, dims, correction, keepdim, dtype) -> TensorBox:
         return K.op("mul", d, d)
 
     squares = reduce_box(ctx, x, dims, keepdim, "sum", dtype, body=deviation)
-    return elementwise(squares.shape, dtype, lambda s: K.op("truediv", s, _c(max(n - correction, 0), s)), squares)
+    var = elementwise(squares.shape, dtype, lambda s: K.op("truediv", s, _c(max(n - correction, 0), s)), squares)
+    return mu, var
+
+
+def variance(ctx, x, dims, correction, keepdim, dtype) -> TensorBox:
+    return moments(ctx, x, dims, correction, keepdim, dtype)[1]
 
 
 @lowering("aten::var", "aten::var.dim", "aten::var.correction", "aten::std", "aten::std.dim", "aten::std.correction")
@@ -201,10 +208,7 @@ def layer_norm(ctx, x, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn
 
 
 def _normalize(ctx, x, dims, weight, bias, eps, dtype):
-    n = _count(x, dims)
-    total = reduce_box(ctx, x, dims, True, "sum", dtype)
-    mu = elementwise(total.shape, dtype, lambda s: K.op("truediv", s, _c(n, s)), total)
-    var = variance(ctx, x, dims, 0, True, dtype)
+    mu, var = moments(ctx, x, dims, 0, True, dtype)
     params = [p for p in (weight, bias) if is_box(p)]
 
     def fn(v, m, s, *wb):
