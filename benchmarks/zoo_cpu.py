@@ -2,7 +2,10 @@
 default way (the C++ runtime) and with the Python runtime, in one process, on the same inputs; median of interleaved
 calls after warm-up. Prints a table and the geometric means of the speed-ups over torch.jit.
 
-    python benchmarks/zoo_cpu.py [--set zoo|real|all] [--calls 200] [--only NAME,NAME]
+    python benchmarks/zoo_cpu.py [--set zoo|real|all] [--calls 200] [--only NAME,NAME] [--compile]
+
+`--compile` adds eager and torch.compile columns for the rows whose Python module exists (the real set: the zoo's
+models are TorchScript only, as a user holding only a .pt has them, so neither eager nor torch.compile can run them).
 
 `real`: transformers BERT, GPT-2, ViT and ConvNeXt at mid-size configs with random weights (no downloads; sizes
 below), and tests/real_models.py's conv-net, mixer, dense-block and detection-head patterns.
@@ -25,6 +28,9 @@ import jit2triton  # noqa: E402
 from models import MODELS  # noqa: E402
 
 
+_EAGER: dict[int, torch.nn.Module] = {}  # id(traced) -> the module it was traced from, for --compile
+
+
 def _zoo():
     for spec in MODELS:
         model, example = spec.build()
@@ -34,7 +40,9 @@ def _zoo():
 def _traced(model, inputs):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return torch.jit.trace(model.eval(), inputs, strict=False, check_trace=False)
+        traced = torch.jit.trace(model.eval(), inputs, strict=False, check_trace=False)
+    _EAGER[id(traced)] = model
+    return traced
 
 
 class _ByName(torch.nn.Module):
@@ -74,7 +82,9 @@ def _transformers_mid():
 
 def _real():
     yield from _transformers_mid()
+    import real_models
     from real_models import REAL_MODELS, TRANSFORMERS_MODELS
+    real_models._trace = lambda model, make_inputs: (_traced(model, make_inputs()), make_inputs)  # keeps the eager
     for name, build in REAL_MODELS.items():
         if name not in TRANSFORMERS_MODELS:  # (those at tiny configs; above at mid-size ones)
             model, draw = build()
@@ -86,13 +96,16 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--only", default="")
     parser.add_argument("--set", choices=["zoo", "real", "all"], default="zoo")
+    parser.add_argument("--compile", action="store_true", help="eager and torch.compile too, where there is a module")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     only = set(filter(None, args.only.split(",")))
     folder = tempfile.mkdtemp()
+    labels = (["eager", "torch.compile"] if args.compile else []) + ["torch.jit", "default", "python"]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; ms per call, median of {args.calls}")
-    print(f"{'model':36s} {'torch.jit':>10s} {'default':>10s} {'python':>10s} {'jit/default':>12s} {'jit/python':>11s}")
-    ratios = {"default": [], "python": []}
+    print(f"{'model':36s} " + " ".join(f"{label:>13s}" for label in labels) +
+          f" {'jit/default':>12s} {'jit/python':>11s}" + (f" {'compile/default':>16s}" if args.compile else ""))
+    ratios = {"default": [], "python": [], "compile": []}
     rows = {"zoo": [_zoo], "real": [_real], "all": [_zoo, _real]}[args.set]
     for name, model, example, call in (row for source in rows for row in source()):
         if only and name not in only:
@@ -102,9 +115,12 @@ def main() -> None:
         jit2triton.convert(model, example_inputs=example).save(path)
         paths = {"torch.jit": model, "default": jit2triton.load(path),
                  "python": jit2triton.load(path, runtime="python")}
+        eager = _EAGER.get(id(model)) if args.compile else None
+        if eager is not None:
+            paths = {"eager": eager, "torch.compile": torch.compile(eager), **paths}
         times = {label: [] for label in paths}
         with torch.no_grad():
-            for _ in range(10):
+            for _ in range(10):  # the first torch.compile call compiles
                 for fn in paths.values():
                     fn(*call)
             for _ in range(args.calls):
@@ -113,13 +129,19 @@ def main() -> None:
                     fn(*call)
                     times[label].append(time.perf_counter() - start)
         ms = {label: statistics.median(t) * 1e3 for label, t in times.items()}
-        for label in ratios:
+        for label in ("default", "python"):
             ratios[label].append(ms["torch.jit"] / ms[label])
-        print(f"{name:36s} {ms['torch.jit']:10.4f} {ms['default']:10.4f} {ms['python']:10.4f} "
-              f"{ms['torch.jit'] / ms['default']:11.2f}x {ms['torch.jit'] / ms['python']:10.2f}x", flush=True)
+        line = f"{name:36s} " + " ".join(f"{ms[label]:13.4f}" if label in ms else f"{'-':>13s}" for label in labels)
+        line += f" {ms['torch.jit'] / ms['default']:11.2f}x {ms['torch.jit'] / ms['python']:10.2f}x"
+        if "torch.compile" in ms:
+            ratios["compile"].append(ms["torch.compile"] / ms["default"])
+            line += f" {ms['torch.compile'] / ms['default']:15.2f}x"
+        print(line, flush=True)
+    names = {"default": "torch.jit / default", "python": "torch.jit / python", "compile": "torch.compile / default"}
     for label, values in ratios.items():
-        geomean = math.exp(sum(map(math.log, values)) / len(values))
-        print(f"geomean speed-up over torch.jit, {label}: {geomean:.2f}x (min {min(values):.2f}x)")
+        if values:
+            geomean = math.exp(sum(map(math.log, values)) / len(values))
+            print(f"geomean {names[label]}: {geomean:.2f}x (min {min(values):.2f}x, {len(values)} models)")
 
 
 if __name__ == "__main__":

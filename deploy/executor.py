@@ -6,13 +6,15 @@ generated kernel (a fused pointwise model) skips the slots altogether: inputs in
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable, Optional
 
 import torch
 
-from jit2triton.errors import InputError, Jit2TritonError, StepError
+from jit2triton.errors import CorruptPackageError, InputError, Jit2TritonError, StepError
 
 from .cuda_graph import RegionGraphs
+from .policy import MAX_ARENA_BYTES
 from .resolve import resolve_op
 from .sizes import is_dynamic, shape_function
 
@@ -39,6 +41,14 @@ class Executor:
         # Dynamic dims: read from the inputs once per call, into the slot after the plan's own (kernels take them)
         self.dim_sources = [(name, position, axis) for name, position, axis in plan.get("dims", ())]
         self.sizes_slot = self.num_slots
+        # The arena (transpiler/plan_arena.py): planned kernel outputs as fixed views into one buffer, made once
+        # per thread (concurrent calls never share one) and found by kernel steps in the slot after the dims'.
+        # CPU plans only (as planned). Off while observed: an observer keeps the values it is shown, which the
+        # next call would overwrite.
+        self.arena_slot = self.num_slots + 1
+        self.arena_bytes = _arena_bytes(plan) if observe is None and device.type == "cpu" else 0
+        self.arena_views: list[tuple[int, tuple, tuple, torch.dtype]] = []  # (offset, shape, strides, dtype)
+        self.arena_local = threading.local()
         self.steps = self.compile_block(plan["steps"])
         self.output_getters = [self.getter(r) for r in plan["outputs"]]
         self.single_kernel = self.compile_single_kernel(plan)
@@ -46,9 +56,11 @@ class Executor:
     def __call__(self, inputs: list) -> list:
         if self.single_kernel is not None:
             return self.single_kernel(inputs)
-        env: list = [None] * (self.num_slots + 1)
+        env: list = [None] * (self.num_slots + 2)
         for slot, value in zip(self.input_slots, inputs):
             env[slot] = value
+        if self.arena_bytes:
+            env[self.arena_slot] = getattr(self.arena_local, "views", None) or self.make_arena()
         if self.dim_sources:
             env[self.sizes_slot] = self.sizes_of(inputs)
         self.run_steps(self.steps, env)
@@ -205,6 +217,49 @@ class Executor:
             return lambda sizes: [empty(shape, strides, dtype=dtype, device=device)]
         return lambda sizes: [empty(shape, strides, dtype=dtype, device=device) for shape, strides, dtype in fixed]
 
+    def arena_outputs(self, step: dict, allocate: Callable[[Optional[dict]], list]
+                      ) -> Optional[Callable[[list, Optional[dict]], list]]:
+        """`(env, sizes) -> outputs` for a kernel step with outputs planned into the arena; None for one without."""
+        offsets = step.get("arena")
+        if not self.arena_bytes or offsets is None:
+            return None
+        if not isinstance(offsets, list) or len(offsets) != len(step["out_types"]):
+            _bad_arena()
+        indices = []
+        for offset, (shape, dtype, strides) in zip(offsets, step["out_types"]):
+            if offset is None:
+                indices.append(None)
+                continue
+            if (type(offset) is not int or offset < 0 or offset % 64 or len(shape) != len(strides)
+                    or not all(type(n) is int and n >= 0 for n in (*shape, *strides))):
+                _bad_arena()
+            dtype = getattr(torch, dtype)
+            span = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if all(shape) else 0
+            if offset + span * dtype.itemsize > self.arena_bytes:
+                _bad_arena()
+            indices.append(len(self.arena_views))
+            self.arena_views.append((offset, tuple(shape), tuple(strides), dtype))
+        slot = self.arena_slot
+        if all(i is not None for i in indices):
+            return lambda env, sizes: [env[slot][i] for i in indices]
+
+        def some_in_arena(env: list, sizes: Optional[dict]) -> list:
+            views = env[slot]
+            return [fresh if i is None else views[i] for i, fresh in zip(indices, allocate(sizes))]
+        return some_in_arena
+
+    def make_arena(self) -> list[torch.Tensor]:
+        """This thread's arena: one buffer, every planned output a view into it, made on its first call."""
+        buffer = torch.empty(self.arena_bytes, dtype=torch.uint8, device=self.device)
+        typed: dict[torch.dtype, torch.Tensor] = {}
+        views = []
+        for offset, shape, strides, dtype in self.arena_views:
+            if dtype not in typed:
+                typed[dtype] = buffer.view(dtype)
+            views.append(typed[dtype].as_strided(shape, strides, offset // dtype.itemsize))
+        self.arena_local.views = views
+        return views
+
     def relayout(self, step: dict) -> Optional[Callable[[list, Optional[dict]], list]]:
         """The check that each input ATen made has the shape the kernel was generated for (else an error: a
         scalar input changed it) and exactly the layout it indexes with (copied into that layout when not), at
@@ -238,6 +293,7 @@ class Executor:
         launch = self.kernel_launcher(step)
         getters = [self.getter(r) for r in step["args"]]
         allocate = self.output_allocator(step)
+        in_arena = self.arena_outputs(step, allocate)
         relayout = self.relayout(step)
         names = step.get("sizes", ())
         outs, free, sizes_slot = step["outs"], step.get("free", ()), self.sizes_slot
@@ -245,7 +301,7 @@ class Executor:
 
         def kernel(env: list) -> None:
             sizes = env[sizes_slot]
-            outputs = allocate(sizes)
+            outputs = allocate(sizes) if in_arena is None else in_arena(env, sizes)
             inputs = [get(env) for get in getters]
             if relayout:
                 inputs = relayout(inputs, sizes)
@@ -324,6 +380,20 @@ class Executor:
 
     def compile_subblock(self, block: dict) -> tuple[list[tuple[Step, int]], list[Callable]]:
         return self.compile_block(block["steps"]), [self.getter(r) for r in block["outputs"]]
+
+
+def _arena_bytes(plan: dict) -> int:
+    arena = plan.get("arena")
+    if arena is None:
+        return 0
+    size = arena.get("bytes") if isinstance(arena, dict) else None
+    if type(size) is not int or not 0 <= size <= MAX_ARENA_BYTES or size % 64:
+        _bad_arena()
+    return size
+
+
+def _bad_arena() -> None:
+    raise CorruptPackageError("the package's plan is damaged (its arena); re-run `jit2triton convert`")
 
 
 def _dynamic_kernel(step: dict) -> bool:

@@ -22,6 +22,7 @@ SIGNED_PREFIX = "jit2triton package signature v1\n"  # what a signature signs, b
 REQUIRED_MEMBERS = ("manifest.json", "weights.bin", "checksums.json")
 
 # --- runtime policy ------------------------------------------------------------------------------------------------
+MAX_ARENA_BYTES = 1 << 40  # a plan's arena larger than this is refused as damaged (1 TiB)
 MAX_SLOTS = 1 << 24  # a plan naming more value slots is refused as damaged (no model comes near)
 MAX_GRAPHS = 8  # CUDA graphs kept per plan or region (distinct shapes or scalar inputs); beyond, step by step
 MAX_SEEN = 4096  # keys remembered as seen once (a key's second sighting captures); bounded so they cannot pile up
@@ -102,6 +103,7 @@ def cpp_header() -> str:
         f"constexpr const char* kSignedPrefix = {_cpp_string(SIGNED_PREFIX)};",
         "constexpr const char* kRequiredMembers[] = {" + ", ".join(map(_cpp_string, REQUIRED_MEMBERS)) + "};",
         f"constexpr int64_t kMaxSlots = {MAX_SLOTS};",
+        f"constexpr int64_t kMaxArenaBytes = {MAX_ARENA_BYTES};",
         f"constexpr size_t kMaxGraphs = {MAX_GRAPHS};",
         f"constexpr size_t kMaxSeen = {MAX_SEEN};",
         f"constexpr int kReplayLaunches = {REPLAY_LAUNCHES};",

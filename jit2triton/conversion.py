@@ -196,7 +196,7 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
             failure = f"generating kernels failed ({type(err).__name__}: {err}); every op runs through ATen"
             say(failure)
             plan_graph, kernels, files, backend_section, backend = graph, [], {}, {}, "aten"
-    sched = pipeline.plan(plan_graph)
+    sched = pipeline.plan(plan_graph, target)
     manifest = {
         "producer": {"jit2triton": __version__, "torch": torch.__version__, "triton": _triton_version(),
                      "python": platform.python_version()},

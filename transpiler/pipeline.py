@@ -1,6 +1,7 @@
 """The conversion pipeline, in order: every pass the transpiler runs, each a function `(graph, context) -> graph`.
 
     TorchScript graph ─▶ from_torchscript ─▶ PREPARE ─▶ (REWRITES, when kernels are generated) ─▶ fuse ─▶ build_plan
+                                                                                                      ─▶ plan_arena (CPU)
 
 PREPARE types every value (by running the plan once on the example inputs); REWRITES reshape the graph for fusion
 and must each leave a graph that still runs through ATen alone (the plan before fusion is verification's
@@ -27,6 +28,7 @@ from .infer_unobserved import infer_unobserved
 from .ir import Graph
 from .place_on_device import place_on_device
 from .build_plan import Plan, build_plan
+from .plan_arena import plan_arena
 from .split_conv_bias import split_conv_bias
 from .unpack_splits import unpack_splits
 
@@ -106,5 +108,9 @@ def lower(graph: Graph, ctx: Context) -> Graph:
     return fuse(graph, ctx.device.type, ctx.refused, ctx.kernel_dims)
 
 
-def plan(graph: Graph) -> Plan:
-    return build_plan(graph)
+def plan(graph: Graph, device: Optional[torch.device] = None) -> Plan:
+    """The plan the runtimes run; for a CPU target, with its kernels' intermediate outputs in one arena."""
+    sched = build_plan(graph)
+    if device is not None and device.type == "cpu":
+        plan_arena(sched.plan, sched.nodes)
+    return sched

@@ -365,6 +365,43 @@ class Builder {
     return nullptr;
   }
 
+  // A kernel step's outputs planned into the arena: the index of each one's view (-1: allocated per call), each
+  // checked to lie inside the arena, registered with the plan. Only on the CPU, where plan_arena plans them.
+  std::vector<int64_t> arena_indices(const Value& s, size_t num_outputs) {
+    std::vector<int64_t> indices(num_outputs, -1);
+    const Value* offsets = s.find("arena");
+    if (!offsets || plan_.arena_bytes_ == 0) return indices;
+    const Value& types = s.at("out_types");
+    if (offsets->kind != Value::Kind::Array || offsets->size() != num_outputs || types.size() != num_outputs)
+      bad_plan("its arena");
+    for (size_t i = 0; i < num_outputs; ++i) {
+      const Value& offset = (*offsets)[i];
+      if (offset.is_null()) continue;
+      if (offset.kind != Value::Kind::Int || offset.integer < 0 || offset.integer % 64) bad_plan("its arena");
+      Plan::ArenaView view{offset.integer, {}, {}, parse_dtype(types[i][1].as_string())};
+      for (size_t k : {0, 2})
+        for (const auto& n : types[i][k].items) {
+          if (n.kind != Value::Kind::Int || n.integer < 0) bad_plan("its arena");
+          (k == 0 ? view.shape : view.strides).push_back(n.integer);
+        }
+      if (view.shape.size() != view.strides.size() || offset.integer > plan_.arena_bytes_) bad_plan("its arena");
+      // the elements it spans, 1 + sum((n - 1) * stride), kept at most the arena's size so nothing overflows
+      int64_t span = 1, limit = plan_.arena_bytes_;
+      bool empty = false;
+      for (size_t k = 0; k < view.shape.size(); ++k) {
+        empty |= view.shape[k] == 0;
+        if (view.shape[k] > 1 && view.strides[k] > 0) {
+          if (view.shape[k] - 1 > (limit - span) / view.strides[k]) bad_plan("its arena");
+          span += (view.shape[k] - 1) * view.strides[k];
+        }
+      }
+      if (!empty && offset.integer + span * int64_t(c10::elementSize(view.dtype)) > limit) bad_plan("its arena");
+      indices[i] = int64_t(plan_.arena_views_.size());
+      plan_.arena_views_.push_back(std::move(view));
+    }
+    return indices;
+  }
+
   std::function<void(Env&)> kernel(const Value& s) {
     const std::string& name = s.at("kernel").as_string();
     auto found = plan_.kernels_.find(name);
@@ -407,8 +444,11 @@ class Builder {
           dynamic |= c.shape.dynamic || c.strides.dynamic;
           checked.push_back(std::move(c));
         }
-    int sizes_slot = plan_.num_slots_;
-    return [launch, args, outs, free, specs, checked, dynamic, size_args, sizes_slot](Env& env) {
+    int sizes_slot = plan_.num_slots_, arena_slot = plan_.num_slots_ + 1;
+    std::vector<int64_t> in_arena = arena_indices(s, specs.size());  // per output: its arena view, or -1
+    if (std::all_of(in_arena.begin(), in_arena.end(), [](int64_t i) { return i < 0; })) in_arena.clear();
+    return [launch, args, outs, free, specs, checked, dynamic, size_args, sizes_slot, arena_slot,
+            in_arena](Env& env) {
       // the call's dynamic dims (a static kernel reads none)
       std::vector<int64_t> call_dims;
       if (dynamic) {
@@ -419,8 +459,13 @@ class Builder {
       std::vector<int64_t> scratch_shape, scratch_strides;  // used only by shapes over the dims
       std::vector<at::Tensor> outputs, inputs;
       outputs.reserve(specs.size());
-      for (const auto& spec : specs)
-        outputs.push_back(at::empty_strided(spec.shape.at(d, scratch_shape), spec.strides.at(d, scratch_strides), spec.options));
+      for (size_t i = 0; i < specs.size(); ++i) {
+        const auto& spec = specs[i];
+        if (!in_arena.empty() && in_arena[i] >= 0)
+          outputs.push_back(env[arena_slot].toTensorList().get(in_arena[i]));
+        else
+          outputs.push_back(at::empty_strided(spec.shape.at(d, scratch_shape), spec.strides.at(d, scratch_strides), spec.options));
+      }
       inputs.reserve(args.size());
       for (const auto& a : args) inputs.push_back(a.get(env).toTensor());
       for (const auto& c : checked) {
@@ -485,7 +530,7 @@ class Builder {
       int num_slots = plan_.num_slots_;
       graphs = make_region_graphs(
           [plan, steps, ins, outs, num_slots, dims](const std::vector<IValue>& inputs) {
-            Env env(num_slots + 1);  // a scratch env: capture must not leave static buffers in the caller's slots
+            Env env(num_slots + 2);  // a scratch env: capture must not leave static buffers in the caller's slots
             for (size_t i = 0; i < ins.size(); ++i) env[ins[i]] = inputs[i];
             if (dims) {
               std::vector<int64_t> sizes;
@@ -634,6 +679,13 @@ Plan::Plan(Package pkg, const LoadOptions& options)
   const Value* graph = manifest.find("cuda_graph");
   bool whole_graph = options.cuda_graphs && device.is_cuda() && graph && graph->as_bool();
   region_graphs_ = options.cuda_graphs && device.is_cuda() && !whole_graph;
+  if (const Value* arena = plan.find("arena"); arena && device.is_cpu()) {
+    const Value* bytes = arena->kind == Value::Kind::Object ? arena->find("bytes") : nullptr;
+    if (!bytes || bytes->kind != Value::Kind::Int || bytes->integer < 0 || bytes->integer > policy::kMaxArenaBytes ||
+        bytes->integer % 64)
+      bad_plan("its arena");
+    arena_bytes_ = bytes->integer;
+  }
   Builder builder(*this);
   steps_ = builder.block(plan.at("steps"));
   for (const auto& r : plan.at("outputs").items) {
@@ -671,8 +723,43 @@ IValue Plan::call(std::vector<IValue> inputs) const {
   return run(std::move(inputs));
 }
 
+c10::List<at::Tensor> Plan::take_arena() const {
+  {
+    std::lock_guard<std::mutex> lock(arena_mutex_);
+    if (!spare_arenas_.empty()) {
+      c10::List<at::Tensor> arena = std::move(spare_arenas_.back());
+      spare_arenas_.pop_back();
+      return arena;
+    }
+  }
+  at::Tensor buffer = at::empty({arena_bytes_}, at::TensorOptions().dtype(at::kByte).device(device));
+  std::map<at::ScalarType, at::Tensor> typed;
+  c10::List<at::Tensor> views;
+  views.reserve(arena_views_.size());
+  for (const auto& v : arena_views_) {
+    auto it = typed.find(v.dtype);
+    if (it == typed.end()) it = typed.emplace(v.dtype, buffer.view(v.dtype)).first;
+    views.push_back(it->second.as_strided(v.shape, v.strides, v.offset / int64_t(c10::elementSize(v.dtype))));
+  }
+  return views;
+}
+
+void Plan::give_back_arena(c10::List<at::Tensor> arena) const {
+  std::lock_guard<std::mutex> lock(arena_mutex_);
+  spare_arenas_.push_back(std::move(arena));
+}
+
 IValue Plan::run(std::vector<IValue> inputs) const {
-  Env env(num_slots_ + 1);
+  Env env(num_slots_ + 2);
+  // this call's arena, given back when it returns or throws (its views never leave the call)
+  struct Borrowed {
+    const Plan* plan;
+    c10::List<at::Tensor> arena;
+    ~Borrowed() {
+      if (plan) plan->give_back_arena(std::move(arena));
+    }
+  } borrowed{arena_bytes_ > 0 ? this : nullptr, arena_bytes_ > 0 ? take_arena() : c10::List<at::Tensor>()};
+  if (borrowed.plan) env[num_slots_ + 1] = IValue(borrowed.arena);
   if (!dim_sources_.empty()) {  // before the inputs move into their slots
     std::vector<int64_t> dims;
     for (const auto& [position, axis] : dim_sources_) dims.push_back(inputs.at(position).toTensor().size(axis));

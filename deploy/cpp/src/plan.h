@@ -2,6 +2,7 @@
 // does in Python: a call copies its inputs into slots, runs the steps, reads the outputs.
 #pragma once
 
+#include <ATen/core/List.h>
 #include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
 
@@ -9,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -115,6 +117,20 @@ class Plan {
   size_t required_ = 0;
   std::shared_ptr<GraphRunner> graph_;
   bool region_graphs_ = false;  // run `graph` steps as CUDA graphs (else as their steps)
+  // The arena (transpiler/plan_arena.py): planned kernel outputs as fixed views into one buffer. A call takes a
+  // made arena from the spares (or makes one) and gives it back when done, so concurrent calls never share one;
+  // kernel steps find its views in the env's slot after the dims'.
+  struct ArenaView {
+    int64_t offset;  // bytes
+    std::vector<int64_t> shape, strides;
+    at::ScalarType dtype;
+  };
+  int64_t arena_bytes_ = 0;
+  std::vector<ArenaView> arena_views_;
+  mutable std::mutex arena_mutex_;
+  mutable std::vector<c10::List<at::Tensor>> spare_arenas_;
+  c10::List<at::Tensor> take_arena() const;
+  void give_back_arena(c10::List<at::Tensor> arena) const;
 
   void run_steps(const std::vector<Step>& steps, Env& env) const;
   void build_input_checks();  // signature.cpp

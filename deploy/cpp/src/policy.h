@@ -15,6 +15,7 @@ constexpr const char* kSignatureMember = "signature.ed25519";
 constexpr const char* kSignedPrefix = "jit2triton package signature v1\n";
 constexpr const char* kRequiredMembers[] = {"manifest.json", "weights.bin", "checksums.json"};
 constexpr int64_t kMaxSlots = 16777216;
+constexpr int64_t kMaxArenaBytes = 1099511627776;
 constexpr size_t kMaxGraphs = 8;
 constexpr size_t kMaxSeen = 4096;
 constexpr int kReplayLaunches = 3;
