@@ -336,8 +336,11 @@ class _Fuser:
         value = self.split_nested_reductions(value, box, logical, out)
         name = f"buf{v.id}"
         inputs = sorted(K.loads_in(value), key=lambda b: self.buffers[b].id)
+        # The CPU only for now: on CUDA, the observed orders moved a small ConvNeXt's fp32 outputs by 1.2e-4 against
+        # TorchScript (tests/test_real_models.py on the H100), not yet understood.
+        observed = _observed_order(v, box) if self.device_type == "cpu" else None
         order = (list(range(len(box.shape))) if v.id in self.gemm_only else
-                 _observed_order(v, box) or self.memory_order_for(box, inputs))
+                 observed or self.memory_order_for(box, inputs))
         strides = strides_in_order(box.shape, order)
         kernel = K.Kernel(
             name=f"k{next(self.kernel_names)}_{_short_name(box.nodes)}",

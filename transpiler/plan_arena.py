@@ -19,7 +19,6 @@ The plan records `plan["arena"] = {"bytes": n}` and on each kernel step `"arena"
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterator, Optional
 
 import torch
@@ -31,18 +30,11 @@ ALIGN = 64  # bytes: a cache line, and more than any dtype's alignment
 Key = tuple[int, int]  # (defining step's position, output index): one value, whatever slot it lives in
 
 
-@dataclass
-class _Candidate:
-    step: int
-    output: int
-    nbytes: int
-
-
 def plan_arena(plan: dict, nodes: list[Node]) -> None:
     """Annotate a CPU plan in place (see the module docstring); a plan with nothing to place is left unchanged."""
     steps = plan["steps"]
     families = _Families()
-    candidates: dict[Key, _Candidate] = {}
+    candidates: dict[Key, int] = {}  # kernel outputs of static shape -> their bytes
     last_read: dict[Key, int] = {}
     escaped: set[Key] = set()
     in_slot: dict[int, Key] = {}
@@ -65,18 +57,18 @@ def plan_arena(plan: dict, nodes: list[Node]) -> None:
             for j, (shape, dtype, strides) in enumerate(step["out_types"]):
                 nbytes = _static_bytes(shape, strides, dtype)
                 if nbytes:
-                    candidates[(position, j)] = _Candidate(position, j, nbytes)
+                    candidates[(position, j)] = nbytes
     escaped.update(in_slot[r[1]] for r in plan["outputs"] if r[0] == "s" and r[1] in in_slot)
     escaped_families = {families.find(k) for k in escaped}
     family_end: dict[Key, int] = {}
     for key, at in last_read.items():
         root = families.find(key)
         family_end[root] = max(family_end.get(root, -1), at)
-    lives = {key: (c.step, family_end.get(families.find(key), c.step)) for key, c in candidates.items()
+    lives = {key: (key[0], family_end.get(families.find(key), key[0])) for key in candidates
              if families.find(key) not in escaped_families}
     if not lives:
         return
-    offsets, total = _pack({key: candidates[key].nbytes for key in lives}, lives)
+    offsets, total = _pack({key: candidates[key] for key in lives}, lives)
     plan["arena"] = {"bytes": total}
     for (position, j), offset in offsets.items():
         step = steps[position]
