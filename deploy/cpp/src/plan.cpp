@@ -10,6 +10,7 @@
 #include <torch/csrc/jit/runtime/operator.h>
 #include <torch/version.h>
 
+#include <optional>
 #include <set>
 
 // The torch this runtime was built against, as messages name it (the Python extension passes torch.__version__).
@@ -754,12 +755,12 @@ IValue Plan::run(std::vector<IValue> inputs) const {
   // this call's arena, given back when it returns or throws (its views never leave the call)
   struct Borrowed {
     const Plan* plan;
-    c10::List<at::Tensor> arena;
+    std::optional<c10::List<at::Tensor>> arena;  // none for a plan without one: nothing allocated per call
     ~Borrowed() {
-      if (plan) plan->give_back_arena(std::move(arena));
+      if (arena) plan->give_back_arena(std::move(*arena));
     }
-  } borrowed{arena_bytes_ > 0 ? this : nullptr, arena_bytes_ > 0 ? take_arena() : c10::List<at::Tensor>()};
-  if (borrowed.plan) env[num_slots_ + 1] = IValue(borrowed.arena);
+  } borrowed{this, arena_bytes_ > 0 ? std::optional<c10::List<at::Tensor>>(take_arena()) : std::nullopt};
+  if (borrowed.arena) env[num_slots_ + 1] = IValue(*borrowed.arena);
   if (!dim_sources_.empty()) {  // before the inputs move into their slots
     std::vector<int64_t> dims;
     for (const auto& [position, axis] : dim_sources_) dims.push_back(inputs.at(position).toTensor().size(axis));
