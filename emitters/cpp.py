@@ -274,28 +274,43 @@ class _KernelWriter(KernelWriter):
             converted = {"float16": f"j2t_f2h({code})", "bfloat16": f"j2t_f2bf({code})"}.get(out.dtype, code)
             sweep.lines.append(f"{sweep.indent}out_{out.name}[{index}] = {converted};")
         work = nest.outer_size * at_least_one(nest.inner_size) * (1 + sum(reduction_size(r) for r in nest.reductions))
-        parallel_rows = K.hint(nest.outer_size) >= 16 or not nest.inner
         lines = head + root.lines
-        pragma = f"if({size_code(work)} > {PARALLEL_WORK}) num_threads(num_threads)"
-        if parallel_rows:
-            lines.append(f"  #pragma omp parallel for {pragma}")
+        if isinstance(work, int):  # decided here: even `parallel if(false)` enters libgomp, ~0.4 us a region
+            lines += self.loops(sweep, row, "num_threads(num_threads)" if work > PARALLEL_WORK else None)
+        else:  # a dynamic kernel decides per call, on one branch or the other
+            lines.append(f"  if ({size_code(work)} > {PARALLEL_WORK}) {{")
+            lines += ["  " + line for line in self.loops(sweep, row, "num_threads(num_threads)")]
+            lines.append("  } else {")
+            lines += ["  " + line for line in self.loops(sweep, row, None)]
+            lines.append("  }")
+        lines.append("  return j2t_status;")
+        lines.append("}")
+        return "\n".join(lines)
+
+    def loops(self, sweep: Scope, row: Scope, parallel: Optional[str]) -> list[str]:
+        """The row loop and the sweep inside it; `parallel` (an OpenMP clause) splits rows, or the outermost inner
+        loop when rows are few, across threads, and None keeps it all on the calling thread."""
+        nest = self.nest
+        parallel_rows = K.hint(nest.outer_size) >= 16 or not nest.inner
+        lines = []
+        if parallel and parallel_rows:
+            lines.append(f"  #pragma omp parallel for {parallel}")
         lines.append(f"  for (int64_t row = 0; row < {size_code(nest.outer_size)}; ++row) {{")
         lines += [f"    const int64_t {name} = {code};" for name, code in unravel("row", nest.outer, "/")]
         lines += row.lines
         for depth, v in enumerate(nest.inner):
             ind = "    " + "  " * depth
+            threads = parallel and not parallel_rows and depth == 0
             if depth == len(nest.inner) - 1:
-                lines.append(f"{ind}#pragma omp simd" if parallel_rows or depth else f"{ind}#pragma omp parallel for simd {pragma}")
-            elif depth == 0 and not parallel_rows:
-                lines.append(f"{ind}#pragma omp parallel for {pragma}")
+                lines.append(f"{ind}#pragma omp parallel for simd {parallel}" if threads else f"{ind}#pragma omp simd")
+            elif threads:
+                lines.append(f"{ind}#pragma omp parallel for {parallel}")
             lines.append(f"{ind}for (int64_t {v.arg[0]} = 0; {v.arg[0]} < {size_code(v.arg[1])}; ++{v.arg[0]}) {{")
         lines += sweep.lines
         for depth in reversed(range(len(nest.inner))):
             lines.append("    " + "  " * depth + "}")
         lines.append("  }")
-        lines.append("  return j2t_status;")
-        lines.append("}")
-        return "\n".join(lines)
+        return lines
 
 
 def _reduction_init(op: str, dtype: str) -> str:

@@ -1,13 +1,14 @@
 """The conversion pipeline, in order: every pass the transpiler runs, each a function `(graph, context) -> graph`.
 
-    TorchScript graph ─▶ from_torchscript ─▶ PREPARE ─▶ (REWRITES, when kernels are generated) ─▶ fuse ─▶ build_plan
-                                                                                                      ─▶ plan_arena (CPU)
+    TorchScript graph ─▶ from_torchscript ─▶ PREPARE ─▶ (REWRITES, when kernels are generated) ─▶ fuse
+                      ─▶ merge_kernels ─▶ build_plan ─▶ plan_arena (CPU)
 
 PREPARE types every value (by running the plan once on the example inputs); REWRITES reshape the graph for fusion
 and must each leave a graph that still runs through ATen alone (the plan before fusion is verification's
-reference). `fuse` lowers and fuses what it can into kernels; `build_plan` turns the result into the plan the
-runtimes run. The face (`jit2triton/conversion.py`) supplies the one thing the transpiler cannot: an interpreter
-to run a plan with (`Context.run_plan`, the runtime's executor), so no stage imports a later one.
+reference). `fuse` lowers and fuses what it can into kernels, `merge_kernels` joins sibling kernels, and
+`build_plan` turns the result into the plan the runtimes run. The face (`jit2triton/conversion.py`) supplies the
+one thing the transpiler cannot: an interpreter to run a plan with (`Context.run_plan`, the runtime's executor),
+so no stage imports a later one.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from .fuse_attention import fuse_attention
 from .infer_shapes import ShapeRecorder
 from .infer_unobserved import infer_unobserved
 from .ir import Graph
+from .merge_kernels import merge_kernels
 from .place_on_device import place_on_device
 from .build_plan import Plan, build_plan
 from .plan_arena import plan_arena
@@ -104,8 +106,9 @@ def prepare(graph: Graph, ctx: Context, generate_kernels: bool) -> Graph:
 
 
 def lower(graph: Graph, ctx: Context) -> Graph:
-    """A copy of the prepared graph with its lowerable nodes fused into kernels (`ctx.refused` stay ATen)."""
-    return fuse(graph, ctx.device.type, ctx.refused, ctx.kernel_dims)
+    """A copy of the prepared graph with its lowerable nodes fused into kernels (`ctx.refused` stay ATen), and
+    sibling kernels over one iteration space merged into one."""
+    return merge_kernels(fuse(graph, ctx.device.type, ctx.refused, ctx.kernel_dims))
 
 
 def plan(graph: Graph, device: Optional[torch.device] = None) -> Plan:
