@@ -2,10 +2,12 @@
 default way (the C++ runtime) and with the Python runtime, in one process, on the same inputs; median of interleaved
 calls after warm-up. Prints a table and the geometric means of the speed-ups over torch.jit.
 
-    python benchmarks/zoo_cpu.py [--set zoo|real|all] [--calls 200] [--only NAME,NAME] [--compile]
+    python benchmarks/zoo_cpu.py [--set zoo|real|all] [--calls 200] [--only NAME,NAME] [--compile] [--profile N]
 
 `--compile` adds eager and torch.compile columns for the rows whose Python module exists (the real set: the zoo's
 models are TorchScript only, as a user holding only a .pt has them, so neither eager nor torch.compile can run them).
+`--profile N` then shows where the time goes in the N rows least ahead of torch.jit: each plan step timed, by the
+TorchScript source lines it covers (as `jit2triton bench --profile`).
 
 `real`: transformers BERT, GPT-2, ViT and ConvNeXt at mid-size configs with random weights (no downloads; sizes
 below), and tests/real_models.py's conv-net, mixer, dense-block and detection-head patterns.
@@ -97,6 +99,7 @@ def main() -> None:
     parser.add_argument("--only", default="")
     parser.add_argument("--set", choices=["zoo", "real", "all"], default="zoo")
     parser.add_argument("--compile", action="store_true", help="eager and torch.compile too, where there is a module")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="profile the N rows least ahead")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     only = set(filter(None, args.only.split(",")))
@@ -106,12 +109,13 @@ def main() -> None:
     print(f"{'model':36s} " + " ".join(f"{label:>13s}" for label in labels) +
           f" {'jit/default':>12s} {'jit/python':>11s}" + (f" {'compile/default':>16s}" if args.compile else ""))
     ratios = {"default": [], "python": [], "compile": []}
+    profiles = []  # (torch.jit / default, name, package, inputs)
     rows = {"zoo": [_zoo], "real": [_real], "all": [_zoo, _real]}[args.set]
     for name, model, example, call in (row for source in rows for row in source()):
         if only and name not in only:
             continue
         torch.manual_seed(0)
-        path = os.path.join(folder, "model.j2t")
+        path = os.path.join(folder, f"model{len(ratios['default'])}.j2t")
         jit2triton.convert(model, example_inputs=example).save(path)
         paths = {"torch.jit": model, "default": jit2triton.load(path),
                  "python": jit2triton.load(path, runtime="python")}
@@ -131,6 +135,7 @@ def main() -> None:
         ms = {label: statistics.median(t) * 1e3 for label, t in times.items()}
         for label in ("default", "python"):
             ratios[label].append(ms["torch.jit"] / ms[label])
+        profiles.append((ms["torch.jit"] / ms["default"], name, path, call))
         line = f"{name:36s} " + " ".join(f"{ms[label]:13.4f}" if label in ms else f"{'-':>13s}" for label in labels)
         line += f" {ms['torch.jit'] / ms['default']:11.2f}x {ms['torch.jit'] / ms['python']:10.2f}x"
         if "torch.compile" in ms:
@@ -142,6 +147,22 @@ def main() -> None:
         if values:
             geomean = math.exp(sum(map(math.log, values)) / len(values))
             print(f"geomean {names[label]}: {geomean:.2f}x (min {min(values):.2f}x, {len(values)} models)")
+    for ratio, name, path, call in sorted(profiles, key=lambda row: row[0])[:args.profile]:
+        print(f"\n{name} ({ratio:.2f}x torch.jit): time per plan step over {args.calls} calls (Python runtime)")
+        for line in _profile(path, call, args.calls):
+            print(line)
+
+
+def _profile(path: str, inputs: tuple, calls: int) -> list[str]:
+    from jit2triton.bench import StepProfiler, format_profile, profile_rows
+    module = jit2triton.load(path, runtime="python")
+    profiler = StepProfiler(cuda=False)
+    with torch.no_grad():
+        module(*inputs)  # a warm call outside the profile
+        module._runtime.executor.step_timer = profiler
+        for _ in range(calls):
+            module(*inputs)
+    return format_profile(profile_rows(profiler, module.manifest["nodes"], module.manifest["kernels"], calls))
 
 
 if __name__ == "__main__":

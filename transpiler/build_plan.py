@@ -44,7 +44,7 @@ def build_plan(graph: Graph) -> Plan:
     dims = _dim_sources(graph)
     if dims:
         plan["dims"] = dims
-    return Plan(plan, builder.node_table, builder.nodes, graph.weights)
+    return Plan(plan, builder.node_table, builder.nodes, _read_weights(graph))
 
 
 def _dim_sources(graph: Graph) -> list[list]:
@@ -56,6 +56,17 @@ def _dim_sources(graph: Graph) -> list[list]:
             if isinstance(d, SymSize) and len(d.terms) == 1 and d.terms[0][0] == 1 and len(d.terms[0][1]) == 1:
                 found.setdefault(d.terms[0][1][0], [d.terms[0][1][0], position, axis])
     return sorted(found.values())
+
+
+def _read_weights(graph: Graph) -> dict[str, torch.Tensor]:
+    """The weights the plan reads: one that a rewrite replaced (stored transposed for a oneDNN GEMM) or whose
+    readers all fused away is not packaged."""
+    read = {v.id for node in graph.walk() for v in node.inputs}
+    read.update(v.id for node in graph.walk() for b in node.blocks for v in b.outputs)
+    read.update(v.id for v in graph.outputs)
+    used = {name for node in graph.walk() if node.op == "prim::Constant" and node.output.id in read
+            for name in ([node.attrs["weight"]] if "weight" in node.attrs else node.attrs.get("weights", ()))}
+    return {name: w for name, w in graph.weights.items() if name in used}
 
 
 def _literals(graph: Graph) -> dict[int, list]:
@@ -109,6 +120,8 @@ class _PlanBuilder:
         }
         if "not_lowered" in node.attrs:
             entry["why"] = node.attrs["not_lowered"]
+        if "from_ops" in node.attrs:
+            entry["from_ops"] = node.attrs["from_ops"]  # the TorchScript nodes a rewrite made it from
         if node.attrs.get("synthetic"):
             entry["synthetic"] = True  # made by jit2triton, not a TorchScript node: the report does not count it
         self.node_table.append(entry)

@@ -101,7 +101,7 @@ _SIZE_LISTS = {"aten::view": (1,), "aten::reshape": (1,), "aten::expand": (1,), 
 # An extern GEMM's operand whose rows it reads (input position): it wants them dense, row-major. A kernel that kept
 # an input's permuted memory order (ConvNeXt's LayerNorm and GELU between its pointwise linears) made linear run
 # 1.4-1.7x slower on the CPU than on the row-major tensor ATen's own ops would have given it.
-GEMM_ROWS = {"aten::linear": 0, "aten::matmul": 0, "aten::mm": 0, "aten::bmm": 0, "aten::addmm": 1}
+GEMM_ROWS = {"aten::linear": 0, "mkldnn::_linear_pointwise": 0, "aten::matmul": 0, "aten::mm": 0, "aten::bmm": 0, "aten::addmm": 1}
 
 
 def _read_only_as_gemm_rows(graph: Graph) -> set[int]:

@@ -28,7 +28,7 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
             ops = [f["op"] for f in fused] or [f"{f['op']} (added by jit2triton)" for f in entry["fused"]]
             kernels.append({"name": entry["kernel"], "nodes": len(fused), "ops": ops})
         elif category in (HOST, EXTERN, ALIAS):
-            counts[category] += 1
+            counts[category] += len(entry.get("from_ops", [None]))  # a linear with its activation: two nodes
         else:
             counts["fallback"] += 1
             fallback_ops[entry["op"]] += 1
@@ -62,7 +62,8 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
         lines.append("fallback ops:")
         for op, count in summary["fallback_ops"].items():
             lines.append(f"  {count:5d}  {op}  ({summary['fallback_reasons'][op]})")
-    externs = Counter(e["op"] for e in node_table if e["category"] == EXTERN)
+    externs = Counter(e["op"] + (f" ({'+'.join(e['from_ops'])})" if "from_ops" in e else "")
+                      for e in node_table if e["category"] == EXTERN)
     if externs:
         lines.append("extern ops: " + ", ".join(f"{op} x{n}" for op, n in externs.most_common()))
     if summary.get("generation_failed"):
