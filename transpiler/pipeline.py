@@ -31,6 +31,7 @@ from .merge_kernels import merge_kernels
 from .onednn_linear import onednn_linear
 from .place_on_device import place_on_device
 from .build_plan import Plan, build_plan
+from .channels_last import channels_last
 from .plan_arena import plan_arena
 from .split_conv_bias import split_conv_bias
 from .unpack_splits import unpack_splits
@@ -95,6 +96,7 @@ REWRITES: list[tuple[str, Pass]] = [
     ("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type)),  # on CUDA the bias fuses after the conv
     ("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes)),  # CPU: where oneDNN is faster
     ("check_indices", lambda g, c: check_indices(g)),  # generated gathers clamp: a bad index must still raise
+    ("channels_last", channels_last),  # CPU conv nets: channels-last activations, where timing says faster
     ("observe", observe),  # the rewrites made new values (a fused attention's output has its own strides)
     ("infer_unobserved", lambda g, c: infer_unobserved(g)),  # branches the example inputs did not take
 ]

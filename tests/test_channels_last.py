@@ -1,0 +1,108 @@
+"""CPU conv nets run on channels-last activations where that is faster (transpiler/channels_last.py): the image
+inputs are converted once, convolution weights stored channels-last, and every returned tensor comes back in the
+layout TorchScript returned it in. Checked against TorchScript on fresh inputs, values and strides, in both
+runtimes; the rewrite is forced (`MODE = "always"`) where a test is about its form."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import jit2triton
+from jit2triton.transpiler import channels_last
+from helpers import assert_same
+
+
+@pytest.fixture
+def always(monkeypatch):
+    monkeypatch.setattr(channels_last, "MODE", "always")
+
+
+class ConvNet(torch.nn.Module):
+    """Returns a 4-d activation directly, one inside a dict, a pooled vector, and its input unchanged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.conv2 = torch.nn.Conv2d(16, 16, 3, padding=1, groups=4)
+
+    def forward(self, x):
+        a = F.relu(self.bn(self.conv1(x)))
+        b = F.gelu(self.conv2(a)) + a
+        return b, {"features": a * 2, "pooled": b.mean((2, 3))}, x
+
+
+def _traced(model, *example):
+    torch.manual_seed(0)
+    return torch.jit.trace(model.eval(), example, strict=False)
+
+
+def _same_with_strides(actual, expected, where):
+    assert_same(actual, expected, where, {torch.float32: (1e-4, 1e-5)})
+    if isinstance(expected, torch.Tensor):
+        assert actual.stride() == expected.stride(), f"{where}: strides {actual.stride()}, {expected.stride()}"
+    elif isinstance(expected, (tuple, list)):
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            _same_with_strides(a, e, f"{where}[{i}]")
+    elif isinstance(expected, dict):
+        for key in expected:
+            _same_with_strides(actual[key], expected[key], f"{where}[{key!r}]")
+
+
+def test_a_conv_net_runs_channels_last_and_returns_torchscripts_layouts(always, tmp_path):
+    traced = _traced(ConvNet(), torch.randn(2, 3, 12, 12))
+    converted = jit2triton.convert(traced, (torch.randn(2, 3, 12, 12),))
+    steps = converted.manifest["plan"]["steps"]
+    first = converted.manifest["nodes"][steps[0]["node"]]
+    assert "aten::contiguous" in str(first), first  # the image's one conversion, before anything else
+    weights = converted._contents.weights
+    conv_weights = [w for w in weights.values() if w.dim() == 4]
+    assert conv_weights and all(w.is_contiguous(memory_format=torch.channels_last) and not w.is_contiguous()
+                                for w in conv_weights)
+    path = tmp_path / "model.j2t"
+    converted.save(path)
+    for runtime in ("cpp", "python"):
+        loaded = jit2triton.load(path, runtime=runtime)
+        for call in range(2):
+            x = torch.randn(2, 3, 12, 12)
+            _same_with_strides(loaded(x), traced(x), f"{runtime}, call {call}")
+
+
+def test_a_model_that_cannot_run_channels_last_keeps_its_layout(always):
+    """`view(n, -1)` of a channels-last activation fails: the model keeps NCHW, and converts."""
+    class Flattens(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3)
+
+        def forward(self, x):
+            y = self.conv(x)
+            return y.view(y.size(0), -1)
+
+    traced = _traced(Flattens(), torch.randn(2, 3, 8, 8))
+    converted = jit2triton.convert(traced, (torch.randn(2, 3, 8, 8),))
+    assert not any("contiguous" in str(n) for n in converted.manifest["nodes"])
+    x = torch.randn(2, 3, 8, 8)
+    _same_with_strides(converted(x), traced(x), "output")
+
+
+def test_the_timed_choice_keeps_nchw_where_channels_last_is_not_faster(monkeypatch):
+    traced = _traced(ConvNet(), torch.randn(1, 3, 12, 12))
+    monkeypatch.setattr(channels_last, "MARGIN", 0.0)
+    converted = jit2triton.convert(traced, (torch.randn(1, 3, 12, 12),))
+    assert not any("contiguous" in str(n) for n in converted.manifest["nodes"])
+    assert all(w.is_contiguous() for w in converted._contents.weights.values())
+    monkeypatch.setattr(channels_last, "MARGIN", 1e9)
+    converted = jit2triton.convert(traced, (torch.randn(1, 3, 12, 12),))
+    assert any("contiguous" in str(n) for n in converted.manifest["nodes"])
+    x = torch.randn(1, 3, 12, 12)
+    _same_with_strides(converted(x), traced(x), "output")
+
+
+def test_dynamic_dims_keep_the_models_layout(always):
+    """Timed and checked at one size only, the rewrite is not made for a package that serves many."""
+    traced = _traced(ConvNet(), torch.randn(2, 3, 12, 12))
+    batch = jit2triton.Dim("batch", min=1, max=8)
+    converted = jit2triton.convert(traced, (torch.randn(2, 3, 12, 12),), dynamic_shapes={0: {0: batch}})
+    assert not any("contiguous" in str(n) for n in converted.manifest["nodes"])
+    x = torch.randn(5, 3, 12, 12)
+    _same_with_strides(converted(x), traced(x), "output")
