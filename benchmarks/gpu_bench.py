@@ -28,8 +28,9 @@ from cold_start import cold_start_ms  # noqa: E402
 from workloads import WORKLOADS, Workload  # noqa: E402
 
 GPU_SET = ["sin+cos 0-d", "sin2+cos2 16M", "numpy_fn 1024x640", "MLP+LayerNorm 8x512x1024", "attention 8x256x768",
-           "resnet18 16x224", "BERT base 1x9", "BERT base 8x128"]
-HALF = {"MLP+LayerNorm 8x512x1024", "attention 8x256x768", "resnet18 16x224", "BERT base 8x128"}
+           "resnet18 16x224", "resnet18 NCHW 16x224", "BERT base 1x9", "BERT base 8x128"]
+HALF = {"MLP+LayerNorm 8x512x1024", "attention 8x256x768", "resnet18 16x224", "resnet18 NCHW 16x224",
+        "BERT base 8x128"}
 
 
 def extra_workloads() -> dict[str, Workload]:
@@ -41,6 +42,11 @@ def extra_workloads() -> dict[str, Workload]:
             model = torchvision.models.resnet18().to(dev, dt).eval().to(memory_format=torch.channels_last)
             return model, (torch.randn(16, 3, 224, 224, device=dev, dtype=dt),)
         extra["resnet18 16x224"] = Workload("resnet18 16x224", resnet)
+
+        def resnet_nchw(dev, dt):  # as users write it: weights and images NCHW
+            model = torchvision.models.resnet18().to(dev, dt).eval()
+            return model, (torch.randn(16, 3, 224, 224, device=dev, dtype=dt),)
+        extra["resnet18 NCHW 16x224"] = Workload("resnet18 NCHW 16x224", resnet_nchw)
     except Exception as err:  # noqa: BLE001 - any import failure means: skip, and say so
         print(f"skipping resnet18: torchvision unavailable ({err})")
     try:

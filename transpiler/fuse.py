@@ -116,6 +116,18 @@ def _read_only_as_gemm_rows(graph: Graph) -> set[int]:
     return gemm - other
 
 
+def _layout_bound(graph: Graph) -> set[int]:
+    """Ids of values whose memory layout is part of what the model gives: the graph's outputs and the items of the
+    containers it builds (a caller sees their strides), and `contiguous` / `clone` results (asked for a layout)."""
+    bound = {v.id for v in graph.outputs}
+    for node in graph.walk():
+        if node.op in ("prim::TupleConstruct", "prim::ListConstruct", "prim::DictConstruct"):
+            bound.update(v.id for v in node.inputs)
+        elif node.op in ("aten::contiguous", "aten::clone"):
+            bound.add(node.outputs[0].id)
+    return bound
+
+
 def _observed_order(v: Value, box: TensorBox) -> Optional[list[int]]:
     """The dims of `v` outermost first in the memory ATen gave it when the model ran on the example inputs, when
     that memory is dense: a kernel that replaces ATen's ops writes its output as they did. Downstream ATen ops then
@@ -143,6 +155,7 @@ class _Fuser:
         self.users.update(v.id for n in graph.walk() for b in n.blocks for v in b.outputs)
         self.users.update(v.id for v in graph.outputs)
         self.gemm_only = _read_only_as_gemm_rows(graph)
+        self.layout_bound = _layout_bound(graph)
         self.pending: list[Value] = []  # values whose boxes are virtual, in creation order
         self.kernel_names = itertools.count()
         self.pinned = mutated_views(graph)
@@ -336,9 +349,10 @@ class _Fuser:
         value = self.split_nested_reductions(value, box, logical, out)
         name = f"buf{v.id}"
         inputs = sorted(K.loads_in(value), key=lambda b: self.buffers[b].id)
-        # The CPU only for now: on CUDA, the observed orders moved a small ConvNeXt's fp32 outputs by 1.2e-4 against
-        # TorchScript (tests/test_real_models.py on the H100), not yet understood.
-        observed = _observed_order(v, box) if self.device_type == "cpu" else None
+        # Every value on the CPU; on CUDA only values whose layout the model's caller sees or asked for: there the
+        # observed orders of intermediates moved a small ConvNeXt's fp32 outputs by 1.2e-4 against TorchScript
+        # (tests/test_real_models.py on the H100), not yet understood.
+        observed = _observed_order(v, box) if self.device_type == "cpu" or v.id in self.layout_bound else None
         order = (list(range(len(box.shape))) if v.id in self.gemm_only else
                  observed or self.memory_order_for(box, inputs))
         strides = strides_in_order(box.shape, order)

@@ -96,7 +96,7 @@ REWRITES: list[tuple[str, Pass]] = [
     ("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type)),  # on CUDA the bias fuses after the conv
     ("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes)),  # CPU: where oneDNN is faster
     ("check_indices", lambda g, c: check_indices(g)),  # generated gathers clamp: a bad index must still raise
-    ("channels_last", channels_last),  # CPU conv nets: channels-last activations, where timing says faster
+    ("channels_last", channels_last),  # conv nets: channels-last activations, where timing says faster
     ("observe", observe),  # the rewrites made new values (a fused attention's output has its own strides)
     ("infer_unobserved", lambda g, c: infer_unobserved(g)),  # branches the example inputs did not take
 ]
