@@ -98,14 +98,41 @@ def test_the_timed_choice_keeps_nchw_where_channels_last_is_not_faster(monkeypat
     _same_with_strides(converted(x), traced(x), "output")
 
 
-def test_dynamic_dims_keep_the_models_layout(always):
-    """Timed and checked at one size only, the rewrite is not made for a package that serves many."""
+def test_a_dynamic_batch_runs_channels_last_at_every_size(always, tmp_path):
+    """Converted at one size and checked at the others conversion observes; served at sizes never seen, values and
+    strides as TorchScript's, in both runtimes."""
     traced = _traced(ConvNet(), torch.randn(2, 3, 12, 12))
     batch = jit2triton.Dim("batch", min=1, max=8)
     converted = jit2triton.convert(traced, (torch.randn(2, 3, 12, 12),), dynamic_shapes={0: {0: batch}})
+    assert any("contiguous" in str(n) for n in converted.manifest["nodes"])
+    path = tmp_path / "model.j2t"
+    converted.save(path)
+    for runtime in ("cpp", "python"):
+        loaded = jit2triton.load(path, runtime=runtime)
+        for n in (1, 5, 8):
+            x = torch.randn(n, 3, 12, 12)
+            _same_with_strides(loaded(x), traced(x), f"{runtime}, batch {n}")
+
+
+def test_a_model_that_runs_channels_last_only_at_some_sizes_keeps_its_layout(always):
+    """`reshape` would copy, but `view` of a channels-last activation works only where H = W = 1: at the example
+    size it runs, at the other batch sizes too; with a dynamic height it does not, and the model keeps NCHW."""
+    class Pools(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            y = torch.nn.functional.adaptive_avg_pool2d(self.conv(x), (x.size(2) // 4, 1))
+            return y.view(y.size(0), -1)
+
+    traced = torch.jit.script(Pools().eval())
+    size = jit2triton.Dim("height", min=4, max=16)
+    converted = jit2triton.convert(traced, (torch.randn(2, 3, 4, 4),), dynamic_shapes={0: {2: size}})
     assert not any("contiguous" in str(n) for n in converted.manifest["nodes"])
-    x = torch.randn(5, 3, 12, 12)
-    _same_with_strides(converted(x), traced(x), "output")
+    for h in (4, 8, 12):
+        x = torch.randn(2, 3, h, 4)
+        _same_with_strides(converted(x), traced(x), f"height {h}")
 
 
 @on_gpu

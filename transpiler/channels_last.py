@@ -26,6 +26,7 @@ import torch
 from .build_plan import build_plan
 from .fuse import clone_graph
 from .ir import Graph, Node, Type, Value
+from .symbolic import SymSize
 
 CONVOLUTIONS = ("aten::_convolution", "aten::conv2d")
 CONTIGUOUS_SCHEMA = "aten::contiguous(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) -> Tensor(a)"
@@ -39,7 +40,7 @@ MARGIN = 0.95  # channels-last must take at most this share of the model's time 
 def channels_last(graph: Graph, ctx) -> bool:
     """Rewrite `graph` in place when channels-last is faster here; returns whether it did."""
     convs = [n for n in graph.walk() if _is_conv2d(n)]
-    if MODE == "never" or ctx.example_sizes or not convs:  # dynamic dims: timed at one size only
+    if MODE == "never" or not convs:
         return False
     if ctx.device.type == "cuda" and not any(n.inputs[1].type.dtype in ("float16", "bfloat16") for n in convs):
         # fp32 on CUDA stays NCHW: in NHWC a small ConvNeXt's fp32 outputs moved by 1.2e-4 against TorchScript on
@@ -47,10 +48,10 @@ def channels_last(graph: Graph, ctx) -> bool:
         # that NHWC selects, not confirmed
         return False
     trial = clone_graph(graph)
-    if not _rewrite(trial):
+    if not _rewrite(trial, ctx.example_sizes):
         return False
     converted = _time(trial, ctx)  # None: the model does not run in the new layout (even when forced)
-    if converted is None:
+    if converted is None or not _runs_at_every_draw(trial, ctx):
         return False
     # On CUDA the plan's run through ATen here is bound by the host (a Python step costs more than a convolution
     # of resnet18 on an H100), so its time hides the GPU's: resnet18's choice flipped from run to run. cuDNN's
@@ -91,17 +92,29 @@ def _time(graph: Graph, ctx, budget_s: float = 0.5) -> Optional[float]:
     return best
 
 
+def _runs_at_every_draw(graph: Graph, ctx) -> bool:
+    """Whether the graph also runs at the other sizes conversion observes (dynamic dims; other input values): a
+    view the new strides allow at one size may not at another."""
+    sched = build_plan(graph)
+    try:
+        for _, inputs in ctx.draws:
+            ctx.run_plan(sched, _copies(inputs), None)
+    except Exception:
+        return False
+    return True
+
+
 def _copies(inputs: list) -> list:
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
-def _rewrite(graph: Graph) -> bool:
+def _rewrite(graph: Graph, sizes: dict[str, int]) -> bool:
     """Channels-last image inputs and convolution weights, outputs restored; False where it cannot be done safely
     (no 4-d floating input, or an output whose layout it could not restore)."""
     images = [v for v in graph.inputs if _image(v.type)]
     if not images:
         return False
-    restores = _output_layouts(graph)
+    restores = _output_layouts(graph, sizes)
     if restores is None:
         return False
     head, swap = [], {}
@@ -123,7 +136,7 @@ def _image(t: Type) -> bool:
     return t.is_tensor and t.dtype in FLOATS and t.shape is not None and len(t.shape) == 4
 
 
-def _output_layouts(graph: Graph) -> Optional[dict[int, int]]:
+def _output_layouts(graph: Graph, sizes: dict[str, int]) -> Optional[dict[int, int]]:
     """value id -> the memory format to give it back in, for every 4-d tensor the graph returns (directly or in a
     container built at the top level); None if one has a layout that is neither."""
     makers = {v.id: n for n in graph.body.nodes for v in n.outputs}
@@ -134,7 +147,7 @@ def _output_layouts(graph: Graph) -> Optional[dict[int, int]]:
         if v.type.is_tensor:
             if v.type.shape is None or len(v.type.shape) != 4:
                 return True
-            layout = _layout(v.type)
+            layout = _layout(v.type, sizes)
             if layout is None:
                 return False
             found[v.id] = layout
@@ -146,13 +159,17 @@ def _output_layouts(graph: Graph) -> Optional[dict[int, int]]:
     return found if all(visit(v) for v in graph.outputs) else None
 
 
-def _layout(t: Type) -> Optional[int]:
-    if t.strides is None or not all(isinstance(n, int) for n in (*t.shape, *t.strides)):
+def _layout(t: Type, sizes: dict[str, int]) -> Optional[int]:
+    """The memory format of a 4-d tensor type at the example's dims (a dynamic one's strides are polynomials)."""
+    if t.strides is None:
         return None
-    probe = torch.empty(t.shape, device="meta")
-    if tuple(probe.stride()) == tuple(t.strides):
+    shape, strides = ([n.evaluate(sizes) if isinstance(n, SymSize) else n for n in dims] for dims in (t.shape, t.strides))
+    if not all(isinstance(n, int) for n in (*shape, *strides)):
+        return None
+    probe = torch.empty(shape, device="meta")
+    if list(probe.stride()) == strides:
         return CONTIGUOUS_FORMAT
-    if tuple(probe.contiguous(memory_format=torch.channels_last).stride()) == tuple(t.strides):
+    if list(probe.contiguous(memory_format=torch.channels_last).stride()) == strides:
         return CHANNELS_LAST
     return None
 
