@@ -50,14 +50,15 @@ def channels_last(graph: Graph, ctx) -> bool:
     trial = clone_graph(graph)
     if not _rewrite(trial, ctx.example_sizes):
         return False
-    converted = _time(trial, ctx)  # None: the model does not run in the new layout (even when forced)
+    timed = MODE != "always" and ctx.device.type != "cuda"
+    converted = _time(trial, ctx, 5 if timed else 0)  # None: the model does not run in the new layout
     if converted is None or not _runs_at_every_draw(trial, ctx):
         return False
     # On CUDA the plan's run through ATen here is bound by the host (a Python step costs more than a convolution
     # of resnet18 on an H100), so its time hides the GPU's: resnet18's choice flipped from run to run. cuDNN's
     # fp16/bf16 tensor-core convolutions are NHWC kernels, so channels-last is taken there, as Inductor does, once
     # the model runs in it.
-    if MODE != "always" and ctx.device.type != "cuda":
+    if timed:
         own = _time(graph, ctx)
         if own is None or converted > MARGIN * own:
             return False
@@ -70,14 +71,18 @@ def _is_conv2d(node: Node) -> bool:
     return weight is not None and weight.type.shape is not None and len(weight.type.shape) == 4
 
 
-def _time(graph: Graph, ctx, budget_s: float = 0.5) -> Optional[float]:
-    """The fastest of a few runs of the graph's plan through ATen on the example inputs; None if it fails."""
+def _time(graph: Graph, ctx, runs: int = 5, budget_s: float = 0.5) -> Optional[float]:
+    """The fastest of `runs` runs (after a warm one; with none, the warm one's) of the graph's plan through ATen
+    on the example inputs, within about `budget_s`; None if it fails."""
     sched = build_plan(graph)
     best, spent = float("inf"), 0.0
     sync = torch.cuda.synchronize if ctx.device.type == "cuda" else (lambda: None)
     try:
+        start = time.perf_counter()
         ctx.run_plan(sched, _copies(ctx.example_inputs), None)  # warm: first-call allocations, oneDNN's setup
-        for _ in range(5):
+        if not runs:
+            return time.perf_counter() - start
+        for _ in range(runs):
             inputs = _copies(ctx.example_inputs)
             sync()
             start = time.perf_counter()
