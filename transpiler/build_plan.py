@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from .fuse import KERNEL_OP
-from .ir import Block, Graph, Node, Type, Value
+from .ir import Block, Graph, Node, Type, Value, readers
 from .op_table import lookup, writes_in_place
 from .assign_slots import Slots, assign_slots
 from .symbolic import SymSize, size_json
@@ -61,9 +61,7 @@ def _dim_sources(graph: Graph) -> list[list]:
 def _read_weights(graph: Graph) -> dict[str, torch.Tensor]:
     """The weights the plan reads: one that a rewrite replaced (stored transposed for a oneDNN GEMM) or whose
     readers all fused away is not packaged."""
-    read = {v.id for node in graph.walk() for v in node.inputs}
-    read.update(v.id for node in graph.walk() for b in node.blocks for v in b.outputs)
-    read.update(v.id for v in graph.outputs)
+    read = readers(graph)
     used = {name for node in graph.walk() if node.op == "prim::Constant" and node.output.id in read
             for name in ([node.attrs["weight"]] if "weight" in node.attrs else node.attrs.get("weights", ()))}
     return {name: w for name, w in graph.weights.items() if name in used}

@@ -18,20 +18,21 @@ own.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Optional
 
 import torch
 
+from .alias_analysis import CONTAINERS
 from .build_plan import build_plan
 from .fuse import clone_graph
-from .ir import Graph, Node, Type, Value
+from .ir import Graph, Node, Type, Value, readers
+from .lowering import strides_in_order
 from .symbolic import SymSize
+from .timing import best_time
 
 CONVOLUTIONS = ("aten::_convolution", "aten::conv2d")
 CONTIGUOUS_SCHEMA = "aten::contiguous(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) -> Tensor(a)"
 CONTIGUOUS_FORMAT, CHANNELS_LAST = 0, 2  # torch.memory_format as TorchScript's graphs hold it (an int)
-CONSTRUCTS = ("prim::TupleConstruct", "prim::ListConstruct", "prim::DictConstruct")
 FLOATS = ("float32", "float16", "bfloat16", "float64")
 MODE = "auto"  # "auto": where timing says channels-last is faster; "always"; "never"
 MARGIN = 0.95  # channels-last must take at most this share of the model's time in its own layout
@@ -71,30 +72,15 @@ def _is_conv2d(node: Node) -> bool:
     return weight is not None and weight.type.shape is not None and len(weight.type.shape) == 4
 
 
-def _time(graph: Graph, ctx, runs: int = 5, budget_s: float = 0.5) -> Optional[float]:
-    """The fastest of `runs` runs (after a warm one; with none, the warm one's) of the graph's plan through ATen
-    on the example inputs, within about `budget_s`; None if it fails."""
+def _time(graph: Graph, ctx, runs: int = 5) -> Optional[float]:
+    """Seconds of the fastest of `runs` runs (with none, of the warm one) of the graph's plan through ATen on the
+    example inputs; None if it fails."""
     sched = build_plan(graph)
-    best, spent = float("inf"), 0.0
-    sync = torch.cuda.synchronize if ctx.device.type == "cuda" else (lambda: None)
-    try:
-        start = time.perf_counter()
-        ctx.run_plan(sched, _copies(ctx.example_inputs), None)  # warm: first-call allocations, oneDNN's setup
-        if not runs:
-            return time.perf_counter() - start
-        for _ in range(runs):
-            inputs = _copies(ctx.example_inputs)
-            sync()
-            start = time.perf_counter()
-            ctx.run_plan(sched, inputs, None)
-            sync()
-            took = time.perf_counter() - start
-            best, spent = min(best, took), spent + took
-            if spent > budget_s:
-                break
+    sync = torch.cuda.synchronize if ctx.device.type == "cuda" else None
+    try:  # (the clone of the inputs is timed too, alike in both layouts)
+        return best_time(lambda: ctx.run_plan(sched, _copies(ctx.example_inputs), None), runs, 0.5, sync)
     except Exception:  # the model does not run in this layout (a view the new strides do not allow)
         return None
-    return best
 
 
 def _runs_at_every_draw(graph: Graph, ctx) -> bool:
@@ -157,7 +143,7 @@ def _output_layouts(graph: Graph, sizes: dict[str, int]) -> Optional[dict[int, i
                 return False
             found[v.id] = layout
             return True
-        if maker is not None and maker.op in CONSTRUCTS:
+        if maker is not None and maker.op in CONTAINERS:
             return all(visit(item) for item in maker.inputs)
         return "Tensor" not in str(v.type) and v.type.kind != "Any"
 
@@ -171,10 +157,9 @@ def _layout(t: Type, sizes: dict[str, int]) -> Optional[int]:
     shape, strides = ([n.evaluate(sizes) if isinstance(n, SymSize) else n for n in dims] for dims in (t.shape, t.strides))
     if not all(isinstance(n, int) for n in (*shape, *strides)):
         return None
-    probe = torch.empty(shape, device="meta")
-    if list(probe.stride()) == strides:
+    if list(strides_in_order(shape, [0, 1, 2, 3])) == strides:
         return CONTIGUOUS_FORMAT
-    if list(probe.contiguous(memory_format=torch.channels_last).stride()) == strides:
+    if list(strides_in_order(shape, [0, 2, 3, 1])) == strides:
         return CHANNELS_LAST
     return None
 
@@ -196,15 +181,12 @@ def _replace_uses(graph: Graph, swap: dict[int, Value]) -> None:
 def _weights_channels_last(graph: Graph) -> None:
     """Convolution weights stored channels-last (oneDNN reorders an NCHW weight on every call), where only
     convolutions read them."""
-    readers: dict[int, list[Node]] = {}
-    for node in graph.walk():
-        for v in node.inputs:
-            readers.setdefault(v.id, []).append(node)
+    read_by = readers(graph)
     for node in graph.walk():
         if node.op != "prim::Constant" or "weight" not in node.attrs:
             continue
-        users = readers.get(node.output.id, [])
-        if not users or not all(_is_conv2d(u) and u.inputs[1] is node.output for u in users):
+        users = read_by.get(node.output.id, [])
+        if not users or not all(u is not None and _is_conv2d(u) and u.inputs[1] is node.output for u in users):
             continue
         name = node.attrs["weight"]
         weight = graph.weights[name].contiguous(memory_format=torch.channels_last)
@@ -231,7 +213,7 @@ def _restore_outputs(graph: Graph, restores: dict[int, int]) -> None:
 
     nodes: list[Node] = []
     for node in graph.body.nodes:
-        if node.op in CONSTRUCTS and any(v.id in restores for v in node.inputs):
+        if node.op in CONTAINERS and any(v.id in restores for v in node.inputs):
             node.inputs = [restored(v, nodes) if v.id in restores else v for v in node.inputs]
         nodes.append(node)
     graph.body.outputs = [restored(v, nodes) if v.id in restores else v for v in graph.body.outputs]

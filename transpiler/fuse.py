@@ -23,7 +23,7 @@ from typing import Any, Optional
 import torch
 
 from . import kernel_ir as K
-from .alias_analysis import fixed_tensor_lists, mutated_views, writes
+from .alias_analysis import CONTAINERS, fixed_tensor_lists, mutated_views, writes
 from .drop_unread import drop_unread
 from .ir import KERNEL_OP, Block, Graph, Node, Type, Value, walk_block
 from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering,
@@ -101,7 +101,8 @@ _SIZE_LISTS = {"aten::view": (1,), "aten::reshape": (1,), "aten::expand": (1,), 
 # An extern GEMM's operand whose rows it reads (input position): it wants them dense, row-major. A kernel that kept
 # an input's permuted memory order (ConvNeXt's LayerNorm and GELU between its pointwise linears) made linear run
 # 1.4-1.7x slower on the CPU than on the row-major tensor ATen's own ops would have given it.
-GEMM_ROWS = {"aten::linear": 0, "mkldnn::_linear_pointwise": 0, "aten::matmul": 0, "aten::mm": 0, "aten::bmm": 0, "aten::addmm": 1}
+GEMM_ROWS = {"aten::linear": 0, "mkldnn::_linear_pointwise": 0, "aten::matmul": 0, "aten::mm": 0, "aten::bmm": 0,
+             "aten::addmm": 1}
 
 
 def _read_only_as_gemm_rows(graph: Graph) -> set[int]:
@@ -121,7 +122,7 @@ def _layout_bound(graph: Graph) -> set[int]:
     containers it builds (a caller sees their strides), and `contiguous` / `clone` results (asked for a layout)."""
     bound = {v.id for v in graph.outputs}
     for node in graph.walk():
-        if node.op in ("prim::TupleConstruct", "prim::ListConstruct", "prim::DictConstruct"):
+        if node.op in CONTAINERS:
             bound.update(v.id for v in node.inputs)
         elif node.op in ("aten::contiguous", "aten::clone"):
             bound.add(node.outputs[0].id)

@@ -128,6 +128,20 @@ class Graph:
         return format_graph(self)
 
 
+def readers(graph: Graph) -> dict[int, list[Optional[Node]]]:
+    """value id -> what reads it: nodes, and None for each block or graph output it is (read from outside)."""
+    found: dict[int, list[Optional[Node]]] = {}
+    for node in graph.walk():
+        for v in node.inputs:
+            found.setdefault(v.id, []).append(node)
+        for block in node.blocks:
+            for v in block.outputs:
+                found.setdefault(v.id, []).append(None)
+    for v in graph.outputs:
+        found.setdefault(v.id, []).append(None)
+    return found
+
+
 def walk_block(block: Block):
     for node in block.nodes:
         yield node

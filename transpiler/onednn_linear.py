@@ -16,13 +16,14 @@ no other reader.
 """
 from __future__ import annotations
 
-import time
-from typing import Callable, Optional
+import math
+from typing import Optional
 
 import torch
 
-from .ir import Graph, Node, Type, Value
+from .ir import Graph, Node, Type, Value, readers as readers_of
 from .symbolic import SymSize
+from .timing import best_time
 
 OP = "mkldnn::_linear_pointwise"
 SCHEMA = ("mkldnn::_linear_pointwise(Tensor X, Tensor W, Tensor? B, str attr, Scalar?[] scalars, "
@@ -45,7 +46,7 @@ def onednn_linear(graph: Graph, device_type: str, sizes: Optional[dict[str, int]
                if n.op == "prim::Constant" and "weight" in n.attrs}
     literals = {n.output.id: n.attrs["value"] for n in graph.walk()
                 if n.op == "prim::Constant" and "value" in n.attrs}
-    readers = _readers(graph)
+    readers = readers_of(graph)
     done = 0
     for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
         out: list[Node] = []
@@ -112,47 +113,16 @@ def choose(x: Type, features: int, has_bias: bool, sizes: dict[str, int]) -> boo
     if MODE == "always":
         return True
     shape = [n.evaluate(sizes) if isinstance(n, SymSize) else n for n in x.shape]
-    rows = 1
-    for n in shape[:-1]:
-        rows *= n
+    rows = math.prod(shape[:-1])
     key = (rows, shape[-1], features, x.dtype, has_bias, torch.get_num_threads())
     if key not in _chosen:
         dtype = getattr(torch, x.dtype)
         a, b = torch.randn(rows, shape[-1], dtype=dtype), torch.randn(features, shape[-1], dtype=dtype)
         bias = torch.randn(features, dtype=dtype) if has_bias else None
-        aten = _best_time(lambda: torch.nn.functional.linear(a, b, bias))
-        onednn = _best_time(lambda: torch.ops.mkldnn._linear_pointwise(a, b, bias, "none", [], ""))
+        aten = best_time(lambda: torch.nn.functional.linear(a, b, bias))
+        onednn = best_time(lambda: torch.ops.mkldnn._linear_pointwise(a, b, bias, "none", [], ""))
         _chosen[key] = onednn <= MARGIN * aten
     return _chosen[key]
-
-
-def _best_time(fn: Callable[[], object], budget_s: float = 0.02) -> float:
-    """The fastest of a few calls after a warm one (fewer for slow shapes: at most about `budget_s`)."""
-    fn()
-    best = float("inf")
-    spent = 0.0
-    for _ in range(20):
-        start = time.perf_counter()
-        fn()
-        took = time.perf_counter() - start
-        best, spent = min(best, took), spent + took
-        if spent > budget_s:
-            break
-    return best
-
-
-def _readers(graph: Graph) -> dict[int, list]:
-    """value id -> its readers: nodes, or None for a block or graph output (which nothing may fold away)."""
-    readers: dict[int, list] = {}
-    for node in graph.walk():
-        for v in node.inputs:
-            readers.setdefault(v.id, []).append(node)
-        for block in node.blocks:
-            for v in block.outputs:
-                readers.setdefault(v.id, []).append(None)
-    for v in graph.outputs:
-        readers.setdefault(v.id, []).append(None)
-    return readers
 
 
 def _epilogue(node: Node, readers: dict[int, list], literals: dict[int, object]) -> Optional[tuple[Node, str, str]]:
