@@ -6,7 +6,11 @@ warm-up, the paths taking turns call by call) and back-to-back wall time per cal
 bandwidth against a device-to-device copy, and cold start (load + first output, in a fresh process) against
 torch.jit.load. Prints a table, writes JSON.
 
-    python benchmarks/gpu_bench.py [--only NAME ...] [--json out.json] [--skip-compile]
+    python benchmarks/gpu_bench.py [--only NAME ...] [--paths eager,compile-ro,jit2triton] [--json out.json]
+                                   [--skip-compile] [--profile N]
+
+--profile N prints, per workload, the N GPU kernels that take the most time per call for each path compared
+(torch.profiler), which is where a row that trails shows why.
 """
 from __future__ import annotations
 
@@ -28,9 +32,11 @@ from cold_start import cold_start_ms  # noqa: E402
 from workloads import WORKLOADS, Workload  # noqa: E402
 
 GPU_SET = ["sin+cos 0-d", "sin2+cos2 16M", "numpy_fn 1024x640", "MLP+LayerNorm 8x512x1024", "attention 8x256x768",
-           "resnet18 16x224", "resnet18 NCHW 16x224", "BERT base 1x9", "BERT base 8x128"]
+           "resnet18 16x224", "resnet18 NCHW 16x224", "resnet50 NCHW 16x224", "ViT-B/16 8x224", "BERT base 1x9",
+           "BERT base 8x128"]
 HALF = {"MLP+LayerNorm 8x512x1024", "attention 8x256x768", "resnet18 16x224", "resnet18 NCHW 16x224",
-        "BERT base 8x128"}
+        "resnet50 NCHW 16x224", "ViT-B/16 8x224", "BERT base 8x128"}
+PATHS = ("eager", "torch.jit", "compile", "compile-ro", "jit2triton")
 
 
 def extra_workloads() -> dict[str, Workload]:
@@ -47,6 +53,14 @@ def extra_workloads() -> dict[str, Workload]:
             model = torchvision.models.resnet18().to(dev, dt).eval()
             return model, (torch.randn(16, 3, 224, 224, device=dev, dtype=dt),)
         extra["resnet18 NCHW 16x224"] = Workload("resnet18 NCHW 16x224", resnet_nchw)
+
+        def classifier(name, batch):  # torchvision models as users write them: NCHW, no hand tuning
+            def build(dev, dt):
+                model = getattr(torchvision.models, name)().to(dev, dt).eval()
+                return model, (torch.randn(batch, 3, 224, 224, device=dev, dtype=dt),)
+            return build
+        extra["resnet50 NCHW 16x224"] = Workload("resnet50 NCHW 16x224", classifier("resnet50", 16))
+        extra["ViT-B/16 8x224"] = Workload("ViT-B/16 8x224", classifier("vit_b_16", 8))
     except Exception as err:  # noqa: BLE001 - any import failure means: skip, and say so
         print(f"skipping resnet18: torchvision unavailable ({err})")
     try:
@@ -139,6 +153,7 @@ def run(workload: Workload, args) -> dict:
             paths["compile"] = torch.compile(model)
             paths["compile-ro"] = torch.compile(model, mode="reduce-overhead")
         paths["jit2triton"] = ours
+        paths = {label: fn for label, fn in paths.items() if label in args.paths}
         tolerance = 3e-2 if dtype == torch.float16 else 1e-3
         for label, fn in paths.items():
             got = fn(*inputs)
@@ -150,6 +165,8 @@ def run(workload: Workload, args) -> dict:
         for label, fn in paths.items():
             row[f"{label} wall"] = cuda_time_us(fn, inputs, args.runs)[1]
         row["cold start"] = cold_start(package, pt_path, inputs, folder)
+        if args.profile:
+            row["profile"] = {label: kernel_profile(fn, inputs, args.profile) for label, fn in paths.items()}
     if workload.name == "sin2+cos2 16M":
         # per call (CUDA events around one call: the host's time before the launch counts) and back to back
         # (events around 50 calls: the kernel's own throughput), each against a device-to-device copy timed alike
@@ -160,6 +177,23 @@ def run(workload: Workload, args) -> dict:
         row["GB/s back-to-back"] = nbytes / (batch_time_us(ours, inputs) * 1e-6) / 1e9
         row["copy GB/s back-to-back"] = nbytes / (batch_time_us(lambda t: out.copy_(t), inputs) * 1e-6) / 1e9
     return row
+
+
+def kernel_profile(fn, inputs, top: int, calls: int = 20) -> list[tuple[str, float, float]]:
+    """The `top` GPU kernels by device time per call: (name, µs per call, launches per call), and the total."""
+    from torch.profiler import ProfilerActivity, profile
+    for _ in range(3):
+        fn(*inputs)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn(*inputs)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA" and e.self_device_time_total > 0]
+    kernels.sort(key=lambda e: -e.self_device_time_total)
+    rows = [(e.key[:90], e.self_device_time_total / calls, e.count / calls) for e in kernels]
+    total = ("total", sum(r[1] for r in rows), sum(r[2] for r in rows))
+    return rows[:top] + [total]
 
 
 def batch_time_us(fn, inputs, calls: int = 50, runs: int = 21) -> float:
@@ -185,7 +219,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--json", default=None)
     parser.add_argument("--skip-compile", action="store_true")
+    parser.add_argument("--paths", default=",".join(PATHS), help="the paths to time, comma-separated")
+    parser.add_argument("--profile", type=int, default=0, help="print the N costliest GPU kernels of each path")
     args = parser.parse_args()
+    args.paths = set(args.paths.split(",")) | {"jit2triton"}
+    unknown = args.paths - set(PATHS)
+    if unknown:
+        parser.error(f"unknown paths {sorted(unknown)}; choose from {', '.join(PATHS)}")
     workloads = dict(WORKLOADS, **extra_workloads())
     rows = []
     for name in args.only or GPU_SET:
@@ -200,22 +240,31 @@ def main() -> None:
     props = torch.cuda.get_device_properties(0)
     import triton
     print(f"\nGPU: {props.name}; torch {torch.__version__}; triton {triton.__version__}; {time.strftime('%Y-%m-%d')}")
-    peers = [p for p in ("eager", "torch.jit", "compile", "compile-ro") if any(p in r for r in rows)]
-    print("| workload | dtype | " + " | ".join(f"{p} us" for p in peers) + " | jit2triton us | "
-          + " | ".join(f"vs {p}" for p in peers) + " | kernels | fallbacks |")
-    print("|" + "---|" * (4 + 2 * len(peers) + 1))
-    for r in rows:
-        if "error" in r:
-            print(f"| {r['workload']} | failed: {r['error'][:120]} |")
-            continue
-        print(f"| {r['workload']} | {r['dtype']} | " + " | ".join(f"{r[p]:.1f}" for p in peers)
-              + f" | {r['jit2triton']:.1f} | " + " | ".join(f"{r[p] / r['jit2triton']:.2f}x" for p in peers)
-              + f" | {r['kernels']} | {r['fallbacks']} |")
+    peers = [p for p in PATHS[:-1] if any(p in r for r in rows)]
     good = [r for r in rows if "error" not in r]
-    for p in peers:
-        if good:
-            geo = math.exp(statistics.mean(math.log(r[p] / r["jit2triton"]) for r in good))
-            print(f"geometric mean speed-up vs {p}: {geo:.2f}x")
+    for title, suffix in (("single call, CUDA events", ""), ("back to back, wall time per call", " wall")):
+        print(f"\n{title} (µs):")
+        print("| workload | dtype | " + " | ".join(f"{p}" for p in peers) + " | jit2triton | vs best peer | "
+              + " | ".join(f"vs {p}" for p in peers) + " | kernels | fallbacks | convert s |")
+        print("|" + "---|" * (6 + 2 * len(peers)))
+        for r in rows:
+            if "error" in r:
+                print(f"| {r['workload']} | failed: {r['error'][:120]} |")
+                continue
+            ours = r["jit2triton" + suffix]
+            best = min(r[p + suffix] for p in peers) if peers else float("nan")
+            print(f"| {r['workload']} | {r['dtype']} | " + " | ".join(f"{r[p + suffix]:.1f}" for p in peers)
+                  + f" | {ours:.1f} | {best / ours:.2f}x | " + " | ".join(f"{r[p + suffix] / ours:.2f}x" for p in peers)
+                  + f" | {r['kernels']} | {r['fallbacks']} | {r['convert_s']:.1f} |")
+        for p in peers:
+            if good:
+                geo = math.exp(statistics.mean(math.log(r[p + suffix] / r["jit2triton" + suffix]) for r in good))
+                print(f"geometric mean speed-up vs {p}: {geo:.2f}x")
+    for r in good:
+        for label, kernels in r.get("profile", {}).items():
+            print(f"\n{r['workload']} / {label}: GPU kernels per call (µs, launches)")
+            for name, us, launches in kernels:
+                print(f"  {us:9.1f} {launches:6.1f}  {name}")
     for r in good:
         print(f"{r['workload']}: outputs ok: " + ", ".join(f"{p}={r[p + ' ok']}" for p in peers + ["jit2triton"])
               + f"; cold start ms {r['cold start']}; convert {r['convert_s']:.1f}s"

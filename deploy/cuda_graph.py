@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .policy import COPY_BYTES_PER_US, LAUNCH_US, MAX_GRAPHS, MAX_SEEN, REPLAY_LAUNCHES
+from .policy import COPY_BYTES_PER_US, LAUNCH_US, MAX_GRAPHS, MAX_SEEN, OWN_COPY_BYTES, REPLAY_LAUNCHES
 
 
 
@@ -104,19 +104,29 @@ class GraphRunner:
 
 
 def _copy_in(statics: list, inputs: list) -> None:
-    """The inputs into the graph's buffers, all tensors in one launch (a multi-tensor copy)."""
-    pairs = [(s, x) for s, x in zip(statics, inputs) if isinstance(s, torch.Tensor)]
-    if pairs:
-        torch._foreach_copy_([s for s, _ in pairs], [x for _, x in pairs])
+    """The inputs into the graph's buffers: small tensors in one launch (a multi-tensor copy), large ones each on its
+    own (a memcpy, several times faster per byte)."""
+    _copy_pairs([(s, x) for s, x in zip(statics, inputs) if isinstance(s, torch.Tensor)])
+
+
+def _copy_pairs(pairs: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    small = []
+    for to, source in pairs:
+        if to.numel() * to.element_size() >= OWN_COPY_BYTES:
+            to.copy_(source)
+        else:
+            small.append((to, source))
+    if small:
+        torch._foreach_copy_([t for t, _ in small], [x for _, x in small])
 
 
 def _copy_outputs(outputs: list) -> list:
-    """Copies of the graph's outputs, the plain tensors among them in one launch."""
+    """Copies of the graph's outputs, the plain tensors among them copied as the inputs are."""
     copied = [o if isinstance(o, torch.Tensor) else _copy_out(o) for o in outputs]
     tensors = [i for i, o in enumerate(outputs) if isinstance(o, torch.Tensor)]
     if tensors:
         fresh = [torch.empty_like(outputs[i]) for i in tensors]
-        torch._foreach_copy_(fresh, [outputs[i] for i in tensors])
+        _copy_pairs(list(zip(fresh, [outputs[i] for i in tensors])))
         for i, t in zip(tensors, fresh):
             copied[i] = t
     return copied

@@ -97,6 +97,8 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
                        for i, sizes in enumerate(dynamic.bounds() + dynamic.draws(1, seed=1))] if dynamic else []
         verifier = Verifier(script.function, inputs, signature["inputs"], target, dynamic.example, other_sizes)
     contents, verification = _build_verified(graph, backend, ctx, signature, model_info, verifier, say)
+    if target.type == "cuda" and contents.manifest["cuda_graph"]:
+        _choose_cuda_graph(contents, inputs, target, say)
     contents.files.update({f"extra/{name}": data for name, data in script.extra_files.items()})
     contents.manifest["report"]["verification"] = verification
     if dynamic:
@@ -223,6 +225,45 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
         manifest["plan"] = group_regions(sched.plan, sched.node_table, on_host)
     weights = {name: w.to("cpu") for name, w in sched.weights.items()}
     return PackageContents(manifest, weights, files), sched
+
+
+GRAPH_MARGIN = 0.97  # the graph stays unless the plan step by step takes under this share of its time...
+HOST_HEADROOM = 0.75  # ... and the host queues a step-by-step call in under this share of it (the GPU is the limit)
+
+
+def _choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.device, say: Progress) -> None:
+    """Whether a straight-line CUDA plan runs as one graph, by timing both on the example inputs, back to back. A
+    graph saves the host's launches but copies every input in and output out of its buffers. Where the GPU is the
+    limit (an MLP's 4096x1024x4096 fp16 GEMMs), the launches hide behind GPU work anyway and the copies are pure
+    cost: there the plan runs step by step. Only with room to spare, though: a plan whose host work nearly fills
+    the GPU's time becomes host-bound, and slower than the graph, as soon as the host is a little busier than it
+    was while converting. Recorded in the manifest (and its report), so no runtime decides it."""
+    from jit2triton.deploy.runtime import Runtime
+    from jit2triton.transpiler.timing import best_time
+
+    graphed, stepwise = Runtime(contents, target), Runtime(contents, target, cuda_graphs=False)
+    calls = 8
+    try:
+        with torch.no_grad():
+            graphed(*inputs)  # runs step by step; the next call captures
+            timed = {label: best_time(lambda: [runtime(*inputs) for _ in range(calls)], runs=10, budget_s=0.5,
+                                      sync=torch.cuda.synchronize) / calls
+                     for label, runtime in (("graph", graphed), ("steps", stepwise))}
+            # the host's share: queueing the calls, timed without waiting for the GPU (after it drained)
+            timed["host"] = best_time(lambda: [stepwise(*inputs) for _ in range(calls)], runs=5, budget_s=0.2,
+                                      sync=lambda: None) / calls
+            torch.cuda.synchronize()
+    except Exception as err:  # noqa: BLE001 - a plan that cannot be timed keeps the decision made from its shape
+        say(f"timing the CUDA graph failed ({type(err).__name__}); keeping it")
+        return
+    if not graphed.uses_cuda_graph:
+        return
+    use_graph = timed["steps"] >= GRAPH_MARGIN * timed["graph"] or timed["host"] >= HOST_HEADROOM * timed["steps"]
+    contents.manifest["cuda_graph"] = use_graph
+    contents.manifest["report"]["cuda_graph"] = dict({f"{k}_us": round(v * 1e6, 1) for k, v in timed.items()},
+                                                     chosen=use_graph)
+    say(f"CUDA graph: {timed['graph'] * 1e6:.0f} us a call, step by step {timed['steps'] * 1e6:.0f} us (the host "
+        f"{timed['host'] * 1e6:.0f} us of it): " + ("one graph" if use_graph else "step by step"))
 
 
 def _find_culprit(graph, sched, contents, verifier: Verifier, target: torch.device):

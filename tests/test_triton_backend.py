@@ -449,8 +449,39 @@ def test_a_launch_bound_plan_runs_as_one_cuda_graph(tmp_path, monkeypatch):
 
 
 @on_gpu
-def test_ops_with_weights_fuse_on_cuda_as_on_the_cpu():
+@pytest.mark.parametrize("graph_wins", [True, False])
+def test_conversion_times_the_cuda_graph_and_the_runtimes_follow_its_choice(graph_wins, tmp_path, monkeypatch,
+                                                                             cpp_runtime):
+    from jit2triton import conversion
+    # the margins force the choice either way, whatever the timings (steps >= 0 * graph; steps < 1e9 * graph and
+    # host < 1e9 * steps)
+    monkeypatch.setattr(conversion, "GRAPH_MARGIN", 0.0 if graph_wins else 1e9)
+    monkeypatch.setattr(conversion, "HOST_HEADROOM", 1e9)
+    model = torch.jit.trace(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256),
+                                                torch.nn.LayerNorm(256)).eval(), (torch.randn(64, 256),))
+    path = tmp_path / "mlp.j2t"
+    converted = jit2triton.convert(model, example_inputs=(torch.randn(64, 256).cuda(),), device="cuda")
+    report = converted.manifest["report"]["cuda_graph"]
+    assert converted.manifest["cuda_graph"] is graph_wins and report["chosen"] is graph_wins
+    assert report["graph_us"] > 0 and report["steps_us"] > 0 and report["host_us"] > 0
+    converted.save(path)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # the CPU reference has no TF32
+    for runtime in ("python", "cpp"):
+        loaded = jit2triton.load(path, runtime=runtime)
+        for _ in range(3):  # the second call captures a graph, where one is chosen
+            x = torch.randn(64, 256)
+            torch.testing.assert_close(loaded(x.cuda()).cpu(), model(x), rtol=1e-4, atol=1e-4)
+        if runtime == "python":
+            assert loaded._runtime.uses_cuda_graph is graph_wins
+
+
+@on_gpu
+def test_ops_with_weights_fuse_on_cuda_as_on_the_cpu(monkeypatch):
     from jit2triton.demo import build_demo_model
+    from jit2triton.transpiler import gemm_forms, onednn_linear
+    # the GEMM rewrites each device has (oneDNN's epilogues, a bias out of cuBLAS) change what fuses: not here
+    monkeypatch.setattr(onednn_linear, "MODE", "never")
+    monkeypatch.setattr(gemm_forms, "MODE", "never")
     traced, example = build_demo_model()
     on_gpu_summary = jit2triton.convert(traced, example_inputs=(example.cuda(),), device="cuda").summary()
     on_cpu_summary = jit2triton.convert(traced, example_inputs=(example,), device="cpu").summary()

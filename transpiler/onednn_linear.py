@@ -21,6 +21,7 @@ from typing import Optional
 
 import torch
 
+from .constant_gemm import ConstantGemm, constant_gemm, constants_of, features, transposed_weight
 from .ir import Graph, Node, Type, Value, readers as readers_of
 from .symbolic import SymSize
 from .timing import best_time
@@ -42,10 +43,7 @@ def onednn_linear(graph: Graph, device_type: str, sizes: Optional[dict[str, int]
     """Rewrite in place; returns how many GEMMs now run through oneDNN."""
     if device_type != "cpu" or MODE == "never" or not _available():
         return 0
-    weights = {n.output.id: n.attrs["weight"] for n in graph.walk()
-               if n.op == "prim::Constant" and "weight" in n.attrs}
-    literals = {n.output.id: n.attrs["value"] for n in graph.walk()
-                if n.op == "prim::Constant" and "value" in n.attrs}
+    weights, literals = constants_of(graph)
     readers = readers_of(graph)
     done = 0
     for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
@@ -54,20 +52,13 @@ def onednn_linear(graph: Graph, device_type: str, sizes: Optional[dict[str, int]
             if node.attrs.get("folded_into_linear"):
                 continue
             gemm = _as_linear(node, weights, literals)
-            if gemm is not None and choose(gemm[0].type, gemm[1].type.shape[1 if gemm[3] else 0],
-                                           gemm[2] is not None, sizes or {}):
-                x, weight, bias, transposed = gemm
-                prelude = []
-                if transposed:  # x @ W with a constant W: linear's weight is W's transpose, stored once as such
-                    name = f"{weights[weight.id]}.t"
-                    if name not in graph.weights:
-                        graph.weights[name] = graph.weights[weights[weight.id]].t().contiguous()
-                    t = graph.weights[name]
-                    weight = Value(f"{weight.name}_t", Type("Tensor", weight.type.dtype, tuple(t.shape),
-                                                            weight.type.device, strides=tuple(t.stride())))
-                    prelude.append(Node("prim::Constant", [], [weight], attrs={"weight": name}))
+            if gemm is not None and choose(gemm.x.type, features(gemm), gemm.bias is not None, sizes or {}):
+                weight, prelude = gemm.weight, []
+                if gemm.transposed:  # x @ W with a constant W: linear's weight is W's transpose, stored once as such
+                    constant, weight = transposed_weight(graph, weights, weight)
+                    prelude.append(constant)
                 epilogue = _epilogue(node, readers, literals)
-                out += prelude + _rewrite(node, x, weight, bias, epilogue)
+                out += prelude + _rewrite(node, gemm.x, weight, gemm.bias, epilogue)
                 done += 1
             else:
                 out.append(node)
@@ -79,32 +70,12 @@ def _available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def _as_linear(node: Node, weights: dict[int, str], literals: dict[int, object]
-               ) -> Optional[tuple[Value, Value, Optional[Value], bool]]:
-    """(x, weight, bias or None, whether the weight is stored transposed) for a GEMM with a constant weight that
-    is a linear: `linear(x, W, b)`, `matmul(x, W)` / `mm(x, W)` (W transposed), `addmm(b, x, W)` with beta and
-    alpha 1 and b a constant vector (a transformers Conv1D). Else None."""
-    inputs = node.inputs
-    if node.op == "aten::linear":
-        x, w = inputs[0], inputs[1]
-        bias = inputs[2] if len(inputs) > 2 and inputs[2].type.kind != "None" else None
-        transposed = False
-    elif node.op in ("aten::matmul", "aten::mm") and len(inputs) == 2:
-        x, w, bias, transposed = inputs[0], inputs[1], None, True
-    elif node.op == "aten::addmm" and len(inputs) == 5 and all(
-            literals.get(v.id, None) == 1 for v in inputs[3:]):
-        bias, x, w, transposed = inputs[0], inputs[1], inputs[2], True
-        if bias.id not in weights or bias.type.shape is None or len(bias.type.shape) != 1:
-            return None
-    else:
+def _as_linear(node: Node, weights: dict[int, str], literals: dict[int, object]) -> Optional[ConstantGemm]:
+    """The GEMM by a constant weight `node` computes, when oneDNN can run it: float32 or bfloat16, on the CPU."""
+    gemm = constant_gemm(node, weights, literals)
+    if gemm is None or gemm.x.type.dtype not in DTYPES or gemm.x.type.device != "cpu":
         return None
-    dtype = x.type.dtype
-    if (w.id not in weights or dtype not in DTYPES or w.type.dtype != dtype or w.type.shape is None
-            or len(w.type.shape) != 2 or x.type.shape is None or len(x.type.shape) < 2
-            or (node.op == "aten::mm" and len(x.type.shape) != 2) or x.type.device != "cpu"
-            or node.output.type.dtype != dtype or (bias is not None and bias.type.dtype != dtype)):
-        return None
-    return x, w, bias, transposed
+    return gemm
 
 
 def choose(x: Type, features: int, has_bias: bool, sizes: dict[str, int]) -> bool:

@@ -28,6 +28,7 @@ from .infer_shapes import ShapeRecorder
 from .infer_unobserved import infer_unobserved
 from .ir import Graph
 from .merge_kernels import merge_kernels
+from .gemm_forms import gemm_forms
 from .onednn_linear import onednn_linear
 from .place_on_device import place_on_device
 from .build_plan import Plan, build_plan
@@ -94,6 +95,7 @@ REWRITES: list[tuple[str, Pass]] = [
     ("fuse_attention", lambda g, c: fuse_attention(g)),  # written-out softmax attention into one ATen call
     ("functionalize", lambda g, c: functionalize(g)),  # in-place writes nothing else sees become functional
     ("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type)),  # on CUDA the bias fuses after the conv
+    ("gemm_forms", lambda g, c: gemm_forms(g, c.device.type, c.example_sizes)),  # CUDA: each GEMM's fastest form
     ("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes)),  # CPU: where oneDNN is faster
     ("check_indices", lambda g, c: check_indices(g)),  # generated gathers clamp: a bad index must still raise
     ("channels_last", channels_last),  # conv nets: channels-last activations, where timing says faster

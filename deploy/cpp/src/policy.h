@@ -21,6 +21,7 @@ constexpr size_t kMaxSeen = 4096;
 constexpr int kReplayLaunches = 3;
 constexpr double kLaunchUs = 4.0;
 constexpr double kCopyBytesPerUs = 1500000.0;
+constexpr int64_t kOwnCopyBytes = 1048576;
 
 inline const std::map<std::string, at::ScalarType>& dtypes() {
   static const std::map<std::string, at::ScalarType> table = {

@@ -1,0 +1,173 @@
+"""On CUDA, each GEMM by a constant weight runs in whichever of ATen's forms the GPU ran fastest at convert time.
+
+cuBLAS picks its kernel by the operands' layouts and whether a bias rides in its epilogue, and for some shapes
+the pick is poor. On an H100, BERT-base's 9x3072 @ 3072x768 in float32 (batch 1, 9 tokens) took 33.8 us as
+`linear(x, W, b)`, 19.8 without the bias and 13.7 as `matmul(x, W^T)` with W^T stored [K, N], weights cold in L2;
+its 9x768 @ 768x768 took 10.3 against 8.0. A bias out of the GEMM is an ordinary pointwise add that fuses into
+the kernel after it (the residual add and LayerNorm, the GELU), so there it is free. The forms:
+
+    linear       linear(x, W, b)                     W as [N, K], the bias in cuBLAS's epilogue
+    linear_add   linear(x, W) + b                    the bias in the generated kernel that reads the output
+    kn           matmul(x, Wt) (+ b)                 Wt = W^T stored contiguous [K, N], once
+
+Each is timed on the GPU once per shape (`choose`): a CUDA graph of calls, each reading its own copy of the
+operands, so the weights come from memory as they do in a model whose weights do not fit in L2. Where the GEMM's
+output feeds something other than pointwise ops (which would take the bias in), the add's own kernel is timed
+with the form. The package records the choice; a load never times anything.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Callable, Optional
+
+import torch
+
+from .constant_gemm import ConstantGemm, constant_gemm, constants_of, features, transposed_weight
+from .ir import Graph, Node, Type, Value, readers as readers_of
+from .op_table import POINTWISE, lookup
+from .symbolic import SymSize
+
+FORMS = ("linear", "linear_add", "kn")
+DTYPES = ("float32", "float16", "bfloat16")
+MODE = "auto"  # "auto": timed on CUDA; "never"; or a form name: every GEMM takes it, on any device (for tests)
+MARGIN = 0.95  # another form must take at most this share of the model's own form's time
+COLD_BYTES = 2 * 50 * 2 ** 20  # operand copies timed per form: past an H100's 50 MiB L2, twice over
+MAX_COPIES = 24
+
+_LINEAR = "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"
+_MATMUL = "aten::matmul(Tensor self, Tensor other) -> Tensor"
+_ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
+
+_chosen: dict[tuple, str] = {}  # per process: (rows, K, N, dtype, bias, bias fuses, device) -> form
+
+
+def gemm_forms(graph: Graph, device_type: str, sizes: Optional[dict[str, int]] = None) -> dict[str, int]:
+    """Rewrite in place; returns how many GEMMs took each form other than the model's own."""
+    if MODE == "never" or (MODE == "auto" and (device_type != "cuda" or not torch.cuda.is_available())):
+        return {}
+    weights, literals = constants_of(graph)
+    readers = readers_of(graph)
+    counts: dict[str, int] = {}
+    for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
+        out: list[Node] = []
+        for node in block.nodes:
+            gemm = constant_gemm(node, weights, literals)
+            if gemm is None or gemm.x.type.dtype not in DTYPES or (MODE == "auto" and gemm.x.type.device != "cuda"):
+                out.append(node)
+                continue
+            bias_fuses = _bias_fuses(node, readers)
+            form = MODE if MODE in FORMS else choose(gemm, bias_fuses, sizes or {})
+            if form == "linear_add" and gemm.bias is None:  # no bias to take out: that is linear
+                form = "linear"
+            if form == _own_form(node, gemm):
+                out.append(node)
+                continue
+            out += _rewrite(graph, weights, node, gemm, form)
+            counts[form] = counts.get(form, 0) + 1
+        block.nodes = out
+    return counts
+
+
+def _own_form(node: Node, gemm: ConstantGemm) -> str:
+    """The form the model wrote: an addmm counts as its own (untimed) form, so it is always rewritten to the best."""
+    if node.op == "aten::linear":
+        return "linear"
+    return "kn" if node.op in ("aten::matmul", "aten::mm") else "addmm"
+
+
+def _bias_fuses(node: Node, readers: dict[int, list]) -> bool:
+    """Whether every reader of the GEMM's output is a pointwise op: a generated kernel that takes a bias add in."""
+    users = readers.get(node.output.id, [])
+    return bool(users) and all(u is not None and lookup(u.op, u.attrs.get("schema", "")).category == POINTWISE
+                               for u in users)
+
+
+def choose(gemm: ConstantGemm, bias_fuses: bool, sizes: dict[str, int]) -> str:
+    """The fastest form for this GEMM's shape on the current GPU; the model's own unless another is clearly faster.
+    (An addmm is judged as its closest form, kn, and always rewritten: the forms compared are all there is.)"""
+    shape = [n.evaluate(sizes) if isinstance(n, SymSize) else n for n in gemm.x.type.shape]
+    rows, k, n = math.prod(shape[:-1]), shape[-1], features(gemm)
+    has_bias = gemm.bias is not None
+    key = (rows, k, n, gemm.x.type.dtype, has_bias, bias_fuses,
+           torch.cuda.current_device() if torch.cuda.is_available() else None)
+    if key not in _chosen:
+        own = "linear" if not gemm.transposed else "kn"
+        times = {form: _time_form(form, rows, k, n, getattr(torch, gemm.x.type.dtype), has_bias, bias_fuses)
+                 for form in (FORMS if has_bias else ("linear", "kn"))}
+        best = min(times, key=times.get)
+        _chosen[key] = best if times[best] <= MARGIN * times[own] else own
+    return _chosen[key]
+
+
+def _time_form(form: str, rows: int, k: int, n: int, dtype: torch.dtype, has_bias: bool, bias_fuses: bool) -> float:
+    """GPU microseconds per call of `form`, weights cold in L2 (each call reads its own operands)."""
+    copies = max(2, min(MAX_COPIES, COLD_BYTES // max(1, (n * k + rows * k) * dtype.itemsize)))
+    calls = []
+    for _ in range(copies):
+        x = torch.randn(rows, k, device="cuda", dtype=dtype)
+        w = torch.randn(n, k, device="cuda", dtype=dtype) / math.sqrt(k)
+        b = torch.randn(n, device="cuda", dtype=dtype) if has_bias else None
+        calls.append(_form_call(form, x, w.t().contiguous() if form == "kn" else w, b, bias_fuses))
+    return _graph_us(calls)
+
+
+def _form_call(form: str, x, w, b, bias_fuses: bool) -> Callable[[], object]:
+    add = b is not None and not bias_fuses and form != "linear"  # else the bias rides in a kernel that runs anyway
+    if form == "linear":
+        return lambda: torch.nn.functional.linear(x, w, b)
+    gemm = (lambda: torch.nn.functional.linear(x, w)) if form == "linear_add" else (lambda: torch.matmul(x, w))
+    return (lambda: gemm() + b) if add else gemm
+
+
+def _graph_us(calls: list[Callable[[], object]], replays: int = 7) -> float:
+    """Median GPU time per call of a CUDA graph holding `calls` (the host's launch cost is not what is compared)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # cuBLAS's workspace and handles, before capture
+        for call in calls:
+            call()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for call in calls:
+            call()
+    graph.replay()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / len(calls))
+    return statistics.median(times)
+
+
+def _rewrite(graph: Graph, weights: dict[int, str], node: Node, gemm: ConstantGemm, form: str) -> list[Node]:
+    """`node` as `form`: the GEMM, then the bias as a pointwise add where the form takes it out."""
+    nodes: list[Node] = []
+    weight = gemm.weight
+    if (form == "kn") != gemm.transposed:  # the form wants the weight in the other layout: stored so, once
+        constant, weight = transposed_weight(graph, weights, weight)
+        nodes.append(constant)
+    result = node.output
+    bias_after = gemm.bias is not None and form != "linear"
+    product = Value(f"{result.name}_product", result.type) if bias_after else result
+    attrs = {"from_ops": [node.op], "gemm_form": form}
+    if form == "kn":
+        nodes.append(Node("aten::matmul", [gemm.x, weight], [product], source=node.source,
+                          attrs=dict(attrs, schema=_MATMUL)))
+    else:
+        bias = gemm.bias if form == "linear" else None
+        if bias is None:
+            bias = Value(f"{result.name}_no_bias", Type("None"))
+            nodes.append(Node("prim::Constant", [], [bias], attrs={"value": None}))
+        nodes.append(Node("aten::linear", [gemm.x, weight, bias], [product], source=node.source,
+                          attrs=dict(attrs, schema=_LINEAR)))
+    if bias_after:
+        alpha = Value(f"{result.name}_alpha", Type("int"))
+        nodes += [Node("prim::Constant", [], [alpha], attrs={"value": 1}),
+                  Node("aten::add.Tensor", [product, gemm.bias, alpha], [result], source=node.source,
+                       attrs={"schema": _ADD, "synthetic": True})]
+    return nodes
