@@ -237,6 +237,9 @@ def main() -> None:
         except Exception as err:  # noqa: BLE001 - one broken workload must not hide the others' numbers
             rows.append({"workload": name, "error": f"{type(err).__name__}: {err}"[:2000]})
             print(f"{name}: FAILED {rows[-1]['error']}")
+        if args.json:  # after each row: a run cut short keeps the rows it finished
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1, default=str)
     props = torch.cuda.get_device_properties(0)
     import triton
     print(f"\nGPU: {props.name}; torch {torch.__version__}; triton {triton.__version__}; {time.strftime('%Y-%m-%d')}")

@@ -15,6 +15,7 @@ the few functions Triton lacks are small `@triton.jit` helpers (`triton_math.py`
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -242,15 +243,23 @@ class _KernelWriter(KernelWriter):
         pid = "tl.program_id(0).to(tl.int64)" if self.index64 else "tl.program_id(0)"
         lines = [f"    xindex = {pid} * XBLOCK + {self.arange('XBLOCK')}",
                  f"    xmask = xindex < {size_code(_size(kernel.ranges))}"]
-        lines += [f"    {name} = {code}" for name, code in unravel("xindex", kernel.ranges, "//")]
         self.mask["x"], self.axis["x"], self.width["x"] = "xmask", 0, "XBLOCK"
         for v in kernel.ranges:
             self.group[id(v)] = "x"
+        sizes = [v.arg[1] for v in kernel.ranges]
+        if all(isinstance(n, int) for n in sizes):
+            # a load of a buffer laid out as the loop nest (the usual case) reads at xindex itself: no // and % to
+            # take it apart and sum it up again (index expressions are interned, so an equal one is this one)
+            flat = K.sum_terms(v * s for v, s in zip(kernel.ranges, _contiguous(sizes)) if v.arg[1] != 1)
+            scope.names[id(flat)] = "xindex"
         for value, out in zip(kernel.values, kernel.outputs):
             code = self.value(value, scope)
             dense = tuple(out.strides) == _contiguous(out.shape)
             index = "xindex" if dense else self.value(store_index(kernel, out.strides), scope)
             scope.lines.append(f"    tl.store(out_{out.name} + {index}, {code}, mask=xmask)")
+        body = "\n".join(scope.lines)
+        lines += [f"    {name} = {code}" for name, code in unravel("xindex", kernel.ranges, "//")
+                  if re.search(rf"\b{name}\b", body)]  # the loop variables the body reads
         return lines + scope.lines
 
     def render_rows(self) -> list[str]:

@@ -50,6 +50,25 @@ def run_package(source, example, device: str, tmp_path, name: str = "model"):
 
 
 @on_cpu
+def test_a_flat_kernel_reads_a_buffer_laid_out_as_its_loop_nest_at_xindex(tmp_path):
+    """No // and % to take the flat index apart and sum it up again; a strided read still takes it apart."""
+    model = torch.jit.trace(lambda x, b, y: (torch.sin(x + b) * 2, torch.cos(y[:, ::2]) + 1),
+                            (torch.randn(6, 5, 4), torch.randn(4), torch.randn(6, 10)))
+    make = lambda: (torch.randn(6, 5, 4), torch.randn(4), torch.randn(6, 10))  # noqa: E731
+    converted = jit2triton.convert(model, make(), backend="triton")
+    sources = [data.decode() for name, data in converted._contents.files.items() if name.startswith("kernels/")]
+    straight = [s for s in sources if "sin" in s.splitlines()[0]]  # by the kernel's name (the source line has both)
+    transposed = [s for s in sources if "cos" in s.splitlines()[0]]
+    assert len(straight) == len(transposed) == 1, sources
+    assert "in_" in straight[0] and "//" not in straight[0], straight[0]  # b's index is xindex % 4
+    assert "//" in transposed[0], transposed[0]
+    for _ in range(2):
+        args = make()
+        for got, want in zip(converted(*args), model(*args)):
+            torch.testing.assert_close(got, want)
+
+
+@on_cpu
 @pytest.mark.parametrize("spec", zoo())
 def test_zoo_model_matches_torchscript_under_the_interpreter(spec, tmp_path):
     source, reference, example = build(spec, tmp_path)
