@@ -8,14 +8,16 @@ the whole plan in C++ (kernels, ATen ops, control flow, CUDA graphs), so no per-
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import os
+import shutil
 import sys
 import threading
 from typing import Any, Optional, Sequence
 
 import torch
 
-from jit2triton.emitters.cache import cache_dir
+from jit2triton.emitters.cache import cache_dir, write_once
 from jit2triton.errors import (CorruptPackageError, InputError, ModelRaisedError, PackageDeviceError, PackageError,
                                PackageVersionError, SignatureError, StepError)
 
@@ -35,9 +37,14 @@ _extension = None
 
 
 def with_cuda() -> bool:
-    """Build the GPU half too: a CUDA build of torch and CUDA's headers (a toolkit) on this machine."""
-    from torch.utils.cpp_extension import CUDA_HOME
-    return torch.version.cuda is not None and CUDA_HOME is not None
+    """Build the GPU half too: a CUDA build of torch and CUDA's headers (a toolkit) on this machine. Where the
+    toolkit is, found as torch's cpp_extension finds it (CUDA_HOME, CUDA_PATH, nvcc on the PATH, /usr/local/cuda),
+    without importing cpp_extension: that import (setuptools) took 120 ms, most of a cold start."""
+    if torch.version.cuda is None:
+        return False
+    nvcc = shutil.which("nvcc")
+    return bool(os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or nvcc
+                or os.path.exists("/usr/local/cuda"))
 
 
 def extension():
@@ -65,7 +72,6 @@ def unavailable() -> Optional[str]:
 
 
 def _build():
-    from torch.utils import cpp_extension
     cuda = with_cuda()
     digest = hashlib.sha256()
     for name in SOURCES + HEADERS:
@@ -73,24 +79,38 @@ def _build():
             digest.update(name.encode() + b"\0" + f.read())
     digest.update(f"{torch.__version__} {sys.version_info[:2]} cuda={cuda}".encode())
     name = f"jit2triton_runtime_{digest.hexdigest()[:16]}"
+    build_dir = os.path.join(cache_dir("ext"), name)
+    built = os.path.join(build_dir, f"{name}.so")
+    if os.path.exists(built + ".done"):  # built by an earlier process: import it, no build tools needed
+        return _import(name, built)
+    from torch.utils import cpp_extension
     if not cpp_extension.is_ninja_available():
         raise PackageError("the C++ runtime is built on first use with torch's cpp_extension, which needs ninja: "
                            "pip install ninja (or use the Python runtime: jit2triton.load(path, runtime='python'))")
-    build_dir = os.path.join(cache_dir("ext"), name)
     os.makedirs(build_dir, exist_ok=True)
-    if not os.path.exists(os.path.join(build_dir, f"{name}.so")):
+    if not os.path.exists(built):
         print(f"jit2triton: building the C++ runtime for torch {torch.__version__} (once per machine, about a minute; "
               f"cached in {build_dir})", file=sys.stderr, flush=True)
     # (the escaped quotes survive the shell that ninja runs the compiler through)
     flags = ["-O2", "-std=c++17", f'-DJ2T_TORCH_VERSION=\\"{torch.__version__}\\"'] + (["-DJ2T_WITH_CUDA"] if cuda else [])
     try:
-        return cpp_extension.load(name=name, sources=[os.path.join(ROOT, s) for s in SOURCES],
-                                  extra_include_paths=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],
-                                  extra_cflags=flags, extra_ldflags=["-ldl"], with_cuda=cuda,
-                                  build_directory=build_dir, verbose=False)
+        module = cpp_extension.load(name=name, sources=[os.path.join(ROOT, s) for s in SOURCES],
+                                    extra_include_paths=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],
+                                    extra_cflags=flags, extra_ldflags=["-ldl"], with_cuda=cuda,
+                                    build_directory=build_dir, verbose=False)
     except (RuntimeError, OSError) as err:
         raise PackageError(f"building the C++ runtime failed ({err}); it needs a C++17 compiler and torch's headers. "
                            "Use the Python runtime meanwhile: jit2triton.load(path, runtime='python')") from None
+    write_once(built + ".done", b"")  # the marker a later process trusts: the build finished and imported
+    return module
+
+
+def _import(name: str, path: str):
+    """The built extension, imported as cpp_extension.load imports it."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 class CppRuntime:
