@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -55,6 +56,18 @@ def test_cpp_runtime_runs_aten_only_packages(name: str, tmp_path, cpp_runtime) -
     module = jit2triton.load(path, runtime="cpp")
     for call in fresh_calls(spec, example):
         assert_same_outputs(module(*copied(call)), reference(*copied(call)), spec)
+
+
+def test_a_later_process_imports_the_built_runtime_without_build_tools(small_package, cpp_runtime) -> None:
+    """Loading with the C++ runtime, once it is built, must not import torch's cpp_extension (setuptools: 120 ms, most
+    of a cold start)."""
+    path, traced = small_package
+    code = ("import sys, torch, jit2triton; m = jit2triton.load(sys.argv[1]); "
+            "assert m._runtime.name == 'cpp', m._runtime; m(torch.randn(2, 4), torch.randn(2, 3)); "
+            "print('torch.utils.cpp_extension' in sys.modules)")
+    env = dict(os.environ, JIT2TRITON_RUNTIME="auto")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.split()[0] == "False", out.stdout + out.stderr
 
 
 def test_cpp_runtime_reports_like_the_python_runtime(small_package, cpp_runtime) -> None:
