@@ -93,7 +93,7 @@ def _gemm(transposed=False, bias=True) -> ConstantGemm:
     ({"linear": 10.0, "linear_add": 9.9, "kn": 9.8}, True, False, "linear"),  # within the margin: the model's own
     ({"linear": 10.0, "linear_add": 6.0, "kn": 9.0}, False, False, "linear_add"),
     ({"linear": 5.0, "linear_add": 9.0, "kn": 9.0}, True, True, "linear"),  # x @ W whose transpose runs faster
-    ({"linear": 9.7, "linear_add": 9.4, "kn": 9.8}, True, True, "kn"),  # ... but not by the margin
+    ({"linear": 9.7, "linear_add": 9.6, "kn": 9.8}, True, True, "kn"),  # ... but not by the margin
 ])
 def test_the_choice_takes_the_fastest_form_by_a_margin(times, bias_fuses, own, chosen, monkeypatch):
     timed = []
