@@ -20,6 +20,7 @@ import torch
 from jit2triton.errors import ConversionError
 
 from .check_indices import check_indices
+from .decompose_mha import decompose_mha
 from .fold_shapes import fold_shapes
 from .functionalize import functionalize
 from .fuse import fuse
@@ -93,6 +94,7 @@ REWRITES: list[tuple[str, Pass]] = [
     ("fold_shapes", lambda g, c: fold_shapes(g, c.recorder)),  # shape arithmetic becomes constants
     ("unpack_splits", lambda g, c: unpack_splits(g)),  # chunk/split/unbind into one view per piece
     ("fuse_attention", lambda g, c: fuse_attention(g)),  # written-out softmax attention into one ATen call
+    ("decompose_mha", lambda g, c: decompose_mha(g)),  # nn.MultiheadAttention's fast path into linear + SDPA
     ("functionalize", lambda g, c: functionalize(g)),  # in-place writes nothing else sees become functional
     ("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type)),  # on CUDA the bias fuses after the conv
     ("gemm_forms", lambda g, c: gemm_forms(g, c.device.type, c.example_sizes)),  # CUDA: each GEMM's fastest form
