@@ -282,7 +282,7 @@ class Executor:
                 strides = strides_at(sizes)
                 if x.stride() != strides:
                     copied = copied or list(inputs)
-                    copied[i] = torch.empty_strided(x.shape, strides, dtype=x.dtype, device=x.device).copy_(x)
+                    copied[i] = into_layout(x, strides)
             return copied or inputs
 
         return relayout
@@ -380,6 +380,19 @@ class Executor:
 
     def compile_subblock(self, block: dict) -> tuple[list[tuple[Step, int]], list[Callable]]:
         return self.compile_block(block["steps"]), [self.getter(r) for r in block["outputs"]]
+
+
+def into_layout(x: torch.Tensor, strides: tuple) -> torch.Tensor:
+    """`x` in exactly `strides`: a copy, except that a dim the kernel reads broadcast (stride 0, as ATen gave it
+    while converting) keeps stride 0 and only its first element is copied. The kernel reads that element for every
+    index of the dim; the values along it are one value repeated (a broadcast), however the producer laid them out
+    this time (a kernel upstream that wrote the expanded value out densely, and an ATen op between)."""
+    source, broadcast = x, False
+    for d, (n, s) in enumerate(zip(x.shape, strides)):
+        if s == 0 and n > 1:
+            source, broadcast = source.narrow(d, 0, 1), True
+    dense = torch.empty_strided(source.shape, strides, dtype=x.dtype, device=x.device).copy_(source)
+    return dense.as_strided(x.shape, strides) if broadcast else dense
 
 
 def _arena_bytes(plan: dict) -> int:

@@ -14,11 +14,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import jit2triton
+from jit2triton import Dim
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.lowering import load_lowerings
 from jit2triton.transpiler.op_table import OP_TABLE, OpInfo
 
-from helpers import BACKENDS, assert_matches_torchscript, convert_for
+from helpers import BACKENDS, assert_matches_torchscript, convert_for, to_device
 
 
 class QkvAttention(nn.Module):
@@ -357,3 +358,28 @@ def test_a_kernel_writes_the_layout_torchscript_gave_so_no_input_is_copied(monke
             x = torch.randn(2, 8, 12, 12)
             torch.testing.assert_close(loaded(x), traced(x), rtol=1e-4, atol=1e-4)
     assert not copies, f"kernel inputs copied into another layout on every call: {copies}"
+
+
+@torch.jit.script
+def _expanded_through_aten(x, y):
+    v = (y.float() * 0.5).unsqueeze(0).expand(3, 4)  # a kernel writes the expanded value out, densely...
+    first = v.chunk(2, 1)[0]  # ... an ATen op takes a view of it (ATen's own run gave it stride 0)...
+    return torch.nn.functional.gelu(first) + x  # ... and a kernel reads it, generated for stride 0
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_kernel_generated_for_a_broadcast_input_reads_one_laid_out_densely(backend, dynamic, tmp_path):
+    make = lambda n=2: (torch.randn(n, 3, 2), torch.randint(-5, 5, (4,)))  # noqa: E731
+    options = {"dynamic_shapes": {"x": {0: Dim("n", min=1, max=6)}}} if dynamic else {}
+    converted = convert_for(_expanded_through_aten, make(), backend, **options)
+    assert converted.manifest["report"]["verification"]["kernels_removed"] == [], "a kernel disagreed with ATen"
+    assert converted.manifest["kernels"], "the test needs generated kernels"
+    path = tmp_path / "m.j2t"
+    converted.save(path)
+    for runtime in (["python"] if backend == "triton" else ["python", "cpp"]):
+        loaded = jit2triton.load(path, runtime=runtime)
+        for n in ((2, 5) if dynamic else (2, 2)):
+            args = make(n)
+            got = loaded(*(to_device(args, "cuda") if backend == "cuda" else args))
+            torch.testing.assert_close(got.cpu(), _expanded_through_aten(*args), rtol=1e-5, atol=1e-5)

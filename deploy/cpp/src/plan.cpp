@@ -25,6 +25,22 @@ using json::Value;
 
 namespace {
 
+// `x` in exactly `strides`, as deploy/executor.py's into_layout does: a copy, except that a dim the kernel reads
+// broadcast (stride 0, as ATen gave it while converting) keeps stride 0 and only its first element is copied. The
+// kernel reads that element for every index of the dim; the values along it are one value repeated (a broadcast),
+// however the producer laid them out this time.
+at::Tensor into_layout(const at::Tensor& x, at::IntArrayRef strides) {
+  at::Tensor source = x;
+  bool broadcast = false;
+  for (int64_t d = 0; d < x.dim(); ++d)
+    if (strides[d] == 0 && x.size(d) > 1) {
+      source = source.narrow(d, 0, 1);
+      broadcast = true;
+    }
+  at::Tensor dense = at::empty_strided(source.sizes(), strides, x.options()).copy_(source);
+  return broadcast ? dense.as_strided(x.sizes(), strides) : dense;
+}
+
 std::vector<int> ints(const Value* v) {
   std::vector<int> out;
   if (v)
@@ -481,7 +497,7 @@ class Builder {
                 "example inputs of the values you need");
         }
         at::IntArrayRef strides = c.strides.at(d, scratch_strides);
-        if (x.strides() != strides) x = at::empty_strided(x.sizes(), strides, x.options()).copy_(x);
+        if (x.strides() != strides) x = into_layout(x, strides);
       }
       std::vector<int64_t> sizes;
       for (size_t i : size_args) sizes.push_back(call_dims[i]);
