@@ -28,7 +28,8 @@ _SCHEMAS = {
         "aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
         "float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor"),
     "aten::transpose.int": "aten::transpose.int(Tensor(a) self, int dim0, int dim1) -> Tensor(a)",
-    "aten::flatten.using_ints": "aten::flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) -> Tensor(a)",
+    "aten::flatten.using_ints": ("aten::flatten.using_ints(Tensor(a) self, int start_dim=0, int end_dim=-1) "
+                                 "-> Tensor(a)"),
 }
 
 
