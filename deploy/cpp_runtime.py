@@ -82,7 +82,10 @@ def _build():
     build_dir = os.path.join(cache_dir("ext"), name)
     built = os.path.join(build_dir, f"{name}.so")
     if os.path.exists(built + ".done"):  # built by an earlier process: import it, no build tools needed
-        return _import(name, built)
+        try:
+            return _import(name, built)
+        except (ImportError, OSError):  # the library went missing or is damaged: build it again below
+            os.remove(built + ".done")
     from torch.utils import cpp_extension
     if not cpp_extension.is_ninja_available():
         raise PackageError("the C++ runtime is built on first use with torch's cpp_extension, which needs ninja: "
