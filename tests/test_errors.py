@@ -336,3 +336,30 @@ def test_a_map_location_dict_keyed_by_a_gpu_index_applies_to_a_cuda_package():
     assert resolve_map_location({torch.device("cuda", 0): "cpu"}, "cpu") is None
     with pytest.raises(jit2triton.PackageDeviceError, match="'gpu0' that is not a device"):
         resolve_map_location({"gpu0": "cuda:1"}, "cuda")
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_rewrite_that_changes_the_model_falls_back_to_torchscript_s_own_graph(dynamic, monkeypatch, tmp_path):
+    """A bug in a rewrite before fusion must cost speed, not the conversion: the package is TorchScript's own graph
+    through ATen, verified, and the report says why."""
+    from jit2triton.transpiler import pipeline
+    from jit2triton.transpiler.op_table import schema_of
+
+    def wrong(graph, ctx):  # a deliberately broken rewrite: relu becomes neg
+        for node in graph.walk():
+            if node.op == "aten::relu":
+                node.op, node.attrs["schema"] = "aten::neg", schema_of("aten::neg")
+    monkeypatch.setattr(pipeline, "REWRITES", [("wrong", wrong)] + pipeline.REWRITES)
+    model = torch.jit.trace(lambda x: torch.relu(x) * 2 + 1, (torch.randn(4, 8),))
+    options = {"dynamic_shapes": {"x": {0: jit2triton.Dim("n", min=1, max=16)}}} if dynamic else {}
+    converted = jit2triton.convert(model, (torch.randn(4, 8),), **options)
+    assert converted.manifest["backend"] == "aten"
+    notes = converted.manifest["report"]["verification"]["notes"]
+    assert any("rewritten model does not match" in n for n in notes), notes
+    path = tmp_path / "m.j2t"
+    converted.save(path)
+    for runtime in ("python", "cpp"):
+        loaded = jit2triton.load(path, runtime=runtime)
+        for n in ((4, 11) if dynamic else (4,)):
+            x = torch.randn(n, 8)
+            torch.testing.assert_close(loaded(x), model(x))
