@@ -12,7 +12,7 @@ from jit2triton.deploy.executor import Executor
 from jit2triton.deploy.graph_regions import capturable, group_regions, worth_capturing
 from jit2triton.deploy.literals import encode
 from jit2triton.deploy.package import PackageContents
-from jit2triton.deploy.runtime import DeviceLike
+from jit2triton.deploy.runtime import DeviceLike, Runtime
 from jit2triton.deploy.signature import describe
 from jit2triton.emitters.build import build_cpp, kernel_index
 from jit2triton.loaders import load_script
@@ -22,6 +22,7 @@ from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP
 from jit2triton.transpiler.symbolic import fit
 from jit2triton.transpiler.report import summarize
+from jit2triton.transpiler.timing import best_time
 from jit2triton.transpiler.build_plan import Plan
 
 from . import dims
@@ -264,9 +265,6 @@ def _choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.de
     cost: there the plan runs step by step. Only with room to spare, though: a plan whose host work nearly fills
     the GPU's time becomes host-bound, and slower than the graph, as soon as the host is a little busier than it
     was while converting. Recorded in the manifest (and its report), so no runtime decides it."""
-    from jit2triton.deploy.runtime import Runtime
-    from jit2triton.transpiler.timing import best_time
-
     graphed, stepwise = Runtime(contents, target), Runtime(contents, target, cuda_graphs=False)
     calls = 8
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .ir import Block, Graph, Node, Type, Value
+from .ir import Block, Graph, Node, Type, Value, literals as literals_of
 from .op_table import schema_of
 
 # op -> (position of the index argument, position of the dim argument; None: dim 0). The indexed tensor is the first.
@@ -16,8 +16,7 @@ MESSAGE_LIMIT = 250
 
 
 def check_indices(graph: Graph) -> Graph:
-    constants = {n.output.id: n.attrs["value"] for n in graph.walk()
-                 if n.op == "prim::Constant" and "value" in n.attrs}
+    constants = literals_of(graph)
     for block in _blocks(graph.body):
         out: list[Node] = []
         for node in block.nodes:

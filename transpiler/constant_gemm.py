@@ -65,11 +65,3 @@ def transposed_weight(graph: Graph, weights: dict[int, str], weight: Value) -> t
                                            strides=tuple(t.stride())))
     return Node("prim::Constant", [], [value], attrs={"weight": name}), value
 
-
-def constants_of(graph: Graph) -> tuple[dict[int, str], dict[int, object]]:
-    """(value id -> weight name, value id -> literal) over the whole graph."""
-    weights = {n.output.id: n.attrs["weight"] for n in graph.walk()
-               if n.op == "prim::Constant" and "weight" in n.attrs}
-    literals = {n.output.id: n.attrs["value"] for n in graph.walk()
-                if n.op == "prim::Constant" and "value" in n.attrs}
-    return weights, literals

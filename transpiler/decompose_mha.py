@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .ir import Graph, Node, Type, Value, readers as readers_of
+from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of
 
 OP = "aten::_native_multi_head_attention"
 _SCHEMAS = {
@@ -35,11 +35,10 @@ _SCHEMAS = {
 
 def decompose_mha(graph: Graph) -> int:
     """Rewrite in place; returns how many attention calls were written out."""
-    literals = {n.output.id: n.attrs["value"] for n in graph.walk()
-                if n.op == "prim::Constant" and "value" in n.attrs}
+    literals = literals_of(graph)
     readers = readers_of(graph)
     done = 0
-    for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
+    for block in blocks(graph):
         out: list[Node] = []
         for node in block.nodes:
             heads = _self_attention_heads(node, literals, readers)

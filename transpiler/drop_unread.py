@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .ir import KERNEL_OP, Graph
+from .ir import KERNEL_OP, Graph, blocks
 from .op_table import is_view
 
 
@@ -25,7 +25,7 @@ def drop_unread(graph: Graph) -> None:
         read.update(v.id for n in graph.walk() for b in n.blocks for v in b.outputs)
         read.update(v.id for v in graph.outputs)
         dropped = 0
-        for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
+        for block in blocks(graph):
             kept = [n for n in block.nodes
                     if not (n.op == KERNEL_OP or is_view(n.op) or n.op in SHAPE_BOOKKEEPING
                             or n.attrs.get("scalar_carrier")) or any(read[v.id] for v in n.outputs)]

@@ -19,7 +19,7 @@ from typing import Any, Optional
 
 import torch
 
-from .ir import Block, Graph, Node, Type, Value
+from .ir import Block, Graph, Node, Type, Value, blocks
 from .lowering import get_lowering
 from .op_table import may_alias, returns_alias, schema_of
 
@@ -30,7 +30,7 @@ _ANY = Type("Any")
 def functionalize(graph: Graph) -> int:
     """Rewrite what can be rewritten, in place; returns how many in-place nodes became functional."""
     rewritten = 0
-    for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
+    for block in blocks(graph):
         position = 0
         while position < len(block.nodes):
             node = block.nodes[position]

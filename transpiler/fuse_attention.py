@@ -12,7 +12,7 @@ import math
 from collections import Counter
 from typing import Optional
 
-from .ir import Block, Graph, Node, Type, Value
+from .ir import Block, Graph, Node, Type, Value, literals, weight_names
 
 SDPA_SCHEMA = ("aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
                "float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor")
@@ -24,12 +24,11 @@ def fuse_attention(graph: Graph) -> Graph:
     uses = Counter(v.id for n in graph.walk() for v in n.inputs)
     uses.update(v.id for n in graph.walk() for b in n.blocks for v in b.outputs)
     uses.update(v.id for v in graph.outputs)
-    constants = {n.output.id: n.attrs["value"] for n in graph.walk() if n.op == "prim::Constant" and "value" in n.attrs}
-    for n in graph.walk():  # a 0-d float weight (a folded `head_dim ** -0.5`) scales like a Python float
-        if n.op == "prim::Constant" and "weight" in n.attrs:
-            w = graph.weights[n.attrs["weight"]]
-            if w.dim() == 0 and w.is_floating_point():
-                constants[n.output.id] = float(w)
+    constants = literals(graph)
+    for value_id, name in weight_names(graph).items():  # a 0-d float weight (a folded `head_dim ** -0.5`) scales
+        w = graph.weights[name]                          # like a Python float
+        if w.dim() == 0 and w.is_floating_point():
+            constants[value_id] = float(w)
     _block(graph.body, _Match(producer, uses, constants))
     return graph
 

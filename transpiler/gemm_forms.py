@@ -18,15 +18,15 @@ with the form. The package records the choice; a load never times anything.
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Callable, Optional
 
 import torch
 
-from .constant_gemm import ConstantGemm, constant_gemm, constants_of, features, transposed_weight
-from .ir import Graph, Node, Type, Value, readers as readers_of
+from .constant_gemm import ConstantGemm, constant_gemm, features, transposed_weight
+from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
 from .op_table import POINTWISE, lookup
 from .symbolic import SymSize
+from .timing import graph_gpu_us
 
 FORMS = ("linear", "linear_add", "kn")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -46,10 +46,10 @@ def gemm_forms(graph: Graph, device_type: str, sizes: Optional[dict[str, int]] =
     """Rewrite in place; returns how many GEMMs took each form other than the model's own."""
     if MODE == "never" or (MODE == "auto" and (device_type != "cuda" or not torch.cuda.is_available())):
         return {}
-    weights, literals = constants_of(graph)
+    weights, literals = weight_names(graph), literals_of(graph)
     readers = readers_of(graph)
     counts: dict[str, int] = {}
-    for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
+    for block in blocks(graph):
         out: list[Node] = []
         for node in block.nodes:
             gemm = constant_gemm(node, weights, literals)
@@ -114,7 +114,7 @@ def _time_form(form: str, rows: int, k: int, n: int, dtype: torch.dtype, has_bia
         w = torch.randn(n, k, device="cuda", dtype=dtype) / math.sqrt(k)
         b = torch.randn(n, device="cuda", dtype=dtype) if has_bias else None
         calls.append(_form_call(form, x, w.t().contiguous() if form == "kn" else w, b, bias_fuses))
-    return _graph_us(calls)
+    return graph_gpu_us(calls)
 
 
 def _form_call(form: str, x, w, b, bias_fuses: bool) -> Callable[[], object]:
@@ -123,30 +123,6 @@ def _form_call(form: str, x, w, b, bias_fuses: bool) -> Callable[[], object]:
         return lambda: torch.nn.functional.linear(x, w, b)
     gemm = (lambda: torch.nn.functional.linear(x, w)) if form == "linear_add" else (lambda: torch.matmul(x, w))
     return (lambda: gemm() + b) if add else gemm
-
-
-def _graph_us(calls: list[Callable[[], object]], replays: int = 7) -> float:
-    """Median GPU time per call of a CUDA graph holding `calls` (the host's launch cost is not what is compared)."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):  # cuBLAS's workspace and handles, before capture
-        for call in calls:
-            call()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for call in calls:
-            call()
-    graph.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(calls))
-    return statistics.median(times)
 
 
 def _rewrite(graph: Graph, weights: dict[int, str], node: Node, gemm: ConstantGemm, form: str) -> list[Node]:

@@ -142,6 +142,22 @@ def readers(graph: Graph) -> dict[int, list[Optional[Node]]]:
     return found
 
 
+def blocks(graph: Graph) -> list[Block]:
+    """The graph's body and every nested block, outermost first: a pass that rewrites block by block takes the list
+    before it starts, so the blocks it adds or drops do not disturb the iteration."""
+    return [graph.body, *(b for n in graph.walk() for b in n.blocks)]
+
+
+def literals(graph: Graph) -> dict[int, Any]:
+    """value id -> the literal a constant node gives it (ints, floats, lists, None...)."""
+    return {n.output.id: n.attrs["value"] for n in graph.walk() if n.op == "prim::Constant" and "value" in n.attrs}
+
+
+def weight_names(graph: Graph) -> dict[int, str]:
+    """value id -> the name of the frozen weight a constant node gives it."""
+    return {n.output.id: n.attrs["weight"] for n in graph.walk() if n.op == "prim::Constant" and "weight" in n.attrs}
+
+
 def walk_block(block: Block):
     for node in block.nodes:
         yield node

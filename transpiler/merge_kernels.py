@@ -10,7 +10,7 @@ kernels are shaped by their reductions (rows, split passes) more than by their o
 from __future__ import annotations
 
 from .alias_analysis import writes
-from .ir import KERNEL_OP, Block, Graph, Node
+from .ir import KERNEL_OP, Block, Graph, Node, blocks
 from . import kernel_ir as K
 
 MAX_OUTPUTS = 8  # a merged kernel's stores and live values stay within what one loop body holds well
@@ -19,7 +19,7 @@ SIDE_EFFECTS = frozenset({"prim::RaiseException", "prim::Print", "aten::warn"})
 
 
 def merge_kernels(graph: Graph) -> Graph:
-    for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
+    for block in blocks(graph):
         _merge_in(block)
     return graph
 

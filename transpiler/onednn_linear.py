@@ -21,8 +21,8 @@ from typing import Optional
 
 import torch
 
-from .constant_gemm import ConstantGemm, constant_gemm, constants_of, features, transposed_weight
-from .ir import Graph, Node, Type, Value, readers as readers_of
+from .constant_gemm import ConstantGemm, constant_gemm, features, transposed_weight
+from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
 from .symbolic import SymSize
 from .timing import best_time
 
@@ -43,10 +43,10 @@ def onednn_linear(graph: Graph, device_type: str, sizes: Optional[dict[str, int]
     """Rewrite in place; returns how many GEMMs now run through oneDNN."""
     if device_type != "cpu" or MODE == "never" or not _available():
         return 0
-    weights, literals = constants_of(graph)
+    weights, literals = weight_names(graph), literals_of(graph)
     readers = readers_of(graph)
     done = 0
-    for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
+    for block in blocks(graph):
         out: list[Node] = []
         for node in block.nodes:
             if node.attrs.get("folded_into_linear"):

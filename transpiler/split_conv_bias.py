@@ -11,7 +11,7 @@ On the CPU the bias stays in the convolution (oneDNN adds it in the convolution'
 """
 from __future__ import annotations
 
-from .ir import Graph, Node, Type, Value
+from .ir import Graph, Node, Type, Value, blocks, weight_names
 
 _CONVOLUTIONS = {"aten::_convolution": 2, "aten::conv1d": 2, "aten::conv2d": 2, "aten::conv3d": 2}  # op -> bias
 _VIEW_SCHEMA = "aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)"
@@ -22,9 +22,9 @@ def split_conv_bias(graph: Graph, device_type: str) -> int:
     """Rewrite in place; returns how many convolutions gave up their bias."""
     if device_type != "cuda":
         return 0
-    weights = {n.output.id for n in graph.walk() if n.op == "prim::Constant" and "weight" in n.attrs}
+    weights = weight_names(graph)
     split = 0
-    for block in [graph.body, *(b for n in graph.walk() for b in n.blocks)]:
+    for block in blocks(graph):
         out: list[Node] = []
         for node in block.nodes:
             out.append(node)

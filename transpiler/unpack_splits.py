@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
-from .ir import Block, Graph, Node, Type, Value
+from .ir import Block, Graph, Node, Type, Value, literals
 
 SLICE_SCHEMA = "aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"
 SELECT_SCHEMA = "aten::select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)"
@@ -19,9 +19,7 @@ def unpack_splits(graph: Graph) -> Graph:
     uses = Counter(v.id for n in graph.walk() for v in n.inputs)
     uses.update(v.id for n in graph.walk() for b in n.blocks for v in b.outputs)
     uses.update(v.id for v in graph.outputs)
-    constants = {n.output.id: n.attrs["value"] for n in graph.walk()
-                 if n.op == "prim::Constant" and "value" in n.attrs}
-    _block(graph.body, producer, uses, constants)
+    _block(graph.body, producer, uses, literals(graph))
     return graph
 
 
