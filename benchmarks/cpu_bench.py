@@ -24,7 +24,7 @@ import jit2triton  # noqa: E402
 from workloads import WORKLOADS  # noqa: E402
 
 CPU_SET = ["sin2+cos2 16M", "numpy_fn 1024x640", "MLP+LayerNorm 8x512x1024", "attention 8x256x768",
-           "BERT-like layer 8x128x768"]
+           "BERT-like layer 8x128x768", "BERT base 1x9", "resnet18 1x224"]
 
 
 def timeit(fn, inputs, min_runs: int, min_seconds: float) -> float:

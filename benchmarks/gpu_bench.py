@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 import jit2triton  # noqa: E402
 from cold_start import cold_start_ms  # noqa: E402
-from workloads import WORKLOADS, Workload  # noqa: E402
+from workloads import WORKLOADS, Workload, bert_base  # noqa: E402
 
 GPU_SET = ["sin+cos 0-d", "sin2+cos2 16M", "numpy_fn 1024x640", "MLP+LayerNorm 8x512x1024", "attention 8x256x768",
            "resnet18 16x224", "resnet18 NCHW 16x224", "resnet50 NCHW 16x224", "ViT-B/16 8x224", "BERT base 1x9",
@@ -64,25 +64,10 @@ def extra_workloads() -> dict[str, Workload]:
     except Exception as err:  # noqa: BLE001 - any import failure means: skip, and say so
         print(f"skipping resnet18: torchvision unavailable ({err})")
     try:
-        import transformers
+        import transformers  # noqa: F401
 
-        def bert(batch, seq):
-            def build(dev, dt):
-                config = transformers.BertConfig(attn_implementation="eager")
-                model = transformers.BertModel(config).to(dev, dt).eval()
-                ids = torch.randint(0, config.vocab_size, (batch, seq), device=dev)
-
-                class Wrapped(torch.nn.Module):
-                    def __init__(self):
-                        super().__init__()
-                        self.bert = model
-
-                    def forward(self, input_ids):
-                        return self.bert(input_ids=input_ids, return_dict=False)[0]
-                return Wrapped().eval(), (ids,)
-            return build
-        extra["BERT base 1x9"] = Workload("BERT base 1x9", bert(1, 9))
-        extra["BERT base 8x128"] = Workload("BERT base 8x128", bert(8, 128))
+        extra["BERT base 1x9"] = Workload("BERT base 1x9", bert_base(1, 9))
+        extra["BERT base 8x128"] = Workload("BERT base 8x128", bert_base(8, 128))
     except Exception as err:  # noqa: BLE001
         print(f"skipping BERT: transformers unavailable ({err})")
     return extra

@@ -74,6 +74,67 @@ class EncoderLayer(nn.Module):
         return self.norm2(x + self.down(torch.nn.functional.gelu(self.up(x))))
 
 
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        skip = x if self.downsample is None else self.downsample(x)
+        return torch.relu(self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x))))) + skip)
+
+
+class ResNet18(nn.Module):
+    """torchvision's resnet18, written out: torchvision's wheels need a CUDA torch, so the CPU machine has none."""
+
+    def __init__(self, classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(),
+                                  nn.MaxPool2d(3, 2, 1))
+        widths = [64, 64, 128, 256, 512]
+        self.layers = nn.Sequential(*[nn.Sequential(BasicBlock(widths[i], widths[i + 1], 1 if i == 0 else 2),
+                                                    BasicBlock(widths[i + 1], widths[i + 1], 1)) for i in range(4)])
+        self.fc = nn.Linear(512, classes)
+
+    def forward(self, x):
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(self.layers(self.stem(x)), 1), 1))
+
+
+def resnet18() -> nn.Module:
+    """torchvision's resnet18 where torchvision is installed, else the same architecture written out."""
+    try:
+        import torchvision
+        return torchvision.models.resnet18()
+    except Exception:  # noqa: BLE001 - not installed, or its wheel does not match this torch
+        return ResNet18()
+
+
+class BertOutput(nn.Module):
+    """transformers' BertModel (random weights: speed does not depend on them) returning its last hidden state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import transformers
+        self.config = transformers.BertConfig(attn_implementation="eager")
+        self.bert = transformers.BertModel(self.config)
+
+    def forward(self, input_ids):
+        return self.bert(input_ids=input_ids, return_dict=False)[0]
+
+
+def bert_base(batch: int, seq: int) -> Callable[[str, torch.dtype], tuple[nn.Module, tuple]]:
+    def build(dev, dt):
+        model = BertOutput().to(dev, dt).eval()
+        return model, (torch.randint(0, model.config.vocab_size, (batch, seq), device=dev),)
+    return build
+
+
 def _randn(*shape, device, dtype):
     return torch.randn(*shape, device=device, dtype=dtype)
 
@@ -89,4 +150,7 @@ WORKLOADS = {
         Attention(768, 12).to(dev, dt), (_randn(8, 256, 768, device=dev, dtype=dt),))),
     "BERT-like layer 8x128x768": Workload("BERT-like layer 8x128x768", lambda dev, dt: (
         EncoderLayer(768, 12).to(dev, dt), (_randn(8, 128, 768, device=dev, dtype=dt),))),
+    "resnet18 1x224": Workload("resnet18 1x224", lambda dev, dt: (
+        resnet18().to(dev, dt).eval(), (_randn(1, 3, 224, 224, device=dev, dtype=dt),))),
+    "BERT base 1x9": Workload("BERT base 1x9", bert_base(1, 9)),
 }

@@ -76,10 +76,8 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     inputs = [x.to(target).contiguous() if isinstance(x, torch.Tensor) else x for x in inputs]
     dynamic = dims.resolve(dynamic_shapes, script.input_names, inputs)
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
-    graph = from_torchscript(script.graph, script.input_names, script.name, full_source_paths)
-    ctx = _context(target, inputs, dynamic)
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
-    pipeline.prepare(graph, ctx, generate_kernels=backend != "aten")
+    graph, ctx, backend, pass_notes = _prepared(script, inputs, dynamic, target, backend, full_source_paths, say)
     output = ctx.outputs[0] if len(ctx.outputs) == 1 else tuple(ctx.outputs)
     signature = {"inputs": _input_signature(script.input_names, script.input_defaults, inputs, dynamic),
                  "outputs": _with_dims(describe(output), [(ctx.example_sizes, ctx.outputs)] + ctx.draw_outputs)}
@@ -100,13 +98,13 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         # A rewrite before fusion (GEMM forms, layouts, attention) changed the model beyond rounding: a bug, but the
         # user still gets a correct package, the one TorchScript's own graph makes through ATen.
         say(f"{err}; converting again as TorchScript wrote it, every op through ATen")
-        graph = from_torchscript(script.graph, script.input_names, script.name, full_source_paths)
-        ctx = _context(target, inputs, dynamic)
-        pipeline.prepare(graph, ctx, generate_kernels=False)
+        graph, ctx, _, _ = _prepared(script, inputs, dynamic, target, "aten", full_source_paths, say)
         contents, verification = _build_verified(graph, "aten", ctx, signature, model_info, verifier, say,
                                                  rewritten=False)
         verification["notes"] = list(verification["notes"]) + [
             f"{err}; every op runs through ATen as TorchScript wrote it (please report it with the model)"]
+    if pass_notes:
+        verification["notes"] = list(verification["notes"]) + pass_notes
     if target.type == "cuda" and contents.manifest["cuda_graph"]:
         _choose_cuda_graph(contents, inputs, target, say)
     contents.files.update({f"extra/{name}": data for name, data in script.extra_files.items()})
@@ -139,6 +137,34 @@ def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backen
     contents, target = convert_to_package(model, example_inputs, *options, None)
     contents.manifest["report"]["static_dims"] = {dims.AUTO_DIM: why}
     return contents, target
+
+
+def _prepared(script, inputs: list, dynamic: "dims.DynamicSpec", target: torch.device, backend: str,
+              full_source_paths: bool, say: Progress) -> tuple[Any, pipeline.Context, str, list[str]]:
+    """TorchScript's graph in our IR, typed and rewritten for fusion -> (graph, context, backend, notes). A pass
+    that fails with an internal error (a bug) must not fail the conversion: a rewrite that only makes the graph
+    faster is skipped, any other pass costs the generated kernels (every op through ATen); each time the graph is
+    built again from TorchScript's, since the failed pass may have left it half rewritten. The notes say what was
+    left out, for the report."""
+    skipped: set[str] = set()
+    notes: list[str] = []
+    while True:
+        graph = from_torchscript(script.graph, script.input_names, script.name, full_source_paths)
+        ctx = _context(target, inputs, dynamic)
+        try:
+            pipeline.prepare(graph, ctx, generate_kernels=backend != "aten", skip=frozenset(skipped))
+            return graph, ctx, backend, notes
+        except pipeline.PassFailed as failure:
+            if backend == "aten":
+                raise ConversionError(f"{failure}; this is a bug in jit2triton: please report it with the "
+                                      "model") from None
+            if failure.name in pipeline.OPTIONAL_REWRITES and failure.name not in skipped:
+                skipped.add(failure.name)
+                notes.append(f"{failure}: converted without it (please report it with the model)")
+            else:
+                backend = "aten"
+                notes.append(f"{failure}: every op runs through ATen (please report it with the model)")
+            say(notes[-1])
 
 
 def _context(target: torch.device, inputs: list, dynamic: "dims.DynamicSpec") -> pipeline.Context:

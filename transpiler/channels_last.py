@@ -27,7 +27,7 @@ from .build_plan import build_plan
 from .fuse import clone_graph
 from .ir import Graph, Node, Type, Value, readers
 from .lowering import strides_in_order
-from .symbolic import SymSize
+from .symbolic import at_example
 from .timing import best_time
 
 CONVOLUTIONS = ("aten::_convolution", "aten::conv2d")
@@ -154,8 +154,8 @@ def _layout(t: Type, sizes: dict[str, int]) -> Optional[int]:
     """The memory format of a 4-d tensor type at the example's dims (a dynamic one's strides are polynomials)."""
     if t.strides is None:
         return None
-    shape, strides = ([n.evaluate(sizes) if isinstance(n, SymSize) else n for n in dims] for dims in (t.shape, t.strides))
-    if not all(isinstance(n, int) for n in (*shape, *strides)):
+    shape, strides = at_example(t.shape, sizes), at_example(t.strides, sizes)
+    if shape is None or strides is None:
         return None
     if list(strides_in_order(shape, [0, 1, 2, 3])) == strides:
         return CONTIGUOUS_FORMAT

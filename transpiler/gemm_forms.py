@@ -25,7 +25,7 @@ import torch
 from .constant_gemm import ConstantGemm, constant_gemm, features, transposed_weight
 from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
 from .op_table import POINTWISE, lookup
-from .symbolic import SymSize
+from .symbolic import at_example
 from .timing import graph_gpu_us
 
 FORMS = ("linear", "linear_add", "kn")
@@ -86,10 +86,12 @@ def _bias_fuses(node: Node, readers: dict[int, list]) -> bool:
 def choose(gemm: ConstantGemm, bias_fuses: bool, sizes: dict[str, int]) -> str:
     """The fastest form for this GEMM's shape on the current GPU; the model's own unless another is clearly faster.
     (An addmm is judged as its closest form, kn, and always rewritten: the forms compared are all there is.)"""
-    shape = [n.evaluate(sizes) if isinstance(n, SymSize) else n for n in gemm.x.type.shape]
+    own = "linear" if not gemm.transposed else "kn"
+    shape = at_example(gemm.x.type.shape, sizes)
+    if shape is None:  # an opaque size: nothing to time at, so the model's own form
+        return own
     rows, k, n = math.prod(shape[:-1]), shape[-1], features(gemm)
     has_bias = gemm.bias is not None
-    own = "linear" if not gemm.transposed else "kn"
     key = (rows, k, n, gemm.x.type.dtype, has_bias, bias_fuses,
            torch.cuda.current_device() if torch.cuda.is_available() else None)
     if key not in _timed:

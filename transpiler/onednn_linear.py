@@ -23,7 +23,7 @@ import torch
 
 from .constant_gemm import ConstantGemm, constant_gemm, features, transposed_weight
 from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
-from .symbolic import SymSize
+from .symbolic import at_example
 from .timing import best_time
 
 OP = "mkldnn::_linear_pointwise"
@@ -83,7 +83,9 @@ def choose(x: Type, features: int, has_bias: bool, sizes: dict[str, int]) -> boo
     here: each timed on random operands of the shape."""
     if MODE == "always":
         return True
-    shape = [n.evaluate(sizes) if isinstance(n, SymSize) else n for n in x.shape]
+    shape = at_example(x.shape, sizes)
+    if shape is None:  # an opaque size: nothing to time at, so ATen's own
+        return False
     rows = math.prod(shape[:-1])
     key = (rows, shape[-1], features, x.dtype, has_bias, torch.get_num_threads())
     if key not in _chosen:

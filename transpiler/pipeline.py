@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from jit2triton.errors import ConversionError
+from jit2triton.errors import ConversionError, Jit2TritonError
 
 from .check_indices import check_indices
 from .decompose_mha import decompose_mha
@@ -106,10 +106,33 @@ REWRITES: list[tuple[str, Pass]] = [
 ]
 
 
-def prepare(graph: Graph, ctx: Context, generate_kernels: bool) -> Graph:
-    """Every pass before fusion, in order; the graph they leave still runs through ATen alone."""
-    for _, run in PREPARE + (REWRITES if generate_kernels else []):
-        run(graph, ctx)
+# Rewrites that only make the graph faster: one that fails is skipped (its bug costs speed, never the conversion).
+# The others type the graph or keep generated kernels safe, so without them no kernels are generated.
+OPTIONAL_REWRITES = frozenset({"fold_shapes", "unpack_splits", "fuse_attention", "decompose_mha", "functionalize",
+                               "split_conv_bias", "gemm_forms", "onednn_linear", "channels_last"})
+
+
+class PassFailed(Exception):
+    """A pass raised something other than a jit2triton error (a bug in it): which pass, and what it raised."""
+
+    def __init__(self, name: str, error: BaseException) -> None:
+        super().__init__(f"pass {name} failed ({type(error).__name__}: {error})")
+        self.name = name
+
+
+def prepare(graph: Graph, ctx: Context, generate_kernels: bool, skip: frozenset = frozenset()) -> Graph:
+    """Every pass before fusion, in order, but those in `skip`; the graph they leave still runs through ATen alone.
+    A pass that fails with anything but a jit2triton error (which says what the user can do) raises PassFailed:
+    the graph may be half rewritten, so the caller starts again from TorchScript's graph."""
+    for name, run in PREPARE + (REWRITES if generate_kernels else []):
+        if name in skip:
+            continue
+        try:
+            run(graph, ctx)
+        except Jit2TritonError:
+            raise
+        except Exception as err:  # noqa: BLE001 - any bug in a pass
+            raise PassFailed(name, err) from err
     return graph
 
 

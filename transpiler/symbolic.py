@@ -85,6 +85,13 @@ def at_least_one(size):
 Size = Union[int, SymSize, str]  # str: a size that varies in a way no polynomial here explains (opaque)
 
 
+def at_example(dims: Sequence[Size], sizes: Mapping[str, int]) -> Optional[list[int]]:
+    """Sizes (a shape, strides) at the example's dynamic dims; None when one is opaque (a floor division of a dim,
+    say, whose value is not known from the dims alone)."""
+    out = [n.evaluate(sizes) if isinstance(n, SymSize) else n for n in dims]
+    return out if all(isinstance(n, int) for n in out) else None
+
+
 def size_json(size: Size) -> Union[int, str, list]:
     return size.to_json() if isinstance(size, SymSize) else size
 
