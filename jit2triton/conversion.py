@@ -172,6 +172,9 @@ def _context(target: torch.device, inputs: list, dynamic: "dims.DynamicSpec") ->
     ctx = pipeline.Context(target, inputs, _run_plan(target), example_sizes=dict(dynamic.example),
                            draws=[(sizes, dims.inputs_at(dynamic, sizes, inputs, seed=i))
                                   for i, sizes in enumerate(dynamic.draws())])
+    largest = dynamic.largest() if dynamic else None
+    if largest is not None:
+        ctx.largest = (largest, dims.inputs_at(dynamic, largest, inputs, seed=len(ctx.draws)))
     if dynamic:  # kernels take the dynamic dims as arguments (both renderers, both runtimes)
         ctx.kernel_dims = {name: (d.min, d.max, dynamic.example[name]) for name, d in dynamic.dims.items()}
     return ctx

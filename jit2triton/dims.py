@@ -81,6 +81,11 @@ class DynamicSpec:
         highs = {name: dim.max if dim.max is not None else self.example[name] for name, dim in self.dims.items()}
         return [lows] if highs == lows else [lows, highs]
 
+    def largest(self) -> Optional[dict[str, int]]:
+        """Every dim at its maximum (one without a maximum at its example size); None when that is the example."""
+        highs = {name: dim.max if dim.max is not None else self.example[name] for name, dim in self.dims.items()}
+        return highs if highs != self.example else None
+
     def signature(self) -> dict[str, dict[str, Any]]:
         return {name: {"min": d.min, "max": d.max, "example": self.example[name]} for name, d in self.dims.items()}
 
@@ -162,8 +167,12 @@ def resolve(dynamic_shapes: DynamicShapes, names: list[str], inputs: list[Any]) 
 
 
 def inputs_at(spec: DynamicSpec, sizes: Mapping[str, int], inputs: list[Any], seed: int) -> list[Any]:
-    """The example inputs redrawn with the dynamic dims at `sizes`: random values of each input's dtype (ints
-    within the range its example spanned, so token ids stay valid); inputs with no dynamic dim are kept."""
+    """The example inputs redrawn with the dynamic dims at `sizes`; inputs with no dynamic dim are kept.
+
+    Floating-point inputs get fresh random values. Integer and bool inputs are the example's values, taken along
+    each dynamic axis at random positions of the example: ids, masks, boxes and positions hold structure a uniform
+    draw breaks (LayoutLM's boxes need x0 <= x1 in each row), and every element of the example is valid for the
+    model, so a draw of them is too."""
     import torch
 
     from .inputs import random_tensor
@@ -172,8 +181,12 @@ def inputs_at(spec: DynamicSpec, sizes: Mapping[str, int], inputs: list[Any], se
     for position, axes in spec.axes.items():
         x = inputs[position]
         shape = [sizes[axes[a].name] if a in axes else n for a, n in enumerate(x.shape)]
-        low, high = (0, 2)
-        if not x.dtype.is_floating_point and x.dtype != torch.bool and x.numel():
-            low, high = int(x.min()), int(x.max()) + 1
-        drawn[position] = random_tensor(shape, x.dtype, x.device, low, high, generator)
+        if x.dtype.is_floating_point or x.dtype.is_complex or x.numel() == 0:
+            drawn[position] = random_tensor(shape, x.dtype, x.device, 0, 2, generator)
+            continue
+        taken = x
+        for axis in axes:
+            picks = torch.randint(0, x.shape[axis], (shape[axis],), generator=generator).to(x.device)
+            taken = taken.index_select(axis, picks)
+        drawn[position] = taken.contiguous()
     return drawn

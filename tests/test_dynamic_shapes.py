@@ -388,3 +388,76 @@ def test_a_gemm_over_an_opaque_size_converts_and_matches(tmp_path) -> None:
     for n in (8, 9, 33, 77, 128):
         x = torch.randn(2, 4, n, generator=generator)
         torch.testing.assert_close(loaded(x), model(x))
+
+
+class Boxes(torch.nn.Module):
+    """LayoutLM's box embeddings in small: widths x1 - x0 index a table, so each box needs x0 <= x1."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.width = torch.nn.Embedding(64, 8)
+
+    def forward(self, ids, boxes):
+        return self.width(boxes[..., 2] - boxes[..., 0]) * ids[..., None]
+
+
+def box_inputs(batch: int, generator: torch.Generator) -> tuple:
+    boxes = torch.randint(0, 15, (batch, 5, 4), generator=generator).cumsum(-1)  # x0 <= y0 <= x1 <= y1 < 64
+    return torch.randint(1, 9, (batch, 5), generator=generator), boxes
+
+
+@pytest.mark.parametrize("dynamic_shapes", ["auto", "dim"])
+def test_integer_inputs_redrawn_at_other_sizes_keep_their_structure(dynamic_shapes) -> None:
+    """Conversion runs the model at other sizes of the dynamic dims; it drew integer inputs uniformly over the
+    example's range, which made boxes with x1 < x0 and a negative index: "auto" then fell back to static and a
+    declared Dim was refused, blaming the model. Integer inputs are now the example's own values, redrawn along
+    the dynamic axes."""
+    model = torch.jit.trace(Boxes().eval(), box_inputs(2, torch.Generator().manual_seed(0)))
+    batch = Dim("batch", min=1, max=8)
+    options = "auto" if dynamic_shapes == "auto" else [{0: batch}, {0: batch}]
+    converted = jit2triton.convert(model, box_inputs(2, torch.Generator().manual_seed(0)),
+                                   dynamic_shapes=options)
+    assert "batch" in converted.signature()
+    generator = torch.Generator().manual_seed(FRESH_SEED)
+    for n in (1, 3, 8):
+        inputs = box_inputs(n, generator)
+        torch.testing.assert_close(converted(*inputs), model(*inputs))
+
+
+class EveryThirtySecond(torch.nn.Module):
+    def forward(self, x):
+        return torch.relu(x[..., ::32]) * 2  # a size of ceil(H / 32): 1 until H passes 32
+
+
+def test_a_size_that_grows_past_1_only_late_in_the_range_is_not_taken_for_static() -> None:
+    """Shape inference saw every draw give size 1 (draws stay small), fitted a static 1, and the kernels built for it
+    disagreed at the range's end, where verification took every one out (EfficientNet with a dynamic image size).
+    Conversion now also observes the ranges' largest sizes."""
+    model = torch.jit.trace(EveryThirtySecond(), (torch.randn(2, 8),))
+    converted = jit2triton.convert(model, (torch.randn(2, 8),), dynamic_shapes=[{1: Dim("h", min=1, max=200)}])
+    assert not converted.manifest["report"]["verification"]["kernels_removed"]
+    generator = torch.Generator().manual_seed(FRESH_SEED)
+    for h in (1, 8, 33, 65, 200):
+        x = torch.randn(2, h, generator=generator)
+        torch.testing.assert_close(converted(x), model(x))
+
+
+class UpTo150(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("w", torch.randn(150))
+
+    def forward(self, x):
+        return x * 3 + self.w[: x.shape[1]]  # raises past 150
+
+
+def test_a_model_that_fails_at_the_range_s_end_still_converts() -> None:
+    """The largest sizes are observed only where the model runs: there it raises, and as before, verification
+    notes the end as not compared (the user's range is wider than the model's)."""
+    model = torch.jit.trace(UpTo150(), (torch.randn(2, 8),))
+    converted = jit2triton.convert(model, (torch.randn(2, 8),), dynamic_shapes=[{1: Dim("h", min=1, max=200)}])
+    assert any("not compared" in n for n in converted.manifest["report"]["verification"]["notes"])
+    generator = torch.Generator().manual_seed(FRESH_SEED)
+    for h in (1, 9, 150):
+        x = torch.randn(2, h, generator=generator)
+        torch.testing.assert_close(converted(x), model(x))

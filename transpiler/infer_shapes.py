@@ -35,6 +35,10 @@ class ShapeRecorder:
             self.draws.append((self.current_sizes, self.seen))
         self.current_sizes, self.seen = dict(sizes), {}
 
+    def drop_draw(self) -> None:
+        """Forget the draw being observed (a run that failed partway); the one before it is current again."""
+        self.current_sizes, self.seen = self.draws.pop() if self.draws else ({}, {})
+
     def observe_values(self, values: list[Value], runtime_values) -> None:
         for value, obj in zip(values, runtime_values):
             observed = type_of(obj, value.type)

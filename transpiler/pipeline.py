@@ -52,6 +52,9 @@ class Context:
     # Dynamic dims: their sizes in the example inputs, and other draws of them (sizes, inputs) to observe as well
     example_sizes: dict[str, int] = field(default_factory=dict)
     draws: list[tuple[dict[str, int], list]] = field(default_factory=list)
+    # ... and where the model runs there, the ranges' largest sizes: a size that only grows past 1 late (a conv
+    # net's last feature map, ceil(H / 32)) looks static at small draws
+    largest: Optional[tuple[dict[str, int], list]] = None
     # Whether generated kernels may take the dynamic dims as arguments (name -> (min, max, example)); else values
     # with dynamic sizes run through ATen
     kernel_dims: Optional[dict[str, tuple]] = None
@@ -79,6 +82,14 @@ def observe(graph: Graph, ctx: Context) -> Graph:
             raise ConversionError(f"the model does not run with its dynamic dims at {at}: {err}. It specialises on "
                                   "those sizes (a reshape to a constant shape, or a branch a trace baked in): "
                                   "declare the dim static, or give it a range the model accepts") from None
+    if ctx.largest is not None:
+        sizes, inputs = ctx.largest
+        recorder.next_draw(sizes)
+        recorder.observe_values(graph.inputs, inputs)
+        try:
+            ctx.draw_outputs.append((sizes, ctx.run_plan(sched, inputs, recorder)))
+        except ConversionError:  # the model does not run there: verification says so ("not compared")
+            recorder.drop_draw()
     recorder.annotate()
     ctx.recorder = recorder
     return graph
