@@ -383,3 +383,26 @@ def test_a_kernel_generated_for_a_broadcast_input_reads_one_laid_out_densely(bac
             args = make(n)
             got = loaded(*(to_device(args, "cuda") if backend == "cuda" else args))
             torch.testing.assert_close(got.cpu(), _expanded_through_aten(*args), rtol=1e-5, atol=1e-5)
+
+
+class LastOfEachHead(torch.nn.Module):
+    """Falcon's multi-query split, `fused[..., [-1], :]`: traced, the index list [None, None, tensor([-1])] is frozen
+    into one constant that mixes None and a tensor (it was refused: "holds tensors nested in containers")."""
+
+    def forward(self, x):
+        return x[..., [-1], :] * 2 + x[:, [0, 2]].sum(1, keepdim=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_constant_list_of_tensors_and_none_converts(backend, tmp_path):
+    make = lambda: (torch.randn(2, 3, 4, 5),)  # noqa: E731
+    model = torch.jit.trace(LastOfEachHead(), make())
+    converted = convert_for(model, make(), backend)
+    path = tmp_path / "m.j2t"
+    converted.save(path)
+    for runtime in (["python"] if backend != "cpp" else ["python", "cpp"]):
+        loaded = jit2triton.load(path, runtime=runtime)
+        for _ in range(2):
+            args = make()
+            got = loaded(*(to_device(args, "cuda") if backend == "cuda" else args))
+            torch.testing.assert_close(got.cpu(), model(*args))

@@ -91,7 +91,9 @@ class _Builder:
 
     def fill_block(self, block: Block, ts_nodes, ts_outputs) -> None:
         for ts_node in ts_nodes:
-            block.nodes.append(self.node(ts_node))
+            node = self.node(ts_node)
+            block.nodes += node.attrs.pop("expanded", [])  # a constant container's items, made before it
+            block.nodes.append(node)
         block.outputs = [self.use(v) for v in ts_outputs]
 
     def node(self, ts_node) -> Node:
@@ -129,10 +131,43 @@ class _Builder:
                 names.append(_unique(f"{_clean(out.debugName())}_{i}", self.weights))
                 self.weights[names[-1]] = tensor.detach()
             node.attrs["weights"] = names
+        elif _contains_tensor(value) and isinstance(value, (list, tuple)):
+            # A container of tensors and other values (`x[..., [-1], :]` indexes with the Tensor?[] [None, None,
+            # tensor([-1])], frozen into a constant): built at run time from one constant per item, as TorchScript
+            # would before freezing, so no runtime needs a new kind of constant
+            node.attrs["expanded"], node.inputs = self.items(value, out.type(), _clean(out.debugName()), node.source)
+            node.op = "prim::ListConstruct" if isinstance(value, list) else "prim::TupleConstruct"
         elif _contains_tensor(value):
-            raise ConversionError(f"constant {out.debugName()} holds tensors nested in containers; not supported yet")
+            raise ConversionError(f"constant {out.debugName()} of type {out.type()} holds tensors in a container "
+                                  "that is not a list or tuple; not supported yet")
         else:
             node.attrs["value"] = value
+
+
+    def items(self, value, ts_type, name: str, source) -> tuple[list[Node], list[Value]]:
+        """(the nodes making each item of a list or tuple constant, the items' values)."""
+        nodes, items = [], []
+        for i, item in enumerate(value):
+            item_type = ts_type.getElementType() if isinstance(value, list) else ts_type.elements()[i]
+            made_nodes, made = self.expand(item, item_type, f"{name}_{i}", source)
+            nodes += made_nodes
+            items.append(made)
+        return nodes, items
+
+    def expand(self, value: Any, ts_type, name: str, source) -> tuple[list[Node], Value]:
+        """(the nodes making `value`, the value they make): a tensor as a weight, a list or tuple holding tensors
+        built from its items, anything else a literal."""
+        if isinstance(value, torch.Tensor):
+            weight = _unique(name, self.weights)
+            self.weights[weight] = value.detach()
+            made = Value(name, Type("Tensor", dtype_name(value.dtype), tuple(value.shape), value.device.type))
+            return [Node("prim::Constant", [], [made], attrs={"weight": weight}, source=source)], made
+        made = Value(name, ir_type(ts_type))
+        if isinstance(value, (list, tuple)) and _contains_tensor(value):
+            nodes, items = self.items(value, ts_type, name, source)
+            op = "prim::ListConstruct" if isinstance(value, list) else "prim::TupleConstruct"
+            return nodes + [Node(op, items, [made], source=source)], made
+        return [Node("prim::Constant", [], [made], attrs={"value": value}, source=source)], made
 
 
 def _contains_tensor(value: Any) -> bool:
