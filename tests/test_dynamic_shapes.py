@@ -461,3 +461,23 @@ def test_a_model_that_fails_at_the_range_s_end_still_converts() -> None:
     for h in (1, 9, 150):
         x = torch.randn(2, h, generator=generator)
         torch.testing.assert_close(converted(x), model(x))
+
+
+class PositionsOfStaticSeq(torch.nn.Module):
+    def forward(self, ids):
+        positions = torch.arange(ids.size(1))  # the seq dim: static while the batch is dynamic
+        return (ids * 2 + positions)[:, : ids.size(1) - 1]
+
+
+def test_a_static_dim_s_size_folds_while_the_batch_is_dynamic() -> None:
+    """`x.size(1)` of a tensor whose batch is dynamic but whose dim 1 is static is a constant: the arange and the
+    slice it bounds lower into kernels (with only the batch dynamic they ran through ATen, "computed at run
+    time", while a static or fully dynamic conversion lowered them)."""
+    model = torch.jit.trace(PositionsOfStaticSeq(), (torch.randint(0, 9, (2, 7)),))
+    converted = jit2triton.convert(model, (torch.randint(0, 9, (2, 7)),), dynamic_shapes="auto")
+    assert "batch" in converted.signature()
+    fallbacks = converted.summary()["fallback_ops"]
+    assert "aten::arange" not in fallbacks and "aten::slice.Tensor" not in fallbacks, fallbacks
+    for n in (1, 5):
+        ids = torch.randint(0, 9, (n, 7), generator=torch.Generator().manual_seed(FRESH_SEED + n))
+        torch.testing.assert_close(converted(ids), model(ids))

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from .infer_shapes import ShapeRecorder
-from .ir import Block, Graph, Node
+from .ir import Block, Graph, Node, literals
 from .op_table import HOST, POINTWISE, lookup
 
 SHAPE_READERS = {"aten::size", "aten::size.int", "aten::dim", "aten::numel", "prim::dtype", "prim::device",
@@ -32,6 +32,7 @@ class _Folder:
     def __init__(self, graph: Graph, recorder: ShapeRecorder, mutated: set[int]) -> None:
         self.graph, self.recorder, self.mutated = graph, recorder, mutated
         self.constant: set[int] = {n.output.id for n in graph.walk() if n.op == "prim::Constant"}
+        self.literals = literals(graph)
 
     def block(self, block: Block) -> None:
         for i, node in enumerate(block.nodes):
@@ -50,13 +51,22 @@ class _Folder:
             return False
         if node.op in SHAPE_READERS:
             t = node.inputs[0].type
-            static = t.is_tensor and t.shape is not None and all(isinstance(d, int) for d in t.shape)
-            return static and all(v.id in self.constant for v in node.inputs[1:])
+            if not all(v.id in self.constant for v in node.inputs[1:]):
+                return False
+            if node.op in ("aten::size.int", "prim::dtype", "prim::device", "aten::dim"):
+                # one dim's size (a static dim of a tensor whose batch is dynamic), or what no dim changes
+                return t.is_tensor and t.shape is not None and (node.op != "aten::size.int"
+                                                                or self.static_dim(node, t.shape))
+            return t.is_tensor and t.shape is not None and all(isinstance(d, int) for d in t.shape)
         category = lookup(node.op, node.attrs.get("schema", "")).category
         scalar_math = category == POINTWISE and node.output.type.is_tensor and node.output.type.shape == ()
         if category != HOST and not scalar_math:
             return False
         return all(v.id in self.constant for v in node.inputs)
+
+    def static_dim(self, node: Node, shape: tuple) -> bool:
+        dim = self.literals.get(node.inputs[1].id)
+        return isinstance(dim, int) and -len(shape) <= dim < len(shape) and isinstance(shape[dim], int)
 
     def constant_node(self, node: Node, value: Any) -> Node:
         out = node.output
