@@ -95,6 +95,14 @@ class InputChecker:
         expected = f"{desc['dtype']}[{', '.join(map(str, desc['shape']))}] on {device_type}"
         on_device = _DEVICE_TEST.get(device_type, lambda x: x.device.type == device_type)
         contiguous = self.contiguous
+        # the dense layout generated kernels read inputs in: row-major, or channels-last where the example was
+        layout = torch.contiguous_format
+        if "layout" in desc:
+            layout = {4: torch.channels_last, 5: torch.channels_last_3d}.get(len(desc["shape"])) \
+                if desc["layout"] == "channels_last" else None
+            if layout is None:
+                raise CorruptPackageError(f"{label} declares layout {desc['layout']!r} for a {len(desc['shape'])}-d "
+                                          "tensor, which this runtime does not know; re-run `jit2triton convert`")
         undeclared = [d for d in desc["shape"] if isinstance(d, str) and d not in self.dims]
         if undeclared:
             raise CorruptPackageError(f"{label} names dim {undeclared[0]!r}, which the signature does not declare; "
@@ -127,7 +135,7 @@ class InputChecker:
                 if seen[0] != n:
                     raise InputError(f"{label}: axis {axis} is dim {name}, which is {seen[0]} in {seen[1]}; got {n}. "
                                      "The model needs those sizes equal")
-            return x.contiguous() if contiguous else x
+            return x.contiguous(memory_format=layout) if contiguous else x
 
         return check_tensor
 

@@ -73,7 +73,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     say("loading TorchScript (freeze, inline, normalise)")
     script = load_script(model, map_location=map_location)
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
-    inputs = [x.to(target).contiguous() if isinstance(x, torch.Tensor) else x for x in inputs]
+    inputs = [_example_layout(x.to(target)) if isinstance(x, torch.Tensor) else x for x in inputs]
     dynamic = dims.resolve(dynamic_shapes, script.input_names, inputs)
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
@@ -363,6 +363,16 @@ def build_kernels(kernels: list, backend: str, say: Progress,
     raise ConversionError(f"the {backend} backend is not available in this build")
 
 
+def _example_layout(x: torch.Tensor) -> torch.Tensor:
+    """The layout the package is built for: the example's when it is channels-last (images a caller keeps
+    channels-last would otherwise be copied into NCHW on every call), else contiguous (a view's strides, a
+    broadcast's zeros, are the example's accident, not the caller's layout)."""
+    for fmt, rank in ((torch.channels_last, 4), (torch.channels_last_3d, 5)):
+        if x.dim() == rank and not x.is_contiguous() and x.is_contiguous(memory_format=fmt):
+            return x
+    return x.contiguous()
+
+
 def _complete_inputs(example_inputs, names: list[str], defaults: list[Any]) -> list[Any]:
     if example_inputs is None:
         example_inputs = ()
@@ -385,6 +395,8 @@ def _input_signature(names: list[str], defaults: list[Any], inputs: list[Any],
         entry = {"name": name, **describe(value)}
         for axis, dim in dynamic.axes.get(position, {}).items():
             entry["shape"][axis] = dim.name  # a dynamic dim: checked against its range (signature["dims"]) per call
+        if isinstance(value, torch.Tensor) and not value.is_contiguous():  # (_example_layout kept it)
+            entry["layout"] = "channels_last"  # inputs arrive so: one laid out otherwise is copied into it
         if isinstance(value, torch.Tensor) and not value.dtype.is_floating_point and value.numel():
             entry["range"] = [int(value.min()), int(value.max()) + 1]  # for random inputs that stay valid
         elif isinstance(value, (bool, int, float, str)):

@@ -97,6 +97,15 @@ void Plan::build_input_checks() {
     const std::string& kind = d.at("type").as_string();
     if (kind == "Tensor") {
       at::ScalarType dtype = parse_dtype(d.at("dtype").as_string());
+      // the dense layout generated kernels read inputs in: row-major, or channels-last where the example was
+      at::MemoryFormat layout = at::MemoryFormat::Contiguous;
+      if (const Value* declared = d.find("layout")) {
+        size_t rank = d.at("shape").size();
+        if (declared->as_string() != "channels_last" || (rank != 4 && rank != 5))
+          throw Error(Error::Kind::CorruptPackage, label + " declares layout " + repr(declared->as_string()) + " for a " +
+                                                       std::to_string(rank) + "-d tensor, which this runtime does not know; re-run `jit2triton convert`");
+        layout = rank == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d;
+      }
       c10::DeviceType type = device.type();
       std::string expected = format_type(d) + " on " + c10::DeviceTypeName(type, true);
       std::vector<int64_t> shape;  // -1 at a dynamic dim
@@ -147,7 +156,7 @@ void Plan::build_input_checks() {
                                                 "; got " + std::to_string(n) + ". The model needs those sizes equal");
           }
         }
-        if (contiguous && !x.is_contiguous()) v = x.contiguous();
+        if (contiguous && !x.is_contiguous(layout)) v = x.contiguous(layout);
       });
     } else if (kind == "int" || kind == "float" || kind == "bool" || kind == "str") {
       checks_.push_back([=](IValue& v, Bound&) {
