@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from jit2triton.transpiler import kernel_ir as K
+from jit2triton.transpiler.symbolic import at_least_one
 
 from .decompose import decompose
 
@@ -106,6 +107,15 @@ class Scope:
         return target
 
 
+def row_major(shape) -> tuple:
+    """Row-major strides of a shape (a size 0 or 1 dim counts as 1, as torch lays them out)."""
+    strides, running = [], 1
+    for d in reversed(shape):
+        strides.append(running)
+        running *= at_least_one(d)
+    return tuple(reversed(strides))
+
+
 def variables_size(variables) -> int:
     return _size(variables)
 
@@ -191,6 +201,7 @@ class KernelWriter:
 
     def expression(self, node: K.KExpr, scope: "Scope") -> str:
         args = [self.value(a, scope) for a in node.args]
+        self.scope = scope  # where the node being rendered lands, for an op render that asks
         render = self.OPS.get(node.op)
         if render is None:
             raise NotImplementedError(f"{type(self).__name__} has no rendering for kernel-IR op {node.op!r}")

@@ -21,8 +21,8 @@ from jit2triton.transpiler.kernel_ir import compute_dtype
 
 from jit2triton.transpiler.symbolic import at_least_one
 
-from .common import (KernelWriter, Scope, provenance_comment, reduction_size, size_code, store_index, unravel,
-                     variables_size)
+from .common import (KernelWriter, Scope, provenance_comment, reduction_size, row_major, size_code, store_index,
+                     unravel, variables_size)
 
 CTYPES = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
           "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t",
@@ -63,7 +63,6 @@ static inline uint16_t j2t_f2bf(float f) {
   if (std::isnan(f)) return 0x7FC0;
   return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
-// torch semantics: maximum/minimum propagate NaN; floor division and remainder round toward -inf
 // c ? a : b with both evaluated first; for floats on the bits, which GCC vectorizes where it would branch on `?:`
 template <class T> static inline T j2t_if(bool c, T a, T b) { return c ? a : b; }
 template <> inline float j2t_if(bool c, float a, float b) {
@@ -76,6 +75,7 @@ template <> inline double j2t_if(bool c, double a, double b) {
   const uint64_t m = 0ull - (uint64_t)c, u = (ua & m) | (ub & ~m);
   double r; std::memcpy(&r, &u, 8); return r;
 }
+// torch semantics: maximum/minimum propagate NaN; floor division and remainder round toward -inf
 template <class T> static inline T j2t_max(T a, T b) { return (a != a || a > b) ? a : b; }
 template <class T> static inline T j2t_min(T a, T b) { return (a != a || a < b) ? a : b; }
 // For floats, the NaN test on the bits: GCC if-converts neither `a != a ||` nor isnan() in a loop of selects, so
@@ -218,14 +218,6 @@ class _KernelWriter(KernelWriter):
     def declare(self, scope: Scope, name: str, node: K.KExpr, code: str) -> None:
         scope.lines.append(f"{scope.indent}const {ctype(node.dtype)} {name} = {code};")
 
-    def expression(self, node: K.KExpr, scope: Scope) -> str:
-        args = [self.value(a, scope) for a in node.args]
-        self.scope = scope  # where the node being rendered lands (see sweeping_index)
-        render = self.OPS.get(node.op)
-        if render is None:
-            raise NotImplementedError(f"{type(self).__name__} has no rendering for kernel-IR op {node.op!r}")
-        return render.format(*args) if isinstance(render, str) else render(self, node, args)
-
     def sweeping_index(self, load: K.KExpr) -> Optional[str]:
         """For a masked load in the `omp simd` sweep whose mask does not change along it (a pooling window's
         padding test, with channels innermost): an index that reads in bounds even where the mask is false, as
@@ -239,7 +231,7 @@ class _KernelWriter(KernelWriter):
         buffer = next(b for b in self.kernel.inputs if b.name == load.arg)
         if not all(isinstance(n, int) for n in (*buffer.shape, *buffer.strides)):
             return None
-        strides = buffer.strides or _row_major(buffer.shape)
+        strides = buffer.strides or row_major(buffer.shape)
         extent = 1 + sum((n - 1) * st for n, st in zip(buffer.shape, strides) if n > 0)
         terms = K.split_terms(load.args[0])
         along = [t for t in terms if sweep_var in K.free_vars(t)]
@@ -411,11 +403,3 @@ def render_module(kernels: list[K.Kernel], vector_math: tuple[tuple[str, str], .
     declarations = "".join(f'extern "C" __attribute__((simd("notinbranch"))) {t} {name}({t});\n'
                            for name, t in vector_math)
     return PRELUDE + declarations + "\n\n" + "\n\n".join(render_kernel(k) for k in kernels) + "\n"
-
-
-def _row_major(shape) -> list[int]:
-    strides, running = [], 1
-    for n in reversed(shape):
-        strides.append(running)
-        running *= max(n, 1)
-    return list(reversed(strides))

@@ -21,9 +21,9 @@ from typing import Any, Optional
 
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import compute_dtype
-from jit2triton.transpiler.symbolic import at_least_one
 
-from .common import KernelWriter, LoopNest, Scope, provenance_comment, reduction_size, size_code, store_index, unravel
+from .common import (KernelWriter, LoopNest, Scope, provenance_comment, reduction_size, row_major, size_code,
+                     store_index, unravel)
 from .triton_math import DECOMPOSE, HELPER_NEEDS, HELPERS, OPS, TL_TYPES, literal, neutral, ordered
 
 POINTER_TYPES = {"float32": "*fp32", "float64": "*fp64", "float16": "*fp16", "bfloat16": "*bf16", "int64": "*i64",
@@ -250,11 +250,11 @@ class _KernelWriter(KernelWriter):
         if all(isinstance(n, int) for n in sizes):
             # a load of a buffer laid out as the loop nest (the usual case) reads at xindex itself: no // and % to
             # take it apart and sum it up again (index expressions are interned, so an equal one is this one)
-            flat = K.sum_terms(v * s for v, s in zip(kernel.ranges, _contiguous(sizes)) if v.arg[1] != 1)
+            flat = K.sum_terms(v * s for v, s in zip(kernel.ranges, row_major(sizes)) if v.arg[1] != 1)
             scope.names[id(flat)] = "xindex"
         for value, out in zip(kernel.values, kernel.outputs):
             code = self.value(value, scope)
-            dense = tuple(out.strides) == _contiguous(out.shape)
+            dense = tuple(out.strides) == row_major(out.shape)
             index = "xindex" if dense else self.value(store_index(kernel, out.strides), scope)
             scope.lines.append(f"    tl.store(out_{out.name} + {index}, {code}, mask=xmask)")
         body = "\n".join(scope.lines)
@@ -359,14 +359,6 @@ def _needs_int64(kernel: K.Kernel, nest: LoopNest) -> bool:
 
 def _size(variables) -> int:
     return math.prod(v.arg[1] for v in variables)
-
-
-def _contiguous(shape) -> tuple:
-    strides, running = [], 1
-    for d in reversed(shape):
-        strides.append(running)
-        running *= at_least_one(d)
-    return tuple(reversed(strides))
 
 
 def most(n) -> float:
