@@ -272,11 +272,20 @@ class _KernelWriter(KernelWriter):
         # A sum's or product's innermost loop runs as SIMD lanes, each with its own partial accumulator: a
         # serial chain of dependent adds is latency-bound (a LayerNorm sums short rows: 48 floats). Not
         # when the loop holds another loop (OpenMP forbids nested simd) or is already split across threads.
-        simd = op in ("sum", "prod") and "parallel" not in lines[-1] and not self._in_simd_sweep(target) and \
-            not any(line.lstrip().startswith(("for ", "#pragma")) for line in inner.lines)
+        # A max or min too, each lane keeping its own extreme by `>` and whether it saw a NaN (torch's max is NaN
+        # then): j2t_max's NaN test is not a reduction OpenMP or GCC can split into lanes (softmax's row max ran
+        # as a scalar loop).
+        simd = op in ("sum", "prod", "max", "min") and "parallel" not in lines[-1] and \
+            not self._in_simd_sweep(target) and not any(line.lstrip().startswith(("for ", "#pragma"))
+                                                        for line in inner.lines)
+        nan_flag = f"{acc}_nan" if simd and op in ("max", "min") and acc_type in ("float", "double") else None
+        if nan_flag:
+            lines.append(f"{ind}bool {nan_flag} = false;")
         for depth, r in enumerate(rvars):
             if simd and depth == len(rvars) - 1:
-                lines.append(f"{ind}{'  ' * depth}#pragma omp simd reduction({'+' if op == 'sum' else '*'}:{acc})")
+                clause = {"sum": "+", "prod": "*", "max": "max", "min": "min"}[op]
+                also = f" reduction(|:{nan_flag})" if nan_flag else ""
+                lines.append(f"{ind}{'  ' * depth}#pragma omp simd reduction({clause}:{acc}){also}")
             lines.append(f"{ind}{'  ' * depth}for (int64_t {r.arg[0]} = 0; {r.arg[0]} < {size_code(r.arg[1])}; "
                          f"++{r.arg[0]}) {{")
         lines += inner.lines
@@ -285,6 +294,12 @@ class _KernelWriter(KernelWriter):
             lines.append(f"{body_ind}{acc} += {body};")
         elif op == "prod":
             lines.append(f"{body_ind}{acc} *= {body};")
+        elif op in ("max", "min") and simd:
+            value = self.fresh("x")
+            lines.append(f"{body_ind}const {acc_type} {value} = ({acc_type}){body};")
+            lines.append(f"{body_ind}{acc} = {acc} {'>' if op == 'max' else '<'} {value} ? {acc} : {value};")
+            if nan_flag:
+                lines.append(f"{body_ind}{nan_flag} |= j2t_isnan({value});")
         elif op == "max":
             lines.append(f"{body_ind}{acc} = j2t_max({acc}, ({acc_type}){body});")
         elif op == "min":
@@ -302,6 +317,8 @@ class _KernelWriter(KernelWriter):
                          f"{{ {best} = {body}; {acc} = {flat_code}; }}")
         for depth in reversed(range(len(rvars))):
             lines.append(f"{ind}{'  ' * depth}}}")
+        if nan_flag:
+            lines.append(f"{ind}if ({nan_flag}) {acc} = {'NAN' if acc_type == 'float' else '(double)NAN'};")
         target.lines.extend(lines)
         if acc_type != ctype(node.dtype):
             result = self.fresh("red")
