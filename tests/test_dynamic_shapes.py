@@ -382,6 +382,7 @@ def test_a_gemm_over_an_opaque_size_converts_and_matches(tmp_path) -> None:
     length = Dim("length", min=8, max=128)
     converted = jit2triton.convert(model, (torch.randn(2, 4, 40),), dynamic_shapes=[{2: length}])
     assert not converted.manifest["report"]["verification"]["notes"]  # no pass failed on the way
+    assert "an output's size is opaque" in converted.report()  # why the GELU after it runs through ATen
     converted.save(tmp_path / "m.j2t")
     loaded = jit2triton.load(tmp_path / "m.j2t")
     generator = torch.Generator().manual_seed(FRESH_SEED)
@@ -481,3 +482,18 @@ def test_a_static_dim_s_size_folds_while_the_batch_is_dynamic() -> None:
     for n in (1, 5):
         ids = torch.randint(0, 9, (n, 7), generator=torch.Generator().manual_seed(FRESH_SEED + n))
         torch.testing.assert_close(converted(ids), model(ids))
+
+
+def test_verification_s_fresh_inputs_keep_integer_structure() -> None:
+    """Verification's fresh draw picks integers uniformly over the example's range; where TorchScript refuses that
+    (boxes with x1 < x0 index an embedding below 0), it retries with the example's integer rows in a random order
+    instead of leaving the draw uncompared, and a note that TorchScript raised names the op's own error."""
+    model = torch.jit.trace(Boxes().eval(), box_inputs(4, torch.Generator().manual_seed(0)))
+    converted = jit2triton.convert(model, box_inputs(4, torch.Generator().manual_seed(0)))
+    verification = converted.manifest["report"]["verification"]
+    assert verification["input_sets"] == 2 and not verification["notes"], verification
+    from jit2triton.verify import _first_line
+    try:
+        model(torch.ones(1, 5, dtype=torch.long), torch.full((1, 5, 4), 99))
+    except Exception as err:  # noqa: BLE001
+        assert "index out of range" in _first_line(err), _first_line(err)

@@ -92,6 +92,21 @@ def _static_tensor(t: Type, device_type: str, symbolic: bool = False) -> bool:
             and all(isinstance(d, int) or (symbolic and isinstance(d, SymSize)) for d in t.shape))
 
 
+def _why_not_static(types: list[Type], device_type: str, symbolic: bool) -> str:
+    """What keeps outputs of these types out of a kernel, in the report's words."""
+    for t in types:
+        if not t.is_tensor or t.dtype is None or t.shape is None:
+            return "an output's type or shape is not known (a value no run produced)"
+        if t.device != device_type:
+            return f"an output is on {t.device}, not on the package's device ({device_type})"
+        if any(isinstance(d, str) for d in t.shape):
+            return ("an output's size is opaque: no polynomial in the dynamic dims explains it (a strided "
+                    "convolution's floor division of an image size, say)")
+        if not symbolic and any(isinstance(d, SymSize) for d in t.shape):
+            return "an output's size depends on a dynamic dim, and this backend's kernels take none"
+    return "an output has no static shape on this device"
+
+
 # arguments (by position) that only decide the op's output shape, which the lowering reads from the output
 # instead: computed at run time over dynamic dims, they do not keep the op out of kernels (see `shape_argument`)
 _SIZE_LISTS = {"aten::view": (1,), "aten::reshape": (1,), "aten::expand": (1,), "aten::arange": (0,),
@@ -271,7 +286,7 @@ class _Fuser:
             if node.uid in self.pinned:
                 raise CannotLower("its result is mutated in place later, so it must stay an ATen view")
             if any(not _static_tensor(v.type, self.device_type, self.symbolic) for v in node.outputs):
-                raise CannotLower("an output has no static shape on this device")
+                raise CannotLower(_why_not_static([v.type for v in node.outputs], self.device_type, self.symbolic))
             ctx = LowerContext(node.op, [v.type.dtype for v in node.outputs], [v.type.shape for v in node.outputs],
                                self.device_type)
             result = fn(ctx, *[self.shape_argument(node, i, v) if i in _SIZE_LISTS.get(node.op, ()) else
