@@ -497,3 +497,24 @@ def test_verification_s_fresh_inputs_keep_integer_structure() -> None:
         model(torch.ones(1, 5, dtype=torch.long), torch.full((1, 5, 4), 99))
     except Exception as err:  # noqa: BLE001
         assert "index out of range" in _first_line(err), _first_line(err)
+
+
+class FilledBySize(torch.nn.Module):
+    def forward(self, x, ids):
+        z = torch.zeros(x.shape[0], x.shape[1]) + torch.ones(x.shape)
+        n = ids.new_ones(ids.shape) * 3 + ids.new_zeros((ids.shape[0], 7)).sum(-1, keepdim=True)
+        return z * x + torch.full((x.shape[0], 1), 2.5) + x.new_full(x.shape, 0.5), n
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tensors_made_from_a_dynamic_size_list_lower_into_kernels(backend) -> None:
+    """zeros/ones/full and their new_* forms take a size list computed at run time over a dynamic batch; the
+    output's fitted shape stands for it, so they fuse (they ran through ATen, "computed at run time")."""
+    make = lambda n: (torch.randn(n, 7), torch.randint(0, 9, (n, 7)))  # noqa: E731
+    model = torch.jit.trace(FilledBySize(), make(3))
+    converted = convert_for(model, make(3), backend, dynamic_shapes="auto")
+    assert "batch" in converted.signature() and not converted.summary()["fallback_ops"], converted.report()
+    for n in (1, 5):
+        args = make(n)
+        got = converted(*(to_device(args, "cuda") if backend == "cuda" else args))
+        assert_same(to_cpu(got), model(*args))

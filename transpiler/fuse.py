@@ -110,7 +110,9 @@ def _why_not_static(types: list[Type], device_type: str, symbolic: bool) -> str:
 # arguments (by position) that only decide the op's output shape, which the lowering reads from the output
 # instead: computed at run time over dynamic dims, they do not keep the op out of kernels (see `shape_argument`)
 _SIZE_LISTS = {"aten::view": (1,), "aten::reshape": (1,), "aten::expand": (1,), "aten::arange": (0,),
-               "aten::arange.start": (1,), "aten::arange.start_step": (1,), "aten::slice.Tensor": (3,)}
+               "aten::arange.start": (1,), "aten::arange.start_step": (1,), "aten::slice.Tensor": (3,),
+               "aten::zeros": (0,), "aten::ones": (0,), "aten::full": (0,), "aten::new_zeros": (1,),
+               "aten::new_ones": (1,), "aten::new_full": (1,)}
 
 
 # An extern GEMM's operand whose rows it reads (input position): it wants them dense, row-major. A kernel that kept

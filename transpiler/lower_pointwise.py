@@ -349,6 +349,16 @@ def full(ctx, size, value, *args):
     return _filled(ctx, value)
 
 
+@lowering("aten::new_zeros", "aten::new_ones")
+def new_zeros_or_ones(ctx, x, size, *args):  # x only lends its dtype and device, which the output type holds
+    return _filled(ctx, 0 if ctx.op == "aten::new_zeros" else 1)
+
+
+@lowering("aten::new_full")
+def new_full(ctx, x, size, value, *args):
+    return _filled(ctx, value)
+
+
 @lowering("aten::arange", "aten::arange.start", "aten::arange.start_step")
 def arange(ctx, *args):
     """An iota: element i is start + step * i, an index expression, so it fuses into whatever reads it."""

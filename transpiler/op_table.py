@@ -52,7 +52,8 @@ register(POINTWISE, """
     aten::floor_divide aten::floor_divide.Scalar aten::to.dtype aten::to.other aten::to.dtype_layout
     aten::to.device aten::type_as aten::dropout aten::feature_dropout aten::alpha_dropout aten::detach
     aten::clone aten::contiguous aten::lerp.Scalar aten::addcmul aten::addcdiv aten::fill.Scalar
-    aten::zeros_like aten::ones_like aten::full_like aten::zeros aten::ones aten::full aten::isnan aten::isinf aten::nan_to_num aten::arange
+    aten::zeros_like aten::ones_like aten::full_like aten::zeros aten::ones aten::full aten::new_zeros aten::new_ones
+    aten::new_full aten::isnan aten::isinf aten::nan_to_num aten::arange
     aten::arange.start aten::arange.start_step
     aten::softmax.int aten::log_softmax.int aten::layer_norm aten::group_norm aten::batch_norm
     aten::embedding aten::gather aten::index_select aten::cat aten::stack

@@ -271,6 +271,11 @@ def zeros_ones_full(x, xb, xi):
             torch.full([xi.size(0)], 7, dtype=torch.int64))
 
 
+def new_zeros_ones_full(x, xb, xi):
+    return (x.new_zeros(x.size(0), x.size(1)), xi.new_ones(x.size()), xb.new_full([x.size(1)], 0.75),
+            x.new_full(x.shape, -2.0), x.new_zeros([xi.size(0)], dtype=torch.int64))
+
+
 # --- the table ----------------------------------------------------------------------------------------------------
 
 CMP_INTS = (ints(-2, 3, 4, 6), ints(-2, 3, 4, 6))
@@ -395,6 +400,9 @@ POINTWISE_SAMPLES: dict[str, list[Sample]] = {
     "aten::zeros": [scripted(zeros_ones_full, X, XB, XI)],
     "aten::ones": [scripted(zeros_ones_full, X, XB, XI)],
     "aten::full": [scripted(zeros_ones_full, X, XB, XI)],
+    "aten::new_zeros": [scripted(new_zeros_ones_full, X, XB, XI)],
+    "aten::new_ones": [scripted(new_zeros_ones_full, X, XB, XI)],
+    "aten::new_full": [scripted(new_zeros_ones_full, X, XB, XI)],
     "aten::isnan": [unary(torch.isnan, edges)],
     "aten::isinf": [unary(torch.isinf, edges)],
     "aten::arange": [scripted(arange, X, XB)],
