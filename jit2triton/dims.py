@@ -83,7 +83,7 @@ class DynamicSpec:
 
     def largest(self) -> Optional[dict[str, int]]:
         """Every dim at its maximum (one without a maximum at its example size); None when that is the example."""
-        highs = {name: dim.max if dim.max is not None else self.example[name] for name, dim in self.dims.items()}
+        highs = self.bounds()[-1]
         return highs if highs != self.example else None
 
     def signature(self) -> dict[str, dict[str, Any]]:
@@ -183,6 +183,9 @@ def inputs_at(spec: DynamicSpec, sizes: Mapping[str, int], inputs: list[Any], se
         shape = [sizes[axes[a].name] if a in axes else n for a, n in enumerate(x.shape)]
         if x.dtype.is_floating_point or x.dtype.is_complex or x.numel() == 0:
             drawn[position] = random_tensor(shape, x.dtype, x.device, 0, 2, generator)
+            if not x.is_contiguous() and x.dim() in (4, 5):  # a channels-last example: its draws are too
+                drawn[position] = drawn[position].contiguous(
+                    memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
             continue
         taken = x
         for axis in axes:

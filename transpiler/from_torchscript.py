@@ -143,7 +143,6 @@ class _Builder:
         else:
             node.attrs["value"] = value
 
-
     def items(self, value, ts_type, name: str, source) -> tuple[list[Node], list[Value]]:
         """(the nodes making each item of a list or tuple constant, the items' values)."""
         nodes, items = [], []
