@@ -518,3 +518,25 @@ def test_tensors_made_from_a_dynamic_size_list_lower_into_kernels(backend) -> No
         args = make(n)
         got = converted(*(to_device(args, "cuda") if backend == "cuda" else args))
         assert_same(to_cpu(got), model(*args))
+
+
+class SplitStaticDim(torch.nn.Module):
+    def forward(self, x):
+        a, b = x.split(x.shape[1] // 2, dim=1)
+        first, rest = torch.split(x, [1, x.shape[1] - 1], dim=1)
+        u, v = x.chunk(2, 1)
+        return a * 2 + b + u * v, rest.sum(1) + first[:, 0]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_split_of_a_static_dim_becomes_slices_while_the_batch_is_dynamic(backend) -> None:
+    """split/chunk along a static dim of a tensor whose batch is dynamic become one slice per piece, which fuse
+    (they ran through ATen when any dim of the input was dynamic)."""
+    make = lambda n: (torch.randn(n, 8),)  # noqa: E731
+    model = torch.jit.trace(SplitStaticDim(), make(3))
+    converted = convert_for(model, make(3), backend, dynamic_shapes="auto")
+    assert "batch" in converted.signature() and not converted.summary()["fallback_ops"], converted.report()
+    for n in (1, 6):
+        args = make(n)
+        got = converted(*(to_device(args, "cuda") if backend == "cuda" else args))
+        assert_same(to_cpu(got), model(*args))

@@ -40,14 +40,17 @@ def _block(block: Block, producer, uses, constants) -> None:
 
 
 def _pieces(split: Node, constants, count: int) -> Optional[tuple[int, list[tuple[int, int]], bool]]:
-    """(dim, [(start, length)], one_element?) of each piece, when every argument is a constant."""
+    """(dim, [(start, length)], one_element?) of each piece, when every argument is a constant and the dim split
+    is static (the others may be dynamic: a batch)."""
     x = split.inputs[0]
-    if x.type.shape is None or not all(isinstance(d, int) for d in x.type.shape):
+    if x.type.shape is None:
         return None
     args = [constants.get(v.id, _UNKNOWN) for v in split.inputs[1:]]
-    if any(a is _UNKNOWN for a in args):
-        return None
     rank = len(x.type.shape)
+    split_dim = args[0] if split.op == "aten::unbind.int" else args[-1]  # every form takes the dim last
+    if any(a is _UNKNOWN for a in args) or not isinstance(split_dim, int) or not rank \
+            or not isinstance(x.type.shape[split_dim % rank], int):
+        return None
     if split.op == "aten::unbind.int":
         dim = args[0] % rank
         return dim, [(i, 1) for i in range(x.type.shape[dim])], True
