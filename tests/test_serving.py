@@ -445,7 +445,11 @@ def test_a_replica_killed_mid_load_loses_no_request_and_is_replaced(server, pack
           f"({sorted({r[0] for r in refusals}, key=str)}{', first: ' + repr(refusals[0][1][:100]) if refusals else ''}), "
           f"{len(wrong)} wrong or unanswered")
     assert not wrong, wrong[:5]
-    assert all(status is not None and status >= 500 and body for status, body in refusals), refusals[:5]
+    # Refusals are 5xx answers with a body, or, for a request the killed replica held, the client's own timeout:
+    # on a loaded machine Ray's proxy learnt of the death only after the client's 60 s (seen once in a full test
+    # run on 2 cores; the request was retried and answered). What must hold is that none is lost or wrong.
+    assert all((status is not None and status >= 500 and body) or (status is None and b"timed out" in body)
+               for status, body in refusals), refusals[:5]
 
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
