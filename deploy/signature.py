@@ -11,6 +11,9 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, InputError
 
+# an input's declared "layout": "channels_last", by rank (the example's layout, where the caller keeps images so)
+CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+
 _SCALAR_TYPES = {"int": int, "float": (float, int), "bool": bool, "str": str}
 
 
@@ -98,8 +101,7 @@ class InputChecker:
         # the dense layout generated kernels read inputs in: row-major, or channels-last where the example was
         layout = torch.contiguous_format
         if "layout" in desc:
-            layout = {4: torch.channels_last, 5: torch.channels_last_3d}.get(len(desc["shape"])) \
-                if desc["layout"] == "channels_last" else None
+            layout = CHANNELS_LAST.get(len(desc["shape"])) if desc["layout"] == "channels_last" else None
             if layout is None:
                 raise CorruptPackageError(f"{label} declares layout {desc['layout']!r} for a {len(desc['shape'])}-d "
                                           "tensor, which this runtime does not know; re-run `jit2triton convert`")

@@ -13,7 +13,7 @@ from jit2triton.deploy.graph_regions import capturable, group_regions, worth_cap
 from jit2triton.deploy.literals import encode
 from jit2triton.deploy.package import PackageContents
 from jit2triton.deploy.runtime import DeviceLike, Runtime
-from jit2triton.deploy.signature import describe
+from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.build import build_cpp, kernel_index
 from jit2triton.loaders import load_script
 from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource
@@ -367,9 +367,9 @@ def _example_layout(x: torch.Tensor) -> torch.Tensor:
     """The layout the package is built for: the example's when it is channels-last (images a caller keeps
     channels-last would otherwise be copied into NCHW on every call), else contiguous (a view's strides, a
     broadcast's zeros, are the example's accident, not the caller's layout)."""
-    for fmt, rank in ((torch.channels_last, 4), (torch.channels_last_3d, 5)):
-        if x.dim() == rank and not x.is_contiguous() and x.is_contiguous(memory_format=fmt):
-            return x
+    channels_last = CHANNELS_LAST.get(x.dim())
+    if channels_last is not None and not x.is_contiguous() and x.is_contiguous(memory_format=channels_last):
+        return x
     return x.contiguous()
 
 

@@ -175,6 +175,7 @@ def inputs_at(spec: DynamicSpec, sizes: Mapping[str, int], inputs: list[Any], se
     model, so a draw of them is too."""
     import torch
 
+    from jit2triton.deploy.signature import CHANNELS_LAST
     from .inputs import random_tensor
     generator = torch.Generator().manual_seed(seed)
     drawn = list(inputs)
@@ -183,9 +184,8 @@ def inputs_at(spec: DynamicSpec, sizes: Mapping[str, int], inputs: list[Any], se
         shape = [sizes[axes[a].name] if a in axes else n for a, n in enumerate(x.shape)]
         if x.dtype.is_floating_point or x.dtype.is_complex or x.numel() == 0:
             drawn[position] = random_tensor(shape, x.dtype, x.device, 0, 2, generator)
-            if not x.is_contiguous() and x.dim() in (4, 5):  # a channels-last example: its draws are too
-                drawn[position] = drawn[position].contiguous(
-                    memory_format=torch.channels_last if x.dim() == 4 else torch.channels_last_3d)
+            if not x.is_contiguous() and x.dim() in CHANNELS_LAST:  # a channels-last example: its draws are too
+                drawn[position] = drawn[position].contiguous(memory_format=CHANNELS_LAST[x.dim()])
             continue
         taken = x
         for axis in axes:

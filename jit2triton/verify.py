@@ -149,22 +149,30 @@ class Verifier:
             try:
                 expected = self.run_reference(inputs)
             except Exception as err:  # the model refuses this draw (an assert on its values): nothing to compare
-                retry = _with_example_integers(inputs, example_inputs) if name == "fresh random inputs" else None
-                try:
-                    if retry is None:
-                        raise
-                    expected, inputs = self.run_reference(retry), retry
-                    name = "fresh random inputs (integer inputs: the example's rows)"
-                except Exception:  # noqa: BLE001
+                retried = self.with_example_integers(inputs, example_inputs) if name == "fresh random inputs" \
+                    else None
+                if retried is None:
                     self.notes.append(f"TorchScript raised on {name} ({type(err).__name__}: {_first_line(err)}); "
                                       "not compared")
                     continue
+                name, inputs, expected = retried
             if name == "the example inputs" and compare(self.run_reference(inputs), expected):
                 self.notes.append("the model's outputs vary between calls on the same inputs (random ops): "
                                   "outputs not compared")
                 self.cases = []
                 return
             self.cases.append((name, inputs, expected))
+
+    def with_example_integers(self, fresh: list, example: list) -> Optional[tuple[str, list, Any]]:
+        """(name, inputs, TorchScript's outputs) for `fresh` with its integer inputs taken from the example's rows,
+        or None when there are none to take or TorchScript refuses those too."""
+        inputs = _with_example_integers(fresh, example)
+        if inputs is None:
+            return None
+        try:
+            return "fresh random inputs (integer inputs: the example's rows)", inputs, self.run_reference(inputs)
+        except Exception:  # noqa: BLE001 - the model refuses them as well: the caller notes the first refusal
+            return None
 
     def run_reference(self, inputs: list) -> Any:
         """TorchScript's outputs on `inputs`, on the device the model's weights live on: a model traced on the CPU

@@ -510,8 +510,14 @@ class FilledBySize(torch.nn.Module):
 def test_tensors_made_from_a_dynamic_size_list_lower_into_kernels(backend) -> None:
     """zeros/ones/full and their new_* forms take a size list computed at run time over a dynamic batch; the
     output's fitted shape stands for it, so they fuse (they ran through ATen, "computed at run time")."""
-    make = lambda n: (torch.randn(n, 7), torch.randint(0, 9, (n, 7)))  # noqa: E731
-    model = torch.jit.trace(FilledBySize(), make(3))
+    assert_fuses_over_a_dynamic_batch(FilledBySize(), lambda n: (torch.randn(n, 7), torch.randint(0, 9, (n, 7))),
+                                      backend)
+
+
+def assert_fuses_over_a_dynamic_batch(module, make, backend: str) -> None:
+    """Converted with "auto" (a dynamic batch), `module` runs with no op through ATen and matches TorchScript at
+    batches the conversion did not see."""
+    model = torch.jit.trace(module, make(3))
     converted = convert_for(model, make(3), backend, dynamic_shapes="auto")
     assert "batch" in converted.signature() and not converted.summary()["fallback_ops"], converted.report()
     for n in (1, 5):
@@ -532,11 +538,4 @@ class SplitStaticDim(torch.nn.Module):
 def test_a_split_of_a_static_dim_becomes_slices_while_the_batch_is_dynamic(backend) -> None:
     """split/chunk along a static dim of a tensor whose batch is dynamic become one slice per piece, which fuse
     (they ran through ATen when any dim of the input was dynamic)."""
-    make = lambda n: (torch.randn(n, 8),)  # noqa: E731
-    model = torch.jit.trace(SplitStaticDim(), make(3))
-    converted = convert_for(model, make(3), backend, dynamic_shapes="auto")
-    assert "batch" in converted.signature() and not converted.summary()["fallback_ops"], converted.report()
-    for n in (1, 6):
-        args = make(n)
-        got = converted(*(to_device(args, "cuda") if backend == "cuda" else args))
-        assert_same(to_cpu(got), model(*args))
+    assert_fuses_over_a_dynamic_batch(SplitStaticDim(), lambda n: (torch.randn(n, 8),), backend)
