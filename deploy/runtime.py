@@ -18,6 +18,7 @@ from .literals import map_plan_literals
 from .package import PackageContents
 from .plan_check import check_dims, check_plan
 from .signature import NO_DEFAULT, InputChecker
+from .state import model_state
 
 DeviceLike = Union[str, torch.device, dict, None]  # a dict maps the device saved to the one wanted, as torch.jit
 
@@ -63,9 +64,11 @@ class Runtime:
         self.run = (GraphRunner(self.executor, alias_outputs, by_shape=bool(manifest["signature"].get("dims")))
                     if graphs and graph_worthy else self.executor)
         self.uses_cuda_graph = isinstance(self.run, GraphRunner)
+        self.state = model_state(manifest.get("state"), weights, self.device)  # attributes the model writes
 
     def __call__(self, *inputs: Any) -> Any:
-        outputs = self.run(self.check_inputs(inputs))
+        inputs = self.check_inputs(inputs)
+        outputs = self.run(inputs) if self.state is None else self.state.run(self.run, inputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 

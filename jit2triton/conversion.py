@@ -75,16 +75,22 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
     inputs = [_example_layout(x.to(target)) if isinstance(x, torch.Tensor) else x for x in inputs]
     dynamic = dims.resolve(dynamic_shapes, script.input_names, inputs)
+    state = [_on_device(slot.initial, target) for slot in script.state]  # the plan takes it after the inputs
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
-    graph, ctx, backend, pass_notes = _prepared(script, inputs, dynamic, target, backend, full_source_paths, say)
-    output = ctx.outputs[0] if len(ctx.outputs) == 1 else tuple(ctx.outputs)
+    graph, ctx, backend, pass_notes = _prepared(script, inputs + state, dynamic, target, backend, full_source_paths,
+                                                say)
+    written = sum(slot.written for slot in script.state)
+    outputs = _model_outputs(ctx.outputs, written)
+    output = outputs[0] if len(outputs) == 1 else tuple(outputs)
+    seen = [(ctx.example_sizes, outputs)] + [(sizes, _model_outputs(out, written)) for sizes, out in ctx.draw_outputs]
     signature = {"inputs": _input_signature(script.input_names, script.input_defaults, inputs, dynamic),
-                 "outputs": _with_dims(describe(output), [(ctx.example_sizes, ctx.outputs)] + ctx.draw_outputs)}
+                 "outputs": _with_dims(describe(output), seen)}
     if dynamic:
         signature["dims"] = dynamic.signature()
     model_info = {"name": script.name,
-                  "source": os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""}
+                  "source": os.fspath(model) if isinstance(model, (str, os.PathLike)) else "",
+                  "state": script.state}
     verifier = None
     if verify:
         say("running TorchScript on the example inputs and a fresh draw, for verification")
@@ -98,13 +104,13 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         # A rewrite before fusion (GEMM forms, layouts, attention) changed the model beyond rounding: a bug, but the
         # user still gets a correct package, the one TorchScript's own graph makes through ATen.
         say(f"{err}; converting again as TorchScript wrote it, every op through ATen")
-        graph, ctx, _, _ = _prepared(script, inputs, dynamic, target, "aten", full_source_paths, say)
+        graph, ctx, _, _ = _prepared(script, inputs + state, dynamic, target, "aten", full_source_paths, say)
         contents, verification = _build_verified(graph, "aten", ctx, signature, model_info, verifier, say,
                                                  rewritten=False)
         verification["notes"] = list(verification["notes"]) + [
             f"{err}; every op runs through ATen as TorchScript wrote it (please report it with the model)"]
-    if pass_notes:
-        verification["notes"] = list(verification["notes"]) + pass_notes
+    if pass_notes or script.notes:
+        verification["notes"] = list(verification["notes"]) + script.notes + pass_notes
     if target.type == "cuda" and contents.manifest["cuda_graph"]:
         _choose_cuda_graph(contents, inputs, target, say)
     contents.files.update({f"extra/{name}": data for name, data in script.extra_files.items()})
@@ -149,7 +155,8 @@ def _prepared(script, inputs: list, dynamic: "dims.DynamicSpec", target: torch.d
     skipped: set[str] = set()
     notes: list[str] = []
     while True:
-        graph = from_torchscript(script.graph, script.input_names, script.name, full_source_paths)
+        names = script.input_names + [f"self.{slot.name}" for slot in script.state]
+        graph = from_torchscript(script.graph, names, script.name, full_source_paths)
         ctx = _context(target, inputs, dynamic)
         try:
             pipeline.prepare(graph, ctx, generate_kernels=backend != "aten", skip=frozenset(skipped))
@@ -255,6 +262,8 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
             say(failure)
             plan_graph, kernels, files, backend_section, backend = graph, [], {}, {}, "aten"
     sched = pipeline.plan(plan_graph, target)
+    state_entries, state_weights = _state_section(model_info["state"])
+    model_info = {k: v for k, v in model_info.items() if k != "state"}
     manifest = {
         "producer": {"jit2triton": __version__, "torch": torch.__version__, "triton": _triton_version(),
                      "python": platform.python_version()},
@@ -270,6 +279,7 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
                        **({"generation_failed": failure} if failure else {})),
         "ir": str(plan_graph),
         **backend_section,
+        **({"state": state_entries} if state_entries else {}),
     }
     # Decided here, once, for every runtime that loads the package: whether its plan may run as one CUDA graph.
     # (on CUDA, nodes that make CPU tensors: a graph would run their work once, when captured)
@@ -279,8 +289,37 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
                               and worth_capturing(sched.plan, manifest["signature"]))
     if not manifest["cuda_graph"] and target.type == "cuda":  # then its straight-line runs may, one by one
         manifest["plan"] = group_regions(sched.plan, sched.node_table, on_host)
-    weights = {name: w.to("cpu") for name, w in sched.weights.items()}
+    weights = {name: w.to("cpu") for name, w in {**sched.weights, **state_weights}.items()}
     return PackageContents(manifest, weights, files), sched
+
+
+def _state_section(slots: list) -> tuple[list[dict], dict[str, torch.Tensor]]:
+    """The manifest's `state` (deploy/state.py: the module attributes the plan takes and returns) and the
+    tensors among them, stored as weights."""
+    entries, tensors = [], {}
+    for slot in slots:
+        entry = {"name": slot.name, "written": slot.written}
+        if isinstance(slot.initial, torch.Tensor):
+            entry["weight"] = tensors_name = f"state/{slot.name}"
+            tensors[tensors_name] = slot.initial
+        else:
+            try:
+                entry["value"] = encode(slot.initial)
+            except TypeError:
+                raise ConversionError(f"module attribute {slot.name!r}, which forward() reads or writes, holds a "
+                                      f"{type(slot.initial).__name__}, which a package cannot store") from None
+        entries.append(entry)
+    return entries, tensors
+
+
+def _model_outputs(outputs: list, written_state: int) -> list:
+    """The model's own outputs of a plan's: the written module state comes after them."""
+    return list(outputs[:len(outputs) - written_state])
+
+
+def _on_device(value, target: torch.device):
+    """A copy on the target: the model may write its state in place, and the saved value must stay as it was."""
+    return value.to(target, copy=True) if isinstance(value, torch.Tensor) else value
 
 
 GRAPH_MARGIN = 0.97  # the graph stays unless the plan step by step takes under this share of its time...

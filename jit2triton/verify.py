@@ -255,8 +255,17 @@ def divergent_kernel(reference: dict[int, torch.Tensor], fused: dict[int, torch.
 
 
 def package_runner(contents, device: torch.device) -> Callable:
-    """The loaded package as a user would call it (the Python runtime, CUDA graphs included)."""
-    return Runtime(contents, device)
+    """The loaded package as a user would call it (the Python runtime, CUDA graphs included). A model with module
+    state runs each case from the saved state and gives its new state beside its outputs, as the reference does."""
+    runtime = Runtime(contents, device)
+    if runtime.state is None:
+        return runtime
+
+    def run(*inputs: Any) -> tuple:
+        runtime.state.reset()
+        output = runtime(*inputs)
+        return output, runtime.state.written_values()
+    return run
 
 
 def fused_values(contents, plan: dict, nodes: list, inputs: list, device: torch.device) -> dict[int, torch.Tensor]:

@@ -16,6 +16,8 @@ import torch
 
 from jit2triton.errors import ConversionError, ModelLoadError
 
+from .module_state import StateSlot, read_state, restore_state, thread_module_state
+
 ModelSource = Union[str, os.PathLike, torch.jit.ScriptModule, torch.jit.ScriptFunction]
 
 
@@ -27,6 +29,10 @@ class ScriptGraph:
     name: str
     function: Any = field(default=None, repr=False)  # runs the TorchScript (frozen): verification's reference
     extra_files: dict[str, bytes] = field(default_factory=dict)  # torch.jit.save(..., _extra_files=...) of a .pt
+    # Module attributes forward() reads or writes (loaders/module_state.py): the graph takes their values after the
+    # model's inputs and returns the written ones' new values after its outputs
+    state: list[StateSlot] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what loading had to work around, for the report
 
 
 NO_DEFAULT = object()
@@ -97,25 +103,68 @@ def _from_module(module: torch.jit.ScriptModule) -> ScriptGraph:
     if not hasattr(module, "forward"):
         raise ModelLoadError("the ScriptModule has no forward method to convert")
     module = module.eval()
-    try:
-        with warnings.catch_warnings():  # TorchScript's own deprecation notice is noise to a user converting away
-            warnings.simplefilter("ignore", DeprecationWarning)
-            frozen = torch.jit.freeze(module)
-    except Exception as err:
-        raise ConversionError(f"torch.jit.freeze failed on the model: {err}") from None
+    frozen, notes = _freeze(module)
     graph = frozen.graph.copy()
     schema = frozen.forward.schema
+    state = thread_module_state(graph, frozen)
     self_input = next(iter(graph.inputs()))
     if self_input.uses():
         users = sorted({use.user.kind() for use in self_input.uses()})
         raise ConversionError(
-            f"after freezing, the graph still reads module state through {users}; attributes that the model "
-            "mutates cannot become constants. Make them buffers that forward() does not assign, or pass them in")
+            f"after freezing, the graph still uses the module object itself through {users}, which jit2triton cannot "
+            "carry into a package; please report it with the model")
     graph.eraseInput(0)
     _normalise(graph)
     args = schema.arguments[1:]
+    function = _StatefulReference(frozen, state) if state else frozen
     return ScriptGraph(graph, [a.name for a in args], [_default(a) for a in args], _module_name(module),
-                       function=frozen)
+                       function=function, state=state, notes=notes)
+
+
+def _freeze(module: torch.jit.ScriptModule) -> tuple[torch.jit.ScriptModule, list[str]]:
+    """torch.jit.freeze, and where one of its optional optimisations crashes (its conv folding has asserted on
+    timm's FastViT), freezing without them: the model's semantics do not depend on them, only its speed. -> (the
+    frozen module, notes for the report)."""
+    errors = []
+    attempts = [("", lambda: torch.jit.freeze(module)),
+                ("without numerics-changing optimisations", lambda: torch.jit.freeze(module, optimize_numerics=False)),
+                ("without TorchScript's frozen-graph optimisations", lambda: _freeze_only(module))]
+    for how, attempt in attempts:
+        try:
+            with warnings.catch_warnings():  # TorchScript's own deprecation notice is noise to a user converting away
+                warnings.simplefilter("ignore", DeprecationWarning)
+                frozen = attempt()
+        except Exception as err:  # noqa: BLE001 - torch's own passes raise RuntimeErrors with C++ traces
+            errors.append(_first_line(err))
+            continue
+        notes = [f"torch.jit.freeze failed ({errors[0]}); froze the model {how}"] if errors else []
+        return frozen, notes
+    raise ConversionError(f"torch.jit.freeze failed on the model: {errors[-1]}") from None
+
+
+def _freeze_only(module: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
+    """What torch.jit.freeze does before its optional graph optimisations: attributes to constants."""
+    frozen = torch.jit.RecursiveScriptModule(torch._C._freeze_module(module._c, []))
+    torch.jit.RecursiveScriptModule._finalize_scriptmodule(frozen)
+    return frozen
+
+
+def _first_line(err: Exception) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[0][:200] if lines else type(err).__name__
+
+
+class _StatefulReference:
+    """Verification's reference for a model with state: each call starts from the saved state, as each verification
+    case does in the package, and returns the outputs with the written attributes' new values (both compared)."""
+
+    def __init__(self, module: torch.jit.ScriptModule, state: list[StateSlot]) -> None:
+        self.module, self.state = module, state
+
+    def __call__(self, *inputs: Any) -> tuple:
+        restore_state(self.module, self.state)
+        output = self.module(*inputs)
+        return output, read_state(self.module, self.state)
 
 
 def _from_function(function: torch.jit.ScriptFunction) -> ScriptGraph:

@@ -710,6 +710,7 @@ Plan::Plan(Package pkg, const LoadOptions& options)
     outputs_.push_back([out](const Env& env) -> const IValue& { return out.get(env); });
   }
   build_input_checks();
+  if (const Value* state = manifest.find("state")) state_ = std::make_unique<ModelState>(*state, pkg_, built_for_, device);
   if (whole_graph) {
     graph_ = make_graph_runner([this](std::vector<IValue> inputs) { return run(std::move(inputs)); },
                                options.alias_outputs, !dim_names_.empty());
@@ -736,8 +737,9 @@ IValue Plan::call(std::vector<IValue> inputs) const {
   }
   Bound bound{std::vector<int64_t>(dim_names_.size(), -1), std::vector<std::string>(dim_names_.size())};
   for (size_t i = 0; i < total; ++i) checks_[i](inputs[i], bound);
-  if (graph_) return run_graph(*graph_, std::move(inputs));
-  return run(std::move(inputs));
+  if (!state_) return graph_ ? run_graph(*graph_, std::move(inputs)) : run(std::move(inputs));
+  return state_->run([this](std::vector<IValue> in) { return graph_ ? run_graph(*graph_, std::move(in)) : run(std::move(in)); },
+                     std::move(inputs));
 }
 
 c10::List<at::Tensor> Plan::take_arena() const {

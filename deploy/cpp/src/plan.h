@@ -18,6 +18,7 @@
 #include "json.h"
 #include "literals.h"
 #include "package.h"
+#include "state.h"
 
 namespace jit2triton {
 
@@ -116,6 +117,7 @@ class Plan {
   std::vector<bool> has_default_;
   size_t required_ = 0;
   std::shared_ptr<GraphRunner> graph_;
+  std::unique_ptr<ModelState> state_;  // the module attributes the model writes (state.h), or null
   bool region_graphs_ = false;  // run `graph` steps as CUDA graphs (else as their steps)
   // The arena (transpiler/plan_arena.py): planned kernel outputs as fixed views into one buffer. A call takes a
   // made arena from the spares (or makes one) and gives it back when done, so concurrent calls never share one;

@@ -1,0 +1,119 @@
+"""Module state: a scripted model that reads and writes its own attributes (a warned-once flag, a call counter, a
+cached tensor, state written in branches and loops) converts, and the package's calls see the same state as
+TorchScript's, call after call, in both runtimes."""
+from typing import List
+
+import pytest
+import torch
+
+import jit2triton
+from tests.helpers import assert_same as assert_close
+
+
+class Warns(torch.nn.Module):  # torchvision's detection models: `if not self._has_warned: ...; self._has_warned = True`
+    def __init__(self) -> None:
+        super().__init__()
+        self._has_warned = False
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.linear(x)
+        if not self._has_warned:
+            self._has_warned = True
+            y = y + 1.0
+        return y.relu()
+
+
+class Counts(torch.nn.Module):  # a call counter, read before and after its write, in a submodule
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.scale = 0.5
+
+    def forward(self, x):
+        self.calls += 1
+        for _ in range(int(x.shape[0])):
+            self.scale = self.scale * 1.5
+        return x * self.calls + self.scale
+
+
+class Caches(torch.nn.Module):  # a running tensor (an EMA of the inputs), written functionally and in place
+    def __init__(self) -> None:
+        super().__init__()
+        self.counter = Counts()
+        self.ema = torch.zeros(8)
+        self.seen = torch.zeros(1)
+
+    def forward(self, x):
+        self.ema = 0.9 * self.ema + 0.1 * x.mean(0)
+        self.seen.add_(1.0)
+        return (self.counter(x) - self.ema).sigmoid() * self.seen, self.ema
+
+
+MODELS = [Warns, Counts, Caches]
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
+def test_state_follows_torchscript_call_after_call(model, runtime, tmp_path):
+    torch.manual_seed(0)
+    scripted = torch.jit.script(model().eval())
+    reference = torch.jit.script(model().eval())
+    reference.load_state_dict(scripted.state_dict())
+    example = torch.randn(3, 8)
+    converted = jit2triton.convert(scripted, (example,))
+    assert converted.summary()["verification"]["status"] == "passed"
+    converted.save(tmp_path / "m.j2t")
+    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    for call in range(4):  # the first call takes the other branch, later ones see the written state
+        x = torch.randn(3, 8)
+        assert_close(loaded(x), reference(x))
+
+
+def test_state_is_per_loaded_module(tmp_path):
+    """Two loads of one package each start from the saved state, as two torch.jit.load's do."""
+    scripted = torch.jit.script(Counts().eval())
+    jit2triton.convert(scripted, (torch.randn(2, 8),)).save(tmp_path / "m.j2t")
+    first, second = (jit2triton.load(tmp_path / "m.j2t", runtime="python") for _ in range(2))
+    x = torch.ones(2, 8)
+    first(x), first(x)
+    reference = torch.jit.script(Counts().eval())
+    assert_close(second(x), reference(x))
+
+
+def test_verification_compares_the_written_state():
+    """A package whose state update is wrong is caught: the new state is compared, not only the outputs."""
+    from jit2triton.deploy import state as state_module
+    original = state_module.ModelState.run
+
+    def forgets(self, run, inputs):  # drops the writes: outputs of one call still match
+        outputs = run(list(inputs) + list(self.values))
+        return outputs[:len(outputs) - len(self.written)]
+    state_module.ModelState.run = forgets
+    try:
+        with pytest.raises(jit2triton.ConversionError):
+            jit2triton.convert(torch.jit.script(Counts().eval()), (torch.randn(2, 8),), backend="aten")
+    finally:
+        state_module.ModelState.run = original
+
+
+class StateInLoop(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.history: List[float] = []
+        self.total = torch.zeros(4)
+
+    def forward(self, xs):
+        for i in range(xs.shape[0]):
+            if bool(xs[i].sum() > 0):
+                self.total = self.total + xs[i]
+        return self.total * 2
+
+
+def test_state_written_in_a_branch_inside_a_loop():
+    scripted = torch.jit.script(StateInLoop().eval())
+    reference = torch.jit.script(StateInLoop().eval())
+    converted = jit2triton.convert(scripted, (torch.randn(5, 4),))
+    for _ in range(3):
+        xs = torch.randn(5, 4)
+        assert_close(converted(xs), reference(xs))
