@@ -132,3 +132,7 @@ class CppRuntime:
 
     def __call__(self, *inputs: Any) -> Any:
         return self.module(*inputs)
+
+    def methods(self) -> dict:
+        """The model's other methods, each called like forward (they share the module's state)."""
+        return {name: self.module.method(name) for name in self.module.method_names()}

@@ -11,7 +11,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from jit2triton.errors import CorruptPackageError, InputError, Jit2TritonError, StepError
+from jit2triton.errors import CorruptPackageError, Jit2TritonError, SizeChangedError, StepError
 
 from .cuda_graph import RegionGraphs
 from .policy import MAX_ARENA_BYTES
@@ -19,6 +19,9 @@ from .resolve import resolve_op
 from .sizes import is_dynamic, shape_function
 
 Step = Callable[[list], None]
+SIZE_CHANGED = ("a size the package fixed at conversion changed: a scalar input's value, or a count computed from the "
+                "data (a mask's, nonzero's) that conversion did not see vary. Convert again with example inputs of "
+                "the values you need; if the shapes and scalars are the example's, please report it with the model")
 UNPACKS = ("prim::ListUnpack", "prim::TupleUnpack")
 Observer = Callable[[int, tuple], None]  # (node index, output values)
 
@@ -275,10 +278,9 @@ class Executor:
             for i, strides_at, shape_at in checked:
                 x = inputs[i]
                 if shape_at is not None and x.shape != shape_at(sizes):
-                    raise InputError(
+                    raise SizeChangedError(
                         f"kernel input {i} has shape {list(x.shape)}, but the package was converted for "
-                        f"{list(shape_at(sizes))}: an input value (a scalar) changed a shape the package is "
-                        "specialised to; convert again with example inputs of the values you need")
+                        f"{list(shape_at(sizes))}: {SIZE_CHANGED}")
                 strides = strides_at(sizes)
                 if x.stride() != strides:
                     copied = copied or list(inputs)

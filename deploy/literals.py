@@ -69,3 +69,12 @@ def map_plan_literals(plan: dict, fn: Callable[[Any], Any]) -> dict:
         return out
 
     return dict(plan, steps=[step(s) for s in plan["steps"]], outputs=[ref(r) for r in plan["outputs"]])
+
+
+def map_manifest_plans(manifest: dict, fn: Callable[[Any], Any]) -> dict:
+    """`manifest` with map_plan_literals applied to its plan and to each of its methods' plans (deploy/methods.py)."""
+    out = dict(manifest, plan=map_plan_literals(manifest["plan"], fn))
+    if isinstance(manifest.get("methods"), dict):
+        out["methods"] = {name: dict(method, plan=map_plan_literals(method["plan"], fn)) if isinstance(method, dict)
+                          else method for name, method in manifest["methods"].items()}
+    return out

@@ -35,7 +35,7 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, PackageError, PackageVersionError
 
-from .literals import decode, encode, map_plan_literals
+from .literals import decode, encode, map_manifest_plans
 from .policy import DTYPES, FORMAT, FORMAT_VERSION, REQUIRED_MEMBERS, SIGNATURE_MEMBER, message
 from .signing import KeyPaths, check_signature, sign, trusted_key_paths
 ALIGN = 64
@@ -56,7 +56,7 @@ def save_package(contents: PackageContents, path: str, signing_key: "str | os.Pa
     path = os.fspath(path)
     weights_index, blob = _pack_weights(contents.weights)
     manifest = dict(contents.manifest, format=FORMAT, format_version=FORMAT_VERSION, weights=weights_index)
-    manifest["plan"] = map_plan_literals(manifest["plan"], encode)
+    manifest = map_manifest_plans(manifest, encode)
     members = {"manifest.json": json.dumps(manifest, indent=1).encode(), "weights.bin": blob, **contents.files}
     checksums = {name: hashlib.sha256(data).hexdigest() for name, data in members.items()}
     members["checksums.json"] = json.dumps(checksums, indent=1).encode()
@@ -176,7 +176,7 @@ def _contents(path: str, members: dict[str, memoryview], mmap: bool) -> PackageC
         raise CorruptPackageError(message("unknown_format", path=repr(path), version=FORMAT_VERSION))
     try:
         weights = _unpack_weights(manifest.pop("weights"), members.pop("weights.bin"))
-        manifest["plan"] = map_plan_literals(manifest["plan"], decode)
+        manifest = map_manifest_plans(manifest, decode)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as err:  # a field missing or mistyped
         raise CorruptPackageError(f"{path!r}: the manifest is damaged ({type(err).__name__}: {err}); re-run "
                                   "`jit2triton convert`") from None

@@ -20,6 +20,10 @@ FORMAT_VERSION = 2  # 1: a hand-written zip (jit2triton 0.1 before torch's conta
 SIGNATURE_MEMBER = "signature.ed25519"
 SIGNED_PREFIX = "jit2triton package signature v1\n"  # what a signature signs, before checksums.json's bytes
 REQUIRED_MEMBERS = ("manifest.json", "weights.bin", "checksums.json")
+# Methods besides forward (`@torch.jit.export def encode`): each a plan of its own, under manifest["methods"][name],
+# with its weights and files named under this prefix; a method's manifest is these fields of the package's and its own
+METHOD_PREFIX = "methods/"
+METHOD_SHARED_FIELDS = ("format", "format_version", "producer", "device", "model")
 
 # --- runtime policy ------------------------------------------------------------------------------------------------
 MAX_ARENA_BYTES = 1 << 40  # a plan's arena larger than this is refused as damaged (1 TiB)
@@ -106,6 +110,8 @@ def cpp_header() -> str:
         f"constexpr const char* kSignatureMember = {_cpp_string(SIGNATURE_MEMBER)};",
         f"constexpr const char* kSignedPrefix = {_cpp_string(SIGNED_PREFIX)};",
         "constexpr const char* kRequiredMembers[] = {" + ", ".join(map(_cpp_string, REQUIRED_MEMBERS)) + "};",
+        f"constexpr const char* kMethodPrefix = {_cpp_string(METHOD_PREFIX)};",
+        "constexpr const char* kMethodSharedFields[] = {" + ", ".join(map(_cpp_string, METHOD_SHARED_FIELDS)) + "};",
         f"constexpr int64_t kMaxSlots = {MAX_SLOTS};",
         f"constexpr int64_t kMaxArenaBytes = {MAX_ARENA_BYTES};",
         f"constexpr size_t kMaxGraphs = {MAX_GRAPHS};",

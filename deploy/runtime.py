@@ -18,7 +18,7 @@ from .literals import map_plan_literals
 from .package import PackageContents
 from .plan_check import check_dims, check_plan
 from .signature import NO_DEFAULT, InputChecker
-from .state import model_state
+from .state import StateStore, model_state
 
 DeviceLike = Union[str, torch.device, dict, None]  # a dict maps the device saved to the one wanted, as torch.jit
 
@@ -27,9 +27,11 @@ class Runtime:
     name = "python"
 
     def __init__(self, contents: PackageContents, map_location: DeviceLike = None,
-                 num_threads: Optional[int] = None, cuda_graphs: bool = True, alias_outputs: bool = False) -> None:
+                 num_threads: Optional[int] = None, cuda_graphs: bool = True, alias_outputs: bool = False,
+                 state: Optional[StateStore] = None) -> None:
+        """`state`: the module state this plan shares with the loaded module's other methods (a new one if None)."""
         try:
-            self._load(contents, map_location, num_threads, cuda_graphs, alias_outputs)
+            self._load(contents, map_location, num_threads, cuda_graphs, alias_outputs, state)
         except (Jit2TritonError, torch.OutOfMemoryError):
             raise
         except (KeyError, TypeError, AttributeError, ValueError, IndexError, RuntimeError) as err:
@@ -40,7 +42,7 @@ class Runtime:
                                       "`jit2triton convert`") from None
 
     def _load(self, contents: PackageContents, map_location: DeviceLike, num_threads: Optional[int],
-              cuda_graphs: bool, alias_outputs: bool) -> None:
+              cuda_graphs: bool, alias_outputs: bool, state: Optional[StateStore]) -> None:
         manifest = contents.manifest
         check_compatible(manifest)
         check_plan(manifest["plan"], len(manifest["nodes"]), manifest["kernels"])
@@ -64,7 +66,7 @@ class Runtime:
         self.run = (GraphRunner(self.executor, alias_outputs, by_shape=bool(manifest["signature"].get("dims")))
                     if graphs and graph_worthy else self.executor)
         self.uses_cuda_graph = isinstance(self.run, GraphRunner)
-        self.state = model_state(manifest.get("state"), weights, self.device)  # attributes the model writes
+        self.state = model_state(manifest.get("state"), weights, self.device, state)  # attributes the model writes
 
     def __call__(self, *inputs: Any) -> Any:
         inputs = self.check_inputs(inputs)

@@ -6,6 +6,7 @@ process that only serves packages never pays for them.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import warnings
 from typing import Any, Callable, Optional, Sequence, Union
@@ -13,10 +14,12 @@ from typing import Any, Callable, Optional, Sequence, Union
 import torch
 
 from jit2triton.deploy.literals import decode
+from jit2triton.deploy.methods import method_contents, method_names
 from jit2triton.deploy.package import PackageContents, mapped_package, read_package, save_package
 from jit2triton.deploy.runtime import DeviceLike, Runtime, resolve_map_location
 from jit2triton.deploy.signature import format_type
 from jit2triton.deploy.signing import trusted_key_paths
+from jit2triton.deploy.state import StateStore
 
 from .errors import InputError, PackageDeviceError
 
@@ -26,18 +29,72 @@ Progress = Any  # Callable[[str], None]
 class Converted:
     """A converted model: call it like the TorchScript model; `save` it; read its report and generated code."""
 
-    def __init__(self, contents: Union[PackageContents, Callable[[], PackageContents]], runtime: Runtime) -> None:
+    def __init__(self, contents: Union[PackageContents, Callable[[], PackageContents]], runtime: Runtime,
+                 methods: Optional[dict[str, Callable]] = None) -> None:
         self._package = contents  # the contents, or what reads them when first asked (mapped_package)
         self._runtime = runtime
         self._call = getattr(runtime, "module", runtime)  # the C++ runtime's module is called directly
+        self._methods = methods or {}  # the other methods converted (`encode`), each callable like forward
 
     def __call__(self, *inputs: Any, **named: Any) -> Any:
         if named:  # by input name, as TorchScript's forward takes them
-            inputs = self._bind(inputs, named)
+            inputs = self._bind(inputs, named, self._contents.manifest["signature"]["inputs"])
         return self._call(*inputs)
 
-    def _bind(self, inputs: tuple, named: dict[str, Any]) -> tuple:
-        signature = self._contents.manifest["signature"]["inputs"]
+    def forward(self, *inputs: Any, **named: Any) -> Any:
+        return self(*inputs, **named)
+
+    def __getattr__(self, name: str) -> Any:
+        """The model's other methods, as TorchScript's module has them: `m.encode(x)`."""
+        methods = self.__dict__.get("_methods", {})
+        if name in methods:
+            return functools.partial(self._call_method, name)
+        if name.startswith("_") or "_package" not in self.__dict__:
+            raise AttributeError(name)
+        skipped = self._contents.manifest.get("report", {}).get("methods_not_converted", {})
+        if name in skipped:
+            raise AttributeError(f"method {name!r} of the model was not converted: {skipped[name]}")
+        raise AttributeError(f"the converted model has no method {name!r}; its methods are "
+                             f"{', '.join(['forward', *methods])}")
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self._methods))
+
+    def _call_method(self, name: str, *inputs: Any, **named: Any) -> Any:
+        if named:
+            inputs = self._bind(inputs, named, self._contents.manifest["methods"][name]["signature"]["inputs"])
+        return self._methods[name](*inputs)
+
+    def eval(self) -> "Converted":
+        """A package is always in inference mode: as torch.jit's, for code that calls it after loading."""
+        return self
+
+    def train(self, mode: bool = True) -> "Converted":
+        if mode:
+            raise InputError("a converted model runs inference only; it cannot be put in training mode")
+        return self
+
+    def to(self, device: Union[str, torch.device]) -> "Converted":
+        """This module where it already runs; elsewhere, a package whose ops all run through ATen loads again
+        there (as map_location would), and one with compiled kernels cannot move (convert it for that device)."""
+        device = torch.device(device)
+        if device.type == self.device.type and (device.index is None or device == self.device):
+            return self
+        if self._contents.manifest.get("kernels") or any(m.get("kernels") for m in
+                                                         self._contents.manifest.get("methods", {}).values()):
+            raise PackageDeviceError(
+                f"the package's kernels are compiled for {self.device.type} and cannot run on {device.type}: convert "
+                f"the model again with device={device.type!r}")
+        runtime, methods = python_runtimes(self._contents, device)
+        return Converted(self._contents, runtime, methods)
+
+    def cuda(self, device: Union[int, str, None] = None) -> "Converted":
+        return self.to(torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda"))
+
+    def cpu(self) -> "Converted":
+        return self.to("cpu")
+
+    def _bind(self, inputs: tuple, named: dict[str, Any], signature: list[dict]) -> tuple:
         names = [d["name"] for d in signature]
         unknown = [n for n in named if n not in names]
         if unknown:
@@ -108,8 +165,9 @@ class Converted:
         """What runs the plan: "cpp" (the C++ runtime) or "python"."""
         return self._runtime.name
 
-    def signature(self) -> str:
-        sig = self._contents.manifest["signature"]
+    def signature(self, method: str = "forward") -> str:
+        manifest = self._contents.manifest
+        sig = manifest["signature"] if method == "forward" else manifest["methods"][method]["signature"]
         args = ", ".join(f"{d['name']}: {format_type(d)}" for d in sig["inputs"])
         return f"({args}) -> {format_type(sig['outputs'])}"
 
@@ -139,7 +197,15 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
     from .conversion import convert_to_package
     contents, target = convert_to_package(model, example_inputs, device, backend, map_location, progress, verify,
                                           full_source_paths, dynamic_shapes)
-    return Converted(contents, Runtime(contents, target))
+    return Converted(contents, *python_runtimes(contents, target))
+
+
+def python_runtimes(contents: PackageContents, device: DeviceLike = None, *options: Any) -> tuple[Runtime, dict]:
+    """The Python runtime of forward and of each other method, sharing one module state."""
+    state = StateStore()
+    return (Runtime(contents, device, *options, state=state),
+            {name: Runtime(method_contents(contents, name), device, *options, state=state)
+             for name in method_names(contents.manifest)})
 
 
 RUNTIMES = ("auto", "cpp", "python")
@@ -181,8 +247,9 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
                     map_location, read_package(path, mmap=True, trusted_keys=trusted_keys).manifest["device"])
             try:
                 contents = mapped_package(path, trusted_keys)  # mapped before the runtime reads it: one file
-                module = Converted(contents, cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs,
-                                                                    alias_outputs, mmap, trusted_keys))
+                runtime = cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap,
+                                                 trusted_keys)
+                module = Converted(contents, runtime, runtime.methods())
                 return _fill_extra_files(module, _extra_files)
             except PackageDeviceError as err:
                 if runtime == "cpp":
@@ -190,7 +257,7 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
                 why = str(err)  # the Python runtime may run it (rebuilding kernels, or under Triton's interpreter)
         _python_fallback_notice(why)
     contents = read_package(path, mmap=mmap, trusted_keys=trusted_keys)
-    module = Converted(contents, Runtime(contents, map_location, num_threads, cuda_graphs, alias_outputs))
+    module = Converted(contents, *python_runtimes(contents, map_location, num_threads, cuda_graphs, alias_outputs))
     return _fill_extra_files(module, _extra_files)
 
 

@@ -11,6 +11,7 @@ import torch
 from jit2triton.deploy.executor import Executor
 from jit2triton.deploy.graph_regions import capturable, group_regions, worth_capturing
 from jit2triton.deploy.literals import encode
+from jit2triton.deploy.methods import add_method
 from jit2triton.deploy.package import PackageContents
 from jit2triton.deploy.runtime import DeviceLike, Runtime
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
@@ -28,12 +29,16 @@ from jit2triton.transpiler.build_plan import Plan
 from . import dims
 from .dims import DynamicShapes
 from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, StepError
+from .inputs import with_other_values
 from .verify import Verifier, divergent_kernel, fused_values, observed_values, package_runner
 from .version import __version__
 
 Progress = Any
 
 BACKENDS = ("cpp", "triton", "aten")
+# Other values the model runs on at the example's shapes where it has ops with data-dependent output sizes, each
+# moved so that masks such as `x > 0` count differently from the example and from each other
+VALUE_SHIFTS = (0.5, -0.5, 1.0)
 MAX_VERIFY_ROUNDS = 16  # each failed round takes one kernel out (the last, every kernel)
 
 
@@ -56,6 +61,10 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     `dynamic_shapes` (see jit2triton/dims.py) makes dims of the inputs dynamic: the package serves every size in
     their ranges. Shape inference then also runs the model at a few other sizes, and verification at the ranges'
     ends. "auto" makes the inputs' batch dim dynamic where the model allows it, else converts static and says why.
+
+    `example_inputs` as a dict with a "forward" key (`{"forward": (x,), "encode": (x,)}`) converts the module's
+    other methods named in it too, each with its own examples (and static shapes); each is verified on its own,
+    starting from the module's saved state.
     """
     if isinstance(dynamic_shapes, str):
         return _convert_auto(model, example_inputs, device, backend, map_location, progress, verify,
@@ -70,8 +79,40 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         raise ConversionError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "cpp" and target.type != "cpu":
         raise ConversionError("the C++ backend generates CPU kernels; use device='cpu' or backend='triton'")
+    forward_examples, method_examples = _per_method(example_inputs)
     say("loading TorchScript (freeze, inline, normalise)")
-    script = load_script(model, map_location=map_location)
+    script = load_script(model, map_location=map_location, methods=list(method_examples))
+    source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""
+    contents = _convert_method(script, forward_examples, target, backend, source, say, verify, full_source_paths,
+                               dynamic_shapes)
+    for name, examples in method_examples.items():
+        say(f"converting method {name}")
+        add_method(contents, name, _convert_method(script.methods[name], examples, target, backend, source, say,
+                                                   verify, full_source_paths, None))
+    unconverted = [n for n in script.method_names if n != "forward" and n not in method_examples]
+    if unconverted:
+        contents.manifest["report"]["methods_not_converted"] = {
+            name: "no example inputs: pass example_inputs={'forward': (...), " + repr(name) + ": (...)} to convert it"
+            for name in unconverted}
+    contents.files.update({f"extra/{name}": data for name, data in script.extra_files.items()})
+    say(f"converted in {time.perf_counter() - started:.2f}s")
+    return contents, target
+
+
+def _per_method(example_inputs) -> tuple[Any, dict[str, Any]]:
+    """(forward's examples, {other method: its examples}) of `example_inputs`, which is forward's examples or a
+    dict of them by method name with a "forward" key."""
+    if isinstance(example_inputs, dict) and "forward" in example_inputs:
+        others = {name: value for name, value in example_inputs.items() if name != "forward"}
+        if not all(isinstance(name, str) for name in others):
+            raise ConversionError("example_inputs by method must be keyed by method names (strings)")
+        return example_inputs["forward"], others
+    return example_inputs, {}
+
+
+def _convert_method(script, example_inputs, target: torch.device, backend: str, source: str, say: Progress,
+                    verify: bool, full_source_paths: bool, dynamic_shapes: DynamicShapes) -> PackageContents:
+    """One method of the model (forward, or another the user gave examples for) as a package's contents."""
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
     inputs = [_example_layout(x.to(target)) if isinstance(x, torch.Tensor) else x for x in inputs]
     dynamic = dims.resolve(dynamic_shapes, script.input_names, inputs)
@@ -88,9 +129,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
                  "outputs": _with_dims(describe(output), seen)}
     if dynamic:
         signature["dims"] = dynamic.signature()
-    model_info = {"name": script.name,
-                  "source": os.fspath(model) if isinstance(model, (str, os.PathLike)) else "",
-                  "state": script.state}
+    model_info = {"name": script.name, "source": source, "state": script.state}
     verifier = None
     if verify:
         say("running TorchScript on the example inputs and a fresh draw, for verification")
@@ -113,12 +152,10 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         verification["notes"] = list(verification["notes"]) + script.notes + pass_notes
     if target.type == "cuda" and contents.manifest["cuda_graph"]:
         _choose_cuda_graph(contents, inputs, target, say)
-    contents.files.update({f"extra/{name}": data for name, data in script.extra_files.items()})
     contents.manifest["report"]["verification"] = verification
     if dynamic:
         contents.manifest["report"]["dynamic_dims"] = signature["dims"]
-    say(f"converted in {time.perf_counter() - started:.2f}s")
-    return contents, target
+    return contents
 
 
 def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backend: Optional[str],
@@ -130,7 +167,7 @@ def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backen
         raise ConversionError(f"dynamic_shapes={mode!r} is not known: give Dims (see jit2triton.Dim), or 'auto'")
     say = progress or (lambda message: None)
     script = load_script(model, map_location=map_location)
-    inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
+    inputs = _complete_inputs(_per_method(example_inputs)[0], script.input_names, script.input_defaults)
     batch = dims.auto_batch(inputs)
     options = (device, backend, map_location, progress, verify, full_source_paths)
     why = "the model has no tensor input with a batch axis"
@@ -179,6 +216,7 @@ def _context(target: torch.device, inputs: list, dynamic: "dims.DynamicSpec") ->
     ctx = pipeline.Context(target, inputs, _run_plan(target), example_sizes=dict(dynamic.example),
                            draws=[(sizes, dims.inputs_at(dynamic, sizes, inputs, seed=i))
                                   for i, sizes in enumerate(dynamic.draws())])
+    ctx.value_draws = [with_other_values(inputs, seed=7 + i, shift=shift) for i, shift in enumerate(VALUE_SHIFTS)]
     largest = dynamic.largest() if dynamic else None
     if largest is not None:
         ctx.largest = (largest, dims.inputs_at(dynamic, largest, inputs, seed=len(ctx.draws)))

@@ -42,6 +42,11 @@ class InputError(Jit2TritonError, ValueError):
     """The inputs of a call do not match the signature the model was converted with."""
 
 
+class SizeChangedError(InputError):
+    """A size the package fixed at conversion changed at run time: a scalar input's value, or a count computed from
+    the data that conversion did not see vary."""
+
+
 class StepError(Jit2TritonError, RuntimeError):
     """An op failed while running the plan; names the op and the model source line it came from."""
 

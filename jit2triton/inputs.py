@@ -96,6 +96,29 @@ def random_tensor(shape, dtype: torch.dtype, device, low: int = 0, high: int = 2
     return torch.randint(low, max(high, low + 1), shape, generator=generator, dtype=dtype).to(device)
 
 
+def with_other_values(inputs: list, seed: int, shift: float = 0.0) -> list:
+    """The inputs at the same shapes and layouts with other values: floats random (moved by `shift`, so that masks
+    such as `x > 0` count differently), bools random, integer tensors the example's rows in another order (ids, masks
+    and boxes stay valid) or, for a positive `shift`, random within the example's range (so that their distinct
+    values count differently); other inputs kept."""
+    generator = torch.Generator().manual_seed(seed)
+    drawn = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.numel() and (x.dtype.is_floating_point or x.dtype.is_complex):
+            fresh = torch.randn(x.shape, generator=generator).add_(shift).to(dtype=x.dtype, device=x.device)
+            x = torch.empty_like(x).copy_(fresh)  # (empty_like keeps a dense input's strides: channels-last stays)
+        elif isinstance(x, torch.Tensor) and x.dtype == torch.bool:
+            x = (torch.rand(x.shape, generator=generator) < 0.5 + shift / 4).to(x.device)
+        elif isinstance(x, torch.Tensor) and x.dim() >= 1 and x.numel() and shift <= 0:
+            axis = 0 if x.shape[0] > 1 else x.dim() - 1
+            x = x.index_select(axis, torch.randperm(x.shape[axis], generator=generator).to(x.device))
+        elif isinstance(x, torch.Tensor) and x.numel() and not x.dtype.is_floating_point:
+            low, high = int(x.min()), int(x.max()) + 1  # ids stay inside the vocabulary the example used
+            x = torch.empty_like(x).copy_(torch.randint(low, high, x.shape, generator=generator))
+        drawn.append(x)
+    return drawn
+
+
 def random_inputs(signature: list[dict], device, seed: int = 0, sizes: Optional[dict[str, int]] = None) -> list[Any]:
     """Fresh random inputs for a package: tensors of the signature's dtype and shape (a dynamic dim at its size in
     `sizes`), ints within the range the example inputs spanned (so token ids stay inside the vocabulary); other

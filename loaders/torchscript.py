@@ -10,7 +10,7 @@ import os
 import warnings
 import zipfile
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 import torch
 
@@ -33,22 +33,28 @@ class ScriptGraph:
     # model's inputs and returns the written ones' new values after its outputs
     state: list[StateSlot] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # what loading had to work around, for the report
+    methods: dict[str, "ScriptGraph"] = field(default_factory=dict)  # the other methods asked for, by name
+    method_names: list[str] = field(default_factory=list)  # every method the module has (forward first)
 
 
 NO_DEFAULT = object()
 
 
-def load_script(source: ModelSource, map_location: Union[str, torch.device, None] = None) -> ScriptGraph:
-    """Accept a path to a `torch.jit.save` archive, a ScriptModule or a ScriptFunction."""
+def load_script(source: ModelSource, map_location: Union[str, torch.device, None] = None,
+                methods: Sequence[str] = ()) -> ScriptGraph:
+    """Accept a path to a `torch.jit.save` archive, a ScriptModule or a ScriptFunction; `methods` names the
+    module's methods besides forward to read as well (`ScriptGraph.methods`)."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        script = load_script(_read_archive(path, map_location))
+        script = load_script(_read_archive(path, map_location), methods=methods)
         script.extra_files = _extra_files(path)
         return script
     if isinstance(source, torch.jit.ScriptFunction):
+        if methods:
+            raise ConversionError(f"a ScriptFunction has no methods; got example inputs for {', '.join(methods)}")
         return _from_function(source)
     if isinstance(source, torch.jit.ScriptModule):
-        return _from_module(source)
+        return _from_module(source, list(methods))
     if isinstance(source, torch.nn.Module):
         raise ModelLoadError(
             f"got an eager {type(source).__name__}, not TorchScript; trace or script it first: "
@@ -99,13 +105,27 @@ def _refuse_other_archives(path: str) -> None:
             "torch.jit.save(torch.jit.trace(model, inputs), path) (or torch.jit.script(model))")
 
 
-def _from_module(module: torch.jit.ScriptModule) -> ScriptGraph:
+def _from_module(module: torch.jit.ScriptModule, methods: list[str]) -> ScriptGraph:
     if not hasattr(module, "forward"):
         raise ModelLoadError("the ScriptModule has no forward method to convert")
+    names = list(module._c._method_names())
+    unknown = [m for m in methods if m not in names or m == "forward"]
+    if unknown:
+        raise ConversionError(f"the module has no method {unknown[0]!r} to convert besides forward; its methods are "
+                              f"{', '.join(names)}")
     module = module.eval()
-    frozen, notes = _freeze(module)
-    graph = frozen.graph.copy()
-    schema = frozen.forward.schema
+    frozen, notes = _freeze(module, methods)
+    script = _method(frozen, "forward", _module_name(module), notes)
+    script.methods = {name: _method(frozen, name, f"{_module_name(module)}.{name}", []) for name in methods}
+    script.method_names = ["forward"] + sorted(n for n in names if n != "forward")
+    return script
+
+
+def _method(frozen: torch.jit.ScriptModule, method: str, name: str, notes: list[str]) -> ScriptGraph:
+    """One method of the frozen module as a graph without `self`: its module state threaded through."""
+    function = getattr(frozen, method)
+    graph = function.graph.copy()
+    schema = function.schema
     state = thread_module_state(graph, frozen)
     self_input = next(iter(graph.inputs()))
     if self_input.uses():
@@ -116,19 +136,20 @@ def _from_module(module: torch.jit.ScriptModule) -> ScriptGraph:
     graph.eraseInput(0)
     _normalise(graph)
     args = schema.arguments[1:]
-    function = _StatefulReference(frozen, state) if state else frozen
-    return ScriptGraph(graph, [a.name for a in args], [_default(a) for a in args], _module_name(module),
-                       function=function, state=state, notes=notes)
+    reference = _StatefulReference(function, frozen, state) if state else function
+    return ScriptGraph(graph, [a.name for a in args], [_default(a) for a in args], name,
+                       function=reference, state=state, notes=notes)
 
 
-def _freeze(module: torch.jit.ScriptModule) -> tuple[torch.jit.ScriptModule, list[str]]:
+def _freeze(module: torch.jit.ScriptModule, methods: list[str]) -> tuple[torch.jit.ScriptModule, list[str]]:
     """torch.jit.freeze, and where one of its optional optimisations crashes (its conv folding has asserted on
     timm's FastViT), freezing without them: the model's semantics do not depend on them, only its speed. -> (the
     frozen module, notes for the report)."""
     errors = []
-    attempts = [("", lambda: torch.jit.freeze(module)),
-                ("without numerics-changing optimisations", lambda: torch.jit.freeze(module, optimize_numerics=False)),
-                ("without TorchScript's frozen-graph optimisations", lambda: _freeze_only(module))]
+    attempts = [("", lambda: torch.jit.freeze(module, methods)),
+                ("without numerics-changing optimisations",
+                 lambda: torch.jit.freeze(module, methods, optimize_numerics=False)),
+                ("without TorchScript's frozen-graph optimisations", lambda: _freeze_only(module, methods))]
     for how, attempt in attempts:
         try:
             with warnings.catch_warnings():  # TorchScript's own deprecation notice is noise to a user converting away
@@ -142,9 +163,9 @@ def _freeze(module: torch.jit.ScriptModule) -> tuple[torch.jit.ScriptModule, lis
     raise ConversionError(f"torch.jit.freeze failed on the model: {errors[-1]}") from None
 
 
-def _freeze_only(module: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
+def _freeze_only(module: torch.jit.ScriptModule, methods: list[str]) -> torch.jit.ScriptModule:
     """What torch.jit.freeze does before its optional graph optimisations: attributes to constants."""
-    frozen = torch.jit.RecursiveScriptModule(torch._C._freeze_module(module._c, []))
+    frozen = torch.jit.RecursiveScriptModule(torch._C._freeze_module(module._c, methods))
     torch.jit.RecursiveScriptModule._finalize_scriptmodule(frozen)
     return frozen
 
@@ -158,12 +179,12 @@ class _StatefulReference:
     """Verification's reference for a model with state: each call starts from the saved state, as each verification
     case does in the package, and returns the outputs with the written attributes' new values (both compared)."""
 
-    def __init__(self, module: torch.jit.ScriptModule, state: list[StateSlot]) -> None:
-        self.module, self.state = module, state
+    def __init__(self, method, module: torch.jit.ScriptModule, state: list[StateSlot]) -> None:
+        self.method, self.module, self.state = method, module, state
 
     def __call__(self, *inputs: Any) -> tuple:
         restore_state(self.module, self.state)
-        output = self.module(*inputs)
+        output = self.method(*inputs)
         return output, read_state(self.module, self.state)
 
 

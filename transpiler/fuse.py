@@ -100,8 +100,8 @@ def _why_not_static(types: list[Type], device_type: str, symbolic: bool) -> str:
         if t.device != device_type:
             return f"an output is on {t.device}, not on the package's device ({device_type})"
         if any(isinstance(d, str) for d in t.shape):
-            return ("an output's size is opaque: no polynomial in the dynamic dims explains it (a strided "
-                    "convolution's floor division of an image size, say)")
+            return ("an output's size is opaque: it depends on the data (a mask's count, nonzero's) or on the "
+                    "dynamic dims in a way no polynomial explains (a strided convolution's floor division)")
         if not symbolic and any(isinstance(d, SymSize) for d in t.shape):
             return "an output's size depends on a dynamic dim, and this backend's kernels take none"
     return "an output has no static shape on this device"

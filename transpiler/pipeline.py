@@ -28,6 +28,7 @@ from .fuse_attention import fuse_attention
 from .infer_shapes import ShapeRecorder
 from .infer_unobserved import infer_unobserved
 from .ir import Graph
+from .op_table import lookup
 from .merge_kernels import merge_kernels
 from .gemm_forms import gemm_forms
 from .onednn_linear import onednn_linear
@@ -55,6 +56,9 @@ class Context:
     # ... and where the model runs there, the ranges' largest sizes: a size that only grows past 1 late (a conv
     # net's last feature map, ceil(H / 32)) looks static at small draws
     largest: Optional[tuple[dict[str, int], list]] = None
+    # The example inputs' shapes with other values: run where the model has ops whose output sizes depend on data
+    # (a mask's count), so that those sizes are seen to vary and no kernel is fitted to the example's count
+    value_draws: list[list] = field(default_factory=list)
     # Whether generated kernels may take the dynamic dims as arguments (name -> (min, max, example)); else values
     # with dynamic sizes run through ATen
     kernel_dims: Optional[dict[str, tuple]] = None
@@ -72,6 +76,14 @@ def observe(graph: Graph, ctx: Context) -> Graph:
         ctx.outputs = ctx.run_plan(sched, ctx.example_inputs, recorder)
     except ConversionError as err:
         raise ConversionError(f"on the example inputs, {err}") from None
+    if any(lookup(node.op).data_dependent_size for node in graph.walk()):
+        for inputs in ctx.value_draws:
+            recorder.next_draw(ctx.example_sizes)
+            recorder.observe_values(graph.inputs, inputs)
+            try:
+                ctx.draw_outputs.append((ctx.example_sizes, ctx.run_plan(sched, inputs, recorder)))
+            except Jit2TritonError:  # the model refuses these values (an assert on them): nothing learnt
+                recorder.drop_draw()
     for sizes, inputs in ctx.draws:
         recorder.next_draw(sizes)
         recorder.observe_values(graph.inputs, inputs)

@@ -101,6 +101,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              }
              return torch::jit::toPyObject(std::move(out));
            })
+      .def("method", &jit2triton::Module::method)
+      .def("method_names", &jit2triton::Module::method_names)
       .def_property_readonly("device", &jit2triton::Module::device)
       .def_property_readonly("uses_cuda_graph", &jit2triton::Module::uses_cuda_graph)
       .def("signature", &jit2triton::Module::signature);

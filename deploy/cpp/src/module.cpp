@@ -2,6 +2,7 @@
 
 #include "jit2triton/jit2triton.h"
 #include "plan.h"
+#include "policy.h"
 
 namespace jit2triton {
 
@@ -19,11 +20,48 @@ void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
   }
 }
 
+// Method `name` of the package as a package of its own (deploy/methods.py): its weights, members and checksums are
+// those under methods/<name>/, and its manifest is the package's shared fields and the method's own.
+Package method_package(const Package& pkg, const std::string& name, const json::Value& own) {
+  if (!own.is_object())
+    throw Error(Error::Kind::CorruptPackage,
+                "the package's method " + repr(name) + " is damaged; re-run `jit2triton convert`");
+  Package sub;
+  sub.path = pkg.path;
+  sub.file = pkg.file;
+  const std::string prefix = std::string(policy::kMethodPrefix) + name + "/";
+  auto under = [&prefix](const std::string& key) { return key.compare(0, prefix.size(), prefix) == 0; };
+  for (const auto& [key, bytes] : pkg.members)
+    if (under(key)) sub.members.emplace(key.substr(prefix.size()), bytes);
+  for (const auto& [key, sum] : pkg.checksums)
+    if (under(key)) sub.checksums.emplace(key.substr(prefix.size()), sum);
+  for (const auto& [key, weight] : pkg.weights)
+    if (under(key)) sub.weights.emplace(key.substr(prefix.size()), weight);
+  sub.manifest.kind = json::Value::Kind::Object;
+  for (const char* field : policy::kMethodSharedFields)
+    if (const json::Value* value = pkg.manifest.find(field)) sub.manifest.members.emplace_back(field, *value);
+  for (const auto& member : own.members) sub.manifest.members.push_back(member);
+  return sub;
+}
+
+Module load_module(const std::string& path, const LoadOptions& options) {
+  Package pkg = read_package(path, options.mmap, options.trusted_keys);
+  auto state = std::make_shared<StateStore>();  // the module's attributes, shared by its methods
+  auto methods = std::make_shared<Module::Methods>();
+  if (const json::Value* listed = pkg.manifest.find("methods")) {
+    if (!listed->is_object())
+      throw Error(Error::Kind::CorruptPackage, "the package's methods are damaged; re-run `jit2triton convert`");
+    for (const auto& [name, own] : listed->members)
+      (*methods)[name] = std::make_shared<Plan>(method_package(pkg, name, own), options, state);
+  }
+  return Module(std::make_shared<Plan>(std::move(pkg), options, state), methods);
+}
+
 }  // namespace
 
 Module load(const std::string& path, const LoadOptions& options) {
   try {
-    return Module(std::make_shared<Plan>(read_package(path, options.mmap, options.trusted_keys), options));
+    return load_module(path, options);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& err) {
@@ -50,6 +88,23 @@ std::vector<at::Tensor> Module::forward(const std::vector<c10::IValue>& inputs) 
 }
 
 std::string Module::device() const { return plan_->device.str(); }
+
+std::vector<std::string> Module::method_names() const {
+  std::vector<std::string> names;
+  if (methods_)
+    for (const auto& [name, _] : *methods_) names.push_back(name);
+  return names;
+}
+
+Module Module::method(const std::string& name) const {
+  if (methods_) {
+    auto found = methods_->find(name);
+    if (found != methods_->end()) return Module(found->second, methods_);
+  }
+  std::string names = "forward";
+  for (const auto& other : method_names()) names += ", " + other;
+  throw Error(Error::Kind::Input, "the converted model has no method " + repr(name) + "; its methods are " + names);
+}
 
 std::string Module::signature() const { return plan_->signature(); }
 

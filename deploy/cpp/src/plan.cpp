@@ -493,8 +493,10 @@ class Builder {
             throw std::invalid_argument(
                 "kernel input " + std::to_string(c.index) + " has shape [" + join_dims(x.sizes()) +
                 "], but the package was converted for [" + join_dims(shape) +
-                "]: an input value (a scalar) changed a shape the package is specialised to; convert again with "
-                "example inputs of the values you need");
+                "]: a size the package fixed at conversion changed: a scalar input's value, or a count computed "
+                "from the data (a mask's, nonzero's) that conversion did not see vary. Convert again with example "
+                "inputs of the values you need; if the shapes and scalars are the example's, please report it with "
+                "the model");
         }
         at::IntArrayRef strides = c.strides.at(d, scratch_strides);
         if (x.strides() != strides) x = into_layout(x, strides);
@@ -655,7 +657,7 @@ void check_compatible(const Value& manifest) {
 
 }  // namespace
 
-Plan::Plan(Package pkg, const LoadOptions& options)
+Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> state)
     : device(c10::kCPU), pkg_(std::move(pkg)) {
   const Value& manifest = pkg_.manifest;
   check_compatible(manifest);
@@ -710,7 +712,8 @@ Plan::Plan(Package pkg, const LoadOptions& options)
     outputs_.push_back([out](const Env& env) -> const IValue& { return out.get(env); });
   }
   build_input_checks();
-  if (const Value* state = manifest.find("state")) state_ = std::make_unique<ModelState>(*state, pkg_, built_for_, device);
+  if (const Value* entries = manifest.find("state"))
+    state_ = std::make_unique<ModelState>(*entries, pkg_, built_for_, device, std::move(state));
   if (whole_graph) {
     graph_ = make_graph_runner([this](std::vector<IValue> inputs) { return run(std::move(inputs)); },
                                options.alias_outputs, !dim_names_.empty());
@@ -737,9 +740,10 @@ IValue Plan::call(std::vector<IValue> inputs) const {
   }
   Bound bound{std::vector<int64_t>(dim_names_.size(), -1), std::vector<std::string>(dim_names_.size())};
   for (size_t i = 0; i < total; ++i) checks_[i](inputs[i], bound);
-  if (!state_) return graph_ ? run_graph(*graph_, std::move(inputs)) : run(std::move(inputs));
-  return state_->run([this](std::vector<IValue> in) { return graph_ ? run_graph(*graph_, std::move(in)) : run(std::move(in)); },
-                     std::move(inputs));
+  auto run_plan = [this](std::vector<IValue> in) {
+    return graph_ ? run_graph(*graph_, std::move(in)) : run(std::move(in));
+  };
+  return state_ ? state_->run(run_plan, std::move(inputs)) : run_plan(std::move(inputs));
 }
 
 c10::List<at::Tensor> Plan::take_arena() const {

@@ -79,7 +79,8 @@ struct Step {
 
 class Plan {
  public:
-  Plan(Package pkg, const LoadOptions& options);
+  // `state`: the module state this plan shares with the loaded module's other methods (state.h); null: its own
+  Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> state = nullptr);
   ~Plan();
 
   c10::IValue call(std::vector<c10::IValue> inputs) const;  // checks the inputs first

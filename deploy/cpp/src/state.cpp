@@ -14,36 +14,45 @@ namespace {
                                                "); re-run `jit2triton convert`");
 }
 
+c10::IValue initial_value(const json::Value& entry, const std::string& name, const Package& pkg,
+                          const std::string& built_for, c10::Device device) {
+  if (const json::Value* weight = entry.find("weight")) {
+    if (weight->kind != json::Value::Kind::String) damaged(name);
+    auto found = pkg.weights.find(weight->as_string());
+    if (found == pkg.weights.end()) damaged(name + " names a tensor the package does not hold");
+    return found->second.to(device).clone();
+  }
+  if (const json::Value* value = entry.find("value")) return decode_literal(*value, built_for, device);
+  damaged(name + " has no value");
+}
+
 }  // namespace
 
 ModelState::ModelState(const json::Value& entries, const Package& pkg, const std::string& built_for,
-                       c10::Device device) {
+                       c10::Device device, std::shared_ptr<StateStore> store)
+    : store_(store ? std::move(store) : std::make_shared<StateStore>()) {
   if (entries.kind != json::Value::Kind::Array) damaged("not a list");
   for (const auto& entry : entries.items) {
-    if (entry.kind != json::Value::Kind::Object) damaged("an entry is not an object");
-    const json::Value* name = entry.find("name");
-    const json::Value* written = entry.find("written");
+    const json::Value* name = entry.kind == json::Value::Kind::Object ? entry.find("name") : nullptr;
+    const json::Value* written = entry.kind == json::Value::Kind::Object ? entry.find("written") : nullptr;
     if (!name || name->kind != json::Value::Kind::String || !written || written->kind != json::Value::Kind::Bool)
       damaged("an entry without its name");
-    if (const json::Value* weight = entry.find("weight")) {
-      if (weight->kind != json::Value::Kind::String) damaged(name->as_string());
-      auto found = pkg.weights.find(weight->as_string());
-      if (found == pkg.weights.end()) damaged(name->as_string() + " names a tensor the package does not hold");
-      values_.push_back(found->second.to(device).clone());
-    } else if (const json::Value* value = entry.find("value")) {
-      values_.push_back(decode_literal(*value, built_for, device));
-    } else {
-      damaged(name->as_string() + " has no value");
+    const std::string& key = name->as_string();
+    c10::IValue initial = initial_value(entry, key, pkg, built_for, device);
+    {
+      std::lock_guard<std::mutex> lock(store_->mutex);
+      store_->values.emplace(key, std::move(initial));
     }
-    if (written->as_bool()) written_.push_back(values_.size() - 1);
+    names_.push_back(key);
+    if (written->as_bool()) written_.push_back(key);
   }
 }
 
 c10::IValue ModelState::run(const std::function<c10::IValue(std::vector<c10::IValue>)>& run,
                             std::vector<c10::IValue> inputs) const {
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    inputs.insert(inputs.end(), values_.begin(), values_.end());
+    std::lock_guard<std::mutex> lock(store_->mutex);
+    for (const auto& name : names_) inputs.push_back(store_->values.at(name));
   }
   c10::IValue result = run(std::move(inputs));
   if (written_.empty()) return result;
@@ -52,8 +61,8 @@ c10::IValue ModelState::run(const std::function<c10::IValue(std::vector<c10::IVa
   if (outs.size() <= written_.size()) damaged("the plan returns too few outputs");
   size_t split = outs.size() - written_.size();
   {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t i = 0; i < written_.size(); ++i) values_[written_[i]] = outs[split + i];
+    std::lock_guard<std::mutex> lock(store_->mutex);
+    for (size_t i = 0; i < written_.size(); ++i) store_->values[written_[i]] = outs[split + i];
   }
   if (split == 1) return outs[0];
   return c10::ivalue::Tuple::create(std::vector<c10::IValue>(outs.begin(), outs.begin() + split));

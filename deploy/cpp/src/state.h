@@ -1,11 +1,14 @@
 // Module state (deploy/state.py is the Python runtime's): the attributes a scripted model writes (a warned-once
-// flag, a call counter, a cached tensor), held by the loaded module between calls. The plan is a pure function: it
-// takes the state after the model's inputs and returns the written attributes' new values after its outputs.
+// flag, a call counter, a cached tensor), held by the loaded module between calls. Each method's plan is a pure
+// function: it takes the state after the method's inputs and returns the written attributes' new values after its
+// outputs. The store is the loaded module's, shared by its methods, as TorchScript's module attributes are.
 #pragma once
 
 #include <ATen/core/ivalue.h>
 
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -14,22 +17,27 @@
 
 namespace jit2triton {
 
+struct StateStore {
+  std::map<std::string, c10::IValue> values;  // by attribute name ("roi_heads._has_warned")
+  std::mutex mutex;
+};
+
 class ModelState {
  public:
-  // From the manifest's "state" entries: literals decoded, tensors taken from the package's weights (copied to
-  // `device`: the model may write them in place).
-  ModelState(const json::Value& entries, const Package& pkg, const std::string& built_for, c10::Device device);
+  // From a plan's manifest "state" entries: literals decoded, tensors taken from the package's weights (copied to
+  // `device`: the model may write them in place); an attribute the store already holds (another method's) is kept.
+  ModelState(const json::Value& entries, const Package& pkg, const std::string& built_for, c10::Device device,
+             std::shared_ptr<StateStore> store);
 
   // `run` on the inputs and the current state; keeps the new state and returns the model's own output (a tensor,
   // or a tuple of the model's outputs). Concurrent calls share the state, each reading it whole when it starts and
-  // writing it whole when it ends, under one lock: TorchScript's attribute writes are not synchronised at all.
+  // writing it whole when it ends, under the store's lock: TorchScript's attribute writes are not synchronised.
   c10::IValue run(const std::function<c10::IValue(std::vector<c10::IValue>)>& run,
                   std::vector<c10::IValue> inputs) const;
 
  private:
-  mutable std::vector<c10::IValue> values_;
-  std::vector<size_t> written_;
-  mutable std::mutex mutex_;
+  std::vector<std::string> names_, written_;
+  std::shared_ptr<StateStore> store_;
 };
 
 }  // namespace jit2triton

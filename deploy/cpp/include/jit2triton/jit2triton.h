@@ -66,10 +66,18 @@ class Module {
   // others take the example's).
   std::vector<c10::IValue> random_inputs(uint64_t seed = 0, const std::map<std::string, int64_t>& sizes = {}) const;
 
-  explicit Module(std::shared_ptr<Plan> plan) : plan_(std::move(plan)) {}
+  // The model's other methods converted with it (`@torch.jit.export def encode`), as TorchScript's module has
+  // them: `m.method("encode").call({x})`. They share the module's state (attributes the model writes).
+  std::vector<std::string> method_names() const;
+  Module method(const std::string& name) const;  // throws Error(Input) naming the methods there are
+
+  using Methods = std::map<std::string, std::shared_ptr<Plan>>;
+  explicit Module(std::shared_ptr<Plan> plan, std::shared_ptr<const Methods> methods = nullptr)
+      : plan_(std::move(plan)), methods_(std::move(methods)) {}
 
  private:
   std::shared_ptr<Plan> plan_;
+  std::shared_ptr<const Methods> methods_;
 };
 
 Module load(const std::string& path, const LoadOptions& options = {});
