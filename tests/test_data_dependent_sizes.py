@@ -111,12 +111,45 @@ def test_data_dependent_sizes_follow_the_data(name, backend):
 
 
 def test_a_size_fixed_at_conversion_fails_verification(monkeypatch):
-    """Without the other values shape inference runs on, the mask's count is the example's: verification must catch
-    it on the fresh draw (a refused draw is not a note) and take the kernels out."""
+    """Without the other values shape inference runs on, `int(mask.sum())` is the example's count, and topk's size
+    with it: verification must catch that on the fresh draw (a refused or differently sized draw is a failure, not a
+    note) and leave a package that follows the data."""
     from jit2triton import conversion
     monkeypatch.setattr(conversion, "VALUE_SHIFTS", ())
-    converted = jit2triton.convert(positives, _inputs("positives", 0))
+    converted = jit2triton.convert(top_by_count, _inputs("top_by_count", 0))
     verification = converted.summary()["verification"]
     assert verification["kernels_removed"], verification
-    x = _inputs("positives", 3)[0]
-    assert_same(converted(x), positives(x))
+    for seed in (3, 4):
+        x = _inputs("top_by_count", seed)
+        assert_same(converted(*x), top_by_count(*x))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_count_that_never_varied_while_converting_still_follows_the_data(backend, monkeypatch):
+    """With one other draw of values, unshifted, `argsort(...)[:50]` over the boxes above the threshold is 50 in
+    every run conversion makes; a later input with a dozen boxes above it must still be right: sizes computed from a
+    mask's count stay opaque (transpiler/data_sizes.py), whatever the draws saw."""
+    from jit2triton import conversion
+    monkeypatch.setattr(conversion, "VALUE_SHIFTS", (0.0,))
+    converted = convert_for(postprocess, _inputs("postprocess", 0), backend)
+    g = torch.Generator().manual_seed(5)
+    boxes, scores = _boxes(160, g), torch.rand(160, generator=g) * 0.35  # ~14% above 0.3
+    expected = postprocess(boxes, scores)
+    assert expected[0].shape[0] < 50
+    assert_same(to_cpu(converted(*to_device((boxes, scores), converted.device))), expected)
+
+
+def test_a_size_changed_on_a_fresh_draw_is_a_mismatch_not_a_note():
+    """The package raising SizeChangedError on inputs that fit its signature is a failure of the package."""
+    from jit2triton.errors import SizeChangedError
+    from jit2triton.verify import Verifier
+    x = torch.randn(64)
+    verifier = Verifier(positives, [x], [{"name": "x", "type": "Tensor", "dtype": "float32", "shape": [64]}],
+                        torch.device("cpu"))
+
+    def package(y):
+        if not torch.equal(y, x):
+            raise SizeChangedError("kernel input 0 has shape [30], but the package was converted for [33]")
+        return positives(y)
+    mismatches = verifier.check(package)
+    assert [m.where for m in mismatches] == ["on fresh random inputs"] and not verifier.notes

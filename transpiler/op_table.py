@@ -27,27 +27,30 @@ class OpInfo:
     name: str
     category: str
     lowering: Optional[Callable] = None  # filled in by the kernel IR's lowering module
-    # its output's size depends on its inputs' values, not their shapes (a mask's count): shape inference runs the
-    # model on other values too, so such sizes are seen to vary (transpiler/infer_shapes.py)
-    data_dependent_size: bool = False
+    # its output's size depends on its inputs' values, not their shapes (a mask's count): "tensor" for ops whose
+    # tensor output's size does (every size computed from it is opaque: transpiler/data_sizes.py), "scalar" for ops
+    # that read a number out of a tensor; shape inference runs such models on other values too
+    data_dependent_size: str = ""
 
 
 OP_TABLE: dict[str, OpInfo] = {}
 
 
-# Ops whose output sizes depend on data: boolean-mask indexing, nonzero and its forms, unique, NMS; and the host ops
-# that read a number out of a tensor, which a slice or a loop bound may then use.
-DATA_DEPENDENT_SIZE = frozenset("""
+# Ops whose output sizes depend on data: boolean-mask indexing (aten::index.Tensor with a bool index; with integer
+# indices its size is theirs), nonzero and its forms, unique, NMS; and the host ops that read a number out of a
+# tensor, which a slice, a topk or a loop bound may then use.
+DATA_DEPENDENT_SIZE = dict.fromkeys("""
     aten::index.Tensor aten::nonzero aten::nonzero_numpy aten::argwhere aten::where aten::masked_select
     aten::unique aten::_unique aten::_unique2 aten::unique_dim aten::unique_consecutive aten::unique_dim_consecutive
     aten::repeat_interleave.Tensor aten::repeat_interleave.self_Tensor aten::bincount torchvision::nms
+""".split(), "tensor") | dict.fromkeys("""
     aten::item aten::Int.Tensor aten::Float.Tensor aten::ScalarImplicit aten::IntImplicit aten::tolist
-""".split())
+""".split(), "scalar")
 
 
 def register(category: str, names: str) -> None:
     for name in names.split():
-        OP_TABLE[name] = OpInfo(name, category, data_dependent_size=name in DATA_DEPENDENT_SIZE)
+        OP_TABLE[name] = OpInfo(name, category, data_dependent_size=DATA_DEPENDENT_SIZE.get(name, ""))
 
 
 register(POINTWISE, """
@@ -101,7 +104,7 @@ def lookup(op: str, schema: str = "") -> OpInfo:
     info = OP_TABLE.get(op)
     if info is not None:
         return info
-    return OpInfo(op, HOST if is_host_op(op, schema) else FALLBACK, data_dependent_size=op in DATA_DEPENDENT_SIZE)
+    return OpInfo(op, HOST if is_host_op(op, schema) else FALLBACK, data_dependent_size=DATA_DEPENDENT_SIZE.get(op, ""))
 
 
 _HOST_NAMESPACES = ("prim::",)

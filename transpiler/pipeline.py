@@ -20,6 +20,7 @@ import torch
 from jit2triton.errors import ConversionError, Jit2TritonError
 
 from .check_indices import check_indices
+from .data_sizes import mark_data_dependent
 from .decompose_mha import decompose_mha
 from .fold_shapes import fold_shapes
 from .functionalize import functionalize
@@ -76,7 +77,7 @@ def observe(graph: Graph, ctx: Context) -> Graph:
         ctx.outputs = ctx.run_plan(sched, ctx.example_inputs, recorder)
     except ConversionError as err:
         raise ConversionError(f"on the example inputs, {err}") from None
-    if any(lookup(node.op).data_dependent_size for node in graph.walk()):
+    if any(lookup(node.op).data_dependent_size for node in graph.walk()):  # a mask's count, an item()
         for inputs in ctx.value_draws:
             recorder.next_draw(ctx.example_sizes)
             recorder.observe_values(graph.inputs, inputs)
@@ -103,6 +104,7 @@ def observe(graph: Graph, ctx: Context) -> Graph:
         except ConversionError:  # the model does not run there: verification says so ("not compared")
             recorder.drop_draw()
     recorder.annotate()
+    mark_data_dependent(graph, recorder)  # sizes computed from data stay opaque even where no draw varied them
     ctx.recorder = recorder
     return graph
 
