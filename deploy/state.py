@@ -7,7 +7,7 @@ the loaded module: every call, of any of its methods, sees the last call's write
 methods). Calls from several threads share it, each reading it whole when it starts and writing it whole when it
 ends (TorchScript's own attribute writes are not synchronised at all: here a call never sees half of another's
 writes). Manifest: `state`, a list of {"name", "written", and "value" (a literal) or "weight" (a tensor among the
-package's weights)}.
+package's weights, or "weights" for a list of tensors), and "compared" (false: verification does not compare it)}.
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ class ModelState:
         self.store = store if store is not None else StateStore()
         self.names = [str(e["name"]) for e in entries]
         self.written = [str(e["name"]) for e in entries if e["written"] is True]
+        self.compared = [name for name, e in zip(self.names, entries) if e["written"] is True and e.get("compared", True)]
         for entry in entries:
             self.store.add(str(entry["name"]), _initial(entry, weights, device))
 
@@ -67,9 +68,11 @@ class ModelState:
     def reset(self) -> None:
         self.store.reset()
 
-    def written_values(self) -> list[Any]:
+    def written_values(self) -> dict[str, Any]:
+        """The new values verification compares with TorchScript's, by name (deploy/state.py's manifest entries
+        say which: not objects the model made, which TorchScript cannot hand to Python)."""
         with self.store.lock:
-            return [self.store.values[name] for name in self.written]
+            return {name: self.store.values[name] for name in self.compared}
 
 
 def model_state(entries: Optional[list], weights: dict[str, torch.Tensor], device: torch.device,
@@ -87,9 +90,15 @@ def _copy(value: Any) -> Any:
 
 def _initial(entry: dict, weights: dict[str, torch.Tensor], device: torch.device) -> Any:
     if "weight" in entry:
-        tensor = weights.get(entry["weight"])
-        if tensor is None:
-            raise CorruptPackageError(f"the package's module state {entry['name']!r} names a tensor it does not hold; "
-                                      "re-run `jit2triton convert`")
-        return tensor.to(device)
+        return _weight(entry, entry["weight"], weights, device)
+    if "weights" in entry:  # a list of tensors
+        return [_weight(entry, name, weights, device) for name in entry["weights"]]
     return decode(entry["value"])
+
+
+def _weight(entry: dict, name: str, weights: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
+    tensor = weights.get(name)
+    if tensor is None:
+        raise CorruptPackageError(f"the package's module state {entry['name']!r} names a tensor it does not hold; "
+                                  "re-run `jit2triton convert`")
+    return tensor.to(device)

@@ -336,10 +336,13 @@ def _state_section(slots: list) -> tuple[list[dict], dict[str, torch.Tensor]]:
     tensors among them, stored as weights."""
     entries, tensors = [], {}
     for slot in slots:
-        entry = {"name": slot.name, "written": slot.written}
+        entry = {"name": slot.name, "written": slot.written, **({} if slot.compared else {"compared": False})}
         if isinstance(slot.initial, torch.Tensor):
             entry["weight"] = tensors_name = f"state/{slot.name}"
             tensors[tensors_name] = slot.initial
+        elif isinstance(slot.initial, list) and slot.initial and all(isinstance(t, torch.Tensor) for t in slot.initial):
+            entry["weights"] = [f"state/{slot.name}/{i}" for i in range(len(slot.initial))]  # anchors cached per size
+            tensors.update(zip(entry["weights"], slot.initial))
         else:
             try:
                 entry["value"] = encode(slot.initial)

@@ -23,6 +23,9 @@ class StateSlot:
     name: str  # the attribute's path from the module: "roi_heads._has_warned"
     initial: Any  # its value in the saved module
     written: bool  # forward() assigns it, or it is a tensor (else it is only read: one freezing could not fold)
+    # verification compares its new value with TorchScript's: not for an object the model made (local_objects.py),
+    # which TorchScript cannot hand to Python when its class is not importable
+    compared: bool = True
 
 
 def thread_module_state(graph: torch._C.Graph, module: torch.jit.ScriptModule) -> list[StateSlot]:
@@ -44,7 +47,8 @@ def thread_module_state(graph: torch._C.Graph, module: torch.jit.ScriptModule) -
         initial = _read_attribute(module, key)
         # a tensor may be written in place (`self.seen.add_(1)`) with no assignment: it is returned as well, so the
         # new value is kept wherever the plan ran (a CUDA graph writes a copy of its inputs)
-        slots.append(StateSlot(".".join(key), initial, key in assigned or isinstance(initial, torch.Tensor)))
+        slots.append(StateSlot(".".join(key), initial, key in assigned or isinstance(initial, torch.Tensor),
+                               compared="Dict[str, Any]" not in str(types.get(key, ""))))
     env = {}
     for key, slot in zip(keys, slots):
         value = graph.addInput(".".join(key).replace(".", "_"))
@@ -197,7 +201,8 @@ def restore_state(module: torch.jit.ScriptModule, slots: list[StateSlot]) -> Non
         owner.setattr(name, value)
 
 
-def read_state(module: torch.jit.ScriptModule, slots: list[StateSlot]) -> list[Any]:
-    """The written attributes' current values, in the order the graph returns them."""
-    return [_read_attribute(module, tuple(slot.name.split("."))) for slot in slots if slot.written]
+def read_state(module: torch.jit.ScriptModule, slots: list[StateSlot]) -> dict[str, Any]:
+    """The written attributes' current values that verification compares, by name."""
+    return {slot.name: _read_attribute(module, tuple(slot.name.split("."))) for slot in slots
+            if slot.written and slot.compared}
 

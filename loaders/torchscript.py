@@ -16,6 +16,7 @@ import torch
 
 from jit2triton.errors import ConversionError, ModelLoadError
 
+from .local_objects import objects_as_dicts
 from .module_state import StateSlot, read_state, restore_state, thread_module_state
 
 ModelSource = Union[str, os.PathLike, torch.jit.ScriptModule, torch.jit.ScriptFunction]
@@ -126,6 +127,7 @@ def _method(frozen: torch.jit.ScriptModule, method: str, name: str, notes: list[
     function = getattr(frozen, method)
     graph = function.graph.copy()
     schema = function.schema
+    objects_as_dicts(graph)
     state = thread_module_state(graph, frozen)
     self_input = next(iter(graph.inputs()))
     if self_input.uses():

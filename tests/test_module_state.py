@@ -1,7 +1,7 @@
 """Module state: a scripted model that reads and writes its own attributes (a warned-once flag, a call counter, a
 cached tensor, state written in branches and loops) converts, and the package's calls see the same state as
 TorchScript's, call after call, in both runtimes."""
-from typing import List
+from typing import List, Optional, Tuple
 
 import pytest
 import torch
@@ -136,3 +136,84 @@ def test_a_crash_in_freezes_optimisations_is_worked_around(monkeypatch):
     reference.load_state_dict(model.state_dict())
     x = torch.randn(3, 8)
     assert_close(converted(x), reference(x))
+
+
+class Mapper:  # a TorchScript class whose object forward() makes and caches (torchvision's LevelMapper)
+    def __init__(self, k: int) -> None:
+        self.k = k
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.k
+
+
+class Pool(torch.nn.Module):
+    __annotations__ = {"mapper": Optional[Mapper]}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mapper = None
+
+    def forward(self, x):
+        if self.mapper is None:
+            self.mapper = Mapper(int(x.shape[-1]))
+        mapper = self.mapper
+        assert mapper is not None
+        return mapper(x)
+
+
+class Boxes:  # made, written and read inside forward (torchvision's ImageList)
+    def __init__(self, tensors: torch.Tensor, sizes: List[Tuple[int, int]]) -> None:
+        self.tensors = tensors
+        self.sizes = sizes
+
+    def scaled(self, k: float) -> torch.Tensor:
+        return self.tensors * k
+
+
+class MakesObjects(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pool = Pool()
+
+    def forward(self, x):
+        boxes = Boxes(x.relu(), [(x.shape[0], x.shape[1])])
+        if bool(x.sum() > 0):
+            boxes.tensors = boxes.tensors + 1
+        return self.pool(boxes.scaled(2.0)), boxes.sizes[0][0]
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_objects_the_model_makes_and_caches(runtime, tmp_path):
+    model = torch.jit.script(MakesObjects().eval())
+    torch.jit.save(model, tmp_path / "m.pt")  # from the archive, whose classes Python cannot import
+    converted = jit2triton.convert(str(tmp_path / "m.pt"), (torch.randn(3, 5),))
+    assert converted.summary()["verification"]["status"] == "passed"
+    converted.save(tmp_path / "m.j2t")
+    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    reference = torch.jit.script(MakesObjects().eval())
+    for _ in range(3):
+        x = torch.randn(3, 5)
+        assert_close(loaded(x), reference(x))
+
+
+class Anchors(torch.nn.Module):  # torchvision's AnchorGenerator: a list of tensors it rewrites on the device used
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell_anchors = [torch.ones(2, 4), torch.zeros(3, 4)]
+
+    def forward(self, x):
+        self.cell_anchors = [a.to(x.device) * 2 for a in self.cell_anchors]
+        total = x.sum()
+        for anchors in self.cell_anchors:
+            total = total + anchors.sum()
+        return total
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_list_of_tensors_as_state(runtime, tmp_path):
+    jit2triton.convert(torch.jit.script(Anchors().eval()), (torch.randn(4),)).save(tmp_path / "m.j2t")
+    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    reference = torch.jit.script(Anchors().eval())
+    for _ in range(3):
+        x = torch.randn(4)
+        assert_close(loaded(x), reference(x))

@@ -14,13 +14,21 @@ namespace {
                                                "); re-run `jit2triton convert`");
 }
 
+at::Tensor weight(const json::Value& ref, const std::string& name, const Package& pkg, c10::Device device) {
+  if (ref.kind != json::Value::Kind::String) damaged(name);
+  auto found = pkg.weights.find(ref.as_string());
+  if (found == pkg.weights.end()) damaged(name + " names a tensor the package does not hold");
+  return found->second.to(device).clone();
+}
+
 c10::IValue initial_value(const json::Value& entry, const std::string& name, const Package& pkg,
                           const std::string& built_for, c10::Device device) {
-  if (const json::Value* weight = entry.find("weight")) {
-    if (weight->kind != json::Value::Kind::String) damaged(name);
-    auto found = pkg.weights.find(weight->as_string());
-    if (found == pkg.weights.end()) damaged(name + " names a tensor the package does not hold");
-    return found->second.to(device).clone();
+  if (const json::Value* ref = entry.find("weight")) return weight(*ref, name, pkg, device);
+  if (const json::Value* refs = entry.find("weights")) {  // a list of tensors
+    if (refs->kind != json::Value::Kind::Array) damaged(name);
+    c10::List<at::Tensor> tensors;
+    for (const auto& ref : refs->items) tensors.push_back(weight(ref, name, pkg, device));
+    return tensors;
   }
   if (const json::Value* value = entry.find("value")) return decode_literal(*value, built_for, device);
   damaged(name + " has no value");
