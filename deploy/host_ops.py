@@ -76,6 +76,36 @@ def _format(fmt: str, *args: Any) -> str:
     return pieces[0] + "".join(str(arg) + piece for arg, piece in zip(args, pieces[1:]))
 
 
+# c10::ScalarType's order: a plan holds a dtype argument as TorchScript does, as its index here
+_SCALAR_TYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
+                 torch.float64, torch.complex32, torch.complex64, torch.complex128, torch.bool, torch.qint8,
+                 torch.quint8, torch.qint32, torch.bfloat16)
+
+
+def _dtype(dtype: Any) -> Any:
+    return _SCALAR_TYPES[dtype] if isinstance(dtype, int) and not isinstance(dtype, bool) else dtype
+
+
+def _unwrap_optional(x: Any) -> Any:
+    if x is None:
+        raise ModelRaisedError("the model raised an exception: unwrapping an Optional that is None")
+    return x
+
+
+def _extend_in_place(items: list, more: list) -> list:
+    items.extend(more)
+    return items
+
+
+def _repeat_in_place(items: list, times: int) -> list:
+    items[:] = items * times
+    return items
+
+
+def _sort_in_place(items: list, reverse: bool = False) -> None:
+    items.sort(reverse=reverse)
+
+
 def _int_floordiv(a, b):
     return a // b
 
@@ -98,6 +128,12 @@ HOST_OPS: dict[str, Callable] = {
     "prim::is_cuda": lambda t: t.is_cuda,
     "prim::data": lambda t: t,
     "prim::min": min,
+    "prim::tolist": lambda t, dim, elem_type: t.tolist(),  # (torch.ops cannot call its vararg schema)
+    "prim::type": lambda device: device.type,
+    "aten::as_tensor.list": lambda data, dtype=None, device=None: torch.as_tensor(data, dtype=_dtype(dtype),
+                                                                                  device=device),
+    "aten::tensor": lambda data, dtype=None, device=None, requires_grad=False: torch.tensor(
+        data, dtype=_dtype(dtype), device=device, requires_grad=requires_grad),
     "prim::max": max,
     "prim::abs": abs,
     "aten::__getitem__.t": operator.getitem,
@@ -171,3 +207,33 @@ for _key in ("str", "int", "bool", "float", "Tensor", "complex"):
     HOST_OPS[f"aten::__contains__.{_key}"] = lambda d, k: k in d
     HOST_OPS[f"aten::get.{_key}"] = _dict_get
     HOST_OPS[f"aten::get.default_{_key}"] = _dict_get
+    HOST_OPS[f"aten::Delete.Dict_{_key}"] = operator.delitem
+    HOST_OPS[f"aten::clear.{_key}"] = _clear
+    HOST_OPS[f"aten::copy.Dict_{_key}"] = dict
+    HOST_OPS[f"aten::dict.Dict_{_key}"] = dict
+    HOST_OPS[f"aten::dict.{_key}"] = dict  # from (key, value) pairs: OrderedDict(zip(names, results))
+    HOST_OPS[f"aten::pop.Dict_{_key}"] = lambda d, k: d.pop(k)
+    HOST_OPS[f"aten::pop.Dict_default_{_key}"] = lambda d, k, default: d.pop(k, default)
+    HOST_OPS[f"aten::popitem.{_key}"] = lambda d: tuple(d.popitem())
+    HOST_OPS[f"aten::setdefault.{_key}"] = lambda d, k, default: d.setdefault(k, default)
+    HOST_OPS[f"aten::update.{_key}"] = lambda d, other: d.update(other)
+
+# The other ops of TorchScript's generic schemas (`t[]`, `t`): torch.ops cannot bind a type variable from a Python
+# value ("toIValue() cannot handle converting to type: t"), so the runtime runs them as Python does.
+HOST_OPS.update({
+    "aten::str": str,
+    "aten::Delete.t": operator.delitem,
+    "aten::_unwrap_optional": _unwrap_optional,
+    "aten::add_.t": _extend_in_place,
+    "aten::mul.left_t": operator.mul,
+    "aten::mul.right_": operator.mul,
+    "aten::mul_.t": _repeat_in_place,
+    "aten::reverse.t": lambda items: items.reverse(),
+    "aten::select.t": operator.getitem,
+    "aten::sort.any": _sort_in_place,
+    "aten::sorted.any": sorted,
+})
+# List ops that write their list in place: through torch.ops they would sort or shrink a copy of it.
+for _item in ("int", "float", "bool", "str", "Tensor"):
+    HOST_OPS[f"aten::sort.{_item}"] = _sort_in_place
+    HOST_OPS[f"aten::remove.{_item}"] = lambda items, x: items.remove(x)

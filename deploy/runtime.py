@@ -50,7 +50,7 @@ class Runtime:
         self.device = target_device(manifest, map_location)
         self.contents = contents
         plan = retarget_devices(manifest["plan"], torch.device(manifest["device"]).type, self.device)
-        weights = {name: w.to(self.device) for name, w in contents.weights.items()}
+        weights = placed_weights(contents.weights, manifest["plan"], self.device)
         kernels = load_kernels(contents, num_threads, self.device)
         graph_worthy = manifest.get("cuda_graph")  # decided at convert time; computed for older packages
         if graph_worthy is None:
@@ -72,6 +72,12 @@ class Runtime:
         inputs = self.check_inputs(inputs)
         outputs = self.run(inputs) if self.state is None else self.state.run(self.run, inputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
+
+
+def placed_weights(weights: dict[str, torch.Tensor], plan: dict, device: torch.device) -> dict[str, torch.Tensor]:
+    """The weights where the plan runs: on `device`, but those the plan keeps on the CPU (its "host_weights")."""
+    host = set(plan.get("host_weights", ()))
+    return {name: w.to("cpu" if name in host else device) for name, w in weights.items()}
 
 
 def load_kernels(contents: PackageContents, num_threads: Optional[int], device: DeviceLike = None) -> dict:

@@ -13,7 +13,7 @@ from jit2triton.deploy.graph_regions import capturable, group_regions, worth_cap
 from jit2triton.deploy.literals import encode
 from jit2triton.deploy.methods import add_method
 from jit2triton.deploy.package import PackageContents
-from jit2triton.deploy.runtime import DeviceLike, Runtime
+from jit2triton.deploy.runtime import DeviceLike, Runtime, placed_weights
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.build import build_cpp, kernel_index
 from jit2triton.loaders import load_script
@@ -359,7 +359,10 @@ def _model_outputs(outputs: list, written_state: int) -> list:
 
 
 def _on_device(value, target: torch.device):
-    """A copy on the target: the model may write its state in place, and the saved value must stay as it was."""
+    """A copy on the target (as every tensor the plan makes is there): the model may write its state in place, and
+    the saved value must stay as it was."""
+    if isinstance(value, list):
+        return [_on_device(v, target) for v in value]
     return value.to(target, copy=True) if isinstance(value, torch.Tensor) else value
 
 
@@ -402,7 +405,7 @@ def _choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.de
 def _find_culprit(graph, sched, contents, verifier: Verifier, target: torch.device):
     """The first generated kernel whose output differs from ATen's on a verification case, or None."""
     before = pipeline.plan(graph)
-    weights = {name: w.to(target) for name, w in before.weights.items()}
+    weights = placed_weights(before.weights, before.plan, target)
     for _, inputs, _ in verifier.cases:
         reference = observed_values(before.plan, weights, before.node_table, before.nodes, inputs, target)
         fused = fused_values(contents, sched.plan, sched.nodes, inputs, target)
@@ -416,7 +419,7 @@ def _run_plan(target: torch.device) -> pipeline.RunPlan:
     """The reference interpreter the transpiler types the graph with: the runtime's executor, every op through
     ATen, weights on the target device."""
     def run(sched: Plan, inputs: list, observer) -> list:
-        weights = {name: w.to(target) for name, w in sched.weights.items()}
+        weights = placed_weights(sched.weights, sched.plan, target)
         try:
             return Executor(sched.plan, weights, sched.node_table, observe=observer)(inputs)
         except StepError as err:

@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from jit2triton.deploy.executor import Executor
-from jit2triton.deploy.runtime import Runtime, load_kernels
+from jit2triton.deploy.runtime import Runtime, load_kernels, placed_weights
 from jit2triton.transpiler.fuse import KERNEL_OP
 
 from .errors import InputError, Jit2TritonError, SizeChangedError
@@ -271,7 +271,7 @@ def package_runner(contents, device: torch.device) -> Callable:
 
 
 def fused_values(contents, plan: dict, nodes: list, inputs: list, device: torch.device) -> dict[int, torch.Tensor]:
-    weights = {name: w.to(device) for name, w in contents.weights.items()}
+    weights = placed_weights(contents.weights, plan, device)
     kernels = load_kernels(contents, None, device)
     return observed_values(plan, weights, contents.manifest["nodes"], nodes, inputs, device, kernels,
                            only_kernels=True)

@@ -200,9 +200,29 @@ def _from_function(function: torch.jit.ScriptFunction) -> ScriptGraph:
 
 def _normalise(graph: torch._C.Graph) -> None:
     torch._C._jit_pass_inline(graph)
+    _fold_isinstance(graph)
     torch._C._jit_pass_constant_propagation(graph)
     torch._C._jit_pass_remove_mutation(graph)
     torch._C._jit_pass_dce(graph)
+
+
+def _fold_isinstance(graph: torch._C.Graph) -> None:
+    """`isinstance` whose answer the inlined graph's types already give (torchvision's roi_align checks whether its
+    Union[Tensor, List[Tensor]] argument is a list, and after inlining it is a Tensor) becomes a constant, so that
+    constant propagation drops the branch not taken; only a value of an open type (Any, Optional, Union) keeps it."""
+    open_types = (torch._C.AnyType, torch._C.OptionalType, torch._C.UnionType)
+    for node in graph.findAllNodes("prim::isinstance", True):
+        given = node.input().type()
+        if any(given.isSubtypeOf(candidate) for candidate in node.tys("types")):
+            answer = True
+        elif isinstance(given, open_types):
+            continue
+        else:
+            answer = False
+        with graph.insert_point_guard(node):
+            constant = graph.insertConstant(answer)
+        node.output().replaceAllUsesWith(constant)
+        node.destroy()
 
 
 def _default(argument) -> Any:

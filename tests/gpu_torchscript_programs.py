@@ -83,8 +83,8 @@ def check(name: str, device: str) -> str:
         worst, seen = 0.0, []
         for seed in (1, 2):
             inputs = fresh(seed)
-            with torch.no_grad():
-                expected = model(*inputs)
+            with torch.no_grad(), torch.jit.optimized_execution(False):  # (the profiling executor's fuser
+                expected = model(*inputs)  # raised "Global alloc not supported yet" on Faster R-CNN)
             actual = converted(*inputs)
             worst = max(worst, worst_error(actual, expected))
             seen.append(shapes(expected)[:120])

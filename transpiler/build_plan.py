@@ -44,7 +44,10 @@ def build_plan(graph: Graph) -> Plan:
     dims = _dim_sources(graph)
     if dims:
         plan["dims"] = dims
-    return Plan(plan, builder.node_table, builder.nodes, _read_weights(graph))
+    weights = _read_weights(graph)
+    if graph.host_weights & weights.keys():
+        plan["host_weights"] = sorted(graph.host_weights & weights.keys())  # they stay on the CPU at load
+    return Plan(plan, builder.node_table, builder.nodes, weights)
 
 
 def _dim_sources(graph: Graph) -> list[list]:

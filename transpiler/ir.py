@@ -111,6 +111,9 @@ class Graph:
     body: Block
     weights: dict[str, torch.Tensor] = field(default_factory=dict)
     name: str = "forward"
+    # weights that stay on the CPU in a GPU package: a model moved to the GPU whose plain tensor attributes stayed
+    # on the CPU (torchvision's anchor sizes), which it combines with other CPU tensors (place_on_device.py)
+    host_weights: set[str] = field(default_factory=set)
 
     @property
     def inputs(self) -> list[Value]:

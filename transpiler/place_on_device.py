@@ -11,11 +11,22 @@ from .ir import Graph
 
 def place_on_device(graph: Graph, target: torch.device) -> Graph:
     _retarget_constants(graph, target)
+    graph.host_weights = _host_weights(graph, target)
     graph.weights = {name: _stored_layout(w) for name, w in graph.weights.items()}
     for node in graph.walk():
         if node.op == "prim::Constant" and "weight" in node.attrs:
-            node.output.type = dataclasses.replace(node.output.type, device=target.type)
+            device = "cpu" if node.attrs["weight"] in graph.host_weights else target.type
+            node.output.type = dataclasses.replace(node.output.type, device=device)
     return graph
+
+
+def _host_weights(graph: Graph, target: torch.device) -> set[str]:
+    """A model converted for the GPU from the GPU keeps on the CPU the tensors it held there: it combines them with
+    the CPU tensors its factories make (`torch.arange(n)` with no device), as TorchScript runs it. A model given on
+    the CPU moves wholly to the GPU."""
+    if target.type == "cpu" or not any(w.device.type == target.type for w in graph.weights.values()):
+        return set()
+    return {name for name, w in graph.weights.items() if w.device.type == "cpu"}
 
 
 def _retarget_constants(graph: Graph, target: torch.device) -> None:

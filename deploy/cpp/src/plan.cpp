@@ -237,7 +237,8 @@ class Builder {
     auto w = plan_.pkg_.weights.find(name);
     if (w == plan_.pkg_.weights.end())
       throw Error(Error::Kind::CorruptPackage, "the plan uses weight " + repr(name) + ", which the package lacks; re-run `jit2triton convert`");
-    return moved_[name] = w->second.to(device_);
+    bool host = plan_.host_weights_.count(name) > 0;  // kept on the CPU (the plan's "host_weights")
+    return moved_[name] = w->second.to(host ? c10::Device(c10::kCPU) : device_);
   }
 
   std::function<void(Env&)> step(const Value& s) {
@@ -705,6 +706,8 @@ Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> 
       bad_plan("its arena");
     arena_bytes_ = bytes->integer;
   }
+  if (const Value* host = plan.find("host_weights"))
+    for (const auto& name : host->items) host_weights_.insert(name.as_string());
   Builder builder(*this);
   steps_ = builder.block(plan.at("steps"));
   for (const auto& r : plan.at("outputs").items) {

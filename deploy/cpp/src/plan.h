@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -118,7 +119,8 @@ class Plan {
   std::vector<bool> has_default_;
   size_t required_ = 0;
   std::shared_ptr<GraphRunner> graph_;
-  std::unique_ptr<ModelState> state_;  // the module attributes the model writes (state.h), or null
+  std::unique_ptr<ModelState> state_;
+  std::set<std::string> host_weights_;  // weights the plan keeps on the CPU in a GPU package  // the module attributes the model writes (state.h), or null
   bool region_graphs_ = false;  // run `graph` steps as CUDA graphs (else as their steps)
   // The arena (transpiler/plan_arena.py): planned kernel outputs as fixed views into one buffer. A call takes a
   // made arena from the spares (or makes one) and gives it back when done, so concurrent calls never share one;

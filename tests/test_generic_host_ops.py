@@ -1,0 +1,72 @@
+"""TorchScript's generic container ops (`t`, `t[]`, `Dict(str, t)` schemas: str(i), OrderedDict(zip(...)), dict
+pop/update/setdefault, list sort/reverse/repeat) run in both runtimes as TorchScript runs them. torch.ops cannot
+bind a type variable from a Python value, so the Python runtime has its own; torchvision's detection models use
+them all (FPN's OrderedDict, SSD's str keys, roi_align's isinstance on a Union)."""
+from collections import OrderedDict
+from typing import Dict, List, Union
+
+import pytest
+import torch
+
+import jit2triton
+
+from helpers import assert_same
+
+
+class Containers(torch.nn.Module):
+    def forward(self, x):
+        names = [str(i) for i in range(3)]
+        features = OrderedDict([(k, x * (i + 1)) for i, k in enumerate(names)])
+        extra: Dict[str, torch.Tensor] = {}
+        extra.update(features)
+        first = extra.pop("0")
+        default = extra.setdefault("9", x.sum(0, keepdim=True).expand_as(x))
+        order = [3, 1, 2]
+        order.sort()
+        order.reverse()
+        repeated = order * 2
+        return first + default, [features[k] for k in sorted(list(features.keys()))], repeated, len(extra)
+
+
+def roi_like(boxes: Union[torch.Tensor, List[torch.Tensor]]) -> torch.Tensor:
+    if isinstance(boxes, (list, tuple)):
+        return torch.cat(boxes, 0)
+    return boxes
+
+
+class Rois(torch.nn.Module):
+    def forward(self, x):
+        return roi_like(x) * 2  # after inlining, isinstance(x, (list, tuple)) has a known answer
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("model", [Containers, Rois], ids=lambda m: m.__name__)
+def test_generic_container_ops(model, runtime, tmp_path):
+    scripted = torch.jit.script(model().eval())
+    converted = jit2triton.convert(scripted, (torch.randn(2, 3),))
+    assert converted.summary()["verification"]["status"] == "passed"
+    converted.save(tmp_path / "m.j2t")
+    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    for _ in range(2):
+        x = torch.randn(2, 3)
+        assert_same(loaded(x), scripted(x))
+
+
+class Tensors(torch.nn.Module):  # torchvision's transform: torch.as_tensor(self.image_mean, dtype=..., device=...)
+    def __init__(self) -> None:
+        super().__init__()
+        self.mean = [0.5, 0.25, 0.125]
+
+    def forward(self, x):
+        mean = torch.as_tensor(self.mean, dtype=x.dtype, device=x.device)
+        scale = torch.tensor([[1, 2, 3]], dtype=torch.float64)
+        return (x - mean) * scale.to(x.dtype)
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_tensors_from_lists(runtime, tmp_path):
+    scripted = torch.jit.script(Tensors().eval())
+    jit2triton.convert(scripted, (torch.randn(2, 3),)).save(tmp_path / "m.j2t")
+    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    x = torch.randn(2, 3)
+    assert_same(loaded(x), scripted(x))
