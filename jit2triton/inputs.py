@@ -124,17 +124,22 @@ def random_inputs(signature: list[dict], device, seed: int = 0, sizes: Optional[
     `sizes`), ints within the range the example inputs spanned (so token ids stay inside the vocabulary); other
     inputs take their defaults."""
     generator = torch.Generator().manual_seed(seed)
-    values = []
-    for entry in signature:
-        if entry["type"] == "Tensor":
-            low, high = entry.get("range", (0, 2))
-            try:
-                shape = [d if isinstance(d, int) else (sizes or {})[d] for d in entry["shape"]]
-            except KeyError as err:
-                raise InputError(f"input {entry['name']!r} has dynamic dim {err.args[0]}: give its size") from None
-            values.append(random_tensor(shape, getattr(torch, entry["dtype"]), device, low, high, generator))
-        elif "example" in entry:
-            values.append(entry["example"])
-        else:
-            raise InputError(f"cannot make a random value for input {entry['name']!r} of type {entry['type']}")
-    return values
+    return [_random_value(entry, entry["name"], device, generator, sizes) for entry in signature]
+
+
+def _random_value(entry: dict, name: str, device, generator: torch.Generator, sizes: Optional[dict[str, int]]) -> Any:
+    """A random value of a signature entry: a tensor, or a list or tuple of them (a detection model's images)."""
+    if entry["type"] == "Tensor":
+        low, high = entry.get("range", (0, 2))
+        try:
+            shape = [d if isinstance(d, int) else (sizes or {})[d] for d in entry["shape"]]
+        except KeyError as err:
+            raise InputError(f"input {name!r} has dynamic dim {err.args[0]}: give its size") from None
+        return random_tensor(shape, getattr(torch, entry["dtype"]), device, low, high, generator)
+    if "example" in entry:
+        return entry["example"]
+    if entry["type"] in ("List", "Tuple") and all(item["type"] == "Tensor" and item["dtype"].startswith(
+            ("float", "bfloat", "complex")) for item in entry.get("items", ())) and entry.get("items"):
+        items = [_random_value(item, name, device, generator, sizes) for item in entry["items"]]
+        return items if entry["type"] == "List" else tuple(items)
+    raise InputError(f"cannot make a random value for input {name!r} of type {entry['type']}")

@@ -18,6 +18,10 @@ import torch
 DETECTION = ["ssdlite320_mobilenet_v3_large", "fasterrcnn_mobilenet_v3_large_320_fpn", "retinanet_resnet50_fpn",
              "maskrcnn_resnet50_fpn", "keypointrcnn_resnet50_fpn"]
 TIMM = ["fastvit_t8"]
+# Random weights score every box low: thresholds of 0 keep the post-processing (NMS, top-k, masks) busy
+OPTIONS = {"fasterrcnn_mobilenet_v3_large_320_fpn": {"box_score_thresh": 0.0},
+           "maskrcnn_resnet50_fpn": {"box_score_thresh": 0.0}, "keypointrcnn_resnet50_fpn": {"box_score_thresh": 0.0},
+           "retinanet_resnet50_fpn": {"score_thresh": 0.0}}
 
 
 def images(seed: int, device: str, size: int = 320) -> list:
@@ -65,7 +69,8 @@ def build(name: str, device: str):
         with torch.no_grad():
             return torch.jit.trace(model, example, check_trace=False), (example,), lambda s: (torch.randn_like(example),)
     import torchvision
-    model = torchvision.models.get_model(name, weights=None, weights_backbone=None).eval().to(device)
+    model = torchvision.models.get_model(name, weights=None, weights_backbone=None, **OPTIONS.get(name, {}))
+    model = model.eval().to(device)
     scripted = torch.jit.script(model)
     return scripted, (images(0, device),), lambda s: (images(s, device),)
 

@@ -70,3 +70,29 @@ def test_tensors_from_lists(runtime, tmp_path):
     loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
     x = torch.randn(2, 3)
     assert_same(loaded(x), scripted(x))
+
+
+class UnpacksSizes(torch.nn.Module):  # `h, w = x.shape` folds to a constant list, which unpack_splits must leave
+    def forward(self, x):
+        h, w = x.shape
+        a, b = x.chunk(2, 1)
+        return a * h + b * w
+
+
+def test_unpacking_a_folded_size_list_leaves_every_rewrite_on():
+    converted = jit2triton.convert(torch.jit.script(UnpacksSizes()), (torch.randn(3, 4),))
+    assert not converted.summary()["verification"]["notes"]  # no pass failed
+    x = torch.randn(3, 4)
+    assert_same(converted(x), UnpacksSizes()(x))
+
+
+def test_a_list_of_images_gets_fresh_draws():
+    """Verification draws fresh inputs for a List[Tensor] input (a detection model's images), not only the example."""
+    model = torch.jit.script(Images())
+    converted = jit2triton.convert(model, ([torch.randn(3, 4), torch.randn(2, 2)],))
+    assert converted.summary()["verification"]["input_sets"] == 2
+
+
+class Images(torch.nn.Module):
+    def forward(self, images: List[torch.Tensor]):
+        return [x.relu() * 2 for x in images]

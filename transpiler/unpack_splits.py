@@ -42,6 +42,8 @@ def _block(block: Block, producer, uses, constants) -> None:
 def _pieces(split: Node, constants, count: int) -> Optional[tuple[int, list[tuple[int, int]], bool]]:
     """(dim, [(start, length)], one_element?) of each piece, when every argument is a constant and the dim split
     is static (the others may be dynamic: a batch)."""
+    if split.op not in _SPLITS or len(split.inputs) < 2:  # a list some other op made: `h, w = x.shape`, folded
+        return None
     x = split.inputs[0]
     if x.type.shape is None:
         return None
@@ -73,6 +75,8 @@ def _pieces(split: Node, constants, count: int) -> Optional[tuple[int, list[tupl
 
 
 _UNKNOWN = object()
+_SPLITS = frozenset({"aten::unbind.int", "aten::chunk", "aten::split.Tensor", "aten::split_with_sizes",
+                     "aten::split.sizes"})
 
 
 def _fill(total: int, size: int) -> list[int]:
