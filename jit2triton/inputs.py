@@ -138,6 +138,9 @@ def _random_value(entry: dict, name: str, device, generator: torch.Generator, si
         return random_tensor(shape, getattr(torch, entry["dtype"]), device, low, high, generator)
     if "example" in entry:
         return entry["example"]
+    if "default" in entry:  # (a detection model's `targets=None`)
+        from jit2triton.deploy.literals import decode
+        return decode(entry["default"])
     if entry["type"] in ("List", "Tuple") and all(item["type"] == "Tensor" and item["dtype"].startswith(
             ("float", "bfloat", "complex")) for item in entry.get("items", ())) and entry.get("items"):
         items = [_random_value(item, name, device, generator, sizes) for item in entry["items"]]
