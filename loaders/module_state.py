@@ -167,10 +167,25 @@ def _thread_loop(node, env: dict, paths: dict, types: dict) -> None:
 
 def _read_attribute(module: torch.jit.ScriptModule, key: tuple[str, ...]) -> Any:
     obj = module._c
-    for name in key:
-        obj = obj.getattr(name)
+    try:
+        for name in key:
+            obj = obj.getattr(name)
+    except RuntimeError as err:  # an object of a class Python cannot import (torch.jit.load'ed): torch cannot hand it
+        raise ConversionError(f"module attribute {'.'.join(key)!r} holds an object jit2triton cannot read "
+                              f"({str(err).splitlines()[0][:120]}); convert the model before running it, or "
+                              "from a freshly loaded .pt") from None
+    return _as_value(obj)
+
+
+def _as_value(obj: Any) -> Any:
+    """An attribute's value as the plan holds it: tensors copied, objects of TorchScript classes (a model that ran
+    before it was converted cached one) as dicts of their attributes, as local_objects.py makes them."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().clone()
+    if isinstance(obj, list):
+        return [_as_value(v) for v in obj]
+    if hasattr(obj, "__dict__") and not isinstance(obj, (torch.nn.Module, type)):
+        return {name: _as_value(v) for name, v in vars(obj).items()}
     return obj
 
 

@@ -60,10 +60,10 @@ def postprocess(boxes, scores):
     order = scores.argsort(descending=True)[:50]
     boxes, scores = boxes[order], scores[order]
     iou = box_iou(boxes, boxes)
-    suppressed = torch.zeros(boxes.shape[0], dtype=torch.bool)
+    suppressed = torch.zeros(boxes.shape[0], dtype=torch.bool, device=boxes.device)
     for i in range(boxes.shape[0]):
         if not bool(suppressed[i]):
-            suppressed = suppressed | ((iou[i] > 0.5) & (torch.arange(boxes.shape[0]) > i))
+            suppressed = suppressed | ((iou[i] > 0.5) & (torch.arange(boxes.shape[0], device=boxes.device) > i))
     return boxes[~suppressed] * 2.0, scores[~suppressed].sqrt()
 
 

@@ -217,3 +217,14 @@ def test_a_list_of_tensors_as_state(runtime, tmp_path):
     for _ in range(3):
         x = torch.randn(4)
         assert_close(loaded(x), reference(x))
+
+
+def test_a_model_that_ran_before_converting_keeps_its_cached_object():
+    """Pool caches a Mapper on its first call: converted after running, the package starts from that object."""
+    model = torch.jit.script(MakesObjects().eval())
+    model(torch.randn(3, 5))
+    converted = jit2triton.convert(model, (torch.randn(3, 5),))
+    reference = torch.jit.script(MakesObjects().eval())
+    reference(torch.randn(3, 5))
+    x = torch.randn(3, 5)
+    assert_close(converted(x), reference(x))
