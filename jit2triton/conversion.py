@@ -70,6 +70,9 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         raise ConversionError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "cpp" and target.type != "cpu":
         raise ConversionError("the C++ backend generates CPU kernels; use device='cpu' or backend='triton'")
+    if backend == "triton":  # before loading the model: a process that cannot build the kernels says so at once
+        from jit2triton.emitters.compile_triton import check_triton_target
+        check_triton_target(target)
     say("loading TorchScript (freeze, inline, normalise)")
     script = load_script(model, map_location=map_location)
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
