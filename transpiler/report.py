@@ -24,9 +24,10 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
         if category == "kernel":
             fused = [f for f in entry["fused"] if not f.get("synthetic")]
             native.update(f["uid"] for f in fused)
-            # a kernel of jit2triton's nodes only (a convolution's bias add, when no TorchScript op follows it)
-            ops = [f["op"] for f in fused] or [f"{f['op']} (added by jit2triton)" for f in entry["fused"]]
-            kernels.append({"name": entry["kernel"], "nodes": len(fused), "ops": ops})
+            # ops jit2triton added (an index check before a gather, a layout change) are listed apart: a kernel of
+            # such ops only counts no TorchScript node, and its name, taken from its ops, is not the model's
+            kernels.append({"name": entry["kernel"], "nodes": len(fused), "ops": [f["op"] for f in fused],
+                            "added_ops": [f["op"] for f in entry["fused"] if f.get("synthetic")]})
         elif category in (HOST, EXTERN, ALIAS):
             counts[category] += len(entry.get("from_ops", [None]))  # a linear with its activation: two nodes
         else:
@@ -56,8 +57,7 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
         f"(aliases, free), {summary['host_nodes']} host (control flow, scalars, lists), "
         f"{summary['fallback_nodes']} fallback through ATen",
     ]
-    for kernel in summary["kernels"]:
-        lines.append(f"  kernel {kernel['name']}: {kernel['nodes']} nodes ({', '.join(kernel['ops'])})")
+    lines += [f"  kernel {kernel['name']}: {_kernel_line(kernel)}" for kernel in summary["kernels"]]
     if summary["fallback_ops"]:
         lines.append("fallback ops:")
         for op, count in summary["fallback_ops"].items():
@@ -75,6 +75,20 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
         lines.append(f"dim {name} kept static (dynamic_shapes='auto'): {why}")
     lines += _format_verification(summary.get("verification"))
     return "\n".join(lines)
+
+
+def _kernel_line(kernel: dict[str, Any]) -> str:
+    """`3 nodes (aten::relu, ...)`, then the ops jit2triton added to it, or only those where it fused no node."""
+    added = kernel.get("added_ops", [])
+    model = (f"{_count(kernel['nodes'], 'TorchScript node')} ({', '.join(kernel['ops'])})" if kernel["nodes"] else
+             "no TorchScript node")
+    if not added:
+        return model
+    return f"{model}{' +' if kernel['nodes'] else ';'} {_count(len(added), 'op')} jit2triton added ({', '.join(added)})"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def _format_verification(verification: Any) -> list[str]:
