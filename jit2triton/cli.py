@@ -139,8 +139,11 @@ def main() -> None:
 @click.option("--quiet", is_flag=True, help="print only the line naming the saved package (no progress, no report)")
 @click.option("--sign", "signing_key", type=click.Path(exists=True, dir_okay=False),
               help="sign the package with this Ed25519 private key (from `jit2triton keygen`)")
+@click.option("--choices", type=click.Choice(["timed", "fixed"]), default="timed", show_default=True,
+              help="timed: choices such as oneDNN or ATen for a GEMM by timing both here (listed in the report); "
+                   "fixed: the same answers on every machine, nothing timed (a reproducible build)")
 def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, device, backend, no_verify,
-            full_source_paths, quiet, signing_key) -> None:
+            full_source_paths, quiet, signing_key, choices) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
     from .errors import InputError
@@ -170,7 +173,7 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, d
         inputs += _inputs_file(inputs_file)
     converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
                               progress=_Progress(quiet), verify=not no_verify, full_source_paths=full_source_paths,
-                              dynamic_shapes=dynamic_shapes or None)
+                              dynamic_shapes=dynamic_shapes or None, choices=choices)
     converted.save(output, signing_key=signing_key)
     if not quiet:
         click.echo(converted.report())

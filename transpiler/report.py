@@ -73,8 +73,28 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
                      f"(converted at {d['example']})")
     for name, why in summary.get("static_dims", {}).items():
         lines.append(f"dim {name} kept static (dynamic_shapes='auto'): {why}")
+    lines += _format_choices(summary.get("timed_choices", []))
     lines += _format_verification(summary.get("verification"))
     return "\n".join(lines)
+
+
+def _format_choices(choices: list[dict[str, Any]]) -> list[str]:
+    """Each choice once, with how many times it came up (a layer's GEMMs, once per layer)."""
+    if not choices:
+        return []
+    counted = Counter(_choice_line(c) for c in choices)
+    fixed = all(c["fixed"] for c in choices)
+    head = ("choices fixed (choices='fixed': nothing timed):" if fixed else
+            "timed choices (median per call; another replaces the model's own where it takes at most the margin "
+            "of its time):")
+    return [head] + [f"  {line}" + (f" x{n}" if n > 1 else "") for line, n in counted.items()]
+
+
+def _choice_line(choice: dict[str, Any]) -> str:
+    if choice["fixed"]:
+        return f"{choice['what']}: {choice['chosen']}"
+    times = ", ".join(f"{label} {us:.1f} us" for label, us in choice["times_us"].items()) or "not timed"
+    return f"{choice['what']}: {times} -> {choice['chosen']} (margin {choice['margin']:.2f})"
 
 
 def _kernel_line(kernel: dict[str, Any]) -> str:
