@@ -10,7 +10,7 @@ import time
 
 import click
 
-from .errors import Jit2TritonError
+from .cli_checks import Group, check_output, check_port, read_inputs_file, set_debug
 from .version import __version__
 
 # torch is imported inside the commands that need it: `--help` and `--version` answer at once.
@@ -55,59 +55,9 @@ class _Progress:
 _progress = _Progress()
 
 
-class _Group(click.Group):
-    """Every error is one line on stderr and exit code 2 (a bug of ours: one line and exit code 1), never a
-    traceback unless `jit2triton --debug ...` asks for it; `--help` and `--version` answer as click does."""
-
-    debug = False
-
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        if not standalone_mode:  # a caller that handles click's exceptions itself
-            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        _Group.debug = False
-        try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except _NO_ARGS as err:  # `jit2triton` alone: its help, as before click 8.2
-            click.echo(err.ctx.get_help())
-            sys.exit(0)
-        except Exception as err:  # noqa: BLE001 - each kind gets its one line below
-            if _Group.debug:
-                raise
-            sys.exit(_one_line(err))
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
-        sys.exit(code if isinstance(code, int) else 0)
-
-
-def _one_line(err: Exception) -> int:
-    """Print `err` as one line on stderr; -> the exit code (2: the input was wrong, 1: a bug of ours)."""
-    if isinstance(err, click.UsageError):
-        where = f" (see `{err.ctx.command_path} --help`)" if err.ctx is not None else ""
-        message, code = err.format_message() + where, 2
-    elif isinstance(err, (click.ClickException, Jit2TritonError)):
-        message, code = (err.format_message() if isinstance(err, click.ClickException) else str(err)), 2
-    elif isinstance(err, click.Abort):
-        message, code = "aborted", 1
-    else:
-        message, code = (f"internal error, a bug in jit2triton: {type(err).__name__}: {err} (`jit2triton --debug "
-                         "...` shows the traceback; please report it)"), 1
-    message = " ".join(message.split())
-    click.echo(f"error: {message if len(message) <= MESSAGE_LIMIT else message[:MESSAGE_LIMIT] + ' ...'}", err=True)
-    return code
-
-
-_NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click 8.2 on: `jit2triton` alone shows help
-MESSAGE_LIMIT = 600  # characters of an error line: a message that quotes a tensor or a graph is cut here
-
-
-def _debug(ctx, param, value) -> None:
-    _Group.debug = value
-
-
-@click.group(cls=_Group)
+@click.group(cls=Group)
 @click.version_option(__version__, "--version", prog_name="jit2triton")
-@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=_debug,
+@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=set_debug,
               help="show the traceback of an error instead of its one line")
 def main() -> None:
     """jit2triton: TorchScript models in, fused kernels out, in a one-file package."""
@@ -150,7 +100,7 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, d
     from .inputs import dynamic_axes, parse_dim_spec, parse_input_spec
 
     output = output or os.path.splitext(model)[0] + ".j2t"
-    _check_output(output, model)
+    check_output(output, model)
     if signing_key:  # a public key given by mistake fails here, not after the whole conversion
         from jit2triton.deploy.signing import sign
         sign(b"", signing_key)
@@ -170,7 +120,7 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, d
             raise InputError("--dynamic-batch chooses the dynamic dim itself: give it or --dim, not both")
         dynamic_shapes = "auto"
     if inputs_file:
-        inputs += _inputs_file(inputs_file)
+        inputs += read_inputs_file(inputs_file)
     converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
                               progress=_Progress(quiet), verify=not no_verify, full_source_paths=full_source_paths,
                               dynamic_shapes=dynamic_shapes or None, choices=choices)
@@ -178,42 +128,6 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, d
     if not quiet:
         click.echo(converted.report())
     click.echo(f"saved {output} ({os.path.getsize(output) / 1e6:.2f} MB{', signed' if signing_key else ''})")
-
-
-def _check_output(output: str, model: str) -> None:
-    """Refuse, before converting, a package path that cannot be written or that would overwrite the model."""
-    from .errors import InputError
-
-    folder = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(folder):
-        raise InputError(f"cannot write {output}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(output) and not os.access(output, os.W_OK)):
-        raise InputError(f"cannot write {output}: no permission")
-    if os.path.exists(model) and os.path.exists(output) and os.path.samefile(model, output):
-        raise InputError(f"the package path {output} is the model itself; give another with -o")
-
-
-def _inputs_file(path: str) -> list:
-    """The example inputs saved at `path`: a tuple or list of tensors (or a single tensor), in the model's order."""
-    import torch
-
-    from .errors import InputError
-
-    how = "save the inputs in the model's order as a tuple: torch.save((x, mask), path)"
-    try:
-        loaded = torch.load(path, weights_only=True)  # weights_only: never unpickle code
-    except Exception as err:  # noqa: BLE001 - not a torch file, or one that pickles code
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise InputError(f"--inputs-file {path}: torch.load(weights_only=True) cannot read it ({first}); {how}") from None
-    items = list(loaded) if isinstance(loaded, (tuple, list)) else [loaded]
-    if isinstance(loaded, dict):
-        names = ", ".join(repr(k) for k in list(loaded)[:4])
-        raise InputError(f"--inputs-file {path} holds a dict (keys {names}), not inputs by position; {how}")
-    wrong = [f"{i}: {type(x).__name__}" for i, x in enumerate(items)
-             if not isinstance(x, (torch.Tensor, bool, int, float))]
-    if wrong:
-        raise InputError(f"--inputs-file {path}: item {wrong[0]} is not a tensor, int, float or bool; {how}")
-    return items
 
 
 @main.command(short_help="Make an Ed25519 key pair to sign packages with.")
@@ -312,7 +226,7 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
 
     options = Bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs == "on", runtime, device,
                     shape_specs, against, profile, json_path, seed, trusted_keys)
-    run_bench(options, _inputs_file(inputs_file) if inputs_file else None, click.echo)
+    run_bench(options, read_inputs_file(inputs_file) if inputs_file else None, click.echo)
 
 
 @main.command(short_help="Serve a package over HTTP with Ray Serve: replicas, dynamic batching.")
@@ -339,7 +253,7 @@ def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_
     # first, so a missing, damaged or unsigned package or a busy port is one clear line, not a failed replica or
     # a page of Ray's logs
     manifest = read_package(package, mmap=True, trusted_keys=trusted_keys).manifest
-    _check_port(host, port)
+    check_port(host, port)
     try:
         from .serving import app, plan_batching, start_local
         from ray import serve as ray_serve
@@ -372,22 +286,6 @@ def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_
         import ray
         ray.shutdown()
     click.echo("stopped")
-
-
-def _check_port(host: str, port: int) -> None:
-    """An InputError where nothing can listen on host:port (in use, or not an address of this machine)."""
-    import socket
-
-    from .errors import InputError
-
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the HTTP server binds: TIME_WAIT is fine
-            probe.bind(address)
-    except OSError as err:
-        raise InputError(f"cannot listen on {host}:{port}: {err.strerror or err}; pick another --port (or stop "
-                         "what holds it)") from None
 
 
 @main.command(short_help="Show a package's signature, report and kernels.")
