@@ -48,6 +48,7 @@ def _bad_arguments(f) -> dict[str, list[str]]:
         "convert: onto the model itself": ["convert", model, "--input", "1x3x8x8", "-o", model],
         "convert: into a missing folder": ["convert", model, "--input", "1x3x8x8", "-o", str(f / "no" / "x.j2t")],
         "convert: an unknown backend": ["convert", model, "--backend", "tpu"],
+        "convert: unknown choices": ["convert", model, "--input", "1x3x8x8", "--choices", "sometimes"],
         "run: no such package": ["run", str(f / "missing.j2t")],
         "run: a corrupt package": ["run", str(f / "corrupt.j2t")],
         "run: --check of a missing model": ["run", package, "--check", str(f / "missing.pt")],
