@@ -139,16 +139,21 @@ def resolve_map_location(map_location: DeviceLike, built_for: str) -> Union[str,
     return None
 
 
+# How to load a package on the CPU in the words of each caller, as the C++ runtime says it (deploy/cpp/src/plan.cpp)
+ON_THE_CPU = ("load it on the CPU (map_location='cpu' from Python, LoadOptions::device = \"cpu\" from C++, "
+              "--device cpu in j2t-run)")
+
+
 def target_device(manifest: dict, map_location: DeviceLike) -> torch.device:
     built_for = torch.device(manifest["device"])
     map_location = resolve_map_location(map_location, manifest["device"])
     device = torch.device(map_location) if map_location is not None else built_for
     if device.type != built_for.type and manifest.get("kernels") and built_for.type == "cpu":
         raise PackageDeviceError(
-            f"the package's kernels are compiled for the CPU and run only there: load it without map_location (or "
-            f"with map_location='cpu'); to run on {device.type}, convert the model with device={device.type!r}")
+            f"the package's kernels are compiled for the CPU and run only there: {ON_THE_CPU}; to run on "
+            f"{device.type}, convert the model with device={device.type!r}")
     if device.type == "cuda" and not torch.cuda.is_available():
-        hint = (" or load it with map_location='cpu'" if not manifest.get("kernels") else
+        hint = (f" or {ON_THE_CPU}" if not manifest.get("kernels") else
                 "; its GPU kernels cannot run on the CPU, so convert the model again with device='cpu'")
         raise PackageDeviceError(
             f"the package was built for {built_for} and this machine has no CUDA device; run it on a GPU machine{hint}")

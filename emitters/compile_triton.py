@@ -57,6 +57,19 @@ COMPILER_HINT = ("TRITON_INTERPRET is set, so Triton runs kernels in its interpr
                  "GPU; unset it (start Python without TRITON_INTERPRET)")
 
 
+def check_triton_target(device: torch.device) -> None:
+    """A ConversionError, before any work, where this process cannot build Triton kernels for `device`: no Triton,
+    the CPU without Triton's interpreter, or CUDA with it."""
+    if not triton_available():
+        raise ConversionError("the triton backend needs Triton (pip install 'triton>=3.6'), or convert with "
+                              "backend='cpp' on the CPU")
+    if device.type != "cuda" and not interpreter_active():
+        raise ConversionError(f"the triton backend on the CPU runs kernels under Triton's interpreter: "
+                              f"{INTERPRETER_HINT}; or convert with backend='cpp'")
+    if device.type == "cuda" and interpreter_active():
+        raise ConversionError(f"converting for CUDA compiles Triton kernels, but {COMPILER_HINT}")
+
+
 def load_module(source: str) -> ModuleType:
     """Import a kernel module from its source; Triton reads a kernel's source from its file, so it gets one, named
     by the source's hash (never stale, shared by every package holding the same kernel)."""
@@ -82,22 +95,15 @@ def build_triton(kernels: list[Kernel], device: torch.device,
                  progress: Optional[Callable[[str], None]] = None) -> tuple[dict[str, bytes], dict[str, Any]]:
     """-> (package files, the manifest's "triton" section): a source per kernel, and on CUDA a cubin per kernel.
     `progress` hears "compiling Triton kernels i/n" after each kernel compiled (the slow part of a GPU conversion)."""
-    if not triton_available():
-        raise ConversionError("the triton backend needs Triton (pip install 'triton>=3.6'), or convert with "
-                              "backend='cpp' on the CPU")
+    check_triton_target(device)
     import triton
     rendered = [render_kernel(k) for k in kernels]
     files = {f"kernels/{r.name}.py": r.source.encode() for r in rendered}
     section: dict[str, Any] = {"triton": triton.__version__, "kernels": {}}
     if device.type != "cuda":
-        if not interpreter_active():
-            raise ConversionError(f"the triton backend on the CPU runs kernels under Triton's interpreter: "
-                                  f"{INTERPRETER_HINT}; or convert with backend='cpp'")
         for r in rendered:
             section["kernels"][r.name] = launch_entry(r, interpreter_config(r))
         return files, section
-    if interpreter_active():
-        raise ConversionError(f"converting for CUDA compiles Triton kernels, but {COMPILER_HINT}")
     # A kernel identical to an earlier one but for its name, comments and buffer numbers (a model's repeated
     # layers) shares its binary: compiled and tuned once
     first: dict[str, int] = {}

@@ -175,7 +175,7 @@ class Converted:
 def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None, device: DeviceLike = "cpu",
             backend: Optional[str] = None, map_location: DeviceLike = None,
             progress: Optional[Progress] = None, verify: bool = True, full_source_paths: bool = False,
-            dynamic_shapes: Any = None) -> Converted:
+            dynamic_shapes: Any = None, choices: str = "timed") -> Converted:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
@@ -193,10 +193,18 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
     in those ranges and refuses others with an InputError naming the dim. `dynamic_shapes="auto"` makes the inputs'
     batch axis dynamic (one dim, `batch`, 1 and up) where the model allows it, else converts static and says why in
     the report.
+
+    Some choices are made by timing candidates on this machine (oneDNN or ATen for a GEMM, channels-last, a GEMM's
+    form on CUDA, one CUDA graph or step by step); the report lists each with its times and margin.
+    `choices="fixed"` times nothing and takes fixed answers instead, the same on every machine: a reproducible build.
     """
+    from jit2triton.transpiler import timing
+
     from .conversion import convert_to_package
-    contents, target = convert_to_package(model, example_inputs, device, backend, map_location, progress, verify,
-                                          full_source_paths, dynamic_shapes)
+    with timing.recording(choices) as made:
+        contents, target = convert_to_package(model, example_inputs, device, backend, map_location, progress, verify,
+                                              full_source_paths, dynamic_shapes)
+    contents.manifest["report"]["timed_choices"] = [choice.as_report() for choice in made]
     return Converted(contents, *python_runtimes(contents, target))
 
 

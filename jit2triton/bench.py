@@ -1,20 +1,109 @@
 """`jit2triton bench`: latency statistics like trtexec's, TorchScript timed interleaved in the same process, and a
 profile of where the time goes by plan step, each row naming the TorchScript source lines it covers.
 
-Timing: warm-up for a duration, then calls until an iteration count or a duration is reached. On CUDA each call
-is timed with CUDA events and synchronised (the latency a caller sees); on the CPU with a wall clock. With
-`--against`, the package and TorchScript take turns call by call, so a burst of load on the machine hits both.
+Timing: warm-up for a duration (and at least MIN_WARMUP_ROUNDS calls of each path: TorchScript's profiling executor
+profiles the first call and optimises on the next), then calls until an iteration count or a duration is reached.
+On CUDA each call is timed with CUDA events and synchronised (the latency a caller sees); on the CPU with a wall
+clock. Every path runs under torch.inference_mode(), as a deployment does: TorchScript with autograd on records
+history for every op and took 2.4x as long on a small conv net. With `--against`, the package and TorchScript take
+turns call by call, so a burst of load on the machine hits both.
 """
 from __future__ import annotations
 
 import math
+import os
+import platform
 import re
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import torch
+
+MIN_WARMUP_ROUNDS = 3
+MODE = "torch.inference_mode()"  # what every timed call runs under, as the header and the JSON say
+
+
+@dataclass
+class Bench:
+    """What `jit2triton bench` was asked for."""
+    package: str
+    warmup_ms: float = 200.0
+    iterations: Optional[int] = None
+    duration_s: float = 3.0
+    threads: Optional[int] = None
+    cuda_graphs: bool = True
+    runtime: str = "auto"
+    device: Optional[str] = None
+    shape_specs: Sequence[str] = ()
+    against: Optional[str] = None
+    profile: bool = False
+    json_path: Optional[str] = None
+    seed: int = 0
+    trusted_keys: Sequence[str] = ()
+
+
+def run_bench(options: Bench, inputs: Optional[list], echo: Callable[[str], None]) -> dict[str, Any]:
+    """Time the package (and the TorchScript model `--against` names), print the statistics, profile, and write the
+    JSON; -> the results. `inputs`: the user's (--inputs-file), else random ones that fit the signature.
+    `--threads` sets torch's threads for the run, so ATen's ops in the plan and TorchScript use that many too."""
+    threads_before = torch.get_num_threads()
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    try:
+        return _run_bench(options, inputs, echo)
+    finally:
+        torch.set_num_threads(threads_before)
+
+
+def _run_bench(options: Bench, inputs: Optional[list], echo: Callable[[str], None]) -> dict[str, Any]:
+    from .api import load
+    from .compare import call_reference, load_reference
+    from .inputs import parse_sizes, random_inputs
+
+    o = options
+    given = inputs is not None
+    module = load(o.package, map_location=o.device, runtime=o.runtime, num_threads=o.threads,
+                  cuda_graphs=o.cuda_graphs, trusted_keys=o.trusted_keys)
+    signature = module.manifest["signature"]
+    if inputs is None:
+        inputs = random_inputs(signature["inputs"], module.device, o.seed,
+                               parse_sizes(o.shape_specs, signature.get("dims", {})))
+    else:
+        inputs = [x.to(module.device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    paths = {"jit2triton": lambda: module(*inputs)}
+    scripted = load_reference(o.against, module.device) if o.against else None
+    cuda = module.device.type == "cuda"
+    results: dict[str, Any] = {
+        "package": o.package, "signature": module.signature(), "device": str(module.device),
+        "device_name": device_name(module.device), "runtime": module.runtime,
+        "cuda_graphs": o.cuda_graphs if cuda else None, "threads": torch.get_num_threads(), "mode": MODE,
+        "inputs": "given (--inputs-file)" if given else f"random, seed {o.seed}", "versions": versions()}
+    echo(f"{o.package}: {module.signature()} on {module.device} ({results['device_name']}), {module.runtime} runtime"
+         + (f", CUDA graphs {'on' if o.cuda_graphs else 'off'}" if cuda else "")
+         + f", {results['threads']} threads, timed under {MODE}")
+    with torch.inference_mode():
+        if scripted is not None:
+            call_reference(scripted, inputs, o.against, module.signature())  # another model's inputs: one line
+            paths["torch.jit"] = lambda: scripted(*inputs)
+        times = measure(paths, module.device, o.warmup_ms, o.iterations, o.duration_s)
+    results["stats"] = {label: summarize(t) for label, t in times.items()}
+    results["times_ms"] = times
+    for label, stats in results["stats"].items():
+        echo(format_stats(label, stats))
+    if scripted is not None:
+        ratio = results["stats"]["torch.jit"]["median_ms"] / results["stats"]["jit2triton"]["median_ms"]
+        results["speedup_vs_torch_jit"] = ratio
+        echo(f"median speed-up over torch.jit: {ratio:.2f}x")
+    if o.profile:
+        results.update(_profile(o, inputs, len(times["jit2triton"]), module.runtime, echo))
+    if o.json_path:
+        import json
+        with open(o.json_path, "w") as f:
+            json.dump(results, f, indent=1)
+        echo(f"wrote {o.json_path}")
+    return results
 
 
 def percentile(sorted_times: list[float], q: float) -> float:
@@ -58,13 +147,14 @@ class _Clock:
 def measure(paths: dict[str, Callable[[], Any]], device: torch.device, warmup_ms: float,
             iterations: Optional[int], duration_s: Optional[float]) -> dict[str, list[float]]:
     """Milliseconds per call of each path, the paths taking turns: warm-up until `warmup_ms` have passed (at
-    least one call each), then until `iterations` rounds or `duration_s` seconds, whichever is given."""
+    least MIN_WARMUP_ROUNDS calls each), then until `iterations` rounds or `duration_s` seconds, whichever is given."""
     clock = _Clock(device)
-    started = time.perf_counter()
+    started, rounds = time.perf_counter(), 0
     while True:
         for fn in paths.values():
             clock.time(fn)
-        if (time.perf_counter() - started) * 1e3 >= warmup_ms:
+        rounds += 1
+        if rounds >= MIN_WARMUP_ROUNDS and (time.perf_counter() - started) * 1e3 >= warmup_ms:
             break
     times: dict[str, list[float]] = {label: [] for label in paths}
     started = time.perf_counter()
@@ -163,3 +253,51 @@ def format_profile(rows: list[dict], limit: int = 30) -> list[str]:
         steps = sum(r["count"] for r in rows[limit:])
         lines.append(f"{rest * 100:5.1f}% in {steps} more steps ({len(rows) - limit} rows)")
     return lines
+
+
+def _profile(o: Bench, inputs: list, timed_calls: int, timed_runtime: str,
+             echo: Callable[[str], None]) -> dict[str, Any]:
+    """Where the time goes, step by step. The Python runtime runs the profile (the C++ one has no per-step
+    timers), without CUDA graphs and synchronised around each step, so the header names it beside the runtime the
+    statistics above came from."""
+    from .api import load
+
+    profiled = load(o.package, map_location=o.device, num_threads=o.threads, cuda_graphs=False, runtime="python",
+                    trusted_keys=o.trusted_keys)
+    profiler = StepProfiler(cuda=profiled.device.type == "cuda")
+    calls = max(5, min(100, timed_calls))
+    with torch.inference_mode():
+        profiled(*inputs)  # a warm call outside the profile
+        profiled._runtime.executor.step_timer = profiler
+        started = time.perf_counter()
+        for _ in range(calls):
+            profiled(*inputs)
+    call_ms = (time.perf_counter() - started) * 1e3 / calls
+    rows = profile_rows(profiler, profiled.manifest["nodes"], profiled.manifest["kernels"], calls)
+    other = "" if timed_runtime == "python" else f"; the statistics above are the {timed_runtime} runtime's"
+    echo(f"profile: the Python runtime, {calls} calls, each step synchronised, {call_ms:.3f} ms a call (times add "
+         f"up to more than an unprofiled call's{other}):")
+    for line in format_profile(rows):
+        echo(line)
+    return {"profile": rows, "profiled_call_ms": call_ms, "profile_runtime": "python"}
+
+
+def device_name(device: torch.device) -> str:
+    """The GPU's name, or the CPU's model as the OS names it."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def versions() -> dict[str, Any]:
+    """What produced the numbers: the versions, and the CPU cores torch saw."""
+    from .version import __version__
+    return {"jit2triton": __version__, "torch": torch.__version__, "python": platform.python_version(),
+            "cuda": torch.version.cuda, "cpu_count": os.cpu_count(), "platform": platform.platform()}

@@ -10,7 +10,7 @@ import time
 
 import click
 
-from .errors import Jit2TritonError
+from .cli_checks import Group, check_output, check_port, read_inputs_file, set_debug
 from .version import __version__
 
 # torch is imported inside the commands that need it: `--help` and `--version` answer at once.
@@ -55,19 +55,10 @@ class _Progress:
 _progress = _Progress()
 
 
-class _Group(click.Group):
-    """Turns our own errors into one clear line and exit code 2, instead of a traceback."""
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except Jit2TritonError as err:
-            click.echo(f"error: {err}", err=True)
-            sys.exit(2)
-
-
-@click.group(cls=_Group)
+@click.group(cls=Group)
 @click.version_option(__version__, "--version", prog_name="jit2triton")
+@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=set_debug,
+              help="show the traceback of an error instead of its one line")
 def main() -> None:
     """jit2triton: TorchScript models in, fused kernels out, in a one-file package."""
 
@@ -95,16 +86,24 @@ def main() -> None:
               help="skip comparing the package with the TorchScript model on the example and fresh inputs")
 @click.option("--full-source-paths", is_flag=True,
               help="name source files in kernel comments by this machine's full paths (default: as imported)")
-@click.option("--quiet", is_flag=True, help="no progress messages (the report is still printed)")
+@click.option("--quiet", is_flag=True, help="print only the line naming the saved package (no progress, no report)")
 @click.option("--sign", "signing_key", type=click.Path(exists=True, dir_okay=False),
               help="sign the package with this Ed25519 private key (from `jit2triton keygen`)")
+@click.option("--choices", type=click.Choice(["timed", "fixed"]), default="timed", show_default=True,
+              help="timed: choices such as oneDNN or ATen for a GEMM by timing both here (listed in the report); "
+                   "fixed: the same answers on every machine, nothing timed (a reproducible build)")
 def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, device, backend, no_verify,
-            full_source_paths, quiet, signing_key) -> None:
+            full_source_paths, quiet, signing_key, choices) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
     from .errors import InputError
     from .inputs import dynamic_axes, parse_dim_spec, parse_input_spec
 
+    output = output or os.path.splitext(model)[0] + ".j2t"
+    check_output(output, model)
+    if signing_key:  # a public key given by mistake fails here, not after the whole conversion
+        from jit2triton.deploy.signing import sign
+        sign(b"", signing_key)
     dims = {}
     for spec in dim_specs:
         dim, example = parse_dim_spec(spec)
@@ -121,15 +120,13 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, d
             raise InputError("--dynamic-batch chooses the dynamic dim itself: give it or --dim, not both")
         dynamic_shapes = "auto"
     if inputs_file:
-        import torch
-        loaded = torch.load(inputs_file, weights_only=True)  # weights_only: never unpickle code
-        inputs += list(loaded) if isinstance(loaded, (tuple, list)) else [loaded]
-    output = output or os.path.splitext(model)[0] + ".j2t"
+        inputs += read_inputs_file(inputs_file)
     converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
                               progress=_Progress(quiet), verify=not no_verify, full_source_paths=full_source_paths,
-                              dynamic_shapes=dynamic_shapes or None)
+                              dynamic_shapes=dynamic_shapes or None, choices=choices)
     converted.save(output, signing_key=signing_key)
-    click.echo(converted.report())
+    if not quiet:
+        click.echo(converted.report())
     click.echo(f"saved {output} ({os.path.getsize(output) / 1e6:.2f} MB{', signed' if signing_key else ''})")
 
 
@@ -150,9 +147,9 @@ def keygen(folder, force) -> None:
 
 @main.command(short_help='Run a package on random inputs (--check: vs TorchScript).')
 @click.argument("package", type=click.Path(dir_okay=False))
-@click.option("--check", "reference", type=click.Path(dir_okay=False),
+@click.option("--check", "reference", type=click.Path(exists=True, dir_okay=False),
               help="the TorchScript model to compare outputs with")
-@click.option("--runs", default=20, show_default=True, help="timed calls after one warm-up")
+@click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="timed calls after one warm-up")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
 @click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True,
@@ -162,107 +159,74 @@ def keygen(folder, force) -> None:
 @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
               help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
 def run(package, reference, runs, seed, device, runtime, shape_specs, trusted_keys) -> None:
-    """Run a package on random inputs; compare with the TorchScript model when --check is given."""
+    """Run a package on random inputs; compare with the TorchScript model when --check is given. Both run under
+    torch.inference_mode()."""
     import torch
 
     from .api import load
-    from .compare import max_abs_error
-    from .inputs import random_inputs
-
-    from .inputs import parse_sizes
+    from .compare import call_reference, load_reference, max_abs_error
+    from .inputs import parse_sizes, random_inputs
 
     module = load(package, map_location=device, runtime=runtime, trusted_keys=trusted_keys)
-    inputs = random_inputs(module.manifest["signature"]["inputs"], module.device, seed,
-                           parse_sizes(shape_specs, module.manifest["signature"].get("dims", {})))
-    outputs = module(*inputs)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        module(*inputs)
-        if module.device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+    scripted = load_reference(reference, module.device) if reference else None
+    signature = module.manifest["signature"]
+    inputs = random_inputs(signature["inputs"], module.device, seed, parse_sizes(shape_specs, signature.get("dims", {})))
+    with torch.inference_mode():
+        if scripted is not None:  # first, on inputs of its own (a model may change its inputs in place)
+            copies = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+            expected = call_reference(scripted, copies, reference, module.signature())
+        outputs = module(*inputs)
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            module(*inputs)
+            if module.device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
     click.echo(f"signature: {module.signature()}")
     click.echo(f"median time per call: {statistics.median(times) * 1e3:.3f} ms over {runs} runs")
-    if reference:
-        ts_model = torch.jit.load(reference, map_location=module.device)
-        expected = ts_model(*inputs)
+    if scripted is not None:
         error = max_abs_error(outputs, expected)
         click.echo(f"max abs error against {reference}: {error:.3e}")
 
 
 @main.command(short_help="Time a package: latency statistics, --against TorchScript, --profile.")
 @click.argument("package", type=click.Path(dir_okay=False))
-@click.option("--warmup-ms", default=200.0, show_default=True, help="warm up for this long before timing")
-@click.option("--iterations", type=int, default=None, help="timed calls (default: as many as --duration-s allows)")
-@click.option("--duration-s", default=3.0, show_default=True, help="time calls for this long (unless --iterations)")
-@click.option("--threads", type=int, default=None, help="CPU kernels' threads (default: torch's)")
-@click.option("--cuda-graphs", type=click.Choice(["on", "off"]), default="on", show_default=True)
+@click.option("--warmup-ms", type=click.FloatRange(min=0), default=200.0, show_default=True,
+              help="warm up for this long before timing (at least 3 calls each, so TorchScript's profiling "
+                   "executor has optimised)")
+@click.option("--iterations", type=click.IntRange(min=1), default=None,
+              help="timed calls (default: as many as --duration-s allows)")
+@click.option("--duration-s", type=click.FloatRange(min=0, min_open=True), default=3.0, show_default=True,
+              help="time calls for this long (unless --iterations)")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="CPU threads: torch's (torch.set_num_threads) and the generated kernels' (default: torch's)")
+@click.option("--cuda-graphs", type=click.Choice(["on", "off"]), default="on", show_default=True,
+              help="on CUDA: run a straight-line plan as one CUDA graph")
 @click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True,
               help="auto: the C++ runtime where it can run the package, else the Python one")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
 @click.option("--shape", "shape_specs", multiple=True, help="sizes of dynamic dims: DIM=N[,DIM=N] (B=4,S=128)")
+@click.option("--inputs-file", type=click.Path(exists=True, dir_okay=False),
+              help="time on these inputs (a tuple of tensors saved with torch.save) instead of random ones")
 @click.option("--against", type=click.Path(exists=True, dir_okay=False),
               help="a TorchScript .pt timed in turn with the package, call by call, on the same inputs")
 @click.option("--profile", is_flag=True, help="time each plan step (Python runtime, synchronised, no CUDA graphs) "
                                               "and show where the time goes, by TorchScript source line")
-@click.option("--json", "json_path", type=click.Path(dir_okay=False), help="also write the results as JSON here")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False),
+              help="also write the results, every call's time and the machine's facts as JSON here")
 @click.option("--seed", default=0, show_default=True, help="seed of the random inputs")
 @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
               help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
-def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runtime, device, shape_specs, against,
-          profile, json_path, seed, trusted_keys) -> None:
+def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runtime, device, shape_specs,
+          inputs_file, against, profile, json_path, seed, trusted_keys) -> None:
     """Time a package like trtexec: min, mean, median, p90, p99 and max latency and throughput on random inputs
-    that fit its signature."""
-    import torch
+    that fit its signature. Every path runs under torch.inference_mode(), as a deployment does."""
+    from .bench import Bench, run_bench
 
-    from .api import load
-    from .bench import (StepProfiler, format_profile, format_stats, measure, profile_rows, summarize)
-    from .errors import InputError
-    from .inputs import parse_sizes, random_inputs
-
-    if iterations is not None and iterations < 1:
-        raise InputError("--iterations must be at least 1")
-    module = load(package, map_location=device, runtime=runtime, num_threads=threads,
-                  cuda_graphs=cuda_graphs == "on", trusted_keys=trusted_keys)
-    signature = module.manifest["signature"]
-    inputs = random_inputs(signature["inputs"], module.device, seed, parse_sizes(shape_specs, signature.get("dims", {})))
-    paths = {"jit2triton": lambda: module(*inputs)}
-    if against:
-        scripted = torch.jit.load(against, map_location=module.device)
-        paths["torch.jit"] = lambda: scripted(*inputs)
-    click.echo(f"{package}: {module.signature()} on {module.device}, {module.runtime} runtime, CUDA graphs {cuda_graphs}"
-               + (f", {threads} threads" if threads else ""))
-    times = measure(paths, module.device, warmup_ms, iterations, duration_s)
-    results: dict = {"package": package, "device": str(module.device), "runtime": module.runtime,
-                     "cuda_graphs": cuda_graphs, "stats": {label: summarize(t) for label, t in times.items()}}
-    for label, stats in results["stats"].items():
-        click.echo(format_stats(label, stats))
-    if against:
-        ratio = results["stats"]["torch.jit"]["median_ms"] / results["stats"]["jit2triton"]["median_ms"]
-        results["speedup_vs_torch_jit"] = ratio
-        click.echo(f"median speed-up over torch.jit: {ratio:.2f}x")
-    if profile:
-        profiled = load(package, map_location=device, num_threads=threads, cuda_graphs=False, runtime="python",
-                        trusted_keys=trusted_keys)
-        profiler = StepProfiler(cuda=profiled.device.type == "cuda")
-        profiled(*inputs)  # a warm call outside the profile
-        profiled._runtime.executor.step_timer = profiler
-        calls = max(5, min(100, len(times["jit2triton"])))
-        started = time.perf_counter()
-        for _ in range(calls):
-            profiled(*inputs)
-        results["profiled_call_ms"] = (time.perf_counter() - started) * 1e3 / calls
-        rows = profile_rows(profiler, profiled.manifest["nodes"], profiled.manifest["kernels"], calls)
-        results["profile"] = rows
-        click.echo(f"profile: {calls} calls, each step synchronised (times add up to more than an unprofiled "
-                   "call's):")
-        for line in format_profile(rows):
-            click.echo(line)
-    if json_path:
-        with open(json_path, "w") as f:
-            json.dump(results, f, indent=1)
-        click.echo(f"wrote {json_path}")
+    options = Bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs == "on", runtime, device,
+                    shape_specs, against, profile, json_path, seed, trusted_keys)
+    run_bench(options, read_inputs_file(inputs_file) if inputs_file else None, click.echo)
 
 
 @main.command(short_help="Serve a package over HTTP with Ray Serve: replicas, dynamic batching.")
@@ -274,7 +238,7 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
 @click.option("--batch-wait-ms", default=5.0, show_default=True, help="longest wait for a batch to fill")
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="address to listen on (0.0.0.0: other machines too)")
-@click.option("--port", default=8000, show_default=True)
+@click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
 @click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True,
               help="auto: the C++ runtime where it can run the package, else the Python one")
 @click.option("--num-gpus", default=0.0, show_default=True, help="GPUs per replica (a CUDA package needs 1)")
@@ -286,13 +250,15 @@ def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_
     its signature, GET /stats for a replica's counters. To serve on a Ray cluster you already run, see the README."""
     from jit2triton.deploy.package import read_package
 
+    # first, so a missing, damaged or unsigned package or a busy port is one clear line, not a failed replica or
+    # a page of Ray's logs
+    manifest = read_package(package, mmap=True, trusted_keys=trusted_keys).manifest
+    check_port(host, port)
     try:
         from .serving import app, plan_batching, start_local
         from ray import serve as ray_serve
     except ImportError as err:
         raise click.ClickException(f"serving needs Ray Serve ({err}): pip install 'jit2triton[serve]'") from None
-    # read here first, so a missing, damaged or unsigned package is one clear line, not a failed replica
-    manifest = read_package(package, mmap=True, trusted_keys=trusted_keys).manifest
     if not manifest["device"].startswith("cpu") and not num_gpus:
         raise click.ClickException(f"the package runs on {manifest['device']}: give each replica a GPU (--num-gpus 1)")
     signature = manifest["signature"]
@@ -345,6 +311,9 @@ def inspect(package, kernels, plan, ir, trusted_keys) -> None:
     click.echo(f"signed: {_signed_line(module._contents.signed, trusted_keys)}")
     click.echo(f"signature: {module.signature()}")
     click.echo(f"weights: {len(module._contents.weights)} tensors")
+    extra = module.extra_files()
+    click.echo("extra files: " + (", ".join(f"{name} ({len(data)} bytes)" for name, data in sorted(extra.items()))
+                                  or "none"))
     click.echo(module.report())
     if ir:
         click.echo(manifest["ir"])

@@ -23,7 +23,7 @@ from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP
 from jit2triton.transpiler.symbolic import fit
 from jit2triton.transpiler.report import summarize
-from jit2triton.transpiler.timing import best_time
+from jit2triton.transpiler import timing
 from jit2triton.transpiler.build_plan import Plan
 
 from . import dims
@@ -79,6 +79,9 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         raise ConversionError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "cpp" and target.type != "cpu":
         raise ConversionError("the C++ backend generates CPU kernels; use device='cpu' or backend='triton'")
+    if backend == "triton":  # before loading the model: a process that cannot build the kernels says so at once
+        from jit2triton.emitters.compile_triton import check_triton_target
+        check_triton_target(target)
     forward_examples, method_examples = _per_method(example_inputs)
     say("loading TorchScript (freeze, inline, normalise)")
     script = load_script(model, map_location=map_location, methods=list(method_examples))
@@ -377,17 +380,21 @@ def _choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.de
     cost: there the plan runs step by step. Only with room to spare, though: a plan whose host work nearly fills
     the GPU's time becomes host-bound, and slower than the graph, as soon as the host is a little busier than it
     was while converting. Recorded in the manifest (and its report), so no runtime decides it."""
+    what = "one CUDA graph or step by step"
+    if timing.fixed():  # the graph, as the plan's shape decided
+        timing.take_fixed(what, "graph", "graph")
+        return
     graphed, stepwise = Runtime(contents, target), Runtime(contents, target, cuda_graphs=False)
     calls = 8
+    batch = lambda runtime: lambda: [runtime(*inputs) for _ in range(calls)]  # noqa: E731
     try:
         with torch.no_grad():
             graphed(*inputs)  # runs step by step; the next call captures
-            timed = {label: best_time(lambda: [runtime(*inputs) for _ in range(calls)], runs=10, budget_s=0.5,
-                                      sync=torch.cuda.synchronize) / calls
-                     for label, runtime in (("graph", graphed), ("steps", stepwise))}
+            timed = {label: seconds / calls for label, seconds in timing.interleaved(
+                {"graph": batch(graphed), "steps": batch(stepwise)}, rounds=10, budget_s=0.5,
+                sync=torch.cuda.synchronize).items()}
             # the host's share: queueing the calls, timed without waiting for the GPU (after it drained)
-            timed["host"] = best_time(lambda: [stepwise(*inputs) for _ in range(calls)], runs=5, budget_s=0.2,
-                                      sync=lambda: None) / calls
+            timed["host"] = timing.best_time(batch(stepwise), runs=5, budget_s=0.2, sync=lambda: None) / calls
             torch.cuda.synchronize()
     except Exception as err:  # noqa: BLE001 - a plan that cannot be timed keeps the decision made from its shape
         say(f"timing the CUDA graph failed ({type(err).__name__}); keeping it")
@@ -396,6 +403,8 @@ def _choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.de
         return
     use_graph = timed["steps"] >= GRAPH_MARGIN * timed["graph"] or timed["host"] >= HOST_HEADROOM * timed["steps"]
     contents.manifest["cuda_graph"] = use_graph
+    timing.record(timing.Choice(what, "graph", "graph" if use_graph else "steps", GRAPH_MARGIN,
+                                {k: round(v * 1e6, 1) for k, v in timed.items()}))
     contents.manifest["report"]["cuda_graph"] = dict({f"{k}_us": round(v * 1e6, 1) for k, v in timed.items()},
                                                      chosen=use_graph)
     say(f"CUDA graph: {timed['graph'] * 1e6:.0f} us a call, step by step {timed['steps'] * 1e6:.0f} us (the host "

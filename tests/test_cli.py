@@ -141,15 +141,6 @@ def test_bench_times_against_torchscript_and_profiles_by_source_line(tmp_path):
     assert any(r["what"] == "prim::Loop" for r in rows)
 
 
-def test_bench_refuses_a_bad_iteration_count(tmp_path):
-    model = _save_model(tmp_path)
-    package = tmp_path / "embed.j2t"
-    CliRunner().invoke(main, ["convert", str(model), "-o", str(package), "--input", "2x5:int64:0-50",
-                              "--input", "2x5x4:float32"])
-    result = CliRunner().invoke(main, ["bench", str(package), "--iterations", "0"])
-    assert result.exit_code == 2 and "--iterations must be at least 1" in result.output
-
-
 def test_progress_is_a_bar_on_a_terminal_plain_lines_in_a_log_and_nothing_when_quiet(tmp_path, capsys, monkeypatch):
     from jit2triton.cli import _Progress
 
@@ -175,7 +166,8 @@ def test_progress_is_a_bar_on_a_terminal_plain_lines_in_a_log_and_nothing_when_q
     args = ["convert", str(model), "--input", "2x5:int64:0-50", "--input", "2x5x4:float32"]
     assert "[jit2triton]" in CliRunner().invoke(main, args).output
     quiet = CliRunner().invoke(main, args + ["--quiet"])
-    assert quiet.exit_code == 0 and "[jit2triton]" not in quiet.output and "saved" in quiet.output
+    assert quiet.exit_code == 0 and len(quiet.output.splitlines()) == 1  # no progress, no report
+    assert quiet.output.startswith("saved ")
 
 
 def test_profile_rows_of_repeated_layers_add_up_to_one_row_per_source_line(tmp_path):

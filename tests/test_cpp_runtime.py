@@ -225,8 +225,8 @@ def test_j2t_run_matches_torchscript(name: str, tmp_path, cmake_build) -> None:
                            "--dump", str(tmp_path), "--bench", "3"], capture_output=True, text=True,
                           env=_no_python_env())
     assert done.returncode == 0, done.stderr
-    assert "median" in done.stdout and re.search(r"j2t-run: min \S+ +mean \S+ +median \S+ +p90 \S+ +p99 \S+ +max "
-                                                 r"\S+ us \(3 calls", done.stdout), done.stdout
+    assert re.search(r"j2t-run +min \S+ +mean \S+ +median \S+ +p90 \S+ +p99 \S+ +max \S+ ms +\(3 calls",
+                     done.stdout), done.stdout  # as `jit2triton bench` prints it
     signature = manifest_of(path)["signature"]
     inputs = random_inputs(signature["inputs"], "cpu", seed)  # the same draws j2t-run made
     expected = reference(*inputs)
@@ -289,6 +289,25 @@ def test_j2t_run_answers_help_and_version(cmake_build) -> None:
     version = subprocess.run([tool, "--version"], capture_output=True, text=True)
     assert version.returncode == 0 and "package format 2" in version.stdout and torch.__version__.split("+")[0] in \
         version.stdout
+
+
+def test_j2t_run_names_what_is_wrong_in_one_line(small_package, tmp_path, cmake_build) -> None:
+    tool, (path, traced) = str(cmake_build / "jit2triton" / "j2t-run"), small_package
+    reference = tmp_path / "small.pt"
+    torch.jit.save(traced, reference)
+    (tmp_path / "junk.pt").write_text("not an archive")
+    for args, expected in [([path, "--bogus", "1"], "unknown option --bogus"), (["--bogus"], "unknown option --bogus"),
+                           ([path, "--device"], "--device needs a value"),
+                           ([path, "--torchscript", path], "is a jit2triton package; give the TorchScript .pt"),
+                           ([path, "--torchscript", tmp_path / "junk.pt"], "is not a TorchScript archive")]:
+        done = subprocess.run([tool] + [str(a) for a in args], capture_output=True, text=True, env=_no_python_env())
+        assert done.returncode == 2 and expected in done.stderr, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    done = subprocess.run([tool, str(path), "--torchscript", str(reference), "--bench", "3", "--warmup-ms", "0"],
+                          capture_output=True, text=True, env=_no_python_env())
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"torch.jit +min .* ms +\(3 calls", done.stdout) and "median speed-up over torch.jit: " in \
+        done.stdout, done.stdout
 
 
 def test_readme_example_program_matches_torchscript(tmp_path, cmake_build) -> None:

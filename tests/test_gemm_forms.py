@@ -97,7 +97,11 @@ def _gemm(transposed=False, bias=True) -> ConstantGemm:
 ])
 def test_the_choice_takes_the_fastest_form_by_a_margin(times, bias_fuses, own, chosen, monkeypatch):
     timed = []
-    monkeypatch.setattr(gemm_forms, "_time_form", lambda form, *rest: timed.append((form, rest[-1])) or times[form])
+
+    def time_forms(forms, *rest):
+        timed.extend((form, rest[-1]) for form in forms)
+        return {form: times[form] for form in forms}
+    monkeypatch.setattr(gemm_forms, "_time_forms", time_forms)
     gemm = _gemm(transposed=own)
     assert gemm_forms.choose(gemm, bias_fuses, {}) == chosen
     assert {f for f, _ in timed} == set(gemm_forms.FORMS) and all(fuses == bias_fuses for _, fuses in timed)
@@ -106,22 +110,22 @@ def test_the_choice_takes_the_fastest_form_by_a_margin(times, bias_fuses, own, c
 
 
 def test_a_form_that_cannot_be_timed_keeps_the_model_s_own(monkeypatch):
-    def fail(form, *rest):
+    def fail(forms, *rest):
         raise RuntimeError("CUDA out of memory")
-    monkeypatch.setattr(gemm_forms, "_time_form", fail)
+    monkeypatch.setattr(gemm_forms, "_time_forms", fail)
     assert gemm_forms.choose(_gemm(), True, {}) == "linear"
     assert gemm_forms.choose(_gemm(transposed=True), True, {}) == "kn"
 
 
 def test_without_a_bias_only_the_two_layouts_are_timed(monkeypatch):
     timed = []
-    monkeypatch.setattr(gemm_forms, "_time_form", lambda form, *rest: timed.append(form) or 1.0)
+    monkeypatch.setattr(gemm_forms, "_time_forms", lambda forms, *rest: timed.extend(forms) or dict.fromkeys(forms, 1.0))
     gemm_forms.choose(_gemm(bias=False), True, {})
     assert sorted(timed) == ["kn", "linear"]
 
 
 def test_on_the_cpu_nothing_is_timed_or_rewritten(monkeypatch):
-    monkeypatch.setattr(gemm_forms, "_time_form", lambda *a: pytest.fail("timed on the CPU"))
+    monkeypatch.setattr(gemm_forms, "_time_forms", lambda *a: pytest.fail("timed on the CPU"))
     traced = torch.jit.trace(Gemms().eval(), torch.randn(2, 64))
     converted = jit2triton.convert(traced, (torch.randn(2, 64),))
     assert _gemms(converted) and not any("from_ops" in e for e in _gemms(converted))

@@ -28,7 +28,7 @@ from .fuse import clone_graph
 from .ir import Graph, Node, Type, Value, readers
 from .lowering import strides_in_order
 from .symbolic import at_example
-from .timing import best_time
+from . import timing
 
 CONVOLUTIONS = ("aten::_convolution", "aten::conv2d")
 CONTIGUOUS_SCHEMA = "aten::contiguous(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) -> Tensor(a)"
@@ -36,6 +36,7 @@ CONTIGUOUS_FORMAT, CHANNELS_LAST = 0, 2  # torch.memory_format as TorchScript's 
 FLOATS = ("float32", "float16", "bfloat16", "float64")
 MODE = "auto"  # "auto": where timing says channels-last is faster; "always"; "never"
 MARGIN = 0.95  # channels-last must take at most this share of the model's time in its own layout
+FIXED = "own layout"  # the answer on the CPU with choices="fixed": it pays for some conv nets and not others
 
 
 def channels_last(graph: Graph, ctx) -> bool:
@@ -51,20 +52,30 @@ def channels_last(graph: Graph, ctx) -> bool:
     trial = clone_graph(graph)
     if not _rewrite(trial, ctx.example_sizes):
         return False
-    timed = MODE != "always" and ctx.device.type != "cuda"
-    converted = _time(trial, ctx, 5 if timed else 0)  # None: the model does not run in the new layout
-    if converted is None or not _runs_at_every_draw(trial, ctx):
-        return False
+    if not _runs_at_every_draw(trial, ctx, [(ctx.example_sizes, ctx.example_inputs)]):
+        return False  # the model does not run in the new layout
     # On CUDA the plan's run through ATen here is bound by the host (a Python step costs more than a convolution
     # of resnet18 on an H100), so its time hides the GPU's: resnet18's choice flipped from run to run. cuDNN's
     # fp16/bf16 tensor-core convolutions are NHWC kernels, so channels-last is taken there, as Inductor does, once
     # the model runs in it.
-    if timed:
-        own = _time(graph, ctx)
-        if own is None or converted > MARGIN * own:
-            return False
+    if MODE != "always" and ctx.device.type != "cuda" and _choose(graph, trial, ctx) != "channels-last":
+        return False
     graph.body, graph.weights = trial.body, trial.weights
     return True
+
+
+def _choose(graph: Graph, trial: Graph, ctx) -> str:
+    """"channels-last" or "own layout", the model's plan through ATen on the example inputs timed in both."""
+    shapes = ", ".join("x".join(map(str, v.type.shape)) for v in graph.inputs if _image(v.type))
+    what = f"channels-last or the model's own layout, images {shapes}"
+    if timing.fixed():
+        return timing.take_fixed(what, FIXED, "own layout").chosen
+    runs = {label: _plan_run(g, ctx) for label, g in (("own layout", graph), ("channels-last", trial))}
+    try:  # (the clone of the inputs is timed too, alike in both layouts)
+        seconds = timing.interleaved(runs, budget_s=0.5)
+    except Exception:  # noqa: BLE001 - the model's own layout failed to run (it ran in shape inference)
+        seconds = {}
+    return timing.settle(what, seconds, "own layout", MARGIN).chosen
 
 
 def _is_conv2d(node: Node) -> bool:
@@ -72,23 +83,18 @@ def _is_conv2d(node: Node) -> bool:
     return weight is not None and weight.type.shape is not None and len(weight.type.shape) == 4
 
 
-def _time(graph: Graph, ctx, runs: int = 5) -> Optional[float]:
-    """Seconds of the fastest of `runs` runs (with none, of the warm one) of the graph's plan through ATen on the
-    example inputs; None if it fails."""
+def _plan_run(graph: Graph, ctx):
+    """A call of the graph's plan through ATen on copies of the example inputs."""
     sched = build_plan(graph)
-    sync = torch.cuda.synchronize if ctx.device.type == "cuda" else None
-    try:  # (the clone of the inputs is timed too, alike in both layouts)
-        return best_time(lambda: ctx.run_plan(sched, _copies(ctx.example_inputs), None), runs, 0.5, sync)
-    except Exception:  # the model does not run in this layout (a view the new strides do not allow)
-        return None
+    return lambda: ctx.run_plan(sched, _copies(ctx.example_inputs), None)
 
 
-def _runs_at_every_draw(graph: Graph, ctx) -> bool:
-    """Whether the graph also runs at the other sizes conversion observes (dynamic dims; other input values): a
-    view the new strides allow at one size may not at another."""
+def _runs_at_every_draw(graph: Graph, ctx, draws: Optional[list] = None) -> bool:
+    """Whether the graph runs at the example and the other sizes conversion observes (dynamic dims; other input
+    values): a view the new strides allow at one size may not at another."""
     sched = build_plan(graph)
     try:
-        for _, inputs in ctx.draws:
+        for _, inputs in (draws or []) + list(ctx.draws):
             ctx.run_plan(sched, _copies(inputs), None)
     except Exception:
         return False

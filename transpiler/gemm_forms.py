@@ -10,10 +10,11 @@ the kernel after it (the residual add and LayerNorm, the GELU), so there it is f
     linear_add   linear(x, W) + b                    the bias in the generated kernel that reads the output
     kn           matmul(x, Wt) (+ b)                 Wt = W^T stored contiguous [K, N], once
 
-Each is timed on the GPU once per shape (`choose`): a CUDA graph of calls, each reading its own copy of the
-operands, so the weights come from memory as they do in a model whose weights do not fit in L2. Where the GEMM's
-output feeds something other than pointwise ops (which would take the bias in), the add's own kernel is timed
-with the form. The package records the choice; a load never times anything.
+Each is timed on the GPU once per shape (`choose`): a CUDA graph of calls per form, each reading its own copy of
+the operands, so the weights come from memory as they do in a model whose weights do not fit in L2; the forms'
+graphs are replayed in turns and their medians compared (transpiler/timing.py). Where the GEMM's output feeds
+something other than pointwise ops (which would take the bias in), the add's own kernel is timed with the form.
+The package records the choice; a load never times anything. With choices="fixed" each GEMM keeps its own form.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from .constant_gemm import ConstantGemm, constant_gemm, features, transposed_wei
 from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
 from .op_table import POINTWISE, lookup
 from .symbolic import at_example
-from .timing import graph_gpu_us
+from . import timing
 
 FORMS = ("linear", "linear_add", "kn")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -39,7 +40,7 @@ _LINEAR = "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tenso
 _MATMUL = "aten::matmul(Tensor self, Tensor other) -> Tensor"
 _ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
 
-_timed: dict[tuple, dict[str, float]] = {}  # per process: (rows, K, N, dtype, bias, bias fuses, device) -> µs
+_timed: dict[tuple, dict[str, float]] = {}  # per process: (rows, K, N, dtype, bias, bias fuses, device) -> s
 
 
 def gemm_forms(graph: Graph, device_type: str, sizes: Optional[dict[str, int]] = None) -> dict[str, int]:
@@ -92,31 +93,35 @@ def choose(gemm: ConstantGemm, bias_fuses: bool, sizes: dict[str, int]) -> str:
         return own
     rows, k, n = math.prod(shape[:-1]), shape[-1], features(gemm)
     has_bias = gemm.bias is not None
+    what = (f"GEMM form, {rows}x{k} -> {n} {gemm.x.type.dtype}{', bias' if has_bias else ''}"
+            f"{' (fuses after)' if has_bias and bias_fuses else ''}")
+    if timing.fixed():
+        return timing.take_fixed(what, own, own).chosen
     key = (rows, k, n, gemm.x.type.dtype, has_bias, bias_fuses,
            torch.cuda.current_device() if torch.cuda.is_available() else None)
-    if key not in _timed:
+    if key not in _timed:  # timed once per shape and process
         try:
-            _timed[key] = {form: _time_form(form, rows, k, n, getattr(torch, gemm.x.type.dtype), has_bias, bias_fuses)
-                           for form in (FORMS if has_bias else ("linear", "kn"))}
+            forms = FORMS if has_bias else ("linear", "kn")
+            micros = _time_forms(forms, rows, k, n, getattr(torch, gemm.x.type.dtype), has_bias, bias_fuses)
         except Exception:  # noqa: BLE001 - a form that cannot be timed here (memory, a capture error)
-            _timed[key] = {}
-    times = _timed[key]
-    if own not in times:  # not timed: the model's own form
-        return own
-    best = min(times, key=times.get)
-    return best if times[best] <= MARGIN * times[own] else own
+            micros = {}
+        _timed[key] = {form: us / 1e6 for form, us in micros.items()}
+    return timing.settle(what, _timed[key], own, MARGIN).chosen  # not timed: the model's own
 
 
-def _time_form(form: str, rows: int, k: int, n: int, dtype: torch.dtype, has_bias: bool, bias_fuses: bool) -> float:
-    """GPU microseconds per call of `form`, weights cold in L2 (each call reads its own operands)."""
+def _time_forms(forms: tuple, rows: int, k: int, n: int, dtype: torch.dtype, has_bias: bool,
+                bias_fuses: bool) -> dict[str, float]:
+    """GPU microseconds per call of each form, weights cold in L2 (each call reads its own operands)."""
     copies = max(2, min(MAX_COPIES, COLD_BYTES // max(1, (n * k + rows * k) * dtype.itemsize)))
-    calls = []
+    calls: dict[str, list] = {form: [] for form in forms}
     for _ in range(copies):
         x = torch.randn(rows, k, device="cuda", dtype=dtype)
         w = torch.randn(n, k, device="cuda", dtype=dtype) / math.sqrt(k)
         b = torch.randn(n, device="cuda", dtype=dtype) if has_bias else None
-        calls.append(_form_call(form, x, w.t().contiguous() if form == "kn" else w, b, bias_fuses))
-    return graph_gpu_us(calls)
+        wt = w.t().contiguous() if "kn" in forms else None
+        for form in forms:
+            calls[form].append(_form_call(form, x, wt if form == "kn" else w, b, bias_fuses))
+    return timing.graphs_gpu_us(calls)
 
 
 def _form_call(form: str, x, w, b, bias_fuses: bool) -> Callable[[], object]:

@@ -24,7 +24,7 @@ import torch
 from .constant_gemm import ConstantGemm, constant_gemm, features, transposed_weight
 from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
 from .symbolic import at_example
-from .timing import best_time
+from . import timing
 
 OP = "mkldnn::_linear_pointwise"
 SCHEMA = ("mkldnn::_linear_pointwise(Tensor X, Tensor W, Tensor? B, str attr, Scalar?[] scalars, "
@@ -35,8 +35,12 @@ EPILOGUES = {"aten::relu": "relu", "aten::gelu": "gelu", "aten::tanh": "tanh", "
              "aten::silu": "swish", "aten::hardswish": "hardswish"}
 MODE = "auto"  # "auto": where timing says oneDNN is faster; "always"; "never"
 MARGIN = 0.9  # oneDNN must take at most this share of ATen's time: a near tie keeps ATen's linear
+# choices="fixed": oneDNN from this many multiply-adds a call, ATen's linear below. On this project's AVX-512
+# machine (one thread, interleaved medians) oneDNN took 1.8-3.9x ATen's time under 0.2M (2x256 -> 256), 1.1-1.2x at
+# 0.6-2M, and 0.73-0.92x from 5M (9x768 -> 768, BERT's shapes)
+FIXED_MIN_MACS = 4 * 2 ** 20
 
-_chosen: dict[tuple, bool] = {}  # per process: (rows, in, out, dtype, bias, threads) -> use oneDNN
+_chosen: dict[tuple, timing.Choice] = {}  # per process: (rows, in, out, dtype, bias, threads) -> the choice
 
 
 def onednn_linear(graph: Graph, device_type: str, sizes: Optional[dict[str, int]] = None) -> int:
@@ -87,15 +91,20 @@ def choose(x: Type, features: int, has_bias: bool, sizes: dict[str, int]) -> boo
     if shape is None:  # an opaque size: nothing to time at, so ATen's own
         return False
     rows = math.prod(shape[:-1])
+    what = f"oneDNN or ATen linear, {rows}x{shape[-1]} -> {features} {x.dtype}{', bias' if has_bias else ''}"
+    if timing.fixed():
+        fixed = "onednn" if rows * shape[-1] * features >= FIXED_MIN_MACS else "aten"
+        return timing.take_fixed(what, fixed, "aten").chosen == "onednn"
     key = (rows, shape[-1], features, x.dtype, has_bias, torch.get_num_threads())
-    if key not in _chosen:
-        dtype = getattr(torch, x.dtype)
-        a, b = torch.randn(rows, shape[-1], dtype=dtype), torch.randn(features, shape[-1], dtype=dtype)
-        bias = torch.randn(features, dtype=dtype) if has_bias else None
-        aten = best_time(lambda: torch.nn.functional.linear(a, b, bias))
-        onednn = best_time(lambda: torch.ops.mkldnn._linear_pointwise(a, b, bias, "none", [], ""))
-        _chosen[key] = onednn <= MARGIN * aten
-    return _chosen[key]
+    if key in _chosen:  # timed once per shape and process; recorded in every conversion that asks
+        return timing.record(_chosen[key]).chosen == "onednn"
+    dtype = getattr(torch, x.dtype)
+    a, b = torch.randn(rows, shape[-1], dtype=dtype), torch.randn(features, shape[-1], dtype=dtype)
+    bias = torch.randn(features, dtype=dtype) if has_bias else None
+    seconds = timing.interleaved({"aten": lambda: torch.nn.functional.linear(a, b, bias),
+                                  "onednn": lambda: torch.ops.mkldnn._linear_pointwise(a, b, bias, "none", [], "")})
+    _chosen[key] = timing.settle(what, seconds, "aten", MARGIN)
+    return _chosen[key].chosen == "onednn"
 
 
 def _epilogue(node: Node, readers: dict[int, list], literals: dict[int, object]) -> Optional[tuple[Node, str, str]]:

@@ -24,9 +24,10 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
         if category == "kernel":
             fused = [f for f in entry["fused"] if not f.get("synthetic")]
             native.update(f["uid"] for f in fused)
-            # a kernel of jit2triton's nodes only (a convolution's bias add, when no TorchScript op follows it)
-            ops = [f["op"] for f in fused] or [f"{f['op']} (added by jit2triton)" for f in entry["fused"]]
-            kernels.append({"name": entry["kernel"], "nodes": len(fused), "ops": ops})
+            # ops jit2triton added (an index check before a gather, a layout change) are listed apart: a kernel of
+            # such ops only counts no TorchScript node, and its name, taken from its ops, is not the model's
+            kernels.append({"name": entry["kernel"], "nodes": len(fused), "ops": [f["op"] for f in fused],
+                            "added_ops": [f["op"] for f in entry["fused"] if f.get("synthetic")]})
         elif category in (HOST, EXTERN, ALIAS):
             counts[category] += len(entry.get("from_ops", [None]))  # a linear with its activation: two nodes
         else:
@@ -56,8 +57,7 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
         f"(aliases, free), {summary['host_nodes']} host (control flow, scalars, lists), "
         f"{summary['fallback_nodes']} fallback through ATen",
     ]
-    for kernel in summary["kernels"]:
-        lines.append(f"  kernel {kernel['name']}: {kernel['nodes']} nodes ({', '.join(kernel['ops'])})")
+    lines += [f"  kernel {kernel['name']}: {_kernel_line(kernel)}" for kernel in summary["kernels"]]
     if summary["fallback_ops"]:
         lines.append("fallback ops:")
         for op, count in summary["fallback_ops"].items():
@@ -73,8 +73,42 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
                      f"(converted at {d['example']})")
     for name, why in summary.get("static_dims", {}).items():
         lines.append(f"dim {name} kept static (dynamic_shapes='auto'): {why}")
+    lines += _format_choices(summary.get("timed_choices", []))
     lines += _format_verification(summary.get("verification"))
     return "\n".join(lines)
+
+
+def _format_choices(choices: list[dict[str, Any]]) -> list[str]:
+    """Each choice once, with how many times it came up (a layer's GEMMs, once per layer)."""
+    if not choices:
+        return []
+    counted = Counter(_choice_line(c) for c in choices)
+    fixed = all(c["fixed"] for c in choices)
+    head = ("choices fixed (choices='fixed': nothing timed):" if fixed else
+            "timed choices (median per call; another replaces the model's own where it takes at most the margin "
+            "of its time):")
+    return [head] + [f"  {line}" + (f" x{n}" if n > 1 else "") for line, n in counted.items()]
+
+
+def _choice_line(choice: dict[str, Any]) -> str:
+    if choice["fixed"]:
+        return f"{choice['what']}: {choice['chosen']}"
+    times = ", ".join(f"{label} {us:.1f} us" for label, us in choice["times_us"].items()) or "not timed"
+    return f"{choice['what']}: {times} -> {choice['chosen']} (margin {choice['margin']:.2f})"
+
+
+def _kernel_line(kernel: dict[str, Any]) -> str:
+    """`3 nodes (aten::relu, ...)`, then the ops jit2triton added to it, or only those where it fused no node."""
+    added = kernel.get("added_ops", [])
+    model = (f"{_count(kernel['nodes'], 'TorchScript node')} ({', '.join(kernel['ops'])})" if kernel["nodes"] else
+             "no TorchScript node")
+    if not added:
+        return model
+    return f"{model}{' +' if kernel['nodes'] else ';'} {_count(len(added), 'op')} jit2triton added ({', '.join(added)})"
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def _format_verification(verification: Any) -> list[str]:

@@ -1,25 +1,128 @@
-"""Timing a choice while converting: the fastest of a few runs on the host (oneDNN or ATen, channels-last or not),
-or GPU time inside a CUDA graph (an ATen GEMM form)."""
+"""Choices made by timing while converting (oneDNN or ATen for a GEMM, channels-last or not, a GEMM's form on CUDA,
+one CUDA graph or step by step), made one way so that a busy machine does not flip them, and recorded.
+
+- The candidates take turns, call by call, for several rounds (the order rotating, so none always runs after
+  another): a burst of load on the machine hits each alike, where timing one and then the other let it fall on one.
+- Each candidate's median is compared, not its best: one lucky call decides nothing.
+- Another candidate wins only where its median is at most `margin` of the model's own form's (each choice names its
+  margin); a tie keeps what the model wrote.
+- With `choices="fixed"` (`recording("fixed")`) nothing is timed: each choice takes the answer its pass fixes for
+  it, the same on every machine, for reproducible builds.
+
+Every choice made while `recording` lands in the list it yields: what was chosen between, each candidate's time,
+the model's own, the margin and the outcome; the conversion puts it in the report (`summary()["timed_choices"]`).
+"""
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, Optional
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Iterator, Optional
 
 import torch
+
+from jit2triton.errors import ConversionError
+
+MODES = ("timed", "fixed")
+ROUNDS = 15  # rounds of calls, each candidate once a round...
+MIN_ROUNDS = 5  # ... or, once `budget_s` is spent, at least this many
+
+
+@dataclass
+class Choice:
+    """One choice: `what` it was between (its shape), the candidates' median times in microseconds (none when
+    fixed), the model's own candidate, the share of its time another had to beat, and the one chosen."""
+    what: str
+    own: str
+    chosen: str
+    margin: Optional[float] = None
+    times_us: dict[str, float] = field(default_factory=dict)
+    fixed: bool = False
+
+    def as_report(self) -> dict:
+        return asdict(self)
+
+
+_made: ContextVar[Optional[list[Choice]]] = ContextVar("jit2triton_timed_choices", default=None)
+_fixed: ContextVar[bool] = ContextVar("jit2triton_fixed_choices", default=False)
+
+
+@contextmanager
+def recording(mode: str = "timed") -> Iterator[list[Choice]]:
+    """Choices made inside are timed (or, with "fixed", take their fixed answers) and appended to the list."""
+    if mode not in MODES:
+        raise ConversionError(f"choices={mode!r} is not known: 'timed' (the fastest here, by timing) or 'fixed' "
+                              "(the same on every machine)")
+    made: list[Choice] = []
+    tokens = _made.set(made), _fixed.set(mode == "fixed")
+    try:
+        yield made
+    finally:
+        _made.reset(tokens[0])
+        _fixed.reset(tokens[1])
+
+
+def fixed() -> bool:
+    """Whether this conversion's choices are fixed: no timing at all."""
+    return _fixed.get()
+
+
+def record(choice: Choice) -> Choice:
+    made = _made.get()
+    if made is not None:
+        made.append(choice)
+    return choice
+
+
+def take_fixed(what: str, answer: str, own: str) -> Choice:
+    """The fixed answer to a choice, recorded as such."""
+    return record(Choice(what, own, answer, fixed=True))
+
+
+def settle(what: str, seconds: dict[str, float], own: str, margin: float) -> Choice:
+    """The fastest of the candidates whose median is at most `margin` of `own`'s, else `own` (also when `own`
+    could not be timed); recorded."""
+    beating = [label for label in seconds if label != own and own in seconds
+               and seconds[label] <= margin * seconds[own]]
+    chosen = min(beating, key=seconds.get) if beating else own
+    return record(Choice(what, own, chosen, margin, {k: round(v * 1e6, 2) for k, v in seconds.items()}))
+
+
+def interleaved(candidates: dict[str, Callable[[], object]], rounds: int = ROUNDS, budget_s: float = 0.05,
+                sync: Optional[Callable[[], None]] = None) -> dict[str, float]:
+    """Median seconds per call of each candidate, taking turns: one warm call each (first-call allocations and
+    setup), then up to `rounds` rounds of one call each, stopping after MIN_ROUNDS once they took `budget_s`.
+    `sync` (a device's synchronize) brackets each timed call, so queued device work counts."""
+    sync = sync or (lambda: None)
+    for run in candidates.values():
+        run()
+    sync()
+    labels = list(candidates)
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    spent = 0.0
+    for r in range(rounds):
+        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+            sync()
+            start = time.perf_counter()
+            candidates[label]()
+            sync()
+            took = time.perf_counter() - start
+            times[label].append(took)
+            spent += took
+        if r + 1 >= MIN_ROUNDS and spent > budget_s:
+            break
+    return {label: statistics.median(t) for label, t in times.items()}
 
 
 def best_time(run: Callable[[], object], runs: int = 20, budget_s: float = 0.02,
               sync: Optional[Callable[[], None]] = None) -> float:
-    """Seconds of the fastest of up to `runs` calls of `run` after a warm one (first-call allocations and setup),
-    stopping once they took about `budget_s`; with `runs` 0, the warm call's. `sync` (a device's synchronize)
-    brackets each timed call, so queued device work counts."""
+    """Seconds of the fastest of up to `runs` calls of `run` after a warm one, stopping once they took about
+    `budget_s`: for what a single candidate can do at best (the host's share of a CUDA plan), not for choosing."""
     sync = sync or (lambda: None)
-    start = time.perf_counter()
     run()
     sync()
-    if not runs:
-        return time.perf_counter() - start
     best, spent = float("inf"), 0.0
     for _ in range(runs):
         sync()
@@ -33,8 +136,24 @@ def best_time(run: Callable[[], object], runs: int = 20, budget_s: float = 0.02,
     return best
 
 
-def graph_gpu_us(calls: list[Callable[[], object]], replays: int = 7) -> float:
-    """Median GPU time per call of a CUDA graph holding `calls` (the host's launch cost is not what is compared)."""
+def graphs_gpu_us(calls: dict[str, list[Callable[[], object]]], replays: int = 7) -> dict[str, float]:
+    """Median GPU time per call of each candidate's CUDA graph holding its `calls` (the host's launch cost is not
+    what is compared), the graphs replayed in turns."""
+    graphs = {label: _captured(fns) for label, fns in calls.items()}
+    labels = list(graphs)
+    times: dict[str, list[float]] = {label: [] for label in labels}
+    for r in range(replays):
+        for label in labels[r % len(labels):] + labels[:r % len(labels)]:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graphs[label].replay()
+            end.record()
+            end.synchronize()
+            times[label].append(start.elapsed_time(end) * 1e3 / len(calls[label]))
+    return {label: statistics.median(t) for label, t in times.items()}
+
+
+def _captured(calls: list[Callable[[], object]]) -> "torch.cuda.CUDAGraph":
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # cuBLAS's workspace and handles, before capture
@@ -46,12 +165,4 @@ def graph_gpu_us(calls: list[Callable[[], object]], replays: int = 7) -> float:
         for call in calls:
             call()
     graph.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / len(calls))
-    return statistics.median(times)
+    return graph

@@ -612,19 +612,23 @@ class Builder {
 
 namespace {
 
+// How to load a package on the CPU, in the words of each caller: this runtime serves Python, C++ and j2t-run.
+const char* kOnTheCpu = "load it on the CPU (map_location='cpu' from Python, LoadOptions::device = \"cpu\" from C++, "
+                        "--device cpu in j2t-run)";
+
 c10::Device target_device(const Value& manifest, const std::string& requested) {
   c10::Device built_for(manifest.at("device").as_string());
   c10::Device device = requested.empty() ? built_for : c10::Device(requested);
   bool has_kernels = manifest.at("kernels").size() > 0;
   if (device.type() != built_for.type() && has_kernels && built_for.is_cpu()) {
     std::string target = c10::DeviceTypeName(device.type(), true);
-    throw Error(Error::Kind::PackageDevice,
-                "the package's kernels are compiled for the CPU and run only there: load it without map_location (or "
-                "with map_location='cpu'); to run on " + target + ", convert the model with device=" + repr(target));
+    throw Error(Error::Kind::PackageDevice, "the package's kernels are compiled for the CPU and run only there: " +
+                                                std::string(kOnTheCpu) + "; to run on " + target +
+                                                ", convert the model with device=" + repr(target));
   }
   if (device.is_cuda() && !at::hasCUDA()) {
     std::string hint = has_kernels ? "; its GPU kernels cannot run on the CPU, so convert the model again with device='cpu'"
-                                   : " or load it with map_location='cpu'";
+                                   : " or " + std::string(kOnTheCpu);
     throw Error(Error::Kind::PackageDevice, "the package was built for " + built_for.str() +
                                                 " and this machine has no CUDA device; run it on a GPU machine" + hint);
   }

@@ -5,15 +5,19 @@
 //
 // With --torchscript, the same inputs also run through torch::jit::load(M.pt) in this process: the largest
 // difference from it is printed and, with --bench, its latency statistics beside ours, the two taking turns.
+// Both run under torch::InferenceMode, as a deployment does (and as `jit2triton bench` times them), and the
+// statistics are in milliseconds, printed as `jit2triton bench` prints them.
 // The random inputs are those `jit2triton run` draws for the same seed (torch's CPU generator), and --dump writes
 // each output's raw bytes to DIR/output_<i>.bin, so a test can compare them with TorchScript's.
 #include <ATen/ATen.h>
 #include <jit2triton/jit2triton.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/serialization/import.h>
 #include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -33,13 +37,46 @@ const char* kUsage =
     "               [--dump DIR] [--torchscript M.pt]\n"
     "       j2t-run --help | --version\n"
     "Runs a jit2triton package on random inputs that fit its signature and prints the outputs' shapes and the load\n"
-    "time; --shape: sizes of the package's dynamic dims (default: the example's); --bench N: latency statistics (min, mean, median, p90, p99, max) of N calls after --warmup-ms (default 200) of warm-up, taking turns with --torchscript when given; --torchscript M.pt: the largest difference from that TorchScript\n"
+    "time; --shape: sizes of the package's dynamic dims (default: the example's); --bench N: latency statistics (min,\n"
+    "mean, median, p90, p99, max, in ms) of N calls after --warmup-ms (default 200, at least 3 calls) of warm-up,\n"
+    "taking turns with --torchscript when given, both under torch::InferenceMode; --torchscript M.pt: the largest\n"
+    "difference from that TorchScript\n"
     "model on the same inputs (and its time); --dump DIR: each output's raw bytes; --trusted-key: refuse the package\n"
     "unless this Ed25519 public key (or another given, or one in JIT2TRITON_TRUSTED_KEYS) signed it.\n";
 
 int usage() {
   std::cerr << kUsage;
   return 2;
+}
+
+// One line on stderr and exit code 2, as every error of the jit2triton command.
+int fail(const std::string& message) {
+  std::cerr << "j2t-run: " << message << " (j2t-run --help lists the options)\n";
+  return 2;
+}
+
+bool ends_with(const std::string& text, const std::string& tail) {
+  return text.size() >= tail.size() && text.compare(text.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The line of an error that says what went wrong: c10's messages can run to a backtrace.
+std::string first_line(const std::string& message) { return message.substr(0, message.find('\n')); }
+
+// The TorchScript model --torchscript names, or an error that says what the file is instead.
+std::shared_ptr<torch::jit::Module> load_torchscript(const std::string& path, const std::string& device) {
+  if (ends_with(path, ".j2t"))
+    throw jit2triton::Error(jit2triton::Error::Kind::Input,
+                            "--torchscript " + path + " is a jit2triton package; give the TorchScript .pt it was "
+                            "converted from (the package itself is the first argument)");
+  try {
+    auto ts = std::make_shared<torch::jit::Module>(torch::jit::load(path, c10::Device(device)));
+    ts->eval();
+    return ts;
+  } catch (const c10::Error& err) {
+    throw jit2triton::Error(jit2triton::Error::Kind::Input,
+                            "--torchscript " + path + " is not a TorchScript archive torch::jit::load can read (" +
+                            first_line(err.what_without_backtrace()) + "); give the .pt torch.jit.save wrote");
+  }
 }
 
 void sync(const std::string& device) {
@@ -63,15 +100,18 @@ double percentile(const std::vector<double>& sorted, double q) {
   return sorted[low] + (sorted[high] - sorted[low]) * (rank - low);
 }
 
-// min / mean / median / p90 / p99 / max and throughput, as `jit2triton bench` prints them; returns the median.
-double report(const std::string& label, std::vector<double> times) {
-  std::sort(times.begin(), times.end());
+// min / mean / median / p90 / p99 / max in ms and throughput, as `jit2triton bench` prints them; -> the median.
+double report(const std::string& label, std::vector<double> times_us) {
+  std::sort(times_us.begin(), times_us.end());
   double mean = 0;
-  for (double t : times) mean += t / times.size();
-  double median = percentile(times, 50);
-  std::cout << label << ": min " << times.front() << "  mean " << mean << "  median " << median << "  p90 "
-            << percentile(times, 90) << "  p99 " << percentile(times, 99) << "  max " << times.back() << " us ("
-            << times.size() << " calls, " << 1e6 / mean << " calls/s)\n";
+  for (double t : times_us) mean += t / times_us.size();
+  double median = percentile(times_us, 50);
+  char line[320];
+  std::snprintf(line, sizeof line,
+                "%-12s min %.3f  mean %.3f  median %.3f  p90 %.3f  p99 %.3f  max %.3f ms  (%zu calls, %.1f calls/s)",
+                label.c_str(), times_us.front() / 1e3, mean / 1e3, median / 1e3, percentile(times_us, 90) / 1e3,
+                percentile(times_us, 99) / 1e3, times_us.back() / 1e3, times_us.size(), 1e6 / mean);
+  std::cout << line << "\n";
   return median;
 }
 
@@ -91,6 +131,7 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return 0;
   }
+  if (path.rfind("-", 0) == 0 && path != "--version") return fail("unknown option " + path + " (the package comes first)");
   if (path == "--version") {
     std::cout << "j2t-run (jit2triton C++ runtime): package format " << jit2triton::kPackageFormatVersion
               << ", built against torch " << TORCH_VERSION << "\n";
@@ -102,9 +143,14 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   std::string dump, torchscript;
   std::map<std::string, int64_t> sizes;
+  const char* options_taking_a_value[] = {"--device", "--bench", "--warmup-ms", "--threads", "--seed", "--dump",
+                                         "--trusted-key", "--torchscript", "--shape"};
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
-    if (i + 1 >= argc) return usage();
+    if (std::find(std::begin(options_taking_a_value), std::end(options_taking_a_value), arg) ==
+        std::end(options_taking_a_value))
+      return fail("unknown option " + arg);
+    if (i + 1 >= argc) return fail(arg + " needs a value");
     if (arg == "--device") options.device = argv[++i];
     else if (arg == "--bench") bench = std::atoi(argv[++i]);
     else if (arg == "--warmup-ms") warmup_ms = std::atof(argv[++i]);
@@ -126,9 +172,9 @@ int main(int argc, char** argv) {
         sizes[item.substr(0, eq)] = n;
       }
     }
-    else return usage();
   }
-  at::AutoGradMode no_grad(false);  // inference: neither runtime records autograd history
+  if (bench < 0) return fail("--bench takes a number of calls, 1 or more (0: no timing)");
+  c10::InferenceMode inference;  // neither runtime records autograd history or version counters
   try {
     auto start = std::chrono::steady_clock::now();
     jit2triton::Module m = jit2triton::load(path, options);
@@ -148,8 +194,7 @@ int main(int argc, char** argv) {
     }
     std::function<void()> reference;
     if (!torchscript.empty()) {
-      auto ts = std::make_shared<torch::jit::Module>(torch::jit::load(torchscript, c10::Device(m.device())));
-      ts->eval();
+      auto ts = load_torchscript(torchscript, m.device());
       reference = [ts, inputs] { ts->forward(inputs); };
       std::vector<at::Tensor> expected;
       flatten(ts->forward(inputs), expected);
@@ -159,31 +204,34 @@ int main(int argc, char** argv) {
       std::cout << "max abs difference from torch::jit::load: " << worst << "\n";
     }
     if (bench > 0) {
-      // Warm up for --warmup-ms (the TorchScript profiling executor optimises on its second call), then the
-      // package and TorchScript take turns call by call, so a burst of load on the machine hits both.
+      // Warm up for --warmup-ms and at least 3 calls each (the TorchScript profiling executor optimises on its
+      // second call), then the package and TorchScript take turns call by call, so a burst of load hits both.
       auto ours_call = [&] { m.forward(inputs); };
       auto start = std::chrono::steady_clock::now();
-      do {
+      for (int round = 0;; ++round) {
         time_us(ours_call, m.device());
         if (reference) time_us(reference, m.device());
-      } while (std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() < warmup_ms);
+        double spent = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        if (round >= 2 && spent >= warmup_ms) break;
+      }
       std::vector<double> ours_times, theirs_times;
       for (int i = 0; i < bench; ++i) {
         ours_times.push_back(time_us(ours_call, m.device()));
         if (reference) theirs_times.push_back(time_us(reference, m.device()));
       }
       double ours = report("j2t-run", ours_times);
-      std::cout << "median " << ours << " us per call over " << bench << " calls\n";
       if (reference) {
-        double theirs = report("torch::jit::load", theirs_times);
-        std::cout << "torch::jit::load: median " << theirs << " us per call (" << theirs / ours << "x ours)\n";
+        double theirs = report("torch.jit", theirs_times);
+        char line[96];
+        std::snprintf(line, sizeof line, "median speed-up over torch.jit: %.2fx", theirs / ours);
+        std::cout << line << "\n";
       }
     }
   } catch (const jit2triton::Error& err) {
     std::cerr << "error: " << err.what() << "\n";
     return 2;
-  } catch (const c10::Error& err) {  // torch::jit::load of --torchscript, or an ATen failure outside a plan step
-    std::cerr << "error: " << err.what_without_backtrace() << "\n";
+  } catch (const c10::Error& err) {  // an ATen failure outside a plan step
+    std::cerr << "error: " << first_line(err.what_without_backtrace()) << "\n";
     return 2;
   }
   return 0;

@@ -1,0 +1,105 @@
+"""The CLI's boundary: every error as one line (`Group`), and what commands check before doing any work."""
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from .errors import InputError, Jit2TritonError
+
+_NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click 8.2 on: `jit2triton` alone shows help
+MESSAGE_LIMIT = 600  # characters of an error line: a message that quotes a tensor or a graph is cut here
+
+
+class Group(click.Group):
+    """Every error is one line on stderr and exit code 2 (a bug of ours: one line and exit code 1), never a
+    traceback unless `jit2triton --debug ...` asks for it; `--help` and `--version` answer as click does."""
+
+    debug = False
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:  # a caller that handles click's exceptions itself
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        Group.debug = False
+        try:
+            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _NO_ARGS as err:  # `jit2triton` alone: its help, as before click 8.2
+            click.echo(err.ctx.get_help())
+            sys.exit(0)
+        except Exception as err:  # noqa: BLE001 - each kind gets its one line below
+            if Group.debug:
+                raise
+            sys.exit(_one_line(err))
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _one_line(err: Exception) -> int:
+    """Print `err` as one line on stderr; -> the exit code (2: the input was wrong, 1: a bug of ours)."""
+    if isinstance(err, click.UsageError):
+        where = f" (see `{err.ctx.command_path} --help`)" if err.ctx is not None else ""
+        message, code = err.format_message() + where, 2
+    elif isinstance(err, (click.ClickException, Jit2TritonError)):
+        message, code = (err.format_message() if isinstance(err, click.ClickException) else str(err)), 2
+    elif isinstance(err, click.Abort):
+        message, code = "aborted", 1
+    else:
+        message, code = (f"internal error, a bug in jit2triton: {type(err).__name__}: {err} (`jit2triton --debug "
+                         "...` shows the traceback; please report it)"), 1
+    message = " ".join(message.split())
+    click.echo(f"error: {message if len(message) <= MESSAGE_LIMIT else message[:MESSAGE_LIMIT] + ' ...'}", err=True)
+    return code
+
+
+
+def set_debug(ctx, param, value) -> None:
+    Group.debug = value
+
+
+def check_output(output: str, model: str) -> None:
+    """Refuse, before converting, a package path that cannot be written or that would overwrite the model."""
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise InputError(f"cannot write {output}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(output) and not os.access(output, os.W_OK)):
+        raise InputError(f"cannot write {output}: no permission")
+    if os.path.exists(model) and os.path.exists(output) and os.path.samefile(model, output):
+        raise InputError(f"the package path {output} is the model itself; give another with -o")
+
+
+def read_inputs_file(path: str) -> list:
+    """The example inputs saved at `path`: a tuple or list of tensors (or a single tensor), in the model's order."""
+    import torch
+
+    how = "save the inputs in the model's order as a tuple: torch.save((x, mask), path)"
+    try:
+        loaded = torch.load(path, weights_only=True)  # weights_only: never unpickle code
+    except Exception as err:  # noqa: BLE001 - not a torch file, or one that pickles code
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise InputError(f"--inputs-file {path}: torch.load(weights_only=True) cannot read it ({first}); {how}") from None
+    items = list(loaded) if isinstance(loaded, (tuple, list)) else [loaded]
+    if isinstance(loaded, dict):
+        names = ", ".join(repr(k) for k in list(loaded)[:4])
+        raise InputError(f"--inputs-file {path} holds a dict (keys {names}), not inputs by position; {how}")
+    wrong = [f"{i}: {type(x).__name__}" for i, x in enumerate(items)
+             if not isinstance(x, (torch.Tensor, bool, int, float))]
+    if wrong:
+        raise InputError(f"--inputs-file {path}: item {wrong[0]} is not a tensor, int, float or bool; {how}")
+    return items
+
+
+def check_port(host: str, port: int) -> None:
+    """An InputError where nothing can listen on host:port (in use, or not an address of this machine)."""
+    import socket
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the HTTP server binds: TIME_WAIT is fine
+            probe.bind(address)
+    except OSError as err:
+        raise InputError(f"cannot listen on {host}:{port}: {err.strerror or err}; pick another --port (or stop "
+                         "what holds it)") from None

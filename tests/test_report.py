@@ -1,0 +1,31 @@
+"""The conversion report says what each kernel holds without contradicting itself: the ops jit2triton added (an
+index check before a gather) are named as such and not counted as TorchScript nodes."""
+import re
+
+import torch
+
+import jit2triton
+
+
+class Lookup(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embedding = torch.nn.Embedding(50, 8)
+
+    def forward(self, ids):
+        return torch.tanh(self.embedding(ids))
+
+
+def test_a_kernel_of_added_ops_only_counts_no_torchscript_node():
+    ids = torch.randint(0, 50, (2, 5))
+    converted = jit2triton.convert(torch.jit.trace(Lookup().eval(), ids), example_inputs=(ids,))
+    report = converted.report()
+    kernel_lines = [line.strip() for line in report.splitlines() if line.strip().startswith("kernel ")]
+    check = next(line for line in kernel_lines if "aten::ge.Scalar" in line)
+    assert re.fullmatch(r"kernel k\d+_\w+: no TorchScript node; 4 ops jit2triton added \(aten::ge.Scalar, "
+                        r"aten::lt.Scalar, aten::logical_and, aten::all\)", check), check
+    assert not any(re.search(r": 0 |\b1 nodes\b", line) for line in kernel_lines), report
+    kernels = converted.summary()["kernels"]
+    added = next(k for k in kernels if k["added_ops"])
+    assert added["nodes"] == 0 and added["ops"] == []
+    assert sum(k["nodes"] for k in kernels) == converted.summary()["native_nodes"]
