@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 from typing import Any, Callable
 
 import torch
@@ -86,6 +87,16 @@ def _dtype(dtype: Any) -> Any:
     return _SCALAR_TYPES[dtype] if isinstance(dtype, int) and not isinstance(dtype, bool) else dtype
 
 
+def _warn(message: Any, stacklevel: int = 2) -> None:
+    """TorchScript's warnings.warn in Python: a UserWarning, shown once per place as Python's filters decide."""
+    warnings.warn(str(message), UserWarning, stacklevel=2)
+
+
+def _print(*args: Any) -> None:
+    """TorchScript's print: its arguments' text, separated by spaces, on stdout."""
+    print(*args)
+
+
 def _unwrap_optional(x: Any) -> Any:
     if x is None:
         raise ModelRaisedError("the model raised an exception: unwrapping an Optional that is None")
@@ -157,7 +168,8 @@ HOST_OPS: dict[str, Callable] = {
     "aten::__isnot__": operator.is_not,
     "aten::__not__": operator.not_,
     "aten::format": _format,
-    "aten::warn": lambda *args: None,
+    "aten::warn": _warn,
+    "prim::Print": _print,
     "aten::__range_length": _range_length,
     "aten::__derive_index": _derive_index,
     "aten::dict": dict,

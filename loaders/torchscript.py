@@ -17,6 +17,7 @@ import torch
 from jit2triton.errors import ConversionError, ModelLoadError
 
 from .local_objects import objects_as_dicts
+from .side_effects import drop_grad_modes, refuse_effects
 from .module_state import StateSlot, read_state, restore_state, thread_module_state
 
 ModelSource = Union[str, os.PathLike, torch.jit.ScriptModule, torch.jit.ScriptFunction]
@@ -127,6 +128,8 @@ def _method(frozen: torch.jit.ScriptModule, method: str, name: str, notes: list[
     function = getattr(frozen, method)
     graph = function.graph.copy()
     schema = function.schema
+    drop_grad_modes(graph)
+    refuse_effects(graph)
     objects_as_dicts(graph)
     state = thread_module_state(graph, frozen)
     self_input = next(iter(graph.inputs()))
@@ -192,6 +195,8 @@ class _StatefulReference:
 
 def _from_function(function: torch.jit.ScriptFunction) -> ScriptGraph:
     graph = function.graph.copy()
+    drop_grad_modes(graph)
+    refuse_effects(graph)
     _normalise(graph)
     args = function.schema.arguments
     return ScriptGraph(graph, [a.name for a in args], [_default(a) for a in args], function.name,

@@ -1,5 +1,6 @@
 // The C++ runtime as a Python extension: `jit2triton.load(path, runtime="cpp")` runs the whole plan here, with the
 // GIL released, and only the inputs and outputs cross into Python.
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
@@ -95,9 +96,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              inputs.reserve(args.size());
              for (size_t i = 0; i < args.size(); ++i) inputs.push_back(to_ivalue(args[i], i));
              c10::IValue out;
-             {
+             // the model's warnings.warn (TORCH_WARN in the plan) become Python warnings when the call returns
+             torch::PyWarningHandler warnings;
+             try {
                py::gil_scoped_release released;
                out = self.call(inputs);
+             } catch (...) {
+               warnings.set_in_exception();
+               throw;
              }
              return torch::jit::toPyObject(std::move(out));
            })

@@ -10,6 +10,7 @@
 #include <torch/csrc/jit/runtime/operator.h>
 #include <torch/version.h>
 
+#include <cstdio>
 #include <optional>
 #include <set>
 
@@ -370,6 +371,31 @@ class Builder {
     if (op == "prim::Uninitialized") {
       int out = outs.at(0);
       return [out](Env& env) { env[out] = IValue(); };
+    }
+    if (op == "aten::warn") {  // warnings.warn: torch's warning handler (Python's warnings, when Python loaded it)
+      Ref message = args.empty() ? Ref{} : args[0];
+      return [message](Env& env) {
+        const IValue& m = message.get(env);
+        TORCH_WARN(m.isString() ? m.toStringRef() : std::string("a warning from the model"));
+      };
+    }
+    if (op == "prim::Print") {  // print(...): the arguments' text, separated by spaces, on stdout
+      return [args](Env& env) {
+        std::string line;
+        for (size_t i = 0; i < args.size(); ++i) {
+          const IValue& v = args[i].get(env);
+          if (i) line += ' ';
+          if (v.isString()) line += v.toStringRef();
+          else if (v.isInt()) line += std::to_string(v.toInt());
+          else if (v.isDouble()) line += c10::str(v.toDouble());
+          else if (v.isBool()) line += v.toBool() ? "True" : "False";
+          else if (v.isNone()) line += "None";
+          else line += c10::str(v);
+        }
+        std::fwrite(line.data(), 1, line.size(), stdout);
+        std::fputc('\n', stdout);
+        std::fflush(stdout);
+      };
     }
     if (op == "prim::RaiseException") {
       Ref message = args.empty() ? Ref{} : args[0];

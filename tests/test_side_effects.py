@@ -1,0 +1,69 @@
+"""What forward() does besides its outputs (#34's side-effect ops): warnings.warn warns and print prints in both
+runtimes, `with torch.no_grad():` is its body, and what a package cannot repeat per call (seeding, reading a file)
+is refused at conversion with the op and its source line."""
+import warnings
+from typing import Any
+
+import pytest
+import torch
+
+import jit2triton
+from jit2triton import ConversionError
+
+from helpers import assert_same
+
+
+class Talks(torch.nn.Module):
+    def forward(self, x):
+        warnings.warn("inputs are not normalised")
+        print("rows:", x.shape[0], "scale", 0.5)
+        with torch.no_grad():
+            y = x * 2
+        return y + 1
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_warn_print_and_no_grad_run_as_torchscript_runs_them(runtime, tmp_path, capfd):
+    scripted = torch.jit.script(Talks().eval())
+    jit2triton.convert(scripted, (torch.randn(3, 2),)).save(tmp_path / "m.j2t")
+    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    capfd.readouterr()
+    x = torch.randn(3, 2)
+    with pytest.warns(UserWarning, match="inputs are not normalised"):
+        out = loaded(x)
+    assert_same(out, x * 2 + 1)
+    assert "rows: 3 scale 0.5" in capfd.readouterr().out
+
+
+class Seeds(torch.nn.Module):
+    def forward(self, x):
+        torch.manual_seed(0)
+        return x + torch.rand(x.shape)
+
+
+class Timer:  # a context manager of the model's own: jit2triton cannot run its __enter__/__exit__
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def __enter__(self) -> None:
+        self.depth += 1
+
+    def __exit__(self, kind: Any, value: Any, trace: Any) -> None:
+        self.depth -= 1
+
+
+class OtherContext(torch.nn.Module):
+    def forward(self, x):
+        with Timer():
+            y = x * 2
+        return y
+
+
+def test_seeding_in_forward_is_refused_with_its_line():
+    with pytest.raises(ConversionError, match=r"aten::manual_seed .*test_side_effects.py.*seed it before calling"):
+        jit2triton.convert(torch.jit.script(Seeds().eval()), (torch.randn(3),))
+
+
+def test_a_context_manager_of_the_models_own_is_refused_with_its_line():
+    with pytest.raises(ConversionError, match=r"`with` block of .*Timer .*test_side_effects.py"):
+        jit2triton.convert(torch.jit.script(OtherContext().eval()), (torch.randn(3),))
