@@ -5,7 +5,8 @@ A program is a list of statements `v7 = <expr>` over the inputs and earlier valu
 run eagerly while the program is drawn, so every program is valid by construction, and shapes are known for the
 next draw. The programs mix views (permute, transpose, reshape, select, slice, unbind, expand, unsqueeze and chains
 of them) with pointwise ops, reductions over every dim, softmax and layer norm, externs fed by non-contiguous views
-(matmul, linear, conv, scaled_dot_product_attention), in-place writes, broadcasting, and int and bool tensors.
+(matmul, linear, conv, scaled_dot_product_attention), in-place writes, broadcasting, int and bool tensors, and
+sizes that depend on the data (mask indexing, nonzero, masked_select, unique, topk and slices by a count).
 
 Each program is traced and scripted. A failure (a conversion error, a kernel that convert-time verification had to
 take out, or an output that differs from TorchScript) is shrunk to a minimal program by dropping statements.
@@ -116,6 +117,11 @@ CONCAT = ["torch.cat([{a}, {b}], {d})", "torch.stack([{a}, {b}], {d})", "torch.c
 GATHER = ["torch.index_select({a}, {d}, torch.arange({size} - 1, -1, -1))",
           "torch.gather({a}, {d}, ({a}.abs() * 7.0).long() % {size})",
           "torch.embedding({a}.reshape(-1, {last}), ({a}.reshape(-1)[:4].abs() * 5.0).long() % {rows})"]
+# sizes that depend on the data: a later statement's kernels must not fit the drawn count
+DATA_SIZED = ["{a}[{a} > 0.0]", "torch.nonzero({a} > 0.0).float()", "torch.masked_select({a}, {a} > 0.25)",
+              "torch.unique(({a} * 2.0).floor())", "torch.where({a} > 0.5)[0].float()",
+              "torch.topk({a}.reshape(-1), int(({a} > 0.0).sum()) + 1).values",
+              "{a}.reshape(-1)[:int(({a} > 0.0).sum()) + 1]"]
 IN_PLACE = ["{a}.clone().mul_(2.0)", "{a}.clone().add_({b})", "{a}.clone().relu_()",
             "{a}.clone().masked_fill_({a} > 0.5, -1.0)"]
 IN_PLACE_STATEMENTS = ["{t} = {a}.clone()\n    {t}[0] = 1.0", "{t} = {a}.clone()\n    {t}[..., 0] = {t}[..., 1]",
@@ -210,8 +216,8 @@ def _draw_statement(rnd: random.Random, values: list[Var], name: str) -> Optiona
         kind = BOOL_OPS
     else:
         kind = rnd.choices([UNARY, BINARY, REDUCE, FULL_REDUCE, EXTERN, CONCAT, GATHER, IN_PLACE, _views(a, rnd),
-                            IN_PLACE_STATEMENTS],
-                           [14, 12, 12, 3, 6, 4, 3, 3, 16, 3])[0]
+                            IN_PLACE_STATEMENTS, DATA_SIZED],
+                           [14, 12, 12, 3, 6, 4, 3, 3, 16, 3, 3])[0]
     if not kind:
         return None
     template = rnd.choice(kind)

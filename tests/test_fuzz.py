@@ -46,5 +46,5 @@ def test_programs_cover_the_op_families() -> None:
     text = "".join(draw_program(seed).source() for seed in CPP_SEEDS)
     for marker in (".permute(", ".unbind(", ".select(", ".sum(", "softmax", "layer_norm", "matmul",
                    "scaled_dot_product_attention", "conv", "torch.cat(", "gather", "embedding", ".clone()",
-                   "torch.where(", ".float()"):
+                   "torch.where(", ".float()", "unique", "> 0.0]", "masked_select"):
         assert marker in text, f"no program among the CI seeds uses {marker}"
