@@ -26,8 +26,8 @@ from . import kernel_ir as K
 from .alias_analysis import CONTAINERS, fixed_tensor_lists, mutated_views, writes
 from .drop_unread import drop_unread
 from .ir import KERNEL_OP, Block, Graph, Node, Type, Value, walk_block
-from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering,
-                       realized_box, strides_in_order)
+from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, RunsAsExtern, TensorBox, contiguous_strides,
+                       get_lowering, realized_box, strides_in_order)
 from .op_table import is_view
 from .symbolic import SymSize
 
@@ -299,6 +299,8 @@ class _Fuser:
                     raise CannotLower(f"lowering gave {box.dtype}{list(box.shape)}, TorchScript {v.type}")
         except CannotLower as why:
             node.attrs["not_lowered"] = str(why) or "unsupported arguments"
+            if isinstance(why, RunsAsExtern):
+                node.attrs["extern"] = True
             self.forget_uncommitted()
             return False
         except Exception as err:  # a bug in a lowering (or one written for a constant met a runtime scalar)
