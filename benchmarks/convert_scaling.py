@@ -74,7 +74,7 @@ def convert(model: nn.Module, example: tuple) -> dict:
     with torch.no_grad():
         error = (converted(*example) - traced(*example)).abs().max().item()
     return {"total": total, "passes": summary["pass_seconds"], "kernels": len(summary["kernels"]),
-            "bodies": summary.get("kernel_bodies", len(summary["kernels"])), "max_abs_error": error,
+            "bodies": converted.manifest.get("cpp", {}).get("bodies", 0), "max_abs_error": error,
             "verification": summary["verification"]["status"]}
 
 
