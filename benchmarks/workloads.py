@@ -115,6 +115,69 @@ def resnet18() -> nn.Module:
         return ResNet18()
 
 
+class DenseLayer(nn.Module):
+    """torchvision's _DenseLayer: BN-ReLU-conv1x1-BN-ReLU-conv3x3 over the concatenation of every earlier feature."""
+
+    def __init__(self, cin: int, growth: int, bn_size: int = 4) -> None:
+        super().__init__()
+        self.norm1, self.conv1 = nn.BatchNorm2d(cin), nn.Conv2d(cin, bn_size * growth, 1, bias=False)
+        self.norm2 = nn.BatchNorm2d(bn_size * growth)
+        self.conv2 = nn.Conv2d(bn_size * growth, growth, 3, padding=1, bias=False)
+
+    def forward(self, features: list[torch.Tensor]) -> torch.Tensor:
+        x = self.conv1(torch.relu(self.norm1(torch.cat(features, 1))))
+        return self.conv2(torch.relu(self.norm2(x)))
+
+
+class DenseBlock(nn.Module):
+    """`layers` dense layers, each reading every feature before it (the list grows by one tensor a layer)."""
+
+    def __init__(self, layers: int, cin: int, growth: int) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(DenseLayer(cin + i * growth, growth) for i in range(layers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        features = [x]
+        for layer in self.layers:
+            features.append(layer(features))
+        return torch.cat(features, 1)
+
+
+class DenseNet(nn.Module):
+    """torchvision's DenseNet written out (torchvision is not installable on the CPU machine); `DenseNet()` is
+    densenet121: blocks of 6, 12, 24 and 16 layers, growth 32, with transitions that halve channels and size."""
+
+    def __init__(self, blocks: tuple[int, ...] = (6, 12, 24, 16), growth: int = 32, stem: int = 64,
+                 classes: int = 1000) -> None:
+        super().__init__()
+        layers: list[nn.Module] = [nn.Conv2d(3, stem, 7, 2, 3, bias=False), nn.BatchNorm2d(stem), nn.ReLU(),
+                                   nn.MaxPool2d(3, 2, 1)]
+        channels = stem
+        for i, depth in enumerate(blocks):
+            layers.append(DenseBlock(depth, channels, growth))
+            channels += depth * growth
+            if i != len(blocks) - 1:
+                layers += [nn.BatchNorm2d(channels), nn.ReLU(), nn.Conv2d(channels, channels // 2, 1, bias=False),
+                           nn.AvgPool2d(2, 2)]
+                channels //= 2
+        layers.append(nn.BatchNorm2d(channels))
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(channels, classes)
+
+    def forward(self, x):
+        x = nn.functional.adaptive_avg_pool2d(torch.relu(self.features(x)), 1)
+        return self.classifier(torch.flatten(x, 1))
+
+
+def densenet121() -> nn.Module:
+    """torchvision's densenet121 where torchvision is installed, else the same architecture written out."""
+    try:
+        import torchvision
+        return torchvision.models.densenet121()
+    except Exception:  # noqa: BLE001 - not installed, or its wheel does not match this torch
+        return DenseNet()
+
+
 class BertOutput(nn.Module):
     """transformers' BertModel (random weights: speed does not depend on them) returning its last hidden state."""
 

@@ -7,6 +7,7 @@ from jit2triton.transpiler.kernel_ir import Kernel
 from jit2triton.transpiler.symbolic import size_json
 
 from . import cpp
+from .cpp_shared import count_bodies
 from .compile_cpp import (BASE_FLAGS, ISA_FLAGS, compile_library, compiler_version, find_compiler, host_isa,
                           vector_math_functions)
 
@@ -31,4 +32,5 @@ def build_cpp(kernels: list[Kernel]) -> tuple[dict[str, bytes], dict[str, Any]]:
     library = compile_library(source, isa)
     compiler = find_compiler() or ""
     files = {"kernels/kernels.cpp": source.encode(), "binaries/kernels.so": library}
-    return files, {"isa": isa, "flags": BASE_FLAGS + ISA_FLAGS[isa], "compiler": compiler_version(compiler)}
+    return files, {"isa": isa, "flags": BASE_FLAGS + ISA_FLAGS[isa], "compiler": compiler_version(compiler),
+                   "bodies": count_bodies(source)}

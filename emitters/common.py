@@ -74,10 +74,11 @@ def _size(variables):
     return n
 
 
-def size_code(n, name_of=lambda dim: f"dim_{dim}") -> str:
-    """A size (int or SymSize) as an int64 expression over the kernel's size arguments."""
+def size_code(n, name_of=lambda dim: f"dim_{dim}", int_code=str) -> str:
+    """A size (int or SymSize) as an int64 expression over the kernel's size arguments; `int_code` spells a static
+    size (a renderer that shares one body among kernels of other sizes spells it as a placeholder)."""
     if isinstance(n, int):
-        return str(n)
+        return int_code(n)
     terms = ["*".join(([str(c)] if c != 1 else []) + [name_of(d) for d in names]) or "1" for c, names in n.terms]
     return "(" + " + ".join(terms) + ")"
 
@@ -120,18 +121,19 @@ def variables_size(variables) -> int:
     return _size(variables)
 
 
-def unravel(flat: str, variables, divide: str) -> list[tuple[str, str]]:
+def unravel(flat: str, variables, divide: str, int_code=str) -> list[tuple[str, str]]:
     """(name, code) recovering each loop variable from a flat row-major index; `divide` is the language's
-    integer division ("/" in C++, "//" in Triton)."""
+    integer division ("/" in C++, "//" in Triton); `int_code` as size_code's."""
     if len(variables) == 1:
         return [(variables[0].arg[0], flat)]
     out = []
     for i, v in enumerate(variables):
         stride = _size(variables[i + 1:])
         strided = stride != 1
-        code = f"{flat} {divide} {size_code(stride)}" if strided else flat
+        code = f"{flat} {divide} {size_code(stride, int_code=int_code)}" if strided else flat
         if i > 0:
-            code = f"({code}) % {size_code(v.arg[1])}" if strided else f"{code} % {size_code(v.arg[1])}"
+            size = size_code(v.arg[1], int_code=int_code)
+            code = f"({code}) % {size}" if strided else f"{code} % {size}"
         out.append((v.arg[0], code))
     return out
 

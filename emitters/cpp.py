@@ -23,6 +23,7 @@ from jit2triton.transpiler.symbolic import at_least_one
 
 from .common import (KernelWriter, Scope, provenance_comment, reduction_size, row_major, size_code, store_index,
                      unravel, variables_size)
+from .cpp_shared import Rendered, placeholder, share_bodies
 
 CTYPES = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
           "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t",
@@ -211,9 +212,25 @@ OPS = {
 class _KernelWriter(KernelWriter):
     OPS = OPS  # libm has every op: C++ decomposes none
     simd_sweep: Optional[Scope] = None  # the scope of the kernel's innermost `omp simd` loop, once rendering
+    # With a list: every static int64 (a literal, a size) is written as a placeholder and listed here as (value,
+    # its code), so kernels that differ only in them can share one compiled body (cpp_shared.py)
+    ints: Optional[list[tuple[int, str]]] = None
 
     def literal(self, value, dtype: str) -> str:
-        return literal(value, dtype)
+        code = literal(value, dtype)
+        return self.placeholder(int(value), code) if compute_dtype(dtype) == "int64" else code
+
+    def int_code(self, n: int) -> str:
+        return self.placeholder(n, str(n))
+
+    def size(self, n) -> str:
+        return size_code(n, int_code=self.int_code)
+
+    def placeholder(self, value: int, code: str) -> str:
+        if self.ints is None:
+            return code
+        self.ints.append((value, code))
+        return placeholder(len(self.ints) - 1)
 
     def declare(self, scope: Scope, name: str, node: K.KExpr, code: str) -> None:
         scope.lines.append(f"{scope.indent}const {ctype(node.dtype)} {name} = {code};")
@@ -286,7 +303,7 @@ class _KernelWriter(KernelWriter):
                 clause = {"sum": "+", "prod": "*", "max": "max", "min": "min"}[op]
                 also = f" reduction(|:{nan_flag})" if nan_flag else ""
                 lines.append(f"{ind}{'  ' * depth}#pragma omp simd reduction({clause}:{acc}){also}")
-            lines.append(f"{ind}{'  ' * depth}for (int64_t {r.arg[0]} = 0; {r.arg[0]} < {size_code(r.arg[1])}; "
+            lines.append(f"{ind}{'  ' * depth}for (int64_t {r.arg[0]} = 0; {r.arg[0]} < {self.size(r.arg[1])}; "
                          f"++{r.arg[0]}) {{")
         lines += inner.lines
         body_ind = inner.indent
@@ -378,8 +395,9 @@ class _KernelWriter(KernelWriter):
         lines = []
         if parallel and parallel_rows:
             lines.append(f"  #pragma omp parallel for {parallel}")
-        lines.append(f"  for (int64_t row = 0; row < {size_code(nest.outer_size)}; ++row) {{")
-        lines += [f"    const int64_t {name} = {code};" for name, code in unravel("row", nest.outer, "/")]
+        lines.append(f"  for (int64_t row = 0; row < {self.size(nest.outer_size)}; ++row) {{")
+        lines += [f"    const int64_t {name} = {code};"
+                  for name, code in unravel("row", nest.outer, "/", int_code=self.int_code)]
         lines += row.lines
         for depth, v in enumerate(nest.inner):
             ind = "    " + "  " * depth
@@ -388,7 +406,8 @@ class _KernelWriter(KernelWriter):
                 lines.append(f"{ind}#pragma omp parallel for simd {parallel}" if threads else f"{ind}#pragma omp simd")
             elif threads:
                 lines.append(f"{ind}#pragma omp parallel for {parallel}")
-            lines.append(f"{ind}for (int64_t {v.arg[0]} = 0; {v.arg[0]} < {size_code(v.arg[1])}; ++{v.arg[0]}) {{")
+            lines.append(f"{ind}for (int64_t {v.arg[0]} = 0; {v.arg[0]} < {self.size(v.arg[1])}; "
+                         f"++{v.arg[0]}) {{")
         lines += sweep.lines
         for depth in reversed(range(len(nest.inner))):
             lines.append("    " + "  " * depth + "}")
@@ -413,10 +432,18 @@ def render_kernel(kernel: K.Kernel) -> str:
     return _KernelWriter(kernel).render()
 
 
+def render_with_placeholders(kernel: K.Kernel) -> Rendered:
+    writer = _KernelWriter(kernel)
+    writer.ints = []
+    return Rendered(kernel.name, writer.render(), writer.ints)
+
+
 def render_module(kernels: list[K.Kernel], vector_math: tuple[tuple[str, str], ...] = ()) -> str:
     """One translation unit holding every kernel of a model; `vector_math` lists the C math functions
     ((name, C type): ("sinf", "float"), ("exp", "double")) that have vector variants here, declared as such so
-    loops calling them still vectorize."""
+    loops calling them still vectorize. Kernels that differ only in integer constants (DenseNet's ReLUs at every
+    channel count) share one body (cpp_shared.py)."""
     declarations = "".join(f'extern "C" __attribute__((simd("notinbranch"))) {t} {name}({t});\n'
                            for name, t in vector_math)
-    return PRELUDE + declarations + "\n\n" + "\n\n".join(render_kernel(k) for k in kernels) + "\n"
+    functions = share_bodies([render_with_placeholders(k) for k in kernels])
+    return PRELUDE + declarations + "\n\n" + "\n\n".join(functions) + "\n"

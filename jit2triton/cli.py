@@ -17,8 +17,10 @@ from .version import __version__
 
 
 class _Progress:
-    """Conversion progress on stderr. A counted step ("compiling Triton kernels 3/40") is a bar redrawn in place
-    on a terminal; elsewhere (a log) it is a plain line at the start, every tenth and the end. `quiet`: nothing."""
+    """Conversion progress on stderr, each line with the seconds since the first: a slow stage shows as the gap
+    before the next line. A counted step ("pass observe 2/14", "compiling Triton kernels 3/40") is a bar redrawn
+    in place on a terminal; elsewhere (a log) it is a plain line at the start, every tenth and the end. `quiet`:
+    nothing."""
 
     COUNTED = re.compile(r"^(.*) (\d+)/(\d+)$")
 
@@ -26,30 +28,36 @@ class _Progress:
         self.quiet = quiet
         self.tty = sys.stderr.isatty()
         self.open_bar = False
+        self.bar_width = 0
+        self.started = None
 
     def __call__(self, message: str) -> None:
         if self.quiet:
             return
+        self.started = self.started or time.perf_counter()
+        head = f"[jit2triton {time.perf_counter() - self.started:6.1f}s]"
         counted = self.COUNTED.match(message)
         if counted is None:
             self.end_bar()
-            click.echo(f"[jit2triton] {message}", err=True)
+            click.echo(f"{head} {message}", err=True)
             return
         what, done, total = counted.group(1), int(counted.group(2)), int(counted.group(3))
         if self.tty:
             filled = 30 * done // max(total, 1)
-            click.echo(f"\r[jit2triton] {what} [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}", err=True,
-                       nl=False)
+            bar = f"{head} {what} [{'#' * filled}{'.' * (30 - filled)}] {done}/{total}"
+            # padded to the last bar's width: a shorter stage name must not leave the last one's tail
+            click.echo("\r" + bar.ljust(self.bar_width), err=True, nl=False)
+            self.bar_width = len(bar)
             self.open_bar = True
             if done >= total:
                 self.end_bar()
         elif done in (1, total) or done * 10 // total != (done - 1) * 10 // total:
-            click.echo(f"[jit2triton] {message}", err=True)
+            click.echo(f"{head} {message}", err=True)
 
     def end_bar(self) -> None:
         if self.open_bar:
             click.echo("", err=True)
-            self.open_bar = False
+            self.open_bar, self.bar_width = False, 0
 
 
 _progress = _Progress()

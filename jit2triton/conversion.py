@@ -84,14 +84,16 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         check_triton_target(target)
     forward_examples, method_examples = _per_method(example_inputs)
     say("loading TorchScript (freeze, inline, normalise)")
-    script = load_script(model, map_location=map_location, methods=list(method_examples))
+    stopwatch = pipeline.Stopwatch(say)
+    with stopwatch.stage("load"):
+        script = load_script(model, map_location=map_location, methods=list(method_examples))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""
-    contents = _convert_method(script, forward_examples, target, backend, source, say, verify, full_source_paths,
-                               dynamic_shapes)
+    contents = _convert_method(script, forward_examples, target, backend, source, say, stopwatch, verify,
+                               full_source_paths, dynamic_shapes)
     for name, examples in method_examples.items():
         say(f"converting method {name}")
         add_method(contents, name, _convert_method(script.methods[name], examples, target, backend, source, say,
-                                                   verify, full_source_paths, None))
+                                                   stopwatch, verify, full_source_paths, None))
     unconverted = [n for n in script.method_names if n != "forward" and n not in method_examples]
     if unconverted:
         contents.manifest["report"]["methods_not_converted"] = {
@@ -114,7 +116,8 @@ def _per_method(example_inputs) -> tuple[Any, dict[str, Any]]:
 
 
 def _convert_method(script, example_inputs, target: torch.device, backend: str, source: str, say: Progress,
-                    verify: bool, full_source_paths: bool, dynamic_shapes: DynamicShapes) -> PackageContents:
+                    stopwatch: pipeline.Stopwatch, verify: bool, full_source_paths: bool,
+                    dynamic_shapes: DynamicShapes) -> PackageContents:
     """One method of the model (forward, or another the user gave examples for) as a package's contents."""
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
     inputs = [_example_layout(x.to(target)) if isinstance(x, torch.Tensor) else x for x in inputs]
@@ -123,7 +126,7 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
     graph, ctx, backend, pass_notes = _prepared(script, inputs + state, dynamic, target, backend, full_source_paths,
-                                                say)
+                                                say, stopwatch)
     written = sum(slot.written for slot in script.state)
     outputs = _model_outputs(ctx.outputs, written)
     output = outputs[0] if len(outputs) == 1 else tuple(outputs)
@@ -138,7 +141,8 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
         say("running TorchScript on the example inputs and a fresh draw, for verification")
         other_sizes = [(", ".join(f"{n}={k}" for n, k in sizes.items()), dims.inputs_at(dynamic, sizes, inputs, 100 + i))
                        for i, sizes in enumerate(dynamic.bounds() + dynamic.draws(1, seed=1))] if dynamic else []
-        verifier = Verifier(script.function, inputs, signature["inputs"], target, dynamic.example, other_sizes)
+        with stopwatch.stage("reference"):
+            verifier = Verifier(script.function, inputs, signature["inputs"], target, dynamic.example, other_sizes)
     try:
         contents, verification = _build_verified(graph, backend, ctx, signature, model_info, verifier, say,
                                                  rewritten=backend != "aten")
@@ -146,7 +150,8 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
         # A rewrite before fusion (GEMM forms, layouts, attention) changed the model beyond rounding: a bug, but the
         # user still gets a correct package, the one TorchScript's own graph makes through ATen.
         say(f"{err}; converting again as TorchScript wrote it, every op through ATen")
-        graph, ctx, _, _ = _prepared(script, inputs + state, dynamic, target, "aten", full_source_paths, say)
+        graph, ctx, _, _ = _prepared(script, inputs + state, dynamic, target, "aten", full_source_paths, say,
+                                     stopwatch)
         contents, verification = _build_verified(graph, "aten", ctx, signature, model_info, verifier, say,
                                                  rewritten=False)
         verification["notes"] = list(verification["notes"]) + [
@@ -154,8 +159,10 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
     if pass_notes or script.notes:
         verification["notes"] = list(verification["notes"]) + script.notes + pass_notes
     if target.type == "cuda" and contents.manifest["cuda_graph"]:
-        _choose_cuda_graph(contents, inputs, target, say)
+        with stopwatch.stage("cuda_graph_timing"):
+            _choose_cuda_graph(contents, inputs, target, say)
     contents.manifest["report"]["verification"] = verification
+    contents.manifest["report"]["pass_seconds"] = stopwatch.report()
     if dynamic:
         contents.manifest["report"]["dynamic_dims"] = signature["dims"]
     return contents
@@ -186,7 +193,8 @@ def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backen
 
 
 def _prepared(script, inputs: list, dynamic: "dims.DynamicSpec", target: torch.device, backend: str,
-              full_source_paths: bool, say: Progress) -> tuple[Any, pipeline.Context, str, list[str]]:
+              full_source_paths: bool, say: Progress,
+              stopwatch: pipeline.Stopwatch) -> tuple[Any, pipeline.Context, str, list[str]]:
     """TorchScript's graph in our IR, typed and rewritten for fusion -> (graph, context, backend, notes). A pass
     that fails with an internal error (a bug) must not fail the conversion: a rewrite that only makes the graph
     faster is skipped, any other pass costs the generated kernels (every op through ATen); each time the graph is
@@ -196,8 +204,9 @@ def _prepared(script, inputs: list, dynamic: "dims.DynamicSpec", target: torch.d
     notes: list[str] = []
     while True:
         names = script.input_names + [f"self.{slot.name}" for slot in script.state]
-        graph = from_torchscript(script.graph, names, script.name, full_source_paths)
-        ctx = _context(target, inputs, dynamic)
+        with stopwatch.stage("from_torchscript"):
+            graph = from_torchscript(script.graph, names, script.name, full_source_paths)
+        ctx = _context(target, inputs, dynamic, stopwatch)
         try:
             pipeline.prepare(graph, ctx, generate_kernels=backend != "aten", skip=frozenset(skipped))
             return graph, ctx, backend, notes
@@ -214,9 +223,11 @@ def _prepared(script, inputs: list, dynamic: "dims.DynamicSpec", target: torch.d
             say(notes[-1])
 
 
-def _context(target: torch.device, inputs: list, dynamic: "dims.DynamicSpec") -> pipeline.Context:
+def _context(target: torch.device, inputs: list, dynamic: "dims.DynamicSpec",
+             stopwatch: pipeline.Stopwatch) -> pipeline.Context:
     """What the passes share: the target, the example inputs and, with dynamic dims, draws at other sizes."""
-    ctx = pipeline.Context(target, inputs, _run_plan(target), example_sizes=dict(dynamic.example),
+    ctx = pipeline.Context(target, inputs, _run_plan(target), stopwatch=stopwatch,
+                           example_sizes=dict(dynamic.example),
                            draws=[(sizes, dims.inputs_at(dynamic, sizes, inputs, seed=i))
                                   for i, sizes in enumerate(dynamic.draws())])
     ctx.value_draws = [with_other_values(inputs, seed=7 + i, shift=shift) for i, shift in enumerate(VALUE_SHIFTS)]
@@ -247,10 +258,12 @@ def _build_verified(graph, backend: str, ctx: pipeline.Context, signature: dict,
             break
         checked = time.perf_counter()
         say(f"verifying against TorchScript on {verifier.compared} input sets")
-        mismatches = verifier.check(package_runner(contents, ctx.device))
+        with ctx.stopwatch.stage("verify"):
+            mismatches = verifier.check(package_runner(contents, ctx.device))
         culprit = None
         if mismatches and contents.manifest["kernels"]:
-            culprit = _find_culprit(graph, sched, contents, verifier, ctx.device)
+            with ctx.stopwatch.stage("culprit_search"):
+                culprit = _find_culprit(graph, sched, contents, verifier, ctx.device)
         verify_seconds += time.perf_counter() - checked
         if not mismatches:
             break
@@ -295,14 +308,15 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
         try:
             plan_graph = pipeline.lower(graph, ctx)
             kernels = [n.attrs["kernel"] for n in plan_graph.walk() if n.op == KERNEL_OP]
-            files, backend_section = build_kernels(kernels, backend, say, target)
+            with ctx.stopwatch.stage("kernels"):
+                files, backend_section = build_kernels(kernels, backend, say, target)
         except Jit2TritonError:
             raise
         except Exception as err:  # a bug in fusion or a renderer that no single node explains: no kernels at all
             failure = f"generating kernels failed ({type(err).__name__}: {err}); every op runs through ATen"
             say(failure)
             plan_graph, kernels, files, backend_section, backend = graph, [], {}, {}, "aten"
-    sched = pipeline.plan(plan_graph, target)
+    sched = pipeline.plan(plan_graph, target, ctx.stopwatch)
     state_entries, state_weights = _state_section(model_info["state"])
     model_info = {k: v for k, v in model_info.items() if k != "state"}
     manifest = {

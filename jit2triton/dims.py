@@ -62,7 +62,11 @@ class DynamicSpec:
 
     def draws(self, count: int = EXTRA_DRAWS, seed: int = 0) -> list[dict[str, int]]:
         """`count` other sizes for every dim, each dim's differing from draw to draw and from the example's:
-        small (conversion runs the model at each), and above 1 where the range allows (1 hides broadcasts)."""
+        small (conversion runs the model at each), and above 1 where the range allows (1 hides broadcasts). None
+        without dims: every draw would be the example itself (a static conversion ran the model five times in each
+        observation, the same inputs every time)."""
+        if not self.dims:
+            return []
         rng = random.Random(seed)
         columns = {}
         for name, dim in self.dims.items():

@@ -150,3 +150,27 @@ def test_a_row_max_and_min_run_as_simd_lanes_and_keep_torch_s_nan_and_inf(tmp_pa
     for runtime in ("python", "cpp"):
         for got, expected in zip(jit2triton.load(tmp_path / "m.j2t", runtime=runtime)(y), model(y)):
             torch.testing.assert_close(got, expected, equal_nan=True, rtol=0, atol=0)
+
+
+class SameKernelAtThreeSizes(torch.nn.Module):
+    """Three ReLU(2x) kernels over different shapes (a conv net's activations at each stage) and one that scales by
+    3, each over its own input and shape, so no two merge."""
+
+    def forward(self, x, y, z, w):
+        return torch.relu(x * 2), torch.relu(y * 2), torch.relu(z * 2), torch.relu(w * 3)
+
+
+def test_kernels_that_differ_only_in_sizes_share_one_compiled_body(tmp_path):
+    """The kernels at three shapes compile as one body taking their loop bounds as arguments, each kernel a wrapper
+    passing its own; the x3 kernel differs in a float literal, so it keeps its own body. Each output against
+    TorchScript's, through both runtimes."""
+    example = (torch.randn(4, 8), torch.randn(3, 16), torch.randn(5, 7), torch.randn(6, 8))
+    traced = torch.jit.trace(SameKernelAtThreeSizes(), example)
+    converted = jit2triton.convert(traced, example_inputs=example)
+    assert len(converted.manifest["kernels"]) == 4 and converted.manifest["cpp"]["bodies"] == 2, converted.code
+    assert converted.code.count("return k0_mul_relu_shared(buffers, sizes, num_threads, params);") == 3, converted.code
+    converted.save(tmp_path / "m.j2t")
+    fresh = tuple(torch.randn(x.shape) for x in example)
+    for runtime in ("python", "cpp"):
+        for got, want in zip(jit2triton.load(tmp_path / "m.j2t", runtime=runtime)(*fresh), traced(*fresh)):
+            torch.testing.assert_close(got, want)

@@ -105,6 +105,34 @@ def test_cat_and_stack_fuse_with_their_pointwise_consumers_into_one_kernel(backe
         assert_same_outputs(converted(*call), reference(*copied(call)), spec)
 
 
+class Joined(torch.nn.Module):
+    def __init__(self, inputs: int) -> None:
+        super().__init__()
+        self.inputs = inputs
+
+    def forward(self, x):
+        return torch.relu(torch.cat([x * (k + 1) if k % 2 else x for k in range(self.inputs)], 1))
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_a_join_of_many_tensors_runs_as_atens_cat_and_its_reader_fuses_over_one_buffer(backend) -> None:
+    """A fused cat loads every input at every element and its code grows with the inputs (DenseNet's cats of
+    every earlier feature map made C++ that grew with the square of the depth): past MAX_FUSED_INPUTS it is
+    ATen's cat, counted extern, and the relu reading it is a kernel of its own."""
+    from jit2triton.transpiler.lower_cat import MAX_FUSED_INPUTS
+    torch.manual_seed(EXAMPLE_SEED)
+    example = (torch.randn(2, 3, 4),)
+    for inputs, fused in ((MAX_FUSED_INPUTS, True), (MAX_FUSED_INPUTS + 1, False)):
+        traced = torch.jit.trace(Joined(inputs), example)
+        converted = _convert(traced, example, backend)
+        summary = converted.summary()
+        assert summary["fallback_nodes"] == 0, converted.report()
+        assert summary["extern_nodes"] == (0 if fused else 1), converted.report()
+        assert any("aten::cat" in k["ops"] for k in summary["kernels"]) == fused, converted.report()
+        fresh = (torch.randn(2, 3, 4),)
+        torch.testing.assert_close(converted(*fresh), traced(*fresh))
+
+
 def returned_list(x, y):
     parts = [torch.sin(x), y]
     return torch.cat(parts, 0) + 1, parts

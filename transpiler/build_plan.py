@@ -18,7 +18,7 @@ import torch
 
 from .fuse import KERNEL_OP
 from .ir import Block, Graph, Node, Type, Value, readers
-from .op_table import lookup, writes_in_place
+from .op_table import EXTERN, lookup, writes_in_place
 from .assign_slots import Slots, assign_slots
 from .symbolic import SymSize, size_json
 
@@ -115,7 +115,8 @@ class _PlanBuilder:
         entry = {
             "op": node.op,
             "category": ("alias" if node.attrs.get("aten_view") else
-                         "host" if node.attrs.get("scalar_carrier") else info.category),
+                         "host" if node.attrs.get("scalar_carrier") else
+                         EXTERN if node.attrs.get("extern") else info.category),
             "source": str(node.source) if node.source else "",
             "outputs": [f"%{v.name}" for v in node.outputs],
         }

@@ -26,8 +26,8 @@ from . import kernel_ir as K
 from .alias_analysis import CONTAINERS, fixed_tensor_lists, mutated_views, writes
 from .drop_unread import drop_unread
 from .ir import KERNEL_OP, Block, Graph, Node, Type, Value, walk_block
-from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, TensorBox, contiguous_strides, get_lowering,
-                       realized_box, strides_in_order)
+from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, RunsAsExtern, TensorBox, contiguous_strides,
+                       get_lowering, realized_box, strides_in_order)
 from .op_table import is_view
 from .symbolic import SymSize
 
@@ -73,11 +73,37 @@ def fuse(graph: Graph, device_type: str, refused: Optional[dict[int, str]] = Non
     raise FusionFailed([], f"fusion failed {MAX_FUSION_ATTEMPTS} times")
 
 
+_IMMUTABLE = (str, int, float, bool, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
 def clone_graph(graph: Graph) -> Graph:
-    """A deep copy that keeps value ids and node uids (so a refusal names the same node in every copy) and shares
-    the weights (they are never written)."""
-    memo = {id(w): w for w in graph.weights.values()}
-    return copy.deepcopy(graph, memo)
+    """A copy to rewrite: new blocks, nodes and values that keep their value ids and node uids (so a refusal names
+    the same node in every copy). What no pass changes in place is shared: types and sources (frozen), the weights
+    (never written), attrs' immutable values (the rest, literal lists, are deep-copied). copy.deepcopy of the whole
+    graph took most of fusion's time (1.2 million calls for a chain of 1,000 layers)."""
+    values = {id(v): Value(v.name, v.type, v.id) for v in _defined(graph)}
+    memo: dict[int, Any] = {id(w): w for w in graph.weights.values()}
+    memo.update(values)
+
+    def block(b: Block) -> Block:
+        return Block([values[id(v)] for v in b.inputs], [node(n) for n in b.nodes],
+                     [values.get(id(v), v) for v in b.outputs])
+
+    def node(n: Node) -> Node:
+        attrs = {k: v if isinstance(v, _IMMUTABLE) else copy.deepcopy(v, memo) for k, v in n.attrs.items()}
+        return Node(n.op, [values.get(id(v), v) for v in n.inputs], [values[id(v)] for v in n.outputs], attrs,
+                    [block(b) for b in n.blocks], n.source, n.uid)
+
+    return Graph(block(graph.body), dict(graph.weights), graph.name)
+
+
+def _defined(graph: Graph):
+    """Every value the graph defines: its inputs, nested blocks' inputs and every node's outputs."""
+    yield from graph.inputs
+    for n in graph.walk():
+        for b in n.blocks:
+            yield from b.inputs
+        yield from n.outputs
 
 
 _CARRIED_SCALARS = {"int": "int64", "float": "float64", "bool": "bool"}  # runtime scalar -> its 0-d tensor's dtype
@@ -174,7 +200,9 @@ class _Fuser:
         self.users.update(v.id for v in graph.outputs)
         self.gemm_only = _read_only_as_gemm_rows(graph)
         self.layout_bound = _layout_bound(graph)
-        self.pending: list[Value] = []  # values whose boxes are virtual, in creation order
+        # values whose boxes are virtual, by id, in creation order (a dict: one is dropped as it is stored, and a
+        # list's scan for it made fusion quadratic in a long chain of kernels)
+        self.pending: dict[int, Value] = {}
         self.kernel_names = itertools.count()
         self.pinned = mutated_views(graph)
         self.lists, self.unbuilt = fixed_tensor_lists(graph)  # list value id -> its ListConstruct; ids not built yet
@@ -299,6 +327,8 @@ class _Fuser:
                     raise CannotLower(f"lowering gave {box.dtype}{list(box.shape)}, TorchScript {v.type}")
         except CannotLower as why:
             node.attrs["not_lowered"] = str(why) or "unsupported arguments"
+            if isinstance(why, RunsAsExtern):
+                node.attrs["extern"] = True
             self.forget_uncommitted()
             return False
         except Exception as err:  # a bug in a lowering (or one written for a constant met a runtime scalar)
@@ -313,7 +343,7 @@ class _Fuser:
                     box.nodes.append(n)
             self.boxes[v.id] = box
             self.box_value[box.id] = v
-            self.pending.append(v)
+            self.pending[v.id] = v
             heavy = len(box.nodes) >= RECOMPUTE_LIMIT and not all(is_view(n.op) for n in box.nodes)
             if self.users[v.id] > 1 and (heavy or _has_reduction(box)):
                 self.realize(v, out)  # several users would each recompute it: store it once instead
@@ -326,7 +356,7 @@ class _Fuser:
 
     def run_elsewhere(self, node: Node, out: list[Node]) -> None:
         if writes(node) == "tensor":  # a virtual value may read the written tensor: store each as it is now
-            for v in list(self.pending):
+            for v in list(self.pending.values()):
                 self.realize(v, out)
         for v in node.inputs:
             self.realize(v, out)
@@ -388,8 +418,7 @@ class _Fuser:
         box.realize_as(name, strides)
         self.buffers[name] = v
         v.type = Type("Tensor", box.dtype, box.shape, self.device_type, strides=strides)
-        if v in self.pending:
-            self.pending.remove(v)
+        self.pending.pop(v.id, None)
 
     def memory_order_for(self, box: TensorBox, inputs: list[str]) -> list[int]:
         """The dims of a kernel's output, outermost first in memory: the layout of an input of the same shape in a
@@ -422,8 +451,7 @@ class _Fuser:
                 t = value.type
                 self.boxes[value.id].realize_as(f"buf{value.id}", t.strides)
                 self.buffers[f"buf{value.id}"] = value
-                if value in self.pending:
-                    self.pending.remove(value)
+                self.pending.pop(value.id, None)
         return True
 
     def split_nested_reductions(self, value: K.KExpr, box: TensorBox, ranges, out: list[Node]) -> K.KExpr:

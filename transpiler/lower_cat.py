@@ -4,13 +4,22 @@ The output's index along the joined dim says which input an element comes from: 
 inputs' offsets picks it. Every input's expression is guarded by its own range (`kernel_ir.guarded`): its loads
 are masked, so no input is ever read at an index outside it, on either backend, though the chain computes every
 input's expression at every index. stack is cat of the inputs, each unsqueezed at the new dim.
+
+A join of more than MAX_FUSED_INPUTS tensors runs as ATen's cat instead (as Inductor's max_pointwise_cat_inputs):
+the chain's code and its work per element grow with the number of inputs, so DenseNet's dense blocks (a cat of
+every earlier feature map, 2 to 49 inputs) made kernels whose C++ grew with the square of the depth (755 KB and
+12 s of compiling for one 48-layer block) and that loaded every input at every element. ATen's cat copies each
+input once, at memory speed, and what reads the result fuses over one buffer, the same kernel at every depth.
 """
 from __future__ import annotations
 
 from typing import Callable, Sequence
 
 from . import kernel_ir as K
-from .lowering import LowerContext, TensorBox, compute_dtype, is_box, lowering, make_box, normalize_dim, require
+from .lowering import (LowerContext, RunsAsExtern, TensorBox, compute_dtype, is_box, lowering, make_box,
+                       normalize_dim, require)
+
+MAX_FUSED_INPUTS = 8
 
 # (box, offset along the joined dim, extent along it); take(index, local position) -> the box's own index
 Piece = tuple[TensorBox, int, int]
@@ -48,6 +57,9 @@ def stack(ctx: LowerContext, tensors, dim: int = 0) -> TensorBox:
 
 
 def _joined(ctx: LowerContext, pieces: Sequence[Piece], dim: int, take: Take, sources) -> TensorBox:
+    if len(pieces) > MAX_FUSED_INPUTS:
+        raise RunsAsExtern(f"a join of {len(pieces)} tensors (more than {MAX_FUSED_INPUTS}) is a copy ATen's cat "
+                           "makes at memory speed; fused, every element would load every input")
     dtype = compute_dtype(ctx.out_dtype)  # the promoted dtype TorchScript typed the result with
 
     def fn(index):

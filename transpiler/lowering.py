@@ -36,6 +36,12 @@ class CannotLower(Exception):
     """This node (with these arguments) has no kernel lowering; it runs through ATen instead."""
 
 
+class RunsAsExtern(CannotLower):
+    """This node could lower, but ATen's own kernel does its work better than a fused one would (a join of many
+    tensors, a copy ATen makes at memory speed): it runs through ATen, and the report counts it as extern (a
+    vendor kernel chosen on purpose), not as a fallback."""
+
+
 @dataclass(eq=False)
 class TensorBox:
     shape: tuple[int, ...]

@@ -12,8 +12,10 @@ so no stage imports a later one.
 """
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import torch
 
@@ -43,6 +45,27 @@ from .unpack_splits import unpack_splits
 RunPlan = Callable[[Plan, list, Optional[Callable]], list]  # (plan, inputs, observer) -> outputs
 
 
+class Stopwatch:
+    """Seconds spent in each stage of a conversion, keyed by stage name in the order first met (a stage met again,
+    in a second build after verification took a kernel out, adds to its time): the report's `pass_seconds`, so a
+    model that converts slowly says where the time went. `say` is the conversion's progress callback."""
+
+    def __init__(self, say: Optional[Callable[[str], None]] = None) -> None:
+        self.seconds: dict[str, float] = {}
+        self.say = say or (lambda message: None)
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def report(self) -> dict[str, float]:
+        return {name: round(seconds, 3) for name, seconds in self.seconds.items()}
+
+
 @dataclass
 class Context:
     device: torch.device
@@ -64,6 +87,7 @@ class Context:
     # with dynamic sizes run through ATen
     kernel_dims: Optional[dict[str, tuple]] = None
     refused: dict[int, str] = field(default_factory=dict)  # node uid -> why it must run through ATen
+    stopwatch: Stopwatch = field(default_factory=Stopwatch)  # each pass's seconds, and progress as passes start
 
 
 def observe(graph: Graph, ctx: Context) -> Graph:
@@ -126,7 +150,7 @@ REWRITES: list[tuple[str, Pass]] = [
     ("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes)),  # CPU: where oneDNN is faster
     ("check_indices", lambda g, c: check_indices(g)),  # generated gathers clamp: a bad index must still raise
     ("channels_last", channels_last),  # conv nets: channels-last activations, where timing says faster
-    ("observe", observe),  # the rewrites made new values (a fused attention's output has its own strides)
+    ("reobserve", observe),  # the rewrites made new values (a fused attention's output has its own strides)
     ("infer_unobserved", lambda g, c: infer_unobserved(g)),  # branches the example inputs did not take
 ]
 
@@ -149,11 +173,12 @@ def prepare(graph: Graph, ctx: Context, generate_kernels: bool, skip: frozenset 
     """Every pass before fusion, in order, but those in `skip`; the graph they leave still runs through ATen alone.
     A pass that fails with anything but a jit2triton error (which says what the user can do) raises PassFailed:
     the graph may be half rewritten, so the caller starts again from TorchScript's graph."""
-    for name, run in PREPARE + (REWRITES if generate_kernels else []):
-        if name in skip:
-            continue
+    passes = [(name, run) for name, run in PREPARE + (REWRITES if generate_kernels else []) if name not in skip]
+    for done, (name, run) in enumerate(passes, 1):
+        ctx.stopwatch.say(f"pass {name} {done}/{len(passes)}")
         try:
-            run(graph, ctx)
+            with ctx.stopwatch.stage(name):
+                run(graph, ctx)
         except Jit2TritonError:
             raise
         except Exception as err:  # noqa: BLE001 - any bug in a pass
@@ -164,12 +189,18 @@ def prepare(graph: Graph, ctx: Context, generate_kernels: bool, skip: frozenset 
 def lower(graph: Graph, ctx: Context) -> Graph:
     """A copy of the prepared graph with its lowerable nodes fused into kernels (`ctx.refused` stay ATen), and
     sibling kernels over one iteration space merged into one."""
-    return merge_kernels(fuse(graph, ctx.device.type, ctx.refused, ctx.kernel_dims))
+    with ctx.stopwatch.stage("fuse"):
+        fused = fuse(graph, ctx.device.type, ctx.refused, ctx.kernel_dims)
+    with ctx.stopwatch.stage("merge_kernels"):
+        return merge_kernels(fused)
 
 
-def plan(graph: Graph, device: Optional[torch.device] = None) -> Plan:
+def plan(graph: Graph, device: Optional[torch.device] = None, stopwatch: Optional[Stopwatch] = None) -> Plan:
     """The plan the runtimes run; for a CPU target, with its kernels' intermediate outputs in one arena."""
-    sched = build_plan(graph)
+    stopwatch = stopwatch or Stopwatch()
+    with stopwatch.stage("build_plan"):
+        sched = build_plan(graph)
     if device is not None and device.type == "cpu":
-        plan_arena(sched.plan, sched.nodes)
+        with stopwatch.stage("plan_arena"):
+            plan_arena(sched.plan, sched.nodes)
     return sched

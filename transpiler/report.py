@@ -75,6 +75,7 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
         lines.append(f"dim {name} kept static (dynamic_shapes='auto'): {why}")
     lines += _format_choices(summary.get("timed_choices", []))
     lines += _format_verification(summary.get("verification"))
+    lines += _format_pass_seconds(summary.get("pass_seconds"))
     return "\n".join(lines)
 
 
@@ -109,6 +110,15 @@ def _kernel_line(kernel: dict[str, Any]) -> str:
 
 def _count(n: int, what: str) -> str:
     return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _format_pass_seconds(seconds: Any) -> list[str]:
+    """Where converting took its time: the total, and the stages that took a tenth of it or more."""
+    if not seconds:
+        return []
+    total = sum(seconds.values())
+    slow = sorted(((s, name) for name, s in seconds.items() if s >= 0.1 * total), reverse=True)
+    return [f"conversion took {total:.1f}s, most in: " + ", ".join(f"{name} {s:.1f}s" for s, name in slow)]
 
 
 def _format_verification(verification: Any) -> list[str]:
