@@ -195,7 +195,9 @@ void check_plan(const Value& plan, int64_t num_nodes, const Value& kernels) {
 
 class Builder {
  public:
-  Builder(Plan& plan) : plan_(plan), device_(plan.device) {}
+  Builder(Plan& plan, const Value& plan_json) : plan_(plan), device_(plan.device) {
+    packed_ = build_packed(plan_json.find("packed"), [this](const Value& r) { return ref(r).constant; });
+  }
 
   Ref ref(const Value& r) {
     const std::string& kind = r[0].as_string();
@@ -208,6 +210,10 @@ class Builder {
       c10::List<at::Tensor> list;
       for (const auto& name : r[1].items) list.push_back(weight(name.as_string()));
       out.constant = list;
+    } else if (kind == "p") {
+      auto it = packed_.find(r[1].as_string());
+      if (it == packed_.end()) throw Error(Error::Kind::CorruptPackage, policy::message::packed_missing(repr(r[1].as_string())));
+      out.constant = it->second;
     } else {
       out.constant = decode_literal(r[1], plan_.built_for_, device_);
     }
@@ -230,6 +236,7 @@ class Builder {
   Plan& plan_;
   c10::Device device_;
   std::map<std::string, at::Tensor> moved_;  // weights on the run device, moved once
+  std::map<std::string, IValue> packed_;      // the plan's packed constants (a quantized op's packed weights)
 
   const at::Tensor& weight(const std::string& name) {
     auto it = moved_.find(name);
@@ -703,7 +710,7 @@ Plan::Plan(Package pkg, const LoadOptions& options)
       bad_plan("its arena");
     arena_bytes_ = bytes->integer;
   }
-  Builder builder(*this);
+  Builder builder(*this, plan);
   steps_ = builder.block(plan.at("steps"));
   for (const auto& r : plan.at("outputs").items) {
     Ref out = builder.ref(r);
