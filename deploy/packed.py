@@ -16,7 +16,7 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, QuantizedEngineError
 
-from .policy import PACKING_OPS, message
+from .policy import PACKING_OPS, QUANTIZED_ENGINES, message
 from .resolve import resolve_op
 
 _ENGINE_SWITCH = threading.Lock()  # torch's quantized engine is process-wide: one load switches it at a time
@@ -48,8 +48,8 @@ def packed_constant(built: dict[str, Any], name: str) -> Any:
 def check_engine(engine: str) -> None:
     supported = torch.backends.quantized.supported_engines
     if engine not in supported:
-        raise QuantizedEngineError(message("missing_engine", engine=engine,
-                                           supported=", ".join(e for e in supported if e != "none") or "none"))
+        have = ", ".join(sorted(e for e in QUANTIZED_ENGINES if e in supported)) or "none"
+        raise QuantizedEngineError(message("missing_engine", engine=engine, supported=have))
 
 
 @contextlib.contextmanager

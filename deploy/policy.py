@@ -50,6 +50,7 @@ PACKING_OPS = (
     "quantized::linear_prepack", "quantized::linear_prepack_fp16", "quantized::conv2d_prepack",
     "quantized::conv3d_prepack", "quantized::conv_transpose2d_prepack", "quantized::conv_transpose3d_prepack",
     "quantized::make_quantized_cell_params_dynamic", "quantized::make_quantized_cell_params_fp16",
+    "quantized::embedding_bag_prepack",
 )
 # torch.backends.quantized's engine names -> at::QEngine's values
 QUANTIZED_ENGINES = {"fbgemm": 1, "qnnpack": 2, "onednn": 3, "x86": 4}

@@ -82,7 +82,7 @@ register(EXTERN, """
     mkldnn::_linear_pointwise
 """)
 
-# Quantized GEMMs, convolutions and RNNs over packed weights (transpiler/packed_params.py): FBGEMM, oneDNN or
+# Quantized GEMMs, convolutions, RNNs and embeddings over packed weights (transpiler/packed_params.py): FBGEMM, oneDNN or
 # QNNPACK kernels, as the quantized engine picks
 register(EXTERN, """
     quantized::linear quantized::linear_relu quantized::linear_dynamic quantized::linear_relu_dynamic
@@ -91,7 +91,8 @@ register(EXTERN, """
     quantized::conv2d_add quantized::conv2d_add_relu quantized::conv3d.new quantized::conv3d_relu.new
     quantized::conv_transpose1d quantized::conv_transpose2d quantized::conv_transpose3d quantized::conv2d_dynamic
     aten::quantized_lstm.input aten::quantized_lstm.data aten::quantized_gru.input aten::quantized_gru.data
-    quantized::quantized_lstm_cell_dynamic quantized::quantized_gru_cell_dynamic
+    quantized::quantized_lstm_cell_dynamic quantized::quantized_gru_cell_dynamic quantized::embedding_byte
+    quantized::embedding_bag_byte
 """)
 
 

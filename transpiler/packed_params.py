@@ -88,7 +88,7 @@ class _Maker:
             op = "aten::_make_per_tensor_quantized_tensor"
             args = [integers, self.literal(tensor.q_scale(), f"{name}_scale"),
                     self.literal(tensor.q_zero_point(), f"{name}_zero_point")]
-        elif scheme == torch.per_channel_affine:
+        elif scheme in (torch.per_channel_affine, torch.per_channel_affine_float_qparams):  # the latter: embeddings
             op = "aten::_make_per_channel_quantized_tensor"
             args = [integers, self.weight(tensor.q_per_channel_scales(), f"{name}_scales"),
                     self.weight(tensor.q_per_channel_zero_points(), f"{name}_zero_points"),
@@ -96,15 +96,15 @@ class _Maker:
         else:
             raise ConversionError(
                 f"constant {name} is a quantized tensor with scheme {scheme}; jit2triton stores per-tensor and "
-                "per-channel affine quantization (torch.per_tensor_affine, torch.per_channel_affine): quantize the "
-                "model with one of those")
+                "per-channel affine quantization (torch.per_tensor_affine, torch.per_channel_affine, "
+                "torch.per_channel_affine_float_qparams): quantize the model with one of those")
         made = Value(name, Type("Tensor", dtype_name(tensor.dtype), tuple(tensor.shape), tensor.device.type))
         self.nodes.append(self.at_load(op, args, made))
         return made
 
     def object(self, obj: torch.ScriptObject, name: str) -> Value:
         cls = obj._type().qualified_name()
-        unpacker = _UNPACKERS.get(cls.rsplit(".", 1)[-1])
+        unpacker = _UNPACKERS.get(cls.removeprefix(_CLASSES))
         if unpacker is None:
             raise ConversionError(
                 f"constant {name} is a TorchScript object of class {cls}; a package stores tensors and numbers, and "
@@ -143,6 +143,15 @@ def _conv(dims: int) -> Callable[[torch.ScriptObject, str], Unpacked]:
     return unpack_conv
 
 
+def _embedding(obj: torch.ScriptObject, name: str) -> Unpacked:
+    weight = torch.ops.quantized.embedding_bag_unpack(obj)
+    if weight.dtype != torch.quint8:
+        raise ConversionError(
+            f"constant {name} packs an embedding table of dtype {weight.dtype}; jit2triton rebuilds 8-bit ones "
+            "(torch.quint8, as float_qparams_weight_only_qconfig makes): quantize the embedding that way")
+    return "quantized::embedding_bag_prepack", [("weight", weight)]
+
+
 def _rnn_cell(obj: torch.ScriptObject, name: str) -> Unpacked:
     (kind, tensors, _, integers, packed), _ = obj.__getstate__()
     if kind == "quantized_dynamic":  # quantize_dynamic(..., dtype=torch.qint8): int8 weights, float biases
@@ -156,11 +165,13 @@ def _rnn_cell(obj: torch.ScriptObject, name: str) -> Unpacked:
         "ones (quantize_dynamic with dtype torch.qint8 or torch.float16): quantize the RNN that way")
 
 
-_UNPACKERS: dict[str, Callable[[torch.ScriptObject, str], Unpacked]] = {
-    "LinearPackedParamsBase": _linear,
-    "Conv2dPackedParamsBase": _conv(2),
-    "Conv3dPackedParamsBase": _conv(3),
-    "CellParamsBase": _rnn_cell,
+_CLASSES = "__torch__.torch.classes."
+_UNPACKERS: dict[str, Callable[[torch.ScriptObject, str], Unpacked]] = {  # by class, less _CLASSES
+    "quantized.LinearPackedParamsBase": _linear,
+    "quantized.Conv2dPackedParamsBase": _conv(2),
+    "quantized.Conv3dPackedParamsBase": _conv(3),
+    "quantized.EmbeddingPackedParamsBase": _embedding,
+    "rnn.CellParamsBase": _rnn_cell,
 }
 
 
