@@ -105,6 +105,8 @@ def test_packed_parameters_are_stored_as_their_parts_and_packed_at_load(converte
     assert {"int8", "float64", "int64", "float32"} <= stored  # integers, per-channel scales and zero points, biases
     steps = [step["op"] for step in manifest["plan"]["steps"] if step["kind"] == "call"]
     assert not any("prepack" in op or "_quantized_tensor" in op for op in steps), steps  # packed once, not per call
+    assert manifest["report"]["packed_params"] == 3 and manifest["report"]["quantized_engine"] == engines.pop()
+    assert "packed parameters: 3, stored as their integers" in jit2triton.load(path).report()
 
 
 def test_quantized_tensors_never_enter_a_generated_kernel(converted) -> None:
@@ -178,3 +180,18 @@ def test_the_cli_converts_a_saved_quantized_model_with_a_dynamic_batch(tmp_path)
         assert result.exit_code == 0, result.output
         error = float(re.search(r"max abs error against .*: (\S+)", result.output).group(1))
         assert error < 1e-6, result.output
+
+
+def test_a_quantized_model_converts_for_the_cpu_only() -> None:
+    """torch's quantized kernels are CPU kernels: converting for CUDA is refused before anything runs (checked on
+    the graph, so without a GPU)."""
+    from jit2triton.loaders.torchscript import load_script
+    from jit2triton.transpiler.from_torchscript import from_torchscript
+    from jit2triton.transpiler.place_on_device import place_on_device
+
+    script = load_script(torch.jit.trace(dynamic_mlp(), (torch.randn(2, 64),)))
+    graph = from_torchscript(script.graph, script.input_names, script.name)
+    with pytest.raises(ConversionError, match=r"quantized weights \(__torch__\.torch\.classes\.quantized\."
+                                              r"LinearPackedParamsBase\) .*CPU only; convert it with device='cpu'"):
+        place_on_device(graph, torch.device("cuda"))
+    place_on_device(graph, torch.device("cpu"))

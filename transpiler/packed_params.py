@@ -22,7 +22,7 @@ import torch
 
 from jit2triton.errors import ConversionError
 
-from .ir import Node, Source, Type, Value, dtype_name
+from .ir import Graph, Node, Source, Type, Value, dtype_name
 
 AT_LOAD = "at_load"  # node attr: the node reads only constants and runs once, at load (build_plan's "packed")
 ENGINE = "quantized_engine"  # node attr of a packing op: the quantized engine its packed weights are laid out for
@@ -45,6 +45,19 @@ def unpack(value: Any, name: str, source: Source | None, weights: dict[str, torc
     maker = _Maker(weights, source, unique)
     made = maker.value(value, name)
     return maker.nodes, made
+
+
+def refuse_off_cpu(graph: Graph, target: torch.device) -> None:
+    """Quantized ops over packed weights are CPU kernels (FBGEMM, oneDNN, QNNPACK): a model holding packed weights
+    converts for the CPU only."""
+    if target.type == "cpu":
+        return
+    packing = next((n for n in graph.walk() if ENGINE in n.attrs), None)
+    if packing is not None:
+        where = f" (model source {packing.source})" if packing.source else ""
+        raise ConversionError(
+            f"the model holds quantized weights ({packing.output.type.kind}){where}, which torch's quantized kernels "
+            f"read on the CPU only; convert it with device='cpu', not {target.type!r}")
 
 
 class _Maker:
