@@ -151,6 +151,29 @@ def test_a_packing_step_edited_to_another_op_is_refused(runtime: str, converted,
         jit2triton.load(edited, runtime=runtime)
 
 
+def _drop_arguments(plan: dict) -> None:
+    plan["packed"][-1]["args"] = []
+
+
+def _read_an_unbuilt_constant(plan: dict) -> None:
+    plan["packed"][-1]["args"][0] = ["p", "nowhere"]
+
+
+def _step_reads_an_unbuilt_constant(plan: dict) -> None:
+    step = next(s for s in plan["steps"] if any(r[0] == "p" for r in s["args"]))
+    step["args"] = [["p", "nowhere"] if r[0] == "p" else r for r in step["args"]]
+
+
+@pytest.mark.parametrize("damage", [_drop_arguments, _read_an_unbuilt_constant, _step_reads_an_unbuilt_constant])
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_damaged_packed_list_is_refused_as_corrupt(damage, runtime: str, converted, tmp_path, cpp_runtime) -> None:
+    path, _, _ = converted("lstm", "trace")  # RNN cells pack packed linears: entries read earlier entries
+    damaged = tmp_path / "damaged.j2t"
+    rewrite_package(path, damaged, edit_manifest=lambda manifest: damage(manifest["plan"]))
+    with pytest.raises(CorruptPackageError, match="re-run `jit2triton convert`"):
+        jit2triton.load(damaged, runtime=runtime)
+
+
 def test_a_torchscript_object_other_than_packed_parameters_is_refused_by_class() -> None:
     """Sparse packed weights (torch.ao.nn.sparse) have a class of the same short name as the dense ones."""
     previous = torch.backends.quantized.engine
@@ -163,6 +186,18 @@ def test_a_torchscript_object_other_than_packed_parameters_is_refused_by_class()
     with pytest.raises(ConversionError, match=r"class __torch__\.torch\.classes\.sparse\.LinearPackedParamsBase; .*"
                                               r"rebuilds only the packed parameters of quantized ops"):
         unpack(sparse, "packed", None, {}, lambda name, taken: name)
+
+
+def test_a_list_of_packed_parameters_is_built_from_its_items() -> None:
+    """A constant list of packed objects (as an RNN's cell parameters are passed) becomes one list of the items'
+    packings, typed by their class so the C++ runtime builds the list an op such as aten::quantized_lstm takes."""
+    weight = torch.quantize_per_tensor(torch.randn(8, 16), 0.05, 0, torch.qint8)
+    packed = [torch.ops.quantized.linear_prepack(weight, None) for _ in range(2)]
+    weights: dict = {}
+    nodes, made = unpack(packed, "cells", None, weights, lambda name, taken: name)
+    assert [n.op for n in nodes].count("quantized::linear_prepack") == 2 and nodes[-1].op == "prim::ListConstruct"
+    assert str(made.type) == "List[__torch__.torch.classes.quantized.LinearPackedParamsBase]"
+    assert {str(w.dtype) for w in weights.values()} == {"torch.int8"}  # the integers; scale and zero point: literals
 
 
 def test_the_cli_converts_a_saved_quantized_model_with_a_dynamic_batch(tmp_path) -> None:
