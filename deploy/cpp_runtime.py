@@ -19,11 +19,12 @@ import torch
 
 from jit2triton.emitters.cache import cache_dir, write_once
 from jit2triton.errors import (CorruptPackageError, InputError, ModelRaisedError, PackageDeviceError, PackageError,
-                               PackageVersionError, SignatureError, StepError)
+                               PackageVersionError, QuantizedEngineError, SignatureError, StepError)
 
 # The classes the extension raises, by name: the C++ runtime's errors are the Python runtime's exceptions.
 EXCEPTIONS = {cls.__name__: cls for cls in (PackageError, CorruptPackageError, PackageVersionError, PackageDeviceError,
-                                            SignatureError, InputError, StepError, ModelRaisedError)}
+                                            SignatureError, InputError, StepError, ModelRaisedError,
+                                            QuantizedEngineError)}
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp")
 SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/signing.cpp", "src/package.cpp", "src/literals.cpp", "src/plan.cpp", "src/state.cpp", "src/signature.cpp",

@@ -14,6 +14,7 @@ import torch
 from jit2triton.errors import CorruptPackageError, Jit2TritonError, SizeChangedError, StepError
 
 from .cuda_graph import RegionGraphs
+from .packed import build_packed, packed_constant
 from .policy import MAX_ARENA_BYTES
 from .resolve import resolve_op
 from .sizes import is_dynamic, shape_function
@@ -52,6 +53,7 @@ class Executor:
         self.arena_bytes = _arena_bytes(plan) if observe is None and device.type == "cpu" else 0
         self.arena_views: list[tuple[int, tuple, tuple, torch.dtype]] = []  # (offset, shape, strides, dtype)
         self.arena_local = threading.local()
+        self.packed = build_packed(plan.get("packed", ()), self.literal)  # a quantized op's packed weights
         self.steps = self.compile_block(plan["steps"])
         self.output_getters = [self.getter(r) for r in plan["outputs"]]
         self.single_kernel = self.compile_single_kernel(plan)
@@ -86,6 +88,8 @@ class Executor:
             return self.weights[ref[1]]
         if ref[0] == "wl":
             return [self.weights[name] for name in ref[1]]
+        if ref[0] == "p":
+            return packed_constant(self.packed, ref[1])
         return ref[1]
 
     def getter(self, ref: list) -> Callable[[list], Any]:

@@ -52,7 +52,8 @@ def decode(data: Any) -> Any:
 
 
 def map_plan_literals(plan: dict, fn: Callable[[Any], Any]) -> dict:
-    """A copy of `plan` with every ["c", literal] reference's literal passed through `fn`."""
+    """A copy of `plan` with every ["c", literal] reference's literal passed through `fn` (the packed constants'
+    arguments included)."""
     def ref(r: list) -> list:
         return ["c", fn(r[1])] if r[0] == "c" else r
 
@@ -68,7 +69,10 @@ def map_plan_literals(plan: dict, fn: Callable[[Any], Any]) -> dict:
             out["steps"] = [step(inner) for inner in s["steps"]]
         return out
 
-    return dict(plan, steps=[step(s) for s in plan["steps"]], outputs=[ref(r) for r in plan["outputs"]])
+    mapped = dict(plan, steps=[step(s) for s in plan["steps"]], outputs=[ref(r) for r in plan["outputs"]])
+    if "packed" in plan:
+        mapped["packed"] = [dict(p, args=[ref(r) for r in p["args"]]) for p in plan["packed"]]
+    return mapped
 
 
 def map_manifest_plans(manifest: dict, fn: Callable[[Any], Any]) -> dict:

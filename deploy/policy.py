@@ -45,6 +45,20 @@ DTYPES = {
     "complex128": "ComplexDouble",
 }
 
+# --- packed constants: what a plan's "packed" list may run at load ---------------------------------------------------
+# A quantized op's packed weights are rebuilt at load from their stored parts (deploy/packed.py, and in C++
+# build_packed in literals.cpp); only these ops may do it, as a quantized weight is made from its integers and then
+# packed for the quantized engine's kernels.
+PACKING_OPS = (
+    "aten::_make_per_tensor_quantized_tensor", "aten::_make_per_channel_quantized_tensor",
+    "quantized::linear_prepack", "quantized::linear_prepack_fp16", "quantized::conv2d_prepack",
+    "quantized::conv3d_prepack", "quantized::conv_transpose2d_prepack", "quantized::conv_transpose3d_prepack",
+    "quantized::make_quantized_cell_params_dynamic", "quantized::make_quantized_cell_params_fp16",
+    "quantized::embedding_bag_prepack",
+)
+# torch.backends.quantized's engine names -> at::QEngine's values
+QUANTIZED_ENGINES = {"fbgemm": 1, "qnnpack": 2, "onednn": 3, "x86": 4}
+
 # --- messages ------------------------------------------------------------------------------------------------------
 RECONVERT = "re-run `jit2triton convert`"
 MESSAGES = {
@@ -70,6 +84,14 @@ MESSAGES = {
     "weight_outside": "weight {name} lies outside weights.bin; the package is corrupted",
     "weight_shape": "weight {name}'s shape does not match its bytes; the package is corrupted",
     "weight_order": "weight {name}'s memory order is not a permutation of its dims; the package is corrupted",
+    "packing_op": "the package's plan builds a constant at load with {op}, which is not an op that packs quantized "
+                  "weights; the package is corrupted: " + RECONVERT,
+    "packed_missing": "the package's plan reads packed constant {name}, which its packed list does not build before; "
+                      "the package is corrupted: " + RECONVERT,
+    "missing_engine": "the package's quantized weights are packed for the {engine} quantized engine, which this torch "
+                      "does not have (it has: {supported}); load it where torch.backends.quantized.supported_engines "
+                      "lists {engine}, or convert the model on this machine (with torch.backends.quantized.engine set "
+                      "to one of those)",
 }
 
 
@@ -124,6 +146,14 @@ def cpp_header() -> str:
         "inline const std::map<std::string, at::ScalarType>& dtypes() {",
         "  static const std::map<std::string, at::ScalarType> table = {",
         *(f"      {{{_cpp_string(name)}, at::ScalarType::{aten}}}," for name, aten in DTYPES.items()),
+        "  };",
+        "  return table;",
+        "}",
+        "",
+        "constexpr const char* kPackingOps[] = {" + ", ".join(map(_cpp_string, PACKING_OPS)) + "};",
+        "inline const std::map<std::string, int>& quantized_engines() {",
+        "  static const std::map<std::string, int> table = {",
+        *(f"      {{{_cpp_string(name)}, {value}}}," for name, value in QUANTIZED_ENGINES.items()),
         "  };",
         "  return table;",
         "}",

@@ -25,6 +25,7 @@ from .errors import (  # noqa: E402
     PackageDeviceError,
     PackageError,
     PackageVersionError,
+    QuantizedEngineError,
     SignatureError,
     StepError,
 )
@@ -33,7 +34,8 @@ from .version import __version__  # noqa: E402
 __all__ = [
     "convert", "load", "Converted", "Dim", "__version__",
     "Jit2TritonError", "ModelLoadError", "ConversionError", "PackageError", "CorruptPackageError",
-    "PackageVersionError", "PackageDeviceError", "SignatureError", "InputError", "StepError", "ModelRaisedError",
+    "PackageVersionError", "PackageDeviceError", "QuantizedEngineError", "SignatureError", "InputError", "StepError",
+    "ModelRaisedError",
 ]
 _API = ("convert", "load", "Converted")
 

@@ -22,7 +22,7 @@ from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP
 from jit2triton.transpiler.symbolic import fit
-from jit2triton.transpiler.report import summarize
+from jit2triton.transpiler.report import packed_summary, summarize
 from jit2triton.transpiler import timing
 from jit2triton.transpiler.build_plan import Plan
 
@@ -329,7 +329,7 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
         "plan": sched.plan,
         "nodes": sched.node_table,
         "kernels": kernel_index(kernels, backend),
-        "report": dict(summarize(sched.node_table),
+        "report": dict(summarize(sched.node_table), **packed_summary(sched.plan),
                        folded_nodes=sum(1 for n in plan_graph.walk() if "folded_from" in n.attrs),
                        **({"generation_failed": failure} if failure else {})),
         "ir": str(plan_graph),

@@ -38,6 +38,11 @@ class PackageDeviceError(PackageError):
     """The package was built for a device this machine or this call cannot provide."""
 
 
+class QuantizedEngineError(PackageDeviceError):
+    """The package's quantized weights are packed for a quantized engine (x86, fbgemm, qnnpack, onednn) this torch
+    does not have."""
+
+
 class InputError(Jit2TritonError, ValueError):
     """The inputs of a call do not match the signature the model was converted with."""
 

@@ -7,7 +7,9 @@ transpiler. A step is one of:
   loop    structured `prim::Loop`: runs its body while the trip count and condition allow
   kernel  a generated kernel: reads its input buffers, writes freshly allocated outputs
 Arguments are references: ["s", slot] for a runtime value, ["c", literal] for a constant baked into the plan,
-["w", name] for a weight, ["wl", [names]] for a list of weights.
+["w", name] for a weight, ["wl", [names]] for a list of weights, ["p", name] for a packed constant: one the plan's
+"packed" list builds once at load from weights and literals (a quantized op's packed parameters, built by the op
+that packs them; transpiler/packed_params.py).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import torch
 from .fuse import KERNEL_OP
 from .ir import Block, Graph, Node, Type, Value, readers
 from .op_table import EXTERN, lookup, writes_in_place
+from .packed_params import AT_LOAD, ENGINE
 from .assign_slots import Slots, assign_slots
 from .symbolic import SymSize, size_json
 
@@ -32,7 +35,7 @@ class Plan:
 
 
 def build_plan(graph: Graph) -> Plan:
-    literals = _literals(graph)
+    literals, packed = _literals(graph)
     memory = assign_slots(graph, lambda v: v.id not in literals)
     builder = _PlanBuilder(literals, memory)
     plan = {
@@ -44,6 +47,8 @@ def build_plan(graph: Graph) -> Plan:
     dims = _dim_sources(graph)
     if dims:
         plan["dims"] = dims
+    if packed:
+        plan["packed"] = packed
     weights = _read_weights(graph)
     if graph.host_weights & weights.keys():
         plan["host_weights"] = sorted(graph.host_weights & weights.keys())  # they stay on the CPU at load
@@ -70,11 +75,20 @@ def _read_weights(graph: Graph) -> dict[str, torch.Tensor]:
     return {name: w for name, w in graph.weights.items() if name in used}
 
 
-def _literals(graph: Graph) -> dict[int, list]:
-    """Constants and weights, by value id, as the references that replace them in the plan."""
+def _literals(graph: Graph) -> tuple[dict[int, list], list[dict]]:
+    """(constants, weights and packed constants by value id as the references that replace them in the plan, the
+    packed constants' entries in the order they are built)."""
     refs: dict[int, list] = {}
+    packed: list[dict] = []
     for node in graph.walk():
-        if node.op == "prim::Constant":
+        if node.attrs.get(AT_LOAD) and all(v.id in refs for v in node.inputs):
+            entry = {"name": f"{node.output.name}_{len(packed)}", "op": node.op,
+                     "args": [refs[v.id] for v in node.inputs]}
+            if ENGINE in node.attrs:
+                entry["engine"] = node.attrs[ENGINE]
+            packed.append(entry)
+            refs[node.output.id] = ["p", entry["name"]]
+        elif node.op == "prim::Constant":
             out = node.output
             if "weight" in node.attrs:
                 refs[out.id] = ["w", node.attrs["weight"]]
@@ -82,7 +96,7 @@ def _literals(graph: Graph) -> dict[int, list]:
                 refs[out.id] = ["wl", node.attrs["weights"]]
             else:
                 refs[out.id] = ["c", node.attrs.get("value")]
-    return refs
+    return refs, packed
 
 
 class _PlanBuilder:
@@ -97,7 +111,8 @@ class _PlanBuilder:
         return self.literals.get(v.id) or ["s", self.memory.slot[v.id]]
 
     def steps(self, block: Block) -> list[dict[str, Any]]:
-        return [self.step(node) for node in block.nodes if node.op != "prim::Constant"]
+        return [self.step(node) for node in block.nodes
+                if node.op != "prim::Constant" and not (node.outputs and node.outputs[0].id in self.literals)]
 
     def block(self, block: Block) -> dict[str, Any]:
         return {

@@ -16,6 +16,7 @@ import torch
 from jit2triton.errors import ConversionError
 
 from .ir import Block, Graph, Node, Source, Type, Value, dtype_name
+from .packed_params import is_packed, unpack
 
 _TYPE_KINDS = {
     "IntType": "int", "FloatType": "float", "BoolType": "bool", "StringType": "str", "NoneType": "None",
@@ -42,6 +43,7 @@ def ir_type(ts_type) -> Type:
 _SCALAR_NAMES = {
     "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
     "Long": "int64", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
+    "QInt8": "qint8", "QUInt8": "quint8", "QInt32": "qint32",
 }
 
 
@@ -120,7 +122,12 @@ class _Builder:
             value = out.toIValue()
         except Exception as err:  # e.g. a constant object we cannot represent
             raise ConversionError(f"constant {out.debugName()} of type {out.type()} cannot be represented: {err}")
-        if isinstance(value, torch.Tensor):
+        if is_packed(value):  # a quantized op's packed parameters: rebuilt from their parts, once at load
+            made, _ = unpack(value, _clean(out.debugName()), node.source, self.weights, _unique)
+            last = made.pop()  # the node making the value itself takes the constant's place
+            node.op, node.inputs, node.attrs = last.op, last.inputs, dict(last.attrs, expanded=made)
+            node.outputs[0].type = last.output.type
+        elif isinstance(value, torch.Tensor):
             name = _unique(_clean(out.debugName()), self.weights)
             self.weights[name] = value.detach()
             node.attrs["weight"] = name

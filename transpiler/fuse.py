@@ -25,7 +25,7 @@ import torch
 from . import kernel_ir as K
 from .alias_analysis import CONTAINERS, fixed_tensor_lists, mutated_views, writes
 from .drop_unread import drop_unread
-from .ir import KERNEL_OP, Block, Graph, Node, Type, Value, walk_block
+from .ir import KERNEL_OP, QUANTIZED_DTYPES, Block, Graph, Node, Type, Value, walk_block
 from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, RunsAsExtern, TensorBox, contiguous_strides,
                        get_lowering, realized_box, strides_in_order)
 from .op_table import is_view
@@ -115,6 +115,7 @@ def _static_tensor(t: Type, device_type: str, symbolic: bool = False) -> bool:
     """A tensor a kernel can index: known dtype and device, every dim an int (or, with `symbolic`, a polynomial
     over the dynamic dims; an opaque size never)."""
     return (t.is_tensor and t.dtype is not None and t.shape is not None and t.device == device_type
+            and t.dtype not in QUANTIZED_DTYPES
             and all(isinstance(d, int) or (symbolic and isinstance(d, SymSize)) for d in t.shape))
 
 
@@ -123,6 +124,8 @@ def _why_not_static(types: list[Type], device_type: str, symbolic: bool) -> str:
     for t in types:
         if not t.is_tensor or t.dtype is None or t.shape is None:
             return "an output's type or shape is not known (a value no run produced)"
+        if t.dtype in QUANTIZED_DTYPES:
+            return f"an output is a quantized tensor ({t.dtype}): quantized ops run through ATen's quantized kernels"
         if t.device != device_type:
             return f"an output is on {t.device}, not on the package's device ({device_type})"
         if any(isinstance(d, str) for d in t.shape):
@@ -234,6 +237,9 @@ class _Fuser:
             if v.type.kind == "List":
                 raise CannotLower(f"its list %{v.name} is not a prim::ListConstruct that nothing changes later (it is "
                                   "appended to, passed into a loop or a container, or made by another op)")
+            if v.type.is_tensor and v.type.dtype in QUANTIZED_DTYPES:
+                raise CannotLower(f"input %{v.name} is a quantized tensor ({v.type.dtype}): quantized ops run through "
+                                  "ATen's quantized kernels")
             raise CannotLower(f"input %{v.name} is not a static tensor or a constant")
         return box
 

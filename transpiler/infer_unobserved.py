@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import torch
 
-from .ir import Graph, Node, Type, dtype_name, torch_dtype
+from .ir import QUANTIZED_DTYPES, Graph, Node, Type, dtype_name, torch_dtype
 
 
 def infer_unobserved(graph: Graph) -> int:
@@ -47,8 +47,9 @@ def infer_unobserved(graph: Graph) -> int:
 
 
 def _static(t: Type) -> bool:
-    return (t.is_tensor and t.dtype is not None and t.shape is not None and t.strides is not None
-            and all(isinstance(d, int) for d in (*t.shape, *t.strides)))  # dynamic strides have no meta tensor
+    """A tensor type a meta tensor can stand for (none of a quantized dtype: a meta tensor carries no quantizer)."""
+    return (t.is_tensor and t.dtype is not None and t.dtype not in QUANTIZED_DTYPES and t.shape is not None
+            and t.strides is not None and all(isinstance(d, int) for d in (*t.shape, *t.strides)))  # dynamic strides have no meta tensor
 
 
 def _meta(t: Type) -> torch.Tensor:

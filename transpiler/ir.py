@@ -51,6 +51,11 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+# Quantized dtypes: their values are integers read through a scale and zero point the tensor carries, which no
+# generated kernel reads; every op on them runs through ATen's quantized kernels
+QUANTIZED_DTYPES = frozenset({"qint8", "quint8", "qint32", "quint4x2", "quint2x4"})
+
+
 def torch_dtype(name: str) -> torch.dtype:
     dtype = getattr(torch, name, None)
     if not isinstance(dtype, torch.dtype):

@@ -98,6 +98,19 @@ register(EXTERN, """
     mkldnn::_linear_pointwise
 """)
 
+# Quantized GEMMs, convolutions, RNNs and embeddings over packed weights (transpiler/packed_params.py): FBGEMM, oneDNN or
+# QNNPACK kernels, as the quantized engine picks
+register(EXTERN, """
+    quantized::linear quantized::linear_relu quantized::linear_dynamic quantized::linear_relu_dynamic
+    quantized::linear_dynamic_fp16 quantized::linear_relu_dynamic_fp16 quantized::linear_leaky_relu
+    quantized::linear_tanh quantized::conv1d quantized::conv1d_relu quantized::conv2d.new quantized::conv2d_relu.new
+    quantized::conv2d_add quantized::conv2d_add_relu quantized::conv3d.new quantized::conv3d_relu.new
+    quantized::conv_transpose1d quantized::conv_transpose2d quantized::conv_transpose3d quantized::conv2d_dynamic
+    aten::quantized_lstm.input aten::quantized_lstm.data aten::quantized_gru.input aten::quantized_gru.data
+    quantized::quantized_lstm_cell_dynamic quantized::quantized_gru_cell_dynamic quantized::embedding_byte
+    quantized::embedding_bag_byte
+""")
+
 
 def lookup(op: str, schema: str = "") -> OpInfo:
     """The table entry of `op`; ops outside the table are host ops when they touch no tensor, else fallback."""

@@ -7,9 +7,11 @@ import dataclasses
 import torch
 
 from .ir import Graph
+from .packed_params import refuse_off_cpu
 
 
 def place_on_device(graph: Graph, target: torch.device) -> Graph:
+    refuse_off_cpu(graph, target)
     _retarget_constants(graph, target)
     graph.host_weights = _host_weights(graph, target)
     graph.weights = {name: _stored_layout(w) for name, w in graph.weights.items()}

@@ -50,6 +50,16 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def packed_summary(plan: dict[str, Any]) -> dict[str, Any]:
+    """The packed parameters a plan builds at load (a quantized op's weights) and the quantized engine they are
+    packed for; nothing for a plan without them."""
+    engines = sorted({entry["engine"] for entry in plan.get("packed", ()) if "engine" in entry})
+    if not engines:
+        return {}
+    count = sum(1 for entry in plan["packed"] if "engine" in entry)
+    return {"packed_params": count, "quantized_engine": ", ".join(engines)}
+
+
 def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> str:
     lines = [
         f"{summary['nodes']} TorchScript nodes: {summary['native_nodes']} in {len(summary['kernels'])} generated "
@@ -66,6 +76,9 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
                       for e in node_table if e["category"] == EXTERN)
     if externs:
         lines.append("extern ops: " + ", ".join(f"{op} x{n}" for op, n in externs.most_common()))
+    if summary.get("packed_params"):
+        lines.append(f"packed parameters: {summary['packed_params']}, stored as their integers, scales and zero "
+                     f"points and packed at load for the {summary['quantized_engine']} quantized engine")
     if summary.get("generation_failed"):
         lines.append(summary["generation_failed"])
     for name, d in summary.get("dynamic_dims", {}).items():

@@ -56,6 +56,7 @@ const char* error_class(Error::Kind kind) {
     case Error::Kind::Input: return "InputError";
     case Error::Kind::Step: return "StepError";
     case Error::Kind::ModelRaised: return "ModelRaisedError";
+    case Error::Kind::QuantizedEngine: return "QuantizedEngineError";
     default: return "PackageError";
   }
 }

@@ -5,11 +5,17 @@
 #include <ATen/ScalarOps.h>
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
+#include <torch/custom_class_detail.h>
+#include <torch/csrc/jit/runtime/operator.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <mutex>
 
 #include "jit2triton/jit2triton.h"
 #include "package.h"
+#include "policy.h"
 
 namespace jit2triton {
 
@@ -57,6 +63,9 @@ std::string dtype_name(at::ScalarType t) {
     case at::kBool: return "bool";
     case at::kComplexFloat: return "complex64";
     case at::kComplexDouble: return "complex128";
+    case at::kQInt8: return "qint8";
+    case at::kQUInt8: return "quint8";
+    case at::kQInt32: return "qint32";
     default: return c10::toString(t);
   }
 }
@@ -147,12 +156,97 @@ c10::TypePtr parse_type(const Value& tag) {
   if (kind == "Optional") return c10::OptionalType::create(parse_type(tag[1]));
   if (kind == "List") return c10::ListType::create(parse_type(tag[1]));
   if (kind == "Dict") return c10::DictType::create(parse_type(tag[1]), parse_type(tag[2]));
+  if (kind.rfind("__torch__.torch.classes.", 0) == 0) {  // a packed-parameters class (CellParamsBase[] lists)
+    if (auto cls = torch::getCustomClass(kind)) return cls;
+  }
   if (kind == "Tuple") {
     std::vector<c10::TypePtr> elems;
     for (size_t i = 1; i < tag.size(); ++i) elems.push_back(parse_type(tag[i]));
     return c10::TupleType::create(std::move(elems));
   }
   return c10::AnyType::get();
+}
+
+namespace {
+
+// The quantized engine a packing op names, checked against this torch's; QEngine values are policy's table.
+at::QEngine engine_named(const std::string& name) {
+  const auto& engines = policy::quantized_engines();
+  auto it = engines.find(name);
+  const auto& supported = at::globalContext().supportedQEngines();
+  if (it == engines.end() ||
+      std::find(supported.begin(), supported.end(), static_cast<at::QEngine>(it->second)) == supported.end()) {
+    std::string have;
+    for (const auto& [engine_name, value] : engines)
+      if (std::find(supported.begin(), supported.end(), static_cast<at::QEngine>(value)) != supported.end())
+        have += (have.empty() ? "" : ", ") + engine_name;
+    throw Error(Error::Kind::QuantizedEngine, policy::message::missing_engine(name, have.empty() ? "none" : have));
+  }
+  return static_cast<at::QEngine>(it->second);
+}
+
+std::mutex engine_switch;  // torch's quantized engine is process-wide: one load switches it at a time
+
+// Runs `pack` with torch's quantized engine set to `engine` (as it is when it already is).
+c10::IValue under_engine(at::QEngine engine, const std::function<c10::IValue()>& pack) {
+  auto& context = at::globalContext();
+  if (context.qEngine() == engine) return pack();
+  std::lock_guard<std::mutex> lock(engine_switch);
+  at::QEngine previous = context.qEngine();
+  context.setQEngine(engine);
+  try {
+    c10::IValue made = pack();
+    context.setQEngine(previous);
+    return made;
+  } catch (...) {
+    context.setQEngine(previous);
+    throw;
+  }
+}
+
+c10::IValue run_packing_op(const std::string& op, std::vector<c10::IValue> args) {
+  if (std::find(std::begin(policy::kPackingOps), std::end(policy::kPackingOps), op) == std::end(policy::kPackingOps))
+    throw Error(Error::Kind::CorruptPackage, policy::message::packing_op(repr(op)));
+  auto dot = op.find('.', op.find("::") + 2);
+  std::string name = op.substr(0, dot), overload = dot == std::string::npos ? "" : op.substr(dot + 1);
+  auto found = torch::jit::findOperatorFor(c10::OperatorName(name, overload));
+  if (!found)
+    throw Error(Error::Kind::Package, "op " + repr(op) + " does not exist in this torch; the package needs a torch "
+                                      "that has it (convert and run with the same torch version)");
+  const auto& schema = found->schema();
+  if (args.size() != schema.arguments().size())
+    throw Error(Error::Kind::CorruptPackage, "the package's plan packs a constant with " + op + " and " +
+                                                 std::to_string(args.size()) + " arguments where it takes " +
+                                                 std::to_string(schema.arguments().size()) + "; re-run `jit2triton convert`");
+  torch::jit::Stack stack;
+  for (size_t i = 0; i < args.size(); ++i) stack.push_back(coerce(std::move(args[i]), schema.arguments()[i].type()));
+  found->getOperation()(stack);
+  return stack.at(0);
+}
+
+}  // namespace
+
+std::map<std::string, c10::IValue> build_packed(const Value* entries,
+                                                const std::function<c10::IValue(const Value&)>& ref) {
+  std::map<std::string, c10::IValue> built;
+  if (!entries) return built;
+  for (const auto& entry : entries->items) {
+    std::vector<c10::IValue> args;
+    for (const auto& r : entry.at("args").items) {
+      if (r[0].as_string() != "p") {
+        args.push_back(ref(r));
+        continue;
+      }
+      auto it = built.find(r[1].as_string());
+      if (it == built.end()) throw Error(Error::Kind::CorruptPackage, policy::message::packed_missing(repr(r[1].as_string())));
+      args.push_back(it->second);
+    }
+    const std::string& op = entry.at("op").as_string();
+    auto pack = [&] { return run_packing_op(op, std::move(args)); };
+    const Value* engine = entry.find("engine");
+    built[entry.at("name").as_string()] = engine ? under_engine(engine_named(engine->as_string()), pack) : pack();
+  }
+  return built;
 }
 
 }  // namespace jit2triton

@@ -4,6 +4,8 @@
 #include <ATen/core/ivalue.h>
 #include <c10/core/Device.h>
 
+#include <functional>
+#include <map>
 #include <string>
 
 #include "json.h"
@@ -21,6 +23,12 @@ c10::IValue coerce(c10::IValue v, const c10::TypePtr& t);
 // The type a `prim::ListConstruct` / `prim::DictConstruct` step records: ["List", ["Optional", ["Tensor"]]].
 c10::TypePtr parse_type(const json::Value& tag);
 
-std::string dtype_name(at::ScalarType t);  // at::kFloat -> "float32", as the manifest and Python name it
+std::string dtype_name(at::ScalarType t);
+
+// The plan's packed constants (a quantized op's packed weights: deploy/packed.py), built once at load in their order
+// by the ops policy::kPackingOps allows, each under the quantized engine it names; `ref` resolves a weight or literal
+// reference. `entries` may be null (a plan with none).
+std::map<std::string, c10::IValue> build_packed(const json::Value* entries,
+                                                const std::function<c10::IValue(const json::Value&)>& ref);  // at::kFloat -> "float32", as the manifest and Python name it
 
 }  // namespace jit2triton

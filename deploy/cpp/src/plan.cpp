@@ -196,7 +196,9 @@ void check_plan(const Value& plan, int64_t num_nodes, const Value& kernels) {
 
 class Builder {
  public:
-  Builder(Plan& plan) : plan_(plan), device_(plan.device) {}
+  Builder(Plan& plan, const Value& plan_json) : plan_(plan), device_(plan.device) {
+    packed_ = build_packed(plan_json.find("packed"), [this](const Value& r) { return ref(r).constant; });
+  }
 
   Ref ref(const Value& r) {
     const std::string& kind = r[0].as_string();
@@ -209,6 +211,10 @@ class Builder {
       c10::List<at::Tensor> list;
       for (const auto& name : r[1].items) list.push_back(weight(name.as_string()));
       out.constant = list;
+    } else if (kind == "p") {
+      auto it = packed_.find(r[1].as_string());
+      if (it == packed_.end()) throw Error(Error::Kind::CorruptPackage, policy::message::packed_missing(repr(r[1].as_string())));
+      out.constant = it->second;
     } else {
       out.constant = decode_literal(r[1], plan_.built_for_, device_);
     }
@@ -231,6 +237,7 @@ class Builder {
   Plan& plan_;
   c10::Device device_;
   std::map<std::string, at::Tensor> moved_;  // weights on the run device, moved once
+  std::map<std::string, IValue> packed_;      // the plan's packed constants (a quantized op's packed weights)
 
   const at::Tensor& weight(const std::string& name) {
     auto it = moved_.find(name);
@@ -738,7 +745,7 @@ Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> 
   }
   if (const Value* host = plan.find("host_weights"))
     for (const auto& name : host->items) host_weights_.insert(name.as_string());
-  Builder builder(*this);
+  Builder builder(*this, plan);
   steps_ = builder.block(plan.at("steps"));
   for (const auto& r : plan.at("outputs").items) {
     Ref out = builder.ref(r);

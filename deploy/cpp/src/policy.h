@@ -43,6 +43,17 @@ inline const std::map<std::string, at::ScalarType>& dtypes() {
   return table;
 }
 
+constexpr const char* kPackingOps[] = {"aten::_make_per_tensor_quantized_tensor", "aten::_make_per_channel_quantized_tensor", "quantized::linear_prepack", "quantized::linear_prepack_fp16", "quantized::conv2d_prepack", "quantized::conv3d_prepack", "quantized::conv_transpose2d_prepack", "quantized::conv_transpose3d_prepack", "quantized::make_quantized_cell_params_dynamic", "quantized::make_quantized_cell_params_fp16", "quantized::embedding_bag_prepack"};
+inline const std::map<std::string, int>& quantized_engines() {
+  static const std::map<std::string, int> table = {
+      {"fbgemm", 1},
+      {"qnnpack", 2},
+      {"onednn", 3},
+      {"x86", 4},
+  };
+  return table;
+}
+
 namespace message {
 inline std::string not_found(const std::string& path) { return std::string("package not found: ") + path + std::string("; check the path or convert the model first"); }
 inline std::string torchscript_file(const std::string& path) { return path + std::string(" is a TorchScript archive (or a torch.save file), not a jit2triton package; convert it with `jit2triton convert`"); }
@@ -60,6 +71,9 @@ inline std::string unknown_dtype(const std::string& name, const std::string& dty
 inline std::string weight_outside(const std::string& name) { return std::string("weight ") + name + std::string(" lies outside weights.bin; the package is corrupted"); }
 inline std::string weight_shape(const std::string& name) { return std::string("weight ") + name + std::string("'s shape does not match its bytes; the package is corrupted"); }
 inline std::string weight_order(const std::string& name) { return std::string("weight ") + name + std::string("'s memory order is not a permutation of its dims; the package is corrupted"); }
+inline std::string packing_op(const std::string& op) { return std::string("the package's plan builds a constant at load with ") + op + std::string(", which is not an op that packs quantized weights; the package is corrupted: re-run `jit2triton convert`"); }
+inline std::string packed_missing(const std::string& name) { return std::string("the package's plan reads packed constant ") + name + std::string(", which its packed list does not build before; the package is corrupted: re-run `jit2triton convert`"); }
+inline std::string missing_engine(const std::string& engine, const std::string& supported) { return std::string("the package's quantized weights are packed for the ") + engine + std::string(" quantized engine, which this torch does not have (it has: ") + supported + std::string("); load it where torch.backends.quantized.supported_engines lists ") + engine + std::string(", or convert the model on this machine (with torch.backends.quantized.engine set to one of those)"); }
 }  // namespace message
 
 }  // namespace jit2triton::policy

@@ -26,7 +26,10 @@ class Error : public std::runtime_error {
  public:
   // The same families as the Python package's exceptions (jit2triton.errors), so both runtimes can be told apart
   // the same way.
-  enum class Kind { Package, CorruptPackage, PackageVersion, PackageDevice, Signature, Input, Step, ModelRaised };
+  enum class Kind {
+    Package, CorruptPackage, PackageVersion, PackageDevice, Signature, Input, Step, ModelRaised,
+    QuantizedEngine,  // a PackageDevice error: the quantized engine the package's packed weights need is missing
+  };
 
   Error(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   Kind kind() const { return kind_; }
