@@ -27,6 +27,7 @@ from .errors import (  # noqa: E402
     PackageVersionError,
     SignatureError,
     StepError,
+    UnsafeCacheError,
 )
 from .version import __version__  # noqa: E402
 
@@ -34,6 +35,7 @@ __all__ = [
     "convert", "load", "Converted", "Dim", "__version__",
     "Jit2TritonError", "ModelLoadError", "ConversionError", "PackageError", "CorruptPackageError",
     "PackageVersionError", "PackageDeviceError", "SignatureError", "InputError", "StepError", "ModelRaisedError",
+    "UnsafeCacheError",
 ]
 _API = ("convert", "load", "Converted")
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import torch
 
 from jit2triton.deploy.literals import decode
-from jit2triton.deploy.package import PackageContents, mapped_package, read_package, save_package
+from jit2triton.deploy.package import PackageContents, read_package, save_package
 from jit2triton.deploy.runtime import DeviceLike, Runtime, resolve_map_location
 from jit2triton.deploy.signature import format_type
 from jit2triton.deploy.signing import trusted_key_paths
@@ -27,7 +27,7 @@ class Converted:
     """A converted model: call it like the TorchScript model; `save` it; read its report and generated code."""
 
     def __init__(self, contents: Union[PackageContents, Callable[[], PackageContents]], runtime: Runtime) -> None:
-        self._package = contents  # the contents, or what reads them when first asked (mapped_package)
+        self._package = contents  # the contents, or what reads them when first asked (CppRuntime.contents)
         self._runtime = runtime
         self._call = getattr(runtime, "module", runtime)  # the C++ runtime's module is called directly
 
@@ -180,10 +180,10 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
                 map_location = resolve_map_location(
                     map_location, read_package(path, mmap=True, trusted_keys=trusted_keys).manifest["device"])
             try:
-                contents = mapped_package(path, trusted_keys)  # mapped before the runtime reads it: one file
-                module = Converted(contents, cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs,
-                                                                    alias_outputs, mmap, trusted_keys))
-                return _fill_extra_files(module, _extra_files)
+                loaded = cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap,
+                                                trusted_keys)
+                # its manifest, when asked, from the bytes the runtime read: one file, read once
+                return _fill_extra_files(Converted(loaded.contents, loaded), _extra_files)
             except PackageDeviceError as err:
                 if runtime == "cpp":
                     raise
