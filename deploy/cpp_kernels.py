@@ -1,41 +1,42 @@
 """Load a package's C++ kernels: the shared library, checked, opened with ctypes; one launcher per kernel.
 
-The library is written once to a content-addressed file (dlopen needs a path) and never compiled at load, unless
-this CPU lacks the instruction set it was built for: then it is rebuilt from the bundled source, once, with a
-warning, or a clear error says what to install.
+The library opened is exactly the bytes the package's checksums (and signature) were checked on: they are handed
+to dlopen through a sealed anonymous file (deploy/verified_library.py), never through a file in a cache that
+something could change in between. It is never compiled at load, unless this CPU lacks the instruction set it was
+built for: then it is rebuilt from the bundled source, once, with a warning, or a clear error says what to install.
 """
 from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 import platform
 import warnings
 from typing import Callable
 
 import torch
 
-from jit2triton.emitters.cache import cache_dir, write_once
 from jit2triton.emitters.compile_cpp import CompileFailed, compile_library, find_compiler, host_isa
 from jit2triton.errors import CorruptPackageError, PackageDeviceError
 
+from .verified_library import open_verified
+
 _ELF_MACHINE = {"x86_64": 62, "AMD64": 62, "aarch64": 183, "arm64": 183}
 _ISA_RANK = {"x86-64": 0, "x86-64-v3": 1}
-_opened: dict[str, ctypes.CDLL] = {}  # one dlopen per library content, shared by every load in this process
+_opened: dict[str, ctypes.CDLL] = {}  # by the library's sha256: one dlopen per content, for every load in this process
 
 
 def load_cpp_kernels(library: bytes, source: str, isa: str, kernels: list[dict],
                      num_threads: int | None = None) -> dict[str, Callable]:
     library = _usable_library(library, source, isa)
-    path = _materialize(library)
-    lib = _opened.get(path)
+    digest = hashlib.sha256(library).hexdigest()
+    lib = _opened.get(digest)
     if lib is None:
         try:
-            lib = ctypes.CDLL(path)
+            lib = open_verified(library, ctypes.CDLL, "jit2triton-kernels")
         except OSError as err:
             raise PackageDeviceError(f"the package's C++ kernel library cannot be opened here ({err}); "
                                      "convert the model again on this machine") from None
-        _opened[path] = lib
+        _opened[digest] = lib
     threads = num_threads or torch.get_num_threads()
     launchers = {}
     for meta in kernels:
@@ -87,6 +88,3 @@ def _usable_library(library: bytes, source: str, isa: str) -> bytes:
         raise PackageDeviceError(f"rebuilding the package's C++ kernels for this CPU failed ({err}); convert the "
                                  "model again on this machine") from None
 
-
-def _materialize(library: bytes) -> str:
-    return write_once(os.path.join(cache_dir("cpp"), f"lib-{hashlib.sha256(library).hexdigest()}.so"), library)

@@ -2,12 +2,14 @@
 
 The runtime's sources (deploy/cpp) are built into a Python extension with torch's cpp_extension on first use and
 cached under ~/.cache/jit2triton/ext, keyed by a hash of the sources, the torch version and the Python version: a
-later process (or a later load) only imports it. Once loaded, a call converts the inputs, releases the GIL and runs
+later process (or a later load) only imports it, in a folder checked to be the user's own (emitters/cache.py), and
+only from bytes whose sha256 is the one recorded when it was built. Once loaded, a call converts the inputs, releases the GIL and runs
 the whole plan in C++ (kernels, ATen ops, control flow, CUDA graphs), so no per-step Python work remains.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.machinery
 import importlib.util
 import os
 import shutil
@@ -20,6 +22,9 @@ import torch
 from jit2triton.emitters.cache import cache_dir, write_once
 from jit2triton.errors import (CorruptPackageError, InputError, ModelRaisedError, PackageDeviceError, PackageError,
                                PackageVersionError, QuantizedEngineError, SignatureError, StepError)
+
+from .package import PackageContents, package_from_members
+from .verified_library import open_verified
 
 # The classes the extension raises, by name: the C++ runtime's errors are the Python runtime's exceptions.
 EXCEPTIONS = {cls.__name__: cls for cls in (PackageError, CorruptPackageError, PackageVersionError, PackageDeviceError,
@@ -72,48 +77,86 @@ def unavailable() -> Optional[str]:
     return _unavailable if _extension is None else None
 
 
-def _build():
-    cuda = with_cuda()
+def build_name(cuda: bool) -> str:
+    """The extension's name, and its cache folder's: a hash of its sources and of what it is built against."""
     digest = hashlib.sha256()
     for name in SOURCES + HEADERS:
         with open(os.path.join(ROOT, name), "rb") as f:
             digest.update(name.encode() + b"\0" + f.read())
     digest.update(f"{torch.__version__} {sys.version_info[:2]} cuda={cuda}".encode())
-    name = f"jit2triton_runtime_{digest.hexdigest()[:16]}"
-    build_dir = os.path.join(cache_dir("ext"), name)
+    return f"jit2triton_runtime_{digest.hexdigest()[:16]}"
+
+
+def _build():
+    cuda = with_cuda()
+    name = build_name(cuda)
+    build_dir = cache_dir(f"ext/{name}")  # each folder ours and private (emitters/cache.py), or refused
     built = os.path.join(build_dir, f"{name}.so")
-    if os.path.exists(built + ".done"):  # built by an earlier process: import it, no build tools needed
-        try:
-            return _import(name, built)
-        except (ImportError, OSError):  # the library went missing or is damaged: build it again below
-            os.remove(built + ".done")
+    module = _import_checked(name, built)
+    if module is not None:  # built by an earlier process: no build tools needed
+        return module
     from torch.utils import cpp_extension
     if not cpp_extension.is_ninja_available():
         raise PackageError("the C++ runtime is built on first use with torch's cpp_extension, which needs ninja: "
                            "pip install ninja (or use the Python runtime: jit2triton.load(path, runtime='python'))")
-    os.makedirs(build_dir, exist_ok=True)
-    if not os.path.exists(built):
-        print(f"jit2triton: building the C++ runtime for torch {torch.__version__} (once per machine, about a minute; "
-              f"cached in {build_dir})", file=sys.stderr, flush=True)
-    # (the escaped quotes survive the shell that ninja runs the compiler through)
-    flags = ["-O2", "-std=c++17", f'-DJ2T_TORCH_VERSION=\\"{torch.__version__}\\"'] + (["-DJ2T_WITH_CUDA"] if cuda else [])
-    try:
-        module = cpp_extension.load(name=name, sources=[os.path.join(ROOT, s) for s in SOURCES],
-                                    extra_include_paths=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],
-                                    extra_cflags=flags, extra_ldflags=["-ldl"], with_cuda=cuda,
-                                    build_directory=build_dir, verbose=False)
-    except (RuntimeError, OSError) as err:
-        raise PackageError(f"building the C++ runtime failed ({err}); it needs a C++17 compiler and torch's headers. "
-                           "Use the Python runtime meanwhile: jit2triton.load(path, runtime='python')") from None
-    write_once(built + ".done", b"")  # the marker a later process trusts: the build finished and imported
+    print(f"jit2triton: building the C++ runtime for torch {torch.__version__} (once per machine, about a minute; "
+          f"cached in {build_dir})", file=sys.stderr, flush=True)
+    module = _compile(name, build_dir, cuda)
+    with open(built, "rb") as f:  # what a later process checks before it imports the build
+        write_once(built + HASH_SUFFIX, hashlib.sha256(f.read()).hexdigest().encode())
     return module
 
 
+HASH_SUFFIX = ".sha256"  # beside the built extension: the sha256 of its bytes, written when it was built
+
+
+def _import_checked(name: str, built: str):
+    """The extension an earlier process built, imported from exactly the bytes that hash to what that build
+    recorded (deploy/verified_library.py). None when there is none, or it is not what was built (damaged, replaced,
+    or from a jit2triton that recorded no hash): then its folder is emptied, so the build starts from nothing of
+    what was there."""
+    try:
+        with open(built + HASH_SUFFIX, "rb") as f:
+            recorded = f.read().decode("ascii", "replace").strip()
+        with open(built, "rb") as f:
+            data = f.read()
+    except OSError:
+        data = None
+    if data is not None and hashlib.sha256(data).hexdigest() == recorded:
+        try:
+            return open_verified(data, lambda path: _import(name, path), name)
+        except (ImportError, OSError):
+            pass
+    _empty(os.path.dirname(built))
+    return None
+
+
+def _empty(folder: str) -> None:
+    for entry in os.listdir(folder):
+        path = os.path.join(folder, entry)
+        shutil.rmtree(path) if os.path.isdir(path) and not os.path.islink(path) else os.unlink(path)
+
+
+def _compile(name: str, build_dir: str, cuda: bool):
+    from torch.utils import cpp_extension
+    # (the escaped quotes survive the shell that ninja runs the compiler through)
+    flags = ["-O2", "-std=c++17", f'-DJ2T_TORCH_VERSION=\\"{torch.__version__}\\"'] + (["-DJ2T_WITH_CUDA"] if cuda else [])
+    try:
+        return cpp_extension.load(name=name, sources=[os.path.join(ROOT, s) for s in SOURCES],
+                                  extra_include_paths=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],
+                                  extra_cflags=flags, extra_ldflags=["-ldl"], with_cuda=cuda,
+                                  build_directory=build_dir, verbose=False)
+    except (RuntimeError, OSError) as err:
+        raise PackageError(f"building the C++ runtime failed ({err}); it needs a C++17 compiler and torch's headers. "
+                           "Use the Python runtime meanwhile: jit2triton.load(path, runtime='python')") from None
+
+
 def _import(name: str, path: str):
-    """The built extension, imported as cpp_extension.load imports it."""
-    spec = importlib.util.spec_from_file_location(name, path)
+    """The built extension at `path`, imported as cpp_extension.load imports it (the path need not end in .so)."""
+    loader = importlib.machinery.ExtensionFileLoader(name, path)
+    spec = importlib.util.spec_from_loader(name, loader, origin=path)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    loader.exec_module(module)
     return module
 
 
@@ -126,10 +169,16 @@ class CppRuntime:
                  cuda_graphs: bool = True, alias_outputs: bool = False, mmap: bool = False,
                  trusted_keys: Sequence[str] = ()) -> None:
         device = "" if map_location is None else str(torch.device(map_location))
-        self.module = extension().Module(os.fspath(path), device, num_threads or 0, cuda_graphs, alias_outputs,
+        self.path = os.fspath(path)
+        self.module = extension().Module(self.path, device, num_threads or 0, cuda_graphs, alias_outputs,
                                          mmap, list(trusted_keys))
         self.device = torch.device(self.module.device)
         self.uses_cuda_graph = self.module.uses_cuda_graph
+
+    def contents(self) -> PackageContents:
+        """The package as this runtime read and checked it (for reports and saving): the file it runs, never the
+        path read again (it may name another file by now)."""
+        return package_from_members(self.path, self.module.members())
 
     def __call__(self, *inputs: Any) -> Any:
         return self.module(*inputs)

@@ -26,10 +26,11 @@ import math
 import json
 import mmap
 import os
+import stat
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -130,38 +131,89 @@ def _fsync_folder(folder: str) -> None:
 
 
 def read_package(path: str, mmap: bool = False, trusted_keys: KeyPaths = None) -> PackageContents:
-    """The package's contents. CPU weights are copies the caller owns, so a later change to the file (or its
-    truncation) cannot reach a loaded module, as with torch.jit.load; `mmap=True` keeps them views of the mapped
-    file instead (no copy, pages read as used; the file must then stay as it is). With trusted keys (given, or in
-    JIT2TRITON_TRUSTED_KEYS) the package must carry a signature by one of them, checked before anything is
+    """The package's contents, read through one descriptor into memory this process owns before anything is
+    checked: what the checksums and the signature cover is exactly what is parsed and run, whatever writes the file
+    meanwhile (an in-place writer, a save renaming another file over the name). CPU weights are views of that
+    memory, so a later change to the file (or its truncation) cannot reach a loaded module, as with torch.jit.load;
+    `mmap=True` maps the file instead and keeps the weights views of the mapping (no copy, pages read as used; the
+    file must then stay as it is), every other member still copied before its check. With trusted keys (given, or
+    in JIT2TRITON_TRUSTED_KEYS) the package must carry a signature by one of them, checked before anything is
     parsed."""
     path = os.fspath(path)
-    return _contents(path, _signed_records(path, trusted_keys), mmap)
-
-
-def mapped_package(path: str, trusted_keys: KeyPaths = None) -> Callable[[], PackageContents]:
-    """The package mapped now, read when first asked: a module the C++ runtime loaded reads its manifest (for
-    reports, inputs by name, save) only if asked, and from the file as it was at load, even if the file was
-    removed or replaced since."""
-    path = os.fspath(path)
-    members = _signed_records(path, trusted_keys)
-    return lambda: _contents(path, dict(members), mmap=True)
-
-
-def _signed_records(path: str, trusted_keys: KeyPaths) -> dict[str, memoryview]:
-    members = _records(_existing(path))
+    members = _records(path, _read_file(path, mmap))
     check_signature(path, members, trusted_key_paths(trusted_keys))
-    return members
+    return _contents(path, members)
 
 
-def _existing(path: str) -> str:
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise PackageError(message("not_found", path=repr(path)))
-    return path
+def package_from_members(path: str, members: dict[str, bytes]) -> PackageContents:
+    """The contents of a package another reader (the C++ runtime) read and checked, from its bytes: the same file
+    the runtime runs, never the path read again."""
+    return _contents(path, {name: memoryview(data) for name, data in members.items()})
 
 
-def _contents(path: str, members: dict[str, memoryview], mmap: bool) -> PackageContents:
+def _read_file(path: str, mapped: bool):
+    """The file's bytes: read into a private buffer, or mapped copy-on-write (`mapped`), from one descriptor."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise PackageError(message("not_found", path=repr(path))) from None
+    except OSError as err:
+        raise PackageError(f"cannot open {path!r}: {err.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise CorruptPackageError(message("unreadable", path=repr(path), reason="not a regular file"))
+        size = info.st_size
+        if mapped:
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_COPY) if size else bytearray()
+        data = bytearray(size)
+        view, done = memoryview(data), 0
+        while done < size:
+            n = os.readv(fd, [view[done:]])
+            if n == 0:  # shorter than it was a moment ago: what was read is the file
+                break
+            done += n
+        del view
+        del data[done:]
+        return data
+    except OSError as err:
+        raise CorruptPackageError(message("unreadable", path=repr(path), reason=err.strerror or str(err))) from None
+    finally:
+        os.close(fd)
+
+
+class _MemoryFile:
+    """A read-only file over bytes in memory, for torch's archive reader and zipfile: the package is parsed from
+    the bytes read once, never from the path again."""
+
+    def __init__(self, data) -> None:
+        self.view, self.position = memoryview(data), 0
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        base = (0, self.position, len(self.view))[whence]
+        self.position = max(0, base + offset)
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
+
+    def read(self, size: int = -1) -> bytes:
+        end = len(self.view) if size is None or size < 0 else self.position + size
+        data = bytes(self.view[self.position:end])
+        self.position += len(data)
+        return data
+
+    def readinto(self, buffer) -> int:
+        data = self.view[self.position:self.position + len(buffer)]
+        buffer[:len(data)] = data
+        self.position += len(data)
+        return len(data)
+
+    def seekable(self) -> bool:
+        return True
+
+
+def _contents(path: str, members: dict[str, memoryview]) -> PackageContents:
     _verify(path, members)
     try:
         manifest = json.loads(bytes(members.pop("manifest.json")))
@@ -180,39 +232,38 @@ def _contents(path: str, members: dict[str, memoryview], mmap: bool) -> PackageC
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as err:  # a field missing or mistyped
         raise CorruptPackageError(f"{path!r}: the manifest is damaged ({type(err).__name__}: {err}); re-run "
                                   "`jit2triton convert`") from None
-    if not mmap:
-        weights = {name: w.clone() for name, w in weights.items()}  # clone keeps each weight's memory order
     members.pop("checksums.json")
     signed = members.pop(SIGNATURE_MEMBER, None) is not None  # it signs these bytes only: a re-save signs anew
     return PackageContents(manifest, weights, {name: bytes(data) for name, data in members.items()}, signed)
 
 
-def _records(path: str) -> dict[str, memoryview]:
-    """Every member of the archive as a view of the file mapped into memory (copy-on-write): no copy, and pages are
-    read as tensors use them. torch's reader finds the records; their bytes are checked against checksums.json."""
+def _records(path: str, data) -> dict[str, memoryview]:
+    """Every member of the archive, found by torch's reader in the file's bytes `data`. Each member but the
+    weights is copied out of a mapping (an mmap'ed `data`) here, before anything checks it; in a private buffer,
+    each is a view of it. Their bytes are checked against checksums.json afterwards."""
     try:
-        reader = torch._C.PyTorchFileReader(path)
+        reader = torch._C.PyTorchFileReader(_MemoryFile(data))
         names = [n for n in reader.get_all_records() if n not in TORCH_RECORDS]
         if "manifest.json" not in names and any(n.startswith(TORCHSCRIPT_RECORDS) for n in names):
             raise PackageError(message("torchscript_file", path=repr(path)))
-        size_of = getattr(reader, "get_record_size", None) or _zip_sizes(path)  # torch < 2.12 lacks the binding
+        size_of = getattr(reader, "get_record_size", None) or _zip_sizes(data)  # torch < 2.12 lacks the binding
         spans = {n: (reader.get_record_offset(n), size_of(n)) for n in names}
-        with open(path, "rb") as f:
-            mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY) if os.fstat(f.fileno()).st_size else b""
         for name, (offset, size) in spans.items():
-            if offset + size > len(mapped):
+            if offset + size > len(data):
                 raise ValueError(f"member {name!r} runs past the end of the file")
     except (RuntimeError, OSError, ValueError, KeyError, zipfile.BadZipFile) as err:
-        if _is_format_1(path):
+        if _is_format_1(data):
             raise PackageVersionError(message("format_1", path=repr(path), version=FORMAT_VERSION)) from None
         raise CorruptPackageError(message("unreadable", path=repr(path), reason=_reason(err))) from None
-    view = memoryview(mapped)
-    return {name: view[offset:offset + size] for name, (offset, size) in spans.items()}
+    view = memoryview(data)
+    private = isinstance(data, bytearray)  # else a mapping, which another writer of the file may still change
+    return {name: view[offset:offset + size] if private or name == "weights.bin"
+            else memoryview(bytes(view[offset:offset + size])) for name, (offset, size) in spans.items()}
 
 
-def _zip_sizes(path: str):
+def _zip_sizes(data):
     """Record sizes from the container's central directory (records are stored, so a size is its data's length)."""
-    with zipfile.ZipFile(path) as zf:
+    with zipfile.ZipFile(_MemoryFile(data)) as zf:
         sizes = {info.filename.split("/", 1)[-1]: info.file_size for info in zf.infolist()}
     return sizes.__getitem__
 
@@ -224,9 +275,9 @@ def _reason(err: Exception) -> str:
     return text.split(". This is an internal")[0][:200]
 
 
-def _is_format_1(path: str) -> bool:
+def _is_format_1(data) -> bool:
     try:
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(_MemoryFile(data)) as zf:
             return "manifest.json" in zf.namelist()
     except Exception:  # a probe of a file already found unreadable: any failure means "no" (zipfile raises
         return False  # NotImplementedError for a damaged version field; found by tests/mutate_packages.py)

@@ -28,6 +28,7 @@ from .errors import (  # noqa: E402
     QuantizedEngineError,
     SignatureError,
     StepError,
+    UnsafeCacheError,
 )
 from .version import __version__  # noqa: E402
 
@@ -35,7 +36,7 @@ __all__ = [
     "convert", "load", "Converted", "Dim", "__version__",
     "Jit2TritonError", "ModelLoadError", "ConversionError", "PackageError", "CorruptPackageError",
     "PackageVersionError", "PackageDeviceError", "QuantizedEngineError", "SignatureError", "InputError", "StepError",
-    "ModelRaisedError",
+    "ModelRaisedError", "UnsafeCacheError",
 ]
 _API = ("convert", "load", "Converted")
 

@@ -15,7 +15,7 @@ import torch
 
 from jit2triton.deploy.literals import decode
 from jit2triton.deploy.methods import method_contents, method_names
-from jit2triton.deploy.package import PackageContents, mapped_package, read_package, save_package
+from jit2triton.deploy.package import PackageContents, read_package, save_package
 from jit2triton.deploy.runtime import DeviceLike, Runtime, resolve_map_location
 from jit2triton.deploy.signature import format_type
 from jit2triton.deploy.signing import trusted_key_paths
@@ -31,7 +31,7 @@ class Converted:
 
     def __init__(self, contents: Union[PackageContents, Callable[[], PackageContents]], runtime: Runtime,
                  methods: Optional[dict[str, Callable]] = None) -> None:
-        self._package = contents  # the contents, or what reads them when first asked (mapped_package)
+        self._package = contents  # the contents, or what reads them when first asked (CppRuntime.contents)
         self._runtime = runtime
         self._call = getattr(runtime, "module", runtime)  # the C++ runtime's module is called directly
         self._methods = methods or {}  # the other methods converted (`encode`), each callable like forward
@@ -254,11 +254,10 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
                 map_location = resolve_map_location(
                     map_location, read_package(path, mmap=True, trusted_keys=trusted_keys).manifest["device"])
             try:
-                contents = mapped_package(path, trusted_keys)  # mapped before the runtime reads it: one file
-                runtime = cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap,
-                                                 trusted_keys)
-                module = Converted(contents, runtime, runtime.methods())
-                return _fill_extra_files(module, _extra_files)
+                loaded = cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap,
+                                                trusted_keys)
+                # its manifest, when asked, from the bytes the runtime read: one file, read once
+                return _fill_extra_files(Converted(loaded.contents, loaded, loaded.methods()), _extra_files)
             except PackageDeviceError as err:
                 if runtime == "cpp":
                     raise

@@ -58,3 +58,8 @@ class StepError(Jit2TritonError, RuntimeError):
 
 class ModelRaisedError(Jit2TritonError):
     """The model itself raised (a `raise` or `assert` in its TorchScript source)."""
+
+
+class UnsafeCacheError(Jit2TritonError):
+    """The kernel cache folder (JIT2TRITON_CACHE, ~/.cache/jit2triton) is not private to this user: owned by
+    another, or writable by others. Code is never loaded from it."""

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import jit2triton  # noqa: E402
 from jit2triton.errors import Jit2TritonError  # noqa: E402
 from jit2triton.inputs import random_inputs  # noqa: E402
-from jit2triton.deploy.package import _records  # noqa: E402
+from jit2triton.deploy.package import _read_file, _records  # noqa: E402
 from package_tools import read_members, write_members  # noqa: E402
 
 ODD_VALUES = [0, -1, 1, 2 ** 31, -2 ** 31, 2 ** 62, 10 ** 30, 0.5, float("nan"), "", "x" * 300, None, True, [], {},
@@ -101,6 +101,11 @@ def mutate(data: bytes, members: dict[str, bytes], seed: int) -> tuple[str, byte
         return "manifest edit", open(f.name, "rb").read()
 
 
+def _members_as_read(path: str) -> dict[str, bytes]:
+    """The members as the runtimes read them (by offset, as torch's reader finds them; no CRC check)."""
+    return {name: bytes(data) for name, data in _records(path, _read_file(path, False)).items()}
+
+
 def try_package(path: str, runtime: str, trusted_key: str | None = None, signed: dict | None = None) -> str:
     """'' when the package was refused with a jit2triton error or loaded and ran; else what went wrong."""
     try:
@@ -109,7 +114,7 @@ def try_package(path: str, runtime: str, trusted_key: str | None = None, signed:
         return ""
     except Exception as err:  # anything else reaching a user is a defect
         return f"{type(err).__name__}: {str(err)[:200]}"
-    if trusted_key and {n: bytes(b) for n, b in _records(path).items()} != signed:  # the members as runtimes read them
+    if trusted_key and _members_as_read(path) != signed:
         return "a changed package loaded although trusted keys were set"
     try:  # (a signature field only random inputs read, such as an input's range, may be damaged: not the runtime's)
         inputs = random_inputs(module.manifest["signature"]["inputs"], module.device)

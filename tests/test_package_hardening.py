@@ -96,25 +96,6 @@ def test_a_loaded_module_owns_its_weights(runtime, tmp_path, request) -> None:
     torch.testing.assert_close(module(x), expected)
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
-def test_a_library_planted_in_the_cache_is_never_opened(runtime, small_package, tmp_path, monkeypatch, request):
-    """The cache names a library by its content's hash; a file of that name with other bytes is replaced."""
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
-    import hashlib
-
-    from package_tools import read_members
-    monkeypatch.setenv("JIT2TRITON_CACHE", str(tmp_path / "cache"))
-    library = read_members(small_package[0])["binaries/kernels.so"]
-    planted = tmp_path / "cache" / "cpp" / f"lib-{hashlib.sha256(library).hexdigest()}.so"
-    planted.parent.mkdir(parents=True)
-    planted.write_bytes(b"\x7fELF not the package's library")
-    module = jit2triton.load(small_package[0], runtime=runtime)
-    x, y = torch.randn(2, 4), torch.randn(2, 3)
-    torch.testing.assert_close(module(x, y), small_package[1](x, y))
-    assert planted.read_bytes() == library
-
-
 @pytest.mark.parametrize("op", ["aten::save", "aten::manual_seed"])
 @pytest.mark.parametrize("runtime", ["python", "cpp"])
 def test_a_plan_cannot_reach_outside_the_model(op, runtime, small_package, tmp_path, request) -> None:
@@ -174,3 +155,32 @@ def test_mutated_packages_are_refused_cleanly_never_a_crash_or_a_raw_exception(r
     last = [line for line in lines if line.startswith("seed ")][-1:]
     assert result.returncode == 0, (result.returncode, failures[:5], "last mutation tried:", last,
                                     result.stderr[-1500:])
+
+
+@pytest.mark.parametrize("op", ["load_library::__call__.__call__", "import_module::__call__.__call__",
+                                "aten::__call__", "ops::load_library"])
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_plan_calls_only_registered_ops(op, runtime, small_package, tmp_path, monkeypatch, request) -> None:
+    """A call step's op is resolved through torch's operator registry (and the runtime's own host ops), never
+    through other attributes of torch.ops: `torch.ops.load_library(path)` would run a library's constructor,
+    `torch.ops.import_module(name)` a module's code."""
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    from planted import planted_library
+    mark = tmp_path / "planted-ran"
+    monkeypatch.setenv("J2T_PLANTED_MARK", str(mark))
+    (tmp_path / "planted.so").write_bytes(planted_library(tmp_path))
+    (tmp_path / "planted_module.py").write_text(f"open({str(mark)!r}, 'a').write('ran')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    target = str(tmp_path / "planted.so") if "library" in op else "planted_module"
+
+    def inject(manifest):
+        manifest["nodes"].append({"op": op, "category": "fallback", "source": ""})
+        manifest["plan"]["steps"].insert(0, {"kind": "call", "op": op, "args": [["c", target]], "outs": [],
+                                             "node": len(manifest["nodes"]) - 1, "kwnames": []})
+
+    edited = tmp_path / "edited.j2t"
+    rewrite_package(small_package[0], edited, edit_manifest=inject)
+    with pytest.raises(jit2triton.PackageError, match="does not exist in this torch"):
+        jit2triton.load(edited, runtime=runtime)(torch.randn(2, 4), torch.randn(2, 3))
+    assert not mark.exists()

@@ -112,5 +112,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("method_names", &jit2triton::Module::method_names)
       .def_property_readonly("device", &jit2triton::Module::device)
       .def_property_readonly("uses_cuda_graph", &jit2triton::Module::uses_cuda_graph)
+      .def("members",
+           [](const jit2triton::Module& self) {
+             py::dict out;
+             for (const auto& [name, data] : self.members()) out[py::str(name)] = py::bytes(data.data(), data.size());
+             return out;
+           })
       .def("signature", &jit2triton::Module::signature);
 }

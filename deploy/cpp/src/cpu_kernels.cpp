@@ -1,17 +1,18 @@
-// The package's C++ kernels: the shared library, checked against this CPU, written once to the same
-// content-addressed cache file the Python runtime uses, opened with dlopen; one launcher per kernel.
+// The package's C++ kernels: the shared library, checked against this CPU, opened with dlopen from exactly the bytes
+// its checksum (and the package's signature) was checked on; one launcher per kernel.
 #include <ATen/Parallel.h>
 #include <dlfcn.h>
-#include <sys/stat.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cstdio>
+#include <cerrno>
 #include <cstdlib>
-#include <fstream>
-#include <iterator>
+#include <map>
+#include <mutex>
 
 #include "plan.h"
-#include "sha256.h"
 
 namespace jit2triton {
 
@@ -19,42 +20,52 @@ namespace {
 
 using KernelFn = int (*)(void**, const int64_t*, int);
 
-std::string cache_root() {
-  if (const char* env = std::getenv("JIT2TRITON_CACHE"); env && *env) return env;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/tmp") + "/.cache/jit2triton";
-}
-
-void make_dirs(const std::string& path) {
-  for (size_t pos = 1; pos != std::string::npos;) {
-    pos = path.find('/', pos + 1);
-    ::mkdir(path.substr(0, pos).c_str(), 0700);  // private: other users must not plant libraries here
+// The library exactly as checked, opened with dlopen: its bytes go into an anonymous file (memfd) sealed against any
+// later write and opened through /proc/self/fd, never a cache file something could change between the check and the
+// dlopen (deploy/verified_library.py does the same in Python). The descriptor stays open while the process lives,
+// as the library does: dlopen knows a library by its path, which must never come to name another file. Where
+// memfd is missing or may not hold code, a file created in a fresh folder only this user can write (mkdtemp) is
+// opened and removed. One dlopen per library content (`sha`) in the process.
+void* open_verified(std::string_view library, const std::string& sha) {
+  static std::mutex mutex;
+  static std::map<std::string, void*> opened;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = opened.find(sha); it != opened.end()) return it->second;
+  auto write_all = [&](int fd) {
+    for (size_t done = 0; done < library.size();) {
+      ssize_t n = ::write(fd, library.data() + done, library.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += size_t(n);
+    }
+    return true;
+  };
+  void* handle = nullptr;
+  int fd = static_cast<int>(::syscall(SYS_memfd_create, "jit2triton-kernels", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  if (fd >= 0 && write_all(fd) &&
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE) == 0)
+    handle = dlopen(("/proc/self/fd/" + std::to_string(fd)).c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle && fd >= 0) ::close(fd);
+  if (!handle) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string folder = std::string(tmp && *tmp ? tmp : "/tmp") + "/jit2triton-XXXXXX";
+    if (::mkdtemp(folder.data())) {  // 0700, a fresh name: no one else can have put anything in it
+      std::string path = folder + "/kernels.so";
+      int out = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0700);
+      bool written = out >= 0 && write_all(out);
+      if (out >= 0) ::close(out);
+      if (written) handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+      ::unlink(path.c_str());
+      ::rmdir(folder.c_str());
+    }
   }
-}
-
-// Whether the file at `path` holds exactly the library whose sha256 is `sha` (a name is no proof of content).
-bool holds(const std::string& path, const std::string& sha) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return sha256_hex(reinterpret_cast<const uint8_t*>(data.data()), data.size()) == sha;
-}
-
-// Written through a temporary file and a rename, so a concurrent loader never opens half a library; a file already
-// there is opened only if its bytes hash to the package's library (a planted or damaged one is replaced).
-std::string materialize(std::string_view library, const std::string& sha) {
-  std::string dir = cache_root() + "/cpp";
-  make_dirs(dir);
-  std::string path = dir + "/lib-" + sha + ".so";
-  if (holds(path, sha)) return path;
-  std::string tmp = path + "." + std::to_string(::getpid()) + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out.write(library.data(), static_cast<std::streamsize>(library.size()));
-    if (!out) throw Error(Error::Kind::Package, "cannot write the kernel library to " + repr(tmp) + "; set JIT2TRITON_CACHE to a writable folder");
+  if (!handle) {
+    const char* why = dlerror();
+    throw Error(Error::Kind::PackageDevice, std::string("the package's C++ kernel library cannot be opened here (") +
+                                                (why ? why : "it cannot be written to memory or a private file") +
+                                                "); convert the model again on this machine");
   }
-  std::rename(tmp.c_str(), path.c_str());
-  return path;
+  return opened[sha] = handle;
 }
 
 void check_cpu(std::string_view library, const std::string& isa) {
@@ -85,12 +96,8 @@ Launchers load_cpu_kernels(const Package& pkg, int num_threads) {
   std::string_view library = pkg.member("binaries/kernels.so");
   pkg.member("kernels/kernels.cpp");
   check_cpu(library, pkg.manifest.at("cpp").at("isa").as_string());
-  std::string path = materialize(library, pkg.checksums.at("binaries/kernels.so"));
   // Kept open for the life of the process, as the Python runtime does: kernels of other loads may share it.
-  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle)
-    throw Error(Error::Kind::PackageDevice, std::string("the package's C++ kernel library cannot be opened here (") +
-                                                dlerror() + "); convert the model again on this machine");
+  void* handle = open_verified(library, pkg.checksums.at("binaries/kernels.so"));
   int threads = num_threads > 0 ? num_threads : at::get_num_threads();
   Launchers launchers;
   for (const auto& meta : pkg.manifest.at("kernels").items) {

@@ -110,6 +110,8 @@ std::string Module::signature() const { return plan_->signature(); }
 
 bool Module::uses_cuda_graph() const { return plan_->uses_cuda_graph; }
 
+std::map<std::string, std::string_view> Module::members() const { return plan_->package().members; }
+
 std::vector<c10::IValue> Module::random_inputs(uint64_t seed, const std::map<std::string, int64_t>& sizes) const {
   return plan_->random_inputs(seed, sizes);
 }

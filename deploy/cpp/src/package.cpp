@@ -9,6 +9,9 @@
 
 #include <caffe2/serialize/inline_container.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <set>
 
@@ -28,11 +31,16 @@ static_assert(kFormatVersion == kPackageFormatVersion, "jit2triton.h and deploy/
 
 }  // namespace
 
-struct MappedFile {
+// The package file's bytes, read once through one descriptor: into memory this process owns (then nothing anyone
+// writes to the file afterwards reaches what is checked and used), or mapped copy-on-write (keep_mapped: the weights
+// stay views of the file, which must then not change; every other member is copied out before it is checked).
+struct FileBytes {
   uint8_t* data = nullptr;
   size_t size = 0;
-  ~MappedFile() {
-    if (data) munmap(data, size);
+  bool mapped = false;
+  ~FileBytes() {
+    if (mapped && data) munmap(data, size);
+    if (!mapped) std::free(data);
   }
 };
 
@@ -60,26 +68,60 @@ struct ArchiveError : std::runtime_error {
 // torch's own bookkeeping records in its archive container: not package members.
 const std::set<std::string> kTorchRecords = {"version", ".data/version", "byteorder", ".data/serialization_id"};
 
-std::shared_ptr<MappedFile> map_file(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0)
-    throw Error(Error::Kind::Package, message::not_found(repr(path)));
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw Error(Error::Kind::Package, "cannot open " + repr(path) + ": " + std::strerror(errno));
-  auto file = std::make_shared<MappedFile>();
-  file->size = static_cast<size_t>(st.st_size);
-  if (file->size > 0) {
-    // Private and writable: tensors over the weights may be written to without touching the file (copy-on-write).
-    void* p = mmap(nullptr, file->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      ::close(fd);
-      throw Error(Error::Kind::Package, "cannot map " + repr(path) + ": " + std::strerror(errno));
-    }
-    file->data = static_cast<uint8_t*>(p);
+struct Descriptor {
+  int fd;
+  ~Descriptor() { ::close(fd); }
+};
+
+std::shared_ptr<FileBytes> read_file(const std::string& path, bool keep_mapped) {
+  Descriptor file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (file.fd < 0) {
+    if (errno == ENOENT) throw Error(Error::Kind::Package, message::not_found(repr(path)));
+    throw Error(Error::Kind::Package, "cannot open " + repr(path) + ": " + std::strerror(errno));
   }
-  ::close(fd);
-  return file;
+  struct stat st;
+  if (::fstat(file.fd, &st) != 0 || !S_ISREG(st.st_mode))
+    throw Error(Error::Kind::CorruptPackage, message::unreadable(repr(path), "not a regular file"));
+  auto bytes = std::make_shared<FileBytes>();
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) return bytes;
+  if (keep_mapped) {
+    // Private and writable: tensors over the weights may be written to without touching the file (copy-on-write).
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, file.fd, 0);
+    if (p == MAP_FAILED) throw Error(Error::Kind::Package, "cannot map " + repr(path) + ": " + std::strerror(errno));
+    bytes->data = static_cast<uint8_t*>(p);
+    bytes->size = size;
+    bytes->mapped = true;
+    return bytes;
+  }
+  // 64-byte aligned, as the archive's records are: weights are used in place
+  bytes->data = static_cast<uint8_t*>(std::aligned_alloc(64, (size + 63) / 64 * 64));
+  if (!bytes->data) throw std::bad_alloc();
+  while (bytes->size < size) {
+    ssize_t n = ::pread(file.fd, bytes->data + bytes->size, size - bytes->size, off_t(bytes->size));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw Error(Error::Kind::CorruptPackage, message::unreadable(repr(path), std::strerror(errno)));
+    if (n == 0) break;  // shorter than it was a moment ago: what was read is the file
+    bytes->size += size_t(n);
+  }
+  return bytes;
 }
+
+// torch's archive reader over the bytes read: the package is parsed from them, never from its path again.
+class MemoryReader : public caffe2::serialize::ReadAdapterInterface {
+ public:
+  explicit MemoryReader(std::shared_ptr<FileBytes> bytes) : bytes_(std::move(bytes)) {}
+  size_t size() const override { return bytes_->size; }
+  size_t read(uint64_t pos, void* buf, size_t n, const char*) const override {
+    if (pos >= bytes_->size) return 0;
+    n = std::min<size_t>(n, bytes_->size - pos);
+    std::memcpy(buf, bytes_->data + pos, n);
+    return n;
+  }
+
+ private:
+  std::shared_ptr<FileBytes> bytes_;
+};
 
 // torch's reader error without its boilerplate: "failed finding central directory".
 std::string reason(const std::string& what) {
@@ -92,7 +134,7 @@ std::string reason(const std::string& what) {
 
 // A format-1 package (a hand-written zip with manifest.json at its root, which torch's reader refuses): found by the
 // name in the first local header, so it can be told apart from a corrupt file.
-bool is_format_1(const MappedFile& f) {
+bool is_format_1(const FileBytes& f) {
   static const std::string name = "manifest.json";
   if (f.size < 30 + name.size() || std::memcmp(f.data, "PK\x03\x04", 4) != 0) return false;
   size_t name_len = f.data[26] | (f.data[27] << 8);
@@ -109,12 +151,15 @@ bool is_torchscript(const std::vector<std::string>& names) {
 }
 
 // The members of torch's archive container (what torch.save and torch.jit.save write), found by torch's own reader
-// (caffe2::serialize::PyTorchStreamReader): every record is stored uncompressed and 64-byte aligned, so each is a
-// view of the mapped file. Their bytes are checked against checksums.json afterwards.
-std::map<std::string, std::string_view> archive_members(const std::string& path, const MappedFile& f) {
+// (caffe2::serialize::PyTorchStreamReader) in the bytes read: every record is stored uncompressed and 64-byte
+// aligned, so each is a view of them; from a mapping, every member but the weights is copied out (into `copies`)
+// first. Their bytes are checked against checksums.json afterwards.
+std::map<std::string, std::string_view> archive_members(const std::string& path, const std::shared_ptr<FileBytes>& file,
+                                                        std::map<std::string, std::string>& copies) {
+  const FileBytes& f = *file;
   std::map<std::string, std::string_view> members;
   try {
-    caffe2::serialize::PyTorchStreamReader reader(path);
+    caffe2::serialize::PyTorchStreamReader reader(std::make_shared<MemoryReader>(file));
     std::vector<std::string> names;
     for (const std::string& name : reader.getAllRecords())
       if (!kTorchRecords.count(name)) names.push_back(name);
@@ -124,7 +169,9 @@ std::map<std::string, std::string_view> archive_members(const std::string& path,
       size_t offset = reader.getRecordOffset(name), size = reader.getRecordSize(name);
       if (offset > f.size || size > f.size - offset)
         throw ArchiveError("member " + repr(name) + " runs past the end of the file");
-      members[name] = std::string_view(reinterpret_cast<const char*>(f.data + offset), size);
+      std::string_view bytes(reinterpret_cast<const char*>(f.data + offset), size);
+      if (f.mapped && name != "weights.bin") bytes = copies[name] = std::string(bytes);
+      members[name] = bytes;
     }
   } catch (const ArchiveError&) {
     throw;
@@ -153,7 +200,7 @@ void verify(const Package& pkg) {
       throw Error(Error::Kind::CorruptPackage, message::member_missing(repr(pkg.path), repr(name)));
 }
 
-std::map<std::string, at::Tensor> unpack_weights(const Package& pkg, bool keep_mapped) {
+std::map<std::string, at::Tensor> unpack_weights(const Package& pkg) {
   std::string_view blob = pkg.member("weights.bin");
   std::map<std::string, at::Tensor> weights;
   auto keep = pkg.file;  // every weight holds the mapping alive
@@ -205,9 +252,8 @@ std::map<std::string, at::Tensor> unpack_weights(const Package& pkg, bool keep_m
     if (reinterpret_cast<uintptr_t>(data) % 64 != 0) {  // an unaligned member (a hand-made zip): copy it
       stored = at::empty(stored_shape, options);
       std::memcpy(stored.data_ptr(), data, nbytes);
-    } else {
+    } else {  // the bytes read (owned: the file may change or shrink under a loaded module), or the mapping
       stored = at::from_blob(data, stored_shape, [keep](void*) {}, options);
-      if (!keep_mapped) stored = stored.clone();  // owned: the file may change or shrink under a loaded module
     }
     weights[name] = stored.permute(inverse);
   }
@@ -226,9 +272,9 @@ std::string_view Package::member(const std::string& name) const {
 Package read_package(const std::string& path, bool keep_mapped, const std::vector<std::string>& trusted_keys) {
   Package pkg;
   pkg.path = path;
-  pkg.file = map_file(path);
+  pkg.file = read_file(path, keep_mapped);
   try {
-    pkg.members = archive_members(path, *pkg.file);
+    pkg.members = archive_members(path, pkg.file, pkg.copies);
   } catch (const ArchiveError& err) {
     if (is_format_1(*pkg.file))
       throw Error(Error::Kind::PackageVersion, message::format_1(repr(path), std::to_string(kFormatVersion)));
@@ -257,7 +303,7 @@ Package read_package(const std::string& path, bool keep_mapped, const std::vecto
                 message::newer_format(repr(path), std::to_string(version->integer), std::to_string(kFormatVersion)));
   if (!integer || version->integer != kFormatVersion)
     throw Error(Error::Kind::CorruptPackage, message::unknown_format(repr(path), std::to_string(kFormatVersion)));
-  pkg.weights = unpack_weights(pkg, keep_mapped);
+  pkg.weights = unpack_weights(pkg);
   return pkg;
 }
 

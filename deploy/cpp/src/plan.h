@@ -87,6 +87,7 @@ class Plan {
   c10::IValue call(std::vector<c10::IValue> inputs) const;  // checks the inputs first
   c10::IValue run(std::vector<c10::IValue> inputs) const;   // trusts them
   std::string signature() const;
+  const Package& package() const { return pkg_; }
   // Random inputs that fit the signature; `sizes` sets dynamic dims (the others take the example's size).
   std::vector<c10::IValue> random_inputs(uint64_t seed, const std::map<std::string, int64_t>& sizes = {}) const;
 

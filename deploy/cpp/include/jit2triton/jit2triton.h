@@ -15,6 +15,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace jit2triton {
@@ -43,8 +44,9 @@ struct LoadOptions {
   int num_threads = 0;       // OpenMP threads for CPU kernels; 0: at::get_num_threads()
   bool cuda_graphs = true;   // run a straight-line GPU plan as one CUDA graph, as the Python runtime does
   bool alias_outputs = false;  // with CUDA graphs: return the graph's own output buffers (the next call reuses them)
-  // false: CPU weights are copied at load, so a later change to the file (or its truncation) cannot reach the
-  // module, as with torch::jit::load. true: they stay views of the mapped file (no copy; the file must not change).
+  // false: the file is read once into memory the module owns, so a later change to the file (or its truncation)
+  // cannot reach it, as with torch::jit::load. true: weights stay views of the mapped file (no copy; the file must
+  // not change); every other member is still copied before it is checked.
   bool mmap = false;
   // Paths of Ed25519 public keys (PEM, as `jit2triton keygen` writes them), joined by those in the
   // JIT2TRITON_TRUSTED_KEYS environment variable (':'-separated). When any is set, a package that none of them
@@ -68,6 +70,9 @@ class Module {
   // take the example's value), for smoke tests and benchmarks. `sizes` picks dynamic dims' sizes by name (the
   // others take the example's).
   std::vector<c10::IValue> random_inputs(uint64_t seed = 0, const std::map<std::string, int64_t>& sizes = {}) const;
+  // The package's members (name -> bytes) as read and checked at load: exactly what the module runs, valid while
+  // it lives (for reports and re-saving, without reading the file again).
+  std::map<std::string, std::string_view> members() const;
 
   // The model's other methods converted with it (`@torch.jit.export def encode`), as TorchScript's module has
   // them: `m.method("encode").call({x})`. They share the module's state (attributes the model writes).
