@@ -31,8 +31,17 @@ Package method_package(const Package& pkg, const std::string& name, const json::
   sub.file = pkg.file;
   const std::string prefix = std::string(policy::kMethodPrefix) + name + "/";
   auto under = [&prefix](const std::string& key) { return key.compare(0, prefix.size(), prefix) == 0; };
-  for (const auto& [key, bytes] : pkg.members)
-    if (under(key)) sub.members.emplace(key.substr(prefix.size()), bytes);
+  for (const auto& [key, bytes] : pkg.members) {
+    if (!under(key)) continue;
+    std::string name = key.substr(prefix.size());
+    auto copied = pkg.copies.find(key);  // the checked copy: the method's own, so it outlives forward's plan
+    if (copied == pkg.copies.end()) {
+      sub.members.emplace(name, bytes);
+    } else {
+      const std::string& own = sub.copies[name] = copied->second;
+      sub.members.emplace(name, std::string_view(own));
+    }
+  }
   for (const auto& [key, sum] : pkg.checksums)
     if (under(key)) sub.checksums.emplace(key.substr(prefix.size()), sum);
   for (const auto& [key, weight] : pkg.weights)
