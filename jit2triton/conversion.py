@@ -17,7 +17,7 @@ from jit2triton.deploy.runtime import DeviceLike, Runtime, placed_weights
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.build import build_cpp, kernel_index
 from jit2triton.loaders import load_script
-from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource
+from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource, check_model_path
 from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP
@@ -83,6 +83,8 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         from jit2triton.emitters.compile_triton import check_triton_target
         check_triton_target(target)
     forward_examples, method_examples = _per_method(example_inputs)
+    if isinstance(model, (str, os.PathLike)):
+        check_model_path(os.fspath(model))  # before the first progress line: a missing file is the whole answer
     say("loading TorchScript (freeze, inline, normalise)")
     stopwatch = pipeline.Stopwatch(say)
     with stopwatch.stage("load"):

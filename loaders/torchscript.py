@@ -65,11 +65,16 @@ def load_script(source: ModelSource, map_location: Union[str, torch.device, None
         f"expected a path to a TorchScript archive, a ScriptModule or a ScriptFunction, got {type(source).__name__}")
 
 
-def _read_archive(path: str, map_location) -> torch.jit.ScriptModule:
+def check_model_path(path: str) -> None:
+    """A model path that names no readable file is refused before anything else runs."""
     if not os.path.exists(path):
         raise ModelLoadError(f"model file not found: {path!r}; check the path")
     if os.path.isdir(path) or not os.access(path, os.R_OK):
         raise ModelLoadError(f"cannot read model file {path!r}: it is a folder or not readable")
+
+
+def _read_archive(path: str, map_location) -> torch.jit.ScriptModule:
+    check_model_path(path)
     if not zipfile.is_zipfile(path):
         raise ModelLoadError(
             f"{path!r} is not a TorchScript archive (not a zip file); save the model with torch.jit.save")
