@@ -16,7 +16,7 @@ from .executor import Executor
 from .graph_regions import capturable, worth_capturing
 from .literals import map_plan_literals
 from .package import PackageContents
-from .plan_check import check_dims, check_plan
+from .plan_check import check_dims, check_finite_nesting, check_plan
 from .signature import NO_DEFAULT, InputChecker
 
 DeviceLike = Union[str, torch.device, dict, None]  # a dict maps the device saved to the one wanted, as torch.jit
@@ -42,8 +42,8 @@ class Runtime:
               cuda_graphs: bool, alias_outputs: bool) -> None:
         manifest = contents.manifest
         check_compatible(manifest)
-        check_plan(manifest["plan"], len(manifest["nodes"]), manifest["kernels"])
-        check_dims(manifest["plan"], manifest["signature"]["inputs"])
+        check_plan(manifest["plan"], len(manifest["nodes"]), manifest["kernels"], contents.weights)
+        check_dims(manifest["plan"], manifest["signature"])
         self.device = target_device(manifest, map_location)
         self.contents = contents
         plan = retarget_devices(manifest["plan"], torch.device(manifest["device"]).type, self.device)
@@ -63,9 +63,12 @@ class Runtime:
         self.run = (GraphRunner(self.executor, alias_outputs, by_shape=bool(manifest["signature"].get("dims")))
                     if graphs and graph_worthy else self.executor)
         self.uses_cuda_graph = isinstance(self.run, GraphRunner)
+        self.nested_outputs = manifest["signature"]["outputs"].get("type") != "Tensor"
 
     def __call__(self, *inputs: Any) -> Any:
         outputs = self.run(self.check_inputs(inputs))
+        if self.nested_outputs:
+            check_finite_nesting(outputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
