@@ -18,6 +18,7 @@ import torch
 from jit2triton.emitters.compile_cpp import CompileFailed, compile_library, find_compiler, host_isa
 from jit2triton.errors import CorruptPackageError, PackageDeviceError
 
+from .sizes import is_dynamic, positional_size_function
 from .verified_library import open_verified
 
 _ELF_MACHINE = {"x86_64": 62, "AMD64": 62, "aarch64": 183, "arm64": 183}
@@ -55,15 +56,45 @@ def _launcher(fn, meta: dict, threads: int) -> Callable:
     array_type = ctypes.c_void_p * meta["num_buffers"]
     sizes_type = ctypes.c_int64 * max(len(meta.get("sizes", ())), 1)
     no_sizes = sizes_type()  # a static kernel reads none: one array, made here, serves every call
+    check = _input_check(meta)
 
     def launch(inputs: list, outputs: list, sizes: list = ()) -> None:
         """`sizes`: the call's values of the dynamic dims the kernel takes (meta["sizes"]), in that order."""
+        check(inputs, sizes)
         if fn(array_type(*[t.data_ptr() for t in inputs], *[t.data_ptr() for t in outputs]),
               sizes_type(*sizes) if sizes else no_sizes, threads):
             raise ZeroDivisionError(f"integer division by zero in kernel {meta['name']} (from "
                                     f"{'; '.join(meta['provenance'])})")
 
     return launch
+
+
+def _input_check(meta: dict) -> Callable[[list, list], None]:
+    """What a kernel reads must be what it was built for (the kernel index's inputs: dtype, shape, strides on every
+    dim longer than 1), or it reads past the buffer: the plan's checks at load and its relayout at call keep a valid
+    package so; this holds it for every other (an argument edited to another value, an ATen op whose dtype an
+    input changed). Static shapes are compared as built tuples; dynamic ones evaluated at the call's sizes."""
+    expected = []
+    for dtype, shape, strides in meta.get("inputs", ()):
+        shape_at = [positional_size_function(n, meta.get("sizes", [])) for n in shape]
+        strides_at = [positional_size_function(n, meta.get("sizes", [])) for n in strides]
+        static = not (is_dynamic(shape) or is_dynamic(strides))
+        expected.append((getattr(torch, dtype), tuple(shape) if static else None, tuple(strides) if static else None,
+                         shape_at, strides_at))
+    name = meta["name"]
+
+    def check(inputs: list, sizes: list) -> None:
+        for i, (x, (dtype, shape, strides, shape_at, strides_at)) in enumerate(zip(inputs, expected)):
+            if shape is None:
+                shape, strides = tuple(f(sizes) for f in shape_at), tuple(f(sizes) for f in strides_at)
+            if x.dtype != dtype or x.shape != shape or (x.stride() != strides and any(
+                    n > 1 and s != t for n, s, t in zip(shape, x.stride(), strides))):
+                raise ValueError(f"kernel {name} input {i} is {str(x.dtype).removeprefix('torch.')}{list(x.shape)} "
+                                 f"with strides {list(x.stride())}; it was built for {str(dtype).removeprefix('torch.')}"
+                                 f"{list(shape)} with strides {list(strides)}: the package is damaged, re-run "
+                                 "`jit2triton convert`")
+
+    return check
 
 
 def _usable_library(library: bytes, source: str, isa: str) -> bytes:

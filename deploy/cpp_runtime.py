@@ -32,11 +32,11 @@ EXCEPTIONS = {cls.__name__: cls for cls in (PackageError, CorruptPackageError, P
                                             QuantizedEngineError)}
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp")
-SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/signing.cpp", "src/package.cpp", "src/literals.cpp", "src/plan.cpp", "src/state.cpp", "src/signature.cpp",
-           "src/module.cpp",
+SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/signing.cpp", "src/package.cpp", "src/literals.cpp", "src/plan.cpp",
+           "src/plan_check.cpp", "src/state.cpp", "src/signature.cpp", "src/module.cpp",
            "src/cpu_kernels.cpp", "src/cuda_kernels.cpp", "src/cuda_graph.cpp", "python/bindings.cpp"]
 HEADERS = ["include/jit2triton/jit2triton.h", "src/json.h", "src/sha256.h", "src/signing.h", "src/package.h", "src/literals.h",
-           "src/plan.h", "src/state.h"]
+           "src/plan.h", "src/plan_check.h", "src/state.h"]
 
 _lock = threading.Lock()
 _extension = None

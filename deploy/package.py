@@ -11,8 +11,9 @@ shipped with torch), holding data only.
     checksums.json    sha256 of every other member
     signature.ed25519 optional: an Ed25519 signature over checksums.json (deploy/signing.py)
 
-torch's container stores every record uncompressed and 64-byte aligned, so both runtimes read them in place from
-the mapped file, with no inflate, through a reader that torch maintains and fuzzes rather than one of our own.
+torch's container stores every record uncompressed and 64-byte aligned, so both runtimes use them in place in the
+file's bytes, read once into memory they own (or mapped), with no inflate, through a reader that torch maintains
+and fuzzes rather than one of our own.
 torch adds its own bookkeeping records (`version`, `byteorder`, `.data/serialization_id`), which are not members.
 Nothing in a package is pickled. Saving writes a temporary file beside the target and renames it, so a crash
 never leaves a half-written package under the final name: the temporary is synced to disk before the rename,
@@ -166,16 +167,15 @@ def _read_file(path: str, mapped: bool):
         size = info.st_size
         if mapped:
             return mmap.mmap(fd, 0, access=mmap.ACCESS_COPY) if size else bytearray()
-        data = bytearray(size)
-        view, done = memoryview(data), 0
+        # uninitialised memory (a bytearray would first write zeros over it all: half the time of a load)
+        data = torch.empty(size, dtype=torch.uint8).numpy()
+        done = 0
         while done < size:
-            n = os.readv(fd, [view[done:]])
+            n = os.readv(fd, [data[done:]])
             if n == 0:  # shorter than it was a moment ago: what was read is the file
                 break
             done += n
-        del view
-        del data[done:]
-        return data
+        return data[:done]
     except OSError as err:
         raise CorruptPackageError(message("unreadable", path=repr(path), reason=err.strerror or str(err))) from None
     finally:
@@ -256,7 +256,7 @@ def _records(path: str, data) -> dict[str, memoryview]:
             raise PackageVersionError(message("format_1", path=repr(path), version=FORMAT_VERSION)) from None
         raise CorruptPackageError(message("unreadable", path=repr(path), reason=_reason(err))) from None
     view = memoryview(data)
-    private = isinstance(data, bytearray)  # else a mapping, which another writer of the file may still change
+    private = not isinstance(data, mmap.mmap)  # a mapping shows what another writer of the file writes
     return {name: view[offset:offset + size] if private or name == "weights.bin"
             else memoryview(bytes(view[offset:offset + size])) for name, (offset, size) in spans.items()}
 
@@ -293,7 +293,7 @@ def _verify(path: str, members: dict[str, memoryview]) -> None:
             raise ValueError("not a table")
     except (ValueError, RecursionError):
         raise CorruptPackageError(message("checksums_damaged", path=repr(path))) from None
-    for name in members:
+    for name in sorted(members):  # in the C++ runtime's order (its std::map), so both name the same member first
         if name in ("checksums.json", SIGNATURE_MEMBER):  # the signature signs checksums.json (deploy/signing.py)
             continue
         expected = checksums.get(name)

@@ -16,7 +16,7 @@ from .executor import Executor
 from .graph_regions import capturable, worth_capturing
 from .literals import map_plan_literals
 from .package import PackageContents
-from .plan_check import check_dims, check_plan
+from .plan_check import check_dims, check_finite_nesting, check_plan
 from .signature import NO_DEFAULT, InputChecker
 from .state import StateStore, model_state
 
@@ -45,8 +45,8 @@ class Runtime:
               cuda_graphs: bool, alias_outputs: bool, state: Optional[StateStore]) -> None:
         manifest = contents.manifest
         check_compatible(manifest)
-        check_plan(manifest["plan"], len(manifest["nodes"]), manifest["kernels"])
-        check_dims(manifest["plan"], manifest["signature"]["inputs"])
+        check_plan(manifest["plan"], len(manifest["nodes"]), manifest["kernels"], contents.weights)
+        check_dims(manifest["plan"], manifest["signature"])
         self.device = target_device(manifest, map_location)
         self.contents = contents
         plan = retarget_devices(manifest["plan"], torch.device(manifest["device"]).type, self.device)
@@ -67,10 +67,13 @@ class Runtime:
                     if graphs and graph_worthy else self.executor)
         self.uses_cuda_graph = isinstance(self.run, GraphRunner)
         self.state = model_state(manifest.get("state"), weights, self.device, state)  # attributes the model writes
+        self.nested_outputs = manifest["signature"]["outputs"].get("type") != "Tensor"
 
     def __call__(self, *inputs: Any) -> Any:
         inputs = self.check_inputs(inputs)
         outputs = self.run(inputs) if self.state is None else self.state.run(self.run, inputs)
+        if self.nested_outputs:
+            check_finite_nesting(outputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 

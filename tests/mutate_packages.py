@@ -1,11 +1,14 @@
 """Mutation fuzz of package loading: damaged and hand-edited packages must be refused with an error of the
 jit2triton family (or, where the edit is harmless, load and run), never crash the process or raise anything else.
 
-Three kinds of mutation, from one seed each:
+Four kinds of mutation, from one seed each:
   - a byte of the archive's metadata (zip headers, central directory, the torch records) changed;
   - random bytes written anywhere in the file;
   - the manifest edited at a random place (a number, a string, a list or an object replaced) with the checksums
-    recomputed, as anyone who edits a package can.
+    recomputed, as anyone who edits a package can;
+  - the manifest edited where its structure matters (tests/mutate_structure.py: zero-size dims, strides and dtypes
+    swapped, control flow's arity, a container aliased into itself, the arena's size, a dim's range, the kernel
+    table), checksums recomputed.
 
     python tests/mutate_packages.py --package small.j2t --runtime cpp --first 0 --count 5000
     python tests/mutate_packages.py --package signed.j2t --trusted-key keys/jit2triton.pub ...
@@ -35,6 +38,7 @@ import jit2triton  # noqa: E402
 from jit2triton.errors import Jit2TritonError  # noqa: E402
 from jit2triton.inputs import random_inputs  # noqa: E402
 from jit2triton.deploy.package import _read_file, _records  # noqa: E402
+from mutate_structure import structural_edit  # noqa: E402
 from package_tools import read_members, write_members  # noqa: E402
 
 ODD_VALUES = [0, -1, 1, 2 ** 31, -2 ** 31, 2 ** 62, 10 ** 30, 0.5, float("nan"), "", "x" * 300, None, True, [], {},
@@ -78,7 +82,7 @@ def edit_json(value, rng: random.Random):
 
 def mutate(data: bytes, members: dict[str, bytes], seed: int) -> tuple[str, bytes]:
     rng = random.Random(seed)
-    kind = seed % 3
+    kind = seed % 4
     if kind == 0:
         start, stop = rng.choice(metadata_ranges(data))
         offset = rng.randrange(start, min(stop, len(data)))
@@ -93,12 +97,16 @@ def mutate(data: bytes, members: dict[str, bytes], seed: int) -> tuple[str, byte
                 damaged[offset + i] = rng.randrange(256)
         return f"random bytes at {offset}", bytes(damaged)
     manifest = json.loads(members["manifest.json"])
-    edited = dict(members, **{"manifest.json": json.dumps(edit_json(manifest, rng)).encode()})
+    if kind == 2:
+        what, manifest = "manifest edit", edit_json(manifest, rng)
+    else:
+        what = f"structural edit: {structural_edit(manifest, rng)}"
+    edited = dict(members, **{"manifest.json": json.dumps(manifest).encode()})
     checksums = {name: hashlib.sha256(blob).hexdigest() for name, blob in edited.items() if name != "checksums.json"}
     edited["checksums.json"] = json.dumps(checksums).encode()
     with tempfile.NamedTemporaryFile(suffix=".j2t") as f:
         write_members(f.name, edited)
-        return "manifest edit", open(f.name, "rb").read()
+        return what, open(f.name, "rb").read()
 
 
 def _members_as_read(path: str) -> dict[str, bytes]:
@@ -117,7 +125,11 @@ def try_package(path: str, runtime: str, trusted_key: str | None = None, signed:
     if trusted_key and _members_as_read(path) != signed:
         return "a changed package loaded although trusted keys were set"
     try:  # (a signature field only random inputs read, such as an input's range, may be damaged: not the runtime's)
-        inputs = random_inputs(module.manifest["signature"]["inputs"], module.device)
+        signature = module.manifest["signature"]
+        # each dynamic dim at its example's size, as the C++ driver's random_inputs (a damaged one: 2)
+        sizes = {name: n if type(n) is int and 1 <= n <= 64 else 2
+                 for name, n in ((name, (d or {}).get("example")) for name, d in (signature.get("dims") or {}).items())}
+        inputs = random_inputs(signature["inputs"], module.device, sizes=sizes)
         # a damaged example value (2**62) would make a loop's trip count endless: the harness's input, not the runtime
         inputs = [3 if type(x) is int and abs(x) > 64 else x for x in inputs]
     except Exception:

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <stdexcept>
 
 #include "plan.h"
 
@@ -90,6 +91,53 @@ void check_cpu(std::string_view library, const std::string& isa) {
   }
 }
 
+// What a kernel reads must be what it was built for (the kernel index's inputs: dtype, shape, strides on every dim
+// longer than 1), or it reads past the buffer: the plan's checks at load and its relayout at call keep a valid
+// package so; this holds it for every other (an argument edited to another value, an ATen op whose dtype an input
+// changed), as _input_check in deploy/cpp_kernels.py. Sizes over dynamic dims are evaluated at the call's.
+struct InputSpec {
+  at::ScalarType dtype;
+  std::vector<Size> shape, strides;
+};
+
+std::vector<InputSpec> input_specs(const json::Value& meta) {
+  std::vector<std::string> dims;  // the kernel's size arguments, in the order a launch receives them
+  if (const auto* names = meta.find("sizes"))
+    for (const auto& n : names->items) dims.push_back(n.as_string());
+  std::vector<InputSpec> specs;
+  if (const auto* inputs = meta.find("inputs"))
+    for (const auto& buffer : inputs->items) {
+      InputSpec spec{parse_dtype(buffer[0].as_string()), {}, {}};
+      if (buffer[1].size() != buffer[2].size())
+        throw Error(Error::Kind::CorruptPackage, "the package's kernel index is damaged (an input's strides); re-run `jit2triton convert`");
+      for (const auto& n : buffer[1].items) spec.shape.push_back(parse_size(n, dims));
+      for (const auto& n : buffer[2].items) spec.strides.push_back(parse_size(n, dims));
+      specs.push_back(std::move(spec));
+    }
+  return specs;
+}
+
+void check_inputs(const std::string& name, const std::vector<InputSpec>& specs, const std::vector<at::Tensor>& inputs,
+                  const int64_t* sizes) {
+  if (!specs.empty() && specs.size() != inputs.size())
+    throw std::invalid_argument("kernel " + name + " reads " + std::to_string(specs.size()) + " inputs, the plan passes " +
+                                std::to_string(inputs.size()) + ": the package is damaged; re-run `jit2triton convert`");
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const at::Tensor& x = inputs[i];
+    const InputSpec& spec = specs[i];
+    bool fits = x.scalar_type() == spec.dtype && x.dim() == int64_t(spec.shape.size());
+    for (int64_t d = 0; fits && d < x.dim(); ++d) {
+      int64_t n = spec.shape[d](sizes);
+      fits = x.size(d) == n && (n <= 1 || x.stride(d) == spec.strides[d](sizes));
+    }
+    if (!fits)
+      throw std::invalid_argument("kernel " + name + " input " + std::to_string(i) + " is " +
+                                  std::string(c10::toString(x.scalar_type())) + "[" + join_dims(x.sizes()) +
+                                  "], not the dtype, shape and layout the kernel was built for: the package is "
+                                  "damaged; re-run `jit2triton convert`");
+  }
+}
+
 }  // namespace
 
 Launchers load_cpu_kernels(const Package& pkg, int num_threads) {
@@ -107,8 +155,10 @@ Launchers load_cpu_kernels(const Package& pkg, int num_threads) {
       throw Error(Error::Kind::CorruptPackage, "the package's kernel library has no kernel " + repr(name) +
                                                    ": it is not the library this package was built with; re-run `jit2triton convert`");
     size_t num_buffers = static_cast<size_t>(meta.at("num_buffers").as_int());
-    launchers[name] = [fn, num_buffers, threads, name](std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs,
-                                                       const int64_t* sizes) {
+    std::vector<InputSpec> specs = input_specs(meta);
+    launchers[name] = [fn, num_buffers, threads, name, specs](std::vector<at::Tensor>& inputs,
+                                                              std::vector<at::Tensor>& outputs, const int64_t* sizes) {
+      check_inputs(name, specs, inputs, sizes);
       void* stack_buffers[16];
       std::vector<void*> heap;
       void** buffers = stack_buffers;

@@ -1,5 +1,7 @@
 #include <ATen/ATen.h>
 
+#include <set>
+
 #include "jit2triton/jit2triton.h"
 #include "plan.h"
 #include "policy.h"
@@ -66,6 +68,35 @@ Module load_module(const std::string& path, const LoadOptions& options) {
   return Module(std::make_shared<Plan>(std::move(pkg), options, state), methods);
 }
 
+// A container that holds itself, or nests past any model's depth, is refused before anything walks it (flatten
+// above, j2t-run's printing, the conversion to Python objects), which would recurse without end. Only a damaged
+// plan builds one (TorchScript's types cannot express it): a list stored into itself by an edited argument.
+constexpr int kMaxOutputDepth = 100;  // MAX_OUTPUT_DEPTH in deploy/plan_check.py
+
+void check_finite_nesting(const c10::IValue& v, std::set<const void*>& open, std::set<const void*>& done, int depth) {
+  if (!v.isTuple() && !v.isList() && !v.isGenericDict()) return;
+  const void* key = v.internalToPointer();
+  if (done.count(key)) return;
+  if (open.count(key) || depth > kMaxOutputDepth)
+    throw Error(Error::Kind::CorruptPackage, "the model's output holds a list, tuple or dict inside itself, which no "
+                                             "TorchScript model can return: the package's plan is damaged; re-run `jit2triton convert`");
+  open.insert(key);
+  if (v.isTuple())
+    for (const auto& x : v.toTupleRef().elements()) check_finite_nesting(x, open, done, depth + 1);
+  else if (v.isList())
+    for (const auto& x : v.toListRef()) check_finite_nesting(x, open, done, depth + 1);
+  else
+    for (const auto& kv : v.toGenericDict()) check_finite_nesting(kv.value(), open, done, depth + 1);
+  open.erase(key);
+  done.insert(key);
+}
+
+c10::IValue checked(c10::IValue out) {
+  std::set<const void*> open, done;
+  check_finite_nesting(out, open, done, 0);
+  return out;
+}
+
 }  // namespace
 
 Module load(const std::string& path, const LoadOptions& options) {
@@ -88,11 +119,11 @@ Module load(const std::string& path, const std::string& device) {
   return load(path, options);
 }
 
-c10::IValue Module::call(const std::vector<c10::IValue>& inputs) const { return plan_->call(inputs); }
+c10::IValue Module::call(const std::vector<c10::IValue>& inputs) const { return checked(plan_->call(inputs)); }
 
 std::vector<at::Tensor> Module::forward(const std::vector<c10::IValue>& inputs) const {
   std::vector<at::Tensor> out;
-  flatten(plan_->call(inputs), out);
+  flatten(checked(plan_->call(inputs)), out);
   return out;
 }
 

@@ -1,4 +1,5 @@
 #include "plan.h"
+#include "plan_check.h"
 #include "policy.h"
 
 #include <ATen/ATen.h>
@@ -716,6 +717,7 @@ Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> 
   }
   const Value& plan = manifest.at("plan");
   check_plan(plan, static_cast<int64_t>(manifest.at("nodes").size()), manifest.at("kernels"));
+  check_structure(manifest, pkg_.weights);
   num_slots_ = static_cast<int>(plan.at("num_slots").as_int());
   input_slots_ = ints(&plan.at("inputs"));
   if (const Value* dims = plan.find("dims")) {

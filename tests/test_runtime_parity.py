@@ -1,0 +1,64 @@
+"""Both runtimes tell the same story (issue 34, item 9): a damaged member is named the same way by each, and a model
+that raises raises what TorchScript raises (a torch.jit.Error), so code written around torch.jit.load keeps
+working."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import jit2triton
+
+from package_tools import read_members, write_members
+
+
+def _runtime(runtime, request) -> str:
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    return runtime
+
+
+def _refusal(path, runtime) -> str:
+    with pytest.raises(jit2triton.CorruptPackageError) as err:
+        jit2triton.load(path, runtime=runtime)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("damage", ["renamed", "changed", "two changed"])
+def test_both_runtimes_name_the_same_damaged_member(damage, small_package, tmp_path, request) -> None:
+    """A member renamed in the archive (as a case-folding copy would), changed, or two changed (each runtime
+    named the first it met, in the archive's order or its own): the same message from each."""
+    members = read_members(small_package[0])
+    if damage == "renamed":
+        members["binaries/Kernels.so"] = members.pop("binaries/kernels.so")
+    else:
+        library = members["binaries/kernels.so"]
+        members["binaries/kernels.so"] = library[:-1] + bytes([library[-1] ^ 0xFF])
+    if damage == "two changed":
+        members["manifest.json"] = members["manifest.json"].replace(b'"format"', b'"Format"', 1)
+    damaged = tmp_path / "damaged.j2t"
+    write_members(damaged, members)
+    python, cpp = _refusal(damaged, "python"), _refusal(damaged, _runtime("cpp", request))
+    assert python == cpp
+    assert ("'binaries/Kernels.so'" if damage == "renamed" else "'binaries/kernels.so'") in python  # sorted first
+
+
+class Raises(torch.nn.Module):
+    def forward(self, x):
+        if bool(x.sum() > 100):
+            raise ValueError("the sum is too large")
+        return x.relu() + 1
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_model_that_raises_raises_what_torchscript_raises(runtime, tmp_path, request) -> None:
+    model = torch.jit.script(Raises())
+    path = tmp_path / "raises.j2t"
+    jit2triton.convert(model, (torch.randn(4, 8),)).save(path)
+    module = jit2triton.load(path, runtime=_runtime(runtime, request))
+    large = torch.full((4, 8), 10.0)
+    with pytest.raises(torch.jit.Error) as theirs:
+        model(large)
+    with pytest.raises(torch.jit.Error, match="the sum is too large") as ours:
+        module(large)
+    assert isinstance(ours.value, jit2triton.ModelRaisedError)
+    assert isinstance(ours.value, type(theirs.value))
