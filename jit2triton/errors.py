@@ -3,7 +3,6 @@
 Every message says what was expected, what came, and what to do. This module is the one leaf that every stage
 (loaders, transpiler, emitters, deploy) may import.
 """
-import torch
 
 
 class Jit2TritonError(Exception):
@@ -57,9 +56,20 @@ class StepError(Jit2TritonError, RuntimeError):
     """An op failed while running the plan; names the op and the model source line it came from."""
 
 
-class ModelRaisedError(Jit2TritonError, torch.jit.Error):
-    """The model itself raised (a `raise` or `assert` in its TorchScript source); a torch.jit.Error too, the class
-    TorchScript raises it as, so code that catches that around a model's call keeps working."""
+def __getattr__(name: str):
+    """ModelRaisedError, made on first use: it is a torch.jit.Error too, the class TorchScript raises a model's
+    `raise` as (so code that catches that around a model's call keeps working), and importing torch here would load
+    it for every stage and for the CLI's --help."""
+    if name != "ModelRaisedError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import torch
+
+    class ModelRaisedError(Jit2TritonError, torch.jit.Error):
+        """The model itself raised (a `raise` or `assert` in its TorchScript source)."""
+
+    ModelRaisedError.__module__ = __name__
+    globals()["ModelRaisedError"] = ModelRaisedError
+    return ModelRaisedError
 
 
 class UnsafeCacheError(Jit2TritonError):
