@@ -1,10 +1,11 @@
 """Kernels that differ only in integer constants share one compiled C++ body.
 
 A conv net repeats the same kernel at other sizes: DenseNet-121's 58 ReLUs between its convolutions are four
-shapes, its BatchNorm-ReLUs over each concatenation one kernel at 58 channel counts; a stack of identical layers
-repeats kernels outright. Compiling each copy made the C++ build most of a conversion. The renderer writes every
-static int64 of a kernel (a literal, a loop bound, a size in an unravel) as a placeholder, and kernels whose code
-is the same but for their name, their buffers' and reduction variables' numbers and those integers are one group:
+shapes, the BatchNorm-ReLU after each long concatenation one kernel at every channel count, and the fused cats of
+its four blocks the same seven kernels at four image sizes; a stack of identical layers repeats kernels outright.
+Compiling each copy made the C++ build most of a conversion. The renderer writes every static int64 of a kernel (a
+literal, a loop bound, a size in an unravel) as a placeholder, and kernels whose code is the same but for their
+name, their buffers' and reduction variables' numbers and those integers are one group:
 
     static int k1_relu_shared(void* const* buffers, const int64_t* sizes, int num_threads, const int64_t* params) {
       const int64_t j2t_p0 = params[0];     // an integer that differs between the kernels: an argument

@@ -19,6 +19,9 @@ The plan records `plan["arena"] = {"bytes": n}` and on each kernel step `"arena"
 """
 from __future__ import annotations
 
+import bisect
+import math
+from collections import defaultdict
 from typing import Iterator, Optional
 
 import torch
@@ -119,17 +122,51 @@ def _pack(sizes: dict[Key, int], lives: dict[Key, tuple[int, int]]) -> tuple[dic
     """Offsets such that values alive at the same time never overlap: largest first, each at the lowest offset
     that clears every already placed value whose life overlaps its own (first fit, as TFLite's and Inductor's
     planners do). Lives are inclusive [defined, last read] step positions."""
-    placed: list[tuple[int, int, int, int]] = []  # (offset, end, born, dies)
+    placed = _Placed(max((dies for _, dies in lives.values()), default=0) + 1)
     offsets: dict[Key, int] = {}
+    total = 0
     for key in sorted(sizes, key=lambda k: (-sizes[k], k)):
         born, dies = lives[key]
-        busy = sorted((o, e) for o, e, b, d in placed if b <= dies and born <= d)
         offset = 0
-        for start, end in busy:
+        for start, end in sorted(placed.overlapping(born, dies)):
             if offset + sizes[key] <= start:
                 break
             offset = max(offset, end)
         offsets[key] = offset
-        placed.append((offset, offset + sizes[key], born, dies))
-    return offsets, max((e for _, e, _, _ in placed), default=0)
+        placed.add(born, dies, offset, offset + sizes[key])
+        total = max(total, offset + sizes[key])
+    return offsets, total
 
+
+class _Placed:
+    """The placed values' byte ranges, found by time: those alive when a new value is born (a segment tree over
+    step positions holds each at the O(log steps) nodes that cover its life) and those born during its life (a
+    list sorted by birth). Scanning every placed value for each new one was quadratic in the kernels (0.85 s for
+    4,000)."""
+
+    def __init__(self, steps: int) -> None:
+        self.leaves = 1 << max(steps - 1, 1).bit_length()
+        self.covering: dict[int, list[tuple[int, int]]] = defaultdict(list)  # tree node -> (offset, end)
+        self.births: list[tuple[int, int, int]] = []  # (born, offset, end), sorted
+
+    def add(self, born: int, dies: int, offset: int, end: int) -> None:
+        low, high = born + self.leaves, dies + self.leaves + 1
+        while low < high:
+            if low & 1:
+                self.covering[low].append((offset, end))
+                low += 1
+            if high & 1:
+                high -= 1
+                self.covering[high].append((offset, end))
+            low, high = low >> 1, high >> 1
+        bisect.insort(self.births, (born, offset, end))
+
+    def overlapping(self, born: int, dies: int) -> Iterator[tuple[int, int]]:
+        node = born + self.leaves
+        while node:  # alive at `born`: stored on the path from its leaf to the root
+            yield from self.covering.get(node, ())
+            node >>= 1
+        first = bisect.bisect_right(self.births, (born, math.inf, math.inf))
+        last = bisect.bisect_right(self.births, (dies, math.inf, math.inf))
+        for _, offset, end in self.births[first:last]:  # born after `born`, while it lives
+            yield offset, end
