@@ -42,6 +42,20 @@ def test_both_runtimes_name_the_same_damaged_member(damage, small_package, tmp_p
     assert ("'binaries/Kernels.so'" if damage == "renamed" else "'binaries/kernels.so'") in python  # sorted first
 
 
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_member_name_that_is_not_utf8_is_refused_as_damage(runtime, small_package, tmp_path, request) -> None:
+    """Its bytes in the archive's headers, not in checksums.json: the C++ runtime's message quotes the name, which
+    reached Python as a UnicodeDecodeError instead of the refusal (found by the mutation fuzz)."""
+    data = bytearray(small_package[0].read_bytes())
+    name = b"binaries/kernels.so"
+    spots = [i for i in range(len(data)) if data.startswith(name, i)]
+    for at in (spots[0], spots[-1]):  # the local header and the central directory (checksums.json lies between)
+        data[at + len("binaries/k")] = 0xD5
+    damaged = tmp_path / "damaged.j2t"
+    damaged.write_bytes(bytes(data))
+    _refusal(damaged, _runtime(runtime, request))
+
+
 class Raises(torch.nn.Module):
     def forward(self, x):
         if bool(x.sum() > 100):
