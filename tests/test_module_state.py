@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import jit2triton
-from tests.helpers import assert_same as assert_close
+from helpers import assert_same as assert_close
 
 
 class Warns(torch.nn.Module):  # torchvision's detection models: `if not self._has_warned: ...; self._has_warned = True`
