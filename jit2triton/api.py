@@ -175,7 +175,7 @@ class Converted:
 def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None, device: DeviceLike = "cpu",
             backend: Optional[str] = None, map_location: DeviceLike = None,
             progress: Optional[Progress] = None, verify: bool = True, full_source_paths: bool = False,
-            dynamic_shapes: Any = None, choices: str = "timed") -> Converted:
+            dynamic_shapes: Any = None, choices: str = "timed", narrow_dims: bool = False) -> Converted:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
@@ -192,7 +192,9 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
     `batch = jit2triton.Dim("batch", min=1, max=64)`, by input name or position. The package then serves every size
     in those ranges and refuses others with an InputError naming the dim. `dynamic_shapes="auto"` makes the inputs'
     batch axis dynamic (one dim, `batch`, 1 and up) where the model allows it, else converts static and says why in
-    the report.
+    the report. Each range is run through the model at its ends first: one it does not serve end to end (a seq
+    longer than its position table) is refused with a ConversionError naming the dim and the largest size that
+    ran, or with `narrow_dims=True` narrowed to what ran (the report says so).
 
     Some choices are made by timing candidates on this machine (oneDNN or ATen for a GEMM, channels-last, a GEMM's
     form on CUDA, one CUDA graph or step by step); the report lists each with its times and margin.
@@ -203,7 +205,7 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
     from .conversion import convert_to_package
     with timing.recording(choices) as made:
         contents, target = convert_to_package(model, example_inputs, device, backend, map_location, progress, verify,
-                                              full_source_paths, dynamic_shapes)
+                                              full_source_paths, dynamic_shapes, narrow_dims)
     contents.manifest["report"]["timed_choices"] = [choice.as_report() for choice in made]
     return Converted(contents, *python_runtimes(contents, target))
 

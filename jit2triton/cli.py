@@ -85,6 +85,9 @@ def main() -> None:
 @click.option("--dynamic-batch", is_flag=True,
               help="make the inputs' first (batch) axis dynamic where the model allows it, else keep it static "
                    "and say why (dynamic_shapes='auto'); instead of --dim")
+@click.option("--narrow-dims", is_flag=True,
+              help="narrow a --dim range the model does not run over end to end to the sizes that ran, and say so "
+                   "(default: refuse it, naming the largest size that ran)")
 @click.option("--inputs-file", type=click.Path(exists=True, dir_okay=False),
               help="example inputs saved with torch.save as a tuple or list of tensors")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
@@ -100,8 +103,8 @@ def main() -> None:
 @click.option("--choices", type=click.Choice(["timed", "fixed"]), default="timed", show_default=True,
               help="timed: choices such as oneDNN or ATen for a GEMM by timing both here (listed in the report); "
                    "fixed: the same answers on every machine, nothing timed (a reproducible build)")
-def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, device, backend, no_verify,
-            full_source_paths, quiet, signing_key, choices) -> None:
+def convert(model, output, input_specs, dim_specs, dynamic_batch, narrow_dims, inputs_file, device, backend,
+            no_verify, full_source_paths, quiet, signing_key, choices) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
     from .errors import InputError
@@ -131,7 +134,7 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, d
         inputs += read_inputs_file(inputs_file)
     converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
                               progress=_Progress(quiet), verify=not no_verify, full_source_paths=full_source_paths,
-                              dynamic_shapes=dynamic_shapes or None, choices=choices)
+                              dynamic_shapes=dynamic_shapes or None, choices=choices, narrow_dims=narrow_dims)
     converted.save(output, signing_key=signing_key)
     if not quiet:
         click.echo(converted.report())

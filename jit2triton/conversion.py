@@ -27,6 +27,7 @@ from jit2triton.transpiler import timing
 from jit2triton.transpiler.build_plan import Plan
 
 from . import dims
+from .dim_ranges import checked_ranges
 from .dims import DynamicShapes
 from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, StepError
 from .inputs import with_other_values
@@ -45,8 +46,8 @@ MAX_VERIFY_ROUNDS = 16  # each failed round takes one kernel out (the last, ever
 def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None,
                        device: DeviceLike = "cpu", backend: Optional[str] = None, map_location: DeviceLike = None,
                        progress: Optional[Progress] = None, verify: bool = True,
-                       full_source_paths: bool = False,
-                       dynamic_shapes: DynamicShapes = None) -> tuple[PackageContents, torch.device]:
+                       full_source_paths: bool = False, dynamic_shapes: DynamicShapes = None,
+                       narrow_dims: bool = False) -> tuple[PackageContents, torch.device]:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
@@ -61,6 +62,8 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     `dynamic_shapes` (see jit2triton/dims.py) makes dims of the inputs dynamic: the package serves every size in
     their ranges. Shape inference then also runs the model at a few other sizes, and verification at the ranges'
     ends. "auto" makes the inputs' batch dim dynamic where the model allows it, else converts static and says why.
+    A range the model does not run over end to end is refused (jit2triton/dim_ranges.py), or with `narrow_dims`
+    narrowed to what runs.
 
     `example_inputs` as a dict with a "forward" key (`{"forward": (x,), "encode": (x,)}`) converts the module's
     other methods named in it too, each with its own examples (and static shapes); each is verified on its own,
@@ -91,7 +94,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         script = load_script(model, map_location=map_location, methods=list(method_examples))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""
     contents = _convert_method(script, forward_examples, target, backend, source, say, stopwatch, verify,
-                               full_source_paths, dynamic_shapes)
+                               full_source_paths, dynamic_shapes, narrow_dims)
     for name, examples in method_examples.items():
         say(f"converting method {name}")
         add_method(contents, name, _convert_method(script.methods[name], examples, target, backend, source, say,
@@ -119,11 +122,16 @@ def _per_method(example_inputs) -> tuple[Any, dict[str, Any]]:
 
 def _convert_method(script, example_inputs, target: torch.device, backend: str, source: str, say: Progress,
                     stopwatch: pipeline.Stopwatch, verify: bool, full_source_paths: bool,
-                    dynamic_shapes: DynamicShapes) -> PackageContents:
+                    dynamic_shapes: DynamicShapes, narrow_dims: bool = False) -> PackageContents:
     """One method of the model (forward, or another the user gave examples for) as a package's contents."""
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
     inputs = [_example_layout(x.to(target)) if isinstance(x, torch.Tensor) else x for x in inputs]
     dynamic = dims.resolve(dynamic_shapes, script.input_names, inputs)
+    range_notes: list[str] = []
+    if dynamic:
+        say("running the model at the ends of the dims' ranges")
+        with stopwatch.stage("dim_ranges"):
+            dynamic, range_notes = checked_ranges(dynamic, script.function, inputs, narrow_dims)
     state = [_on_device(slot.initial, target) for slot in script.state]  # the plan takes it after the inputs
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
@@ -158,8 +166,8 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
                                                  rewritten=False)
         verification["notes"] = list(verification["notes"]) + [
             f"{err}; every op runs through ATen as TorchScript wrote it (please report it with the model)"]
-    if pass_notes or script.notes:
-        verification["notes"] = list(verification["notes"]) + script.notes + pass_notes
+    if pass_notes or script.notes or range_notes:
+        verification["notes"] = list(verification["notes"]) + range_notes + script.notes + pass_notes
     if target.type == "cuda" and contents.manifest["cuda_graph"]:
         with stopwatch.stage("cuda_graph_timing"):
             _choose_cuda_graph(contents, inputs, target, say)

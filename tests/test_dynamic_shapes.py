@@ -198,8 +198,7 @@ class Flatten(torch.nn.Module):
 
 def test_a_model_that_specialises_on_a_dim_is_refused_at_convert_time() -> None:
     traced = torch.jit.trace(Flatten(), torch.randn(2, 3, 4))
-    with pytest.raises(ConversionError, match=r"does not run with its dynamic dims at b=\d+.*aten::mul.*"
-                                              r"specialises on those sizes"):
+    with pytest.raises(ConversionError, match=r"does not run at b=8: `return x \* torch.ones.*specialises on b"):
         jit2triton.convert(traced, (torch.randn(2, 3, 4),), dynamic_shapes={"x": {0: Dim("b", max=8)}})
     # the dim that does not matter to the constant is free
     converted = jit2triton.convert(traced, (torch.randn(2, 3, 4),), dynamic_shapes={"x": {1: Dim("n", max=8)}})
@@ -354,11 +353,9 @@ def test_views_slices_and_iotas_over_dynamic_sizes_become_kernels(backend) -> No
     for batch, length in [(1, 2), (8, 64), (3, 17), (5, 9)]:
         x = torch.randn(batch, length, 8, generator=generator)
         assert_same(converted(x.clone()), model(x.clone()), f"batch={batch}, seq={length}")
-    # a range past the buffer: the slice could run off its dim, so it stays an ATen op (and the answers right)
-    wide = jit2triton.convert(model, example, backend="cpp", dynamic_shapes=[{1: Dim("seq", min=2, max=100)}])
-    assert "aten::slice.Tensor" in wide.summary()["fallback_ops"]
-    x = torch.randn(2, 40, 8, generator=generator)
-    assert_same(wide(x.clone()), model(x.clone()), "seq=40 with the wide range")
+    # a range past the buffer: the slice would run off its dim, and the model cannot add the two; refused at convert
+    with pytest.raises(ConversionError, match="does not run at seq=100.*largest seq that ran is 64"):
+        jit2triton.convert(model, example, backend="cpp", dynamic_shapes=[{1: Dim("seq", min=2, max=100)}])
 
 
 class StridedConvThenLinear(torch.nn.Module):
@@ -452,16 +449,21 @@ class UpTo150(torch.nn.Module):
         return x * 3 + self.w[: x.shape[1]]  # raises past 150
 
 
-def test_a_model_that_fails_at_the_range_s_end_still_converts() -> None:
-    """The largest sizes are observed only where the model runs: there it raises, and as before, verification
-    notes the end as not compared (the user's range is wider than the model's)."""
+def test_a_range_wider_than_the_model_is_refused_or_narrowed() -> None:
+    """A range the model does not run over end to end is refused at convert time, naming the largest size that ran
+    (it used to convert with a note and fail at call time); narrow_dims=True narrows it to that size."""
     model = torch.jit.trace(UpTo150(), (torch.randn(2, 8),))
-    converted = jit2triton.convert(model, (torch.randn(2, 8),), dynamic_shapes=[{1: Dim("h", min=1, max=200)}])
-    assert any("not compared" in n for n in converted.manifest["report"]["verification"]["notes"])
+    with pytest.raises(ConversionError, match="Dim h is declared 1..200.*largest h that ran is 150"):
+        jit2triton.convert(model, (torch.randn(2, 8),), dynamic_shapes=[{1: Dim("h", min=1, max=200)}])
+    converted = jit2triton.convert(model, (torch.randn(2, 8),), dynamic_shapes=[{1: Dim("h", min=1, max=200)}],
+                                   narrow_dims=True)
+    assert converted.manifest["signature"]["dims"]["h"]["max"] == 150
     generator = torch.Generator().manual_seed(FRESH_SEED)
     for h in (1, 9, 150):
         x = torch.randn(2, h, generator=generator)
         torch.testing.assert_close(converted(x), model(x))
+    with pytest.raises(InputError, match="h"):
+        converted(torch.randn(2, 151))
 
 
 class PositionsOfStaticSeq(torch.nn.Module):

@@ -125,8 +125,10 @@ def observe(graph: Graph, ctx: Context) -> Graph:
         recorder.observe_values(graph.inputs, inputs)
         try:
             ctx.draw_outputs.append((sizes, ctx.run_plan(sched, inputs, recorder)))
-        except ConversionError:  # the model does not run there: verification says so ("not compared")
-            recorder.drop_draw()
+        except ConversionError as err:  # each dim's end ran on its own (jit2triton/dim_ranges.py), not together
+            at = ", ".join(f"{name}={n}" for name, n in sizes.items())
+            raise ConversionError(f"each dim's range runs on its own, but with every dim at its largest ({at}) the "
+                                  f"model fails: {err}. Narrow one of the ranges") from None
     recorder.annotate()
     mark_data_dependent(graph, recorder)  # sizes computed from data stay opaque even where no draw varied them
     ctx.recorder = recorder
