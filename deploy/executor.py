@@ -127,6 +127,8 @@ class Executor:
         free = step.get("free", ())
         node, observe = step["node"], self.observe
         unpacks = step["op"] in UNPACKS  # one output per item, however many: `[x] = chunk(...)` is one
+        if step.get("binds"):
+            return self.binding(step, self.compile_call(dict(step, binds=(), free=())), free)
 
         def call(env: list) -> None:
             a = template.copy()
@@ -151,6 +153,22 @@ class Executor:
                 env[slot] = None
 
         return call
+
+    def binding(self, step: dict, call: Step, free: list) -> Step:
+        """A call that also binds sizes of its outputs into the call's size table (transpiler/bind_sizes.py), read
+        before its slots are released."""
+        binds = [(name, step["outs"][index], axis) for name, index, axis in step["binds"]]
+        sizes_slot = self.sizes_slot
+
+        def bind(env: list) -> None:
+            call(env)
+            sizes = env[sizes_slot]
+            for name, slot, axis in binds:
+                sizes[name] = env[slot].shape[axis]
+            for slot in free:
+                env[slot] = None
+
+        return bind
 
     def compile_single_kernel(self, plan: dict) -> Optional[Callable[[list], list]]:
         """The whole plan as one function when it is a single kernel step whose outputs are the plan's outputs,

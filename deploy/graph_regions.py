@@ -77,8 +77,9 @@ def _walk(steps: list[dict]) -> Iterator[dict]:
 
 
 def _graph_safe(step: dict, on_host: frozenset) -> bool:
+    """(A step that binds sizes stays out: a replay would skip the binding the steps after the region read.)"""
     return (step["kind"] in ("call", "kernel") and step.get("op") not in HOST_READS and not step.get("mutates")
-            and step["node"] not in on_host)
+            and step["node"] not in on_host and not step.get("binds"))
 
 
 def _launches(step: dict, nodes: list[dict]) -> int:

@@ -36,7 +36,10 @@ def check_plan(plan: dict, num_nodes: int, kernels: list[dict],
         for slot in plan["inputs"]:
             _slot(slot, slots)
         _refs(plan["outputs"], slots)
-        dims = [d[0] for d in plan.get("dims", ())]
+        bound = plan.get("bound_dims", [])
+        if not isinstance(bound, list) or not all(isinstance(name, str) for name in bound):
+            _bad("its bound dims")
+        dims = [d[0] for d in plan.get("dims", ())] + bound
         _steps(plan["steps"], slots, num_nodes, table, weights or {}, dims)
         _arena_fits(plan)
     except (KeyError, TypeError, IndexError, AttributeError, ValueError):
@@ -92,6 +95,10 @@ def _steps(steps: list, num_slots: int, num_nodes: int, table: dict[str, dict], 
             _kernel_step(step, table.get(step["kernel"]), weights, dims)
         if kind in ("if", "loop"):
             _control_flow(step)
+        for name, index, axis in step.get("binds", ()):  # sizes a call binds from its outputs (bind_sizes.py)
+            if (kind != "call" or name not in dims or type(index) is not int or not 0 <= index < len(step["outs"])
+                    or type(axis) is not int or axis < 0):
+                _bad("a step binds a size it cannot")
         if kind == "graph" and any(r[0] != "s" for r in step["args"]):
             _bad("a graph region reads a value that is not a slot")
         node = step.get("node")

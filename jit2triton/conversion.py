@@ -30,7 +30,7 @@ from . import dims
 from .dim_ranges import checked_ranges
 from .dims import DynamicShapes
 from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, StepError
-from .inputs import with_other_values
+from .inputs import inputs_at, with_other_values
 from .verify import Verifier, divergent_kernel, fused_values, observed_values, package_runner
 from .version import __version__
 
@@ -149,7 +149,7 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
     verifier = None
     if verify:
         say("running TorchScript on the example inputs and a fresh draw, for verification")
-        other_sizes = [(", ".join(f"{n}={k}" for n, k in sizes.items()), dims.inputs_at(dynamic, sizes, inputs, 100 + i))
+        other_sizes = [(", ".join(f"{n}={k}" for n, k in sizes.items()), inputs_at(dynamic, sizes, inputs, 100 + i))
                        for i, sizes in enumerate(dynamic.bounds() + dynamic.draws(1, seed=1))] if dynamic else []
         with stopwatch.stage("reference"):
             verifier = Verifier(script.function, inputs, signature["inputs"], target, dynamic.example, other_sizes)
@@ -238,12 +238,12 @@ def _context(target: torch.device, inputs: list, dynamic: "dims.DynamicSpec",
     """What the passes share: the target, the example inputs and, with dynamic dims, draws at other sizes."""
     ctx = pipeline.Context(target, inputs, _run_plan(target), stopwatch=stopwatch,
                            example_sizes=dict(dynamic.example),
-                           draws=[(sizes, dims.inputs_at(dynamic, sizes, inputs, seed=i))
+                           draws=[(sizes, inputs_at(dynamic, sizes, inputs, seed=i))
                                   for i, sizes in enumerate(dynamic.draws())])
     ctx.value_draws = [with_other_values(inputs, seed=7 + i, shift=shift) for i, shift in enumerate(VALUE_SHIFTS)]
     largest = dynamic.largest() if dynamic else None
     if largest is not None:
-        ctx.largest = (largest, dims.inputs_at(dynamic, largest, inputs, seed=len(ctx.draws)))
+        ctx.largest = (largest, inputs_at(dynamic, largest, inputs, seed=len(ctx.draws)))
     if dynamic:  # kernels take the dynamic dims as arguments (both renderers, both runtimes)
         ctx.kernel_dims = {name: (d.min, d.max, dynamic.example[name]) for name, d in dynamic.dims.items()}
     return ctx

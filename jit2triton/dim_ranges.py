@@ -22,7 +22,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .dims import DynamicSpec, inputs_at
+from .dims import DynamicSpec
+from .inputs import inputs_at
 from .errors import ConversionError
 
 Reference = Callable[..., Any]

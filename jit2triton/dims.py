@@ -168,32 +168,3 @@ def resolve(dynamic_shapes: DynamicShapes, names: list[str], inputs: list[Any]) 
         if resolved:
             spec.axes[position] = resolved
     return spec
-
-
-def inputs_at(spec: DynamicSpec, sizes: Mapping[str, int], inputs: list[Any], seed: int) -> list[Any]:
-    """The example inputs redrawn with the dynamic dims at `sizes`; inputs with no dynamic dim are kept.
-
-    Floating-point inputs get fresh random values. Integer and bool inputs are the example's values, taken along
-    each dynamic axis at random positions of the example: ids, masks, boxes and positions hold structure a uniform
-    draw breaks (LayoutLM's boxes need x0 <= x1 in each row), and every element of the example is valid for the
-    model, so a draw of them is too."""
-    import torch
-
-    from jit2triton.deploy.signature import CHANNELS_LAST
-    from .inputs import random_tensor
-    generator = torch.Generator().manual_seed(seed)
-    drawn = list(inputs)
-    for position, axes in spec.axes.items():
-        x = inputs[position]
-        shape = [sizes[axes[a].name] if a in axes else n for a, n in enumerate(x.shape)]
-        if x.dtype.is_floating_point or x.dtype.is_complex or x.numel() == 0:
-            drawn[position] = random_tensor(shape, x.dtype, x.device, 0, 2, generator)
-            if not x.is_contiguous() and x.dim() in CHANNELS_LAST:  # a channels-last example: its draws are too
-                drawn[position] = drawn[position].contiguous(memory_format=CHANNELS_LAST[x.dim()])
-            continue
-        taken = x
-        for axis in axes:
-            picks = torch.randint(0, x.shape[axis], (shape[axis],), generator=generator).to(x.device)
-            taken = taken.index_select(axis, picks)
-        drawn[position] = taken.contiguous()
-    return drawn

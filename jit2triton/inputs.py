@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import torch
 
+from .dims import Dim, DynamicSpec
 from .errors import InputError
 
 _SPEC = re.compile(r"^(?P<shape>[0-9A-Za-z_]*|scalar)(?::(?P<dtype>[a-z0-9]+))?(?::(?P<low>-?\d+)-(?P<high>-?\d+))?$")
@@ -16,7 +17,6 @@ def parse_dim_spec(spec: str) -> tuple[Any, int]:
     """`B=1:64` (dim B, sizes 1 to 64), `S=8:512:128` (example size 128), `B=1:inf` -> (Dim, example size). The
     example size defaults to the smallest above 1 in the range: small, so conversion is quick, and not 1, which
     would hide broadcasts."""
-    from .dims import Dim
     match = _DIM_SPEC.match(spec.strip())
     if not match:
         raise InputError(f"--dim {spec!r}: expected NAME=MIN:MAX[:EXAMPLE], e.g. B=1:64 or S=8:512:128 (a name "
@@ -146,3 +146,29 @@ def _random_value(entry: dict, name: str, device, generator: torch.Generator, si
         items = [_random_value(item, name, device, generator, sizes) for item in entry["items"]]
         return items if entry["type"] == "List" else tuple(items)
     raise InputError(f"cannot make a random value for input {name!r} of type {entry['type']}")
+
+
+def inputs_at(spec: DynamicSpec, sizes: Mapping[str, int], inputs: list[Any], seed: int) -> list[Any]:
+    """The example inputs redrawn with the dynamic dims at `sizes`; inputs with no dynamic dim are kept.
+
+    Floating-point inputs get fresh random values. Integer and bool inputs are the example's values, taken along
+    each dynamic axis at random positions of the example: ids, masks, boxes and positions hold structure a uniform
+    draw breaks (LayoutLM's boxes need x0 <= x1 in each row), and every element of the example is valid for the
+    model, so a draw of them is too."""
+    from jit2triton.deploy.signature import CHANNELS_LAST
+    generator = torch.Generator().manual_seed(seed)
+    drawn = list(inputs)
+    for position, axes in spec.axes.items():
+        x = inputs[position]
+        shape = [sizes[axes[a].name] if a in axes else n for a, n in enumerate(x.shape)]
+        if x.dtype.is_floating_point or x.dtype.is_complex or x.numel() == 0:
+            drawn[position] = random_tensor(shape, x.dtype, x.device, 0, 2, generator)
+            if not x.is_contiguous() and x.dim() in CHANNELS_LAST:  # a channels-last example: its draws are too
+                drawn[position] = drawn[position].contiguous(memory_format=CHANNELS_LAST[x.dim()])
+            continue
+        taken = x
+        for axis in axes:
+            picks = torch.randint(0, x.shape[axis], (shape[axis],), generator=generator).to(x.device)
+            taken = taken.index_select(axis, picks)
+        drawn[position] = taken.contiguous()
+    return drawn

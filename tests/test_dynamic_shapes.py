@@ -379,13 +379,58 @@ def test_a_gemm_over_an_opaque_size_converts_and_matches(tmp_path) -> None:
     length = Dim("length", min=8, max=128)
     converted = jit2triton.convert(model, (torch.randn(2, 4, 40),), dynamic_shapes=[{2: length}])
     assert not converted.manifest["report"]["verification"]["notes"]  # no pass failed on the way
-    assert "an output's size is opaque" in converted.report()  # why the GELU after it runs through ATen
+    # the conv's length is bound at run time from its output, so the GELU after the GEMM is a kernel
+    assert converted.manifest["plan"]["bound_dims"] and "aten::gelu" not in converted.summary()["fallback_ops"]
     converted.save(tmp_path / "m.j2t")
     loaded = jit2triton.load(tmp_path / "m.j2t")
     generator = torch.Generator().manual_seed(FRESH_SEED)
     for n in (8, 9, 33, 77, 128):
         x = torch.randn(2, 4, n, generator=generator)
         torch.testing.assert_close(loaded(x), model(x))
+
+
+class StridedConvNet(torch.nn.Module):
+    """A small conv net over a dynamic image size: strided convs make floor divisions of H and W (opaque sizes),
+    and the activations, a residual, a global pool and a channel sum over them should still be kernels."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.down = torch.nn.Conv2d(8, 8, 3, stride=2)
+        self.same = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.nn.functional.silu(self.stem(x))
+        z = self.down(y * 2.0 + 1.0).relu()
+        z = z + self.same(z).sigmoid() * z  # the same opaque size on both sides of the residual
+        return z.mean((2, 3)), (z.sigmoid() * z).sum(1), y.var(1)
+
+
+@pytest.mark.parametrize("backend", ["cpp", BACKENDS[1]])
+def test_ops_over_opaque_sizes_become_kernels_with_sizes_bound_at_run_time(backend, tmp_path) -> None:
+    """#31 item 4: a size no polynomial explains is read at run time from the ATen tensor that has it (the
+    strided conv's output) into the call's size table; the ops over it lower into kernels in both runtimes."""
+    torch.manual_seed(0)
+    example = (torch.randn(2, 3, 32, 32),)
+    model = torch.jit.trace(StridedConvNet().eval(), example)
+    height, width = Dim("H", min=16, max=64), Dim("W", min=16, max=64)
+    converted = convert_for(model, example, backend, dynamic_shapes=[{2: height, 3: width}], choices="fixed")
+    assert converted.manifest["plan"].get("bound_dims"), "no size was bound"
+    assert converted.summary()["verification"]["kernels_removed"] == []
+    fallbacks = converted.summary()["fallback_ops"]
+    for op in ("aten::silu", "aten::relu", "aten::sigmoid", "aten::mean.dim", "aten::sum.dim_IntList",
+               "aten::var.correction"):
+        assert op not in fallbacks, (op, converted.summary()["fallback_reasons"])
+    runtimes = [converted]
+    if backend == "cpp":  # the C++ runtime binds them too
+        converted.save(tmp_path / "m.j2t")
+        runtimes.append(jit2triton.load(tmp_path / "m.j2t", runtime="cpp"))
+    generator = torch.Generator().manual_seed(FRESH_SEED)
+    for h, w in [(16, 16), (33, 47), (64, 63), (17, 40)]:
+        x = to_device((torch.randn(2, 3, h, w, generator=generator),), "cuda" if backend == "cuda" else "cpu")
+        expected = model(*to_device(x, "cpu"))
+        for runtime in runtimes:
+            assert_same(to_cpu(runtime(*x)), expected, f"H={h}, W={w}")
 
 
 class Boxes(torch.nn.Module):

@@ -47,6 +47,9 @@ def build_plan(graph: Graph) -> Plan:
     dims = _dim_sources(graph)
     if dims:
         plan["dims"] = dims
+    bound = sorted(name for node in graph.walk() for _, _, name in node.attrs.get("binds", ()))
+    if bound:
+        plan["bound_dims"] = bound  # bound by the steps that make them, after the dims read from the inputs
     if packed:
         plan["packed"] = packed
     weights = _read_weights(graph)
@@ -158,6 +161,8 @@ class _PlanBuilder:
             step["type"] = _type_tag(node.outputs[0].type)  # a runtime that types its containers needs it
         if node.blocks:
             step["blocks"] = [self.block(b) for b in node.blocks]
+        if node.attrs.get("binds"):  # sizes read from its outputs into the call's size table (bind_sizes.py)
+            step["binds"] = [[name, index, axis] for index, axis, name in node.attrs["binds"]]
         free = self.memory.free_after.get(id(node))
         if free:
             step["free"] = sorted(free)

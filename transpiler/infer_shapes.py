@@ -28,6 +28,13 @@ class ShapeRecorder:
         self.symbols = (f"s{i}" for i in itertools.count())
         self.small: dict[int, Any] = {}  # value id -> its value, for scalars, short lists and 0-d tensors
         self.varying: set[int] = set()  # value ids seen with different values (loop counters, data, dynamic sizes)
+        # Opaque sizes by what was observed: two sizes equal at every draw are one size (as a fitted polynomial is
+        # the size that gives every draw's value); its value at the example, for heuristics (transpiler/bind_sizes.py)
+        self.opaque_sizes: dict[tuple, str] = {}
+        self.opaque_examples: dict[str, int] = {}
+        # value id -> its dims outermost first, for a tensor dense in that order at every draw whose strides fit no
+        # polynomial (an opaque size among its dims): strides a binding of its sizes can spell out again
+        self.dense_orders: dict[int, tuple[int, ...]] = {}
 
     def next_draw(self, sizes: dict[str, int]) -> None:
         """Types observed from here on belong to a run at these sizes of the dynamic dims."""
@@ -73,8 +80,10 @@ class ShapeRecorder:
             draws, self.draws = self.draws, []
             self.seen = {}
             for value_id, (value, _) in draws[0][1].items():
-                self.seen[value_id] = (value, self.across_draws([(sizes, seen[value_id][1]) for sizes, seen in draws
-                                                                 if value_id in seen]))
+                observed = [(sizes, seen[value_id][1]) for sizes, seen in draws if value_id in seen]
+                self.seen[value_id] = (value, self.across_draws(observed))
+                if self.seen[value_id][1].is_tensor and self.seen[value_id][1].strides is None:
+                    self.observed_order(value_id, [t for _, t in observed])
         for value, observed in self.seen.values():
             value.type = observed
 
@@ -101,26 +110,34 @@ class ShapeRecorder:
             strides = None if any(s is None for s in fitted) else tuple(fitted)
         return Type("Tensor", first.dtype, shape, first.device, strides=strides)
 
+    def observed_order(self, value_id: int, types: list[Type]) -> None:
+        orders = {_dense_order(t) for t in types}
+        if len(orders) == 1 and None not in orders:
+            self.dense_orders[value_id] = orders.pop()
+
     def fitted(self, values: list, sizes: list[dict[str, int]], opaque: bool = True):
         if any(isinstance(v, str) for v in values):  # it varied within a run (a loop): no draw explains it
             return next(self.symbols) if opaque else None
         found = fit(values, sizes)
         if found is None and opaque:
-            return next(self.symbols)
+            key = tuple((tuple(sorted(draw.items())), n) for draw, n in zip(sizes, values))
+            if key not in self.opaque_sizes:
+                self.opaque_sizes[key] = name = next(self.symbols)
+                self.opaque_examples[name] = values[0]  # the first draw observed is the example
+            return self.opaque_sizes[key]
         return found
-        for node in self.nodes:
-            if node.op == "prim::Loop":
-                self.type_carried(node)
 
-    def type_carried(self, loop: Node) -> None:
-        """A loop body's carried inputs, which no node outputs: each is the loop's initial value on the first
-        iteration and the body's result after, so its type is theirs merged, when both were seen."""
-        body = loop.blocks[0]
-        for value, initial, result in zip(body.inputs[1:], loop.inputs[2:], body.outputs[1:]):
-            if initial.id in self.seen and result.id in self.seen and initial.type.is_tensor:
-                merged = self.merge(initial.type, result.type)
-                if merged.shape is not None and result.type.shape is not None:
-                    value.type = merged
+
+def _dense_order(t: Type):
+    """A tensor type's dims outermost first when its strides are exactly a dense layout in that order, else None."""
+    if not t.is_tensor or t.shape is None or t.strides is None or not all(isinstance(n, int) for n in t.shape):
+        return None
+    order = tuple(sorted(range(len(t.shape)), key=lambda d: (-t.strides[d], d)))
+    expected, step = [0] * len(t.shape), 1
+    for d in reversed(order):
+        expected[d] = step
+        step *= t.shape[d]
+    return order if all(n == 1 or expected[d] == t.strides[d] for d, n in enumerate(t.shape)) else None
 
 
 def _is_small(obj: Any) -> bool:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 from . import kernel_ir as K
+from .symbolic import SymSize
 from .lowering import (LowerContext, TensorBox, broadcast_index, compute_dtype, is_box, lowering, make_box,
                        normalize_dim, require)
 
@@ -53,6 +54,9 @@ def elementwise(shape, dtype: str, fn, *inputs) -> TensorBox:
 
 
 def _c(value, like):
+    """A constant in `like`'s dtype; a count over dynamic dims (a SymSize) is computed from the call's dims."""
+    if isinstance(value, SymSize):
+        return K.cast(K.size(value), like.dtype)
     return K.const(value, like.dtype)
 
 
@@ -141,7 +145,8 @@ def moments(ctx, x, dims, correction, keepdim, dtype) -> tuple[TensorBox, Tensor
         return K.op("mul", d, d)
 
     squares = reduce_box(ctx, x, dims, keepdim, "sum", dtype, body=deviation)
-    var = elementwise(squares.shape, dtype, lambda s: K.op("truediv", s, _c(max(n - correction, 0), s)), squares)
+    dof = n - correction if isinstance(n, SymSize) else max(n - correction, 0)
+    var = elementwise(squares.shape, dtype, lambda s: K.op("truediv", s, _c(dof, s)), squares)
     return mu, var
 
 

@@ -21,6 +21,7 @@ import torch
 
 from jit2triton.errors import ConversionError, Jit2TritonError
 
+from .bind_sizes import bind_opaque_sizes
 from .check_indices import check_indices
 from .data_sizes import mark_data_dependent
 from .decompose_mha import decompose_mha
@@ -154,12 +155,13 @@ REWRITES: list[tuple[str, Pass]] = [
     ("channels_last", channels_last),  # conv nets: channels-last activations, where timing says faster
     ("reobserve", observe),  # the rewrites made new values (a fused attention's output has its own strides)
     ("infer_unobserved", lambda g, c: infer_unobserved(g)),  # branches the example inputs did not take
+    ("bind_sizes", lambda g, c: bind_opaque_sizes(g, c.recorder, c.kernel_dims)),  # opaque sizes read at run time
 ]
 
 
 # Rewrites that only make the graph faster: one that fails is skipped (its bug costs speed, never the conversion).
 # The others type the graph or keep generated kernels safe, so without them no kernels are generated.
-OPTIONAL_REWRITES = frozenset({"fold_shapes", "unpack_splits", "fuse_attention", "decompose_mha", "functionalize",
+OPTIONAL_REWRITES = frozenset({"bind_sizes", "fold_shapes", "unpack_splits", "fuse_attention", "decompose_mha", "functionalize",
                                "split_conv_bias", "gemm_forms", "onednn_linear", "channels_last"})
 
 

@@ -260,13 +260,37 @@ class Builder {
     throw Error(Error::Kind::PackageVersion, "unknown step kind " + repr(kind) + " in the plan; the package needs a newer jit2triton");
   }
 
+  // Sizes a call binds from its outputs into the call's dims (plan step "binds": [name, output, axis]).
+  struct Binding {
+    size_t dim;
+    int slot;
+    int64_t axis;
+  };
+
+  std::vector<Binding> bindings(const Value& s, const std::vector<int>& outs) {
+    std::vector<Binding> found;
+    if (const Value* binds = s.find("binds"))
+      for (const auto& b : binds->items)
+        found.push_back({dim_index(plan_.plan_dims_, b[0].as_string()), outs.at(b[1].as_int()), b[2].as_int()});
+    return found;
+  }
+
+  static void bind(Env& env, int sizes_slot, const std::vector<Binding>& binds) {
+    if (binds.empty()) return;
+    auto dims = env[sizes_slot].toIntList();
+    for (const auto& b : binds) dims.set(b.dim, env[b.slot].toTensor().size(b.axis));
+  }
+
   std::function<void(Env&)> call(const Value& s) {
     const std::string& op = s.at("op").as_string();
     std::vector<Ref> args = refs(s.at("args"));
     std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
+    std::vector<Binding> binds = bindings(s, outs);
+    int sizes_slot = plan_.num_slots_;
     if (auto native = host_op(op, s, args, outs)) {
-      return [native, free](Env& env) {
+      return [native, free, binds, sizes_slot](Env& env) {
         native(env);
+        bind(env, sizes_slot, binds);
         release(env, free);
       };
     }
@@ -283,7 +307,7 @@ class Builder {
       if (args[i].slot < 0) args[i].constant = coerce(args[i].constant, schema.arguments()[i].type());
     bool vararg = schema.is_vararg();
     torch::jit::Operation operation = handle->getOperation();
-    return [operation, args, outs, free, vararg, op](Env& env) mutable {
+    return [operation, args, outs, free, vararg, op, binds, sizes_slot](Env& env) mutable {
       torch::jit::Stack stack;
       stack.reserve(args.size() + 1);
       for (const auto& a : args) stack.push_back(a.get(env));
@@ -293,6 +317,7 @@ class Builder {
         throw std::runtime_error(op + " returned " + std::to_string(stack.size()) + " values, the plan expects " +
                                  std::to_string(outs.size()));
       for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(stack[i]);
+      bind(env, sizes_slot, binds);
       release(env, free);
     };
   }
@@ -537,7 +562,10 @@ class Builder {
         if (x.strides() != strides) x = into_layout(x, strides);
       }
       std::vector<int64_t> sizes;
-      for (size_t i : size_args) sizes.push_back(call_dims[i]);
+      for (size_t i : size_args) {
+        if (call_dims[i] < 0) throw std::runtime_error("a size the kernel takes was not bound before it ran");
+        sizes.push_back(call_dims[i]);
+      }
       launch(inputs, outputs, sizes.empty() ? nullptr : sizes.data());
       for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(outputs[i]);
       release(env, free);
@@ -735,6 +763,10 @@ Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> 
       dim_sources_.push_back({position, d[2].as_int()});
     }
   }
+  if (const Value* bound = plan.find("bound_dims")) {
+    for (const auto& name : bound->items) plan_dims_.push_back(name.as_string());
+    bound_dims_ = bound->size();
+  }
   const Value* graph = manifest.find("cuda_graph");
   bool whole_graph = options.cuda_graphs && device.is_cuda() && graph && graph->as_bool();
   region_graphs_ = options.cuda_graphs && device.is_cuda() && !whole_graph;
@@ -825,9 +857,11 @@ IValue Plan::run(std::vector<IValue> inputs) const {
     }
   } borrowed{this, arena_bytes_ > 0 ? std::optional<c10::List<at::Tensor>>(take_arena()) : std::nullopt};
   if (borrowed.arena) env[num_slots_ + 1] = IValue(*borrowed.arena);
-  if (!dim_sources_.empty()) {  // before the inputs move into their slots
+  if (!plan_dims_.empty()) {  // before the inputs move into their slots
     std::vector<int64_t> dims;
+    dims.reserve(plan_dims_.size());
     for (const auto& [position, axis] : dim_sources_) dims.push_back(inputs.at(position).toTensor().size(axis));
+    dims.resize(plan_dims_.size(), -1);  // the bound dims, until the steps that make them run
     env[num_slots_] = IValue(std::move(dims));
   }
   for (size_t i = 0; i < input_slots_.size() && i < inputs.size(); ++i) env[input_slots_[i]] = std::move(inputs[i]);

@@ -113,7 +113,8 @@ class Plan {
   // Where each dynamic dim is read per call (plan "dims": input position and axis), in dim_names_ order; the
   // values go into the slot after the plan's own, for the kernels that take them.
   std::vector<std::pair<size_t, int64_t>> dim_sources_;
-  std::vector<std::string> plan_dims_;  // their names, in that order
+  std::vector<std::string> plan_dims_;  // their names, in that order, then the bound dims' (plan "bound_dims")
+  size_t bound_dims_ = 0;  // sizes steps bind from the tensors they make (transpiler/bind_sizes.py): -1 until then
   std::vector<std::function<void(c10::IValue&, Bound&)>> checks_;  // per input; throws Error(Input)
   std::vector<std::string> input_names_;
   std::vector<c10::IValue> defaults_;  // per input; None marks "no default" when has_default_ is false

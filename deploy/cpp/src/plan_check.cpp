@@ -155,6 +155,15 @@ void steps(const Value& list, Context& c) {
     const std::string& kind = s.at("kind").as_string();
     if (kind == "kernel") kernel_step(s, c);
     if (kind == "if" || kind == "loop") control_flow(s);
+    if (const Value* binds = s.find("binds"))  // sizes a call binds from its outputs (plan_check.py alike)
+      for (const auto& b : binds->items) {
+        bool good = kind == "call" && b.size() == 3 && b[0].is_string() &&
+                    std::find(c.dims.begin(), c.dims.end(), b[0].as_string()) != c.dims.end() &&
+                    b[1].kind == Value::Kind::Int && b[1].integer >= 0 &&
+                    b[1].integer < static_cast<int64_t>(s.at("outs").size()) && b[2].kind == Value::Kind::Int &&
+                    b[2].integer >= 0;
+        if (!good) bad("a step binds a size it cannot");
+      }
     if (kind == "graph")
       for (const auto& r : s.at("args").items)
         if (r.size() != 2 || !r[0].is_string() || r[0].as_string() != "s" || r[1].kind != Value::Kind::Int)
@@ -188,6 +197,13 @@ void check_structure(const Value& manifest, const std::map<std::string, at::Tens
   const Value& plan = manifest.at("plan");
   if (const Value* dims = plan.find("dims"))
     for (const auto& d : dims->items) c.dims.push_back(d[0].as_string());
+  if (const Value* bound = plan.find("bound_dims")) {
+    if (!bound->is_array()) bad("its bound dims");
+    for (const auto& name : bound->items) {
+      if (!name.is_string()) bad("its bound dims");
+      c.dims.push_back(name.as_string());
+    }
+  }
   steps(plan.at("steps"), c);
   if (const Value* arena = plan.find("arena")) {
     const Value* bytes = arena->is_object() ? arena->find("bytes") : nullptr;
