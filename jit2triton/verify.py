@@ -194,9 +194,12 @@ class Verifier:
                 return result
 
     def check(self, run: Callable) -> list[Mismatch]:
-        """Mismatches of `run` (a loaded package) against TorchScript, over every case."""
+        """Mismatches of `run` (a loaded package) against TorchScript, over every case; `failed` names the cases
+        they came from."""
         found: list[Mismatch] = []
+        self.failed: list[str] = []
         for name, inputs, expected in self.cases:
+            before = len(found)
             try:
                 actual = run(*_copies(inputs))
             except SizeChangedError as err:  # inputs that fit the signature met a size the package fixed: a bug
@@ -210,9 +213,12 @@ class Verifier:
                 actual = err
             if isinstance(actual, Exception):
                 found.append(Mismatch(f"on {name}", math.inf, f"the package raised {type(actual).__name__}: {actual}"))
+                self.failed.append(name)
                 continue
             found += [Mismatch(f"{m.where} on {name}", m.error, m.detail)
                       for m in compare(actual, expected, slack=self.slack)]
+            if len(found) > before:
+                self.failed.append(name)
         return found
 
     @property
@@ -256,6 +262,23 @@ def divergent_kernel(reference: dict[int, torch.Tensor], fused: dict[int, torch.
     return None
 
 
+def first_divergence(reference: dict[int, torch.Tensor], actual: dict[int, torch.Tensor],
+                     nodes: list) -> Optional[tuple[Any, float]]:
+    """The node that made the first value (in the order the package made them) differing from ATen's, with its
+    error: there the package and the model first part. Everything before it agreed, so where that node is a
+    discontinuous op (a comparison, an argsort, NMS: the op table's `discontinuous`), nearly equal inputs decided
+    differently, which rounding alone does; where it is a kernel, the kernel is wrong."""
+    producer = {v.id: node for node in nodes for v in node.outputs}
+    for value_id, value in actual.items():
+        expected = reference.get(value_id)
+        if expected is None or value_id not in producer:
+            continue
+        error, _ = tensor_error(value, expected)
+        if error:
+            return producer[value_id], error
+    return None
+
+
 def package_runner(contents, device: torch.device) -> Callable:
     """The loaded package as a user would call it (the Python runtime, CUDA graphs included). A model with module
     state runs each case from the saved state and gives its new state beside its outputs, as the reference does."""
@@ -271,7 +294,7 @@ def package_runner(contents, device: torch.device) -> Callable:
 
 
 def fused_values(contents, plan: dict, nodes: list, inputs: list, device: torch.device) -> dict[int, torch.Tensor]:
+    """Every tensor the package makes on `inputs`, its kernels' and its ATen steps', by IR value id, in order."""
     weights = placed_weights(contents.weights, plan, device)
     kernels = load_kernels(contents, None, device)
-    return observed_values(plan, weights, contents.manifest["nodes"], nodes, inputs, device, kernels,
-                           only_kernels=True)
+    return observed_values(plan, weights, contents.manifest["nodes"], nodes, inputs, device, kernels)

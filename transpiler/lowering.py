@@ -10,6 +10,8 @@ storage dtype only when a kernel stores them, as TorchInductor does.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import importlib
 import itertools
 import math
@@ -20,7 +22,7 @@ import torch
 
 from . import kernel_ir as K
 from .kernel_ir import compute_dtype  # noqa: F401  (re-exported for the lowering modules)
-from .op_table import OP_TABLE, OpInfo, lookup
+from .op_table import OP_TABLE, lookup
 from .symbolic import at_least_one
 
 Index = list  # list[KExpr], one per dim
@@ -105,7 +107,7 @@ def lowering(*ops: str):
             info = OP_TABLE.get(name)
             if info is None:
                 raise KeyError(f"{name} has a lowering but no op table entry")
-            OP_TABLE[name] = OpInfo(name, info.category, fn)
+            OP_TABLE[name] = dataclasses.replace(info, lowering=fn)  # its other facts stay
         return fn
     return register
 

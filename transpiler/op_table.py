@@ -31,6 +31,9 @@ class OpInfo:
     # tensor output's size does (every size computed from it is opaque: transpiler/data_sizes.py), "scalar" for ops
     # that read a number out of a tensor; shape inference runs such models on other values too
     data_dependent_size: str = ""
+    # nearly equal inputs can give it different outputs (a comparison, an argmax, a sort's order, NMS, a floor):
+    # where a package first differs from TorchScript at such an op, rounding decided it, not a wrong kernel
+    discontinuous: bool = False
 
 
 OP_TABLE: dict[str, OpInfo] = {}
@@ -48,9 +51,23 @@ DATA_DEPENDENT_SIZE = dict.fromkeys("""
 """.split(), "scalar")
 
 
+# Ops whose outputs jump where their inputs cross a boundary: comparisons, arg-reductions, orders, roundings, casts
+# to integers, and every op whose output size depends on data. (Verification: jit2triton/verify.py first_divergence.)
+DISCONTINUOUS = frozenset("""
+    aten::eq.Tensor aten::eq.Scalar aten::ne.Tensor aten::ne.Scalar aten::gt.Tensor aten::gt.Scalar aten::ge.Tensor
+    aten::ge.Scalar aten::lt.Tensor aten::lt.Scalar aten::le.Tensor aten::le.Scalar aten::argmax aten::argmin
+    aten::max.dim aten::min.dim aten::sort aten::sort.stable aten::argsort aten::argsort.stable aten::topk
+    aten::kthvalue aten::median.dim aten::mode aten::floor aten::ceil aten::round aten::round.decimals aten::trunc
+    aten::sign aten::floor_divide aten::floor_divide.Scalar aten::div.Tensor_mode aten::div.Scalar_mode
+    aten::remainder.Tensor aten::remainder.Scalar aten::fmod.Tensor aten::fmod.Scalar aten::searchsorted.Tensor
+    aten::bucketize.Tensor aten::histc aten::threshold torchvision::roi_align torchvision::roi_pool
+""".split()) | frozenset(DATA_DEPENDENT_SIZE)
+
+
 def register(category: str, names: str) -> None:
     for name in names.split():
-        OP_TABLE[name] = OpInfo(name, category, data_dependent_size=DATA_DEPENDENT_SIZE.get(name, ""))
+        OP_TABLE[name] = OpInfo(name, category, data_dependent_size=DATA_DEPENDENT_SIZE.get(name, ""),
+                                discontinuous=name in DISCONTINUOUS)
 
 
 register(POINTWISE, """
@@ -117,7 +134,8 @@ def lookup(op: str, schema: str = "") -> OpInfo:
     info = OP_TABLE.get(op)
     if info is not None:
         return info
-    return OpInfo(op, HOST if is_host_op(op, schema) else FALLBACK, data_dependent_size=DATA_DEPENDENT_SIZE.get(op, ""))
+    return OpInfo(op, HOST if is_host_op(op, schema) else FALLBACK, data_dependent_size=DATA_DEPENDENT_SIZE.get(op, ""),
+                  discontinuous=op in DISCONTINUOUS)
 
 
 _HOST_NAMESPACES = ("prim::",)
