@@ -3,7 +3,6 @@
 Every message says what was expected, what came, and what to do. This module is the one leaf that every stage
 (loaders, transpiler, emitters, deploy) may import.
 """
-import torch
 
 
 class Jit2TritonError(Exception):
@@ -47,9 +46,9 @@ class StepError(Jit2TritonError, RuntimeError):
     """An op failed while running the plan; names the op and the model source line it came from."""
 
 
-class ModelRaisedError(Jit2TritonError, torch.jit.Error):
-    """The model itself raised (a `raise` or `assert` in its TorchScript source); a torch.jit.Error too, the class
-    TorchScript raises it as, so code that catches that around a model's call keeps working."""
+class ModelRaisedError(Jit2TritonError, RuntimeError):
+    """The model itself raised (a `raise` or `assert` in its TorchScript source); a RuntimeError, as StepError is.
+    TorchScript raises these as torch.jit.Error, which this module cannot derive from without importing torch."""
 
 
 class UnsafeCacheError(Jit2TritonError):

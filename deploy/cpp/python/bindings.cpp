@@ -59,6 +59,13 @@ const char* error_class(Error::Kind kind) {
   }
 }
 
+// Text from a package (a member's name, a message quoting one) as a Python str, whatever bytes a damaged file put in
+// it: undecodable bytes become U+FFFD, never a UnicodeDecodeError in place of the refusal (found by the fuzz).
+py::str text(const std::string& bytes) {
+  return py::reinterpret_steal<py::str>(
+      PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace"));
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -69,7 +76,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     } catch (const Error& err) {
       py::object errors = py::module_::import("jit2triton.deploy.cpp_runtime").attr("EXCEPTIONS");
       py::object cls = errors[py::str(error_class(err.kind()))];
-      PyErr_SetObject(cls.ptr(), py::str(err.what()).ptr());
+      PyErr_SetObject(cls.ptr(), text(err.what()).ptr());
     }
   });
 
@@ -106,7 +113,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("members",
            [](const jit2triton::Module& self) {
              py::dict out;
-             for (const auto& [name, data] : self.members()) out[py::str(name)] = py::bytes(data.data(), data.size());
+             for (const auto& [name, data] : self.members()) out[text(name)] = py::bytes(data.data(), data.size());
              return out;
            })
       .def("signature", &jit2triton::Module::signature);
