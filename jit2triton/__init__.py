@@ -21,7 +21,6 @@ from .errors import (  # noqa: E402
     InputError,
     Jit2TritonError,
     ModelLoadError,
-    ModelRaisedError,
     PackageDeviceError,
     PackageError,
     PackageVersionError,
@@ -46,6 +45,9 @@ def __getattr__(name: str):
     if name in _API:
         from . import api
         return getattr(api, name)
+    if name == "ModelRaisedError":  # a torch.jit.Error too: made when first asked for (errors.py)
+        from .errors import ModelRaisedError
+        return ModelRaisedError
     if name == "Dim":
         from .dims import Dim
         return Dim

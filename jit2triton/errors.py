@@ -46,9 +46,20 @@ class StepError(Jit2TritonError, RuntimeError):
     """An op failed while running the plan; names the op and the model source line it came from."""
 
 
-class ModelRaisedError(Jit2TritonError, RuntimeError):
-    """The model itself raised (a `raise` or `assert` in its TorchScript source); a RuntimeError, as StepError is.
-    TorchScript raises these as torch.jit.Error, which this module cannot derive from without importing torch."""
+def __getattr__(name: str):
+    """ModelRaisedError, made on first use: it is a torch.jit.Error too, the class TorchScript raises a model's
+    `raise` as (so code that catches that around a model's call keeps working), and importing torch here would load
+    it for every stage and for the CLI's --help."""
+    if name != "ModelRaisedError":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import torch
+
+    class ModelRaisedError(Jit2TritonError, torch.jit.Error):
+        """The model itself raised (a `raise` or `assert` in its TorchScript source)."""
+
+    ModelRaisedError.__module__ = __name__
+    globals()["ModelRaisedError"] = ModelRaisedError
+    return ModelRaisedError
 
 
 class UnsafeCacheError(Jit2TritonError):
