@@ -176,7 +176,7 @@ class CppRuntime:
     def contents(self) -> PackageContents:
         """The package as this runtime read and checked it (for reports and saving): the file it runs, never the
         path read again (it may name another file by now)."""
-        return package_from_members(self.path, self.module.members())
+        return package_from_members(self.path, self.module.members(), self.module.weights())
 
     def __call__(self, *inputs: Any) -> Any:
         return self.module(*inputs)
