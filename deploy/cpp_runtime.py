@@ -38,6 +38,8 @@ SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/signing.cpp", "src/package.cpp
 HEADERS = ["include/jit2triton/jit2triton.h", "src/json.h", "src/sha256.h", "src/signing.h", "src/package.h", "src/literals.h",
            "src/plan.h", "src/plan_check.h", "src/state.h"]
 
+HASH_SUFFIX = ".sha256"  # beside the built extension: the sha256 of its bytes, written when it was built
+
 _lock = threading.Lock()
 _extension = None
 
@@ -105,9 +107,6 @@ def _build():
     with open(built, "rb") as f:  # what a later process checks before it imports the build
         write_once(built + HASH_SUFFIX, hashlib.sha256(f.read()).hexdigest().encode())
     return module
-
-
-HASH_SUFFIX = ".sha256"  # beside the built extension: the sha256 of its bytes, written when it was built
 
 
 def _import_checked(name: str, built: str):
@@ -178,7 +177,7 @@ class CppRuntime:
     def contents(self) -> PackageContents:
         """The package as this runtime read and checked it (for reports and saving): the file it runs, never the
         path read again (it may name another file by now)."""
-        return package_from_members(self.path, self.module.members())
+        return package_from_members(self.path, self.module.members(), self.module.weights())
 
     def __call__(self, *inputs: Any) -> Any:
         return self.module(*inputs)

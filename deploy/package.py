@@ -146,10 +146,15 @@ def read_package(path: str, mmap: bool = False, trusted_keys: KeyPaths = None) -
     return _contents(path, members)
 
 
-def package_from_members(path: str, members: dict[str, bytes]) -> PackageContents:
-    """The contents of a package another reader (the C++ runtime) read and checked, from its bytes: the same file
-    the runtime runs, never the path read again."""
-    return _contents(path, {name: memoryview(data) for name, data in members.items()})
+def package_from_members(path: str, members: dict[str, bytes], weights: dict[str, torch.Tensor]) -> PackageContents:
+    """The contents of a package the C++ runtime read, checked and unpacked, from its members (all but weights.bin)
+    and its weights (sharing its memory, not copied): the same file the runtime runs, never the path read again."""
+    manifest = json.loads(members.pop("manifest.json"))
+    manifest.pop("weights")
+    manifest["plan"] = map_plan_literals(manifest["plan"], decode)
+    members.pop("checksums.json")
+    signed = members.pop(SIGNATURE_MEMBER, None) is not None
+    return PackageContents(manifest, weights, members, signed)
 
 
 def _read_file(path: str, mapped: bool):

@@ -76,3 +76,18 @@ def test_a_model_that_raises_raises_what_torchscript_raises(runtime, tmp_path, r
         module(large)
     assert isinstance(ours.value, jit2triton.ModelRaisedError)
     assert isinstance(ours.value, type(theirs.value))
+
+
+def test_the_cpp_runtimes_module_gives_its_own_package_to_python(small_package, tmp_path, request) -> None:
+    """Its manifest, files and weights come from the bytes the C++ runtime read (the weights without a copy), and
+    saving it again gives a package that runs the same."""
+    _runtime("cpp", request)
+    module = jit2triton.load(small_package[0], runtime="cpp")
+    contents = module._contents
+    held = module._runtime.module.weights()
+    assert {n: w.data_ptr() for n, w in contents.weights.items()} == {n: w.data_ptr() for n, w in held.items()}
+    assert contents.manifest["signature"]["inputs"][0]["shape"] == [2, 4]
+    module.save(tmp_path / "again.j2t")
+    again = jit2triton.load(tmp_path / "again.j2t", runtime="cpp")
+    x, y = torch.randn(2, 4), torch.randn(2, 3)
+    torch.testing.assert_close(again(x, y), small_package[1](x, y))

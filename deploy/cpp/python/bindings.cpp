@@ -119,10 +119,17 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("method_names", &jit2triton::Module::method_names)
       .def_property_readonly("device", &jit2triton::Module::device)
       .def_property_readonly("uses_cuda_graph", &jit2triton::Module::uses_cuda_graph)
-      .def("members",
+      .def("members",  // all but weights.bin, whose tensors weights() gives without a copy
            [](const jit2triton::Module& self) {
              py::dict out;
-             for (const auto& [name, data] : self.members()) out[text(name)] = py::bytes(data.data(), data.size());
+             for (const auto& [name, data] : self.members())
+               if (name != "weights.bin") out[text(name)] = py::bytes(data.data(), data.size());
+             return out;
+           })
+      .def("weights",
+           [](const jit2triton::Module& self) {
+             py::dict out;
+             for (const auto& [name, weight] : self.weights()) out[text(name)] = py::cast(weight);
              return out;
            })
       .def("signature", &jit2triton::Module::signature);

@@ -152,6 +152,8 @@ bool Module::uses_cuda_graph() const { return plan_->uses_cuda_graph; }
 
 std::map<std::string, std::string_view> Module::members() const { return plan_->package().members; }
 
+std::map<std::string, at::Tensor> Module::weights() const { return plan_->package().weights; }
+
 std::vector<c10::IValue> Module::random_inputs(uint64_t seed, const std::map<std::string, int64_t>& sizes) const {
   return plan_->random_inputs(seed, sizes);
 }

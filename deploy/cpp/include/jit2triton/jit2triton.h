@@ -71,8 +71,10 @@ class Module {
   // others take the example's).
   std::vector<c10::IValue> random_inputs(uint64_t seed = 0, const std::map<std::string, int64_t>& sizes = {}) const;
   // The package's members (name -> bytes) as read and checked at load: exactly what the module runs, valid while
-  // it lives (for reports and re-saving, without reading the file again).
+  // it lives (for reports and re-saving, without reading the file again); and its weights as unpacked from them
+  // (on the CPU, sharing those bytes).
   std::map<std::string, std::string_view> members() const;
+  std::map<std::string, at::Tensor> weights() const;
 
   // The model's other methods converted with it (`@torch.jit.export def encode`), as TorchScript's module has
   // them: `m.method("encode").call({x})`. They share the module's state (attributes the model writes).
