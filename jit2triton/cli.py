@@ -325,6 +325,9 @@ def inspect(package, kernels, plan, ir, trusted_keys) -> None:
     extra = module.extra_files()
     click.echo("extra files: " + (", ".join(f"{name} ({len(data)} bytes)" for name, data in sorted(extra.items()))
                                   or "none"))
+    graphs = _cuda_graph_line(manifest)
+    if graphs:
+        click.echo(graphs)
     click.echo(module.report())
     if ir:
         click.echo(manifest["ir"])
@@ -332,6 +335,28 @@ def inspect(package, kernels, plan, ir, trusted_keys) -> None:
         click.echo(json.dumps(manifest["plan"], indent=1, default=str))
     if kernels:
         click.echo(module.code)
+
+
+def _cuda_graph_line(manifest: dict) -> str:
+    """How many CUDA graphs a CUDA package may hold and what memory they take (deploy/cuda_graph.py), or ""."""
+    from jit2triton.deploy.policy import MAX_GRAPHS
+
+    if manifest["device"] != "cuda":
+        return ""
+    keyed = "per input shape and scalar inputs" if manifest["signature"].get("dims") else "per scalar inputs"
+    if manifest.get("cuda_graph"):
+        return (f"CUDA graphs: the whole plan, one graph {keyed}, captured on a key's second call, at most "
+                f"{MAX_GRAPHS} (then step by step); each holds its own buffers, the memory of one call at its shape")
+    regions = _count_regions(manifest["plan"]["steps"])
+    if not regions:
+        return "CUDA graphs: none (the plan runs step by step)"
+    return (f"CUDA graphs: {regions} regions, one graph {keyed} each, captured on a key's second sight, at most "
+            f"{MAX_GRAPHS} per region; a region's graphs share one memory pool (they never run at once)")
+
+
+def _count_regions(steps: list) -> int:
+    return sum((step.get("kind") == "graph") + _count_regions(step.get("steps", ()))
+               + sum(_count_regions(block["steps"]) for block in step.get("blocks", ())) for step in steps)
 
 
 def _signed_line(signed: bool, trusted_keys) -> str:

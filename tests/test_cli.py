@@ -203,3 +203,16 @@ def test_the_readme_demo_runs_and_exits_cleanly():
     result = CliRunner().invoke(main, ["demo"])
     assert result.exit_code == 0, result.output
     assert "demo OK" in result.output and "error:" not in result.output
+
+
+def test_inspect_says_how_many_cuda_graphs_a_cuda_package_may_hold():
+    from jit2triton.cli import _cuda_graph_line
+    from jit2triton.deploy.policy import MAX_GRAPHS
+    dynamic = {"device": "cuda", "cuda_graph": True, "signature": {"dims": {"b": {}}}, "plan": {"steps": []}}
+    assert f"one graph per input shape and scalar inputs, captured on a key's second call, at most {MAX_GRAPHS}" \
+        in _cuda_graph_line(dynamic)
+    regions = {"device": "cuda", "cuda_graph": False, "signature": {},
+               "plan": {"steps": [{"kind": "graph"}, {"kind": "if", "blocks": [{"steps": [{"kind": "graph"}]}]}]}}
+    assert _cuda_graph_line(regions).startswith("CUDA graphs: 2 regions, one graph per scalar inputs each")
+    assert _cuda_graph_line(dict(regions, plan={"steps": []})) == "CUDA graphs: none (the plan runs step by step)"
+    assert _cuda_graph_line(dict(regions, device="cpu")) == ""
