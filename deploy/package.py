@@ -151,7 +151,7 @@ def package_from_members(path: str, members: dict[str, bytes], weights: dict[str
     and its weights (sharing its memory, not copied): the same file the runtime runs, never the path read again."""
     manifest = json.loads(members.pop("manifest.json"))
     manifest.pop("weights")
-    manifest["plan"] = map_plan_literals(manifest["plan"], decode)
+    manifest = map_manifest_plans(manifest, decode)
     members.pop("checksums.json")
     signed = members.pop(SIGNATURE_MEMBER, None) is not None
     return PackageContents(manifest, weights, members, signed)
