@@ -25,8 +25,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray's own pro
 
 import jit2triton  # noqa: E402
 from jit2triton.deploy.literals import encode as encode_literal  # noqa: E402
-from jit2triton.deploy.serving import (Request, RequestReader, concat_inputs, encode, plan_batching,  # noqa: E402
-                                       plan_chunks, split_rows)
+from jit2triton.deploy.serving import concat_inputs, plan_batching, plan_chunks, split_rows  # noqa: E402
+from jit2triton.deploy.serving_json import Request, RequestReader, encode  # noqa: E402
 from jit2triton.errors import InputError, StepError  # noqa: E402
 
 try:
@@ -60,7 +60,7 @@ SIGNATURE = {
 
 
 def _reader(signature=SIGNATURE, max_batch_size=32):
-    return RequestReader(signature, plan_batching(signature, max_batch_size))
+    return RequestReader(signature, plan_batching(signature, max_batch_size).dim is not None)
 
 
 def _b64(t: torch.Tensor, dtype: str = None) -> dict:
