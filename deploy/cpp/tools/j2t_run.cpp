@@ -155,6 +155,14 @@ void profile(const std::string& path, jit2triton::LoadOptions options, const std
                   row.seconds * 1e3 / calls, what.c_str(), key.second.c_str());
     std::cout << line << "\n";
   }
+  if (ordered.size() > 30) {
+    double rest = 0;
+    int steps = 0;
+    for (size_t i = 30; i < ordered.size(); ++i) rest += ordered[i].second.seconds, steps += ordered[i].second.steps;
+    std::snprintf(line, sizeof line, "%5.1f%% in %d more steps (%zu rows)", 100 * rest / (total > 0 ? total : 1), steps,
+                  ordered.size() - 30);
+    std::cout << line << "\n";
+  }
 }
 
 void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
