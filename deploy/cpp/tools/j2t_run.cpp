@@ -12,6 +12,7 @@
 // each plan step (Module::set_profiling) over the --bench calls (or 20) and prints the steps as `jit2triton bench
 // --profile` does: share, ms per call, step, source.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <jit2triton/jit2triton.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/serialization/import.h>
@@ -41,7 +42,8 @@ const char* kUsage =
     "Runs a jit2triton package on random inputs that fit its signature and prints the outputs' shapes and the load\n"
     "time; --shape: sizes of the package's dynamic dims (default: the example's); --bench N: latency statistics (min,\n"
     "mean, median, p90, p99, max, in ms) of N calls after --warmup-ms (default 200, at least 3 calls) of warm-up,\n"
-    "taking turns with --torchscript when given, both under torch::InferenceMode; --torchscript M.pt: the largest\n"
+    "taking turns with --torchscript when given, both under torch::InferenceMode; --threads N: torch's threads (ATen's\n"
+    "ops, TorchScript) and the generated kernels', as `jit2triton bench --threads`; --torchscript M.pt: the largest\n"
     "difference from that TorchScript\n"
     "model on the same inputs (and its time); --dump DIR: each output's raw bytes; --trusted-key: refuse the package\n"
     "unless this Ed25519 public key (or another given, or one in JIT2TRITON_TRUSTED_KEYS) signed it; --profile:\n"
@@ -137,7 +139,10 @@ void profile(const std::string& path, jit2triton::LoadOptions options, const std
   std::map<std::pair<std::string, std::string>, Row> rows;
   double total = 0;
   for (const auto& t : m.step_times()) {
-    Row& row = rows[{t.op, t.source}];
+    std::istringstream words(t.source);  // the source line's whitespace collapsed, as bench prints it
+    std::string source, word;
+    while (words >> word) source += (source.empty() ? "" : " ") + word;
+    Row& row = rows[{t.op, source}];
     row.seconds += t.seconds;
     row.steps += 1;
     total += t.seconds;
@@ -230,11 +235,15 @@ int main(int argc, char** argv) {
   }
   if (bench < 0) return fail("--bench takes a number of calls, 1 or more (0: no timing)");
   c10::InferenceMode inference;  // neither runtime records autograd history or version counters
+  // --threads is torch's threads too, as `jit2triton bench --threads` sets them: ATen's ops in the plan and the
+  // TorchScript model use that many, not only the generated kernels
+  if (options.num_threads > 0) at::set_num_threads(options.num_threads);
   try {
     auto start = std::chrono::steady_clock::now();
     jit2triton::Module m = jit2triton::load(path, options);
     double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    std::cout << "loaded " << path << " in " << load_ms << " ms on " << m.device() << "\n"
+    std::cout << "loaded " << path << " in " << load_ms << " ms on " << m.device() << ", " << at::get_num_threads()
+              << " threads\n"
               << "signature " << m.signature() << "\n";
     std::vector<c10::IValue> inputs = m.random_inputs(seed, sizes);
     auto outputs = m.forward(inputs);
