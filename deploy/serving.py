@@ -239,7 +239,10 @@ class ModelServer:
         if path == "/stats":
             return self._json(200, self.stats())
         if path == "/metrics":
-            text = await asyncio.get_running_loop().run_in_executor(None, self._export.text)
+            try:
+                text = await asyncio.get_running_loop().run_in_executor(None, self._export.text)
+            except OSError as err:  # the node's metrics export is not up (yet), or not reachable from here
+                return self._json(503, {"error": f"Ray's metrics export of this node did not answer ({err})"})
             return self._response(text, status_code=200, media_type="text/plain; version=0.0.4; charset=utf-8")
         return self._json(404, {"error": f"nothing is served at GET {path}; this server answers {ENDPOINTS}"})
 
@@ -273,15 +276,15 @@ class ModelServer:
             return self._json(400, {"error": str(err)})
         try:
             outputs = await self._answer(request)
+            if protocol == "v2":
+                body, headers = v2.write_infer(self.model_name, wanted, outputs)
+                return self._response(body, status_code=200, headers=headers)
+            return self._json(200, {"outputs": encode(outputs, request.reply)})
         except Jit2TritonError as err:
             return self._json(500, {"error": f"the model failed on this request: {err}"})
         except Exception as err:  # noqa: BLE001 — a client gets a message, the replica's log the traceback
             log.exception("jit2triton serving: a model call failed")
             return self._json(500, {"error": f"internal error ({type(err).__name__}); the replica's log has it"})
-        if protocol == "v2":
-            body, headers = v2.write_infer(self.model_name, wanted, outputs)
-            return self._response(body, status_code=200, headers=headers)
-        return self._json(200, {"outputs": encode(outputs, request.reply)})
 
     async def predict(self, *inputs: Any, **named: Any) -> Any:
         """The Python handle: `handle.predict.remote(x)` returns what the loaded module returns, on the CPU."""

@@ -183,6 +183,8 @@ def write_infer(model: str, request: InferRequest, outputs: Any) -> tuple[bytes,
     for name, value in flatten_outputs(outputs):
         if request.outputs is not None and name not in request.outputs:
             continue
+        if value is None:
+            continue  # an output the model left empty (an Optional it returned as None) has no tensor to send
         tensor = value.detach().cpu() if isinstance(value, torch.Tensor) else torch.tensor(value)
         entry = {"name": name, "datatype": V2_NAMES.get(tensor.dtype, "BYTES"), "shape": list(tensor.shape)}
         if request.binary.get(name, request.binary_default):

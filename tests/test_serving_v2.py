@@ -102,6 +102,9 @@ def test_v2_infer_reads_json_and_binary_tensors_and_writes_the_wanted_outputs():
                          SIGNATURE["inputs"], OUTPUTS)
     body, headers = v2.write_infer("m", only, (x, {"mask": ids > 0}))
     assert "inference-header-content-length" not in headers and len(json.loads(body)["outputs"]) == 1
+    body, _ = v2.write_infer("m", v2.InferRequest({}), (x, None, 3))  # None has no tensor; a number is one
+    assert [(o["name"], o["datatype"], o["shape"]) for o in json.loads(body)["outputs"]] == [
+        ("output__0", "FP32", [3, 5, 4]), ("output__2", "INT64", [])]
 
 
 X_JSON = {"name": "x", "datatype": "FP32", "shape": [1, 1, 4], "data": [0.5] * 4}
