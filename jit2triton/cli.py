@@ -273,8 +273,10 @@ def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_
         raise click.ClickException(f"the package runs on {manifest['device']}: give each replica a GPU (--num-gpus 1)")
     signature = manifest["signature"]
     batching = plan_batching(signature, max_batch)
-    start_local(host, port)
+    from ray.exceptions import RayError
+
     try:
+        start_local(host, port)
         ray_serve.run(app(package, runtime=runtime, max_batch_size=max_batch, batch_wait_timeout_s=batch_wait_ms / 1e3,
                           num_replicas=replicas, num_gpus=num_gpus, num_threads=threads, trusted_keys=trusted_keys),
                       name="jit2triton", route_prefix="/")
@@ -293,6 +295,10 @@ def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_
         pass
     except RuntimeError as err:  # Serve's report of replicas that could not start (each replica's error is in it)
         raise click.ClickException(f"the deployment did not start: {err}") from None
+    except RayError as err:  # one of Ray's own processes died (its proxy, failing health checks on a starved machine)
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise click.ClickException(f"Ray Serve stopped: {type(err).__name__}: {reason} (Ray's logs are under "
+                                   "/tmp/ray/session_latest/logs)") from None
     finally:
         ray_serve.shutdown()
         import ray
