@@ -38,7 +38,8 @@ class Request:
 
 class RequestReader:
     """Turns an HTTP body or a handle call into a validated `Request`, or raises InputError saying what is wrong.
-    Built once per replica: the package's own input check, by name and position, with the package's messages."""
+    Built once per replica: the package's own input check, by name and position, with the package's messages.
+    `batched`: requests are concatenated along axis 0, so each request's rows and group are read."""
 
     def __init__(self, signature: dict, batched: bool) -> None:
         self.inputs = signature["inputs"]
@@ -55,8 +56,9 @@ class RequestReader:
         except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
             raise InputError(f"the body is not JSON ({err}); send e.g. {BODY_EXAMPLE}") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), (dict, list)):
-            raise InputError(f"the body must be a JSON object with \"inputs\": an object by input name or a list by "
-                             f"position (the model takes {', '.join(self.names)}); e.g. {BODY_EXAMPLE}")
+            raise InputError(f"the body must be a JSON object with \"inputs\": an object by input name, a list by "
+                             f"position or the first input's tensor (the model takes {', '.join(self.names)}); e.g. "
+                             f"{BODY_EXAMPLE}")
         given = doc["inputs"]
         if not given:
             raise InputError(f"\"inputs\" is empty; the model takes ({', '.join(self.names)})")
