@@ -182,6 +182,14 @@ class CppRuntime:
     def __call__(self, *inputs: Any) -> Any:
         return self.module(*inputs)
 
+    def set_profiling(self, on: bool) -> None:
+        """Per-step timers in the C++ plan (on: cleared and started), for `jit2triton bench --profile`."""
+        self.module.set_profiling(on)
+
+    def step_times(self) -> list[tuple[int, float, int]]:
+        """(node, exclusive seconds, runs) of each step timed since profiling was turned on."""
+        return [(node, seconds, runs) for node, _op, _source, seconds, runs in self.module.step_times()]
+
     def methods(self) -> dict:
         """The model's other methods, each called like forward (they share the module's state)."""
         return {name: self.module.method(name) for name in self.module.method_names()}

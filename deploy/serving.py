@@ -1,26 +1,30 @@
 """Serving a package with Ray Serve: replicas that load it once, batch concurrent requests along its batch dim, and
-answer HTTP JSON and Python handle calls.
+answer HTTP and Python handle calls.
 
 Ray is imported only by what needs it (`ModelServer`, `app`, `start_local`): reading requests, grouping them into
 batches and handing outputs back are plain functions, tested without Ray.
 
-HTTP: POST {"inputs": {name: tensor, ...} or [tensor, ...], "outputs": "list" | "base64"}, where a tensor is a
-nested list or {"dtype": "float32", "shape": [2, 16], "data": base64 of its little-endian bytes}; the answer is
-{"outputs": ...} in the same structure as the model's (answers are encoded the way the inputs came unless
-"outputs" says otherwise). A bad body gets 400 with the InputError's message, a body over the limit 413. GET
-answers the signature and batching, GET .../stats the replica's counters.
+HTTP, under the app's route prefix:
+- the KServe v2 / Triton Inference Server protocol (serving_v2.py): GET /v2/health/live, /v2/health/ready, /v2,
+  /v2/models/NAME, /v2/models/NAME/ready; POST /v2/models/NAME/infer with typed tensors, as JSON or binary data.
+- a simple JSON form: POST / {"inputs": {name: tensor, ...} or [tensor, ...] or the only input's tensor,
+  "outputs": "list" | "base64"}, where a tensor is a nested list or {"dtype": "float32", "shape": [2, 16], "data":
+  base64 of its little-endian bytes}; the answer is {"outputs": ...} in the same structure as the model's (encoded
+  the way the inputs came unless "outputs" says otherwise). GET / answers the signature and batching.
+- GET /metrics: Prometheus metrics (serving_metrics.py); GET /stats: the answering replica's counters.
+A bad body gets 400 with the InputError's message, a body over the limit 413, an unknown path 404.
 """
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import dataclasses
 import inspect
 import json
 import logging
-import math
 import os
+import re
+import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Sequence
 
@@ -28,14 +32,13 @@ import torch
 
 from jit2triton.errors import InputError, Jit2TritonError, PackageDeviceError, StepError
 
-from .literals import decode
+from . import serving_v2 as v2
 from .package import read_package
-from .signature import NO_DEFAULT, InputChecker, format_type
+from .serving_json import Request, RequestReader, encode
+from .signature import format_type
 from .signing import trusted_key_paths
 
 DEFAULT_MAX_BODY_BYTES = 64 << 20  # a batch of 32 224x224 RGB images is 25 MB as base64, ~60 MB as JSON lists
-ENCODINGS = ("list", "base64")
-BODY_EXAMPLE = '{"inputs": {"x": [[0.5, 1.0]]}}'
 log = logging.getLogger("jit2triton.serving")
 
 
@@ -82,136 +85,6 @@ def _splits_by_rows(desc: dict, dim: str) -> bool:
     return False
 
 
-@dataclasses.dataclass
-class Request:
-    """One validated request: its inputs (CPU tensors, defaults filled), its rows of the batch dim, the key of the
-    requests it may be concatenated with (every input's shape past axis 0), and how to encode its answer."""
-    inputs: list
-    rows: int = 1
-    group: tuple = ()
-    reply: str = "list"
-
-
-class RequestReader:
-    """Turns an HTTP body or a handle call into a validated `Request`, or raises InputError saying what is wrong.
-    Built once per replica: the package's own input check, by name and position, with the package's messages."""
-
-    def __init__(self, signature: dict, batching: Batching) -> None:
-        self.inputs = signature["inputs"]
-        self.names = [d["name"] for d in self.inputs]
-        self.defaults = [decode(d["default"]) if "default" in d else NO_DEFAULT for d in self.inputs]
-        self.dtypes = [getattr(torch, d["dtype"], None) if d["type"] == "Tensor" else None for d in self.inputs]
-        # requests arrive as CPU tensors; the batch is moved to the model's device once, after concatenation
-        self.check = InputChecker(self.inputs, torch.device("cpu"), self.defaults, dims=signature.get("dims"))
-        self.batched = batching.dim is not None
-
-    def from_json(self, body: bytes) -> Request:
-        try:
-            doc = json.loads(body)
-        except (ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
-            raise InputError(f"the body is not JSON ({err}); send e.g. {BODY_EXAMPLE}") from None
-        if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), (dict, list)):
-            raise InputError(f"the body must be a JSON object with \"inputs\": an object by input name or a list by "
-                             f"position (the model takes {', '.join(self.names)}); e.g. {BODY_EXAMPLE}")
-        given = doc["inputs"]
-        if not given:
-            raise InputError(f"\"inputs\" is empty; the model takes ({', '.join(self.names)})")
-        sent = list(given.values()) if isinstance(given, dict) else given
-        reply = doc.get("outputs", "base64" if any(isinstance(v, dict) for v in sent) else "list")
-        if reply not in ENCODINGS:
-            raise InputError(f"\"outputs\" must be \"list\" or \"base64\", not {reply!r}")
-        if isinstance(given, dict):
-            self._known(given)
-            return self._checked(self._bind({n: self._decode(self.names.index(n), v) for n, v in given.items()}),
-                                 reply)
-        if len(given) > len(self.names):
-            raise InputError(f"expected at most {len(self.names)} inputs ({', '.join(self.names)}), got {len(given)}")
-        return self._checked([self._decode(i, v) for i, v in enumerate(given)], reply)
-
-    def from_values(self, args: Sequence[Any], named: dict[str, Any]) -> Request:
-        """A Python handle call: tensors by position and by name, as the loaded module takes them."""
-        args = self._bind(named, list(args)) if named else list(args)
-        values = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
-        return self._checked(values, "list")
-
-    def _bind(self, given: dict, positional: Sequence[Any] = ()) -> list:
-        """Inputs by name after those by position, in the model's order up to the last one named; a gap takes the
-        input's default."""
-        self._known(given)
-        twice = [n for n in given if self.names.index(n) < len(positional)]
-        if twice:
-            raise InputError(f"input {twice[0]!r} was given by position and by name; give it once")
-        args = list(positional)
-        for position in range(len(positional), max(self.names.index(n) for n in given) + 1):
-            name, default = self.names[position], self.defaults[position]
-            if name not in given and default is NO_DEFAULT:
-                raise InputError(f"input {name!r} is missing and has no default; send it")
-            args.append(given.get(name, default))
-        return args
-
-    def _known(self, given: dict) -> None:
-        unknown = [n for n in given if n not in self.names]
-        if unknown:
-            raise InputError(f"unknown input {unknown[0]!r}; the model takes ({', '.join(self.names)})")
-
-    def _decode(self, index: int, value: Any) -> Any:
-        dtype = self.dtypes[index]
-        if self.inputs[index]["type"] != "Tensor" or dtype is None:
-            return value  # a scalar input: the input check says whether its JSON type fits
-        label = f"input {index} ({self.names[index]!r})"
-        if isinstance(value, dict):
-            return tensor_from_base64(label, value, dtype)
-        return tensor_from_list(label, value, dtype)
-
-    def _checked(self, values: list, reply: str) -> Request:
-        inputs = self.check(tuple(values))
-        if not self.batched:
-            return Request(inputs, 1, (), reply)
-        return Request(inputs, inputs[0].shape[0], tuple(t.shape[1:] for t in inputs), reply)
-
-
-def tensor_from_list(label: str, value: Any, dtype: torch.dtype) -> torch.Tensor:
-    """A nested list of numbers as a tensor of the input's dtype. Floats for an integer or bool input are refused
-    rather than rounded: a silently changed value is a wrong answer."""
-    if dtype.is_complex:
-        raise InputError(f"{label}: complex tensors travel as base64: {{\"dtype\": \"{_name(dtype)}\", \"shape\": "
-                         "[...], \"data\": \"...\"}")
-    try:
-        if dtype.is_floating_point:
-            return torch.tensor(value, dtype=dtype)
-        tensor = torch.tensor(value)
-    except (TypeError, ValueError, RuntimeError, OverflowError) as err:
-        raise InputError(f"{label}: expected a nested list of numbers of one rectangular shape ({err})") from None
-    if (dtype == torch.bool) != (tensor.dtype == torch.bool) or tensor.dtype.is_floating_point:
-        raise InputError(f"{label}: expected {_name(dtype)} values, got {_name(tensor.dtype)} ones; send "
-                         f"{'true/false' if dtype == torch.bool else 'whole numbers'}")
-    return tensor.to(dtype)
-
-
-def tensor_from_base64(label: str, doc: dict, dtype: torch.dtype) -> torch.Tensor:
-    """{"dtype", "shape", "data"}: a tensor's raw little-endian bytes, base64-encoded, of the input's own dtype
-    (bytes are read only as that dtype: torch.frombuffer crashes the process on some others, quantized ones)."""
-    name, shape, data = doc.get("dtype"), doc.get("shape"), doc.get("data")
-    if name != _name(dtype):
-        raise InputError(f"{label}: expected {_name(dtype)} data, got \"dtype\": {json.dumps(name)}; send the tensor "
-                         f"as {_name(dtype)}")
-    if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n < 1 << 62
-                                              for n in shape):
-        raise InputError(f"{label}: \"shape\" must be a list of sizes (e.g. [2, 16]), not {shape!r}")
-    if not isinstance(data, str):
-        raise InputError(f"{label}: \"data\" must be the tensor's bytes as a base64 string")
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError) as err:
-        raise InputError(f"{label}: \"data\" is not base64 ({err})") from None
-    expected = math.prod(shape) * dtype.itemsize
-    if len(raw) != expected:
-        raise InputError(f"{label}: {_name(dtype)}{shape} is {expected} bytes, \"data\" holds {len(raw)}")
-    if not raw:
-        return torch.empty(shape, dtype=dtype)
-    return torch.frombuffer(bytearray(raw), dtype=dtype).reshape(shape)  # bytearray: a buffer the tensor may own
-
-
 def plan_chunks(requests: Sequence[Request], max_rows: int) -> list[list[int]]:
     """Model calls for a batch of requests: each a list of request indices of one group (equal shapes past axis
     0, so they concatenate), of at most `max_rows` rows, in arrival order. A request larger than `max_rows` (but in
@@ -250,25 +123,6 @@ def split_rows(outputs: Any, rows: list[int]) -> list[Any]:
         return [{k: parts[i] for k, parts in per_key.items()} for i in range(len(rows))]
     raise StepError(f"the model returned a {type(outputs).__name__}, which cannot be split per request; serve this "
                     "package with max_batch_size=1")
-
-
-def encode(value: Any, how: str) -> Any:
-    """Outputs as JSON: tensors as nested lists or base64 records, containers as lists and objects."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu()
-        if how == "list":
-            return value.tolist()
-        data = value.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-        return {"dtype": _name(value.dtype), "shape": list(value.shape), "data": base64.b64encode(data).decode()}
-    if isinstance(value, (tuple, list)):
-        return [encode(v, how) for v in value]
-    if isinstance(value, dict):
-        return {str(k): encode(v, how) for k, v in value.items()}
-    return value
-
-
-def _name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def load_for_serving(path: str, runtime: str = "auto", num_threads: Optional[int] = None,
@@ -323,8 +177,11 @@ class ModelServer:
 
     def __init__(self, package: str, runtime: str = "auto", max_batch_size: int = 32,
                  batch_wait_timeout_s: float = 0.005, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-                 num_threads: Optional[int] = None, trusted_keys: Sequence[str] = ()) -> None:
+                 num_threads: Optional[int] = None, trusted_keys: Sequence[str] = (),
+                 model_name: Optional[str] = None) -> None:
         serve = _ray_serve()
+        from .serving_metrics import NodeExport, ServingMetrics
+        _replica_grpc_on_loopback()
         from starlette.responses import Response  # a dependency of Ray Serve
 
         if num_threads:
@@ -332,7 +189,7 @@ class ModelServer:
         self.model, manifest = load_for_serving(package, runtime, num_threads, trusted_keys)
         signature = manifest["signature"]
         self.batching = plan_batching(signature, max_batch_size)
-        self.reader = RequestReader(signature, self.batching)
+        self.reader = RequestReader(signature, self.batching.dim is not None)
         self.max_body_bytes = max_body_bytes
         self._response = Response
         # one model call at a time, off the event loop: requests keep arriving and forming the next batch while the
@@ -347,16 +204,69 @@ class ModelServer:
                      f"{format_type(signature['outputs'])}", "runtime": self.model.name,
                      "device": str(self.model.device), "batch_dim": self.batching.dim,
                      "max_rows_per_call": self.batching.max_rows, "not_batched_because": self.batching.why_not or None}
+        self.model_name = model_name or default_model_name(package)
+        self.metadata = v2.model_metadata(self.model_name, signature)
+        self.output_names = [o["name"] for o in self.metadata["outputs"]]
+        self.metrics, self._export = ServingMetrics(self.model_name), NodeExport()
 
     async def __call__(self, http) -> Any:
-        if http.method == "GET":
-            last = http.url.path.rstrip("/").rsplit("/", 1)[-1]
-            return self._json(200, self.stats() if last == "stats" else self.info)
-        if http.method != "POST":
-            return self._json(405, {"error": "POST a JSON body to run the model; GET for its signature, GET "
-                                             ".../stats for this replica's counters"})
+        path = _path_under_route(http)
+        if http.method == "POST" and path in ("", "/"):
+            return await self._infer(http, "json")
+        infer = MODEL_PATH.fullmatch(path)
+        if http.method == "POST" and infer and infer["action"] == "/infer":
+            return self._unknown_model(infer["name"]) or await self._infer(http, "v2")
+        if http.method in ("GET", "HEAD"):
+            return await self._get(path)
+        if path in ("", "/") or (infer and infer["action"] == "/infer"):
+            return self._json(405, {"error": f"{http.method} is not served here: POST runs the model, GET {ENDPOINTS}"})
+        return self._json(404, {"error": f"nothing is served at {http.method} {path}; this server answers {ENDPOINTS}"})
+
+    async def _get(self, path: str) -> Any:
+        """The GET endpoints: health, metadata, the signature, counters and metrics; 404 for any other path."""
+        path = path.rstrip("/")
+        if path in ("/v2/health/live", "/v2/health/ready"):
+            return self._response(status_code=200)  # a replica answering is loaded: ready
+        if path == "/v2":
+            return self._json(200, {"name": "jit2triton", "version": jit2triton_version(),
+                                    "extensions": ["binary_tensor_data"]})
+        model = MODEL_PATH.fullmatch(path)
+        if model and model["action"] in (None, "/ready"):
+            return self._unknown_model(model["name"]) or (self._response(status_code=200) if model["action"] else
+                                                          self._json(200, self.metadata))
+        if path == "":
+            return self._json(200, self.info)
+        if path == "/stats":
+            return self._json(200, self.stats())
+        if path == "/metrics":
+            try:
+                text = await asyncio.get_running_loop().run_in_executor(None, self._export.text)
+            except OSError as err:  # the node's metrics export is not up (yet), or not reachable from here
+                return self._json(503, {"error": f"Ray's metrics export of this node did not answer ({err})"})
+            return self._response(text, status_code=200, media_type="text/plain; version=0.0.4; charset=utf-8")
+        return self._json(404, {"error": f"nothing is served at GET {path}; this server answers {ENDPOINTS}"})
+
+    def _unknown_model(self, name: str) -> Any:
+        if name == self.model_name:
+            return None
+        return self._json(404, {"error": f"unknown model {name!r}; this server serves {self.model_name!r}"})
+
+    async def _infer(self, http, protocol: str) -> Any:
+        """Runs the model on one request of the simple JSON form or the v2 protocol; every outcome is counted."""
+        started = time.perf_counter()
+        response = await self._infer_response(http, protocol)
+        self.metrics.answered(protocol, response.status_code, time.perf_counter() - started)
+        return response
+
+    async def _infer_response(self, http, protocol: str) -> Any:
         try:
-            request = self.reader.from_json(await self._read_body(http))
+            body = await self._read_body(http)
+            if protocol == "v2":
+                wanted = v2.read_infer(body, http.headers.get(v2.HEADER_LENGTH), self.reader.inputs,
+                                       self.output_names)
+                request = self.reader.from_named(wanted.named, "v2")
+            else:
+                request = self.reader.from_json(body)
         except BodyTooLarge:
             self.counts.refused += 1
             return self._json(413, {"error": f"the body is over this server's limit of {self.max_body_bytes} bytes; "
@@ -366,21 +276,32 @@ class ModelServer:
             return self._json(400, {"error": str(err)})
         try:
             outputs = await self._answer(request)
+            if protocol == "v2":
+                body, headers = v2.write_infer(self.model_name, wanted, outputs)
+                return self._response(body, status_code=200, headers=headers)
+            return self._json(200, {"outputs": encode(outputs, request.reply)})
         except Jit2TritonError as err:
             return self._json(500, {"error": f"the model failed on this request: {err}"})
         except Exception as err:  # noqa: BLE001 — a client gets a message, the replica's log the traceback
             log.exception("jit2triton serving: a model call failed")
             return self._json(500, {"error": f"internal error ({type(err).__name__}); the replica's log has it"})
-        return self._json(200, {"outputs": encode(outputs, request.reply)})
 
     async def predict(self, *inputs: Any, **named: Any) -> Any:
         """The Python handle: `handle.predict.remote(x)` returns what the loaded module returns, on the CPU."""
+        started = time.perf_counter()
         try:
             request = self.reader.from_values(inputs, named)
         except InputError:
             self.counts.refused += 1
+            self.metrics.answered("handle", 400, time.perf_counter() - started)
             raise
-        return map_tensors(_owned, await self._answer(request))
+        try:
+            outputs = await self._answer(request)
+        except Exception:
+            self.metrics.answered("handle", 500, time.perf_counter() - started)
+            raise
+        self.metrics.answered("handle", 200, time.perf_counter() - started)
+        return map_tensors(_owned, outputs)
 
     def stats(self) -> dict:
         return {**self.counts.as_dict(), "batch_dim": self.batching.dim, "max_rows_per_call": self.batching.max_rows}
@@ -426,8 +347,10 @@ class ModelServer:
     async def _call(self, members: list[Request]) -> list[Any]:
         rows = [m.rows for m in members]
         try:
+            started = time.perf_counter()
             outputs = await asyncio.get_running_loop().run_in_executor(self._model_thread, self._run_model,
                                                                        concat_inputs(members))
+            self.metrics.called([started - m.received for m in members], sum(rows), time.perf_counter() - started)
             self.counts.called(len(members), sum(rows))
             return split_rows(outputs, rows) if len(members) > 1 else [outputs]
         except Exception as err:  # noqa: BLE001 — handed to the requests of this call only
@@ -438,6 +361,27 @@ class ModelServer:
         if device.type != "cpu":
             inputs = [t.to(device, non_blocking=True) if isinstance(t, torch.Tensor) else t for t in inputs]
         return map_tensors(torch.Tensor.cpu, self.model(*inputs))
+
+
+MODEL_PATH = re.compile(r"/v2/models/(?P<name>[^/]+)(?:/versions/[^/]+)?(?P<action>/ready|/infer)?/?")
+ENDPOINTS = ("POST / (JSON), POST /v2/models/NAME/infer (KServe v2), GET /, /stats, /metrics, /v2, /v2/health/live, "
+             "/v2/health/ready, /v2/models/NAME, /v2/models/NAME/ready")
+
+
+def _path_under_route(http) -> str:
+    """The request's path below the app's route prefix (Serve gives the prefix as the ASGI root_path)."""
+    path, root = http.url.path, http.scope.get("root_path", "")
+    return path[len(root):] if root and path.startswith(root) else path
+
+
+def default_model_name(package: str) -> str:
+    """The name a package is served under in the v2 protocol: its file name without .j2t."""
+    return os.path.basename(package).removesuffix(".j2t")
+
+
+def jit2triton_version() -> str:
+    from jit2triton.version import __version__
+    return __version__
 
 
 def _batch_options(max_rows: int, wait_s: float) -> dict:
@@ -478,13 +422,14 @@ def _owned(tensor: torch.Tensor) -> torch.Tensor:
 def app(package: str, *, runtime: str = "auto", max_batch_size: int = 32, batch_wait_timeout_s: float = 0.005,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, num_replicas: int = 1, num_cpus: float = 1,
         num_gpus: float = 0, num_threads: Optional[int] = None, trusted_keys: Sequence[str] = (),
-        name: str = "jit2triton", **deployment_options: Any) -> Any:
+        name: str = "jit2triton", model_name: Optional[str] = None, **deployment_options: Any) -> Any:
     """A bound Ray Serve deployment of a package, ready for `serve.run(app(...))` on any Ray cluster.
 
     Each replica loads the package from `package` (a path every node can read) with `runtime` ("auto", "cpp",
     "python"), on `num_gpus` GPUs (Ray picks which), and batches concurrent requests up to `max_batch_size` rows of
-    the package's batch dim, waiting at most `batch_wait_timeout_s` for a batch to fill. Other keyword arguments
-    go to the deployment's options (autoscaling_config, max_queued_requests, ...)."""
+    the package's batch dim, waiting at most `batch_wait_timeout_s` for a batch to fill. The KServe v2 protocol
+    serves it as `model_name` (default: the package's file name without .j2t). Other keyword arguments go to the
+    deployment's options (autoscaling_config, max_queued_requests, ...)."""
     serve = _ray_serve()
     if max_batch_size < 1:
         raise ValueError(f"max_batch_size must be at least 1 (1: no batching), not {max_batch_size}")
@@ -494,17 +439,49 @@ def app(package: str, *, runtime: str = "auto", max_batch_size: int = 32, batch_
         options["num_replicas"] = num_replicas
     deployment = serve.deployment(ModelServer, name=name).options(**options)
     return deployment.bind(os.path.abspath(package), runtime, max_batch_size, batch_wait_timeout_s, max_body_bytes,
-                           num_threads, trusted_key_paths(trusted_keys))
+                           num_threads, trusted_key_paths(trusted_keys), model_name)
 
 
 def start_local(host: str = "127.0.0.1", port: int = 8000, num_cpus: Optional[int] = None,
                 log_to_driver: bool = True) -> None:
     """A new local Ray instance with Serve's HTTP proxy on `host:port`, for a quick start; to serve on an existing
-    cluster, serve.run(app(...)) there instead. With a loopback `host` Ray's own processes talk over loopback too
-    (Ray's single-machine mode, which it reads when first imported: call this before importing ray)."""
-    if host in ("127.0.0.1", "localhost", "::1"):
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    cluster, serve.run(app(...)) there instead. With a loopback `host`, Ray's own processes (GCS, raylet, dashboard
+    agent, workers) listen on loopback too; with another, on every interface, as a node of a cluster does."""
+    if host in LOOPBACK:
+        _ray_on_loopback()
     serve = _ray_serve()
     import ray
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=log_to_driver)
+    # metrics reach Ray's export every second, not every ten: GET /metrics shows a request soon after its answer
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=log_to_driver,
+             _system_config={"metrics_report_interval_ms": 1000})
     serve.start(http_options={"host": host, "port": port})
+
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _replica_grpc_on_loopback() -> None:
+    """On a Ray node that listens on loopback only (start_local's), the replica's own gRPC server for calls between
+    deployments listens there too: Ray Serve binds it to [::] whatever the node's address (ray 2.60,
+    serve/_private/replica.py), and calls reach it at the node's address, here loopback. Elsewhere: untouched."""
+    import ray
+    from ray.serve._private import replica
+
+    bind = getattr(replica, "add_port_to_grpc_server", None)
+    if bind is None or ray.util.get_node_ip_address() not in LOOPBACK:
+        return
+
+    def bind_on_loopback(server, address: str):
+        return bind(server, address.replace("[::]", "127.0.0.1", 1))
+
+    replica.add_port_to_grpc_server = bind_on_loopback
+
+
+def _ray_on_loopback() -> None:
+    """Ray's single-machine mode, where its processes bind to loopback instead of 0.0.0.0. Ray reads the switch
+    from the environment when first imported (and its processes, started from here, read it again): where ray was
+    imported already (by the CLI's check that it is installed, or by the caller), its copy is set too."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    constants = sys.modules.get("ray._private.ray_constants")
+    if constants is not None:
+        constants.ENABLE_RAY_CLUSTER = False

@@ -203,15 +203,15 @@ class StepProfiler:
             row.calls += 1
 
 
-def profile_rows(profiler: StepProfiler, nodes: list[dict], kernels: list[dict], calls: int) -> list[dict]:
+def profile_rows(steps: Sequence[_Row], nodes: list[dict], kernels: list[dict], calls: int) -> list[dict]:
     """The profile's rows, largest share first: what ran (op or kernel), ms per model call, share, where from.
 
     Steps that do the same thing for the same source lines are one row (`count` of them): the twelve layers of a
     BERT run one `nn.Linear` line twelve times, and a user wants that line's total, not twelve equal rows."""
     provenance = {k["name"]: k.get("provenance", []) for k in kernels}
-    total = sum(r.seconds for r in profiler.rows.values()) or 1.0
+    total = sum(r.seconds for r in steps) or 1.0
     grouped: dict[tuple, dict] = {}
-    for r in sorted(profiler.rows.values(), key=lambda r: r.node):
+    for r in sorted(steps, key=lambda r: r.node):
         node = nodes[r.node] if 0 <= r.node < len(nodes) else {}
         if node.get("category") == "kernel":
             what = f"kernel {_KERNEL_INDEX.sub('', str(node.get('kernel')))}"
@@ -255,31 +255,39 @@ def format_profile(rows: list[dict], limit: int = 30) -> list[str]:
     return lines
 
 
-def _profile(o: Bench, inputs: list, timed_calls: int, timed_runtime: str,
+def _profile(o: Bench, inputs: list, timed_calls: int, runtime: str,
              echo: Callable[[str], None]) -> dict[str, Any]:
-    """Where the time goes, step by step. The Python runtime runs the profile (the C++ one has no per-step
-    timers), without CUDA graphs and synchronised around each step, so the header names it beside the runtime the
-    statistics above came from."""
+    """Where the time goes, step by step, in the runtime the statistics above came from (the C++ runtime's per-step
+    timers, or the Python runtime's step hook): a second load of the package without CUDA graphs, synchronised
+    around each step, so its steps add up to more than an unprofiled call."""
     from .api import load
 
-    profiled = load(o.package, map_location=o.device, num_threads=o.threads, cuda_graphs=False, runtime="python",
+    profiled = load(o.package, map_location=o.device, num_threads=o.threads, cuda_graphs=False, runtime=runtime,
                     trusted_keys=o.trusted_keys)
-    profiler = StepProfiler(cuda=profiled.device.type == "cuda")
     calls = max(5, min(100, timed_calls))
     with torch.inference_mode():
         profiled(*inputs)  # a warm call outside the profile
-        profiled._runtime.executor.step_timer = profiler
+        step_times = _start_step_timers(profiled._runtime)
         started = time.perf_counter()
         for _ in range(calls):
             profiled(*inputs)
     call_ms = (time.perf_counter() - started) * 1e3 / calls
-    rows = profile_rows(profiler, profiled.manifest["nodes"], profiled.manifest["kernels"], calls)
-    other = "" if timed_runtime == "python" else f"; the statistics above are the {timed_runtime} runtime's"
-    echo(f"profile: the Python runtime, {calls} calls, each step synchronised, {call_ms:.3f} ms a call (times add "
-         f"up to more than an unprofiled call's{other}):")
+    rows = profile_rows(step_times(), profiled.manifest["nodes"], profiled.manifest["kernels"], calls)
+    echo(f"profile: the {runtime} runtime, {calls} calls, each step synchronised, {call_ms:.3f} ms a call (times add "
+         "up to more than an unprofiled call's):")
     for line in format_profile(rows):
         echo(line)
-    return {"profile": rows, "profiled_call_ms": call_ms, "profile_runtime": "python"}
+    return {"profile": rows, "profiled_call_ms": call_ms, "profile_runtime": runtime}
+
+
+def _start_step_timers(runtime: Any) -> Callable[[], list[_Row]]:
+    """Turns on a runtime's per-step timers; -> a function that reads them."""
+    if runtime.name == "cpp":
+        runtime.set_profiling(True)
+        return lambda: [_Row(node, seconds, runs) for node, seconds, runs in runtime.step_times()]
+    profiler = StepProfiler(cuda=runtime.device.type == "cuda")
+    runtime.executor.step_timer = profiler
+    return lambda: list(profiler.rows.values())
 
 
 def device_name(device: torch.device) -> str:

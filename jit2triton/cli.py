@@ -257,8 +257,10 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
 @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
               help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
 def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_gpus, threads, trusted_keys) -> None:
-    """Serve a package on a local Ray instance until Ctrl-C: POST {"inputs": {...}} to http://HOST:PORT/, GET / for
-    its signature, GET /stats for a replica's counters. To serve on a Ray cluster you already run, see the README."""
+    """Serve a package on a local Ray instance until Ctrl-C, over the KServe v2 / Triton Inference Server protocol
+    (POST /v2/models/NAME/infer; NAME is the package's file name without .j2t) and a simple JSON form (POST
+    {"inputs": {...}} to /); GET /metrics for Prometheus, / for the signature. Ray listens on loopback unless --host
+    says otherwise. To serve on a Ray cluster you already run, see the README."""
     from jit2triton.deploy.package import read_package
 
     # first, so a missing, damaged or unsigned package or a busy port is one clear line, not a failed replica or
@@ -266,7 +268,7 @@ def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_
     manifest = read_package(package, mmap=True, trusted_keys=trusted_keys).manifest
     check_port(host, port)
     try:
-        from .serving import app, plan_batching, start_local
+        from .serving import app, default_model_name, plan_batching, start_local
         from ray import serve as ray_serve
     except ImportError as err:
         raise click.ClickException(f"serving needs Ray Serve ({err}): pip install 'jit2triton[serve]'") from None
@@ -274,8 +276,10 @@ def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_
         raise click.ClickException(f"the package runs on {manifest['device']}: give each replica a GPU (--num-gpus 1)")
     signature = manifest["signature"]
     batching = plan_batching(signature, max_batch)
-    start_local(host, port)
+    from ray.exceptions import RayError
+
     try:
+        start_local(host, port)
         ray_serve.run(app(package, runtime=runtime, max_batch_size=max_batch, batch_wait_timeout_s=batch_wait_ms / 1e3,
                           num_replicas=replicas, num_gpus=num_gpus, num_threads=threads, trusted_keys=trusted_keys),
                       name="jit2triton", route_prefix="/")
@@ -284,6 +288,8 @@ def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_
                        f"batching dim {batching.dim}, up to {batching.max_rows} rows per call" if batching.dim else
                        f"one request per call ({batching.why_not})"))
         name = signature["inputs"][0]["name"] if signature["inputs"] else "x"
+        click.echo(f"KServe v2: http://{host}:{port}/v2/models/{default_model_name(package)}/infer; metrics: "
+                   f"http://{host}:{port}/metrics")
         click.echo(f"try: curl -s http://{host}:{port}/ ; curl -s -X POST http://{host}:{port}/ -d "
                    f"'{{\"inputs\": {{\"{name}\": [...]}}}}'   (Ctrl-C stops)")
         while True:
@@ -292,6 +298,10 @@ def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_
         pass
     except RuntimeError as err:  # Serve's report of replicas that could not start (each replica's error is in it)
         raise click.ClickException(f"the deployment did not start: {err}") from None
+    except RayError as err:  # one of Ray's own processes died (its proxy, failing health checks on a starved machine)
+        reason = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise click.ClickException(f"Ray Serve stopped: {type(err).__name__}: {reason} (Ray's logs are under "
+                                   "/tmp/ray/session_latest/logs)") from None
     finally:
         ray_serve.shutdown()
         import ray

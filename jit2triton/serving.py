@@ -1,5 +1,5 @@
-"""Serve a package with Ray Serve (`pip install "jit2triton[serve]"`): replicas, dynamic batching, HTTP JSON and a
-Python handle.
+"""Serve a package with Ray Serve (`pip install "jit2triton[serve]"`): replicas, dynamic batching, the KServe v2 /
+Triton Inference Server HTTP protocol, a simple JSON form, Prometheus metrics and a Python handle.
 
     from ray import serve
     from jit2triton.serving import app
@@ -13,8 +13,10 @@ from jit2triton.deploy.serving import (  # noqa: F401
     Batching,
     ModelServer,
     app,
+    default_model_name,
     plan_batching,
     start_local,
 )
 
-__all__ = ["app", "start_local", "ModelServer", "plan_batching", "Batching", "DEFAULT_MAX_BODY_BYTES"]
+__all__ = ["app", "start_local", "ModelServer", "plan_batching", "Batching", "DEFAULT_MAX_BODY_BYTES",
+           "default_model_name"]

@@ -84,14 +84,17 @@ def test_bench_times_the_inputs_given_in_a_file(conv, recorded):
     assert json.loads(out.read_text())["inputs"] == "given (--inputs-file)"
 
 
-def test_the_profile_names_the_runtime_it_ran_in(conv):
-    out = conv / "profile.json"
+@pytest.mark.parametrize("runtime", ["cpp", "python"])
+def test_the_profile_times_the_runtime_the_statistics_came_from(conv, runtime, cpp_runtime):
+    out = conv / f"profile_{runtime}.json"
     result = CliRunner().invoke(main, ["bench", str(conv / "conv.j2t"), "--iterations", "3", "--warmup-ms", "0",
-                                       "--profile", "--json", str(out)])
+                                       "--runtime", runtime, "--profile", "--json", str(out)])
     assert result.exit_code == 0, result.output
     data = json.loads(out.read_text())
-    assert data["profile_runtime"] == "python"
+    assert data["runtime"] == data["profile_runtime"] == runtime
     line = next(line for line in result.output.splitlines() if line.startswith("profile:"))
-    assert "the Python runtime" in line
-    if data["runtime"] != "python":
-        assert f"the statistics above are the {data['runtime']} runtime's" in line
+    assert f"the {runtime} runtime, 5 calls" in line
+    rows = data["profile"]
+    assert rows and all(r["what"] != "?" and r["nodes"] for r in rows), rows  # each row names manifest nodes
+    assert abs(sum(r["share"] for r in rows) - 1) < 1e-6 and all(r["steps_per_call"] >= 1 for r in rows)
+    assert 0 < sum(r["ms_per_call"] for r in rows) <= data["profiled_call_ms"]

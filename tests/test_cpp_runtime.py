@@ -222,11 +222,15 @@ def test_j2t_run_matches_torchscript(name: str, tmp_path, cmake_build) -> None:
     path, reference, _ = convert_and_save(spec, tmp_path)
     seed = 7
     done = subprocess.run([str(cmake_build / "jit2triton" / "j2t-run"), str(path), "--seed", str(seed),
-                           "--dump", str(tmp_path), "--bench", "3"], capture_output=True, text=True,
-                          env=_no_python_env())
+                           "--dump", str(tmp_path), "--bench", "3", "--profile", "--threads", "1"],
+                          capture_output=True, text=True, env=_no_python_env())
     assert done.returncode == 0, done.stderr
+    assert " on cpu, 1 threads\n" in done.stdout, done.stdout  # torch's threads too, as bench --threads sets them
     assert re.search(r"j2t-run +min \S+ +mean \S+ +median \S+ +p90 \S+ +p99 \S+ +max \S+ ms +\(3 calls",
                      done.stdout), done.stdout  # as `jit2triton bench` prints it
+    profile = done.stdout[done.stdout.index("profile: the C++ runtime, 3 calls"):].splitlines()
+    shares = [float(line.split("%")[0]) for line in profile[2:]]  # each step's share, as bench prints them
+    assert shares and 99 <= sum(shares) <= 101, profile
     signature = manifest_of(path)["signature"]
     inputs = random_inputs(signature["inputs"], "cpu", seed)  # the same draws j2t-run made
     expected = reference(*inputs)

@@ -21,13 +21,12 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # Ray's own processes on loopback (read at import)
-
-import jit2triton  # noqa: E402
-from jit2triton.deploy.literals import encode as encode_literal  # noqa: E402
-from jit2triton.deploy.serving import (Request, RequestReader, concat_inputs, encode, plan_batching,  # noqa: E402
-                                       plan_chunks, split_rows)
-from jit2triton.errors import InputError, StepError  # noqa: E402
+import jit2triton
+from jit2triton.deploy.literals import encode as encode_literal
+from jit2triton.deploy.serving import concat_inputs, plan_batching, plan_chunks, split_rows
+from jit2triton.deploy.serving_json import Request, RequestReader, encode
+from jit2triton.errors import InputError, StepError
+from listening_sockets import LOOPBACK, listening, process_tree
 
 try:
     with warnings.catch_warnings():  # Ray's own pydantic deprecations, not ours to fix
@@ -60,7 +59,7 @@ SIGNATURE = {
 
 
 def _reader(signature=SIGNATURE, max_batch_size=32):
-    return RequestReader(signature, plan_batching(signature, max_batch_size))
+    return RequestReader(signature, plan_batching(signature, max_batch_size).dim is not None)
 
 
 def _b64(t: torch.Tensor, dtype: str = None) -> dict:
@@ -377,6 +376,9 @@ def test_jit2triton_serve_starts_a_local_server_and_stops_on_ctrl_c(package, cpp
         while not any(line.startswith("serving ") for line in lines):  # printed once the app is up
             assert process.poll() is None and time.monotonic() < deadline, "".join(lines)
             time.sleep(0.5)
+        sockets = listening(process_tree(process.pid))  # the command imports ray before starting it
+        assert "gcs_server" in {name for name, _, _ in sockets}, sockets
+        assert all(address in LOOPBACK for _, address, _ in sockets), sockets
         client = Client(port)
         status, data = client.send("GET", "/")
         assert json.loads(data)["max_rows_per_call"] == 8, data
@@ -396,6 +398,7 @@ def test_jit2triton_serve_starts_a_local_server_and_stops_on_ctrl_c(package, cpp
     assert process.returncode == 0, output
     assert f"serving {os.path.basename(package[0])} at http://127.0.0.1:{port}/" in output
     assert "batching dim batch, up to 8 rows per call" in output and "stopped" in output
+    assert f"KServe v2: http://127.0.0.1:{port}/v2/models/mlp/infer" in output
 
 
 @needs_ray

@@ -132,5 +132,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              for (const auto& [name, weight] : self.weights()) out[text(name)] = py::cast(weight);
              return out;
            })
-      .def("signature", &jit2triton::Module::signature);
+      .def("signature", &jit2triton::Module::signature)
+      .def("set_profiling", &jit2triton::Module::set_profiling)
+      .def("step_times", [](const jit2triton::Module& self) {
+        py::list out;  // (node, op, source, seconds, runs) per step that ran
+        for (const auto& t : self.step_times())
+          out.append(py::make_tuple(t.node, text(t.op), text(t.source), t.seconds, t.runs));
+        return out;
+      });
 }

@@ -129,6 +129,10 @@ std::vector<at::Tensor> Module::forward(const std::vector<c10::IValue>& inputs) 
 
 std::string Module::device() const { return plan_->device.str(); }
 
+void Module::set_profiling(bool on) const { plan_->set_profiling(on); }
+
+std::vector<StepTime> Module::step_times() const { return plan_->step_times(); }
+
 std::vector<std::string> Module::method_names() const {
   std::vector<std::string> names;
   if (methods_)

@@ -7,10 +7,12 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
 #include <ATen/ScalarOps.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/jit/runtime/operator.h>
 #include <torch/version.h>
 
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <set>
@@ -873,9 +875,11 @@ IValue Plan::run(std::vector<IValue> inputs) const {
 }
 
 void Plan::run_steps(const std::vector<Step>& steps, Env& env) const {
+  StepProfile* profile = profile_.get();
   for (const auto& step : steps) {
     try {
-      step.run(env);
+      if (profile) profile->time(step, env);
+      else step.run(env);
     } catch (const Error&) {
       throw;
     } catch (const c10::Error& err) {
@@ -892,6 +896,53 @@ void Plan::step_failed(int node, const std::string& what) const {
   if (const auto* source = info.find("source"))
     if (source->is_string() && !source->as_string().empty()) where = " (model source " + source->as_string() + ")";
   throw Error(Error::Kind::Step, info.at("op").as_string() + " failed" + where + ": " + what);
+}
+
+void StepProfile::time(const Step& step, Env& env) {
+  synchronize();
+  inner_.push_back(0.0);
+  auto start = std::chrono::steady_clock::now();
+  auto close = [&] {
+    synchronize();
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double inner = inner_.back();
+    inner_.pop_back();
+    if (!inner_.empty()) inner_.back() += elapsed;
+    Row& row = rows_[step.node];
+    row.seconds += elapsed - inner;
+    row.runs += 1;
+  };
+  try {
+    step.run(env);
+  } catch (...) {
+    close();
+    throw;
+  }
+  close();
+}
+
+void StepProfile::synchronize() const {
+  if (device_.is_cpu()) return;
+  const auto* impl = c10::impl::getDeviceGuardImpl(device_.type());
+  impl->synchronizeDevice(device_.has_index() ? device_.index() : impl->getDevice().index());
+}
+
+void Plan::set_profiling(bool on) { profile_ = on ? std::make_unique<StepProfile>(device) : nullptr; }
+
+std::vector<StepTime> Plan::step_times() const {
+  std::vector<StepTime> times;
+  if (!profile_) return times;
+  const Value& nodes = pkg_.manifest.at("nodes");
+  for (const auto& [node, row] : profile_->rows()) {
+    const Value& info = nodes[node];
+    std::string op = info.at("op").as_string(), source;
+    if (const auto* kernel = info.find("kernel"))
+      if (kernel->is_string()) op = "kernel " + kernel->as_string();
+    if (const auto* where = info.find("source"))
+      if (where->is_string()) source = where->as_string();
+    times.push_back({node, op, source, row.seconds, row.runs});
+  }
+  return times;
 }
 
 }  // namespace jit2triton

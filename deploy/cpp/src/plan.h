@@ -72,6 +72,25 @@ inline Size parse_size(const json::Value& v, const std::vector<std::string>& dim
 }
 
 class GraphRunner;
+struct Step;
+
+// The per-step timers of a profiled plan: exclusive wall time per node, as bench's Python StepProfiler keeps it.
+class StepProfile {
+ public:
+  explicit StepProfile(c10::Device device) : device_(device) {}
+  void time(const Step& step, Env& env);
+  struct Row {
+    double seconds = 0;
+    int64_t runs = 0;
+  };
+  const std::map<int, Row>& rows() const { return rows_; }
+
+ private:
+  void synchronize() const;
+  c10::Device device_;
+  std::map<int, Row> rows_;
+  std::vector<double> inner_;  // per open step: the time its inner steps took
+};
 
 struct Step {
   std::function<void(Env&)> run;
@@ -88,6 +107,8 @@ class Plan {
   c10::IValue run(std::vector<c10::IValue> inputs) const;   // trusts them
   std::string signature() const;
   const Package& package() const { return pkg_; }
+  void set_profiling(bool on);
+  std::vector<StepTime> step_times() const;
   // Random inputs that fit the signature; `sizes` sets dynamic dims (the others take the example's size).
   std::vector<c10::IValue> random_inputs(uint64_t seed, const std::map<std::string, int64_t>& sizes = {}) const;
 
@@ -138,6 +159,8 @@ class Plan {
   mutable std::vector<c10::List<at::Tensor>> spare_arenas_;
   c10::List<at::Tensor> take_arena() const;
   void give_back_arena(c10::List<at::Tensor> arena) const;
+
+  std::unique_ptr<StepProfile> profile_;  // null unless profiling: run_steps times each step through it
 
   void run_steps(const std::vector<Step>& steps, Env& env) const;
   void build_input_checks();  // signature.cpp

@@ -1,15 +1,18 @@
 // j2t-run: run a .j2t package on random inputs with the C++ runtime and print the outputs' shapes and the time.
 //
 //   j2t-run model.j2t [--device cpu|cuda] [--bench N] [--warmup-ms MS] [--threads N] [--seed S] [--dump DIR]
-//                     [--torchscript M.pt]
+//                     [--torchscript M.pt] [--profile]
 //
 // With --torchscript, the same inputs also run through torch::jit::load(M.pt) in this process: the largest
 // difference from it is printed and, with --bench, its latency statistics beside ours, the two taking turns.
 // Both run under torch::InferenceMode, as a deployment does (and as `jit2triton bench` times them), and the
 // statistics are in milliseconds, printed as `jit2triton bench` prints them.
 // The random inputs are those `jit2triton run` draws for the same seed (torch's CPU generator), and --dump writes
-// each output's raw bytes to DIR/output_<i>.bin, so a test can compare them with TorchScript's.
+// each output's raw bytes to DIR/output_<i>.bin, so a test can compare them with TorchScript's. --profile times
+// each plan step (Module::set_profiling) over the --bench calls (or 20) and prints the steps as `jit2triton bench
+// --profile` does: share, ms per call, step, source.
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <jit2triton/jit2triton.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/csrc/jit/serialization/import.h>
@@ -34,15 +37,17 @@ namespace {
 const char* kUsage =
     "usage: j2t-run model.j2t [--device cpu|cuda] [--shape DIM=N[,DIM=N]] [--bench N] [--warmup-ms MS] [--threads N]\n"
     "               [--seed S] [--trusted-key KEY.pub]...\n"
-    "               [--dump DIR] [--torchscript M.pt]\n"
+    "               [--dump DIR] [--torchscript M.pt] [--profile]\n"
     "       j2t-run --help | --version\n"
     "Runs a jit2triton package on random inputs that fit its signature and prints the outputs' shapes and the load\n"
     "time; --shape: sizes of the package's dynamic dims (default: the example's); --bench N: latency statistics (min,\n"
     "mean, median, p90, p99, max, in ms) of N calls after --warmup-ms (default 200, at least 3 calls) of warm-up,\n"
-    "taking turns with --torchscript when given, both under torch::InferenceMode; --torchscript M.pt: the largest\n"
+    "taking turns with --torchscript when given, both under torch::InferenceMode; --threads N: torch's threads (ATen's\n"
+    "ops, TorchScript) and the generated kernels', as `jit2triton bench --threads`; --torchscript M.pt: the largest\n"
     "difference from that TorchScript\n"
     "model on the same inputs (and its time); --dump DIR: each output's raw bytes; --trusted-key: refuse the package\n"
-    "unless this Ed25519 public key (or another given, or one in JIT2TRITON_TRUSTED_KEYS) signed it.\n";
+    "unless this Ed25519 public key (or another given, or one in JIT2TRITON_TRUSTED_KEYS) signed it; --profile:\n"
+    "each plan step's share and ms per call over the --bench calls (or 20), CUDA synchronised around each step.\n";
 
 int usage() {
   std::cerr << kUsage;
@@ -115,6 +120,56 @@ double report(const std::string& label, std::vector<double> times_us) {
   return median;
 }
 
+// Per-step times of `calls` calls (CUDA graphs off, so a GPU plan's steps run one by one), as `jit2triton bench
+// --profile` prints them: the largest first, steps of one op from one source line as one row ("x12").
+void profile(const std::string& path, jit2triton::LoadOptions options, const std::vector<c10::IValue>& inputs,
+             int calls) {
+  options.cuda_graphs = false;
+  jit2triton::Module m = jit2triton::load(path, options);
+  m.forward(inputs);  // a warm call outside the profile
+  sync(m.device());
+  m.set_profiling(true);
+  auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < calls; ++i) m.forward(inputs);
+  double call_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / calls;
+  struct Row {
+    double seconds = 0;
+    int steps = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Row> rows;
+  double total = 0;
+  for (const auto& t : m.step_times()) {
+    std::istringstream words(t.source);  // the source line's whitespace collapsed, as bench prints it
+    std::string source, word;
+    while (words >> word) source += (source.empty() ? "" : " ") + word;
+    Row& row = rows[{t.op, source}];
+    row.seconds += t.seconds;
+    row.steps += 1;
+    total += t.seconds;
+  }
+  std::vector<std::pair<std::pair<std::string, std::string>, Row>> ordered(rows.begin(), rows.end());
+  std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  char line[400];
+  std::snprintf(line, sizeof line, "profile: the C++ runtime, %d calls, each step synchronised, %.3f ms a call (times "
+                "add up to more than an unprofiled call's):", calls, call_ms);
+  std::cout << line << "\n" << " share   ms/call  step                                     source\n";
+  for (size_t i = 0; i < ordered.size() && i < 30; ++i) {
+    const auto& [key, row] = ordered[i];
+    std::string what = key.first + (row.steps > 1 ? " x" + std::to_string(row.steps) : "");
+    std::snprintf(line, sizeof line, "%5.1f%% %9.4f  %-40.40s %.60s", 100 * row.seconds / (total > 0 ? total : 1),
+                  row.seconds * 1e3 / calls, what.c_str(), key.second.c_str());
+    std::cout << line << "\n";
+  }
+  if (ordered.size() > 30) {
+    double rest = 0;
+    int steps = 0;
+    for (size_t i = 30; i < ordered.size(); ++i) rest += ordered[i].second.seconds, steps += ordered[i].second.steps;
+    std::snprintf(line, sizeof line, "%5.1f%% in %d more steps (%zu rows)", 100 * rest / (total > 0 ? total : 1), steps,
+                  ordered.size() - 30);
+    std::cout << line << "\n";
+  }
+}
+
 void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
   if (v.isTensor()) out.push_back(v.toTensor());
   else if (v.isTuple()) for (const auto& x : v.toTupleRef().elements()) flatten(x, out);
@@ -139,6 +194,7 @@ int main(int argc, char** argv) {
   }
   jit2triton::LoadOptions options;
   int bench = 0;
+  bool profiling = false;
   double warmup_ms = 200;
   uint64_t seed = 0;
   std::string dump, torchscript;
@@ -147,6 +203,10 @@ int main(int argc, char** argv) {
                                          "--trusted-key", "--torchscript", "--shape"};
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
+    if (arg == "--profile") {
+      profiling = true;
+      continue;
+    }
     if (std::find(std::begin(options_taking_a_value), std::end(options_taking_a_value), arg) ==
         std::end(options_taking_a_value))
       return fail("unknown option " + arg);
@@ -175,11 +235,15 @@ int main(int argc, char** argv) {
   }
   if (bench < 0) return fail("--bench takes a number of calls, 1 or more (0: no timing)");
   c10::InferenceMode inference;  // neither runtime records autograd history or version counters
+  // --threads is torch's threads too, as `jit2triton bench --threads` sets them: ATen's ops in the plan and the
+  // TorchScript model use that many, not only the generated kernels
+  if (options.num_threads > 0) at::set_num_threads(options.num_threads);
   try {
     auto start = std::chrono::steady_clock::now();
     jit2triton::Module m = jit2triton::load(path, options);
     double load_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    std::cout << "loaded " << path << " in " << load_ms << " ms on " << m.device() << "\n"
+    std::cout << "loaded " << path << " in " << load_ms << " ms on " << m.device() << ", " << at::get_num_threads()
+              << " threads\n"
               << "signature " << m.signature() << "\n";
     std::vector<c10::IValue> inputs = m.random_inputs(seed, sizes);
     auto outputs = m.forward(inputs);
@@ -227,6 +291,7 @@ int main(int argc, char** argv) {
         std::cout << line << "\n";
       }
     }
+    if (profiling) profile(path, options, inputs, bench > 0 ? bench : 20);
   } catch (const jit2triton::Error& err) {
     std::cerr << "error: " << err.what() << "\n";
     return 2;

@@ -56,6 +56,16 @@ struct LoadOptions {
 
 class Plan;  // the loaded plan (internal)
 
+// One plan step's time in a profile (Module::set_profiling): wall time exclusive of the steps it holds (a loop, a
+// branch, a region is charged only for what its inner steps do not account for), summed over the profiled calls.
+struct StepTime {
+  int node;            // the step's node in the package's manifest ("nodes")
+  std::string op;      // what ran: the op ("aten::linear"), or "kernel NAME" for a generated kernel
+  std::string source;  // the model source line it came from, where known
+  double seconds;
+  int64_t runs;        // how often it ran (a step in a loop runs once per trip)
+};
+
 class Module {
  public:
   // Runs the model; the outputs (a tensor, or tuples, lists and dicts of them) flattened into tensors, in order.
@@ -80,6 +90,12 @@ class Module {
   // them: `m.method("encode").call({x})`. They share the module's state (attributes the model writes).
   std::vector<std::string> method_names() const;
   Module method(const std::string& name) const;  // throws Error(Input) naming the methods there are
+
+  // Per-step timers (`jit2triton bench --profile`, `j2t-run --profile`): while on, every step of forward is timed,
+  // CUDA work synchronised around each (load with cuda_graphs = false to see a GPU plan's steps). Turning it on
+  // clears the times. Off, a call pays one pointer test per step. Profile one caller at a time.
+  void set_profiling(bool on) const;
+  std::vector<StepTime> step_times() const;  // since profiling was turned on, in plan order
 
   using Methods = std::map<std::string, std::shared_ptr<Plan>>;
   explicit Module(std::shared_ptr<Plan> plan, std::shared_ptr<const Methods> methods = nullptr)
