@@ -39,6 +39,7 @@ from .place_on_device import place_on_device
 from .build_plan import Plan, build_plan
 from .channels_last import channels_last
 from .plan_arena import plan_arena
+from .precision import PrecisionPlan, reduce_precision
 from .split_conv_bias import split_conv_bias
 from .unpack_splits import unpack_splits
 
@@ -88,6 +89,7 @@ class Context:
     kernel_dims: Optional[dict[str, tuple]] = None
     refused: dict[int, str] = field(default_factory=dict)  # node uid -> why it must run through ATen
     stopwatch: Stopwatch = field(default_factory=Stopwatch)  # each pass's seconds, and progress as passes start
+    precision: Optional[PrecisionPlan] = None  # a reduced-precision package: its type, and what stays float32
 
 
 def observe(graph: Graph, ctx: Context) -> Graph:
@@ -133,11 +135,22 @@ def observe(graph: Graph, ctx: Context) -> Graph:
     return graph
 
 
+def _reduce_precision(graph: Graph, ctx: Context) -> Graph:
+    """A reduced-precision package: float16/bfloat16 but where float32 is kept, typed again."""
+    if ctx.precision is None:
+        return graph
+    reduce_precision(graph, ctx.precision)
+    ctx.draw_outputs.clear()
+    return observe(graph, ctx)
+
+
 Pass = Callable[[Graph, Context], Any]
 
 PREPARE: list[tuple[str, Pass]] = [
     ("place_on_device", lambda g, c: place_on_device(g, c.device)),
     ("observe", observe),
+    # a reduced-precision package: float16/bfloat16 but where float32 is kept, then typed again
+    ("reduce_precision", lambda g, c: _reduce_precision(g, c)),
 ]
 REWRITES: list[tuple[str, Pass]] = [
     ("fold_shapes", lambda g, c: fold_shapes(g, c.recorder)),  # shape arithmetic becomes constants
