@@ -15,7 +15,7 @@ The pass runs on a typed graph (after `observe`) and leaves types stale: the pip
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import torch
@@ -88,6 +88,7 @@ class _Rewrite:
             if readers and all(self.why_fp32(r) for r in readers):
                 continue
             self.graph.weights[name] = tensor.to(getattr(torch, self.reduced))
+            node.outputs[0].type = replace(node.output.type, dtype=self.reduced)  # observing types no constant
             self.current[node.output.id] = self.reduced
 
     def block(self, block: Block, boundary: bool = False, mode: Optional[str] = None) -> None:
