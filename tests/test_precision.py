@@ -140,6 +140,22 @@ def test_without_the_search_the_overflow_breaks_the_outputs():
     assert (converted(x) - model(x)).abs().nan_to_num(nan=float("inf")).max() > 0.1
 
 
+class Attention(torch.nn.Module):
+    def forward(self, q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) / 8, -1) @ v
+
+
+def test_attention_softmax_stays_reduced_so_it_fuses_into_sdpa():
+    """The fused attention kernel computes its softmax in float32: a cast around it would only hide the pattern."""
+    example = tuple(torch.randn(2, 4, 16, 8) for _ in range(3))
+    model = torch.jit.trace(Attention(), example)
+    converted = _convert(model, example, backend="cpp", precision="fp16")
+    assert "aten::scaled_dot_product_attention" in {entry["op"] for entry in converted.manifest["nodes"]}
+    assert not converted.manifest["report"]["precision"]["fp32_nodes"]
+    fresh = tuple(_fresh(2, 4, 16, 8) + i for i in range(3))
+    assert torch.allclose(converted(*fresh), model(*fresh), rtol=1e-2, atol=1e-2)
+
+
 def test_control_flow_converts_in_reduced_precision():
     @torch.jit.script
     def branchy(x, n: int):

@@ -20,12 +20,13 @@ from typing import Optional
 
 import torch
 
-from .ir import Block, Graph, Node, Type, Value, literals
+from .ir import Block, Graph, Node, Type, Value, literals, readers
 from .op_table import lookup, schema_of
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 SCALAR_TYPE = {"float32": 6, "float16": 5, "bfloat16": 15}  # c10::ScalarType codes, as TorchScript passes dtypes
 _CONTAINERS = ("prim::TupleConstruct", "prim::ListConstruct", "prim::DictConstruct")
+_MATMULS = ("aten::matmul", "aten::bmm")
 
 
 @dataclass
@@ -56,6 +57,7 @@ class _Rewrite:
         self.casts: dict[tuple[int, int, str], Value] = {}  # (block, value, dtype) -> the cast made in that block
         self.constants: dict[object, Value] = {}
         self.literals = literals(graph)
+        self.readers = readers(graph)
         plan.fp32_nodes.clear()
         plan.candidates.clear()
 
@@ -63,9 +65,15 @@ class _Rewrite:
 
     def why_fp32(self, node: Node) -> str:
         rule = lookup(node.op).keeps_fp32
-        if rule:
+        if rule and not self.is_attention_softmax(node):
             return f"rule: {rule}"
         return self.plan.keep.get(self.position[node.uid], "")
+
+    def is_attention_softmax(self, node: Node) -> bool:
+        """A softmax whose probabilities only matmuls read: attention, which fuse_attention makes one fused kernel
+        that computes the softmax in float32 itself (and which a cast between the two would hide from it)."""
+        found = self.readers.get(node.outputs[0].id, [None])
+        return node.op == "aten::softmax.int" and all(r is not None and r.op in _MATMULS for r in found)
 
     def is_float(self, v: Value) -> bool:
         t = self.observed.get(v.id)
