@@ -19,9 +19,7 @@ from jit2triton.transpiler.precision import PrecisionPlan
 from jit2triton.loaders import load_script
 from jit2triton.conversion import _run_plan
 
-from helpers import BACKENDS, FRESH_SEED
-
-BACKENDS = [b for b in BACKENDS if getattr(b, "values", [b])[0] != "cuda"]
+from helpers import BACKENDS, FRESH_SEED, convert_for
 
 
 class Classifier(torch.nn.Module):
@@ -59,10 +57,15 @@ def _fresh(*shape):
     return torch.randn(*shape, generator=torch.Generator().manual_seed(FRESH_SEED))
 
 
-def _convert(model, example, **options):
+def _convert(model, example, backend="cpp", **options):
+    """Converted for one of BACKENDS ("cuda": inputs and package on the GPU)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", face.PrecisionWarning)  # float16 on this CPU is emulated
-        return jit2triton.convert(model, example, **options)
+        return convert_for(model, example, backend, **options)
+
+
+def _on(backend: str, x: torch.Tensor) -> torch.Tensor:
+    return x.cuda() if backend == "cuda" else x
 
 
 def _reduced_graph(model, example, dtype: str, keep=None):
@@ -100,7 +103,7 @@ def test_reduced_package_meets_its_accuracy_on_fresh_inputs(backend, precision):
     model = _traced(Classifier(), *example)
     converted = _convert(model, example, backend=backend, precision=precision)
     x = _fresh(4, 32)
-    probabilities, hidden = converted(x)
+    probabilities, hidden = (y.cpu() for y in converted(_on(backend, x)))
     expected = model(x)
     assert probabilities.dtype == hidden.dtype == torch.float32
     rtol, atol = face._tolerance(face.PRECISIONS[precision], None)
@@ -126,7 +129,7 @@ def test_accuracy_moves_the_overflowing_nodes_back_to_float32(backend):
     lines = [n["source"] for n in moved]
     assert any("big = x * 1e5" in line for line in lines) and any("h = big @ self.w" in line for line in lines)
     x = _fresh(4, 16)
-    assert (converted(x) - model(x)).abs().max() <= 1e-3 + 1e-2 * model(x).abs().max()
+    assert (converted(_on(backend, x)).cpu() - model(x)).abs().max() <= 1e-3 + 1e-2 * model(x).abs().max()
     assert "float32 for accuracy: aten::mul.Scalar at" in converted.report()
 
 
