@@ -15,6 +15,7 @@ The pass runs on a typed graph (after `observe`) and leaves types stale: the pip
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -83,20 +84,16 @@ class _Rewrite:
 
     def weights(self) -> None:
         """Store float32 weights in the reduced type, unless only float32 nodes read them."""
-        read_by: dict[int, list] = {}
-        for node in self.graph.walk():
-            for v in node.inputs:
-                read_by.setdefault(v.id, []).append(node)
         for node in self.graph.walk():
             name = node.attrs.get("weight") if node.op == "prim::Constant" else None
             tensor = self.graph.weights.get(name) if name else None
             if tensor is None or str(tensor.dtype) != "torch.float32":
                 continue
-            readers = read_by.get(node.output.id, [])
-            if readers and all(self.why_fp32(r) for r in readers):
+            read_by = self.readers.get(node.output.id, [])
+            if read_by and all(r is not None and self.why_fp32(r) for r in read_by):
                 continue
             self.graph.weights[name] = tensor.to(getattr(torch, self.reduced))
-            node.outputs[0].type = replace(node.output.type, dtype=self.reduced)  # observing types no constant
+            node.outputs[0].type = replace(node.output.type, dtype=self.reduced)  # (observe types no constant)
             self.current[node.output.id] = self.reduced
 
     def block(self, block: Block, boundary: bool = False, mode: Optional[str] = None) -> None:
@@ -194,6 +191,7 @@ def _holds_float32(t: Type) -> bool:
     return any(_holds_float32(e) for e in t.elems)
 
 
+@functools.lru_cache(maxsize=None)
 def _scalar_type_positions(op: str) -> tuple[int, ...]:
     """The positions of an op's dtype arguments (`ScalarType dtype`, `ScalarType? dtype`), by its schema."""
     schema = schema_of(op)
