@@ -11,6 +11,7 @@ report names every node that stayed float32 and why, by source line.
 from __future__ import annotations
 
 import math
+import time
 import warnings
 from typing import Any, Callable, Optional
 
@@ -26,6 +27,7 @@ from .verify import Verifier, compare
 # magnitude, absolute): float16 keeps 11 bits, bfloat16 8, and a deep model's rounding adds up over its layers
 DEFAULT_ACCURACY = {"float16": {"rtol": 1e-2, "atol": 1e-3}, "bfloat16": {"rtol": 5e-2, "atol": 1e-2}}
 MAX_MOVED = 24  # nodes moved back to float32 before the conversion gives up on the accuracy asked for
+MAX_SEARCH_S = 600.0  # ... or seconds spent searching for them (each step runs the model a few times)
 # The CPU features that make a reduced type fast in ATen's and oneDNN's CPU kernels (/proc/cpuinfo flags)
 CPU_FEATURES = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}
 
@@ -87,7 +89,10 @@ def enforce(plan: PrecisionPlan, graph, ctx, verifier: Verifier, written: int, p
     if not verifier.compared or written or not _misses(graph, ctx, verifier, written):
         return False  # (a model that writes its state: the package's verification alone checks it)
     say(f"the {plan.dtype} model misses the accuracy asked for: searching for the nodes that must stay float32")
+    deadline = time.monotonic() + MAX_SEARCH_S
     for _ in range(MAX_MOVED):
+        if time.monotonic() > deadline:
+            break
         position, error = _first_culprit(plan, list(plan.candidates), verifier, written, prepare_aten)
         plan.keep[position] = (f"accuracy: in {plan.dtype} the outputs missed rtol={verifier.tolerance[0]:g}, "
                                f"atol={verifier.tolerance[1]:g} (max error {error:.3g} of the largest magnitude)")
@@ -97,8 +102,9 @@ def enforce(plan: PrecisionPlan, graph, ctx, verifier: Verifier, written: int, p
         if not _misses(graph, ctx, verifier, written):
             return True
     raise ConversionError(f"the {plan.dtype} package still misses accuracy rtol={verifier.tolerance[0]:g}, "
-                          f"atol={verifier.tolerance[1]:g} with {MAX_MOVED} nodes moved back to float32; convert "
-                          "with a looser accuracy= or precision='fp32'")
+                          f"atol={verifier.tolerance[1]:g} with {len(plan.keep)} nodes moved back to float32 (the "
+                          f"search stops at {MAX_MOVED} nodes or {MAX_SEARCH_S:.0f}s): its error is spread over the "
+                          "model, not in a few ops; convert with a looser accuracy= or precision='fp32'")
 
 
 def _first_culprit(plan: PrecisionPlan, candidates: list[int], verifier: Verifier, written: int,

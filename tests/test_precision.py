@@ -159,6 +159,13 @@ def test_attention_softmax_stays_reduced_so_it_fuses_into_sdpa():
     assert torch.allclose(converted(*fresh), model(*fresh), rtol=1e-2, atol=1e-2)
 
 
+def test_a_search_that_cannot_meet_the_accuracy_says_what_to_do(monkeypatch):
+    monkeypatch.setattr(face, "MAX_MOVED", 1)  # the overflowing model needs three nodes moved
+    example = (torch.randn(4, 16),)
+    with pytest.raises(ConversionError, match="still misses accuracy.*1 nodes moved back.*looser accuracy="):
+        _convert(torch.jit.script(Overflowing().eval()), example, precision="fp16")
+
+
 def test_control_flow_converts_in_reduced_precision():
     @torch.jit.script
     def branchy(x, n: int):
