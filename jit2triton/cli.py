@@ -114,8 +114,11 @@ def _accuracy(rtol: Optional[float], atol: Optional[float]) -> Optional[dict]:
               help="with --precision: the largest error of an output relative to its largest magnitude "
                    "(default per precision: fp16 1e-2, bf16 5e-2); nodes move back to float32 until it holds")
 @click.option("--atol", type=float, default=None, help="with --precision: the absolute error allowed beside --rtol")
+@click.option("--io-precision", type=click.Choice(["model", "fp16", "bf16"]), default=None,
+              help="with --precision: 'model' (the default) keeps the model's input and output dtypes; the same "
+                   "as --precision takes and gives them in the reduced type")
 def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, device, backend, no_verify,
-            full_source_paths, quiet, signing_key, choices, precision, rtol, atol) -> None:
+            full_source_paths, quiet, signing_key, choices, precision, rtol, atol, io_precision) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
     from .errors import InputError
@@ -146,7 +149,7 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, inputs_file, d
     converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
                               progress=_Progress(quiet), verify=not no_verify, full_source_paths=full_source_paths,
                               dynamic_shapes=dynamic_shapes or None, choices=choices, precision=precision,
-                              accuracy=_accuracy(rtol, atol))
+                              accuracy=_accuracy(rtol, atol), io_precision=io_precision)
     converted.save(output, signing_key=signing_key)
     if not quiet:
         click.echo(converted.report())

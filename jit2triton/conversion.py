@@ -47,8 +47,8 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
                        device: DeviceLike = "cpu", backend: Optional[str] = None, map_location: DeviceLike = None,
                        progress: Optional[Progress] = None, verify: bool = True,
                        full_source_paths: bool = False, dynamic_shapes: DynamicShapes = None,
-                       precision: Optional[str] = None,
-                       accuracy: Optional[dict] = None) -> tuple[PackageContents, torch.device]:
+                       precision: Optional[str] = None, accuracy: Optional[dict] = None,
+                       io_precision: Optional[str] = None) -> tuple[PackageContents, torch.device]:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
@@ -70,11 +70,12 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
 
     `precision` ("fp16", "bf16"; default the model's own) makes a float32 model's package compute in that type
     but where float32 is kept (jit2triton/precision.py); verification then holds it to `accuracy` against the
-    float32 model, moving nodes back to float32 until it meets it.
+    float32 model, moving nodes back to float32 until it meets it. Its inputs and outputs keep the model's dtypes
+    unless `io_precision` is the same as `precision`.
     """
     if isinstance(dynamic_shapes, str):
         return _convert_auto(model, example_inputs, device, backend, map_location, progress, verify,
-                             full_source_paths, dynamic_shapes, precision, accuracy)
+                             full_source_paths, dynamic_shapes, precision, accuracy, io_precision)
     say = progress or (lambda message: None)
     started = time.perf_counter()
     target = torch.device(device or "cpu")
@@ -96,7 +97,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     with stopwatch.stage("load"):
         script = load_script(model, map_location=map_location, methods=list(method_examples))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""
-    reduced = (precision, accuracy)
+    reduced = (precision, accuracy, io_precision)
     contents = _convert_method(script, forward_examples, target, backend, source, say, stopwatch, verify,
                                full_source_paths, dynamic_shapes, reduced)
     for name, examples in method_examples.items():
@@ -126,9 +127,9 @@ def _per_method(example_inputs) -> tuple[Any, dict[str, Any]]:
 
 def _convert_method(script, example_inputs, target: torch.device, backend: str, source: str, say: Progress,
                     stopwatch: pipeline.Stopwatch, verify: bool, full_source_paths: bool,
-                    dynamic_shapes: DynamicShapes, reduced: tuple = (None, None)) -> PackageContents:
+                    dynamic_shapes: DynamicShapes, reduced: tuple = (None, None, None)) -> PackageContents:
     """One method of the model (forward, or another the user gave examples for) as a package's contents;
-    `reduced`: (precision, accuracy) as convert_to_package takes them."""
+    `reduced`: (precision, accuracy, io_precision) as convert_to_package takes them."""
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
     inputs = [_example_layout(x.to(target)) if isinstance(x, torch.Tensor) else x for x in inputs]
     dynamic = dims.resolve(dynamic_shapes, script.input_names, inputs)
@@ -140,10 +141,11 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
     graph, ctx, backend, pass_notes = _prepared(script, inputs + state, dynamic, target, backend, full_source_paths,
                                                 say, stopwatch, precision_plan)
     written = sum(slot.written for slot in script.state)
+    taken = precision.package_inputs(precision_plan, inputs)  # as the package takes them (io_precision)
     outputs = _model_outputs(ctx.outputs, written)
     output = outputs[0] if len(outputs) == 1 else tuple(outputs)
     seen = [(ctx.example_sizes, outputs)] + [(sizes, _model_outputs(out, written)) for sizes, out in ctx.draw_outputs]
-    signature = {"inputs": _input_signature(script.input_names, script.input_defaults, inputs, dynamic),
+    signature = {"inputs": _input_signature(script.input_names, script.input_defaults, taken, dynamic),
                  "outputs": _with_dims(describe(output), seen)}
     if dynamic:
         signature["dims"] = dynamic.signature()
@@ -151,10 +153,12 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
     verifier = None
     if verify:
         say("running TorchScript on the example inputs and a fresh draw, for verification")
-        other_sizes = [(", ".join(f"{n}={k}" for n, k in sizes.items()), dims.inputs_at(dynamic, sizes, inputs, 100 + i))
+        other_sizes = [(", ".join(f"{n}={k}" for n, k in sizes.items()), dims.inputs_at(dynamic, sizes, taken,
+                                                                                         100 + i))
                        for i, sizes in enumerate(dynamic.bounds() + dynamic.draws(1, seed=1))] if dynamic else []
         with stopwatch.stage("reference"):
-            verifier = Verifier(script.function, inputs, signature["inputs"], target, dynamic.example, other_sizes)
+            verifier = Verifier(precision.reference(precision_plan, script.function), taken, signature["inputs"],
+                                target, dynamic.example, other_sizes)
         verifier.tolerance = tolerance
         if precision_plan is not None:
             def through_aten(trial):
@@ -182,7 +186,7 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
         verification["notes"] = list(verification["notes"]) + script.notes + pass_notes
     if target.type == "cuda" and contents.manifest["cuda_graph"]:
         with stopwatch.stage("cuda_graph_timing"):
-            _choose_cuda_graph(contents, inputs, target, say)
+            _choose_cuda_graph(contents, taken, target, say)
     contents.manifest["report"]["verification"] = verification
     if precision_plan is not None:
         measured = precision.measure(package_runner(contents, target), verifier) if verifier else []
@@ -195,8 +199,8 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
 
 def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backend: Optional[str],
                   map_location: DeviceLike, progress: Optional[Progress], verify: bool, full_source_paths: bool,
-                  mode: str, precision: Optional[str] = None,
-                  accuracy: Optional[dict] = None) -> tuple[PackageContents, torch.device]:
+                  mode: str, precision: Optional[str] = None, accuracy: Optional[dict] = None,
+                  io_precision: Optional[str] = None) -> tuple[PackageContents, torch.device]:
     """dynamic_shapes="auto": try a dynamic batch dim; when the model specialises on it (a reshape to the example's
     batch, a branch a trace baked in), convert it static and put the reason in the report."""
     if mode != "auto":
@@ -209,11 +213,11 @@ def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backen
     why = "the model has no tensor input with a batch axis"
     if batch is not None:
         try:
-            return convert_to_package(model, example_inputs, *options, batch, precision, accuracy)
+            return convert_to_package(model, example_inputs, *options, batch, precision, accuracy, io_precision)
         except ConversionError as err:
             why = str(err)
     say(f"the batch dim stays static: {why}")
-    contents, target = convert_to_package(model, example_inputs, *options, None, precision, accuracy)
+    contents, target = convert_to_package(model, example_inputs, *options, None, precision, accuracy, io_precision)
     contents.manifest["report"]["static_dims"] = {dims.AUTO_DIM: why}
     return contents, target
 

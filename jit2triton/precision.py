@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from jit2triton.transpiler.precision import PRECISIONS, PrecisionPlan
+from jit2triton.transpiler.precision import PRECISIONS, PrecisionPlan, cast_floats
 from jit2triton.transpiler.build_plan import build_plan
 
 from .errors import ConversionError
@@ -38,14 +38,18 @@ class PrecisionWarning(UserWarning):
     """A reduced precision that this machine runs by emulation: correct, but slower than float32."""
 
 
-def plan_for(precision: Optional[str], accuracy: Optional[dict], target: torch.device,
+def plan_for(precision: Optional[str], accuracy: Optional[dict], io_precision: Optional[str], target: torch.device,
              say: Callable[[str], None]) -> tuple[Optional[PrecisionPlan], Optional[tuple[float, float]]]:
-    """(the precision plan, the (rtol, atol) to meet) for `precision`; (None, None) for the model's own."""
+    """(the precision plan, the (rtol, atol) to meet) for `precision`; (None, None) for the model's own.
+    `io_precision`: None or "model" (inputs and outputs keep the model's dtypes), or `precision` itself."""
     if precision is None or precision == "fp32":
-        if accuracy is not None:
-            raise ConversionError("accuracy= applies to a reduced-precision package: pass precision='fp16' or "
-                                  "'bf16' with it")
+        if accuracy is not None or io_precision not in (None, "model"):
+            raise ConversionError(f"{'accuracy=' if accuracy is not None else 'io_precision='} applies to a "
+                                  "reduced-precision package: pass precision='fp16' or 'bf16' with it")
         return None, None
+    if io_precision not in (None, "model", precision):
+        raise ConversionError(f"io_precision={io_precision!r}: inputs and outputs either keep the model's dtypes "
+                              f"('model', the default) or take the package's precision ({precision!r})")
     if precision not in PRECISIONS:
         raise ConversionError(f"precision={precision!r} is not known; choose one of {', '.join(PRECISIONS)}")
     dtype = PRECISIONS[precision]
@@ -55,7 +59,23 @@ def plan_for(precision: Optional[str], accuracy: Optional[dict], target: torch.d
                    "the package is correct but slower than the float32 one; convert with precision='fp32' for speed")
         warnings.warn(message, PrecisionWarning, stacklevel=4)
         say(message)
-    return PrecisionPlan(dtype), _tolerance(dtype, accuracy)
+    return PrecisionPlan(dtype, io_reduced=io_precision == precision), _tolerance(dtype, accuracy)
+
+
+def package_inputs(plan: Optional[PrecisionPlan], inputs: list) -> list:
+    """The example inputs as the package takes them: in the reduced type where its inputs are."""
+    return cast_floats(list(inputs), "float32", plan.dtype) if plan is not None and plan.io_reduced else inputs
+
+
+def reference(plan: Optional[PrecisionPlan], function: Callable) -> Callable:
+    """The float32 model as verification calls it: with reduced inputs and outputs, it takes the package's inputs
+    upcast and gives its outputs rounded to the reduced type (what the package's outputs are compared with)."""
+    if plan is None or not plan.io_reduced:
+        return function
+
+    def run(*inputs):
+        return cast_floats(function(*cast_floats(inputs, plan.dtype, "float32")), "float32", plan.dtype)
+    return run
 
 
 def _tolerance(dtype: str, accuracy: Optional[dict]) -> tuple[float, float]:
@@ -112,7 +132,7 @@ def _first_culprit(plan: PrecisionPlan, candidates: list[int], verifier: Verifie
     """(position, error): the candidate whose reduced precision first makes the outputs miss, by a binary search
     over how many candidates (in execution order) run reduced while the rest run in float32."""
     def error_with_first(k: int) -> float:
-        trial = PrecisionPlan(plan.dtype, {**plan.keep, **{p: "search" for p in candidates[k:]}})
+        trial = PrecisionPlan(plan.dtype, {**plan.keep, **{p: "search" for p in candidates[k:]}}, plan.io_reduced)
         return _misses(*prepare_aten(trial), verifier, written)
 
     if not candidates or error_with_first(0):

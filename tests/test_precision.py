@@ -159,6 +159,18 @@ def test_attention_softmax_stays_reduced_so_it_fuses_into_sdpa():
     assert torch.allclose(converted(*fresh), model(*fresh), rtol=1e-2, atol=1e-2)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_io_precision_takes_and_gives_the_reduced_type(backend):
+    example = (torch.randn(4, 32),)
+    model = _traced(Classifier(), *example)
+    converted = _convert(model, example, backend=backend, precision="bf16", io_precision="bf16")
+    assert converted.signature() == "(x: bfloat16[4, 32]) -> Tuple[bfloat16[4, 10], bfloat16[4, 10]]"
+    x = _fresh(4, 32)
+    for actual, reference in zip(converted(_on(backend, x.bfloat16())), model(x)):
+        assert actual.dtype == torch.bfloat16
+        assert (actual.cpu().float() - reference).abs().max() <= 1e-2 + 5e-2 * reference.abs().max()
+
+
 def test_a_search_that_cannot_meet_the_accuracy_says_what_to_do(monkeypatch):
     monkeypatch.setattr(face, "MAX_MOVED", 1)  # the overflowing model needs three nodes moved
     example = (torch.randn(4, 16),)
@@ -200,6 +212,8 @@ def test_cpu_without_native_support_warns_and_emulates(monkeypatch):
     ({"precision": "fp16", "accuracy": {"rtol": 1e-2, "tol": 1}}, "accuracy takes 'rtol' and 'atol', not tol"),
     ({"precision": "fp16", "accuracy": {"rtol": -1}}, r"accuracy\['rtol'\] must be a non-negative number"),
     ({"accuracy": {"rtol": 1e-2}}, "accuracy= applies to a reduced-precision package"),
+    ({"io_precision": "fp16"}, "io_precision= applies to a reduced-precision package"),
+    ({"precision": "fp16", "io_precision": "bf16"}, "io_precision='bf16': inputs and outputs either keep"),
 ])
 def test_bad_precision_options_are_refused(options, message):
     example = (torch.randn(4, 32),)

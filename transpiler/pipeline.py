@@ -40,7 +40,7 @@ from .place_on_device import place_on_device
 from .build_plan import Plan, build_plan
 from .channels_last import channels_last
 from .plan_arena import plan_arena
-from .precision import PrecisionPlan, reduce_precision
+from .precision import PrecisionPlan, cast_floats, reduce_precision
 from .split_conv_bias import split_conv_bias
 from .unpack_splits import unpack_splits
 
@@ -141,6 +141,12 @@ def _reduce_precision(graph: Graph, ctx: Context) -> Graph:
     if ctx.precision is None:
         return graph
     reduce_precision(graph, ctx.precision)
+    if ctx.precision.io_reduced:  # typed again with inputs as the package takes them
+        to_reduced = lambda inputs: cast_floats(inputs, "float32", ctx.precision.dtype)  # noqa: E731
+        ctx.example_inputs = to_reduced(ctx.example_inputs)
+        ctx.draws = [(sizes, to_reduced(inputs)) for sizes, inputs in ctx.draws]
+        ctx.value_draws = [to_reduced(inputs) for inputs in ctx.value_draws]
+        ctx.largest = ctx.largest and (ctx.largest[0], to_reduced(ctx.largest[1]))
     ctx.draw_outputs.clear()
     return observe(graph, ctx)
 

@@ -34,6 +34,7 @@ _MATMULS = ("aten::matmul", "aten::bmm")
 class PrecisionPlan:
     dtype: str  # "float16" or "bfloat16"
     keep: dict[int, str] = field(default_factory=dict)  # node position -> why accuracy keeps it in float32
+    io_reduced: bool = False  # the package takes and gives the model's float32 inputs and outputs in `dtype`
     # filled by the pass: the float32 nodes (position, op, source, why) and the positions that could move back
     fp32_nodes: list[dict] = field(default_factory=list)
     candidates: list[int] = field(default_factory=list)
@@ -42,6 +43,8 @@ class PrecisionPlan:
 def reduce_precision(graph: Graph, plan: PrecisionPlan) -> Graph:
     """Rewrite `graph` (typed, float32) to compute in `plan.dtype` but where float32 is kept (see the module)."""
     rewrite = _Rewrite(graph, plan)
+    if plan.io_reduced:  # they arrive in the reduced type (the pipeline observes again with such inputs)
+        rewrite.current.update((v.id, plan.dtype) for v in graph.inputs if rewrite.is_float(v) and v.type.is_tensor)
     rewrite.weights()
     rewrite.block(graph.body, boundary=True)
     return graph
@@ -50,6 +53,7 @@ def reduce_precision(graph: Graph, plan: PrecisionPlan) -> Graph:
 class _Rewrite:
     def __init__(self, graph: Graph, plan: PrecisionPlan) -> None:
         self.graph, self.plan, self.reduced = graph, plan, plan.dtype
+        self.boundary = plan.dtype if plan.io_reduced else "float32"  # what the graph's float32 outputs leave as
         self.position = {node.uid: i for i, node in enumerate(graph.walk())}
         self.observed = {v.id: v.type for node in graph.walk() for v in node.outputs} | \
             {v.id: v.type for v in graph.inputs} | \
@@ -106,7 +110,7 @@ class _Rewrite:
                 self.control_flow(node, block)
             else:
                 self.compute(node, block, boundary and self._makes_output(node))
-        outputs_need = "float32" if boundary else (mode or self.reduced)
+        outputs_need = self.boundary if boundary else (mode or self.reduced)
         block.outputs[:] = [self.cast(v, outputs_need, block) for v in block.outputs]
 
     def _makes_output(self, node: Node) -> bool:
@@ -115,7 +119,7 @@ class _Rewrite:
 
     def compute(self, node: Node, block: Block, output_container: bool) -> None:
         why = "output" if output_container else self.why_fp32(node)
-        mode = "float32" if why else self.reduced
+        mode = self.boundary if output_container else "float32" if why else self.reduced
         if not why and not node.op.startswith("prim::") and any(self.is_float(v) for v in node.outputs):
             self.plan.candidates.append(self.position[node.uid])
         if why and why != "output" and any(self.is_float(v) for v in node.outputs):
@@ -182,6 +186,17 @@ class _Rewrite:
 
 
 _SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+
+
+def cast_floats(value, source: str, target: str):
+    """`value` (a tensor, or a tuple, list or dict of them) with its `source`-dtype tensors cast to `target`."""
+    if isinstance(value, torch.Tensor):
+        return value.to(getattr(torch, target)) if value.dtype == getattr(torch, source) else value
+    if isinstance(value, (tuple, list)):
+        return type(value)(cast_floats(v, source, target) for v in value)
+    if isinstance(value, dict):
+        return {k: cast_floats(v, source, target) for k, v in value.items()}
+    return value
 
 
 def _holds_float32(t: Type) -> bool:
