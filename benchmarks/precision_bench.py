@@ -107,7 +107,7 @@ def run_row(name: str, precisions: tuple, workloads: dict, args) -> dict:
         torch.jit.save(torch.jit.trace(model, inputs, check_trace=False), pt_path)
     builders = {"torch.jit fp32": lambda: torch.jit.freeze(torch.jit.load(pt_path).eval())}
     for precision in (None,) + precisions:
-        builders[f"jit2triton {precision or 'fp32'}"] = (lambda p=precision: package(pt_path, inputs, folder, p, row)[1])
+        builders[f"jit2triton {precision or 'fp32'}"] = lambda p=precision: package(pt_path, inputs, folder, p, row)[1]
     if not args.skip_compile:  # in the row's first precision only: compiling is most of a row's time
         builders[f"compile+autocast {precisions[0]}"] = lambda: autocast_compiled(model, precisions[0])
     paths = {}
