@@ -82,6 +82,14 @@ def _node(graph, op: str):
     return next(n for n in graph.walk() if n.op == op)
 
 
+def test_every_float32_rule_names_an_op_of_the_table():
+    from jit2triton.transpiler.lowering import load_lowerings
+    from jit2triton.transpiler.op_table import KEEPS_FP32, OP_TABLE
+    load_lowerings()
+    assert set(KEEPS_FP32) <= set(OP_TABLE)
+    assert all(OP_TABLE[name].keeps_fp32 == why for name, why in KEEPS_FP32.items())  # kept by lowering registration
+
+
 def test_softmax_and_layer_norm_stay_float32_and_the_linear_runs_reduced():
     example = (torch.randn(4, 32),)
     graph, plan = _reduced_graph(_traced(Classifier(), *example), example, "float16")
@@ -188,11 +196,12 @@ def test_control_flow_converts_in_reduced_precision():
             y = torch.relu(y @ x.t() / 8) @ x
         return y
 
-    example = (torch.randn(4, 4), 2)
+    example = (torch.randn(4, 4, generator=torch.Generator().manual_seed(0)), 2)
     converted = _convert(branchy, example, backend="cpp", precision="bf16")
     x = _fresh(4, 4)
-    assert converted(x, 3).dtype == torch.float32
-    assert torch.allclose(converted(x, 3), branchy(x, 3), rtol=5e-2, atol=5e-2)
+    actual, expected = converted(x, 3), branchy(x, 3)
+    assert actual.dtype == torch.float32
+    assert (actual - expected).abs().max() <= 1e-2 + 5e-2 * expected.abs().max()  # the package's guarantee
 
 
 def test_cpu_without_native_support_warns_and_emulates(monkeypatch):
