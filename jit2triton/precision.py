@@ -31,6 +31,8 @@ MAX_SEARCH_S = 600.0  # ... or seconds spent searching for them (each step runs 
 # The CPU features that make a reduced type fast in ATen's and oneDNN's CPU kernels (/proc/cpuinfo flags)
 CPU_FEATURES = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}
 
+_ALIASES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", "float16": "fp16",
+            "bfloat16": "bf16", "float32": "fp32"}
 PrepareAten = Callable[[PrecisionPlan], tuple[Any, Any]]  # plan -> (graph, context), every op through ATen
 
 
@@ -41,7 +43,9 @@ class PrecisionWarning(UserWarning):
 def plan_for(precision: Optional[str], accuracy: Optional[dict], io_precision: Optional[str], target: torch.device,
              say: Callable[[str], None]) -> tuple[Optional[PrecisionPlan], Optional[tuple[float, float]]]:
     """(the precision plan, the (rtol, atol) to meet) for `precision`; (None, None) for the model's own.
-    `io_precision`: None or "model" (inputs and outputs keep the model's dtypes), or `precision` itself."""
+    `io_precision`: None or "model" (inputs and outputs keep the model's dtypes), or `precision` itself. Each may be
+    named as torch names it too (torch.float16, "float16")."""
+    precision, io_precision = _alias(precision), _alias(io_precision)
     if precision is None or precision == "fp32":
         if accuracy is not None or io_precision not in (None, "model"):
             raise ConversionError(f"{'accuracy=' if accuracy is not None else 'io_precision='} applies to a "
@@ -50,16 +54,20 @@ def plan_for(precision: Optional[str], accuracy: Optional[dict], io_precision: O
     if io_precision not in (None, "model", precision):
         raise ConversionError(f"io_precision={io_precision!r}: inputs and outputs either keep the model's dtypes "
                               f"('model', the default) or take the package's precision ({precision!r})")
-    if precision not in PRECISIONS:
+    if not isinstance(precision, str) or precision not in PRECISIONS:
         raise ConversionError(f"precision={precision!r} is not known; choose one of {', '.join(PRECISIONS)}")
     dtype = PRECISIONS[precision]
     if target.type == "cpu" and not cpu_supports(dtype):
         message = (f"precision={precision!r} on a CPU without {' or '.join(CPU_FEATURES[dtype])}: ATen and the "
                    f"generated kernels emulate {dtype} there (converting every value to float32 and back), so "
                    "the package is correct but slower than the float32 one; convert with precision='fp32' for speed")
-        warnings.warn(message, PrecisionWarning, stacklevel=4)
+        warnings.warn(message, PrecisionWarning, stacklevel=5)  # (the caller of jit2triton.convert)
         say(message)
     return PrecisionPlan(dtype, io_reduced=io_precision == precision), _tolerance(dtype, accuracy)
+
+
+def _alias(name):
+    return _ALIASES.get(name, name) if isinstance(name, (str, torch.dtype)) else name
 
 
 def package_inputs(plan: Optional[PrecisionPlan], inputs: list) -> list:

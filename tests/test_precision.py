@@ -216,8 +216,15 @@ def test_cpu_without_native_support_warns_and_emulates(monkeypatch):
         jit2triton.convert(_traced(Classifier(), *example), example, precision="bf16")
 
 
+def test_precision_may_be_named_as_torch_names_it():
+    example = (torch.randn(4, 32),)
+    converted = _convert(_traced(Classifier(), *example), example, precision=torch.bfloat16, io_precision="bfloat16")
+    assert converted.signature() == "(x: bfloat16[4, 32]) -> Tuple[bfloat16[4, 10], bfloat16[4, 10]]"
+
+
 @pytest.mark.parametrize("options, message", [
     ({"precision": "int8"}, "precision='int8' is not known"),
+    ({"precision": ["fp16"]}, r"precision=\['fp16'\] is not known"),
     ({"precision": "fp16", "accuracy": {"rtol": 1e-2, "tol": 1}}, "accuracy takes 'rtol' and 'atol', not tol"),
     ({"precision": "fp16", "accuracy": {"rtol": -1}}, r"accuracy\['rtol'\] must be a non-negative number"),
     ({"accuracy": {"rtol": 1e-2}}, "accuracy= applies to a reduced-precision package"),
