@@ -175,7 +175,9 @@ class Converted:
 def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None, device: DeviceLike = "cpu",
             backend: Optional[str] = None, map_location: DeviceLike = None,
             progress: Optional[Progress] = None, verify: bool = True, full_source_paths: bool = False,
-            dynamic_shapes: Any = None, choices: str = "timed", narrow_dims: bool = False) -> Converted:
+            dynamic_shapes: Any = None, choices: str = "timed", narrow_dims: bool = False,
+            precision: Optional[str] = None, accuracy: Optional[dict] = None,
+            io_precision: Optional[str] = None) -> Converted:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
@@ -199,13 +201,23 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
     Some choices are made by timing candidates on this machine (oneDNN or ATen for a GEMM, channels-last, a GEMM's
     form on CUDA, one CUDA graph or step by step); the report lists each with its times and margin.
     `choices="fixed"` times nothing and takes fixed answers instead, the same on every machine: a reproducible build.
+
+    `precision="fp16"` or `"bf16"` converts a float32 model to compute in that type (weights stored in it; inputs
+    and outputs keep the model's dtypes, cast at the boundary), but where the op table keeps float32 (softmax, norms'
+    statistics, large sums, exp/log/pow). Verification then compares the package with the float32 model and holds
+    it to `accuracy={"rtol": ..., "atol": ...}` (an output's largest error at most atol + rtol times its largest
+    magnitude; defaults per type in jit2triton/precision.py): nodes whose reduced precision makes it miss move back
+    to float32. The report's `precision` section gives each output's max-abs and relative error, top-1 agreement
+    for 2-D logits, and every node that stayed float32 with why, by source line. `io_precision=precision` makes the
+    package take and give the model's float32 inputs and outputs in the reduced type too (no cast at the boundary).
     """
     from jit2triton.transpiler import timing
 
     from .conversion import convert_to_package
     with timing.recording(choices) as made:
         contents, target = convert_to_package(model, example_inputs, device, backend, map_location, progress, verify,
-                                              full_source_paths, dynamic_shapes, narrow_dims)
+                                              full_source_paths, dynamic_shapes, narrow_dims=narrow_dims,
+                                              precision=precision, accuracy=accuracy, io_precision=io_precision)
     contents.manifest["report"]["timed_choices"] = [choice.as_report() for choice in made]
     return Converted(contents, *python_runtimes(contents, target))
 

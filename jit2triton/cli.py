@@ -7,6 +7,7 @@ import re
 import statistics
 import sys
 import time
+from typing import Optional
 
 import click
 
@@ -71,6 +72,11 @@ def main() -> None:
     """jit2triton: TorchScript models in, fused kernels out, in a one-file package."""
 
 
+def _accuracy(rtol: Optional[float], atol: Optional[float]) -> Optional[dict]:
+    given = {name: value for name, value in (("rtol", rtol), ("atol", atol)) if value is not None}
+    return given or None
+
+
 @main.command(short_help='Convert a TorchScript .pt into a .j2t package.')
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="package path (default: MODEL with .j2t)")
@@ -103,8 +109,19 @@ def main() -> None:
 @click.option("--choices", type=click.Choice(["timed", "fixed"]), default="timed", show_default=True,
               help="timed: choices such as oneDNN or ATen for a GEMM by timing both here (listed in the report); "
                    "fixed: the same answers on every machine, nothing timed (a reproducible build)")
+@click.option("--precision", type=click.Choice(["fp32", "fp16", "bf16"]), default=None,
+              help="compute a float32 model in float16 or bfloat16 (weights stored so; inputs and outputs keep the "
+                   "model's dtypes), float32 kept where the op table or the accuracy needs it (default: the "
+                   "model's own precision)")
+@click.option("--rtol", type=float, default=None,
+              help="with --precision: the largest error of an output relative to its largest magnitude "
+                   "(default per precision: fp16 1e-2, bf16 5e-2); nodes move back to float32 until it holds")
+@click.option("--atol", type=float, default=None, help="with --precision: the absolute error allowed beside --rtol")
+@click.option("--io-precision", type=click.Choice(["model", "fp16", "bf16"]), default=None,
+              help="with --precision: 'model' (the default) keeps the model's input and output dtypes; the same "
+                   "as --precision takes and gives them in the reduced type")
 def convert(model, output, input_specs, dim_specs, dynamic_batch, narrow_dims, inputs_file, device, backend,
-            no_verify, full_source_paths, quiet, signing_key, choices) -> None:
+            no_verify, full_source_paths, quiet, signing_key, choices, precision, rtol, atol, io_precision) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
     from .errors import InputError
@@ -134,7 +151,8 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, narrow_dims, i
         inputs += read_inputs_file(inputs_file)
     converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
                               progress=_Progress(quiet), verify=not no_verify, full_source_paths=full_source_paths,
-                              dynamic_shapes=dynamic_shapes or None, choices=choices, narrow_dims=narrow_dims)
+                              dynamic_shapes=dynamic_shapes or None, choices=choices, narrow_dims=narrow_dims,
+                              precision=precision, accuracy=_accuracy(rtol, atol), io_precision=io_precision)
     converted.save(output, signing_key=signing_key)
     if not quiet:
         click.echo(converted.report())

@@ -26,8 +26,9 @@ from jit2triton.transpiler.symbolic import fit
 from jit2triton.transpiler.report import packed_summary, summarize
 from jit2triton.transpiler import timing
 from jit2triton.transpiler.build_plan import Plan
+from jit2triton.transpiler.precision import PrecisionPlan
 
-from . import dims
+from . import dims, precision
 from .dim_ranges import checked_ranges
 from .dims import DynamicShapes
 from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, StepError
@@ -48,7 +49,9 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
                        device: DeviceLike = "cpu", backend: Optional[str] = None, map_location: DeviceLike = None,
                        progress: Optional[Progress] = None, verify: bool = True,
                        full_source_paths: bool = False, dynamic_shapes: DynamicShapes = None,
-                       narrow_dims: bool = False) -> tuple[PackageContents, torch.device]:
+                       narrow_dims: bool = False, precision: Optional[str] = None,
+                       accuracy: Optional[dict] = None,
+                       io_precision: Optional[str] = None) -> tuple[PackageContents, torch.device]:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
@@ -69,10 +72,15 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     `example_inputs` as a dict with a "forward" key (`{"forward": (x,), "encode": (x,)}`) converts the module's
     other methods named in it too, each with its own examples (and static shapes); each is verified on its own,
     starting from the module's saved state.
+
+    `precision` ("fp16", "bf16"; default the model's own) makes a float32 model's package compute in that type
+    but where float32 is kept (jit2triton/precision.py); verification then holds it to `accuracy` against the
+    float32 model, moving nodes back to float32 until it meets it. Its inputs and outputs keep the model's dtypes
+    unless `io_precision` is the same as `precision`.
     """
     if isinstance(dynamic_shapes, str):
         return _convert_auto(model, example_inputs, device, backend, map_location, progress, verify,
-                             full_source_paths, dynamic_shapes)
+                             full_source_paths, dynamic_shapes, precision, accuracy, io_precision)
     say = progress or (lambda message: None)
     started = time.perf_counter()
     target = torch.device(device or "cpu")
@@ -94,12 +102,13 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     with stopwatch.stage("load"):
         script = load_script(model, map_location=map_location, methods=list(method_examples))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""
+    reduced = (precision, accuracy, io_precision)
     contents = _convert_method(script, forward_examples, target, backend, source, say, stopwatch, verify,
-                               full_source_paths, dynamic_shapes, narrow_dims)
+                               full_source_paths, dynamic_shapes, reduced, narrow_dims)
     for name, examples in method_examples.items():
         say(f"converting method {name}")
         add_method(contents, name, _convert_method(script.methods[name], examples, target, backend, source, say,
-                                                   stopwatch, verify, full_source_paths, None))
+                                                   stopwatch, verify, full_source_paths, None, reduced))
     unconverted = [n for n in script.method_names if n != "forward" and n not in method_examples]
     if unconverted:
         contents.manifest["report"]["methods_not_converted"] = {
@@ -123,8 +132,10 @@ def _per_method(example_inputs) -> tuple[Any, dict[str, Any]]:
 
 def _convert_method(script, example_inputs, target: torch.device, backend: str, source: str, say: Progress,
                     stopwatch: pipeline.Stopwatch, verify: bool, full_source_paths: bool,
-                    dynamic_shapes: DynamicShapes, narrow_dims: bool = False) -> PackageContents:
-    """One method of the model (forward, or another the user gave examples for) as a package's contents."""
+                    dynamic_shapes: DynamicShapes, reduced: tuple = (None, None, None),
+                    narrow_dims: bool = False) -> PackageContents:
+    """One method of the model (forward, or another the user gave examples for) as a package's contents;
+    `reduced`: (precision, accuracy, io_precision) as convert_to_package takes them."""
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
     inputs = [_example_layout(x.to(target)) if isinstance(x, torch.Tensor) else x for x in inputs]
     dynamic = dims.resolve(dynamic_shapes, script.input_names, inputs)
@@ -136,13 +147,16 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
     state = [_on_device(slot.initial, target) for slot in script.state]  # the plan takes it after the inputs
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
+    precision_plan, tolerance = precision.plan_for(*reduced, target, say)
+    asked_backend = backend
     graph, ctx, backend, pass_notes = _prepared(script, inputs + state, dynamic, target, backend, full_source_paths,
-                                                say, stopwatch)
+                                                say, stopwatch, precision_plan)
     written = sum(slot.written for slot in script.state)
+    taken = precision.package_inputs(precision_plan, inputs)  # as the package takes them (io_precision)
     outputs = _model_outputs(ctx.outputs, written)
     output = outputs[0] if len(outputs) == 1 else tuple(outputs)
     seen = [(ctx.example_sizes, outputs)] + [(sizes, _model_outputs(out, written)) for sizes, out in ctx.draw_outputs]
-    signature = {"inputs": _input_signature(script.input_names, script.input_defaults, inputs, dynamic),
+    signature = {"inputs": _input_signature(script.input_names, script.input_defaults, taken, dynamic),
                  "outputs": _with_dims(describe(output), seen)}
     if dynamic:
         signature["dims"] = dynamic.signature()
@@ -150,10 +164,21 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
     verifier = None
     if verify:
         say("running TorchScript on the example inputs and a fresh draw, for verification")
-        other_sizes = [(", ".join(f"{n}={k}" for n, k in sizes.items()), inputs_at(dynamic, sizes, inputs, 100 + i))
+        other_sizes = [(", ".join(f"{n}={k}" for n, k in sizes.items()), inputs_at(dynamic, sizes, taken, 100 + i))
                        for i, sizes in enumerate(dynamic.bounds() + dynamic.draws(1, seed=1))] if dynamic else []
         with stopwatch.stage("reference"):
-            verifier = Verifier(script.function, inputs, signature["inputs"], target, dynamic.example, other_sizes)
+            verifier = Verifier(precision.reference(precision_plan, script.function), taken, signature["inputs"],
+                                target, dynamic.example, other_sizes)
+        verifier.tolerance = tolerance
+        if precision_plan is not None:
+            def through_aten(trial):
+                return _prepared(script, inputs + state, dynamic, target, "aten", full_source_paths,
+                                 lambda message: None, pipeline.Stopwatch(), trial)[:2]
+            with stopwatch.stage("precision_search"):
+                if precision.enforce(precision_plan, graph, ctx, verifier, written, through_aten, say):
+                    graph, ctx, backend, pass_notes = _prepared(script, inputs + state, dynamic, target,
+                                                                asked_backend, full_source_paths, say, stopwatch,
+                                                                precision_plan)
     try:
         contents, verification = _build_verified(graph, backend, ctx, signature, model_info, verifier, say,
                                                  rewritten=backend != "aten")
@@ -162,7 +187,7 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
         # user still gets a correct package, the one TorchScript's own graph makes through ATen.
         say(f"{err}; converting again as TorchScript wrote it, every op through ATen")
         graph, ctx, _, _ = _prepared(script, inputs + state, dynamic, target, "aten", full_source_paths, say,
-                                     stopwatch)
+                                     stopwatch, precision_plan)
         contents, verification = _build_verified(graph, "aten", ctx, signature, model_info, verifier, say,
                                                  rewritten=False)
         verification["notes"] = list(verification["notes"]) + [
@@ -171,8 +196,11 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
         verification["notes"] = list(verification["notes"]) + range_notes + script.notes + pass_notes
     if target.type == "cuda" and contents.manifest["cuda_graph"]:
         with stopwatch.stage("cuda_graph_timing"):
-            _choose_cuda_graph(contents, inputs, target, say)
+            _choose_cuda_graph(contents, taken, target, say)
     contents.manifest["report"]["verification"] = verification
+    if precision_plan is not None:
+        measured = precision.measure(package_runner(contents, target), verifier) if verifier else []
+        contents.manifest["report"]["precision"] = precision.report_section(precision_plan, tolerance, measured)
     contents.manifest["report"]["pass_seconds"] = stopwatch.report()
     if dynamic:
         contents.manifest["report"]["dynamic_dims"] = signature["dims"]
@@ -181,7 +209,8 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
 
 def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backend: Optional[str],
                   map_location: DeviceLike, progress: Optional[Progress], verify: bool, full_source_paths: bool,
-                  mode: str) -> tuple[PackageContents, torch.device]:
+                  mode: str, precision: Optional[str] = None, accuracy: Optional[dict] = None,
+                  io_precision: Optional[str] = None) -> tuple[PackageContents, torch.device]:
     """dynamic_shapes="auto": try a dynamic batch dim; when the model specialises on it (a reshape to the example's
     batch, a branch a trace baked in), convert it static and put the reason in the report."""
     if mode != "auto":
@@ -194,18 +223,18 @@ def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backen
     why = "the model has no tensor input with a batch axis"
     if batch is not None:
         try:
-            return convert_to_package(model, example_inputs, *options, batch)
+            return convert_to_package(model, example_inputs, *options, batch, precision, accuracy, io_precision)
         except ConversionError as err:
             why = str(err)
     say(f"the batch dim stays static: {why}")
-    contents, target = convert_to_package(model, example_inputs, *options, None)
+    contents, target = convert_to_package(model, example_inputs, *options, None, precision, accuracy, io_precision)
     contents.manifest["report"]["static_dims"] = {dims.AUTO_DIM: why}
     return contents, target
 
 
 def _prepared(script, inputs: list, dynamic: "dims.DynamicSpec", target: torch.device, backend: str,
-              full_source_paths: bool, say: Progress,
-              stopwatch: pipeline.Stopwatch) -> tuple[Any, pipeline.Context, str, list[str]]:
+              full_source_paths: bool, say: Progress, stopwatch: pipeline.Stopwatch,
+              precision_plan: Optional[PrecisionPlan] = None) -> tuple[Any, pipeline.Context, str, list[str]]:
     """TorchScript's graph in our IR, typed and rewritten for fusion -> (graph, context, backend, notes). A pass
     that fails with an internal error (a bug) must not fail the conversion: a rewrite that only makes the graph
     faster is skipped, any other pass costs the generated kernels (every op through ATen); each time the graph is
@@ -218,6 +247,7 @@ def _prepared(script, inputs: list, dynamic: "dims.DynamicSpec", target: torch.d
         with stopwatch.stage("from_torchscript"):
             graph = from_torchscript(script.graph, names, script.name, full_source_paths)
         ctx = _context(target, inputs, dynamic, stopwatch)
+        ctx.precision = precision_plan
         try:
             pipeline.prepare(graph, ctx, generate_kernels=backend != "aten", skip=frozenset(skipped))
             return graph, ctx, backend, notes

@@ -41,8 +41,10 @@ class Mismatch:
         return f"{self.where}: {self.detail}"
 
 
-def tensor_error(actual: torch.Tensor, expected: torch.Tensor, slack: float = 1.0) -> tuple[float, str]:
-    """(error, what differs): 0 when they agree within the dtype's tolerance (times `slack`)."""
+def tensor_error(actual: torch.Tensor, expected: torch.Tensor, slack: float = 1.0,
+                 tolerance: Optional[tuple[float, float]] = None) -> tuple[float, str]:
+    """(error, what differs): 0 when they agree within the dtype's tolerance (times `slack`), or within
+    `tolerance` (relative, absolute: a reduced-precision package's accuracy) where given."""
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
         return math.inf, (f"got {actual.dtype} {list(actual.shape)}, TorchScript gives "
                           f"{expected.dtype} {list(expected.shape)}")
@@ -63,28 +65,33 @@ def tensor_error(actual: torch.Tensor, expected: torch.Tensor, slack: float = 1.
     scale = max(e[finite].abs().max().item(), 1e-30)
     largest = (a - e)[finite].abs().max().item()
     name = str(expected.dtype).removeprefix("torch.")
-    tolerance = RELATIVE_TOLERANCE.get(name, 1e-3) * slack
-    if largest <= tolerance * scale + ABSOLUTE_TOLERANCE.get(name, 1e-5) * slack:
+    if tolerance is None:  # (an accuracy asked for is met as asked: no slack for another device's rounding)
+        tolerance, floor = RELATIVE_TOLERANCE.get(name, 1e-3) * slack, ABSOLUTE_TOLERANCE.get(name, 1e-5) * slack
+    else:
+        tolerance, floor = tolerance
+    if largest <= tolerance * scale + floor:
         return 0.0, ""
     error = largest / scale
     return error, f"max error {error:.3g} of the largest magnitude (tolerance {tolerance:g})"
 
 
-def compare(actual: Any, expected: Any, where: str = "output", slack: float = 1.0) -> list[Mismatch]:
+def compare(actual: Any, expected: Any, where: str = "output", slack: float = 1.0,
+            tolerance: Optional[tuple[float, float]] = None) -> list[Mismatch]:
     """Every place where `actual` differs from TorchScript's `expected` (structure, dtype, shape, values)."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             return [Mismatch(where, math.inf, f"got {type(actual).__name__}, TorchScript gives a tensor")]
-        error, detail = tensor_error(actual, expected, slack)
+        error, detail = tensor_error(actual, expected, slack, tolerance)
         return [Mismatch(where, error, detail)] if error else []
     if isinstance(expected, (tuple, list)):
         if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
             return [Mismatch(where, math.inf, f"got {_describe(actual)}, TorchScript gives {_describe(expected)}")]
-        return [m for i, (a, e) in enumerate(zip(actual, expected)) for m in compare(a, e, f"{where}[{i}]", slack)]
+        return [m for i, (a, e) in enumerate(zip(actual, expected))
+                for m in compare(a, e, f"{where}[{i}]", slack, tolerance)]
     if isinstance(expected, dict):
         if not isinstance(actual, dict) or list(actual) != list(expected):
             return [Mismatch(where, math.inf, f"got {_describe(actual)}, TorchScript gives {_describe(expected)}")]
-        return [m for k in expected for m in compare(actual[k], expected[k], f"{where}[{k!r}]", slack)]
+        return [m for k in expected for m in compare(actual[k], expected[k], f"{where}[{k!r}]", slack, tolerance)]
     if isinstance(expected, float) and isinstance(actual, float):
         if math.isclose(actual, expected, rel_tol=1e-6, abs_tol=1e-12) or (math.isnan(actual) and math.isnan(expected)):
             return []
@@ -136,6 +143,7 @@ class Verifier:
         their ranges, which the package must accept (a refusal there is a failure, not a note)."""
         self.reference = reference
         self.slack = 1.0  # 10 when TorchScript runs on another device (a CPU model converted for CUDA: TF32 convs)
+        self.tolerance: Optional[tuple[float, float]] = None  # (rtol, atol) of a reduced-precision package
         self.notes: list[str] = []
         self.cases: list[tuple[str, list, Any]] = []
         self.must_accept = {name for name, _ in other_sizes}
@@ -216,7 +224,7 @@ class Verifier:
                 self.failed.append(name)
                 continue
             found += [Mismatch(f"{m.where} on {name}", m.error, m.detail)
-                      for m in compare(actual, expected, slack=self.slack)]
+                      for m in compare(actual, expected, slack=self.slack, tolerance=self.tolerance)]
             if len(found) > before:
                 self.failed.append(name)
         return found

@@ -10,12 +10,11 @@ storage dtype only when a kernel stores them, as TorchInductor does.
 """
 from __future__ import annotations
 
-import dataclasses
 
 import importlib
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -107,7 +106,7 @@ def lowering(*ops: str):
             info = OP_TABLE.get(name)
             if info is None:
                 raise KeyError(f"{name} has a lowering but no op table entry")
-            OP_TABLE[name] = dataclasses.replace(info, lowering=fn)  # its other facts stay
+            OP_TABLE[name] = replace(info, lowering=fn)  # its other facts (data-dependent size, float32) stay
         return fn
     return register
 

@@ -34,6 +34,10 @@ class OpInfo:
     # nearly equal inputs can give it different outputs (a comparison, an argmax, a sort's order, NMS, a floor):
     # where a package first differs from TorchScript at such an op, rounding decided it, not a wrong kernel
     discontinuous: bool = False
+    # why the op computes in float32 when a package runs in reduced precision (transpiler/precision.py): its
+    # statistics or accumulators overflow or lose their range in float16/bfloat16 (autocast's float32 list); "" runs
+    # it in the package's precision
+    keeps_fp32: str = ""
 
 
 OP_TABLE: dict[str, OpInfo] = {}
@@ -64,10 +68,23 @@ DISCONTINUOUS = frozenset("""
 """.split()) | frozenset(DATA_DEPENDENT_SIZE)
 
 
+# Ops that run in float32 inside a reduced-precision package, with the reason the report gives. GEMMs and
+# convolutions are not here: they run in the reduced type, and ATen's (cuBLAS, cuDNN, oneDNN) accumulate in float32.
+KEEPS_FP32 = dict.fromkeys("aten::softmax.int aten::log_softmax.int aten::logsumexp".split(),
+                           "sums exponentials") \
+    | dict.fromkeys("aten::layer_norm aten::group_norm aten::batch_norm".split(),
+                    "normalization statistics (mean, variance)") \
+    | dict.fromkeys("""aten::sum aten::sum.dim_IntList aten::mean aten::mean.dim aten::var aten::var.dim
+        aten::var.correction aten::std aten::std.dim aten::std.correction aten::prod aten::prod.dim_int aten::cumsum
+        aten::norm.ScalarOpt_dim aten::linalg_vector_norm""".split(), "a large sum or product") \
+    | dict.fromkeys("""aten::exp aten::expm1 aten::log aten::log1p aten::pow.Tensor_Scalar aten::pow.Tensor_Tensor
+        aten::pow.Scalar aten::reciprocal aten::rsqrt""".split(), "overflows or loses its range in float16")
+
+
 def register(category: str, names: str) -> None:
     for name in names.split():
         OP_TABLE[name] = OpInfo(name, category, data_dependent_size=DATA_DEPENDENT_SIZE.get(name, ""),
-                                discontinuous=name in DISCONTINUOUS)
+                                discontinuous=name in DISCONTINUOUS, keeps_fp32=KEEPS_FP32.get(name, ""))
 
 
 register(POINTWISE, """

@@ -3,9 +3,10 @@
     TorchScript graph ─▶ from_torchscript ─▶ PREPARE ─▶ (REWRITES, when kernels are generated) ─▶ fuse
                       ─▶ merge_kernels ─▶ build_plan ─▶ plan_arena (CPU)
 
-PREPARE types every value (by running the plan once on the example inputs); REWRITES reshape the graph for fusion
-and must each leave a graph that still runs through ATen alone (the plan before fusion is verification's
-reference). `fuse` lowers and fuses what it can into kernels, `merge_kernels` joins sibling kernels, and
+PREPARE types every value (by running the plan once on the example inputs) and, for a reduced-precision package,
+rewrites the graph to float16/bfloat16 where the rules allow (precision.py) and types it again; REWRITES reshape
+the graph for fusion and must each leave a graph that still runs through ATen alone (the plan before fusion is
+verification's reference). `fuse` lowers and fuses what it can into kernels, `merge_kernels` joins sibling kernels, and
 `build_plan` turns the result into the plan the runtimes run. The face (`jit2triton/conversion.py`) supplies the
 one thing the transpiler cannot: an interpreter to run a plan with (`Context.run_plan`, the runtime's executor),
 so no stage imports a later one.
@@ -40,6 +41,7 @@ from .place_on_device import place_on_device
 from .build_plan import Plan, build_plan
 from .channels_last import channels_last
 from .plan_arena import plan_arena
+from .precision import PrecisionPlan, cast_floats, reduce_precision
 from .split_conv_bias import split_conv_bias
 from .unpack_splits import unpack_splits
 
@@ -89,6 +91,7 @@ class Context:
     kernel_dims: Optional[dict[str, tuple]] = None
     refused: dict[int, str] = field(default_factory=dict)  # node uid -> why it must run through ATen
     stopwatch: Stopwatch = field(default_factory=Stopwatch)  # each pass's seconds, and progress as passes start
+    precision: Optional[PrecisionPlan] = None  # a reduced-precision package: its type, and what stays float32
 
 
 def observe(graph: Graph, ctx: Context) -> Graph:
@@ -136,11 +139,28 @@ def observe(graph: Graph, ctx: Context) -> Graph:
     return graph
 
 
+def _reduce_precision(graph: Graph, ctx: Context) -> Graph:
+    """A reduced-precision package: float16/bfloat16 but where float32 is kept, typed again."""
+    if ctx.precision is None:
+        return graph
+    reduce_precision(graph, ctx.precision)
+    if ctx.precision.io_reduced:  # typed again with inputs as the package takes them
+        to_reduced = lambda inputs: cast_floats(inputs, "float32", ctx.precision.dtype)  # noqa: E731
+        ctx.example_inputs = to_reduced(ctx.example_inputs)
+        ctx.draws = [(sizes, to_reduced(inputs)) for sizes, inputs in ctx.draws]
+        ctx.value_draws = [to_reduced(inputs) for inputs in ctx.value_draws]
+        ctx.largest = ctx.largest and (ctx.largest[0], to_reduced(ctx.largest[1]))
+    ctx.draw_outputs.clear()
+    return observe(graph, ctx)
+
+
 Pass = Callable[[Graph, Context], Any]
 
 PREPARE: list[tuple[str, Pass]] = [
     ("place_on_device", lambda g, c: place_on_device(g, c.device)),
     ("observe", observe),
+    # a reduced-precision package: float16/bfloat16 but where float32 is kept, then typed again
+    ("reduce_precision", lambda g, c: _reduce_precision(g, c)),
 ]
 REWRITES: list[tuple[str, Pass]] = [
     ("fold_shapes", lambda g, c: fold_shapes(g, c.recorder)),  # shape arithmetic becomes constants

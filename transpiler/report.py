@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import Any, Optional
 
 from .op_table import EXTERN, FALLBACK, HOST
 
@@ -88,8 +88,29 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
         lines.append(f"dim {name} kept static (dynamic_shapes='auto'): {why}")
     lines += _format_choices(summary.get("timed_choices", []))
     lines += _format_verification(summary.get("verification"))
+    lines += _format_precision(summary.get("precision"))
     lines += _format_pass_seconds(summary.get("pass_seconds"))
     return "\n".join(lines)
+
+
+def _format_precision(precision: Optional[dict[str, Any]]) -> list[str]:
+    """The reduced precision: each output's measured error, the float32 nodes by rule (counted) and those accuracy
+    moved back (each with its source line)."""
+    if not precision:
+        return []
+    accuracy = precision["accuracy"]
+    lines = [f"precision {precision['dtype']}, held to rtol {accuracy['rtol']:g}, atol {accuracy['atol']:g} against "
+             "the float32 model:"]
+    for out in precision["outputs"]:
+        top1 = f", top-1 agreement {out['top1_agreement']:.1%}" if "top1_agreement" in out else ""
+        lines.append(f"  {out['output']}: max abs error {out['max_abs']:.3g}, relative {out['max_rel']:.3g}{top1}")
+    by_rule = Counter((n["op"], n["why"].removeprefix("rule: ")) for n in precision["fp32_nodes"]
+                      if n["why"].startswith("rule: "))
+    if by_rule:
+        lines.append("float32 by rule: " + ", ".join(f"{op} x{n} ({why})" for (op, why), n in by_rule.items()))
+    lines += [f"float32 for accuracy: {n['op']} at {n['source'] or 'an unknown line'}: {n['why']}"
+              for n in precision["fp32_nodes"] if not n["why"].startswith("rule: ")]
+    return lines
 
 
 def _format_choices(choices: list[dict[str, Any]]) -> list[str]:

@@ -1,0 +1,221 @@
+"""Reduced-precision packages: which precision, the accuracy it must meet, enforcing it, and measuring it.
+
+A float32 model converted with `precision="fp16"` or `"bf16"` computes in that type but where the op table keeps
+float32 (transpiler/precision.py). Its accuracy is then measured against the float32 TorchScript model on the
+verification inputs (the example and fresh draws); while it misses `accuracy` (rtol, atol: an output's largest
+error may be at most atol + rtol times its largest magnitude), the culprit search below moves one node back to
+float32, the first one, in execution order, whose reduced precision makes the outputs miss: a binary search over
+"the first k candidate nodes reduced, the others float32", run through ATen alone (no kernels to build). The
+report names every node that stayed float32 and why, by source line.
+"""
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from typing import Any, Callable, Optional
+
+import torch
+
+from jit2triton.transpiler.precision import PRECISIONS, PrecisionPlan, cast_floats
+from jit2triton.transpiler.build_plan import build_plan
+
+from .errors import ConversionError
+from .verify import Verifier, compare
+
+# What a reduced package must meet against the float32 model by default, as (relative to an output's largest
+# magnitude, absolute): float16 keeps 11 bits, bfloat16 8, and a deep model's rounding adds up over its layers
+DEFAULT_ACCURACY = {"float16": {"rtol": 1e-2, "atol": 1e-3}, "bfloat16": {"rtol": 5e-2, "atol": 1e-2}}
+MAX_MOVED = 24  # nodes moved back to float32 before the conversion gives up on the accuracy asked for
+MAX_SEARCH_S = 600.0  # ... or seconds spent searching for them (each step runs the model a few times)
+# The CPU features that make a reduced type fast in ATen's and oneDNN's CPU kernels (/proc/cpuinfo flags)
+CPU_FEATURES = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}
+
+_ALIASES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", "float16": "fp16",
+            "bfloat16": "bf16", "float32": "fp32"}
+PrepareAten = Callable[[PrecisionPlan], tuple[Any, Any]]  # plan -> (graph, context), every op through ATen
+
+
+class PrecisionWarning(UserWarning):
+    """A reduced precision that this machine runs by emulation: correct, but slower than float32."""
+
+
+def plan_for(precision: Optional[str], accuracy: Optional[dict], io_precision: Optional[str], target: torch.device,
+             say: Callable[[str], None]) -> tuple[Optional[PrecisionPlan], Optional[tuple[float, float]]]:
+    """(the precision plan, the (rtol, atol) to meet) for `precision`; (None, None) for the model's own.
+    `io_precision`: None or "model" (inputs and outputs keep the model's dtypes), or `precision` itself. Each may be
+    named as torch names it too (torch.float16, "float16")."""
+    precision, io_precision = _alias(precision), _alias(io_precision)
+    if precision is None or precision == "fp32":
+        if accuracy is not None or io_precision not in (None, "model"):
+            raise ConversionError(f"{'accuracy=' if accuracy is not None else 'io_precision='} applies to a "
+                                  "reduced-precision package: pass precision='fp16' or 'bf16' with it")
+        return None, None
+    if io_precision not in (None, "model", precision):
+        raise ConversionError(f"io_precision={io_precision!r}: inputs and outputs either keep the model's dtypes "
+                              f"('model', the default) or take the package's precision ({precision!r})")
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ConversionError(f"precision={precision!r} is not known; choose one of {', '.join(PRECISIONS)}")
+    dtype = PRECISIONS[precision]
+    if target.type == "cpu" and not cpu_supports(dtype):
+        message = (f"precision={precision!r} on a CPU without {' or '.join(CPU_FEATURES[dtype])}: ATen and the "
+                   f"generated kernels emulate {dtype} there (converting every value to float32 and back), so "
+                   "the package is correct but slower than the float32 one; convert with precision='fp32' for speed")
+        warnings.warn(message, PrecisionWarning, stacklevel=5)  # (the caller of jit2triton.convert)
+        say(message)
+    return PrecisionPlan(dtype, io_reduced=io_precision == precision), _tolerance(dtype, accuracy)
+
+
+def _alias(name):
+    return _ALIASES.get(name, name) if isinstance(name, (str, torch.dtype)) else name
+
+
+def package_inputs(plan: Optional[PrecisionPlan], inputs: list) -> list:
+    """The example inputs as the package takes them: in the reduced type where its inputs are."""
+    return cast_floats(list(inputs), "float32", plan.dtype) if plan is not None and plan.io_reduced else inputs
+
+
+def reference(plan: Optional[PrecisionPlan], function: Callable) -> Callable:
+    """The float32 model as verification calls it: with reduced inputs and outputs, it takes the package's inputs
+    upcast and gives its outputs rounded to the reduced type (what the package's outputs are compared with)."""
+    if plan is None or not plan.io_reduced:
+        return function
+
+    def run(*inputs):
+        return cast_floats(function(*cast_floats(inputs, plan.dtype, "float32")), "float32", plan.dtype)
+    return run
+
+
+def _tolerance(dtype: str, accuracy: Optional[dict]) -> tuple[float, float]:
+    given = dict(accuracy or {})
+    unknown = set(given) - {"rtol", "atol"}
+    if unknown:
+        raise ConversionError(f"accuracy takes 'rtol' and 'atol', not {', '.join(sorted(map(str, unknown)))}")
+    merged = {**DEFAULT_ACCURACY[dtype], **given}
+    for key, value in merged.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < math.inf:
+            raise ConversionError(f"accuracy[{key!r}] must be a non-negative number, got {value!r}")
+    return float(merged["rtol"]), float(merged["atol"])
+
+
+def cpu_supports(dtype: str) -> bool:
+    """Whether this CPU has the instructions that run `dtype` natively (Linux: its /proc/cpuinfo flags)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next((line for line in f if line.startswith("flags")), "").split())
+    except OSError:
+        return False
+    return any(feature in flags for feature in CPU_FEATURES[dtype])
+
+
+# --- enforcing the accuracy -------------------------------------------------------------------------------------
+
+def enforce(plan: PrecisionPlan, graph, ctx, verifier: Verifier, written: int, prepare_aten: PrepareAten,
+            say: Callable[[str], None]) -> bool:
+    """Move nodes of `plan` back to float32 until the prepared graph (run through ATen) meets the verifier's
+    tolerance against the float32 model; whether any moved (then the caller prepares the graph again)."""
+    if not verifier.compared or written or not _misses(graph, ctx, verifier, written):
+        return False  # (a model that writes its state: the package's verification alone checks it)
+    say(f"the {plan.dtype} model misses the accuracy asked for: searching for the nodes that must stay float32")
+    deadline = time.monotonic() + MAX_SEARCH_S
+    for _ in range(MAX_MOVED):
+        if time.monotonic() > deadline:
+            break
+        position, error = _first_culprit(plan, list(plan.candidates), verifier, written, prepare_aten)
+        plan.keep[position] = (f"accuracy: in {plan.dtype} the outputs missed rtol={verifier.tolerance[0]:g}, "
+                               f"atol={verifier.tolerance[1]:g} (max error {error:.3g} of the largest magnitude)")
+        graph, ctx = prepare_aten(plan)
+        moved = next((n for n in plan.fp32_nodes if n["position"] == position), {})
+        say(f"keeping {moved.get('op', 'a node')} at {moved.get('source') or 'an unknown line'} in float32")
+        if not _misses(graph, ctx, verifier, written):
+            return True
+    raise ConversionError(f"the {plan.dtype} package still misses accuracy rtol={verifier.tolerance[0]:g}, "
+                          f"atol={verifier.tolerance[1]:g} with {len(plan.keep)} nodes moved back to float32 (the "
+                          f"search stops at {MAX_MOVED} nodes or {MAX_SEARCH_S:.0f}s): its error is spread over the "
+                          "model, not in a few ops; convert with a looser accuracy= or precision='fp32'")
+
+
+def _first_culprit(plan: PrecisionPlan, candidates: list[int], verifier: Verifier, written: int,
+                   prepare_aten: PrepareAten) -> tuple[int, float]:
+    """(position, error): the candidate whose reduced precision first makes the outputs miss, by a binary search
+    over how many candidates (in execution order) run reduced while the rest run in float32."""
+    def error_with_first(k: int) -> float:
+        trial = PrecisionPlan(plan.dtype, {**plan.keep, **{p: "search" for p in candidates[k:]}}, plan.io_reduced)
+        return _misses(*prepare_aten(trial), verifier, written)
+
+    if not candidates or error_with_first(0):
+        raise ConversionError(f"the {plan.dtype} package misses the accuracy asked for even with every op in "
+                              "float32 (its weights are stored in the reduced type): convert with a looser "
+                              "accuracy= or precision='fp32'")
+    low, high, error = 0, len(candidates), math.inf  # reducing the first `low` meets it, the first `high` misses
+    while high - low > 1:
+        middle = (low + high) // 2
+        missed = error_with_first(middle)
+        if missed:
+            high, error = middle, missed
+        else:
+            low = middle
+    return candidates[high - 1], error
+
+
+def _misses(graph, ctx, verifier: Verifier, written: int) -> float:
+    """The largest error by which the graph, every op through ATen, misses the tolerance over the verification
+    cases (0 when it meets it)."""
+    sched = build_plan(graph)
+    worst = 0.0
+    for _, inputs, expected in verifier.cases:
+        outputs = ctx.run_plan(sched, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs], None)
+        outputs = list(outputs[:len(outputs) - written])  # (the module state it wrote comes after)
+        actual = outputs[0] if len(outputs) == 1 else tuple(outputs)
+        worst = max([worst] + [m.error for m in compare(actual, expected, slack=verifier.slack,
+                                                          tolerance=verifier.tolerance)])
+    return worst
+
+
+# --- measuring it -----------------------------------------------------------------------------------------------
+
+def measure(run: Callable, verifier: Verifier) -> list[dict[str, Any]]:
+    """Per floating output of the package: max-abs and relative error (to the output's largest magnitude) against
+    the float32 model over the verification cases, and for 2-D logits (a class per row) the share of rows whose
+    top-1 class agrees."""
+    found: dict[str, dict[str, Any]] = {}
+    for _, inputs, expected in verifier.cases:
+        actual = run(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        for where, a, e in _leaves(actual, expected, "output"):
+            entry = found.setdefault(where, {"output": where, "max_abs": 0.0, "max_rel": 0.0})
+            a, e = a.detach().double().cpu(), e.detach().double().cpu()
+            finite = torch.isfinite(e)
+            if not torch.equal(torch.isfinite(a), finite):  # (verification refuses this; kept JSON-safe)
+                entry["non_finite"] = "non-finite values where the float32 model has finite ones, or the reverse"
+                continue
+            a, e = a[finite], e[finite]
+            error = (a - e).abs().max().item() if e.numel() else 0.0
+            scale = max(e.abs().max().item(), 1e-30) if e.numel() else 1.0
+            entry["max_abs"] = max(entry["max_abs"], error)
+            entry["max_rel"] = max(entry["max_rel"], error / scale)
+        for where, a, e in _leaves(actual, expected, "output"):
+            if e.dim() == 2 and e.shape[-1] >= 2 and e.shape[0]:
+                agree = (a.argmax(-1) == e.argmax(-1)).double().mean().item()
+                found[where]["top1_agreement"] = min(found[where].get("top1_agreement", 1.0), agree)
+    return [{k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in entry.items()}
+            for entry in found.values()]
+
+
+def _leaves(actual: Any, expected: Any, where: str):
+    """(where, actual, expected) for each floating tensor of the outputs, by the reference's structure."""
+    if isinstance(expected, torch.Tensor):
+        if isinstance(actual, torch.Tensor) and expected.is_floating_point() and actual.shape == expected.shape:
+            yield where, actual, expected
+    elif isinstance(expected, (tuple, list)) and isinstance(actual, (tuple, list)):
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            yield from _leaves(a, e, f"{where}[{i}]")
+    elif isinstance(expected, dict) and isinstance(actual, dict):
+        for key in expected:
+            if key in actual:
+                yield from _leaves(actual[key], expected[key], f"{where}[{key!r}]")
+
+
+def report_section(plan: PrecisionPlan, tolerance: tuple[float, float], outputs: list[dict]) -> dict[str, Any]:
+    """The report's `precision`: the type, the accuracy met, each output's measured error, and the float32 nodes."""
+    return {"dtype": plan.dtype, "accuracy": {"rtol": tolerance[0], "atol": tolerance[1]}, "outputs": outputs,
+            "fp32_nodes": [{k: v for k, v in node.items() if k != "position"} for node in plan.fp32_nodes]}
