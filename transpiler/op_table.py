@@ -74,6 +74,8 @@ register(POINTWISE, """
     aten::softmax.int aten::log_softmax.int aten::layer_norm aten::group_norm aten::batch_norm
     aten::embedding aten::gather aten::index_select aten::cat aten::stack
     aten::select_scatter aten::slice_scatter
+    aten::prelu aten::roll aten::pad aten::constant_pad_nd aten::copy aten::fill.Tensor aten::tensor.int
+    aten::tensor.float aten::tensor.bool aten::glu
 """)
 
 register(REDUCTION, """
@@ -93,7 +95,8 @@ register(VIEW, """
 
 register(EXTERN, """
     aten::matmul aten::mm aten::bmm aten::addmm aten::linear aten::baddbmm aten::einsum aten::conv1d aten::conv2d
-    aten::conv3d aten::_convolution aten::conv_transpose2d.input aten::convolution aten::lstm.input aten::gru.input
+    aten::conv3d aten::_convolution aten::conv_transpose1d aten::conv_transpose2d.input aten::conv_transpose3d.input
+    aten::convolution aten::lstm.input aten::gru.input
     aten::scaled_dot_product_attention aten::topk aten::sort aten::nonzero aten::index.Tensor aten::unique
     mkldnn::_linear_pointwise
 """)
