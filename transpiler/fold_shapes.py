@@ -18,6 +18,7 @@ from .op_table import HOST, POINTWISE, lookup
 
 SHAPE_READERS = {"aten::size", "aten::size.int", "aten::dim", "aten::numel", "prim::dtype", "prim::device",
                  "aten::len.Tensor", "prim::shape"}
+_UNPACKS = ("prim::ListUnpack", "prim::TupleUnpack")
 _IMPURE = ("rand", "normal", "bernoulli", "dropout", "uniform", "multinomial", "randperm", "empty")
 
 
@@ -33,16 +34,36 @@ class _Folder:
         self.graph, self.recorder, self.mutated = graph, recorder, mutated
         self.constant: set[int] = {n.output.id for n in graph.walk() if n.op == "prim::Constant"}
         self.literals = literals(graph)
+        self.folded: dict[int, Any] = {}  # value id -> the literal this pass folded it to
 
     def block(self, block: Block) -> None:
-        for i, node in enumerate(block.nodes):
+        out: list[Node] = []
+        for node in block.nodes:
             for sub in node.blocks:
                 self.block(sub)
+            if node.op in _UNPACKS and self.literal_items(node):  # `B, H, W, C = x.shape` once x.shape is folded
+                out += [self.item_node(node, v, item) for v, item in zip(node.outputs, self.literal_items(node))]
+                continue
             if node.blocks or node.op == "prim::Constant" or not self.foldable(node):
+                out.append(node)
                 continue
             seen, value = self.recorder.constant_value(node.output)
-            if seen:
-                block.nodes[i] = self.constant_node(node, value)
+            out.append(self.constant_node(node, value) if seen else node)
+        block.nodes = out
+
+    def literal_items(self, node: Node) -> list:
+        """The items of an unpacked list or tuple that is a literal of as many numbers as the node has outputs."""
+        source = node.inputs[0]
+        value = self.folded.get(source.id, self.literals.get(source.id))
+        if source.id not in self.constant or not isinstance(value, (list, tuple)) or len(value) != len(node.outputs):
+            return []
+        return list(value) if all(isinstance(item, (int, float, bool)) for item in value) else []
+
+    def item_node(self, node: Node, out, value: Any) -> Node:
+        self.constant.add(out.id)
+        self.folded[out.id] = value
+        return Node("prim::Constant", [], [out], source=node.source,
+                    attrs={"value": value, "folded_from": node.op})
 
     def foldable(self, node: Node) -> bool:
         if len(node.outputs) != 1 or node.output.id in self.mutated or any(s in node.op for s in _IMPURE):
@@ -78,5 +99,6 @@ class _Folder:
             folded.attrs["weight"] = name
         else:
             folded.attrs["value"] = value
+            self.folded[out.id] = value
         folded.attrs["folded_from"] = node.op
         return folded
