@@ -316,6 +316,10 @@ def wav2vec2_scripted():
     return _script(Wav2Vec2(), lambda: (torch.randn(2, 400),))
 
 
+def wav2vec2_with_lengths():
+    return _script(Wav2Vec2(), lambda: (torch.randn(2, 400), torch.randint(300, 401, (2,))))
+
+
 # --- GhostNet (timm.models.ghostnet): cheap operations joined and sliced, hard-sigmoid squeeze-excite ------------
 
 class GhostModule(nn.Module):
@@ -497,5 +501,5 @@ def _with_running_stats(model: nn.Module) -> nn.Module:
 
 FALLBACK_MODELS: dict[str, Build] = {
     "swin_v2_traced": swin_v2_traced, "swin_v2_scripted": swin_v2_scripted, "conv_tasnet": conv_tasnet_scripted,
-    "wav2vec2": wav2vec2_scripted, "ghostnet": ghostnet_traced, "xcit": xcit_traced,
+    "wav2vec2": wav2vec2_scripted, "wav2vec2_lengths": wav2vec2_with_lengths,"ghostnet": ghostnet_traced, "xcit": xcit_traced,
 }

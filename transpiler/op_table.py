@@ -75,7 +75,7 @@ register(POINTWISE, """
     aten::embedding aten::gather aten::index_select aten::cat aten::stack
     aten::select_scatter aten::slice_scatter
     aten::prelu aten::roll aten::pad aten::constant_pad_nd aten::copy aten::fill.Tensor aten::tensor.int
-    aten::tensor.float aten::tensor.bool aten::glu
+    aten::tensor.float aten::tensor.bool aten::glu aten::div.Scalar_mode aten::max.other aten::min.other
 """)
 
 register(REDUCTION, """
