@@ -294,6 +294,8 @@ def vector_norm(ctx, x, order=2, dims=None, keepdim=False, dtype=None):
         return elementwise(total.shape, out_dtype, lambda s: K.op("sqrt", s), total)
     if order == 1:
         return reduce_box(ctx, x, dims, keepdim, "sum", out_dtype, body=lambda v, index: K.op("abs", v))
+    # |v| ** p as exp(p * log|v|): |v| is never negative, so pow's sign and integer-exponent cases have no work
     total = reduce_box(ctx, x, dims, keepdim, "sum", out_dtype,
-                       body=lambda v, index: K.op("pow", K.op("abs", v), _c(order, v)))
-    return elementwise(total.shape, out_dtype, lambda s: K.op("pow", s, _c(1 / order, s)), total)
+                       body=lambda v, index: K.op("exp", K.op("mul", K.op("log", K.op("abs", v)), _c(order, v))))
+    return elementwise(total.shape, out_dtype, lambda s: K.op("exp", K.op("mul", K.op("log", s), _c(1 / order, s))),
+                       total)
