@@ -25,7 +25,8 @@ class PaddedWindows(torch.nn.Module):
         ws = self.window
         x = F.pad(x, (0, (ws[1] - W % ws[1]) % ws[1], 0, (ws[0] - H % ws[0]) % ws[0]))
         _, pH, pW = x.shape
-        return torch.relu(x.view(B, pH // ws[0], ws[0], pW // ws[1], ws[1])) * 2.0
+        x = torch.relu(x.view(B, pH // ws[0], ws[0], pW // ws[1], ws[1])).view(B, pH, pW)
+        return x[:, :H, :W] * 2.0  # the padding cut off again
 
 
 def shifts_changed_under_a_size_condition(x):

@@ -18,6 +18,7 @@ from .op_table import HOST, POINTWISE, lookup
 
 SHAPE_READERS = {"aten::size", "aten::size.int", "aten::dim", "aten::numel", "prim::dtype", "prim::device",
                  "aten::len.Tensor", "prim::shape"}
+_UNPACKS = ("prim::ListUnpack", "prim::TupleUnpack")
 _IMPURE = ("rand", "normal", "bernoulli", "dropout", "uniform", "multinomial", "randperm", "empty")
 
 
@@ -48,6 +49,9 @@ class _Folder:
                 out += taken.nodes  # other branch can never run in this package
                 self.renamed.update({v.id: b for v, b in zip(node.outputs, taken.outputs)})
                 continue
+            if node.op in _UNPACKS and self.literal_items(node):  # `B, H, W, C = x.shape` once x.shape is folded
+                out += [self.item_node(node, v, item) for v, item in zip(node.outputs, self.literal_items(node))]
+                continue
             if node.blocks or node.op == "prim::Constant" or not self.foldable(node):
                 out.append(node)
                 continue
@@ -72,6 +76,20 @@ class _Folder:
             for sub in node.blocks:
                 sub.outputs[:] = [final(v) for v in sub.outputs]
         self.graph.body.outputs[:] = [final(v) for v in self.graph.body.outputs]
+
+    def literal_items(self, node: Node) -> list:
+        """The items of an unpacked list or tuple that is a literal of as many numbers as the node has outputs."""
+        source = node.inputs[0]
+        value = self.folded.get(source.id, self.literals.get(source.id))
+        if source.id not in self.constant or not isinstance(value, (list, tuple)) or len(value) != len(node.outputs):
+            return []
+        return list(value) if all(isinstance(item, (int, float, bool)) for item in value) else []
+
+    def item_node(self, node: Node, out, value: Any) -> Node:
+        self.constant.add(out.id)
+        self.folded[out.id] = value
+        return Node("prim::Constant", [], [out], source=node.source,
+                    attrs={"value": value, "folded_from": node.op})
 
     def foldable(self, node: Node) -> bool:
         if len(node.outputs) != 1 or node.output.id in self.mutated or any(s in node.op for s in _IMPURE):
