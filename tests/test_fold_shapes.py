@@ -115,6 +115,7 @@ def test_a_value_made_before_a_branch_that_writes_is_made_before_it() -> None:
     its attention by the wrong tensor)."""
     scripted = torch.jit.script(written_in_a_branch_the_example_skips)
     converted = jit2triton.convert(scripted, example_inputs=(torch.randn(2, 4, 6), 2, False), backend="cpp")
+    assert converted.summary()["verification"]["kernels_removed"] == [], converted.report()
     torch.manual_seed(1)
     for flag in (False, True, False):
         x, k = torch.randn(2, 4, 6), int(torch.randint(1, 4, ()))
