@@ -4,7 +4,7 @@ a condition, which folds to the branch taken. Numbers that can change between ca
 input, a value read out of a tensor) must not fold. Each is compared with TorchScript on fresh inputs."""
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import pytest
 import torch
@@ -120,3 +120,40 @@ def test_a_value_made_before_a_branch_that_writes_is_made_before_it() -> None:
     for flag in (False, True, False):
         x, k = torch.randn(2, 4, 6), int(torch.randint(1, 4, ()))
         torch.testing.assert_close(converted(x, k, flag), scripted(x, k, flag), rtol=1e-5, atol=1e-5)
+
+
+def _plan_ops(converted) -> set:
+    def walk(steps):
+        for step in steps:
+            yield step.get("op")
+            for block in step.get("blocks", []):
+                yield from walk(block["steps"])
+    return set(walk(converted._contents.manifest["plan"]["steps"]))
+
+
+def group_norm_then_optional(x, w, b):
+    y = F.group_norm(x, 1, w, b, 1e-8)  # F.group_norm checks its sizes in a host loop on every call
+    residual: Optional[torch.Tensor] = y * 2.0
+    if residual is not None:  # a value an op made is never None
+        y = y + residual
+    return y
+
+
+def optional_input(x, y: Optional[torch.Tensor]):
+    if y is not None:  # a caller may pass either: this must not fold
+        return x + y
+    return x * 2.0
+
+
+def test_host_loops_and_none_tests_of_made_values_fold_but_not_an_optional_input() -> None:
+    scripted = torch.jit.script(group_norm_then_optional)
+    example = (torch.randn(2, 4, 5), torch.randn(4), torch.randn(4))
+    converted = jit2triton.convert(scripted, example_inputs=example, backend="cpp")
+    assert not _plan_ops(converted) & {"prim::Loop", "prim::If"}, converted.report()  # a straight-line plan
+    fresh = (torch.randn(2, 4, 5), torch.randn(4), torch.randn(4))
+    torch.testing.assert_close(converted(*fresh), scripted(*fresh))
+    scripted = torch.jit.script(optional_input)
+    converted = jit2triton.convert(scripted, example_inputs=(torch.randn(3), None), backend="cpp")
+    x, y = torch.randn(3), torch.randn(3)
+    torch.testing.assert_close(converted(x, None), scripted(x, None))
+    torch.testing.assert_close(converted(x, y), scripted(x, y))

@@ -13,12 +13,13 @@ from typing import Any
 import torch
 
 from .infer_shapes import ShapeRecorder
-from .ir import Block, Graph, Node, literals
+from .ir import Block, Graph, Node, literals, walk_block
 from .op_table import HOST, POINTWISE, lookup
 
 SHAPE_READERS = {"aten::size", "aten::size.int", "aten::dim", "aten::numel", "prim::dtype", "prim::device",
                  "aten::len.Tensor", "prim::shape"}
 _UNPACKS = ("prim::ListUnpack", "prim::TupleUnpack")
+_NONE_TESTS = ("aten::__is__", "aten::__isnot__")
 _IMPURE = ("rand", "normal", "bernoulli", "dropout", "uniform", "multinomial", "randperm", "empty")
 
 
@@ -34,6 +35,7 @@ class _Folder:
     def __init__(self, graph: Graph, recorder: ShapeRecorder, mutated: set[int], value_dependent: set[int]) -> None:
         self.graph, self.recorder, self.mutated = graph, recorder, mutated
         self.value_dependent = value_dependent
+        self.graph_inputs = {v.id for v in graph.inputs}
         self.constant: set[int] = {n.output.id for n in graph.walk() if n.op == "prim::Constant"}
         self.literals = literals(graph)
         self.folded: dict[int, Any] = {}  # value id -> the literal this pass folded it to
@@ -48,6 +50,9 @@ class _Folder:
                 taken = node.blocks[0 if self.literal_of(node.inputs[0]) else 1]  # a condition on sizes: the
                 out += taken.nodes  # other branch can never run in this package
                 self.renamed.update({v.id: b for v, b in zip(node.outputs, taken.outputs)})
+                continue
+            if node.op == "prim::Loop" and self.host_loop_folds(node):  # F.group_norm's size check, per call
+                out += [self.item_node(node, v, self.recorder.constant_value(v)[1]) for v in node.outputs]
                 continue
             if node.op in _UNPACKS and self.literal_items(node):  # `B, H, W, C = x.shape` once x.shape is folded
                 out += [self.item_node(node, v, item) for v, item in zip(node.outputs, self.literal_items(node))]
@@ -91,6 +96,18 @@ class _Folder:
         return Node("prim::Constant", [], [out], source=node.source,
                     attrs={"value": value, "folded_from": node.op})
 
+    def host_loop_folds(self, node: Node) -> bool:
+        """A loop of host arithmetic over fixed numbers (a product of sizes): it computes the same every call."""
+        body = [n for sub in node.blocks for n in walk_block(sub)]
+        return (all(self.fixed(v) for v in node.inputs)
+                and all(lookup(n.op, n.attrs.get("schema", "")).category == HOST and not n.blocks
+                        and "!" not in n.attrs.get("schema", "").split("->")[0]
+                        and not any(v.type.is_tensor for v in n.outputs) for n in body)
+                and all(self.recorder.constant_value(v)[0] for v in node.outputs))
+
+    def fixed(self, v) -> bool:
+        return v.id in self.constant or (not v.type.is_tensor and v.id not in self.value_dependent)
+
     def foldable(self, node: Node) -> bool:
         if len(node.outputs) != 1 or node.output.id in self.mutated or any(s in node.op for s in _IMPURE):
             return False
@@ -105,6 +122,9 @@ class _Folder:
                 return t.is_tensor and t.shape is not None and (node.op != "aten::size.int"
                                                                 or self.static_dim(node, t.shape))
             return t.is_tensor and t.shape is not None and all(isinstance(d, int) for d in t.shape)
+        if node.op in _NONE_TESTS:  # `residual is not None` of a value an op made: a tensor, never None
+            made = node.inputs[0].id not in self.graph_inputs and node.inputs[0].id not in self.value_dependent
+            return made and all(self.fixed(v) for v in node.inputs[1:])
         category = lookup(node.op, node.attrs.get("schema", "")).category
         scalar_math = category == POINTWISE and node.output.type.is_tensor and node.output.type.shape == ()
         if category != HOST and not scalar_math:
