@@ -96,7 +96,8 @@ register(VIEW, """
 register(EXTERN, """
     aten::matmul aten::mm aten::bmm aten::addmm aten::linear aten::baddbmm aten::einsum aten::conv1d aten::conv2d
     aten::conv3d aten::_convolution aten::conv_transpose1d aten::conv_transpose2d.input aten::conv_transpose3d.input
-    aten::convolution aten::lstm.input aten::gru.input
+    aten::convolution aten::conv1d.padding aten::conv2d.padding aten::conv3d.padding aten::conv_tbc
+    aten::lstm.input aten::gru.input
     aten::scaled_dot_product_attention aten::topk aten::sort aten::nonzero aten::index.Tensor aten::unique
     mkldnn::_linear_pointwise
 """)
