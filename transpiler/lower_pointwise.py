@@ -121,7 +121,7 @@ def minimum(ctx, a, b):
     return pointwise(ctx, binary("minimum"), a, b)
 
 
-for _name in ("neg", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "erf", "abs",
+for _name in ("neg", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "erf", "abs",
               "floor", "ceil", "round", "sign", "reciprocal", "sigmoid"):
     lowering(f"aten::{_name}")(lambda ctx, x, _n=_name: pointwise(ctx, unary(_n), x))
 

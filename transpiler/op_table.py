@@ -76,6 +76,7 @@ register(POINTWISE, """
     aten::select_scatter aten::slice_scatter
     aten::prelu aten::roll aten::pad aten::constant_pad_nd aten::copy aten::fill.Tensor aten::tensor.int
     aten::tensor.float aten::tensor.bool aten::glu aten::div.Scalar_mode aten::max.other aten::min.other
+    aten::log2 aten::exp2
 """)
 
 register(REDUCTION, """

@@ -344,6 +344,8 @@ POINTWISE_SAMPLES: dict[str, list[Sample]] = {
     "aten::rsqrt": [unary(torch.rsqrt, positive)],
     "aten::exp": [unary(torch.exp)],
     "aten::log": [unary(torch.log, positive)],
+    "aten::log2": [unary(torch.log2, positive)],
+    "aten::exp2": [unary(torch.exp2)],
     "aten::log1p": [unary(torch.log1p, positive)],
     "aten::expm1": [unary(torch.expm1)],
     "aten::abs": [unary(torch.abs, others=(XI,))],
