@@ -7,7 +7,7 @@ model with its fallback count and the ops that fall back, and writes everything 
 model failing does not stop the others. Not collected by pytest (torchvision, torchaudio and timm install only on
 the GPU machine).
 
-    python tests/gpu_fallback_models.py [--models swin_v2_t,conv_tasnet,...] [--seconds 3] [--limit-s 150]
+    python tests/gpu_fallback_models.py [--models swin_v2_t,conv_tasnet,...] [--seconds 2] [--limit-s 120]
 """
 from __future__ import annotations
 
@@ -176,8 +176,8 @@ def line(name: str, r: dict) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--seconds", type=float, default=3.0, help="timed seconds per model, both paths")
-    parser.add_argument("--limit-s", type=int, default=150, help="give up on a model after this many seconds")
+    parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per model, both paths")
+    parser.add_argument("--limit-s", type=int, default=120, help="give up on a model after this many seconds")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "gpu_fallback_models.json"))
     args = parser.parse_args()
