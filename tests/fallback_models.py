@@ -501,5 +501,6 @@ def _with_running_stats(model: nn.Module) -> nn.Module:
 
 FALLBACK_MODELS: dict[str, Build] = {
     "swin_v2_traced": swin_v2_traced, "swin_v2_scripted": swin_v2_scripted, "conv_tasnet": conv_tasnet_scripted,
-    "wav2vec2": wav2vec2_scripted, "wav2vec2_lengths": wav2vec2_with_lengths,"ghostnet": ghostnet_traced, "xcit": xcit_traced,
+    "wav2vec2": wav2vec2_scripted, "wav2vec2_lengths": wav2vec2_with_lengths, "ghostnet": ghostnet_traced,
+    "xcit": xcit_traced,
 }

@@ -1,7 +1,6 @@
 """Samples of the ops `transpiler/lower_gates.py` lowers: PReLU (slopes per channel or one) and GLU."""
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 
 from .kit import BF16, X, X3, XB, Sample, randn, scripted

@@ -16,8 +16,8 @@ def pad(x, x3, x4, xb, xi):
 
 
 def constant_pad_nd(x, x3, xb):
-    return torch.constant_pad_nd(x, [1, 1, 2, 0], 1.5), torch.constant_pad_nd(x3, [0, -2]), torch.constant_pad_nd(xb,
-                                                                                                               [2, 1])
+    return (torch.constant_pad_nd(x, [1, 1, 2, 0], 1.5), torch.constant_pad_nd(x3, [0, -2]),
+            torch.constant_pad_nd(xb, [2, 1]))
 
 
 def roll(x, x3, xb, xi):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .kit import BF16, F64, X, X3, XB, XI, Sample, randn, scalar, scripted
+from .kit import F64, X, X3, XB, XI, Sample, randn, scalar, scripted
 
 
 def copy(x, src, row, s, xb):
