@@ -153,3 +153,23 @@ def test_a_size_changed_on_a_fresh_draw_is_a_mismatch_not_a_note():
         return positives(y)
     mismatches = verifier.check(package)
     assert [m.where for m in mismatches] == ["on fresh random inputs"] and not verifier.notes
+
+
+class RelativeBias(torch.nn.Module):
+    """Swin's relative position bias: a table indexed by a constant integer buffer, which freezing makes a constant
+    list of tensors. Its size is the index's, not data's: what follows it fuses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("index", torch.randint(0, 9, (16,)))
+
+    def forward(self, table):
+        return torch.sigmoid(table[self.index].view(4, 4, -1).permute(2, 0, 1)) * 16.0
+
+
+def test_an_integer_index_frozen_into_a_constant_leaves_sizes_known() -> None:
+    model = torch.jit.trace(RelativeBias().eval(), (torch.randn(9, 3),))
+    converted = jit2triton.convert(model, (torch.randn(9, 3),), backend="cpp")
+    assert converted.summary()["fallback_nodes"] == 0, converted.report()
+    table = torch.randn(9, 3)
+    torch.testing.assert_close(converted(table), model(table))

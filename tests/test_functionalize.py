@@ -72,6 +72,41 @@ def written_through_an_unlisted_view(x):
     return v + 1.0
 
 
+def result_of_a_write_through_a_slice_read(x, y):
+    a = torch.cat([x, x * 2.0], dim=1)
+    b = a[:, :5]
+    b += y  # GhostNet: the sliced half of a cat, added to in place, then returned
+    return b * 1.5
+
+
+def zeroed_through_a_slice(x):
+    bias = x.clone()
+    bias[2:4].zero_()  # Swin-V2: the key third of the qkv bias zeroed
+    return bias + 1.0
+
+
+def assigned_through_slices(x):
+    mask = x.new_zeros((4, 6))
+    count = 0
+    for h in ((0, 2), (2, 4)):
+        mask[h[0]:h[1], 1:3] = count + 1  # Swin's attention mask: a number copied into a window
+        count += 1
+    return mask * x
+
+
+def result_of_a_write_viewed_later(x, y):
+    a = x * 2.0
+    b = a[:, 1:4].add_(y)
+    return b.t() + 1.0, a  # a view of the written slice: it would need to alias a
+
+
+def result_of_a_write_written_again(x, y):
+    a = x * 2.0
+    b = a[:, 1:4].add_(y)
+    b.mul_(3.0)  # a second write through the first one's result must reach a
+    return a
+
+
 CASES = [
     (write_through_select, (torch.randn(4, 6),), "rewritten"),
     (write_through_slice, (torch.randn(4, 6),), "rewritten"),
@@ -82,6 +117,11 @@ CASES = [
     (written_in_a_loop, (torch.randn(4, 6), 3), "kept"),
     (reshaped_through_a_view, (torch.randn(2, 3, 3),), "kept"),
     (written_through_an_unlisted_view, (torch.randn(2, 3, 3),), "kept"),
+    (result_of_a_write_through_a_slice_read, (torch.randn(4, 3), torch.randn(4, 5)), "rewritten"),
+    (zeroed_through_a_slice, (torch.randn(6),), "rewritten"),
+    (assigned_through_slices, (torch.randn(4, 6),), "rewritten"),
+    (result_of_a_write_viewed_later, (torch.randn(4, 6), torch.randn(4, 3)), "kept"),
+    (result_of_a_write_written_again, (torch.randn(4, 6), torch.randn(4, 3)), "kept"),
 ]
 
 

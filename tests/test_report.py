@@ -29,3 +29,26 @@ def test_a_kernel_of_added_ops_only_counts_no_torchscript_node():
     added = next(k for k in kernels if k["added_ops"])
     assert added["nodes"] == 0 and added["ops"] == []
     assert sum(k["nodes"] for k in kernels) == converted.summary()["native_nodes"]
+
+
+class Decoder(torch.nn.Module):
+    """Convolutions every model could have, in the forms the op table first missed: a transposed conv1d
+    (ConvTasNet's decoder) and a conv with padding="same"."""
+
+    def __init__(self):
+        super().__init__()
+        self.same = torch.nn.Conv1d(4, 4, 3, padding="same")
+        self.up = torch.nn.ConvTranspose1d(4, 2, 4, stride=2)
+
+    def forward(self, x):
+        return torch.sigmoid(self.up(torch.relu(self.same(x))))
+
+
+def test_convolutions_run_as_externs_not_fallbacks():
+    model = torch.jit.script(Decoder().eval())
+    x = torch.randn(2, 4, 9)
+    converted = jit2triton.convert(model, example_inputs=(x,), backend="cpp")
+    summary = converted.summary()
+    assert summary["fallback_nodes"] == 0 and summary["extern_nodes"] == 2, converted.report()
+    assert "aten::conv1d.padding x1" in converted.report() and "aten::conv_transpose1d x1" in converted.report()
+    torch.testing.assert_close(converted(x), model(x))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import itertools
 
+import torch
+
 from .infer_shapes import ShapeRecorder
 from .ir import Graph, Node, Type
 from .op_table import lookup, schema_of, writes_in_place
@@ -23,11 +25,12 @@ def mark_data_dependent(graph: Graph, recorder: ShapeRecorder) -> set[int]:
     """Give every value computed from a data-dependent size opaque sizes; -> the ids of those values."""
     tainted: set[int] = set()
     producers = {v.id: node for node in graph.walk() for v in node.outputs}
+    weights = graph.weights
     changed = True
     while changed:  # a loop carries a value back to its start: go round until nothing new is found
         changed = False
         for node in graph.walk():
-            if _spreads(node, tainted, producers):
+            if _spreads(node, tainted, producers, weights):
                 for value in _written(node):
                     if value.id not in tainted:
                         tainted.add(value.id)
@@ -56,7 +59,7 @@ def mark_data_dependent(graph: Graph, recorder: ShapeRecorder) -> set[int]:
     return tainted
 
 
-def _spreads(node: Node, tainted: set[int], producers: dict) -> bool:
+def _spreads(node: Node, tainted: set[int], producers: dict, weights: dict) -> bool:
     """Whether the node's outputs (and what it writes in place) carry a data-dependent size."""
     if any(v.id in tainted for v in node.inputs):
         return True
@@ -65,6 +68,8 @@ def _spreads(node: Node, tainted: set[int], producers: dict) -> bool:
         return False
     if node.op == "aten::index.Tensor":  # only a boolean mask's count is data; integer indices give their own size
         indices = producers.get(node.inputs[1].id) if len(node.inputs) > 1 else None
+        if indices is not None and "weights" in indices.attrs:  # a frozen list of constant indices
+            return any(weights[name].dtype in (torch.bool, torch.uint8) for name in indices.attrs["weights"])
         listed = indices.inputs if indices is not None and indices.op == "prim::ListConstruct" else []
         return not listed or any(v.type.dtype in ("bool", "uint8") or v.type.dtype is None for v in listed
                                  if v.type.is_tensor)

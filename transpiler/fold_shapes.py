@@ -13,36 +13,100 @@ from typing import Any
 import torch
 
 from .infer_shapes import ShapeRecorder
-from .ir import Block, Graph, Node, literals
+from .ir import Block, Graph, Node, literals, walk_block
 from .op_table import HOST, POINTWISE, lookup
 
 SHAPE_READERS = {"aten::size", "aten::size.int", "aten::dim", "aten::numel", "prim::dtype", "prim::device",
                  "aten::len.Tensor", "prim::shape"}
+_UNPACKS = ("prim::ListUnpack", "prim::TupleUnpack")
+_NONE_TESTS = ("aten::__is__", "aten::__isnot__")
 _IMPURE = ("rand", "normal", "bernoulli", "dropout", "uniform", "multinomial", "randperm", "empty")
 
 
 def fold_shapes(graph: Graph, recorder: ShapeRecorder) -> Graph:
     mutated = {n.inputs[0].id for n in graph.walk() if n.inputs and "!" in n.attrs.get("schema", "").split("->")[0]}
-    folder = _Folder(graph, recorder, mutated)
+    folder = _Folder(graph, recorder, mutated, _value_dependent(graph))
     folder.block(graph.body)
+    folder.rename_reads()
     return graph
 
 
 class _Folder:
-    def __init__(self, graph: Graph, recorder: ShapeRecorder, mutated: set[int]) -> None:
+    def __init__(self, graph: Graph, recorder: ShapeRecorder, mutated: set[int], value_dependent: set[int]) -> None:
         self.graph, self.recorder, self.mutated = graph, recorder, mutated
+        self.value_dependent = value_dependent
+        self.graph_inputs = {v.id for v in graph.inputs}
         self.constant: set[int] = {n.output.id for n in graph.walk() if n.op == "prim::Constant"}
         self.literals = literals(graph)
+        self.folded: dict[int, Any] = {}  # value id -> the literal this pass folded it to
+        self.renamed: dict[int, Any] = {}  # an output of a branch folded away -> the value its taken block gave
 
     def block(self, block: Block) -> None:
-        for i, node in enumerate(block.nodes):
+        out: list[Node] = []
+        for node in block.nodes:
             for sub in node.blocks:
                 self.block(sub)
+            if node.op == "prim::If" and isinstance(self.literal_of(node.inputs[0]), bool):
+                taken = node.blocks[0 if self.literal_of(node.inputs[0]) else 1]  # a condition on sizes: the
+                out += taken.nodes  # other branch can never run in this package
+                self.renamed.update({v.id: b for v, b in zip(node.outputs, taken.outputs)})
+                continue
+            if node.op == "prim::Loop" and self.host_loop_folds(node):  # F.group_norm's size check, per call
+                out += [self.item_node(node, v, self.recorder.constant_value(v)[1]) for v in node.outputs]
+                continue
+            if node.op in _UNPACKS and self.literal_items(node):  # `B, H, W, C = x.shape` once x.shape is folded
+                out += [self.item_node(node, v, item) for v, item in zip(node.outputs, self.literal_items(node))]
+                continue
             if node.blocks or node.op == "prim::Constant" or not self.foldable(node):
+                out.append(node)
                 continue
             seen, value = self.recorder.constant_value(node.output)
-            if seen:
-                block.nodes[i] = self.constant_node(node, value)
+            out.append(self.constant_node(node, value) if seen else node)
+        block.nodes = out
+
+    def literal_of(self, v) -> Any:
+        return self.folded.get(v.id, self.literals.get(v.id)) if v.id in self.constant else None
+
+    def rename_reads(self) -> None:
+        """Reads of a folded branch's outputs read what its taken block gave them."""
+        def final(v):
+            while v.id in self.renamed:
+                v = self.renamed[v.id]
+            return v
+
+        if not self.renamed:
+            return
+        for node in self.graph.walk():
+            node.inputs = [final(v) for v in node.inputs]
+            for sub in node.blocks:
+                sub.outputs[:] = [final(v) for v in sub.outputs]
+        self.graph.body.outputs[:] = [final(v) for v in self.graph.body.outputs]
+
+    def literal_items(self, node: Node) -> list:
+        """The items of an unpacked list or tuple that is a literal of as many numbers as the node has outputs."""
+        source = node.inputs[0]
+        value = self.folded.get(source.id, self.literals.get(source.id))
+        if source.id not in self.constant or not isinstance(value, (list, tuple)) or len(value) != len(node.outputs):
+            return []
+        return list(value) if all(isinstance(item, (int, float, bool)) for item in value) else []
+
+    def item_node(self, node: Node, out, value: Any) -> Node:
+        self.constant.add(out.id)
+        self.folded[out.id] = value
+        return Node("prim::Constant", [], [out], source=node.source,
+                    attrs={"value": value, "folded_from": node.op})
+
+    def host_loop_folds(self, node: Node) -> bool:
+        """A loop of host arithmetic over fixed numbers (a product of sizes): it computes the same every call."""
+        body = [n for sub in node.blocks for n in walk_block(sub)]
+        return (all(self.fixed(v) for v in node.inputs)
+                and all(lookup(n.op, n.attrs.get("schema", "")).category == HOST and not n.blocks
+                        and "!" not in n.attrs.get("schema", "").split("->")[0]
+                        and not any(v.type.is_tensor for v in n.outputs) for n in body)
+                and all(self.recorder.constant_value(v)[0] for v in node.outputs))
+
+    def fixed(self, v) -> bool:
+        return v.id in self.constant or (not v.type.is_tensor and v.id not in self.value_dependent)
 
     def foldable(self, node: Node) -> bool:
         if len(node.outputs) != 1 or node.output.id in self.mutated or any(s in node.op for s in _IMPURE):
@@ -58,11 +122,17 @@ class _Folder:
                 return t.is_tensor and t.shape is not None and (node.op != "aten::size.int"
                                                                 or self.static_dim(node, t.shape))
             return t.is_tensor and t.shape is not None and all(isinstance(d, int) for d in t.shape)
+        if node.op in _NONE_TESTS:  # `residual is not None` of a value an op made: a tensor, never None
+            made = node.inputs[0].id not in self.graph_inputs and node.inputs[0].id not in self.value_dependent
+            return made and all(self.fixed(v) for v in node.inputs[1:])
         category = lookup(node.op, node.attrs.get("schema", "")).category
         scalar_math = category == POINTWISE and node.output.type.is_tensor and node.output.type.shape == ()
         if category != HOST and not scalar_math:
             return False
-        return all(v.id in self.constant for v in node.inputs)
+        # a host number made only from shapes and constants is fixed too, even read out of a list the model
+        # changed (Swin's `shift = self.shift.copy(); shift[0] = 0` under a condition on sizes)
+        return all(v.id in self.constant or (category == HOST and not v.type.is_tensor
+                                             and v.id not in self.value_dependent) for v in node.inputs)
 
     def static_dim(self, node: Node, shape: tuple) -> bool:
         dim = self.literals.get(node.inputs[1].id)
@@ -78,5 +148,40 @@ class _Folder:
             folded.attrs["weight"] = name
         else:
             folded.attrs["value"] = value
+            self.folded[out.id] = value
         folded.attrs["folded_from"] = node.op
         return folded
+
+
+def _value_dependent(graph: Graph) -> set[int]:
+    """The ids of host values that may differ between calls at the same input shapes: the model's non-tensor
+    inputs, numbers read out of tensors (`item`, `int(t)`), random draws, and whatever is computed from them,
+    written into a list by them, or decided under a condition on them."""
+    tainted = {v.id for v in graph.inputs if not v.type.is_tensor}
+    changed = True
+    while changed:  # a loop carries values back to its start, and a list written late taints earlier reads
+        before = len(tainted)
+        _taint_block(graph.body, tainted, under_taint=False)
+        changed = len(tainted) != before
+    return tainted
+
+
+def _taint_block(block: Block, tainted: set[int], under_taint: bool) -> None:
+    for node in block.nodes:
+        info = lookup(node.op, node.attrs.get("schema", ""))
+        source = (info.data_dependent_size or any(s in node.op for s in _IMPURE)
+                  or node.op in _READS_NUMBERS)
+        dirty = under_taint or source or any(v.id in tainted for v in node.inputs if not v.type.is_tensor)
+        if dirty:
+            tainted.update(v.id for v in node.outputs)
+            if node.inputs and "!" in node.attrs.get("schema", "").split("->")[0]:
+                tainted.add(node.inputs[0].id)  # a list written with such a value, or under such a condition
+        for sub in node.blocks:
+            _taint_block(sub, tainted, dirty)
+            if any(v.id in tainted for v in sub.outputs):
+                tainted.update(v.id for v in node.outputs)
+
+
+# Host ops that read a tensor's values (not its shape) into a number
+_READS_NUMBERS = {"aten::Int.Tensor", "aten::Float.Tensor", "aten::Bool.Tensor", "aten::ScalarImplicit", "aten::item",
+                  "aten::IntImplicit", "aten::FloatImplicit", "aten::tolist", "aten::is_nonzero"}

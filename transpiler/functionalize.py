@@ -65,13 +65,19 @@ def _rewrite(graph: Graph, block: Block, position: int) -> bool:
             return False
         if value is not base and _read_after(block, position, value):
             return False  # a view read after the write: it would need rewiring too
-    if chain and _read_anywhere(graph, node.outputs[0]):
+    if chain and not _only_read(graph, node.outputs[0]):
         return False
     constants = [[_literal(graph, v) for v in view.inputs[1:]] for view in chain]
     if any(c is _UNKNOWN for args in constants for c in args):
         return False
-    if _result_dtype(name, schema, node, graph) != target.type.dtype:
+    zeroing = node.op == "aten::zero_"  # fill(x, 0): its dtype is x's
+    if not zeroing and _result_dtype(name, schema, node, graph) != target.type.dtype:
         return False
+    if zeroing:
+        zero = Value(f"{target.name}_zero", Type("int"))
+        node.inputs.append(zero)
+        block.nodes.insert(position, Node("prim::Constant", [], [zero], attrs={"value": 0}))
+        position += 1
     node.op, node.attrs["schema"] = name, schema
     if not chain:
         _read_instead(block, position + 1, target, node.outputs[0])
@@ -134,8 +140,11 @@ def _read_after(block: Block, position: int, value: Value) -> bool:
     return any(v.id == value.id for n in later for v in n.inputs) or any(v.id == value.id for v in block.outputs)
 
 
-def _read_anywhere(graph: Graph, value: Value) -> bool:
-    return bool(_readers(graph, value)) or any(v.id == value.id for v in graph.outputs)
+def _only_read(graph: Graph, value: Value) -> bool:
+    """Whether the in-place op's result (the view's new values, once rewritten) is only read, by ops that keep no
+    handle on it, or returned: `x += y` on a slice, then x returned (GhostNet). A view of it, or a second write
+    through it, would need to reach the base, which the rewrite no longer aliases."""
+    return all(_reads_without_keeping(n, value) for n in _readers(graph, value))
 
 
 def _nested(node: Node):
@@ -158,10 +167,14 @@ def _read_instead(block: Block, start: int, old: Value, new: Value) -> None:
     block.outputs[:] = swap(block.outputs)
 
 
+# In-place ops whose functional form has another name
+_FUNCTIONAL_NAMES = {"aten::zero_": "aten::fill.Scalar", "aten::copy_": "aten::copy"}
+
+
 def _functional(node: Node) -> Optional[tuple[str, str]]:
     """The functional overload an in-place node stands for, when it exists and has a kernel lowering."""
     base, _, overload = node.op.partition(".")
-    name = base[:-1] + (f".{overload}" if overload else "")
+    name = _FUNCTIONAL_NAMES.get(node.op) or base[:-1] + (f".{overload}" if overload else "")
     if get_lowering(name) is None or may_alias(name):  # t_, squeeze_...: a new shape of the same data, no write
         return None
     schema = schema_of(name)

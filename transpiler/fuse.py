@@ -369,6 +369,11 @@ class _Fuser:
         for sub in node.blocks:
             for v in _outer_reads(sub):
                 self.realize(v, out)
+        # a write inside a block stores every value still virtual then (above); one made out here must be stored
+        # out here, or only the branch that writes would make it
+        if any(writes(n) == "tensor" for sub in node.blocks for n in walk_block(sub)):
+            for v in list(self.pending.values()):
+                self.realize(v, out)
         for sub in node.blocks:
             self.block(sub)
         out.append(node)

@@ -70,7 +70,7 @@ def div(ctx, a, b):
     return pointwise(ctx, binary("truediv"), a, b)
 
 
-@lowering("aten::div.Tensor_mode")
+@lowering("aten::div.Tensor_mode", "aten::div.Scalar_mode")
 def div_mode(ctx, a, b, rounding_mode=None):
     if rounding_mode is None:
         return div(ctx, a, b)
@@ -111,17 +111,17 @@ def pow_tensor(ctx, a, b):
     return pointwise(ctx, binary("pow"), a, b)
 
 
-@lowering("aten::maximum")
+@lowering("aten::maximum", "aten::max.other")
 def maximum(ctx, a, b):
     return pointwise(ctx, binary("maximum"), a, b)
 
 
-@lowering("aten::minimum")
+@lowering("aten::minimum", "aten::min.other")
 def minimum(ctx, a, b):
     return pointwise(ctx, binary("minimum"), a, b)
 
 
-for _name in ("neg", "exp", "log", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "erf", "abs",
+for _name in ("neg", "exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "erf", "abs",
               "floor", "ceil", "round", "sign", "reciprocal", "sigmoid"):
     lowering(f"aten::{_name}")(lambda ctx, x, _n=_name: pointwise(ctx, unary(_n), x))
 

@@ -282,3 +282,25 @@ def batch_norm(ctx, x, weight, bias, running_mean, running_var, training, moment
         return y
 
     return make_box(x.shape, dtype, fn, [x])
+
+
+# --- vector norms (F.normalize: norm, then clamp_min, expand_as and div) ------------------------------------------
+
+@lowering("aten::linalg_vector_norm", "aten::norm.ScalarOpt_dim")
+def vector_norm(ctx, x, order=2, dims=None, keepdim=False, dtype=None):
+    order = 2 if order is None else order
+    require(dtype is None and isinstance(order, (int, float)) and order != 0, "a norm of this order or dtype")
+    out_dtype = ctx.out_dtype
+    if order in (float("inf"), float("-inf")):
+        return reduce_box(ctx, x, dims, keepdim, "max" if order > 0 else "min", out_dtype,
+                          body=lambda v, index: K.op("abs", v))
+    if order == 2:
+        total = reduce_box(ctx, x, dims, keepdim, "sum", out_dtype, body=lambda v, index: K.op("mul", v, v))
+        return elementwise(total.shape, out_dtype, lambda s: K.op("sqrt", s), total)
+    if order == 1:
+        return reduce_box(ctx, x, dims, keepdim, "sum", out_dtype, body=lambda v, index: K.op("abs", v))
+    # |v| ** p as exp(p * log|v|): |v| is never negative, so pow's sign and integer-exponent cases have no work
+    total = reduce_box(ctx, x, dims, keepdim, "sum", out_dtype,
+                       body=lambda v, index: K.op("exp", K.op("mul", K.op("log", K.op("abs", v)), _c(order, v))))
+    return elementwise(total.shape, out_dtype, lambda s: K.op("exp", K.op("mul", K.op("log", s), _c(1 / order, s))),
+                       total)

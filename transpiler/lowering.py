@@ -135,7 +135,8 @@ class LowerContext:
 _reduction_names = itertools.count()
 
 
-LOWERING_MODULES = ("lower_pointwise", "lower_views", "lower_reductions", "lower_pooling", "lower_cat")
+LOWERING_MODULES = ("lower_pointwise", "lower_views", "lower_reductions", "lower_pooling", "lower_cat", "lower_padding",
+                    "lower_writes", "lower_gates")
 _loaded = False
 
 

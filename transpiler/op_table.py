@@ -108,6 +108,9 @@ register(POINTWISE, """
     aten::softmax.int aten::log_softmax.int aten::layer_norm aten::group_norm aten::batch_norm
     aten::embedding aten::gather aten::index_select aten::cat aten::stack
     aten::select_scatter aten::slice_scatter
+    aten::prelu aten::roll aten::pad aten::constant_pad_nd aten::copy aten::fill.Tensor aten::tensor.int
+    aten::tensor.float aten::tensor.bool aten::glu aten::div.Scalar_mode aten::max.other aten::min.other
+    aten::log2 aten::exp2
 """)
 
 register(REDUCTION, """
@@ -127,7 +130,9 @@ register(VIEW, """
 
 register(EXTERN, """
     aten::matmul aten::mm aten::bmm aten::addmm aten::linear aten::baddbmm aten::einsum aten::conv1d aten::conv2d
-    aten::conv3d aten::_convolution aten::conv_transpose2d.input aten::convolution aten::lstm.input aten::gru.input
+    aten::conv3d aten::_convolution aten::conv_transpose1d aten::conv_transpose2d.input aten::conv_transpose3d.input
+    aten::convolution aten::conv1d.padding aten::conv2d.padding aten::conv3d.padding aten::conv_tbc
+    aten::lstm.input aten::gru.input
     aten::scaled_dot_product_attention aten::topk aten::sort aten::nonzero aten::index.Tensor aten::unique
     mkldnn::_linear_pointwise
 """)

@@ -38,6 +38,20 @@ def div_mode(a, b, c, d, ai, bi):
             torch.div(ai, bi, rounding_mode="trunc"))
 
 
+def div_scalar_mode(x, xb, xi):
+    return (torch.div(x, 2.5, rounding_mode="floor"), torch.div(x.t(), -1.5, rounding_mode="trunc"),
+            torch.div(xb, 3.0, rounding_mode="floor"), torch.div(xi, 4, rounding_mode="floor"),
+            torch.div(xi, -3, rounding_mode="trunc"))
+
+
+def max_other(a, b, c, d, ai, bi):
+    return torch.max(a, b), torch.max(a.t(), b.t()), torch.max(c, d), torch.max(ai, bi)
+
+
+def min_other(a, b, c, d, ai, bi):
+    return torch.min(a, b), torch.min(a.t(), b.t()), torch.min(c, d), torch.min(ai, bi)
+
+
 def pow_tensor_scalar(x, p, pb, xi):
     return x ** 2, x.t() ** 3, p ** 0.5, p ** -0.5, x ** 1, p ** -1, p[:, 1:] ** 2.5, pb ** 2, xi ** 2
 
@@ -318,6 +332,9 @@ POINTWISE_SAMPLES: dict[str, list[Sample]] = {
     "aten::mul.Scalar": [scripted(mul_scalar, X, XB, XI)],
     "aten::div.Tensor": [binary(torch.div, make_b=nonzero, int64=INT_PAIR)],
     "aten::div.Scalar": [scripted(div_scalar, X, XB, XI)],
+    "aten::div.Scalar_mode": [scripted(div_scalar_mode, XW, XWB, XWI)],
+    "aten::max.other": [scripted(max_other, X, randn(4, 6), randn(4, 1, 6), randn(5, 1), *INT_PAIR)],
+    "aten::min.other": [scripted(min_other, X, randn(4, 6), randn(4, 1, 6), randn(5, 1), *INT_PAIR)],
     "aten::div.Tensor_mode": [scripted(div_mode, XW, nonzero(4, 6), wide(4, 1, 6), nonzero(5, 1), *INT_PAIR)],
     "aten::neg": [unary(torch.neg, others=(XI,))],
     "aten::pow.Tensor_Scalar": [scripted(pow_tensor_scalar, X, positive(4, 6), positive(4, 6, dtype=BF16), XI)],
@@ -327,6 +344,8 @@ POINTWISE_SAMPLES: dict[str, list[Sample]] = {
     "aten::rsqrt": [unary(torch.rsqrt, positive)],
     "aten::exp": [unary(torch.exp)],
     "aten::log": [unary(torch.log, positive)],
+    "aten::log2": [unary(torch.log2, positive)],
+    "aten::exp2": [unary(torch.exp2)],
     "aten::log1p": [unary(torch.log1p, positive)],
     "aten::expm1": [unary(torch.expm1)],
     "aten::abs": [unary(torch.abs, others=(XI,))],

@@ -26,6 +26,16 @@ def logsumexp(x, x3, inf, xb):
             torch.logsumexp(inf, [1]), torch.logsumexp(xb, [1]))
 
 
+def vector_norm(x, x3, xb):
+    return (torch.linalg.vector_norm(x, 2, [1], True), torch.linalg.vector_norm(x.t(), 1, [0]),
+            torch.linalg.vector_norm(x3, float("inf"), [0, 2]), torch.linalg.vector_norm(x3, float("-inf"), [1]),
+            torch.linalg.vector_norm(x3, 3.0), torch.linalg.vector_norm(xb, 2, [-1]))
+
+
+def normalize(x, x3, xb):
+    return F.normalize(x, dim=-1), F.normalize(x.t(), dim=0), F.normalize(x3, p=1.0, dim=1), F.normalize(xb, dim=-1)
+
+
 def layer_norm(x, w, b, xb, wb, bb):
     return (torch.layer_norm(x, [6], w, b, 1e-5), torch.layer_norm(x.transpose(0, 1), [2, 6]),
             torch.layer_norm(xb, [6], wb, bb, 1e-5), torch.layer_norm(xb, [6], w, b, 1e-5))
@@ -243,6 +253,8 @@ REDUCTION_SAMPLES: dict[str, list[Sample]] = {
     "aten::all": [scripted(all_all, *DENSE)],
     "aten::all.dim": [scripted(all_dim, *DENSE)],
     "aten::logsumexp": [scripted(logsumexp, X, X3, infinite_rows, XB)],
+    "aten::linalg_vector_norm": [scripted(vector_norm, X, X3, XB)],
+    "aten::norm.ScalarOpt_dim": [scripted(normalize, X, X3, XB)],
     "aten::adaptive_avg_pool2d": [scripted(adaptive_avg_pool2d, IMAGE, IMAGE_BF16)],
     "aten::adaptive_avg_pool1d": [scripted(adaptive_avg_pool1d, IMAGE, IMAGE_BF16)],
     "aten::max_pool2d": [scripted(max_pool2d, IMAGE, edges(2, 3, 4, 6), IMAGE_BF16),
