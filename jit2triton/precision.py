@@ -195,7 +195,7 @@ def measure(run: Callable, verifier: Verifier) -> list[dict[str, Any]]:
             entry["max_rel"] = max(entry["max_rel"], error / scale)
         for where, a, e in _leaves(actual, expected, "output"):
             if e.dim() == 2 and e.shape[-1] >= 2 and e.shape[0]:
-                agree = (a.argmax(-1) == e.argmax(-1)).double().mean().item()
+                agree = (a.argmax(-1).cpu() == e.argmax(-1).cpu()).double().mean().item()
                 found[where]["top1_agreement"] = min(found[where].get("top1_agreement", 1.0), agree)
     return [{k: (float(f"{v:.4g}") if isinstance(v, float) else v) for k, v in entry.items()}
             for entry in found.values()]

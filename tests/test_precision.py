@@ -279,3 +279,26 @@ def test_reduced_kernels_compile_to_hopper_cubins(monkeypatch):
         compiled = triton_compile(ASTSource(fn, signature, constexprs=constants), target=GPUTarget("cuda", 90, 32),
                                   options={"num_warps": config["num_warps"], "enable_fp_fusion": FP_FUSION})
         assert compiled.asm["cubin"][:4] == b"\x7fELF"
+
+
+class MaskedScores(torch.nn.Module):
+    """transformers' attention mask: `torch.where(mask, 0.0, torch.finfo(torch.float32).min)`, a constant float16
+    cannot hold (ATen refused to convert it: 'value cannot be converted to type c10::Half without overflow')."""
+
+    def forward(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        bias = torch.where(mask, torch.tensor(0.0), torch.finfo(torch.float32).min)
+        return torch.softmax(scores * 0.5 + bias, dim=-1)
+
+
+def test_a_constant_beyond_the_reduced_range_keeps_its_node_float32():
+    scores, mask = torch.randn(2, 4, 8), torch.rand(2, 4, 8) > 0.3
+    mask[..., 0] = True  # every row attends somewhere
+    model = _traced(MaskedScores(), scores, mask)
+    graph, plan = _reduced_graph(model, (scores, mask), "float16")
+    kept = {n["op"]: n["why"] for n in plan.fp32_nodes}
+    assert any(op.startswith("aten::where") and "beyond float16's range" in why for op, why in kept.items()), kept
+    converted = _convert(model, (scores, mask), precision="fp16")
+    fresh_scores, fresh_mask = _fresh(2, 4, 8), torch.rand(2, 4, 8, generator=torch.Generator().manual_seed(3)) > 0.3
+    fresh_mask[..., 0] = True
+    torch.testing.assert_close(converted(fresh_scores, fresh_mask), model(fresh_scores, fresh_mask), rtol=1e-2,
+                               atol=1e-3)

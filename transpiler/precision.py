@@ -16,6 +16,7 @@ The pass runs on a typed graph (after `observe`) and leaves types stale: the pip
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
@@ -72,7 +73,20 @@ class _Rewrite:
         rule = lookup(node.op).keeps_fp32
         if rule and not self.is_attention_softmax(node):
             return f"rule: {rule}"
+        beyond = self.constant_beyond_range(node)
+        if beyond is not None:
+            return f"rule: a constant ({beyond:g}) beyond {self.reduced}'s range"
         return self.plan.keep.get(self.position[node.uid], "")
+
+    def constant_beyond_range(self, node: Node) -> Optional[float]:
+        """A float constant the node takes that the reduced type cannot hold (transformers masks with
+        `torch.finfo(torch.float32).min`): ATen refuses to convert it, so the node stays float32."""
+        limit = torch.finfo(getattr(torch, self.reduced)).max
+        for v in node.inputs:
+            value = self.literals.get(v.id)
+            if isinstance(value, float) and math.isfinite(value) and abs(value) > limit:
+                return value
+        return None
 
     def is_attention_softmax(self, node: Node) -> bool:
         """A softmax whose probabilities only matmuls read: attention, which fuse_attention makes one fused kernel
