@@ -95,7 +95,7 @@ register(EXTERN, """
     aten::matmul aten::mm aten::bmm aten::addmm aten::linear aten::baddbmm aten::einsum aten::conv1d aten::conv2d
     aten::conv3d aten::_convolution aten::conv_transpose2d.input aten::convolution aten::lstm.input aten::gru.input
     aten::scaled_dot_product_attention aten::topk aten::sort aten::nonzero aten::index.Tensor aten::unique
-    mkldnn::_linear_pointwise
+    mkldnn::_linear_pointwise mkldnn::_convolution_pointwise mkldnn::_convolution_pointwise.binary
 """)
 
 # Quantized GEMMs, convolutions, RNNs and embeddings over packed weights (transpiler/packed_params.py): FBGEMM, oneDNN or

@@ -1,0 +1,273 @@
+"""On the CPU, a 2-d convolution by a constant weight runs as oneDNN's `mkldnn::_convolution_pointwise` where that is
+faster, with the residual add and the activation after it as the convolution's own post-ops.
+
+ATen's CPU convolution is oneDNN's too, but each op after it is another pass over the activation: a small conv
+net (issues #35 and #37) spent a quarter of its call in `relu`, `silu`, `hardtanh` and residual `add` kernels
+after its convolutions, which oneDNN folds into the convolution's stores. BatchNorm is already folded into the
+weight and bias by freezing; the weight is stored in the layout the activations have (channels-last where
+channels_last.py chose it), so oneDNN reorders nothing between convolutions.
+
+    y = conv2d(x, W, b); z = relu(y)        ->  z = mkldnn::_convolution_pointwise(x, W, b, ..., "relu", [], None)
+    y = conv2d(x, W, b); z = relu(y + r)    ->  z = mkldnn::_convolution_pointwise.binary(x, r, W, b, ..., "add",
+                                                                                           None, "relu", [], None)
+
+Which is faster depends on the CPU and the shape, so both are timed on random operands of each convolution's shape
+while converting (`choose`, through timing.py: interleaved, medians, a margin; ATen's on a tie) and the package
+records the choice; `choices="fixed"` keeps ATen's convolution. Only float32/bfloat16, groups (depthwise) and
+1x1 included; the fused ops run in both runtimes through the dispatcher, as any ATen op.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
+from .symbolic import at_example
+from . import timing
+
+OP, BINARY_OP = "mkldnn::_convolution_pointwise", "mkldnn::_convolution_pointwise.binary"
+SCHEMA = ("mkldnn::_convolution_pointwise(Tensor X, Tensor W, Tensor? B, int[] padding, int[] stride, "
+          "int[] dilation, int groups, str attr, Scalar?[] scalars, str? algorithm) -> Tensor Y")
+BINARY_SCHEMA = ("mkldnn::_convolution_pointwise.binary(Tensor X, Tensor other, Tensor W, Tensor? B, int[] padding, "
+                 "int[] stride, int[] dilation, int groups, str binary_attr, Scalar? alpha, str? unary_attr, "
+                 "Scalar?[] unary_scalars, str? unary_algorithm) -> Tensor Y")
+DTYPES = ("float32", "bfloat16")
+# activation op -> oneDNN's post-op name (hardtanh, ReLU6 in a trace, takes its bounds as scalars; gelu its
+# `approximate` as the algorithm)
+ACTIVATIONS = {"aten::relu": "relu", "aten::sigmoid": "sigmoid", "aten::tanh": "tanh", "aten::hardswish": "hardswish",
+               "aten::silu": "swish", "aten::gelu": "gelu", "aten::hardtanh": "hardtanh", "aten::relu6": "hardtanh"}
+_TORCH_ACTIVATIONS = {"relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+                      "hardswish": torch.nn.functional.hardswish, "swish": torch.nn.functional.silu}
+MODE = "auto"  # "auto": where timing says oneDNN is faster; "always"; "never"
+MARGIN = 0.9  # the fused convolution must take at most this share of ATen's convolution and epilogue
+FIXED = "aten"  # choices="fixed": ATen's convolution, as the model wrote it
+
+_chosen: dict[tuple, timing.Choice] = {}  # per process: the convolution's shapes and epilogue -> the choice
+
+
+@dataclass
+class Conv:
+    """A 2-d convolution by a constant weight and what it folds in."""
+    node: Node
+    x: Value
+    weight: Value
+    bias: Optional[Value]
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    groups: int
+    other: Optional[Value] = None  # a residual added to its output
+    activation: str = ""  # oneDNN's post-op name
+    scalars: list = field(default_factory=list)
+    algorithm: str = ""
+    folded: list[Node] = field(default_factory=list)  # the add and activation nodes it takes in, in order
+
+
+def onednn_conv(graph: Graph, device_type: str, sizes: Optional[dict[str, int]] = None) -> int:
+    """Rewrite in place; returns how many convolutions now run through oneDNN's fused op."""
+    if device_type != "cpu" or MODE == "never" or not available():
+        return 0
+    weights, literals, readers = weight_names(graph), literals_of(graph), readers_of(graph)
+    done = 0
+    for block in blocks(graph):
+        defined_at = {v.id: i for i, n in enumerate(block.nodes) for v in n.outputs}
+        out: list[Node] = []
+        for at, node in enumerate(block.nodes):
+            if node.attrs.get("folded_into_conv"):
+                continue
+            conv = _as_conv(node, weights, literals)
+            if conv is not None:
+                _epilogue(conv, block, readers, literals, lambda v: defined_at.get(v.id, -1) < at)
+                if choose(conv, graph, weights, sizes or {}):
+                    out += _rewrite(conv)
+                    done += 1
+                    continue
+            out.append(node)
+        block.nodes = out
+    return done
+
+
+def available() -> bool:
+    ops = torch.ops.mkldnn
+    return torch.backends.mkldnn.is_available() and hasattr(ops, "_convolution_pointwise") \
+        and hasattr(ops._convolution_pointwise, "binary")
+
+
+def _as_conv(node: Node, weights: dict[int, str], literals: dict[int, object]) -> Optional[Conv]:
+    """The convolution `node` computes, when oneDNN's fused op can run it: 2-d, batched, a constant weight and
+    bias, float32 or bfloat16 on the CPU, not transposed, numeric padding."""
+    ins = node.inputs
+    if node.op == "aten::conv2d" and len(ins) == 7:
+        params = [literals.get(v.id) for v in ins[3:7]]
+    elif node.op == "aten::_convolution" and len(ins) >= 12 and literals.get(ins[6].id) is False:
+        params = [literals.get(v.id) for v in (ins[3], ins[4], ins[5], ins[8])]
+    else:
+        return None
+    x, weight, bias = ins[0], ins[1], ins[2]
+    stride, padding, dilation, groups = params
+    if not (all(_pair(p) for p in (stride, padding, dilation)) and isinstance(groups, int)):
+        return None
+    dtype = x.type.dtype
+    if (dtype not in DTYPES or x.type.device != "cpu" or weight.id not in weights or weight.type.dtype != dtype
+            or x.type.shape is None or len(x.type.shape) != 4 or weight.type.shape is None
+            or len(weight.type.shape) != 4 or node.output.type.dtype != dtype):
+        return None
+    if bias.type.kind == "None":
+        bias = None
+    elif bias.id not in weights or bias.type.dtype != dtype:
+        return None
+    return Conv(node, x, weight, bias, _two(stride), _two(padding), _two(dilation), groups)
+
+
+def _pair(p) -> bool:
+    return isinstance(p, list) and len(p) in (1, 2) and all(isinstance(i, int) for i in p)
+
+
+def _two(p: list[int]) -> list[int]:
+    return p * 2 if len(p) == 1 else list(p)
+
+
+def _epilogue(conv: Conv, block, readers: dict[int, list], literals: dict[int, object], before) -> None:
+    """Fold into `conv` a residual add of a value defined before it, then an activation, each where it is the one
+    reader of what precedes it, in the same block."""
+    in_block = {id(n) for n in block.nodes}
+    result = conv.node.output
+    add = _only_reader(result, readers, in_block)
+    if add is not None and add.op == "aten::add.Tensor" and len(add.inputs) == 3 \
+            and literals.get(add.inputs[2].id) == 1:
+        a, b = add.inputs[0], add.inputs[1]
+        other = b if a is result else a if b is result else None
+        if other is not None and other is not result and before(other) and _same_tensor_type(other, result) \
+                and add.output.type.dtype == result.type.dtype:
+            conv.other, result = other, add.output
+            conv.folded.append(add)
+    act = _only_reader(result, readers, in_block)
+    if act is None or act.inputs[0] is not result or act.output.type.dtype != result.type.dtype:
+        return
+    name = ACTIVATIONS.get(act.op)
+    if name == "gelu":
+        approximate = literals.get(act.inputs[1].id, "none") if len(act.inputs) > 1 else "none"
+        if approximate not in ("none", "tanh"):
+            return
+        conv.algorithm = approximate
+    elif act.op == "aten::relu6" and len(act.inputs) == 1:
+        conv.scalars = [0.0, 6.0]
+    elif name == "hardtanh":
+        bounds = [literals.get(v.id) for v in act.inputs[1:3]]
+        if len(act.inputs) != 3 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds):
+            return
+        conv.scalars = [float(b) for b in bounds]
+    elif name is None or len(act.inputs) != 1:
+        return
+    conv.activation = name
+    conv.folded.append(act)
+
+
+def _only_reader(value: Value, readers: dict[int, list], in_block: set[int]) -> Optional[Node]:
+    users = readers.get(value.id, [])
+    if len(users) != 1 or users[0] is None or id(users[0]) not in in_block:
+        return None
+    return users[0]
+
+
+def _same_tensor_type(a: Value, b: Value) -> bool:
+    return a.type.is_tensor and a.type.dtype == b.type.dtype and a.type.shape is not None \
+        and tuple(a.type.shape) == tuple(b.type.shape or ())
+
+
+def choose(conv: Conv, graph: Graph, weights: dict[int, str], sizes: dict[str, int]) -> bool:
+    """Whether oneDNN's fused convolution beats ATen's convolution and epilogue here, each timed on random operands
+    of the convolution's shape, in the layout its weight is stored in (channels-last where the net runs so)."""
+    if MODE == "always":
+        return True
+    shape = at_example(conv.x.type.shape, sizes)
+    weight = graph.weights[weights[conv.weight.id]]
+    channels_last = weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+    epilogue = "+".join((["add"] if conv.other is not None else []) + ([conv.activation] if conv.activation else []))
+    what = (f"oneDNN fused or ATen convolution, {'x'.join(map(str, shape or ()))} * {'x'.join(map(str, weight.shape))}"
+            f" s{conv.stride} p{conv.padding} d{conv.dilation} g{conv.groups}"
+            f"{' + ' + epilogue if epilogue else ''}{', channels-last' if channels_last else ''}")
+    if timing.fixed():
+        return timing.take_fixed(what, FIXED, "aten").chosen == "onednn"
+    if shape is None:  # an opaque size: nothing to time at, so ATen's own
+        return False
+    key = (what, conv.bias is not None, tuple(conv.scalars), conv.algorithm, torch.get_num_threads())
+    if key not in _chosen:
+        _chosen[key] = timing.settle(what, timing.interleaved(_candidates(conv, shape, weight, channels_last)),
+                                     "aten", MARGIN)
+    else:
+        timing.record(_chosen[key])
+    return _chosen[key].chosen == "onednn"
+
+
+def _candidates(conv: Conv, shape: list[int], weight: torch.Tensor, channels_last: bool) -> dict:
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    x = torch.randn(shape, dtype=weight.dtype).contiguous(memory_format=layout)
+    w = torch.randn(weight.shape, dtype=weight.dtype).contiguous(memory_format=layout)
+    b = torch.randn(weight.shape[0], dtype=weight.dtype) if conv.bias is not None else None
+    y_shape = torch.nn.functional.conv2d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups).shape
+    other = torch.randn(y_shape, dtype=weight.dtype).contiguous(memory_format=layout) if conv.other is not None \
+        else None
+    args = (conv.padding, conv.stride, conv.dilation, conv.groups)
+    act = conv.activation or "none"
+
+    def aten():
+        y = torch.nn.functional.conv2d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
+        y = y + other if other is not None else y
+        return _torch_activation(conv)(y)
+
+    if other is None:
+        fused = lambda: torch.ops.mkldnn._convolution_pointwise(x, w, b, *args, act, conv.scalars, conv.algorithm)
+    else:
+        fused = lambda: torch.ops.mkldnn._convolution_pointwise.binary(
+            x, other, w, b, *args, "add", None, conv.activation or None, conv.scalars, conv.algorithm or None)
+    return {"aten": lambda: _inference(aten), "onednn": lambda: _inference(fused)}
+
+
+def _inference(fn):
+    with torch.inference_mode():
+        return fn()
+
+
+def _torch_activation(conv: Conv):
+    if conv.activation == "hardtanh":
+        low, high = conv.scalars
+        return lambda y: torch.nn.functional.hardtanh(y, low, high)
+    if conv.activation == "gelu":
+        return lambda y: torch.nn.functional.gelu(y, approximate=conv.algorithm)
+    return _TORCH_ACTIVATIONS.get(conv.activation, lambda y: y)
+
+
+def _rewrite(conv: Conv) -> list[Node]:
+    node = conv.node
+    result = conv.folded[-1].output if conv.folded else node.output
+    for folded in conv.folded:
+        folded.attrs["folded_into_conv"] = True
+    constants: list[Node] = []
+
+    def constant(name: str, value, kind: Type) -> Value:
+        v = Value(f"{result.name}_{name}", kind)
+        constants.append(Node("prim::Constant", [], [v], attrs={"value": value}))
+        return v
+
+    ints = Type("List", elems=(Type("int"),))
+    scalars = Type("List", elems=(Type("Optional", elems=(Type("Scalar"),)),))
+    bias = conv.bias or constant("no_bias", None, Type("None"))
+    geometry = [constant("padding", conv.padding, ints), constant("stride", conv.stride, ints),
+                constant("dilation", conv.dilation, ints), constant("groups", conv.groups, Type("int"))]
+    if conv.other is None:
+        op, schema = OP, SCHEMA
+        inputs = [conv.x, conv.weight, bias, *geometry, constant("attr", conv.activation or "none", Type("str")),
+                  constant("scalars", conv.scalars, scalars), constant("algorithm", conv.algorithm, Type("str"))]
+    else:
+        op, schema = BINARY_OP, BINARY_SCHEMA
+        optional = lambda name, value: constant(name, value, Type("str") if value else Type("None"))
+        inputs = [conv.x, conv.other, conv.weight, bias, *geometry, constant("binary_attr", "add", Type("str")),
+                  constant("alpha", None, Type("None")), optional("unary_attr", conv.activation or None),
+                  constant("unary_scalars", conv.scalars, scalars),
+                  optional("unary_algorithm", conv.algorithm or None)]
+    fused = Node(op, inputs, [result], source=node.source,
+                 attrs={"schema": schema, "from_ops": [node.op] + [n.op for n in conv.folded]})
+    return constants + [fused]
