@@ -82,6 +82,10 @@ def test_each_convolution_runs_fused_with_its_epilogue(always, monkeypatch, layo
     assert _fused(converted) == sorted([
         (conv, "aten::relu"), (conv, "aten::relu6"), (conv, "aten::silu"), (conv, "aten::add.Tensor", "aten::relu"),
         (conv, "aten::relu"), (conv, "aten::sigmoid"), (conv, "aten::gelu"), (conv,)]), _fused(converted)
+    # each weight is reordered for oneDNN once, at load; the package holds plain tensors
+    packed = converted.manifest["plan"].get("packed", [])
+    assert [e["op"] for e in packed] == [onednn_conv.REORDER_OP] * 8, packed
+    assert all(w.layout == torch.strided for w in converted._contents.weights.values())
     _check(converted, traced, make, tmp_path)
 
 

@@ -23,6 +23,7 @@ from typing import Optional
 
 import torch
 
+from .packed_params import AT_LOAD
 from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
 from .symbolic import at_example
 from . import timing
@@ -33,6 +34,9 @@ SCHEMA = ("mkldnn::_convolution_pointwise(Tensor X, Tensor W, Tensor? B, int[] p
 BINARY_SCHEMA = ("mkldnn::_convolution_pointwise.binary(Tensor X, Tensor other, Tensor W, Tensor? B, int[] padding, "
                  "int[] stride, int[] dilation, int groups, str binary_attr, Scalar? alpha, str? unary_attr, "
                  "Scalar?[] unary_scalars, str? unary_algorithm) -> Tensor Y")
+REORDER_OP = "mkldnn::_reorder_convolution_weight"
+REORDER_SCHEMA = ("mkldnn::_reorder_convolution_weight(Tensor self, int[2] padding=0, int[2] stride=1, "
+                  "int[2] dilation=1, int groups=1, int[]? input_size=None) -> Tensor Y")
 DTYPES = ("float32", "bfloat16")
 # activation op -> oneDNN's post-op name (hardtanh, ReLU6 in a trace, takes its bounds as scalars; gelu its
 # `approximate` as the algorithm)
@@ -63,6 +67,7 @@ class Conv:
     scalars: list = field(default_factory=list)
     algorithm: str = ""
     folded: list[Node] = field(default_factory=list)  # the add and activation nodes it takes in, in order
+    sizes: Optional[dict[str, int]] = None  # the example's dynamic dims
 
 
 def onednn_conv(graph: Graph, device_type: str, sizes: Optional[dict[str, int]] = None) -> int:
@@ -79,6 +84,7 @@ def onednn_conv(graph: Graph, device_type: str, sizes: Optional[dict[str, int]] 
                 continue
             conv = _as_conv(node, weights, literals)
             if conv is not None:
+                conv.sizes = sizes or {}
                 _epilogue(conv, block, readers, literals, lambda v: defined_at.get(v.id, -1) < at)
                 if choose(conv, graph, weights, sizes or {}):
                     out += _rewrite(conv)
@@ -212,6 +218,7 @@ def _candidates(conv: Conv, shape: list[int], weight: torch.Tensor, channels_las
         else None
     args = (conv.padding, conv.stride, conv.dilation, conv.groups)
     act = conv.activation or "none"
+    packed = torch.ops.mkldnn._reorder_convolution_weight(w, *args, list(shape))
 
     def aten():
         y = torch.nn.functional.conv2d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
@@ -219,10 +226,11 @@ def _candidates(conv: Conv, shape: list[int], weight: torch.Tensor, channels_las
         return _torch_activation(conv)(y)
 
     if other is None:
-        fused = lambda: torch.ops.mkldnn._convolution_pointwise(x, w, b, *args, act, conv.scalars, conv.algorithm)
+        fused = lambda: torch.ops.mkldnn._convolution_pointwise(x, packed, b, *args, act, conv.scalars,
+                                                                conv.algorithm)
     else:
         fused = lambda: torch.ops.mkldnn._convolution_pointwise.binary(
-            x, other, w, b, *args, "add", None, conv.activation or None, conv.scalars, conv.algorithm or None)
+            x, other, packed, b, *args, "add", None, conv.activation or None, conv.scalars, conv.algorithm or None)
     return {"aten": lambda: _inference(aten), "onednn": lambda: _inference(fused)}
 
 
@@ -238,6 +246,27 @@ def _torch_activation(conv: Conv):
     if conv.activation == "gelu":
         return lambda y: torch.nn.functional.gelu(y, approximate=conv.algorithm)
     return _TORCH_ACTIVATIONS.get(conv.activation, lambda y: y)
+
+
+def _packed_weight(conv: Conv, result: Value, geometry: list[Value], constant) -> "_Packed":
+    """The weight reordered into oneDNN's blocked layout for this convolution, once, at load (build_plan puts the
+    node in the plan's "packed" list): the package stores the plain tensor, and no call reorders it again."""
+    shape = conv.x.type.shape
+    example = [d if isinstance(d, int) else at_example([d], conv.sizes)[0] for d in shape] \
+        if conv.sizes is not None else None
+    size = constant("input_size", example, Type("List", elems=(Type("int"),))) if example and None not in example \
+        else constant("input_size", None, Type("None"))
+    w = conv.weight.type
+    packed = Value(f"{conv.weight.name}_onednn_{result.name}", Type("Tensor", w.dtype, w.shape, w.device))
+    node = Node(REORDER_OP, [conv.weight, *geometry, size], [packed], source=conv.node.source,
+                attrs={"schema": REORDER_SCHEMA, AT_LOAD: True})
+    return _Packed(node, packed)
+
+
+@dataclass
+class _Packed:
+    node: Node
+    value: Value
 
 
 def _rewrite(conv: Conv) -> list[Node]:
@@ -257,14 +286,16 @@ def _rewrite(conv: Conv) -> list[Node]:
     bias = conv.bias or constant("no_bias", None, Type("None"))
     geometry = [constant("padding", conv.padding, ints), constant("stride", conv.stride, ints),
                 constant("dilation", conv.dilation, ints), constant("groups", conv.groups, Type("int"))]
+    weight = _packed_weight(conv, result, geometry, constant)
+    constants.append(weight.node)
     if conv.other is None:
         op, schema = OP, SCHEMA
-        inputs = [conv.x, conv.weight, bias, *geometry, constant("attr", conv.activation or "none", Type("str")),
+        inputs = [conv.x, weight.value, bias, *geometry, constant("attr", conv.activation or "none", Type("str")),
                   constant("scalars", conv.scalars, scalars), constant("algorithm", conv.algorithm, Type("str"))]
     else:
         op, schema = BINARY_OP, BINARY_SCHEMA
         optional = lambda name, value: constant(name, value, Type("str") if value else Type("None"))
-        inputs = [conv.x, conv.other, conv.weight, bias, *geometry, constant("binary_attr", "add", Type("str")),
+        inputs = [conv.x, conv.other, weight.value, bias, *geometry, constant("binary_attr", "add", Type("str")),
                   constant("alpha", None, Type("None")), optional("unary_attr", conv.activation or None),
                   constant("unary_scalars", conv.scalars, scalars),
                   optional("unary_algorithm", conv.algorithm or None)]
