@@ -51,6 +51,11 @@ def _models() -> Iterator[tuple[str, torch.nn.Module, tuple]]:
     def tokens(batch: int, seq: int, vocab: int) -> tuple:
         return torch.randint(0, vocab, (batch, seq)), torch.ones(batch, seq, dtype=torch.long)
 
+    yield "edge conv-BN/depthwise/SE net, 2x64^2", edge_convnet(), (torch.randn(2, 3, 64, 64),)
+    yield "ResNet (ResNetModel), 2x128^2", _Positional(t.ResNetModel(t.ResNetConfig()), ("pixel_values",)), \
+        (torch.randn(2, 3, 128, 128),)
+    yield "ConvNeXt, 2x128^2", _Positional(t.ConvNextModel(t.ConvNextConfig()), ("pixel_values",)), \
+        (torch.randn(2, 3, 128, 128),)
     text = ("input_ids", "attention_mask")
     yield "BERT-base, 2x32", _Positional(t.BertModel(t.BertConfig()), text), tokens(2, 32, 30522)
     yield "DistilBERT, 2x32", _Positional(t.DistilBertModel(t.DistilBertConfig()), text), tokens(2, 32, 30522)
@@ -58,11 +63,6 @@ def _models() -> Iterator[tuple[str, torch.nn.Module, tuple]]:
     yield "ViT (4 layers), 1x224^2", _Positional(vit, ("pixel_values",)), (torch.randn(1, 3, 224, 224),)
     gpt2 = t.GPT2Model(t.GPT2Config(use_cache=False))
     yield "GPT-2, 1x40", _Positional(gpt2, ("input_ids",)), (torch.randint(0, 50257, (1, 40)),)
-    yield "ResNet (ResNetModel), 2x128^2", _Positional(t.ResNetModel(t.ResNetConfig()), ("pixel_values",)), \
-        (torch.randn(2, 3, 128, 128),)
-    yield "ConvNeXt, 2x128^2", _Positional(t.ConvNextModel(t.ConvNextConfig()), ("pixel_values",)), \
-        (torch.randn(2, 3, 128, 128),)
-    yield "edge conv-BN/depthwise/SE net, 2x64^2", edge_convnet(), (torch.randn(2, 3, 64, 64),)
 
 
 def _torch_jit(traced: torch.jit.ScriptModule, inputs: tuple) -> Callable[[], object]:
