@@ -71,9 +71,12 @@ def _check(converted, model, make_input, tmp_path, calls=2):
                 assert_same(loaded(x), model(x), f"{runtime}, call {call}", {torch.float32: (1e-4, 1e-4)})
 
 
-@pytest.mark.parametrize("layout", ["own layout", "channels-last"])
-def test_each_convolution_runs_fused_with_its_epilogue(always, monkeypatch, layout, tmp_path):
-    monkeypatch.setattr(channels_last, "MODE", "always" if layout == "channels-last" else "never")
+@pytest.fixture
+def channels_last_always(monkeypatch):
+    monkeypatch.setattr(channels_last, "MODE", "always")
+
+
+def test_each_convolution_runs_fused_with_its_epilogue(always, channels_last_always, tmp_path):
     torch.manual_seed(0)
     make = lambda: torch.randn(2, 3, 20, 18)
     traced = torch.jit.trace(Convs().eval(), make())
@@ -89,7 +92,18 @@ def test_each_convolution_runs_fused_with_its_epilogue(always, monkeypatch, layo
     _check(converted, traced, make, tmp_path)
 
 
-def test_a_residual_computed_after_the_convolution_is_not_folded(always, tmp_path):
+def test_a_net_in_its_own_nchw_layout_keeps_atens_convolutions(always, monkeypatch, tmp_path):
+    """The fused op's output is channels-last whatever its input's layout: an NCHW net keeps ATen's."""
+    monkeypatch.setattr(channels_last, "MODE", "never")
+    torch.manual_seed(0)
+    make = lambda: torch.randn(2, 3, 20, 18)
+    traced = torch.jit.trace(Convs().eval(), make())
+    converted = jit2triton.convert(traced, (make(),), choices="fixed")
+    assert not _fused(converted)
+    _check(converted, traced, make, tmp_path, calls=1)
+
+
+def test_a_residual_computed_after_the_convolution_is_not_folded(always, channels_last_always, tmp_path):
     """conv(a) + conv(b): the second conv's output does not exist yet where the first runs, so only the second
     (whose residual is the first's output) takes the add in."""
     class TwoBranches(nn.Module):
@@ -108,7 +122,7 @@ def test_a_residual_computed_after_the_convolution_is_not_folded(always, tmp_pat
     _check(converted, traced, make, tmp_path)
 
 
-def test_a_dynamic_batch_runs_fused_at_every_size(always, tmp_path):
+def test_a_dynamic_batch_runs_fused_at_every_size(always, channels_last_always, tmp_path):
     torch.manual_seed(0)
     traced = torch.jit.trace(Convs().eval(), torch.randn(2, 3, 16, 16))
     batch = jit2triton.Dim("batch", min=1, max=32)
@@ -119,7 +133,7 @@ def test_a_dynamic_batch_runs_fused_at_every_size(always, tmp_path):
     _check(converted, traced, lambda: torch.randn(next(sizes), 3, 16, 16), tmp_path)
 
 
-def test_fixed_choices_keep_atens_convolution_without_timing(monkeypatch):
+def test_fixed_choices_keep_atens_convolution_without_timing(channels_last_always, monkeypatch):
     """choices="fixed" takes FIXED for every convolution, timing nothing, on every machine alike."""
     monkeypatch.setattr(onednn_conv, "_candidates", lambda *a: pytest.fail("fixed choices must time nothing"))
     torch.manual_seed(0)
@@ -130,7 +144,7 @@ def test_fixed_choices_keep_atens_convolution_without_timing(monkeypatch):
     assert len(choices) == 8 and all(c["fixed"] and c["chosen"] == "aten" for c in choices), choices
 
 
-def test_the_timed_choice_keeps_aten_where_the_fused_op_is_not_faster(monkeypatch):
+def test_the_timed_choice_keeps_aten_where_the_fused_op_is_not_faster(channels_last_always, monkeypatch):
     """`auto` rewrites only where the fused op takes at most MARGIN of ATen's time."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU()).eval()

@@ -4,8 +4,8 @@ faster, with the residual add and the activation after it as the convolution's o
 ATen's CPU convolution is oneDNN's too, but each op after it is another pass over the activation: a small conv
 net (issues #35 and #37) spent a quarter of its call in `relu`, `silu`, `hardtanh` and residual `add` kernels
 after its convolutions, which oneDNN folds into the convolution's stores. BatchNorm is already folded into the
-weight and bias by freezing; the weight is stored in the layout the activations have (channels-last where
-channels_last.py chose it), so oneDNN reorders nothing between convolutions.
+weight and bias by freezing. Only nets that run channels-last (channels_last.py chose it) are rewritten: the
+activations stay in the layout oneDNN wants between convolutions, and each output has the layout ATen's gave.
 
     y = conv2d(x, W, b); z = relu(y)        ->  z = mkldnn::_convolution_pointwise(x, W, b, ..., "relu", [], None)
     y = conv2d(x, W, b); z = relu(y + r)    ->  z = mkldnn::_convolution_pointwise.binary(x, r, W, b, ..., "add",
@@ -13,7 +13,8 @@ channels_last.py chose it), so oneDNN reorders nothing between convolutions.
 
 Which is faster depends on the CPU and the shape, so both are timed on random operands of each convolution's shape
 while converting (`choose`, through timing.py: interleaved, medians, a margin; ATen's on a tie) and the package
-records the choice; `choices="fixed"` keeps ATen's convolution. Only float32/bfloat16, groups (depthwise) and
+records the choice; `choices="fixed"` keeps ATen's convolution. The weight is reordered into oneDNN's blocked
+layout once, at load (a packed constant of the plan). Only float32/bfloat16, groups (depthwise) and
 1x1 included; the fused ops run in both runtimes through the dispatcher, as any ATen op.
 """
 from __future__ import annotations
@@ -23,6 +24,8 @@ from typing import Optional
 
 import torch
 
+from .channels_last import CHANNELS_LAST, runs_at_every_draw
+from .fuse import clone_graph
 from .packed_params import AT_LOAD
 from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
 from .symbolic import at_example
@@ -70,10 +73,27 @@ class Conv:
     sizes: Optional[dict[str, int]] = None  # the example's dynamic dims
 
 
-def onednn_conv(graph: Graph, device_type: str, sizes: Optional[dict[str, int]] = None) -> int:
-    """Rewrite in place; returns how many convolutions now run through oneDNN's fused op."""
-    if device_type != "cpu" or MODE == "never" or not available():
+def onednn_conv(graph: Graph, ctx) -> int:
+    """Rewrite in place; returns how many convolutions now run through oneDNN's fused op. Only in a net that runs
+    channels-last (channels_last.py): the fused op's output is channels-last whatever its input's layout, where
+    ATen's keeps the input's. The rewritten graph must run at every size conversion observes, or it is dropped."""
+    if ctx.device.type != "cpu" or MODE == "never" or not available() or not _runs_channels_last(graph):
         return 0
+    trial = clone_graph(graph)
+    done = _rewrite_graph(trial, ctx.example_sizes or {})
+    if not done or not runs_at_every_draw(trial, ctx, [(ctx.example_sizes, ctx.example_inputs)]):
+        return 0
+    graph.body, graph.weights = trial.body, trial.weights
+    return done
+
+
+def _runs_channels_last(graph: Graph) -> bool:
+    consts = literals_of(graph)
+    return any(n.op == "aten::contiguous" and n.attrs.get("synthetic") and len(n.inputs) == 2
+               and consts.get(n.inputs[1].id) == CHANNELS_LAST for n in graph.body.nodes)
+
+
+def _rewrite_graph(graph: Graph, sizes: dict[str, int]) -> int:
     weights, literals, readers = weight_names(graph), literals_of(graph), readers_of(graph)
     done = 0
     for block in blocks(graph):
@@ -84,9 +104,9 @@ def onednn_conv(graph: Graph, device_type: str, sizes: Optional[dict[str, int]] 
                 continue
             conv = _as_conv(node, weights, literals)
             if conv is not None:
-                conv.sizes = sizes or {}
+                conv.sizes = sizes
                 _epilogue(conv, block, readers, literals, lambda v: defined_at.get(v.id, -1) < at)
-                if choose(conv, graph, weights, sizes or {}):
+                if choose(conv, graph, weights, sizes):
                     out += _rewrite(conv)
                     done += 1
                     continue
@@ -185,31 +205,30 @@ def _same_tensor_type(a: Value, b: Value) -> bool:
 
 def choose(conv: Conv, graph: Graph, weights: dict[int, str], sizes: dict[str, int]) -> bool:
     """Whether oneDNN's fused convolution beats ATen's convolution and epilogue here, each timed on random operands
-    of the convolution's shape, in the layout its weight is stored in (channels-last where the net runs so)."""
+    of the convolution's shape, channels-last."""
     if MODE == "always":
         return True
     shape = at_example(conv.x.type.shape, sizes)
     weight = graph.weights[weights[conv.weight.id]]
-    channels_last = weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
     epilogue = "+".join((["add"] if conv.other is not None else []) + ([conv.activation] if conv.activation else []))
     what = (f"oneDNN fused or ATen convolution, {'x'.join(map(str, shape or ()))} * {'x'.join(map(str, weight.shape))}"
             f" s{conv.stride} p{conv.padding} d{conv.dilation} g{conv.groups}"
-            f"{' + ' + epilogue if epilogue else ''}{', channels-last' if channels_last else ''}")
+            f"{' + ' + epilogue if epilogue else ''}, channels-last")
     if timing.fixed():
         return timing.take_fixed(what, FIXED, "aten").chosen == "onednn"
     if shape is None:  # an opaque size: nothing to time at, so ATen's own
         return False
     key = (what, conv.bias is not None, tuple(conv.scalars), conv.algorithm, torch.get_num_threads())
     if key not in _chosen:
-        _chosen[key] = timing.settle(what, timing.interleaved(_candidates(conv, shape, weight, channels_last)),
+        _chosen[key] = timing.settle(what, timing.interleaved(_candidates(conv, shape, weight)),
                                      "aten", MARGIN)
     else:
         timing.record(_chosen[key])
     return _chosen[key].chosen == "onednn"
 
 
-def _candidates(conv: Conv, shape: list[int], weight: torch.Tensor, channels_last: bool) -> dict:
-    layout = torch.channels_last if channels_last else torch.contiguous_format
+def _candidates(conv: Conv, shape: list[int], weight: torch.Tensor) -> dict:
+    layout = torch.channels_last
     x = torch.randn(shape, dtype=weight.dtype).contiguous(memory_format=layout)
     w = torch.randn(weight.shape, dtype=weight.dtype).contiguous(memory_format=layout)
     b = torch.randn(weight.shape[0], dtype=weight.dtype) if conv.bias is not None else None
