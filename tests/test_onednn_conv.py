@@ -158,3 +158,14 @@ def test_the_timed_choice_keeps_aten_where_the_fused_op_is_not_faster(channels_l
     assert _fused(converted) == [("aten::_convolution", "aten::relu")]
     x = torch.randn(1, 3, 12, 12)
     torch.testing.assert_close(converted(x), traced(x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_torch_without_the_fused_ops_keeps_atens_convolutions(always, channels_last_always, monkeypatch):
+    """A torch build without oneDNN's fused convolution (or without oneDNN) converts as before."""
+    monkeypatch.setattr(onednn_conv, "available", lambda: False)
+    torch.manual_seed(0)
+    traced = torch.jit.trace(Convs().eval(), torch.randn(2, 3, 16, 16))
+    converted = jit2triton.convert(traced, (torch.randn(2, 3, 16, 16),), choices="fixed")
+    assert not _fused(converted) and "packed" not in converted.manifest["plan"]
+    x = torch.randn(2, 3, 16, 16)
+    assert_same(converted(x), traced(x), "", {torch.float32: (1e-4, 1e-4)})

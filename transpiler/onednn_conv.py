@@ -116,9 +116,10 @@ def _rewrite_graph(graph: Graph, sizes: dict[str, int]) -> int:
 
 
 def available() -> bool:
+    """Whether this torch has oneDNN and the three ops (torch 2.1 on; a build without them keeps ATen's)."""
     ops = torch.ops.mkldnn
-    return torch.backends.mkldnn.is_available() and hasattr(ops, "_convolution_pointwise") \
-        and hasattr(ops._convolution_pointwise, "binary")
+    return torch.backends.mkldnn.is_available() and all(hasattr(ops, op) for op in (
+        "_convolution_pointwise", "_reorder_convolution_weight")) and hasattr(ops._convolution_pointwise, "binary")
 
 
 def _as_conv(node: Node, weights: dict[int, str], literals: dict[int, object]) -> Optional[Conv]:
