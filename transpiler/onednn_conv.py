@@ -212,7 +212,7 @@ def choose(conv: Conv, graph: Graph, weights: dict[int, str], sizes: dict[str, i
     shape = at_example(conv.x.type.shape, sizes)
     weight = graph.weights[weights[conv.weight.id]]
     epilogue = "+".join((["add"] if conv.other is not None else []) + ([conv.activation] if conv.activation else []))
-    what = (f"oneDNN fused or ATen convolution, {'x'.join(map(str, shape or ()))} * {'x'.join(map(str, weight.shape))}"
+    what = (f"fused oneDNN or ATen convolution, {'x'.join(map(str, shape or ()))} * {'x'.join(map(str, weight.shape))}"
             f" s{conv.stride} p{conv.padding} d{conv.dilation} g{conv.groups}"
             f"{' + ' + epilogue if epilogue else ''}, channels-last")
     if timing.fixed():
