@@ -178,6 +178,60 @@ def densenet121() -> nn.Module:
         return DenseNet()
 
 
+def _conv_bn(cin: int, cout: int, kernel: int = 1, stride: int = 1, groups: int = 1) -> list[nn.Module]:
+    return [nn.Conv2d(cin, cout, kernel, stride, kernel // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+
+
+class SqueezeExcite(nn.Module):
+    def __init__(self, channels: int, squeezed: int) -> None:
+        super().__init__()
+        self.reduce, self.expand = nn.Conv2d(channels, squeezed, 1), nn.Conv2d(squeezed, channels, 1)
+
+    def forward(self, x):
+        s = torch.nn.functional.adaptive_avg_pool2d(x, 1)
+        return x * torch.sigmoid(self.expand(torch.relu(self.reduce(s))))
+
+
+class EdgeBlock(nn.Module):
+    """MobileNetV2/EfficientNet's inverted residual: 1x1 expand, depthwise 3x3 (ReLU6), squeeze-excite, 1x1
+    project, residual add."""
+
+    def __init__(self, channels: int, expanded: int) -> None:
+        super().__init__()
+        self.expand = nn.Sequential(*_conv_bn(channels, expanded), nn.SiLU())
+        self.depthwise = nn.Sequential(*_conv_bn(expanded, expanded, 3, groups=expanded), nn.ReLU6())
+        self.excite = SqueezeExcite(expanded, expanded // 4)
+        self.project = nn.Sequential(*_conv_bn(expanded, channels))
+
+    def forward(self, x):
+        return x + self.project(self.excite(self.depthwise(self.expand(x))))
+
+
+class EdgeConvNet(nn.Module):
+    """A conv-BN / depthwise / squeeze-excite net of the kind deployed on edge CPUs (issues #35, #37): 2x3x64x64
+    in, a stride-2 stem, two inverted residual blocks, a 1x1 head conv with SiLU and a global average pool."""
+
+    def __init__(self, classes: int = 10) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(*_conv_bn(3, 32, 3, stride=2), nn.ReLU6())
+        self.blocks = nn.Sequential(EdgeBlock(32, 64), EdgeBlock(32, 64))
+        self.head = nn.Sequential(*_conv_bn(32, 64), nn.SiLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                                  nn.Linear(64, classes))
+
+    def forward(self, x):
+        return self.head(self.blocks(self.stem(x)))
+
+
+def edge_convnet() -> nn.Module:
+    """EdgeConvNet with non-trivial BatchNorm statistics, so that a folded BN is really exercised."""
+    model = EdgeConvNet()
+    for bn in (m for m in model.modules() if isinstance(m, nn.BatchNorm2d)):
+        bn.running_mean.uniform_(-0.5, 0.5)
+        bn.running_var.uniform_(0.5, 2.0)
+        nn.init.uniform_(bn.weight, 0.5, 1.5)
+    return model.eval()
+
+
 class BertOutput(nn.Module):
     """transformers' BertModel (random weights: speed does not depend on them) returning its last hidden state."""
 

@@ -24,6 +24,7 @@ from jit2triton.transpiler.symbolic import at_least_one
 from .common import (KernelWriter, Scope, provenance_comment, reduction_size, row_major, size_code, store_index,
                      unravel, variables_size)
 from .cpp_shared import Rendered, placeholder, share_bodies
+from . import cpp_channels_inner as channels_inner
 
 CTYPES = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
           "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t",
@@ -364,6 +365,9 @@ class _KernelWriter(KernelWriter):
                         f"(const {CTYPES[b.dtype]}*)buffers[{i}];")
         for j, b in enumerate(kernel.outputs):
             head.append(f"  {CTYPES[b.dtype]}* __restrict out_{b.name} = ({CTYPES[b.dtype]}*)buffers[{len(kernel.inputs) + j}];")
+        channel = channels_inner.channel_var(nest)
+        if channel is not None:
+            return self.render_channels_inner(head, channel)
         root = Scope(None, frozenset(), "  ")
         row = Scope(root, frozenset(nest.outer), "    ")
         sweep = Scope(row, frozenset(nest.ranges), "    " + "  " * len(nest.inner))
@@ -386,6 +390,24 @@ class _KernelWriter(KernelWriter):
         lines.append("  return j2t_status;")
         lines.append("}")
         return "\n".join(lines)
+
+    def render_channels_inner(self, head: list[str], channel: K.KExpr) -> str:
+        """The kernel with its channels innermost (cpp_channels_inner.py): rows and channel blocks split across
+        threads where the work is large enough."""
+        prelude, body, rows = channels_inner.render_loops(self, channel, ctype, _reduction_init)
+        work = rows * (1 + sum(reduction_size(r) for r in self.nest.reductions)) * channel.arg[1]
+        lines = head + prelude
+
+        def loop(parallel: bool) -> list[str]:
+            pragma = ["  #pragma omp parallel for num_threads(num_threads)"] if parallel else []
+            return pragma + [f"  for (int64_t row = 0; row < {self.size(rows)}; ++row) {{"] + body + ["  }"]
+
+        if isinstance(work, int):
+            lines += loop(work > PARALLEL_WORK)
+        else:
+            lines += [f"  if ({size_code(work)} > {PARALLEL_WORK}) {{"] + ["  " + x for x in loop(True)]
+            lines += ["  } else {"] + ["  " + x for x in loop(False)] + ["  }"]
+        return "\n".join(lines + ["  return j2t_status;", "}"])
 
     def loops(self, sweep: Scope, row: Scope, parallel: Optional[str]) -> list[str]:
         """The row loop and the sweep inside it; `parallel` (an OpenMP clause) splits rows, or the outermost inner

@@ -23,7 +23,7 @@ def test_conv_bias_moves_into_the_kernel_after_it(monkeypatch, tmp_path) -> None
     monkeypatch.setattr(pipeline, "REWRITES", [forced if name == "split_conv_bias" else (name, run)
                                                for name, run in pipeline.REWRITES])
     source, reference, example = build(CNN, tmp_path)
-    converted = jit2triton.convert(source, example_inputs=example)
+    converted = jit2triton.convert(source, example_inputs=example, choices="fixed")  # no timed oneDNN conv
     assert counts == [4]  # every convolution of the model (batch norm folded into them)
     convolutions = [s for s in converted.manifest["plan"]["steps"] if s.get("op") == "aten::_convolution"]
     assert len(convolutions) == 4 and all(s["args"][2] == ["c", None] for s in convolutions)
@@ -34,7 +34,7 @@ def test_conv_bias_moves_into_the_kernel_after_it(monkeypatch, tmp_path) -> None
 
 def test_on_the_cpu_the_bias_stays_in_the_convolution(tmp_path) -> None:
     source, reference, example = build(CNN, tmp_path)
-    converted = jit2triton.convert(source, example_inputs=example)
+    converted = jit2triton.convert(source, example_inputs=example, choices="fixed")  # no timed oneDNN conv
     convolutions = [s for s in converted.manifest["plan"]["steps"] if s.get("op") == "aten::_convolution"]
     assert convolutions and all(s["args"][2][0] == "w" for s in convolutions)
 

@@ -52,7 +52,7 @@ def channels_last(graph: Graph, ctx) -> bool:
     trial = clone_graph(graph)
     if not _rewrite(trial, ctx.example_sizes):
         return False
-    if not _runs_at_every_draw(trial, ctx, [(ctx.example_sizes, ctx.example_inputs)]):
+    if not runs_at_every_draw(trial, ctx, [(ctx.example_sizes, ctx.example_inputs)]):
         return False  # the model does not run in the new layout
     # On CUDA the plan's run through ATen here is bound by the host (a Python step costs more than a convolution
     # of resnet18 on an H100), so its time hides the GPU's: resnet18's choice flipped from run to run. cuDNN's
@@ -89,7 +89,7 @@ def _plan_run(graph: Graph, ctx):
     return lambda: ctx.run_plan(sched, _copies(ctx.example_inputs), None)
 
 
-def _runs_at_every_draw(graph: Graph, ctx, draws: Optional[list] = None) -> bool:
+def runs_at_every_draw(graph: Graph, ctx, draws: Optional[list] = None) -> bool:
     """Whether the graph runs at the example and the other sizes conversion observes (dynamic dims; other input
     values): a view the new strides allow at one size may not at another."""
     sched = build_plan(graph)

@@ -134,7 +134,7 @@ register(EXTERN, """
     aten::convolution aten::conv1d.padding aten::conv2d.padding aten::conv3d.padding aten::conv_tbc
     aten::lstm.input aten::gru.input
     aten::scaled_dot_product_attention aten::topk aten::sort aten::nonzero aten::index.Tensor aten::unique
-    mkldnn::_linear_pointwise
+    mkldnn::_linear_pointwise mkldnn::_convolution_pointwise mkldnn::_convolution_pointwise.binary
 """)
 
 # Quantized GEMMs, convolutions, RNNs and embeddings over packed weights (transpiler/packed_params.py): FBGEMM, oneDNN or

@@ -37,6 +37,7 @@ from .op_table import lookup
 from .merge_kernels import merge_kernels
 from .gemm_forms import gemm_forms
 from .onednn_linear import onednn_linear
+from .onednn_conv import onednn_conv
 from .place_on_device import place_on_device
 from .build_plan import Plan, build_plan
 from .channels_last import channels_last
@@ -173,6 +174,7 @@ REWRITES: list[tuple[str, Pass]] = [
     ("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes)),  # CPU: where oneDNN is faster
     ("check_indices", lambda g, c: check_indices(g)),  # generated gathers clamp: a bad index must still raise
     ("channels_last", channels_last),  # conv nets: channels-last activations, where timing says faster
+    ("onednn_conv", onednn_conv),  # CPU, channels-last nets: fused oneDNN convolutions, where timing says faster
     ("reobserve", observe),  # the rewrites made new values (a fused attention's output has its own strides)
     ("infer_unobserved", lambda g, c: infer_unobserved(g)),  # branches the example inputs did not take
     ("bind_sizes", lambda g, c: bind_opaque_sizes(g, c.recorder, c.kernel_dims)),  # opaque sizes read at run time
@@ -181,8 +183,9 @@ REWRITES: list[tuple[str, Pass]] = [
 
 # Rewrites that only make the graph faster: one that fails is skipped (its bug costs speed, never the conversion).
 # The others type the graph or keep generated kernels safe, so without them no kernels are generated.
-OPTIONAL_REWRITES = frozenset({"bind_sizes", "fold_shapes", "unpack_splits", "fuse_attention", "decompose_mha", "functionalize",
-                               "split_conv_bias", "gemm_forms", "onednn_linear", "channels_last"})
+OPTIONAL_REWRITES = frozenset({"bind_sizes", "fold_shapes", "unpack_splits", "fuse_attention", "decompose_mha",
+                               "functionalize", "split_conv_bias", "gemm_forms", "onednn_linear", "channels_last",
+                               "onednn_conv"})
 
 
 class PassFailed(Exception):

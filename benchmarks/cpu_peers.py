@@ -1,0 +1,178 @@
+"""jit2triton against the CPU tools a deployment engineer would pick instead (issue #37): torch.jit, ONNX Runtime
+(the same traced .pt exported with torch.onnx.export, where it exports), torch.compile with freezing=True
+(Inductor's CPU path with prepacked weights) and jit2triton, in one process, taking turns call by call, each in
+inference mode with the same number of threads. Prints median ms per call and each peer's time over jit2triton's.
+
+    python benchmarks/cpu_peers.py [--threads 2] [--calls 100] [--rounds 3] [--only PART,PART] [--json FILE]
+
+Models: transformers BERT-base, DistilBERT, ViT (4 layers), GPT-2, ResNetModel and ConvNeXt at their default
+configs with random weights (no downloads), and benchmarks/workloads.py's edge conv net (conv-BN, depthwise,
+squeeze-excite) at 2x3x64x64. A peer that fails on a model (an export ORT cannot run, a graph Inductor cannot
+compile) gets a `-` and the reason below the table; the others still run. Needs the `bench` extra
+(onnxruntime, onnx, onnxscript).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from typing import Callable, Iterator
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+import jit2triton  # noqa: E402
+from workloads import edge_convnet  # noqa: E402
+
+PEERS = ("torch.jit", "ONNX Runtime", "torch.compile freezing", "jit2triton")
+
+
+class _Positional(torch.nn.Module):
+    """A transformers model called with positional inputs, returning its first output (the last hidden state)."""
+
+    def __init__(self, model: torch.nn.Module, names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.model, self.names = model, names
+
+    def forward(self, *inputs):
+        return self.model(**dict(zip(self.names, inputs)), return_dict=False)[0]
+
+
+def _models() -> Iterator[tuple[str, torch.nn.Module, tuple]]:
+    """(name, eager module in eval mode, inputs) for every row."""
+    import transformers as t
+
+    def tokens(batch: int, seq: int, vocab: int) -> tuple:
+        return torch.randint(0, vocab, (batch, seq)), torch.ones(batch, seq, dtype=torch.long)
+
+    yield "edge conv-BN/depthwise/SE net, 2x64^2", edge_convnet(), (torch.randn(2, 3, 64, 64),)
+    yield "ResNet (ResNetModel), 2x128^2", _Positional(t.ResNetModel(t.ResNetConfig()), ("pixel_values",)), \
+        (torch.randn(2, 3, 128, 128),)
+    yield "ConvNeXt, 2x128^2", _Positional(t.ConvNextModel(t.ConvNextConfig()), ("pixel_values",)), \
+        (torch.randn(2, 3, 128, 128),)
+    text = ("input_ids", "attention_mask")
+    yield "BERT-base, 2x32", _Positional(t.BertModel(t.BertConfig()), text), tokens(2, 32, 30522)
+    yield "DistilBERT, 2x32", _Positional(t.DistilBertModel(t.DistilBertConfig()), text), tokens(2, 32, 30522)
+    vit = t.ViTModel(t.ViTConfig(num_hidden_layers=4))
+    yield "ViT (4 layers), 1x224^2", _Positional(vit, ("pixel_values",)), (torch.randn(1, 3, 224, 224),)
+    gpt2 = t.GPT2Model(t.GPT2Config(use_cache=False))
+    yield "GPT-2, 1x40", _Positional(gpt2, ("input_ids",)), (torch.randint(0, 50257, (1, 40)),)
+
+
+def _torch_jit(traced: torch.jit.ScriptModule, inputs: tuple) -> Callable[[], object]:
+    return lambda: traced(*inputs)
+
+
+def _onnx_runtime(traced: torch.jit.ScriptModule, inputs: tuple, threads: int, folder: str) -> Callable[[], object]:
+    import onnxruntime as ort
+    path = os.path.join(folder, "model.onnx")
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(traced, inputs, path, dynamo=False)  # a ScriptModule: the TorchScript exporter
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
+    session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    feed = {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)}
+    return lambda: session.run(None, feed)
+
+
+def _torch_compile(eager: torch.nn.Module, inputs: tuple) -> Callable[[], object]:
+    import torch._inductor.config as inductor
+    inductor.freezing = True
+    compiled = torch.compile(eager)
+    with torch.inference_mode():
+        compiled(*inputs)  # compiles here, so a failure is this peer's, before timing
+    return lambda: compiled(*inputs)
+
+
+def _jit2triton(traced: torch.jit.ScriptModule, inputs: tuple, folder: str) -> Callable[[], object]:
+    path = os.path.join(folder, "model.j2t")
+    jit2triton.convert(traced, inputs).save(path)
+    loaded = jit2triton.load(path)
+    return lambda: loaded(*inputs)
+
+
+def _peers(eager, inputs, threads: int, folder: str) -> tuple[dict[str, Callable], dict[str, str]]:
+    """Each peer's call on `inputs`, and why each peer that could not run does not."""
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        traced = torch.jit.trace(eager, inputs, strict=False, check_trace=False)
+    buffer = io.BytesIO()  # every peer starts from the same saved .pt, as a user holding one would
+    torch.jit.save(traced, buffer)
+    buffer.seek(0)
+    traced = torch.jit.load(buffer)
+    makers = {"torch.jit": lambda: _torch_jit(traced, inputs),
+              "ONNX Runtime": lambda: _onnx_runtime(traced, inputs, threads, folder),
+              "torch.compile freezing": lambda: _torch_compile(eager, inputs),
+              "jit2triton": lambda: _jit2triton(traced, inputs, folder)}
+    calls, failed = {}, {}
+    for peer, make in makers.items():
+        try:
+            calls[peer] = make()
+        except Exception as err:  # noqa: BLE001 - a peer that cannot run this model is reported, not fatal
+            failed[peer] = f"{type(err).__name__}: {' '.join(str(err).split())[:160]}"
+    return calls, failed
+
+
+def _time(calls: dict[str, Callable], count: int, rounds: int) -> dict[str, float]:
+    """Median ms per call of each peer: `rounds` rounds, each of `count` calls per peer taken in turns, the order
+    rotating each round."""
+    labels = list(calls)
+    samples: dict[str, list[float]] = {label: [] for label in labels}
+    with torch.inference_mode():
+        for _ in range(5):
+            for call in calls.values():
+                call()
+        for r in range(rounds):
+            order = labels[r % len(labels):] + labels[:r % len(labels)]
+            for _ in range(count):
+                for label in order:
+                    start = time.perf_counter()
+                    calls[label]()
+                    samples[label].append(time.perf_counter() - start)
+    return {label: statistics.median(t) * 1e3 for label, t in samples.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--calls", type=int, default=100, help="calls per peer per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", default="", help="keep rows whose names contain one of these comma-separated parts")
+    parser.add_argument("--json", default="", help="also write the table here")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+    only = [part.strip() for part in args.only.split(",") if part.strip()]
+    folder = tempfile.mkdtemp()
+    print(f"torch {torch.__version__}, {args.threads} threads each; median ms per call of {args.rounds} rounds x "
+          f"{args.calls} calls, taken in turns")
+    print(f"{'model':40s}" + "".join(f"{p:>24s}" for p in PEERS) + f"{'best peer / jit2triton':>24s}")
+    table, notes = [], []
+    for name, eager, inputs in _models():
+        if only and not any(part in name for part in only):
+            continue
+        torch.manual_seed(0)
+        calls, failed = _peers(eager.eval(), inputs, args.threads, folder)
+        ms = _time(calls, args.calls, args.rounds)
+        ahead = min((v for p, v in ms.items() if p != "jit2triton"), default=None)
+        line = f"{name:40s}" + "".join(f"{ms[p]:24.3f}" if p in ms else f"{'-':>24s}" for p in PEERS)
+        line += f"{ahead / ms['jit2triton']:23.2f}x" if ahead and "jit2triton" in ms else f"{'-':>24s}"
+        print(line, flush=True)
+        notes += [f"{name}: {peer} did not run ({why})" for peer, why in failed.items()]
+        table.append({"model": name, "ms": ms, "failed": failed})
+    for note in notes:
+        print(note)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"threads": args.threads, "torch": torch.__version__, "rows": table}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

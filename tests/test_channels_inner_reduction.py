@@ -1,0 +1,94 @@
+"""Reductions over channels-last activations run with the channels innermost in the C++ kernels
+(emitters/cpp_channels_inner.py): a global pool's loads are then contiguous and vectorize. Each package is checked
+against TorchScript on fresh inputs in both runtimes."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import jit2triton
+from jit2triton.emitters import cpp_channels_inner
+from jit2triton.transpiler import channels_last
+from helpers import assert_same
+
+
+@pytest.fixture(autouse=True)
+def channels_last_always(monkeypatch):
+    monkeypatch.setattr(channels_last, "MODE", "always")
+
+
+class Pools(torch.nn.Module):
+    """A SiLU then global average pool (EfficientNet's head), a max over H and W, a squeeze-excite gate, over
+    72 channels: one full block of 64 and a partial one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 72, 3, padding=1)
+        self.reduce, self.expand = torch.nn.Conv2d(72, 18, 1), torch.nn.Conv2d(18, 72, 1)
+
+    def forward(self, x):
+        y = self.conv(x)
+        pooled = torch.flatten(F.adaptive_avg_pool2d(F.silu(y), 1), 1)
+        gate = torch.sigmoid(self.expand(torch.relu(self.reduce(F.adaptive_avg_pool2d(F.hardtanh(y, 0, 6), 1)))))
+        return pooled, y.amax((2, 3)), y * gate
+
+
+def _interchanged(converted) -> list[str]:
+    code = converted.code
+    return [k["name"] for k in converted.summary()["kernels"]
+            if "channel_block" in code[code.find(f"int {k['name']}("):][:3000].split("return j2t_status")[0]]
+
+
+def _check(converted, model, make_input, tmp_path, calls=2):
+    path = tmp_path / "model.j2t"
+    converted.save(path)
+    for runtime in ("cpp", "python"):
+        loaded = jit2triton.load(path, runtime=runtime)
+        for call in range(calls):
+            x = make_input()
+            assert_same(loaded(x), model(x), f"{runtime}, call {call}", {torch.float32: (1e-5, 1e-5)})
+
+
+def test_global_pools_over_channels_last_run_channels_innermost(tmp_path):
+    torch.manual_seed(0)
+    make = lambda: torch.randn(2, 3, 9, 10)
+    traced = torch.jit.trace(Pools().eval(), make())
+    converted = jit2triton.convert(traced, (make(),), choices="fixed")
+    interchanged = _interchanged(converted)
+    assert any("silu_adaptive_avg_pool2d" in k for k in interchanged), interchanged
+    assert any("amax" in k for k in interchanged), interchanged
+    assert any("hardtanh_adaptive_avg_pool2d" in k for k in interchanged), interchanged
+    _check(converted, traced, make, tmp_path)
+
+
+def test_a_dynamic_batch_pools_channels_innermost_at_every_size(tmp_path):
+    torch.manual_seed(0)
+    traced = torch.jit.trace(Pools().eval(), torch.randn(2, 3, 9, 10))
+    batch = jit2triton.Dim("batch", min=1, max=64)
+    converted = jit2triton.convert(traced, (torch.randn(2, 3, 9, 10),), dynamic_shapes={0: {0: batch}},
+                                   choices="fixed")
+    interchanged = _interchanged(converted)
+    assert any("silu_adaptive_avg_pool2d" in k for k in interchanged), interchanged
+    sizes = iter([1, 5, 64, 3])
+    _check(converted, traced, lambda: torch.randn(next(sizes), 3, 9, 10), tmp_path)
+
+
+def test_contiguous_nchw_pools_keep_the_usual_form():
+    """Without channels-last the reduction dims are the contiguous ones: the usual form already vectorizes."""
+    torch.manual_seed(0)
+    model = torch.jit.trace(Pools().eval(), torch.randn(2, 3, 9, 10))
+    channels_last.MODE = "never"
+    converted = jit2triton.convert(model, (torch.randn(2, 3, 9, 10),), choices="fixed")
+    assert not _interchanged(converted)
+    x = torch.randn(2, 3, 9, 10)
+    assert_same(converted(x), model(x))
+
+
+def test_nan_propagates_through_a_channels_inner_max(tmp_path):
+    torch.manual_seed(0)
+    traced = torch.jit.trace(Pools().eval(), torch.randn(2, 3, 9, 10))
+    converted = jit2triton.convert(traced, (torch.randn(2, 3, 9, 10),), choices="fixed")
+    x = torch.randn(2, 3, 9, 10)
+    x[1, :, 4, 4] = float("nan")
+    got, want = converted(x)[1], traced(x)[1]
+    assert torch.isnan(got[1]).any() and torch.equal(torch.isnan(got), torch.isnan(want))
+    assert cpp_channels_inner.BLOCK == 64  # (72 channels: the test covers a full block and a partial one)

@@ -1,0 +1,324 @@
+"""On the CPU, a 2-d convolution by a constant weight runs as oneDNN's `mkldnn::_convolution_pointwise` where that is
+faster, with the residual add and the activation after it as the convolution's own post-ops.
+
+ATen's CPU convolution is oneDNN's too, but each op after it is another pass over the activation: a small conv
+net (issues #35 and #37) spent a quarter of its call in `relu`, `silu`, `hardtanh` and residual `add` kernels
+after its convolutions, which oneDNN folds into the convolution's stores. BatchNorm is already folded into the
+weight and bias by freezing. Only nets that run channels-last (channels_last.py chose it) are rewritten: the
+activations stay in the layout oneDNN wants between convolutions, and each output has the layout ATen's gave.
+
+    y = conv2d(x, W, b); z = relu(y)        ->  z = mkldnn::_convolution_pointwise(x, W, b, ..., "relu", [], None)
+    y = conv2d(x, W, b); z = relu(y + r)    ->  z = mkldnn::_convolution_pointwise.binary(x, r, W, b, ..., "add",
+                                                                                           None, "relu", [], None)
+
+Which is faster depends on the CPU and the shape, so both are timed on random operands of each convolution's shape
+while converting (`choose`, through timing.py: interleaved, medians, a margin; ATen's on a tie) and the package
+records the choice; `choices="fixed"` keeps ATen's convolution. The weight is reordered into oneDNN's blocked
+layout once, at load (a packed constant of the plan). Only float32/bfloat16, groups (depthwise) and
+1x1 included; the fused ops run in both runtimes through the dispatcher, as any ATen op.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from .channels_last import CHANNELS_LAST, runs_at_every_draw
+from .fuse import clone_graph
+from .packed_params import AT_LOAD
+from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
+from .symbolic import at_example
+from . import timing
+
+OP, BINARY_OP = "mkldnn::_convolution_pointwise", "mkldnn::_convolution_pointwise.binary"
+SCHEMA = ("mkldnn::_convolution_pointwise(Tensor X, Tensor W, Tensor? B, int[] padding, int[] stride, "
+          "int[] dilation, int groups, str attr, Scalar?[] scalars, str? algorithm) -> Tensor Y")
+BINARY_SCHEMA = ("mkldnn::_convolution_pointwise.binary(Tensor X, Tensor other, Tensor W, Tensor? B, int[] padding, "
+                 "int[] stride, int[] dilation, int groups, str binary_attr, Scalar? alpha, str? unary_attr, "
+                 "Scalar?[] unary_scalars, str? unary_algorithm) -> Tensor Y")
+REORDER_OP = "mkldnn::_reorder_convolution_weight"
+REORDER_SCHEMA = ("mkldnn::_reorder_convolution_weight(Tensor self, int[2] padding=0, int[2] stride=1, "
+                  "int[2] dilation=1, int groups=1, int[]? input_size=None) -> Tensor Y")
+DTYPES = ("float32", "bfloat16")
+# activation op -> oneDNN's post-op name (hardtanh, ReLU6 in a trace, takes its bounds as scalars; gelu its
+# `approximate` as the algorithm)
+ACTIVATIONS = {"aten::relu": "relu", "aten::sigmoid": "sigmoid", "aten::tanh": "tanh", "aten::hardswish": "hardswish",
+               "aten::silu": "swish", "aten::gelu": "gelu", "aten::hardtanh": "hardtanh", "aten::relu6": "hardtanh"}
+_TORCH_ACTIVATIONS = {"relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+                      "hardswish": torch.nn.functional.hardswish, "swish": torch.nn.functional.silu}
+MODE = "auto"  # "auto": where timing says oneDNN is faster; "always"; "never"
+MARGIN = 0.9  # the fused convolution must take at most this share of ATen's convolution and epilogue
+FIXED = "aten"  # choices="fixed": ATen's convolution, as the model wrote it
+
+_chosen: dict[tuple, timing.Choice] = {}  # per process: the convolution's shapes and epilogue -> the choice
+
+
+@dataclass
+class Conv:
+    """A 2-d convolution by a constant weight and what it folds in."""
+    node: Node
+    x: Value
+    weight: Value
+    bias: Optional[Value]
+    stride: list[int]
+    padding: list[int]
+    dilation: list[int]
+    groups: int
+    other: Optional[Value] = None  # a residual added to its output
+    activation: str = ""  # oneDNN's post-op name
+    scalars: list = field(default_factory=list)
+    algorithm: str = ""
+    folded: list[Node] = field(default_factory=list)  # the add and activation nodes it takes in, in order
+    sizes: Optional[dict[str, int]] = None  # the example's dynamic dims
+
+
+def onednn_conv(graph: Graph, ctx) -> int:
+    """Rewrite in place; returns how many convolutions now run through oneDNN's fused op. Only in a net that runs
+    channels-last (channels_last.py): the fused op's output is channels-last whatever its input's layout, where
+    ATen's keeps the input's. The rewritten graph must run at every size conversion observes, or it is dropped."""
+    if ctx.device.type != "cpu" or MODE == "never" or not available() or not _runs_channels_last(graph):
+        return 0
+    trial = clone_graph(graph)
+    done = _rewrite_graph(trial, ctx.example_sizes or {})
+    if not done or not runs_at_every_draw(trial, ctx, [(ctx.example_sizes, ctx.example_inputs)]):
+        return 0
+    graph.body, graph.weights = trial.body, trial.weights
+    return done
+
+
+def _runs_channels_last(graph: Graph) -> bool:
+    consts = literals_of(graph)
+    return any(n.op == "aten::contiguous" and n.attrs.get("synthetic") and len(n.inputs) == 2
+               and consts.get(n.inputs[1].id) == CHANNELS_LAST for n in graph.body.nodes)
+
+
+def _rewrite_graph(graph: Graph, sizes: dict[str, int]) -> int:
+    weights, literals, readers = weight_names(graph), literals_of(graph), readers_of(graph)
+    done = 0
+    for block in blocks(graph):
+        defined_at = {v.id: i for i, n in enumerate(block.nodes) for v in n.outputs}
+        out: list[Node] = []
+        for at, node in enumerate(block.nodes):
+            if node.attrs.get("folded_into_conv"):
+                continue
+            conv = _as_conv(node, weights, literals)
+            if conv is not None:
+                conv.sizes = sizes
+                _epilogue(conv, block, readers, literals, lambda v: defined_at.get(v.id, -1) < at)
+                if choose(conv, graph, weights, sizes):
+                    out += _rewrite(conv)
+                    done += 1
+                    continue
+            out.append(node)
+        block.nodes = out
+    return done
+
+
+def available() -> bool:
+    """Whether this torch has oneDNN and the three ops (torch 2.1 on; a build without them keeps ATen's)."""
+    ops = torch.ops.mkldnn
+    return torch.backends.mkldnn.is_available() and all(hasattr(ops, op) for op in (
+        "_convolution_pointwise", "_reorder_convolution_weight")) and hasattr(ops._convolution_pointwise, "binary")
+
+
+def _as_conv(node: Node, weights: dict[int, str], literals: dict[int, object]) -> Optional[Conv]:
+    """The convolution `node` computes, when oneDNN's fused op can run it: 2-d, batched, a constant weight and
+    bias, float32 or bfloat16 on the CPU, not transposed, numeric padding."""
+    ins = node.inputs
+    if node.op == "aten::conv2d" and len(ins) == 7:
+        params = [literals.get(v.id) for v in ins[3:7]]
+    elif node.op == "aten::_convolution" and len(ins) >= 12 and literals.get(ins[6].id) is False:
+        params = [literals.get(v.id) for v in (ins[3], ins[4], ins[5], ins[8])]
+    else:
+        return None
+    x, weight, bias = ins[0], ins[1], ins[2]
+    stride, padding, dilation, groups = params
+    if not (all(_pair(p) for p in (stride, padding, dilation)) and isinstance(groups, int)):
+        return None
+    dtype = x.type.dtype
+    if (dtype not in DTYPES or x.type.device != "cpu" or weight.id not in weights or weight.type.dtype != dtype
+            or x.type.shape is None or len(x.type.shape) != 4 or weight.type.shape is None
+            or len(weight.type.shape) != 4 or node.output.type.dtype != dtype):
+        return None
+    if bias.type.kind == "None":
+        bias = None
+    elif bias.id not in weights or bias.type.dtype != dtype:
+        return None
+    return Conv(node, x, weight, bias, _two(stride), _two(padding), _two(dilation), groups)
+
+
+def _pair(p) -> bool:
+    return isinstance(p, list) and len(p) in (1, 2) and all(isinstance(i, int) for i in p)
+
+
+def _two(p: list[int]) -> list[int]:
+    return p * 2 if len(p) == 1 else list(p)
+
+
+def _epilogue(conv: Conv, block, readers: dict[int, list], literals: dict[int, object], before) -> None:
+    """Fold into `conv` a residual add of a value defined before it, then an activation, each where it is the one
+    reader of what precedes it, in the same block."""
+    in_block = {id(n) for n in block.nodes}
+    result = conv.node.output
+    add = _only_reader(result, readers, in_block)
+    if add is not None and add.op == "aten::add.Tensor" and len(add.inputs) == 3 \
+            and literals.get(add.inputs[2].id) == 1:
+        a, b = add.inputs[0], add.inputs[1]
+        other = b if a is result else a if b is result else None
+        if other is not None and other is not result and before(other) and _same_tensor_type(other, result) \
+                and add.output.type.dtype == result.type.dtype:
+            conv.other, result = other, add.output
+            conv.folded.append(add)
+    act = _only_reader(result, readers, in_block)
+    if act is None or act.inputs[0] is not result or act.output.type.dtype != result.type.dtype:
+        return
+    name = ACTIVATIONS.get(act.op)
+    if name == "gelu":
+        approximate = literals.get(act.inputs[1].id, "none") if len(act.inputs) > 1 else "none"
+        if approximate not in ("none", "tanh"):
+            return
+        conv.algorithm = approximate
+    elif act.op == "aten::relu6" and len(act.inputs) == 1:
+        conv.scalars = [0.0, 6.0]
+    elif name == "hardtanh":
+        bounds = [literals.get(v.id) for v in act.inputs[1:3]]
+        if len(act.inputs) != 3 or not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in bounds):
+            return
+        conv.scalars = [float(b) for b in bounds]
+    elif name is None or len(act.inputs) != 1:
+        return
+    conv.activation = name
+    conv.folded.append(act)
+
+
+def _only_reader(value: Value, readers: dict[int, list], in_block: set[int]) -> Optional[Node]:
+    users = readers.get(value.id, [])
+    if len(users) != 1 or users[0] is None or id(users[0]) not in in_block:
+        return None
+    return users[0]
+
+
+def _same_tensor_type(a: Value, b: Value) -> bool:
+    return a.type.is_tensor and a.type.dtype == b.type.dtype and a.type.shape is not None \
+        and tuple(a.type.shape) == tuple(b.type.shape or ())
+
+
+def choose(conv: Conv, graph: Graph, weights: dict[int, str], sizes: dict[str, int]) -> bool:
+    """Whether oneDNN's fused convolution beats ATen's convolution and epilogue here, each timed on random operands
+    of the convolution's shape, channels-last."""
+    if MODE == "always":
+        return True
+    shape = at_example(conv.x.type.shape, sizes)
+    weight = graph.weights[weights[conv.weight.id]]
+    epilogue = "+".join((["add"] if conv.other is not None else []) + ([conv.activation] if conv.activation else []))
+    what = (f"fused oneDNN or ATen convolution, {'x'.join(map(str, shape or ()))} * {'x'.join(map(str, weight.shape))}"
+            f" s{conv.stride} p{conv.padding} d{conv.dilation} g{conv.groups}"
+            f"{' + ' + epilogue if epilogue else ''}, channels-last")
+    if timing.fixed():
+        return timing.take_fixed(what, FIXED, "aten").chosen == "onednn"
+    if shape is None:  # an opaque size: nothing to time at, so ATen's own
+        return False
+    key = (what, conv.bias is not None, tuple(conv.scalars), conv.algorithm, torch.get_num_threads())
+    if key not in _chosen:
+        _chosen[key] = timing.settle(what, timing.interleaved(_candidates(conv, shape, weight)),
+                                     "aten", MARGIN)
+    else:
+        timing.record(_chosen[key])
+    return _chosen[key].chosen == "onednn"
+
+
+def _candidates(conv: Conv, shape: list[int], weight: torch.Tensor) -> dict:
+    layout = torch.channels_last
+    x = torch.randn(shape, dtype=weight.dtype).contiguous(memory_format=layout)
+    w = torch.randn(weight.shape, dtype=weight.dtype).contiguous(memory_format=layout)
+    b = torch.randn(weight.shape[0], dtype=weight.dtype) if conv.bias is not None else None
+    y_shape = torch.nn.functional.conv2d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups).shape
+    other = torch.randn(y_shape, dtype=weight.dtype).contiguous(memory_format=layout) if conv.other is not None \
+        else None
+    args = (conv.padding, conv.stride, conv.dilation, conv.groups)
+    act = conv.activation or "none"
+    packed = torch.ops.mkldnn._reorder_convolution_weight(w, *args, list(shape))
+
+    def aten():
+        y = torch.nn.functional.conv2d(x, w, b, conv.stride, conv.padding, conv.dilation, conv.groups)
+        y = y + other if other is not None else y
+        return _torch_activation(conv)(y)
+
+    if other is None:
+        fused = lambda: torch.ops.mkldnn._convolution_pointwise(x, packed, b, *args, act, conv.scalars,
+                                                                conv.algorithm)
+    else:
+        fused = lambda: torch.ops.mkldnn._convolution_pointwise.binary(
+            x, other, packed, b, *args, "add", None, conv.activation or None, conv.scalars, conv.algorithm or None)
+    return {"aten": lambda: _inference(aten), "onednn": lambda: _inference(fused)}
+
+
+def _inference(fn):
+    with torch.inference_mode():
+        return fn()
+
+
+def _torch_activation(conv: Conv):
+    if conv.activation == "hardtanh":
+        low, high = conv.scalars
+        return lambda y: torch.nn.functional.hardtanh(y, low, high)
+    if conv.activation == "gelu":
+        return lambda y: torch.nn.functional.gelu(y, approximate=conv.algorithm)
+    return _TORCH_ACTIVATIONS.get(conv.activation, lambda y: y)
+
+
+def _packed_weight(conv: Conv, result: Value, geometry: list[Value], constant) -> "_Packed":
+    """The weight reordered into oneDNN's blocked layout for this convolution, once, at load (build_plan puts the
+    node in the plan's "packed" list): the package stores the plain tensor, and no call reorders it again."""
+    shape = conv.x.type.shape
+    example = [d if isinstance(d, int) else at_example([d], conv.sizes)[0] for d in shape] \
+        if conv.sizes is not None else None
+    size = constant("input_size", example, Type("List", elems=(Type("int"),))) if example and None not in example \
+        else constant("input_size", None, Type("None"))
+    w = conv.weight.type
+    packed = Value(f"{conv.weight.name}_onednn_{result.name}", Type("Tensor", w.dtype, w.shape, w.device))
+    node = Node(REORDER_OP, [conv.weight, *geometry, size], [packed], source=conv.node.source,
+                attrs={"schema": REORDER_SCHEMA, AT_LOAD: True})
+    return _Packed(node, packed)
+
+
+@dataclass
+class _Packed:
+    node: Node
+    value: Value
+
+
+def _rewrite(conv: Conv) -> list[Node]:
+    node = conv.node
+    result = conv.folded[-1].output if conv.folded else node.output
+    for folded in conv.folded:
+        folded.attrs["folded_into_conv"] = True
+    constants: list[Node] = []
+
+    def constant(name: str, value, kind: Type) -> Value:
+        v = Value(f"{result.name}_{name}", kind)
+        constants.append(Node("prim::Constant", [], [v], attrs={"value": value}))
+        return v
+
+    ints = Type("List", elems=(Type("int"),))
+    scalars = Type("List", elems=(Type("Optional", elems=(Type("Scalar"),)),))
+    bias = conv.bias or constant("no_bias", None, Type("None"))
+    geometry = [constant("padding", conv.padding, ints), constant("stride", conv.stride, ints),
+                constant("dilation", conv.dilation, ints), constant("groups", conv.groups, Type("int"))]
+    weight = _packed_weight(conv, result, geometry, constant)
+    constants.append(weight.node)
+    if conv.other is None:
+        op, schema = OP, SCHEMA
+        inputs = [conv.x, weight.value, bias, *geometry, constant("attr", conv.activation or "none", Type("str")),
+                  constant("scalars", conv.scalars, scalars), constant("algorithm", conv.algorithm, Type("str"))]
+    else:
+        op, schema = BINARY_OP, BINARY_SCHEMA
+        optional = lambda name, value: constant(name, value, Type("str") if value else Type("None"))
+        inputs = [conv.x, conv.other, weight.value, bias, *geometry, constant("binary_attr", "add", Type("str")),
+                  constant("alpha", None, Type("None")), optional("unary_attr", conv.activation or None),
+                  constant("unary_scalars", conv.scalars, scalars),
+                  optional("unary_algorithm", conv.algorithm or None)]
+    fused = Node(op, inputs, [result], source=node.source,
+                 attrs={"schema": schema, "from_ops": [node.op] + [n.op for n in conv.folded]})
+    return constants + [fused]
