@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .infer_shapes import ShapeRecorder
-from .ir import Block, Graph, Type
+from .ir import Block, Graph, Type, defined
 from .op_table import HOST, lookup
 from .symbolic import SymSize
 
@@ -38,7 +38,7 @@ def bind_opaque_sizes(graph: Graph, recorder: ShapeRecorder, dims: Optional[dict
         node.attrs.setdefault("binds", []).append((index, axis, name))
     if not bound:
         return {}
-    for value in _values(graph):
+    for value in defined(graph):
         value.type = _with_bound(value.type, bound, recorder.dense_orders.get(value.id))
     added = {name: (BOUND_MIN, None, recorder.opaque_examples[name]) for name in bound}
     dims.update(added)
@@ -77,14 +77,6 @@ def _opaque(t: Type) -> list[str]:
     for e in t.elems:
         found += _opaque(e)
     return found
-
-
-def _values(graph: Graph):
-    yield from graph.inputs
-    for node in graph.walk():
-        for block in node.blocks:
-            yield from block.inputs
-        yield from node.outputs
 
 
 def _with_bound(t: Type, bound: dict, order: Optional[tuple[int, ...]]) -> Type:

@@ -25,7 +25,7 @@ import torch
 from . import kernel_ir as K
 from .alias_analysis import CONTAINERS, fixed_tensor_lists, mutated_views, writes
 from .drop_unread import drop_unread
-from .ir import KERNEL_OP, QUANTIZED_DTYPES, Block, Graph, Node, Type, Value, walk_block
+from .ir import KERNEL_OP, QUANTIZED_DTYPES, Block, Graph, Node, Type, Value, defined, walk_block
 from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, RunsAsExtern, TensorBox, contiguous_strides,
                        get_lowering, realized_box, strides_in_order)
 from .op_table import is_view
@@ -81,7 +81,7 @@ def clone_graph(graph: Graph) -> Graph:
     the same node in every copy). What no pass changes in place is shared: types and sources (frozen), the weights
     (never written), attrs' immutable values (the rest, literal lists, are deep-copied). copy.deepcopy of the whole
     graph took most of fusion's time (1.2 million calls for a chain of 1,000 layers)."""
-    values = {id(v): Value(v.name, v.type, v.id) for v in _defined(graph)}
+    values = {id(v): Value(v.name, v.type, v.id) for v in defined(graph)}
     memo: dict[int, Any] = {id(w): w for w in graph.weights.values()}
     memo.update(values)
 
@@ -95,15 +95,6 @@ def clone_graph(graph: Graph) -> Graph:
                     [block(b) for b in n.blocks], n.source, n.uid)
 
     return Graph(block(graph.body), dict(graph.weights), graph.name)
-
-
-def _defined(graph: Graph):
-    """Every value the graph defines: its inputs, nested blocks' inputs and every node's outputs."""
-    yield from graph.inputs
-    for n in graph.walk():
-        for b in n.blocks:
-            yield from b.inputs
-        yield from n.outputs
 
 
 _CARRIED_SCALARS = {"int": "int64", "float": "float64", "bool": "bool"}  # runtime scalar -> its 0-d tensor's dtype

@@ -150,6 +150,15 @@ def readers(graph: Graph) -> dict[int, list[Optional[Node]]]:
     return found
 
 
+def defined(graph: Graph):
+    """Every value the graph defines: its inputs, nested blocks' inputs and every node's outputs."""
+    yield from graph.inputs
+    for n in graph.walk():
+        for b in n.blocks:
+            yield from b.inputs
+        yield from n.outputs
+
+
 def blocks(graph: Graph) -> list[Block]:
     """The graph's body and every nested block, outermost first: a pass that rewrites block by block takes the list
     before it starts, so the blocks it adds or drops do not disturb the iteration."""
