@@ -227,3 +227,16 @@ def permuted(call: tuple) -> tuple:
                   else x for x in call)
     assert any(isinstance(x, torch.Tensor) and not x.is_contiguous() for x in views), "no input to permute"
     return views
+
+
+def assert_runtimes_match(converted, model, make_input, tmp_path, calls: int = 2, tolerance: float = 1e-5) -> None:
+    """The package saved and loaded in both runtimes, each called `calls` times on fresh inputs, against TorchScript
+    (float32 within `tolerance`, relative and absolute)."""
+    path = tmp_path / "model.j2t"
+    converted.save(path)
+    for runtime in ("cpp", "python"):
+        loaded = jit2triton.load(path, runtime=runtime)
+        for call in range(calls):
+            x = make_input()
+            with torch.no_grad():
+                assert_same(loaded(x), model(x), f"{runtime}, call {call}", {torch.float32: (tolerance, tolerance)})

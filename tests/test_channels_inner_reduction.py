@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import jit2triton
 from jit2triton.emitters import cpp_channels_inner
 from jit2triton.transpiler import channels_last
-from helpers import assert_same
+from helpers import assert_runtimes_match, assert_same
 
 
 @pytest.fixture(autouse=True)
@@ -38,14 +38,6 @@ def _interchanged(converted) -> list[str]:
             if "channel_block" in code[code.find(f"int {k['name']}("):][:3000].split("return j2t_status")[0]]
 
 
-def _check(converted, model, make_input, tmp_path, calls=2):
-    path = tmp_path / "model.j2t"
-    converted.save(path)
-    for runtime in ("cpp", "python"):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for call in range(calls):
-            x = make_input()
-            assert_same(loaded(x), model(x), f"{runtime}, call {call}", {torch.float32: (1e-5, 1e-5)})
 
 
 def test_global_pools_over_channels_last_run_channels_innermost(tmp_path):
@@ -57,7 +49,7 @@ def test_global_pools_over_channels_last_run_channels_innermost(tmp_path):
     assert any("silu_adaptive_avg_pool2d" in k for k in interchanged), interchanged
     assert any("amax" in k for k in interchanged), interchanged
     assert any("hardtanh_adaptive_avg_pool2d" in k for k in interchanged), interchanged
-    _check(converted, traced, make, tmp_path)
+    assert_runtimes_match(converted, traced, make, tmp_path)
 
 
 def test_a_dynamic_batch_pools_channels_innermost_at_every_size(tmp_path):
@@ -69,7 +61,7 @@ def test_a_dynamic_batch_pools_channels_innermost_at_every_size(tmp_path):
     interchanged = _interchanged(converted)
     assert any("silu_adaptive_avg_pool2d" in k for k in interchanged), interchanged
     sizes = iter([1, 5, 64, 3])
-    _check(converted, traced, lambda: torch.randn(next(sizes), 3, 9, 10), tmp_path)
+    assert_runtimes_match(converted, traced, lambda: torch.randn(next(sizes), 3, 9, 10), tmp_path)
 
 
 def test_contiguous_nchw_pools_keep_the_usual_form():

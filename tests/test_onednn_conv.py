@@ -9,7 +9,7 @@ from torch import nn
 
 import jit2triton
 from jit2triton.transpiler import channels_last, onednn_conv
-from helpers import assert_same
+from helpers import assert_runtimes_match, assert_same
 
 pytestmark = pytest.mark.skipif(not onednn_conv.available(), reason="this torch has no oneDNN fused convolution")
 
@@ -60,15 +60,6 @@ def _fused(converted) -> list[tuple]:
     return sorted(tuple(e["from_ops"]) for e in converted.manifest["nodes"] if e["op"] in ops)
 
 
-def _check(converted, model, make_input, tmp_path, calls=2):
-    path = tmp_path / "model.j2t"
-    converted.save(path)
-    for runtime in ("cpp", "python"):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for call in range(calls):
-            x = make_input()
-            with torch.no_grad():
-                assert_same(loaded(x), model(x), f"{runtime}, call {call}", {torch.float32: (1e-4, 1e-4)})
 
 
 @pytest.fixture
@@ -89,7 +80,7 @@ def test_each_convolution_runs_fused_with_its_epilogue(always, channels_last_alw
     packed = converted.manifest["plan"].get("packed", [])
     assert [e["op"] for e in packed] == [onednn_conv.REORDER_OP] * 8, packed
     assert all(w.layout == torch.strided for w in converted._contents.weights.values())
-    _check(converted, traced, make, tmp_path)
+    assert_runtimes_match(converted, traced, make, tmp_path, tolerance=1e-4)
 
 
 def test_a_net_in_its_own_nchw_layout_keeps_atens_convolutions(always, monkeypatch, tmp_path):
@@ -100,7 +91,7 @@ def test_a_net_in_its_own_nchw_layout_keeps_atens_convolutions(always, monkeypat
     traced = torch.jit.trace(Convs().eval(), make())
     converted = jit2triton.convert(traced, (make(),), choices="fixed")
     assert not _fused(converted)
-    _check(converted, traced, make, tmp_path, calls=1)
+    assert_runtimes_match(converted, traced, make, tmp_path, calls=1, tolerance=1e-4)
 
 
 def test_a_residual_computed_after_the_convolution_is_not_folded(always, channels_last_always, tmp_path):
@@ -119,7 +110,7 @@ def test_a_residual_computed_after_the_convolution_is_not_folded(always, channel
     traced = torch.jit.trace(TwoBranches().eval(), make())
     converted = jit2triton.convert(traced, (make(),), choices="fixed")
     assert _fused(converted) == [("aten::_convolution",), ("aten::_convolution", "aten::add.Tensor", "aten::relu")]
-    _check(converted, traced, make, tmp_path)
+    assert_runtimes_match(converted, traced, make, tmp_path, tolerance=1e-4)
 
 
 def test_a_dynamic_batch_runs_fused_at_every_size(always, channels_last_always, tmp_path):
@@ -130,7 +121,7 @@ def test_a_dynamic_batch_runs_fused_at_every_size(always, channels_last_always, 
                                    choices="fixed")
     assert len(_fused(converted)) == 8, _fused(converted)
     sizes = iter([1, 5, 32, 3])
-    _check(converted, traced, lambda: torch.randn(next(sizes), 3, 16, 16), tmp_path)
+    assert_runtimes_match(converted, traced, lambda: torch.randn(next(sizes), 3, 16, 16), tmp_path, tolerance=1e-4)
 
 
 def test_fixed_choices_keep_atens_convolution_without_timing(channels_last_always, monkeypatch):

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import jit2triton
 from jit2triton.transpiler import onednn_linear
-from helpers import assert_same
+from helpers import assert_runtimes_match, assert_same
 
 pytestmark = pytest.mark.skipif(not onednn_linear._available(), reason="this torch has no oneDNN")
 
@@ -39,14 +39,6 @@ def _steps(converted, op=onednn_linear.OP) -> list[dict]:
     return [s for s in converted.manifest["plan"]["steps"] if s.get("op") == op]
 
 
-def _check(converted, model, make_input, tmp_path, calls=2):
-    path = tmp_path / "model.j2t"
-    converted.save(path)
-    for runtime in ("cpp", "python"):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for call in range(calls):
-            x = make_input()
-            assert_same(loaded(x), model(x), f"{runtime}, call {call}", {torch.float32: (1e-5, 1e-5)})
 
 
 def test_each_gemm_form_runs_as_onednn_with_its_activation_folded_in(always, tmp_path):
@@ -61,7 +53,7 @@ def test_each_gemm_form_runs_as_onednn_with_its_activation_folded_in(always, tmp
     kernels = [e for e in converted.manifest["nodes"] if e["category"] == "kernel"]
     assert not kernels, kernels  # every activation went into its GEMM: no kernel is left to run one
     assert converted.summary()["extern_nodes"] == 8  # four GEMMs and the four activations they took in
-    _check(converted, traced, make, tmp_path)
+    assert_runtimes_match(converted, traced, make, tmp_path)
 
 
 def test_a_transposed_weight_is_packaged_once_and_the_original_not_at_all(always):
@@ -89,7 +81,7 @@ def test_an_activation_stays_apart_when_the_gemm_output_has_another_reader(alway
     converted = jit2triton.convert(model, (torch.randn(4, 16),))
     (step,) = _steps(converted)
     assert converted.manifest["nodes"][step["node"]]["from_ops"] == ["aten::linear"]
-    _check(converted, model, lambda: torch.randn(4, 16), tmp_path)
+    assert_runtimes_match(converted, model, lambda: torch.randn(4, 16), tmp_path)
 
 
 def test_an_activation_in_a_branch_joins_the_gemm_outside_it(always):
@@ -163,4 +155,4 @@ def test_a_dynamic_batch_runs_through_onednn_at_every_size(always, tmp_path):
     converted = jit2triton.convert(traced, (torch.randn(4, 32),), dynamic_shapes={0: {0: batch}})
     assert len(_steps(converted)) == 2
     sizes = iter([1, 7, 256, 3])
-    _check(converted, traced, lambda: torch.randn(next(sizes), 32), tmp_path)
+    assert_runtimes_match(converted, traced, lambda: torch.randn(next(sizes), 32), tmp_path)
