@@ -147,6 +147,7 @@ class Verifier:
         self.notes: list[str] = []
         self.cases: list[tuple[str, list, Any]] = []
         self.must_accept = {name for name, _ in other_sizes}
+        self.failed: list[str] = []  # the cases the last check() found mismatches on
         draws = [("the example inputs", example_inputs)]
         try:
             draws.append(("fresh random inputs", random_inputs(signature, device, FRESH_SEED, sizes)))
@@ -205,7 +206,7 @@ class Verifier:
         """Mismatches of `run` (a loaded package) against TorchScript, over every case; `failed` names the cases
         they came from."""
         found: list[Mismatch] = []
-        self.failed: list[str] = []
+        self.failed = []
         for name, inputs, expected in self.cases:
             before = len(found)
             try:
