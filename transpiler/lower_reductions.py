@@ -145,8 +145,12 @@ def moments(ctx, x, dims, correction, keepdim, dtype) -> tuple[TensorBox, Tensor
         return K.op("mul", d, d)
 
     squares = reduce_box(ctx, x, dims, keepdim, "sum", dtype, body=deviation)
-    dof = n - correction if isinstance(n, SymSize) else max(n - correction, 0)
-    var = elementwise(squares.shape, dtype, lambda s: K.op("truediv", s, _c(dof, s)), squares)
+    def degrees_of_freedom(like):  # max(n - correction, 0), as ATen divides (over a dynamic count: at run time)
+        if isinstance(n, SymSize):
+            return K.op("maximum", _c(n - correction, like), K.const(0, like.dtype))
+        return _c(max(n - correction, 0), like)
+
+    var = elementwise(squares.shape, dtype, lambda s: K.op("truediv", s, degrees_of_freedom(s)), squares)
     return mu, var
 
 
