@@ -29,6 +29,7 @@ from jit2triton.errors import ConversionError
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import Kernel
 from jit2triton.transpiler.symbolic import SymSize, size_json
+from jit2triton.transpiler.timing import range_points
 
 from .cache import cache_dir, write_once
 from .triton import TritonKernel, render_kernel
@@ -156,7 +157,7 @@ def _compile_all(jobs: list[tuple[TritonKernel, Kernel]], device: torch.device, 
     plans = []
     for r, kernel in jobs:
         key = hashlib.sha256(f"{kernel_identity(r)} {arch} {triton.__version__} "
-                             f"{sorted(_example_sizes(r).items())}".encode()).hexdigest()
+                             f"{sorted(_example_sizes(r).items())} {sorted(K.dims().items())}".encode()).hexdigest()
         known = _tuning_cache_read(key, r.configs)
         plans.append((key, [known] if known is not None else tuning_candidates(r, kernel)))
 
@@ -242,40 +243,61 @@ def compile_config(r: TritonKernel, config: dict, device: torch.device):
 
 
 def tuning_candidates(r: TritonKernel, kernel: Kernel) -> list[dict]:
-    """The default configuration, or every candidate on kernels big enough for the choice to matter."""
-    work = sum(math.prod(K.hint(n) for n in b.shape) for b in kernel.inputs + kernel.outputs)
+    """The default configuration, or every candidate on kernels big enough (at some point of the dynamic range) for
+    the choice to matter."""
+    work = max(sum(math.prod(K.at(n, point) for n in b.shape) for b in kernel.inputs + kernel.outputs)
+               for point in range_points(K.dims()))
     return r.configs if work >= TUNE_MIN_ELEMENTS and len(r.configs) > 1 else r.configs[:1]
 
 
 def time_candidates(r: TritonKernel, kernel: Kernel, candidates: list[dict], device: torch.device) -> int:
-    """The index of the fastest candidate, timed at the example's sizes (a kernel over dynamic dims too)."""
+    """The index of the best candidate: at the example's sizes, or over dynamic dims the one never far behind the
+    fastest at the example and the ranges' ends (a block shaped for 1024 rows can be slow at 16)."""
     from triton.testing import do_bench
-    sizes = _example_sizes(r)
     fn = kernel_function(r.source, r.name)
-    args = _example_buffers(kernel, device) + [sizes[name] for name in r.size_args]
-    times = [do_bench(lambda c=c: fn[(r.grid(c, sizes),)](*args, num_warps=c["num_warps"],
-                                                          enable_fp_fusion=FP_FUSION, **c["constants"]),
-                      warmup=5, rep=25) for c in candidates]
-    return min(range(len(candidates)), key=times.__getitem__)
+    at_points = []
+    for point in range_points(K.dims()):
+        buffers = _buffers_at(kernel, device, point)
+        if buffers is None:  # too large to time here
+            continue
+        args = buffers + [point[name] for name in r.size_args]
+        at_points.append({i: do_bench(lambda c=c: fn[(r.grid(c, point),)](
+            *args, num_warps=c["num_warps"], enable_fp_fusion=FP_FUSION, **c["constants"]), warmup=5, rep=25)
+            for i, c in enumerate(candidates)})
+        del buffers, args
+    if not at_points:
+        return 0
+    worst = {i: max(times[i] / min(times.values()) for times in at_points) for i in range(len(candidates))}
+    return min(worst, key=lambda i: (worst[i], at_points[0][i]))
 
 
 def _example_sizes(r: TritonKernel) -> dict[str, int]:
-    """The example's size of each dynamic dim the kernel takes (what it is tuned at, and its "grid" for people)."""
+    """The example's size of each dynamic dim the kernel takes (its "grid" for people, and the tuning cache's key
+    with the dims' ranges)."""
     return {name: K.hint(SymSize.symbol(name)) for name in r.size_args}
 
 
-def _example_buffers(kernel: Kernel, device: torch.device) -> list[torch.Tensor]:
-    buffers = []
+MAX_TUNING_BYTES = 2 ** 30  # a point of a dynamic range whose buffers are larger is not timed
+
+
+def _buffers_at(kernel: Kernel, device: torch.device, point: dict[str, int]) -> Optional[list[torch.Tensor]]:
+    """Random inputs and empty outputs at `point`'s sizes; None where they would take more than MAX_TUNING_BYTES."""
+    layouts = []
     for b in kernel.inputs:
+        shape, strides = [K.at(n, point) for n in b.shape], [K.at(n, point) for n in b.strides]
+        layouts.append((b, shape, strides, 1 + sum((n - 1) * s for n, s in zip(shape, strides) if n > 0)))
+    outputs = [(b, [K.at(n, point) for n in b.shape]) for b in kernel.outputs]
+    total = sum(extent * getattr(torch, b.dtype).itemsize for b, _, _, extent in layouts) + \
+        sum(math.prod(shape) * getattr(torch, b.dtype).itemsize for b, shape in outputs)
+    if total > MAX_TUNING_BYTES:
+        return None
+    buffers = []
+    for b, shape, strides, extent in layouts:
         dtype = getattr(torch, b.dtype)
-        shape, strides = [K.hint(n) for n in b.shape], [K.hint(n) for n in b.strides]
-        extent = 1 + sum((n - 1) * s for n, s in zip(shape, strides) if n > 0)
         storage = torch.randn(extent, device=device).to(dtype) if dtype.is_floating_point else \
             torch.zeros(extent, dtype=dtype, device=device)
         buffers.append(storage.as_strided(shape, strides or ()))
-    buffers += [torch.empty([K.hint(n) for n in b.shape], dtype=getattr(torch, b.dtype), device=device)
-                for b in kernel.outputs]
-    return buffers
+    return buffers + [torch.empty(shape, dtype=getattr(torch, b.dtype), device=device) for b, shape in outputs]
 
 
 SIZE_TYPES = ("i32", "i64")  # a dynamic dim's size argument (emitters/triton.py)

@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import compute_dtype
+from jit2triton.transpiler.timing import range_points
 
 from .common import (KernelWriter, LoopNest, Scope, provenance_comment, reduction_size, row_major, size_code,
                      store_index, unravel)
@@ -316,7 +317,7 @@ class _KernelWriter(KernelWriter):
         """Candidate launch configurations; over dynamic dims, shaped for the example's sizes and capped by the
         range's largest."""
         cap = next_power_of_2(int(min(most(items), 1 << 40)))
-        items = K.hint(items)
+        total, items = items, K.hint(items)
         if self.flat:
             choices = [(1024, 4), (512, 4), (2048, 8), (256, 2)]
             return _dedupe([{"constants": {"XBLOCK": min(x, cap)}, "num_warps": max(1, min(w, min(x, cap) // 64))}
@@ -324,6 +325,8 @@ class _KernelWriter(KernelWriter):
         looped = [c for c in ("RBLOCK", "YBLOCK") if c in self.constexprs]
         persistent = max(self.persistent_widths, default=1)
         gpu_rows = next_power_of_2(items) // 512  # keep enough programs to fill a GPU
+        # ... at the example, and at each other point of a dynamic range it is tuned at (the ranges' ends)
+        other_rows = [next_power_of_2(max(1, K.at(total, point))) // 512 for point in range_points(K.dims())[1:]]
 
         def config(rows: int, chunk: int) -> dict:
             rows = max(1, min(rows, cap, TILE_BUDGET // max(persistent, chunk)))
@@ -331,8 +334,10 @@ class _KernelWriter(KernelWriter):
             return {"constants": {"XBLOCK": rows, **{c: chunk for c in looped}}, "num_warps": warps}
 
         if looped:  # long rows in wide chunks; many strided rows (a column sum) side by side in narrow ones
-            return _dedupe([config(gpu_rows, LOOP_BLOCK), config(1, TILE_BUDGET), config(64, 64), config(16, 256)])
-        return _dedupe([config(gpu_rows, 1), config(TILE_BUDGET, 1), config(gpu_rows // 4, 1)])
+            return _dedupe([config(gpu_rows, LOOP_BLOCK), config(1, TILE_BUDGET), config(64, 64), config(16, 256)]
+                           + [config(rows, LOOP_BLOCK) for rows in other_rows])
+        return _dedupe([config(gpu_rows, 1), config(TILE_BUDGET, 1), config(gpu_rows // 4, 1)]
+                       + [config(rows, 1) for rows in other_rows])
 
 
 def _needs_int64(kernel: K.Kernel, nest: LoopNest) -> bool:

@@ -35,6 +35,7 @@ MODE = "auto"  # "auto": timed on CUDA; "never"; or a form name: every GEMM take
 MARGIN = 0.97  # another form must take at most this share of the model's own form's time (~1% noise)
 COLD_BYTES = 2 * 50 * 2 ** 20  # operand copies timed per form: past an H100's 50 MiB L2, twice over
 MAX_COPIES = 24
+MAX_TIMED_BYTES = 2 ** 30  # a range's end whose activation is larger is not timed (a GEMM there is bound anyway)
 
 _LINEAR = "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"
 _MATMUL = "aten::matmul(Tensor self, Tensor other) -> Tensor"
@@ -43,8 +44,9 @@ _ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 _timed: dict[tuple, dict[str, float]] = {}  # per process: (rows, K, N, dtype, bias, bias fuses, device) -> s
 
 
-def gemm_forms(graph: Graph, device_type: str, sizes: Optional[dict[str, int]] = None) -> dict[str, int]:
-    """Rewrite in place; returns how many GEMMs took each form other than the model's own."""
+def gemm_forms(graph: Graph, device_type: str, dims: Optional[dict[str, tuple]] = None) -> dict[str, int]:
+    """Rewrite in place; returns how many GEMMs took each form other than the model's own. `dims`: the dynamic
+    dims as name -> (min, max, example); each GEMM is timed at the example and at the ranges' ends."""
     if MODE == "never" or (MODE == "auto" and (device_type != "cuda" or not torch.cuda.is_available())):
         return {}
     weights, literals = weight_names(graph), literals_of(graph)
@@ -58,7 +60,7 @@ def gemm_forms(graph: Graph, device_type: str, sizes: Optional[dict[str, int]] =
                 out.append(node)
                 continue
             bias_fuses = _bias_fuses(node, readers)
-            form = MODE if MODE in FORMS else choose(gemm, bias_fuses, sizes or {})
+            form = MODE if MODE in FORMS else choose(gemm, bias_fuses, timing.range_points(dims))
             if form == "linear_add" and gemm.bias is None:  # no bias to take out: that is linear
                 form = "linear"
             if form == _own_form(node, gemm):
@@ -84,29 +86,37 @@ def _bias_fuses(node: Node, readers: dict[int, list]) -> bool:
                                for u in users)
 
 
-def choose(gemm: ConstantGemm, bias_fuses: bool, sizes: dict[str, int]) -> str:
-    """The fastest form for this GEMM's shape on the current GPU; the model's own unless another is clearly faster.
+def choose(gemm: ConstantGemm, bias_fuses: bool, points: list[dict[str, int]]) -> str:
+    """The fastest form for this GEMM's shapes on the current GPU: at each point of the dynamic range (the
+    example first), the one never far behind the fastest; the model's own unless another is clearly faster.
     (An addmm is judged as its closest form, kn, and always rewritten: the forms compared are all there is.)"""
     own = "linear" if not gemm.transposed else "kn"
-    shape = at_example(gemm.x.type.shape, sizes)
-    if shape is None:  # an opaque size: nothing to time at, so the model's own form
+    shapes = [at_example(gemm.x.type.shape, sizes) for sizes in points]
+    if shapes[0] is None:  # an opaque size: nothing to time at, so the model's own form
         return own
-    rows, k, n = math.prod(shape[:-1]), shape[-1], features(gemm)
-    has_bias = gemm.bias is not None
-    what = (f"GEMM form, {rows}x{k} -> {n} {gemm.x.type.dtype}{', bias' if has_bias else ''}"
+    k, n, has_bias = shapes[0][-1], features(gemm), gemm.bias is not None
+    itemsize = getattr(torch, gemm.x.type.dtype).itemsize
+    rows = list(dict.fromkeys(math.prod(shape[:-1]) for shape in shapes  # the example, then ends that fit memory
+                              if shape is not None and math.prod(shape) * itemsize <= MAX_TIMED_BYTES))
+    what = (f"GEMM form, {'/'.join(map(str, rows))}x{k} -> {n} {gemm.x.type.dtype}{', bias' if has_bias else ''}"
             f"{' (fuses after)' if has_bias and bias_fuses else ''}")
     if timing.fixed():
         return timing.take_fixed(what, own, own).chosen
-    key = (rows, k, n, gemm.x.type.dtype, has_bias, bias_fuses,
-           torch.cuda.current_device() if torch.cuda.is_available() else None)
-    if key not in _timed:  # timed once per shape and process
+    seconds = [_timed_at(m, k, n, gemm.x.type.dtype, has_bias, bias_fuses) for m in rows]
+    return timing.settle_over(what, seconds, own, MARGIN).chosen  # none timed: the model's own
+
+
+def _timed_at(rows: int, k: int, n: int, dtype: str, has_bias: bool, bias_fuses: bool) -> dict[str, float]:
+    """Seconds per call of each form at one shape, timed once per shape and process (none where it cannot be)."""
+    key = (rows, k, n, dtype, has_bias, bias_fuses, torch.cuda.current_device() if torch.cuda.is_available() else None)
+    if key not in _timed:
         try:
             forms = FORMS if has_bias else ("linear", "kn")
-            micros = _time_forms(forms, rows, k, n, getattr(torch, gemm.x.type.dtype), has_bias, bias_fuses)
+            micros = _time_forms(forms, rows, k, n, getattr(torch, dtype), has_bias, bias_fuses)
         except Exception:  # noqa: BLE001 - a form that cannot be timed here (memory, a capture error)
             micros = {}
         _timed[key] = {form: us / 1e6 for form, us in micros.items()}
-    return timing.settle(what, _timed[key], own, MARGIN).chosen  # not timed: the model's own
+    return _timed[key]
 
 
 def _time_forms(forms: tuple, rows: int, k: int, n: int, dtype: torch.dtype, has_bias: bool,

@@ -96,6 +96,16 @@ def hint(n) -> int:
     return n.evaluate({name: d[2] for name, d in _dims.items()}) if isinstance(n, SymSize) else n
 
 
+def dims() -> dict[str, tuple[int, Optional[int], int]]:
+    """This conversion's dynamic dims, name -> (min, max or None, example)."""
+    return dict(_dims)
+
+
+def at(n, point: dict[str, int]) -> int:
+    """A size's value at `point` (every dim's size): where a kernel over dynamic dims is tuned."""
+    return n.evaluate(point) if isinstance(n, SymSize) else n
+
+
 def _key(arg: Any) -> Any:
     if isinstance(arg, float) and math.isnan(arg):
         return ("nan",)

@@ -170,7 +170,7 @@ REWRITES: list[tuple[str, Pass]] = [
     ("decompose_mha", lambda g, c: decompose_mha(g)),  # nn.MultiheadAttention's fast path into linear + SDPA
     ("functionalize", lambda g, c: functionalize(g, c.device.type)),  # in-place writes nothing else sees become functional
     ("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type)),  # on CUDA the bias fuses after the conv
-    ("gemm_forms", lambda g, c: gemm_forms(g, c.device.type, c.example_sizes)),  # CUDA: each GEMM's fastest form
+    ("gemm_forms", lambda g, c: gemm_forms(g, c.device.type, c.kernel_dims)),  # CUDA: each GEMM's fastest form
     ("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes)),  # CPU: where oneDNN is faster
     ("check_indices", lambda g, c: check_indices(g)),  # generated gathers clamp: a bad index must still raise
     ("channels_last", channels_last),  # conv nets: channels-last activations, where timing says faster

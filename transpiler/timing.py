@@ -90,6 +90,34 @@ def settle(what: str, seconds: dict[str, float], own: str, margin: float) -> Cho
     return record(Choice(what, own, chosen, margin, {k: round(v * 1e6, 2) for k, v in seconds.items()}))
 
 
+def range_points(dims: Optional[dict[str, tuple]]) -> list[dict[str, int]]:
+    """Where a choice over dynamic dims is timed: the example's sizes, then every dim at its smallest, then every
+    dim at its largest (its example where the range is open), without repeats. `dims`: name -> (min, max or
+    None, example). A choice fitted to the example alone (a GEMM form fast at 1024 rows) can lose 2x at the
+    range's other end (16 rows), and a dynamic package serves the whole range."""
+    if not dims:
+        return [{}]
+    example = {name: d[2] for name, d in dims.items()}
+    points = [example, {name: d[0] for name, d in dims.items()},
+              {name: d[1] if d[1] is not None else d[2] for name, d in dims.items()}]
+    return [p for i, p in enumerate(points) if p not in points[:i]]
+
+
+def settle_over(what: str, seconds_at: list[dict[str, float]], own: str, margin: float) -> Choice:
+    """`settle` over several points of a dynamic range (`range_points`, the example first): each candidate is judged
+    by its worst share of the fastest candidate's time at any point, so the winner is the one never far behind,
+    not the one fastest at the example. The record keeps every point's times."""
+    seconds_at = [s for s in seconds_at if s] or [{}]  # a point that could not be timed (memory) says nothing
+    if len(seconds_at) == 1:
+        return settle(what, seconds_at[0], own, margin)
+    labels = [label for label in seconds_at[0] if all(label in s for s in seconds_at)]
+    worst = {label: max(s[label] / min(s[other] for other in labels) for s in seconds_at) for label in labels}
+    beating = [label for label in worst if label != own and own in worst and worst[label] <= margin * worst[own]]
+    chosen = min(beating, key=worst.get) if beating else own
+    times = {f"{label} @{k}": round(s[label] * 1e6, 2) for k, s in enumerate(seconds_at) for label in labels}
+    return record(Choice(what, own, chosen, margin, times))
+
+
 def interleaved(candidates: dict[str, Callable[[], object]], rounds: int = ROUNDS, budget_s: float = 0.05,
                 sync: Optional[Callable[[], None]] = None) -> dict[str, float]:
     """Median seconds per call of each candidate, taking turns: one warm call each (first-call allocations and
