@@ -264,7 +264,6 @@ def time_candidates(r: TritonKernel, kernel: Kernel, candidates: list[dict], dev
         at_points.append({i: do_bench(lambda c=c: fn[(r.grid(c, point),)](
             *args, num_warps=c["num_warps"], enable_fp_fusion=FP_FUSION, **c["constants"]), warmup=5, rep=25)
             for i, c in enumerate(candidates)})
-        del buffers, args
     if not at_points:
         return 0
     worst = {i: max(times[i] / min(times.values()) for times in at_points) for i in range(len(candidates))}
