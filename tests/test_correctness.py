@@ -406,3 +406,28 @@ def test_a_constant_list_of_tensors_and_none_converts(backend, tmp_path):
             args = make()
             got = loaded(*(to_device(args, "cuda") if backend == "cuda" else args))
             torch.testing.assert_close(got.cpu(), model(*args))
+
+
+class Positions(nn.Module):
+    """A transformer's embeddings: token ids from the caller, positions from a buffer sliced to the length."""
+
+    def __init__(self, bad_position: bool = False):
+        super().__init__()
+        self.words, self.places = nn.Embedding(50, 4), nn.Embedding(32, 4)
+        positions = torch.arange(32).unsqueeze(0)
+        if bad_position:  # past the table, but beyond what a call of 8 tokens reads
+            positions[0, 20] = 99
+        self.register_buffer("positions", positions)
+
+    def forward(self, ids):
+        return self.words(ids) + self.places(self.positions[:, : ids.shape[1]])
+
+
+@pytest.mark.parametrize("bad_position", [False, True])
+def test_an_index_read_from_a_weight_is_checked_once_at_conversion(bad_position: bool) -> None:
+    make = lambda: (torch.randint(0, 50, (2, 8)),)  # noqa: E731
+    model = torch.jit.trace(Positions(bad_position).eval(), make())
+    converted = jit2triton.convert(model, make())
+    assert_matches_torchscript(converted, model, make)
+    checks = str(converted.manifest["plan"]).count("aten::_assert_async.msg")
+    assert checks == (2 if bad_position else 1)  # the ids always; the positions only where the buffer fails

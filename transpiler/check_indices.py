@@ -2,13 +2,20 @@
 raises "index out of range". So before each embedding, index_select and gather this pass inserts
 `all(0 <= index < size)` (ordinary pointwise and reduction ops: fusion makes them one small kernel) and an
 `aten::_assert_async.msg` on the result. On the CPU a bad index then raises as ATen's does; on CUDA it is a
-device-side assert, as in ATen's own index kernels, with no host sync (so CUDA graphs keep it)."""
+device-side assert, as in ATen's own index kernels, with no host sync (so CUDA graphs keep it).
+
+An index that is a view of a frozen weight (a transformer's `position_ids[:, :seq]`, its `token_type_ids` buffer
+expanded to the batch) can only hold the weight's values: those are checked once, here, and such a gather gets
+no check at run time (BERT-base had four checks and four device asserts a call, three of them on buffers).
+A weight that fails the check keeps the run-time check, so the error is raised where ATen raises it."""
 from __future__ import annotations
 
 from typing import Any
 
-from .ir import Block, Graph, Node, Type, Value, literals as literals_of
-from .op_table import schema_of
+import torch
+
+from .ir import Block, Graph, Node, Type, Value, literals as literals_of, weight_names
+from .op_table import is_view, schema_of
 
 # op -> (position of the index argument, position of the dim argument; None: dim 0). The indexed tensor is the first.
 GATHERS = {"aten::embedding": (1, None), "aten::index_select": (2, 1), "aten::gather": (2, 1)}
@@ -17,14 +24,44 @@ MESSAGE_LIMIT = 250
 
 def check_indices(graph: Graph) -> Graph:
     constants = literals_of(graph)
+    weights = _weights_by_value(graph)
+    producers = {v.id: n for n in graph.walk() for v in n.outputs}
     for block in _blocks(graph.body):
         out: list[Node] = []
         for node in block.nodes:
-            if node.op in GATHERS:
+            if node.op in GATHERS and not _weight_in_range(node, constants, weights, producers):
                 out += _bounds_check(node, constants)
             out.append(node)
         block.nodes = out
     return graph
+
+
+def _weights_by_value(graph: Graph) -> dict[int, torch.Tensor]:
+    return {vid: graph.weights[name] for vid, name in weight_names(graph).items() if name in graph.weights}
+
+
+def _weight_in_range(node: Node, constants: dict[int, Any], weights: dict[int, torch.Tensor],
+                     producers: dict[int, Node]) -> bool:
+    """Whether the gather's index is a view of an integer weight whose every value is a valid index."""
+    index_at, dim_at = GATHERS[node.op]
+    value, source = node.inputs[index_at], node.inputs[0]
+    while value.id not in weights:
+        producer = producers.get(value.id)
+        if producer is None or not _holds_its_input(producer.op) or not producer.inputs:
+            return False
+        value = producer.inputs[0]
+    weight = weights[value.id]
+    dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
+    shape = source.type.shape
+    if weight.is_floating_point() or weight.is_complex() or not shape or not isinstance(dim, int) \
+            or not -len(shape) <= dim < len(shape) or not isinstance(shape[dim], int):
+        return False
+    return weight.numel() == 0 or (int(weight.min()) >= 0 and int(weight.max()) < shape[dim])
+
+
+def _holds_its_input(op: str) -> bool:
+    """A view (a slice, an expand, a reshape) or a copy holds only elements of its first input."""
+    return is_view(op) or op == "aten::contiguous"
 
 
 def _blocks(block: Block):
