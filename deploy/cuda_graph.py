@@ -14,8 +14,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .policy import COPY_BYTES_PER_US, LAUNCH_US, MAX_GRAPHS, MAX_SEEN, OWN_COPY_BYTES, REPLAY_LAUNCHES
-
+from .policy import (AGE_CALLS, COPY_BYTES_PER_US, LAUNCH_US, MAX_GRAPHS, MAX_SEEN, OWN_COPY_BYTES,
+                     REPLAY_LAUNCHES)
 
 
 class NotCapturable(Exception):
@@ -52,6 +52,42 @@ def _warm_up(run: Callable[[], Any], times: int) -> None:
         torch.cuda.current_stream().wait_stream(stream)
 
 
+class Admission:
+    """Which keys (shapes, scalars) hold CUDA graphs when more come than MAX_GRAPHS places, as in a server seeing
+    many sequence lengths. Every call counts a sighting of its key; the counts halve every AGE_CALLS calls, so they
+    follow the traffic. A key is captured on its second sighting into a free place, or into the place of the held
+    key seen least, if this key was seen more: the frequent shapes keep graphs, and a burst of new shapes cannot
+    make call after call capture (a newcomer must out-count the graph it would replace)."""
+
+    def __init__(self) -> None:
+        self.counts: dict = {}
+        self.calls = 0
+
+    def sighted(self, key) -> None:
+        self.calls += 1
+        if self.calls >= AGE_CALLS:
+            self.calls = 0
+            self.counts = {k: n // 2 for k, n in self.counts.items() if n > 1}
+        if key not in self.counts and len(self.counts) >= MAX_SEEN:  # bounded: keys seen once go first
+            self.counts = {k: n for k, n in self.counts.items() if n > 1}
+            if len(self.counts) >= MAX_SEEN:
+                self.counts.clear()
+        self.counts[key] = self.counts.get(key, 0) + 1
+
+    def admit(self, key, graphs: dict) -> bool:
+        """Whether to capture `key` (sighted, not held) now; evicts the graph it replaces from `graphs`."""
+        count = self.counts.get(key, 0)
+        if count < 2:
+            return False
+        if len(graphs) < MAX_GRAPHS:
+            return True
+        least = min(graphs, key=lambda k: self.counts.get(k, 0))
+        if self.counts.get(least, 0) >= count:
+            return False
+        del graphs[least]
+        return True
+
+
 class _Captured:
     def __init__(self, run: Callable[[list], list], inputs: list) -> None:
         self.inputs = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
@@ -77,21 +113,18 @@ class GraphRunner:
         self.alias_outputs = alias_outputs
         self.by_shape = by_shape  # dynamic dims: the input check fixed dtypes only, so shapes are part of the key
         self.graphs: dict[tuple, _Captured] = {}
-        self.seen: set[tuple] = set()
+        self.admission = Admission()
         self.refused = False  # the plan synchronises with the host: it always runs step by step
         self.lock = threading.Lock()  # replays share the static buffers
 
     def __call__(self, inputs: list) -> list:
         key = _key(inputs, layouts=self.by_shape)  # else the input check fixed the tensors' shapes and dtypes
         with self.lock:
-            captured = self.graphs.get(key) if key is not None else None
-            if captured is None:
-                if key is None or self.refused or len(self.graphs) >= MAX_GRAPHS or key not in self.seen:
-                    if len(self.seen) >= MAX_SEEN:  # keys seen once (shapes, with dynamic dims) must not pile up
-                        self.seen.clear()
-                    self.seen.add(key)
-                    captured = None
-                else:
+            captured = None
+            if key is not None and not self.refused:
+                self.admission.sighted(key)
+                captured = self.graphs.get(key)
+                if captured is None and self.admission.admit(key, self.graphs):
                     try:
                         captured = self.graphs[key] = _Captured(self.run, inputs)
                     except NotCapturable:
@@ -167,9 +200,9 @@ def _key(values: list, layouts: bool = True) -> Optional[tuple]:
 
 class RegionGraphs:
     """One `graph` step: graphs keyed by its inputs' layouts and scalar values, each captured on the second time
-    its key is seen (a region run once never pays for a capture), at most MAX_GRAPHS of them. A key whose graph
-    would cost more in copies than it saves in launches, or whose capture fails (an op CUDA graphs do not allow),
-    runs step by step from then on."""
+    its key is seen (a region run once never pays for a capture), at most MAX_GRAPHS of them (`Admission`). A key
+    whose graph would cost more in copies than it saves in launches, or whose capture fails (an op CUDA graphs do
+    not allow), runs step by step from then on."""
 
     def __init__(self, step: dict, steps: list, run_steps: Callable[[list, list], None], num_slots: int,
                  pool: Any, sizes_slot: Optional[int] = None) -> None:
@@ -182,7 +215,7 @@ class RegionGraphs:
         self.free = step.get("free", ())
         self.launches = step["launches"]
         self.graphs: dict[tuple, _CapturedRegion] = {}
-        self.seen: set[tuple] = set()
+        self.admission = Admission()
         self.refused: set[tuple] = set()
         self.lock = threading.Lock()  # replays share the static buffers
 
@@ -196,14 +229,16 @@ class RegionGraphs:
                 key += (tuple(sizes.values()),)  # one call's dims always come in the plan's order
         if key is not None:
             with self.lock:
+                self.admission.sighted(key)
                 captured = self.graphs.get(key)
-                if captured is None and key in self.seen and key not in self.refused and len(self.graphs) < MAX_GRAPHS:
+                if captured is None and key not in self.refused and self.admission.admit(key, self.graphs):
                     captured = self.capture(inputs, sizes)
                     if captured is None:
+                        if len(self.refused) >= MAX_SEEN:
+                            self.refused.clear()
                         self.refused.add(key)
                     else:
                         self.graphs[key] = captured
-                self.seen.add(key)
                 if captured is not None:
                     _copy_in(captured.inputs, inputs)
                     captured.graph.replay()

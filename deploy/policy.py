@@ -28,8 +28,9 @@ METHOD_SHARED_FIELDS = ("format", "format_version", "producer", "device", "model
 # --- runtime policy ------------------------------------------------------------------------------------------------
 MAX_ARENA_BYTES = 1 << 40  # a plan's arena larger than this is refused as damaged (1 TiB)
 MAX_SLOTS = 1 << 24  # a plan naming more value slots is refused as damaged (no model comes near)
-MAX_GRAPHS = 8  # CUDA graphs kept per plan or region (distinct shapes or scalar inputs); beyond, step by step
-MAX_SEEN = 4096  # keys remembered as seen once (a key's second sighting captures); bounded so they cannot pile up
+MAX_GRAPHS = 8  # CUDA graphs kept per plan or region (distinct shapes or scalar inputs); see deploy/cuda_graph.py
+MAX_SEEN = 4096  # keys whose sightings are counted (a key's second sighting captures); bounded so they cannot pile up
+AGE_CALLS = 1024  # every this many calls the sighting counts halve, so which shapes hold graphs follows the traffic
 REPLAY_LAUNCHES = 3  # a region's replay: one multi-tensor copy in, the graph, one multi-tensor copy out
 LAUNCH_US = 4.0  # what a replay saves per step: the host's launch cost, which a graph does not pay
 COPY_BYTES_PER_US = 1.5e6  # what copying inputs in and outputs out of a graph's buffers costs
@@ -139,6 +140,7 @@ def cpp_header() -> str:
         f"constexpr int64_t kMaxArenaBytes = {MAX_ARENA_BYTES};",
         f"constexpr size_t kMaxGraphs = {MAX_GRAPHS};",
         f"constexpr size_t kMaxSeen = {MAX_SEEN};",
+        f"constexpr int64_t kAgeCalls = {AGE_CALLS};",
         f"constexpr int kReplayLaunches = {REPLAY_LAUNCHES};",
         f"constexpr double kLaunchUs = {LAUNCH_US!r};",
         f"constexpr double kCopyBytesPerUs = {COPY_BYTES_PER_US!r};",

@@ -374,12 +374,14 @@ def _cuda_graph_line(manifest: dict) -> str:
     keyed = "per input shape and scalar inputs" if manifest["signature"].get("dims") else "per scalar inputs"
     if manifest.get("cuda_graph"):
         return (f"CUDA graphs: the whole plan, one graph {keyed}, captured on a key's second call, at most "
-                f"{MAX_GRAPHS} (then step by step); each holds its own buffers, the memory of one call at its shape")
+                f"{MAX_GRAPHS}, the most frequent keys of recent calls (others step by step); each holds its own "
+                "buffers, the memory of one call at its shape")
     regions = _count_regions(manifest["plan"]["steps"])
     if not regions:
         return "CUDA graphs: none (the plan runs step by step)"
     return (f"CUDA graphs: {regions} regions, one graph {keyed} each, captured on a key's second sight, at most "
-            f"{MAX_GRAPHS} per region; a region's graphs share one memory pool (they never run at once)")
+            f"{MAX_GRAPHS} per region, the most frequent keys of recent calls; a region's graphs share one memory pool "
+            "(they never run at once)")
 
 
 def _count_regions(steps: list) -> int:

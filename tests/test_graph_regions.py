@@ -191,3 +191,36 @@ def test_literals_inside_a_region_are_stored_and_read_back() -> None:
     plan = {"steps": [{"kind": "graph", "steps": [inner], "args": [], "outs": [1]}], "outputs": [["s", 1]]}
     stored = json.loads(json.dumps(map_plan_literals(plan, encode)))
     assert map_plan_literals(stored, decode) == plan
+
+
+def test_graph_places_go_to_the_frequent_keys_of_recent_calls(monkeypatch) -> None:
+    """More shapes than graph places (a server seeing many lengths): captured on a key's second sighting while
+    places are free; then a newcomer takes the place of the least-seen graph only once it was seen more, so the
+    frequent shapes keep graphs and a stream of one-off shapes never captures; counts age, so traffic that moves on
+    moves the graphs with it."""
+    from jit2triton.deploy import cuda_graph
+    monkeypatch.setattr(cuda_graph, "MAX_GRAPHS", 2)
+    monkeypatch.setattr(cuda_graph, "AGE_CALLS", 40)
+    admission, graphs, captures = cuda_graph.Admission(), {}, []
+
+    def call(key) -> None:
+        admission.sighted(key)
+        if key not in graphs and admission.admit(key, graphs):
+            graphs[key] = object()
+            captures.append(key)
+
+    for key in ["a", "b", "a", "b", "a", "b"]:  # two hot shapes: captured on their second calls
+        call(key)
+    assert captures == ["a", "b"]
+    for key in range(20):  # one-off shapes: no capture, no eviction
+        call(key)
+    assert sorted(graphs, key=str) == ["a", "b"] and len(captures) == 2
+    for _ in range(3):  # "c" becomes hot: seen as often as the graphs' keys, it waits...
+        call("c")
+    assert "c" not in graphs
+    call("c")  # ... and takes the place of the least-seen graph once it out-counts it
+    assert "c" in graphs and len(graphs) == 2 and captures[-1] == "c"
+    for _ in range(60):  # the traffic moves to "c" and "d": after the counts age, "d" gets a place too
+        call("c")
+        call("d")
+    assert set(graphs) == {"c", "d"}

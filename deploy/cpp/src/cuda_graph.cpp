@@ -14,7 +14,10 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <set>
 
@@ -22,6 +25,7 @@ namespace jit2triton {
 
 namespace {
 
+using policy::kAgeCalls;
 using policy::kCopyBytesPerUs;  // deploy/policy.py
 using policy::kLaunchUs;
 using policy::kMaxGraphs;
@@ -211,6 +215,50 @@ bool warm_up(const std::function<void()>& run, int times) {
   return ok;
 }
 
+// Which keys hold graphs when more come than kMaxGraphs places, as deploy/cuda_graph.py's Admission: sightings
+// counted per key and halved every kAgeCalls calls; a key is captured on its second sighting into a free place, or
+// into the place of the held key seen least if this key was seen more (a burst of new shapes cannot make call after
+// call capture).
+class Admission {
+ public:
+  void sighted(const std::string& key) {
+    if (++calls_ >= kAgeCalls) {
+      calls_ = 0;
+      for (auto it = counts_.begin(); it != counts_.end();) {
+        it->second /= 2;
+        it = it->second == 0 ? counts_.erase(it) : std::next(it);
+      }
+    }
+    if (!counts_.count(key) && counts_.size() >= kMaxSeen) {  // bounded: keys seen once go first
+      for (auto it = counts_.begin(); it != counts_.end();) it = it->second <= 1 ? counts_.erase(it) : std::next(it);
+      if (counts_.size() >= kMaxSeen) counts_.clear();
+    }
+    ++counts_[key];
+  }
+
+  // Whether to capture `key` (sighted, not held) now; erases the graph it replaces from `graphs`.
+  template <typename Graphs>
+  bool admit(const std::string& key, Graphs& graphs) {
+    int64_t count = seen(key);
+    if (count < 2) return false;
+    if (graphs.size() < kMaxGraphs) return true;
+    auto least = std::min_element(graphs.begin(), graphs.end(),
+                                  [&](const auto& a, const auto& b) { return seen(a.first) < seen(b.first); });
+    if (seen(least->first) >= count) return false;
+    graphs.erase(least);
+    return true;
+  }
+
+ private:
+  int64_t seen(const std::string& key) const {
+    auto it = counts_.find(key);
+    return it == counts_.end() ? 0 : it->second;
+  }
+
+  std::map<std::string, int64_t> counts_;
+  int64_t calls_ = 0;
+};
+
 class GraphRunner {
  public:
   GraphRunner(std::function<c10::IValue(std::vector<c10::IValue>)> run, bool alias_outputs, bool by_shape)
@@ -221,11 +269,12 @@ class GraphRunner {
     // a graph bakes its shapes in: keyed by them when the package has dynamic dims, else the input check fixed them
     if (!graph_key(inputs, /*layouts=*/by_shape_, key)) return run_(std::move(inputs));
     std::lock_guard<std::mutex> lock(mutex_);  // replays share the static buffers
+    if (refused_) return run_(std::move(inputs));
+    admission_.sighted(key);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       // The first call with these scalars runs step by step, the second captures: a cold start pays no capture.
-      if (seen_.size() >= kMaxSeen) seen_.clear();  // keys seen once (shapes, with dynamic dims) must not pile up
-      if (refused_ || graphs_.size() >= kMaxGraphs || seen_.insert(key).second) return run_(std::move(inputs));
+      if (!admission_.admit(key, graphs_)) return run_(std::move(inputs));
       auto captured = capture(inputs);
       if (!captured) {
         refused_ = true;  // the plan syncs with the host: it always runs step by step
@@ -260,11 +309,11 @@ class GraphRunner {
   bool refused_ = false;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Captured>> graphs_;
-  std::set<std::string> seen_;
+  Admission admission_;
 };
 
 // One `graph` step: graphs keyed by its inputs' layouts and scalar values, each captured on the second time its key
-// is seen, at most kMaxGraphs. A key whose graph would cost more in copies than it saves in launches, or whose
+// is seen, at most kMaxGraphs (Admission). A key whose graph would cost more in copies than it saves in launches, or whose
 // warm-up syncs with the host, runs step by step from then on. Outputs are always copies: inside
 // a loop the next iteration's replay overwrites the graph's memory.
 class RegionGraphs {
@@ -275,11 +324,13 @@ class RegionGraphs {
     std::string key;
     if (!graph_key(inputs, /*layouts=*/true, key)) return false;
     std::lock_guard<std::mutex> lock(mutex_);
+    admission_.sighted(key);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
-      if (refused_.count(key) || graphs_.size() >= kMaxGraphs || seen_.insert(key).second) return false;
+      if (refused_.count(key) || !admission_.admit(key, graphs_)) return false;
       auto captured = capture(inputs);
       if (!captured) {
+        if (refused_.size() >= kMaxSeen) refused_.clear();
         refused_.insert(key);
         return false;
       }
@@ -322,7 +373,8 @@ class RegionGraphs {
   int launches_;
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Captured>> graphs_;
-  std::set<std::string> seen_, refused_;
+  Admission admission_;
+  std::set<std::string> refused_;
   decltype(at::cuda::graph_pool_handle()) pool_{0, 0};
   bool pool_set_ = false;
 };

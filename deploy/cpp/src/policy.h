@@ -20,6 +20,7 @@ constexpr int64_t kMaxSlots = 16777216;
 constexpr int64_t kMaxArenaBytes = 1099511627776;
 constexpr size_t kMaxGraphs = 8;
 constexpr size_t kMaxSeen = 4096;
+constexpr int64_t kAgeCalls = 1024;
 constexpr int kReplayLaunches = 3;
 constexpr double kLaunchUs = 4.0;
 constexpr double kCopyBytesPerUs = 1500000.0;
