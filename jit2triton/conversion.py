@@ -33,7 +33,8 @@ from .dim_ranges import checked_ranges
 from .dims import DynamicShapes
 from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, StepError
 from .inputs import inputs_at, with_other_values
-from .verify import Verifier, divergent_kernel, first_divergence, fused_values, observed_values, package_runner
+from .verify import Verifier, divergent_kernel, first_divergence, fused_values, observed_values, package_runner, \
+    run_where_the_weights_are
 from .version import __version__
 
 Progress = Any
@@ -143,7 +144,8 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
     if dynamic:
         say("running the model at the ends of the dims' ranges")
         with stopwatch.stage("dim_ranges"):
-            dynamic, range_notes = checked_ranges(dynamic, script.function, inputs, narrow_dims)
+            reference = lambda *xs: run_where_the_weights_are(script.function, list(xs))[0]  # noqa: E731
+            dynamic, range_notes = checked_ranges(dynamic, reference, inputs, narrow_dims)
     state = [_on_device(slot.initial, target) for slot in script.state]  # the plan takes it after the inputs
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))

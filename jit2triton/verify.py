@@ -134,6 +134,20 @@ def _copies(inputs: list) -> list:
     return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
 
 
+def run_where_the_weights_are(reference: Callable, inputs: list) -> tuple[Any, bool]:
+    """(`reference(*inputs)`, False), or where that fails with GPU inputs, (the outputs of a run on the CPU
+    copies, True): a model traced on the CPU and converted for CUDA keeps its weights on the CPU. Runs in
+    TorchScript's plain interpreter (see Verifier.run_reference)."""
+    with torch.jit.optimized_execution(False):
+        try:
+            return reference(*inputs), False
+        except Exception:
+            on_cpu = [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]
+            if all(x is y for x, y in zip(on_cpu, inputs)):
+                raise
+            return reference(*on_cpu), True
+
+
 class Verifier:
     """The reference side of verification: TorchScript's outputs on the example inputs and on a fresh draw."""
 
@@ -191,16 +205,10 @@ class Verifier:
         second call, the profiling executor hands fusion groups to its fuser, which compiled a DenseNet-121's
         for over six minutes; the model's semantics are the interpreter's, and the reference is only run a few
         times."""
-        with torch.jit.optimized_execution(False):
-            try:
-                return self.reference(*_copies(inputs))
-            except Exception:
-                on_cpu = [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]
-                if all(x is y for x, y in zip(on_cpu, inputs)):
-                    raise
-                result = self.reference(*_copies(on_cpu))
-                self.slack = CROSS_DEVICE_SLACK
-                return result
+        result, on_cpu = run_where_the_weights_are(self.reference, _copies(inputs))
+        if on_cpu:
+            self.slack = CROSS_DEVICE_SLACK
+        return result
 
     def check(self, run: Callable) -> list[Mismatch]:
         """Mismatches of `run` (a loaded package) against TorchScript, over every case; `failed` names the cases
