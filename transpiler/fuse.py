@@ -344,6 +344,8 @@ class _Fuser:
             heavy = len(box.nodes) >= RECOMPUTE_LIMIT and not all(is_view(n.op) for n in box.nodes)
             if self.users[v.id] > 1 and (heavy or _has_reduction(box)):
                 self.realize(v, out)  # several users would each recompute it: store it once instead
+            elif node.attrs.get("store"):
+                self.realize(v, out)  # a pass asked for it stored (transpiler/split_norms.py: partial sums)
         return True
 
     def forget_uncommitted(self) -> None:

@@ -44,6 +44,7 @@ from .channels_last import channels_last
 from .plan_arena import plan_arena
 from .precision import PrecisionPlan, cast_floats, reduce_precision
 from .split_conv_bias import split_conv_bias
+from .split_norms import split_norms
 from .unpack_splits import unpack_splits
 
 RunPlan = Callable[[Plan, list, Optional[Callable]], list]  # (plan, inputs, observer) -> outputs
@@ -170,6 +171,7 @@ REWRITES: list[tuple[str, Pass]] = [
     ("decompose_mha", lambda g, c: decompose_mha(g)),  # nn.MultiheadAttention's fast path into linear + SDPA
     ("functionalize", lambda g, c: functionalize(g, c.device.type)),  # in-place writes nothing else sees become functional
     ("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type)),  # on CUDA the bias fuses after the conv
+    ("split_norms", lambda g, c: split_norms(g, c.device.type)),  # CUDA: norms of few huge rows in parallel pieces
     ("gemm_forms", lambda g, c: gemm_forms(g, c.device.type, c.kernel_dims)),  # CUDA: each GEMM's fastest form
     ("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes)),  # CPU: where oneDNN is faster
     ("check_indices", lambda g, c: check_indices(g)),  # generated gathers clamp: a bad index must still raise
@@ -184,8 +186,8 @@ REWRITES: list[tuple[str, Pass]] = [
 # Rewrites that only make the graph faster: one that fails is skipped (its bug costs speed, never the conversion).
 # The others type the graph or keep generated kernels safe, so without them no kernels are generated.
 OPTIONAL_REWRITES = frozenset({"bind_sizes", "fold_shapes", "unpack_splits", "fuse_attention", "decompose_mha",
-                               "functionalize", "split_conv_bias", "gemm_forms", "onednn_linear", "channels_last",
-                               "onednn_conv"})
+                               "functionalize", "split_conv_bias", "split_norms", "gemm_forms", "onednn_linear",
+                               "channels_last", "onednn_conv"})
 
 
 class PassFailed(Exception):
