@@ -9,6 +9,7 @@
 #include <ATen/ScalarOps.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 #include <torch/csrc/jit/runtime/operator.h>
 #include <torch/version.h>
 
@@ -105,6 +106,12 @@ bool same(const Value& a, const Value& b) {
   return true;
 }
 using BufferCounts = std::map<std::string, KernelArity>;
+
+// A call's size table: every dynamic dim, resolved once at the start of the call (bound ones when the step that
+// makes them runs), in one CPU int64 tensor every step reads in place.
+at::Tensor size_table(const std::vector<int64_t>& dims) {
+  return at::tensor(dims, at::TensorOptions().dtype(at::kLong));
+}
 
 // A shape or strides list of a plan: fixed (evaluated once, at load), or evaluated at each call's dims.
 struct Shape {
@@ -279,8 +286,8 @@ class Builder {
 
   static void bind(Env& env, int sizes_slot, const std::vector<Binding>& binds) {
     if (binds.empty()) return;
-    auto dims = env[sizes_slot].toIntList();
-    for (const auto& b : binds) dims.set(b.dim, env[b.slot].toTensor().size(b.axis));
+    int64_t* dims = env[sizes_slot].toTensor().data_ptr<int64_t>();
+    for (const auto& b : binds) dims[b.dim] = env[b.slot].toTensor().size(b.axis);
   }
 
   std::function<void(Env&)> call(const Value& s) {
@@ -528,14 +535,10 @@ class Builder {
     if (std::all_of(in_arena.begin(), in_arena.end(), [](int64_t i) { return i < 0; })) in_arena.clear();
     return [launch, args, outs, free, specs, checked, dynamic, size_args, sizes_slot, arena_slot,
             in_arena](Env& env) {
-      // the call's dynamic dims (a static kernel reads none)
-      std::vector<int64_t> call_dims;
-      if (dynamic) {
-        const auto list = env[sizes_slot].toIntList();
-        call_dims.assign(list.begin(), list.end());
-      }
-      const int64_t* d = call_dims.data();
-      std::vector<int64_t> scratch_shape, scratch_strides;  // used only by shapes over the dims
+      // the call's size table (a static kernel reads none), read in place: no per-step copy
+      const int64_t* d = dynamic ? env[sizes_slot].toTensor().const_data_ptr<int64_t>() : nullptr;
+      // shapes over the dims are evaluated into these, which keep their capacity from step to step
+      thread_local std::vector<int64_t> scratch_shape, scratch_strides;
       std::vector<at::Tensor> outputs, inputs;
       outputs.reserve(specs.size());
       for (size_t i = 0; i < specs.size(); ++i) {
@@ -563,10 +566,10 @@ class Builder {
         at::IntArrayRef strides = c.strides.at(d, scratch_strides);
         if (x.strides() != strides) x = into_layout(x, strides);
       }
-      std::vector<int64_t> sizes;
+      c10::SmallVector<int64_t, 8> sizes;
       for (size_t i : size_args) {
-        if (call_dims[i] < 0) throw std::runtime_error("a size the kernel takes was not bound before it ran");
-        sizes.push_back(call_dims[i]);
+        if (d[i] < 0) throw std::runtime_error("a size the kernel takes was not bound before it ran");
+        sizes.push_back(d[i]);
       }
       launch(inputs, outputs, sizes.empty() ? nullptr : sizes.data());
       for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(outputs[i]);
@@ -619,7 +622,7 @@ class Builder {
             if (dims) {
               std::vector<int64_t> sizes;
               for (size_t i = ins.size(); i < inputs.size(); ++i) sizes.push_back(inputs[i].toInt());
-              env[num_slots] = IValue(std::move(sizes));
+              env[num_slots] = IValue(size_table(sizes));
             }
             plan->run_steps(*steps, env);
             std::vector<IValue> results;
@@ -634,8 +637,11 @@ class Builder {
       std::vector<IValue> inputs, results;
       inputs.reserve(ins.size());
       for (int slot : ins) inputs.push_back(env[slot]);
-      if (dims)
-        for (int64_t n : env[sizes_slot].toIntList()) inputs.push_back(IValue(n));
+      if (dims) {
+        const at::Tensor& table = env[sizes_slot].toTensor();
+        const int64_t* d = table.const_data_ptr<int64_t>();
+        for (int64_t i = 0; i < table.numel(); ++i) inputs.push_back(IValue(d[i]));
+      }
       if (!replay_region(*graphs, inputs, results)) {
         plan->run_steps(*steps, env);
         return;
@@ -864,7 +870,7 @@ IValue Plan::run(std::vector<IValue> inputs) const {
     dims.reserve(plan_dims_.size());
     for (const auto& [position, axis] : dim_sources_) dims.push_back(inputs.at(position).toTensor().size(axis));
     dims.resize(plan_dims_.size(), -1);  // the bound dims, until the steps that make them run
-    env[num_slots_] = IValue(std::move(dims));
+    env[num_slots_] = IValue(size_table(dims));
   }
   for (size_t i = 0; i < input_slots_.size() && i < inputs.size(); ++i) env[input_slots_[i]] = std::move(inputs[i]);
   run_steps(steps_, env);
