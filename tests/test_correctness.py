@@ -409,18 +409,19 @@ def test_a_constant_list_of_tensors_and_none_converts(backend, tmp_path):
 
 
 class Positions(nn.Module):
-    """A transformer's embeddings: token ids from the caller, positions from a buffer sliced to the length."""
+    """A transformer's embeddings: token ids from the caller, positions from a buffer sliced to the length, token
+    types all zero."""
 
     def __init__(self, bad_position: bool = False):
         super().__init__()
-        self.words, self.places = nn.Embedding(50, 4), nn.Embedding(32, 4)
+        self.words, self.places, self.types = nn.Embedding(50, 4), nn.Embedding(32, 4), nn.Embedding(2, 4)
         positions = torch.arange(32).unsqueeze(0)
         if bad_position:  # past the table, but beyond what a call of 8 tokens reads
             positions[0, 20] = 99
         self.register_buffer("positions", positions)
 
     def forward(self, ids):
-        return self.words(ids) + self.places(self.positions[:, : ids.shape[1]])
+        return self.words(ids) + self.places(self.positions[:, : ids.shape[1]]) + self.types(torch.zeros_like(ids))
 
 
 @pytest.mark.parametrize("bad_position", [False, True])
@@ -431,3 +432,14 @@ def test_an_index_read_from_a_weight_is_checked_once_at_conversion(bad_position:
     assert_matches_torchscript(converted, model, make)
     checks = str(converted.manifest["plan"]).count("aten::_assert_async.msg")
     assert checks == (2 if bad_position else 1)  # the ids always; the positions only where the buffer fails
+
+
+def test_boolean_masks_combined_with_and_or_lower() -> None:
+    """transformers' masking utilities combine masks with `&` (aten::__and__.Tensor): a kernel, not ATen."""
+    def masks(x, y):
+        return ((x > 0) & (y < 0.5)) | (x < -1), torch.bitwise_and(x > y, y > 0)
+    model = torch.jit.trace(masks, (torch.randn(3, 5), torch.randn(3, 5)))
+    make = lambda: (torch.randn(3, 5), torch.randn(3, 5))  # noqa: E731
+    converted = jit2triton.convert(model, make())
+    assert converted.summary()["fallback_nodes"] == 0, converted.report()
+    assert_matches_torchscript(converted, model, make)

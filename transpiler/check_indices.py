@@ -10,7 +10,7 @@ no check at run time (BERT-base had four checks and four device asserts a call, 
 A weight that fails the check keeps the run-time check, so the error is raised where ATen raises it."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -20,6 +20,9 @@ from .op_table import is_view, schema_of
 # op -> (position of the index argument, position of the dim argument; None: dim 0). The indexed tensor is the first.
 GATHERS = {"aten::embedding": (1, None), "aten::index_select": (2, 1), "aten::gather": (2, 1)}
 MESSAGE_LIMIT = 250
+# Ops that fill a tensor with one value -> the position of that value's argument (0: the op's own value, zero)
+FILLS = {"aten::zeros": 0, "aten::zeros_like": 0, "aten::new_zeros": 0, "aten::full": 1, "aten::full_like": 1,
+         "aten::new_full": 2}
 
 
 def check_indices(graph: Graph) -> Graph:
@@ -42,21 +45,36 @@ def _weights_by_value(graph: Graph) -> dict[int, torch.Tensor]:
 
 def _weight_in_range(node: Node, constants: dict[int, Any], weights: dict[int, torch.Tensor],
                      producers: dict[int, Node]) -> bool:
-    """Whether the gather's index is a view of an integer weight whose every value is a valid index."""
+    """Whether every value the gather's index can hold is known at conversion and a valid index."""
     index_at, dim_at = GATHERS[node.op]
-    value, source = node.inputs[index_at], node.inputs[0]
+    bounds = _known_bounds(node.inputs[index_at], constants, weights, producers)
+    dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
+    shape = node.inputs[0].type.shape
+    if bounds is None or not shape or not isinstance(dim, int) or not -len(shape) <= dim < len(shape) \
+            or not isinstance(shape[dim], int):
+        return False
+    return bounds == () or (0 <= bounds[0] and bounds[1] < shape[dim])
+
+
+def _known_bounds(value: Value, constants: dict[int, Any], weights: dict[int, torch.Tensor],
+                  producers: dict[int, Node]) -> Optional[tuple]:
+    """(least, largest) of the values a tensor can hold when conversion knows them: a view of an integer weight,
+    or a tensor filled with one integer; () for an empty weight; None when they depend on the inputs."""
     while value.id not in weights:
         producer = producers.get(value.id)
-        if producer is None or not _holds_its_input(producer.op) or not producer.inputs:
-            return False
+        if producer is None:
+            return None
+        if producer.op in FILLS:  # transformers' token types when the caller gives none
+            at = FILLS[producer.op]
+            filled = constants.get(producer.inputs[at].id) if at else 0
+            return (filled, filled) if type(filled) is int else None
+        if not _holds_its_input(producer.op) or not producer.inputs:
+            return None
         value = producer.inputs[0]
     weight = weights[value.id]
-    dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
-    shape = source.type.shape
-    if weight.is_floating_point() or weight.is_complex() or not shape or not isinstance(dim, int) \
-            or not -len(shape) <= dim < len(shape) or not isinstance(shape[dim], int):
-        return False
-    return weight.numel() == 0 or (int(weight.min()) >= 0 and int(weight.max()) < shape[dim])
+    if weight.is_floating_point() or weight.is_complex():
+        return None
+    return (int(weight.min()), int(weight.max())) if weight.numel() else ()
 
 
 def _holds_its_input(op: str) -> bool:

@@ -169,6 +169,14 @@ def logical_or(ctx, a, b):
     return pointwise(ctx, binary("or"), a, b, math_dtype="bool")
 
 
+@lowering("aten::__and__.Tensor", "aten::bitwise_and.Tensor", "aten::__or__.Tensor", "aten::bitwise_or.Tensor")
+def bitwise_and_or(ctx, a, b):
+    """`mask & other_mask` (transformers' attention masks): on bools, logical; on integers, not lowered."""
+    require(ctx.out_dtype == "bool" and all(not is_box(x) or x.dtype == "bool" for x in (a, b)),
+            "bitwise ops on integers")
+    return pointwise(ctx, binary("and" if "and" in ctx.op else "or"), a, b, math_dtype="bool")
+
+
 @lowering("aten::isnan")
 def isnan(ctx, x):
     return pointwise(ctx, unary("isnan"), x, math_dtype=compute_dtype(x.dtype))

@@ -98,6 +98,7 @@ register(POINTWISE, """
     aten::masked_fill.Tensor aten::eq.Tensor aten::eq.Scalar aten::ne.Tensor aten::ne.Scalar aten::lt.Tensor
     aten::lt.Scalar aten::le.Tensor aten::le.Scalar aten::gt.Tensor aten::gt.Scalar aten::ge.Tensor aten::ge.Scalar
     aten::logical_not aten::logical_and aten::logical_or aten::bitwise_not aten::maximum aten::minimum
+    aten::__and__.Tensor aten::bitwise_and.Tensor aten::__or__.Tensor aten::bitwise_or.Tensor
     aten::reciprocal aten::floor aten::ceil aten::round aten::sign aten::remainder.Tensor aten::remainder.Scalar
     aten::floor_divide aten::floor_divide.Scalar aten::to.dtype aten::to.other aten::to.dtype_layout
     aten::to.device aten::type_as aten::dropout aten::feature_dropout aten::alpha_dropout aten::detach
