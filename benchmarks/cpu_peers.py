@@ -23,6 +23,7 @@ script starts itself again with it set); the load average is printed before and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -81,8 +82,8 @@ def _torch_jit(traced: torch.jit.ScriptModule, inputs: tuple) -> Callable[[], ob
 def _onnx_runtime(traced: torch.jit.ScriptModule, inputs: tuple, threads: int, folder: str) -> Callable[[], object]:
     import onnxruntime as ort
     path = os.path.join(folder, "model.onnx")
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(), torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")  # (and a failed export's whole TorchScript graph, printed to stderr)
         torch.onnx.export(traced, inputs, path, dynamo=False)  # a ScriptModule: the TorchScript exporter
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
