@@ -4,16 +4,26 @@
 inference mode with the same number of threads. Prints median ms per call and each peer's time over jit2triton's.
 
     python benchmarks/cpu_peers.py [--threads 2] [--calls 100] [--rounds 3] [--only PART,PART] [--json FILE]
+                                   [--omp-wait-policy passive|active]
 
 Models: transformers BERT-base, DistilBERT, ViT (4 layers), GPT-2, ResNetModel and ConvNeXt at their default
 configs with random weights (no downloads), and benchmarks/workloads.py's edge conv net (conv-BN, depthwise,
 squeeze-excite) at 2x3x64x64. A peer that fails on a model (an export ORT cannot run, a graph Inductor cannot
 compile) gets a `-` and the reason below the table; the others still run. Needs the `bench` extra
 (onnxruntime, onnx, onnxscript).
+
+OpenMP's wait policy matters on a shared machine. torch.jit, torch.compile and jit2triton run their parallel loops
+on OpenMP (libgomp), whose threads spin at each loop's end waiting for the others; with more runnable threads
+than cores, a spinning thread takes the core its partner needs, and a 2-thread call can take several times a
+1-thread one (DistilBERT 2x32 on this project's 2-core machine at load average 6: 380-570 ms a call at 2 threads,
+87-104 with OMP_WAIT_POLICY=passive, 88-95 at 1 thread). ONNX Runtime's own pool is not OpenMP and does not
+suffer so. --omp-wait-policy sets OMP_WAIT_POLICY for this process (libgomp reads it when it loads, so the
+script starts itself again with it set); the load average is printed before and after.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -72,8 +82,8 @@ def _torch_jit(traced: torch.jit.ScriptModule, inputs: tuple) -> Callable[[], ob
 def _onnx_runtime(traced: torch.jit.ScriptModule, inputs: tuple, threads: int, folder: str) -> Callable[[], object]:
     import onnxruntime as ort
     path = os.path.join(folder, "model.onnx")
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings(), torch.no_grad(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")  # (and a failed export's whole TorchScript graph, printed to stderr)
         torch.onnx.export(traced, inputs, path, dynamo=False)  # a ScriptModule: the TorchScript exporter
     options = ort.SessionOptions()
     options.intra_op_num_threads, options.inter_op_num_threads = threads, 1
@@ -139,6 +149,17 @@ def _time(calls: dict[str, Callable], count: int, rounds: int) -> dict[str, floa
     return {label: statistics.median(t) * 1e3 for label, t in samples.items()}
 
 
+def _load() -> str:
+    return " ".join(open("/proc/loadavg").read().split()[:3]) if os.path.exists("/proc/loadavg") else "?"
+
+
+def _with_wait_policy(policy: str) -> None:
+    """Start this script again with OMP_WAIT_POLICY=`policy`, unless it already runs with it."""
+    if policy and os.environ.get("OMP_WAIT_POLICY", "").lower() != policy:
+        os.environ["OMP_WAIT_POLICY"] = policy
+        os.execv(sys.executable, [sys.executable, *sys.argv])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
@@ -146,13 +167,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", default="", help="keep rows whose names contain one of these comma-separated parts")
     parser.add_argument("--json", default="", help="also write the table here")
+    parser.add_argument("--omp-wait-policy", choices=("passive", "active"), default="",
+                        help="OpenMP threads sleep (passive) or spin (active) while waiting; default: libgomp's own")
     args = parser.parse_args()
+    _with_wait_policy(args.omp_wait_policy)
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     only = [part.strip() for part in args.only.split(",") if part.strip()]
     folder = tempfile.mkdtemp()
-    print(f"torch {torch.__version__}, {args.threads} threads each; median ms per call of {args.rounds} rounds x "
-          f"{args.calls} calls, taken in turns")
+    policy = os.environ.get("OMP_WAIT_POLICY", "libgomp's default")
+    load_before = _load()
+    print(f"torch {torch.__version__}, {args.threads} threads each, OMP_WAIT_POLICY {policy}; median ms per call "
+          f"of {args.rounds} rounds x {args.calls} calls, taken in turns; load average {load_before}")
     print(f"{'model':40s}" + "".join(f"{p:>24s}" for p in PEERS) + f"{'best peer / jit2triton':>24s}")
     table, notes = [], []
     for name, eager, inputs in _models():
@@ -169,9 +195,12 @@ def main() -> None:
         table.append({"model": name, "ms": ms, "failed": failed})
     for note in notes:
         print(note)
+    load_after = _load()
+    print(f"load average after: {load_after}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "torch": torch.__version__, "rows": table}, f, indent=1)
+            json.dump({"threads": args.threads, "torch": torch.__version__, "omp_wait_policy": policy,
+                       "load_average": [load_before, load_after], "rows": table}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ PACKING_OPS = (
     "quantized::make_quantized_cell_params_dynamic", "quantized::make_quantized_cell_params_fp16",
     "quantized::embedding_bag_prepack",
     "mkldnn::_reorder_convolution_weight",  # a fused oneDNN convolution's weight, in oneDNN's blocked layout
+    "mkldnn::_reorder_linear_weight",  # a oneDNN linear's weight, likewise
 )
 # torch.backends.quantized's engine names -> at::QEngine's values
 QUANTIZED_ENGINES = {"fbgemm": 1, "qnnpack": 2, "onednn": 3, "x86": 4}

@@ -65,6 +65,20 @@ def test_a_transposed_weight_is_packaged_once_and_the_original_not_at_all(always
     assert len(weights) == 5, sorted(weights)  # fc's weight and bias, W.t, the Conv1D's bias and weight.t
 
 
+def test_each_weight_is_reordered_once_at_load_and_stored_plain(always, tmp_path):
+    """The plan's packed list reorders each weight into oneDNN's layout once (addmm and mm share the Conv1D's), the
+    steps read the packed forms, and the package keeps the plain tensors."""
+    torch.manual_seed(0)
+    make = lambda: torch.randn(3, 5, 64)
+    traced = torch.jit.trace(Gemms().eval(), make())
+    converted = jit2triton.convert(traced, (make(),))
+    packed = converted.manifest["plan"]["packed"]
+    assert [e["op"] for e in packed] == [onednn_linear.REORDER_OP] * 3, packed
+    assert all(step["args"][1][0] == "p" for step in _steps(converted)), _steps(converted)
+    assert all(not w.is_mkldnn for w in converted._contents.weights.values())
+    assert_runtimes_match(converted, traced, make, tmp_path)
+
+
 class TwoReaders(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
