@@ -27,14 +27,14 @@ _SCATTERS = {"aten::select.int": "aten::select_scatter", "aten::slice.Tensor": "
 _ANY = Type("Any")
 
 
-def functionalize(graph: Graph, device_type: str = "cpu") -> int:
+def functionalize(graph: Graph) -> int:
     """Rewrite what can be rewritten, in place; returns how many in-place nodes became functional."""
     rewritten = 0
     for block in blocks(graph):
         position = 0
         while position < len(block.nodes):
             node = block.nodes[position]
-            if _in_place(node) and _rewrite(graph, block, position, device_type):
+            if _in_place(node) and _rewrite(graph, block, position):
                 rewritten += 1
             position += 1
     return rewritten
@@ -45,7 +45,7 @@ def _in_place(node: Node) -> bool:
     return base.startswith("aten::") and base.endswith("_") and not base.endswith("__") and bool(node.inputs)
 
 
-def _rewrite(graph: Graph, block: Block, position: int, device_type: str) -> bool:
+def _rewrite(graph: Graph, block: Block, position: int) -> bool:
     node = block.nodes[position]
     functional = _functional(node)
     if functional is None:
@@ -66,9 +66,6 @@ def _rewrite(graph: Graph, block: Block, position: int, device_type: str) -> boo
         if value is not base and _read_after(block, position, value):
             return False  # a view read after the write: it would need rewiring too
     if chain and not _only_read(graph, node.outputs[0]):
-        return False
-    if chain and device_type == "cuda" and (node.op in _CPU_ONLY_WRITES or _readers(graph, node.outputs[0])
-                                            or any(v.id == node.outputs[0].id for v in graph.outputs)):
         return False
     constants = [[_literal(graph, v) for v in view.inputs[1:]] for view in chain]
     if any(c is _UNKNOWN for args in constants for c in args):
@@ -169,13 +166,6 @@ def _read_instead(block: Block, start: int, old: Value, new: Value) -> None:
                 sub.outputs = swap(sub.outputs)
     block.outputs[:] = swap(block.outputs)
 
-
-# Writes through views that become scatters on the CPU only. On CUDA, torchvision's swin_v2_t (its shifted-window
-# mask, `attn_mask[h0:h1, w0:w1] = count`) made a fused chain of these scatters that faulted with an illegal memory
-# access on an H200 (2026-11-26), which neither CPU backend nor the Triton interpreter reproduces; until the cause is
-# found, CUDA keeps such writes in ATen, as it did before they could be rewritten (as it does the writes whose
-# result is read after them).
-_CPU_ONLY_WRITES = frozenset({"aten::fill_.Tensor", "aten::zero_", "aten::copy_"})
 
 # In-place ops whose functional form has another name
 _FUNCTIONAL_NAMES = {"aten::zero_": "aten::fill.Scalar", "aten::copy_": "aten::copy"}

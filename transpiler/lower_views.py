@@ -147,10 +147,10 @@ def slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
     stop = first + src.shape[dim]
 
     def fn(index):
-        hit = K.within(index[dim], first, stop)
-        if hit is None:  # the slice is the whole dim
-            return K.cast(src(index), x.dtype)
         inside = list(index[:dim]) + [index[dim] + (-first)] + list(index[dim + 1:])
+        hit = K.within(index[dim], first, stop)
+        if hit is None:  # every index lies in the slice (the whole dim, or a reader's own slice of it)
+            return K.cast(src(inside), x.dtype)
         return K.op("where", hit, K.cast(K.guarded(src(inside), hit), x.dtype), x(index))
 
     return make_box(ctx.out_shape, x.dtype, fn, [x, src])

@@ -1,0 +1,84 @@
+"""Writes through chains of slices, read back through the same slices. transpiler/functionalize.py makes each
+`t[h0:h1, w0:w1] = v` a slice_scatter inside a slice_scatter; a later read through a slice reaches the scatter
+with its index already shifted by the slice's start. A slice_scatter whose every index lies in its slice must still
+read its source at `index - start`: it read it at `index`, past the source's end, which on an H200 was the illegal
+memory access of torchvision's swin_v2_t. Its shifted-window mask is such a chain; on CUDA each `mask[...] = count`
+fills from a CPU tensor (a CUDA tensor's setitem makes `count` one, and tracing keeps it) that no kernel reads, so
+the fills run through ATen, which cuts the chain into kernels over the slices the fills read."""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import pytest
+import torch
+from torch import Tensor, nn
+
+from helpers import BACKENDS, assert_matches_torchscript, convert_for
+from jit2triton.transpiler.lowering import CannotLower
+from jit2triton.transpiler.op_table import OP_TABLE
+
+
+class ShiftedWindowMask(nn.Module):
+    """torchvision's `shifted_window_attention` mask at swin_v2_t's first stage (256x256 images: 64x64 maps,
+    window 8, shift 4): slices with negative starts and ends, and ends of None (INT64_MAX once traced)."""
+
+    def __init__(self, size: int = 64, window: int = 8, shift: int = 4) -> None:
+        super().__init__()
+        self.size, self.window, self.shift = size, window, shift
+
+    def forward(self, x: Tensor) -> Tensor:
+        mask = x.new_zeros((self.size, self.size))
+        slices = ((0, -self.window), (-self.window, -self.shift), (-self.shift, None))
+        count = 0
+        for h in slices:
+            for w in slices:
+                mask[h[0]:h[1], w[0]:w[1]] = count
+                count += 1
+        n = self.size // self.window
+        return x + mask.view(n, self.window, n, self.window).permute(0, 2, 1, 3).reshape(n * n, -1)
+
+
+def region_read_back(x: Tensor, src: Tensor) -> Tensor:
+    a = x * 2.0
+    a[-8:-4, :-8] = src
+    return a[-8:-4] + 1.0
+
+
+FILLS = {"aten::fill.Tensor", "aten::copy"}  # a traced `mask[...] = count`, and a scripted one
+
+
+def _fills_through_aten(ctx, *args):
+    raise CannotLower("as on CUDA: the value is a CPU tensor")
+
+
+@pytest.fixture
+def fills_through_aten(monkeypatch):
+    for op in FILLS:
+        monkeypatch.setitem(OP_TABLE, op, dataclasses.replace(OP_TABLE[op], lowering=_fills_through_aten))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("how", ["traced", "scripted"])
+def test_shifted_window_mask_with_fills_through_aten(how: str, backend: str, fills_through_aten) -> None:
+    torch.manual_seed(0)
+    draw = lambda: (torch.randn(64, 64),)  # noqa: E731
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = ShiftedWindowMask().eval()
+        model = torch.jit.trace(model, draw(), check_trace=False) if how == "traced" else torch.jit.script(model)
+    converted = convert_for(model, draw(), backend)
+    summary = converted.summary()
+    assert summary["verification"]["kernels_removed"] == [], converted.report()
+    assert summary["fallback_nodes"] == 9 and set(summary["fallback_ops"]) <= FILLS, converted.report()
+    assert_matches_torchscript(converted, model, draw)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_region_written_then_read_through_its_rows(backend: str) -> None:
+    torch.manual_seed(0)
+    model, draw = torch.jit.script(region_read_back), lambda: (torch.randn(64, 64), torch.randn(4, 56))
+    converted = convert_for(model, draw(), backend)
+    summary = converted.summary()
+    assert summary["verification"]["kernels_removed"] == [] and summary["fallback_nodes"] == 0, converted.report()
+    assert_matches_torchscript(converted, model, draw)
