@@ -1,11 +1,11 @@
 """Index bounds: a generated gather clamps its index so that a bad one never reads outside the tensor, where ATen
-raises "index out of range". So before each embedding, index_select and gather this pass inserts
-`all(0 <= index < size)` (ordinary pointwise and reduction ops: fusion makes them one small kernel) and an
+raises "index out of range". So before each embedding, index_select, gather and integer-tensor indexing
+(`x[i, j]`, where a negative index counts from the end) this pass inserts `all(low <= index < size)` (ordinary pointwise and reduction ops: fusion makes them one small kernel) and an
 `aten::_assert_async.msg` on the result. On the CPU a bad index then raises as ATen's does; on CUDA it is a
 device-side assert, as in ATen's own index kernels, with no host sync (so CUDA graphs keep it)."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from .ir import Block, Graph, Node, Type, Value, literals as literals_of
 from .op_table import schema_of
@@ -17,11 +17,18 @@ MESSAGE_LIMIT = 250
 
 def check_indices(graph: Graph) -> Graph:
     constants = literals_of(graph)
+    lists = {n.outputs[0].id: n for n in graph.walk() if n.op == "prim::ListConstruct"}
     for block in _blocks(graph.body):
         out: list[Node] = []
         for node in block.nodes:
             if node.op in GATHERS:
-                out += _bounds_check(node, constants)
+                index_at, dim_at = GATHERS[node.op]
+                dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
+                out += _bounds_check(node, node.inputs[index_at], dim, 0)
+            elif node.op == "aten::index.Tensor" and node.inputs[1].id in lists:
+                for dim, index in enumerate(lists[node.inputs[1].id].inputs):
+                    if index.type.is_tensor and index.type.dtype in ("int64", "int32"):
+                        out += _bounds_check(node, index, dim, None)
             out.append(node)
         block.nodes = out
     return graph
@@ -34,17 +41,16 @@ def _blocks(block: Block):
             yield from _blocks(sub)
 
 
-def _bounds_check(node: Node, constants: dict[int, Any]) -> list[Node]:
-    index_at, dim_at = GATHERS[node.op]
-    index, source = node.inputs[index_at], node.inputs[0]
-    dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
-    shape = source.type.shape
+def _bounds_check(node: Node, index: Value, dim: Any, low: Optional[int]) -> list[Node]:
+    """Nodes asserting `low <= index < size` of the source's `dim` (low None: -size)."""
+    shape = node.inputs[0].type.shape
     if not (index.type.is_tensor and shape and isinstance(dim, int) and -len(shape) <= dim < len(shape)
             and isinstance(shape[dim], int)):
         return []  # nothing static to check against: ATen (or the kernel's clamp) is all there is
     size = shape[dim]
+    low = -size if low is None else low
     # the failing step's error names the source line; CUDA's device assert takes at most 255 characters
-    message = (f"index out of range in self: %{index.name} holds an index outside [0, {size}) for "
+    message = (f"index out of range in self: %{index.name} holds an index outside [{low}, {size}) for "
                f"{node.op}")[:MESSAGE_LIMIT]
     nodes: list[Node] = []
 
@@ -59,8 +65,8 @@ def _bounds_check(node: Node, constants: dict[int, Any]) -> list[Node]:
                           attrs={"schema": schema_of(name), "synthetic": True}))
         return out[0] if out else None
 
-    low = op("aten::ge.Scalar", [index, constant("zero", 0, "int")], "at_least_0")
-    high = op("aten::lt.Scalar", [index, constant("size", size, "int")], "below_size")
-    ok = op("aten::all", [op("aten::logical_and", [low, high], "in_range")], "all_in_range")
+    above = op("aten::ge.Scalar", [index, constant("low", low, "int")], "at_least_low")
+    below = op("aten::lt.Scalar", [index, constant("size", size, "int")], "below_size")
+    ok = op("aten::all", [op("aten::logical_and", [above, below], "in_range")], "all_in_range")
     op("aten::_assert_async.msg", [ok, constant("message", message, "str")], "")
     return nodes
