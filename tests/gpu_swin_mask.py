@@ -93,7 +93,8 @@ def run_case(name: str) -> str:
     ok = worst < 1e-3 and not removed
     ops = ", ".join(f"{op} x{n}" for op, n in summary["fallback_ops"].items()) or "none"
     return (f"{'PASS' if ok else 'FAIL'} {name}: {summary['fallback_nodes']} fallback [{ops}], "
-            f"{len(summary['kernels'])} kernels, removed {removed}, max rel. error {worst:.2e}, convert {convert_s:.1f}s")
+            f"{len(summary['kernels'])} kernels, removed {removed}, max rel. error {worst:.2e}, "
+            f"convert {convert_s:.1f}s")
 
 
 def main() -> int:

@@ -1,8 +1,9 @@
 """Index bounds: a generated gather clamps its index so that a bad one never reads outside the tensor, where ATen
 raises "index out of range". So before each embedding, index_select, gather and integer-tensor indexing
-(`x[i, j]`, where a negative index counts from the end) this pass inserts `all(low <= index < size)` (ordinary pointwise and reduction ops: fusion makes them one small kernel) and an
-`aten::_assert_async.msg` on the result. On the CPU a bad index then raises as ATen's does; on CUDA it is a
-device-side assert, as in ATen's own index kernels, with no host sync (so CUDA graphs keep it)."""
+(`x[i, j]`, where a negative index counts from the end) this pass inserts `all(low <= index < size)` (ordinary
+pointwise and reduction ops: fusion makes them one small kernel) and an `aten::_assert_async.msg` on the result.
+On the CPU a bad index then raises as ATen's does; on CUDA it is a device-side assert, as in ATen's own index
+kernels, with no host sync (so CUDA graphs keep it)."""
 from __future__ import annotations
 
 from typing import Any, Optional
