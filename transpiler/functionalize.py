@@ -70,13 +70,14 @@ def _rewrite(graph: Graph, block: Block, position: int) -> bool:
     constants = [[_literal(graph, v) for v in view.inputs[1:]] for view in chain]
     if any(c is _UNKNOWN for args in constants for c in args):
         return False
-    zeroing = node.op == "aten::zero_"  # fill(x, 0): its dtype is x's
-    if not zeroing and _result_dtype(name, schema, node, graph) != target.type.dtype:
+    number = _fill_number(graph, node)
+    if number is None and _result_dtype(name, schema, node, graph) != target.type.dtype:
         return False
-    if zeroing:
-        zero = Value(f"{target.name}_zero", Type("int"))
-        node.inputs.append(zero)
-        block.nodes.insert(position, Node("prim::Constant", [], [zero], attrs={"value": 0}))
+    if number is not None:  # fill(x, number): its dtype is x's
+        name, schema = "aten::fill.Scalar", schema_of("aten::fill.Scalar")
+        filler = Value(f"{target.name}_fill", Type(type(number).__name__))
+        node.inputs[1:] = [filler]
+        block.nodes.insert(position, Node("prim::Constant", [], [filler], attrs={"value": number}))
         position += 1
     node.op, node.attrs["schema"] = name, schema
     if not chain:
@@ -97,6 +98,22 @@ def _rewrite(graph: Graph, block: Block, position: int) -> bool:
     block.nodes[position + 1:position + 1] = inserted
     _read_instead(block, position + 1 + len(inserted), base, src)
     return True
+
+
+def _fill_number(graph: Graph, node: Node) -> Any:
+    """The number an in-place fill writes, where it is fixed: 0 for zero_, and for fill_ with a 0-d constant
+    tensor that every reader only reads, its value. A traced `t[...] = count` on a CUDA tensor gives that constant on the
+    CPU, which no CUDA kernel may read: as a number, the fill fuses on every device."""
+    if node.op == "aten::zero_":
+        return 0
+    if node.op != "aten::fill_.Tensor":
+        return None
+    value = node.inputs[1]
+    producer = next((n for n in graph.walk() if n.op == "prim::Constant" and n.outputs[0].id == value.id), None)
+    weight = graph.weights.get(producer.attrs.get("weight")) if producer is not None else None
+    if weight is None or weight.dim() != 0 or not _only_read(graph, value):
+        return None
+    return weight.item()
 
 
 def _fresh(producer: Node) -> bool:
