@@ -10,6 +10,7 @@ kernel writes fresh outputs) and pins the view it writes through to ATen. Here, 
     v.op_(args)                ->  s = v.op(args); x2 = x.select_scatter(s, d, i); later reads of x read x2
                                    (slice / slice_scatter too, and chains of them: x[:, 1:3] is two slices)
 
+A fill of a fixed number (zero_, or fill_ from a 0-d constant tensor) becomes fill.Scalar of that number.
 Anything else (a graph input or weight written in place, a tensor with other views, a write inside a loop to a
 tensor made outside it, a result whose dtype would differ) stays as it was and runs through ATen.
 """
@@ -102,8 +103,8 @@ def _rewrite(graph: Graph, block: Block, position: int) -> bool:
 
 def _fill_number(graph: Graph, node: Node) -> Any:
     """The number an in-place fill writes, where it is fixed: 0 for zero_, and for fill_ with a 0-d constant
-    tensor that every reader only reads, its value. A traced `t[...] = count` on a CUDA tensor gives that constant on the
-    CPU, which no CUDA kernel may read: as a number, the fill fuses on every device."""
+    tensor that every reader only reads, its value. A traced `t[...] = count` on a CUDA tensor gives that constant
+    on the CPU, which no CUDA kernel may read: as a number, the fill fuses on every device."""
     if node.op == "aten::zero_":
         return 0
     if node.op != "aten::fill_.Tensor":
@@ -111,7 +112,7 @@ def _fill_number(graph: Graph, node: Node) -> Any:
     value = node.inputs[1]
     producer = next((n for n in graph.walk() if n.op == "prim::Constant" and n.outputs[0].id == value.id), None)
     weight = graph.weights.get(producer.attrs.get("weight")) if producer is not None else None
-    if weight is None or weight.dim() != 0 or not _only_read(graph, value):
+    if weight is None or weight.dim() != 0 or weight.is_complex() or not _only_read(graph, value):
         return None
     return weight.item()
 
