@@ -36,12 +36,12 @@ def _made(module: torch.nn.Module, draw, how: str):
 
 
 def mask(how: str):
-    from test_scatter_chains import ShiftedWindowMask
+    from fallback_models import ShiftedWindowMask
     return _made(ShiftedWindowMask(), lambda: (torch.randn(64, 64, device=DEVICE),), how)
 
 
 def region_read_back():
-    from test_scatter_chains import region_read_back as fn
+    from fallback_models import region_read_back as fn
     return torch.jit.script(fn), lambda: (torch.randn(64, 64, device=DEVICE), torch.randn(4, 56, device=DEVICE))
 
 

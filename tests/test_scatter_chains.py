@@ -14,42 +14,14 @@ import warnings
 
 import pytest
 import torch
-from torch import Tensor, nn
 
 from bounds_checked_triton import checked_loads
-from fallback_models import FALLBACK_MODELS
+from fallback_models import FALLBACK_MODELS, ShiftedWindowMask, region_read_back
 from helpers import BACKENDS, TRITON_ON_CPU, assert_matches_torchscript, convert_for
 from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.lowering import CannotLower
 from jit2triton.transpiler.op_table import OP_TABLE
 from jit2triton.transpiler.place_on_device import place_on_device
-
-
-class ShiftedWindowMask(nn.Module):
-    """torchvision's `shifted_window_attention` mask at swin_v2_t's first stage (256x256 images: 64x64 maps,
-    window 8, shift 4): slices with negative starts and ends, and ends of None (INT64_MAX once traced)."""
-
-    def __init__(self, size: int = 64, window: int = 8, shift: int = 4) -> None:
-        super().__init__()
-        self.size, self.window, self.shift = size, window, shift
-
-    def forward(self, x: Tensor) -> Tensor:
-        mask = x.new_zeros((self.size, self.size))
-        slices = ((0, -self.window), (-self.window, -self.shift), (-self.shift, None))
-        count = 0
-        for h in slices:
-            for w in slices:
-                mask[h[0]:h[1], w[0]:w[1]] = count
-                count += 1
-        n = self.size // self.window
-        return x + mask.view(n, self.window, n, self.window).permute(0, 2, 1, 3).reshape(n * n, -1)
-
-
-def region_read_back(x: Tensor, src: Tensor) -> Tensor:
-    a = x * 2.0
-    a[-8:-4, :-8] = src
-    return a[-8:-4] + 1.0
-
 
 FILLS = {"aten::fill.Scalar", "aten::fill.Tensor", "aten::copy"}  # a traced `mask[...] = count`, a scripted one
 
