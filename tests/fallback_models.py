@@ -158,6 +158,33 @@ def swin_v2_scripted():
     return _script(SwinV2(), lambda: (torch.randn(2, 3, 32, 32),))
 
 
+# The shifted-window mask alone (tests/test_scatter_chains.py, tests/gpu_swin_mask.py)
+class ShiftedWindowMask(nn.Module):
+    """torchvision's `shifted_window_attention` mask at swin_v2_t's first stage (256x256 images: 64x64 maps,
+    window 8, shift 4): slices with negative starts and ends, and ends of None (INT64_MAX once traced)."""
+
+    def __init__(self, size: int = 64, window: int = 8, shift: int = 4) -> None:
+        super().__init__()
+        self.size, self.window, self.shift = size, window, shift
+
+    def forward(self, x: Tensor) -> Tensor:
+        mask = x.new_zeros((self.size, self.size))
+        slices = ((0, -self.window), (-self.window, -self.shift), (-self.shift, None))
+        count = 0
+        for h in slices:
+            for w in slices:
+                mask[h[0]:h[1], w[0]:w[1]] = count
+                count += 1
+        n = self.size // self.window
+        return x + mask.view(n, self.window, n, self.window).permute(0, 2, 1, 3).reshape(n * n, -1)
+
+
+def region_read_back(x: Tensor, src: Tensor) -> Tensor:
+    a = x * 2.0
+    a[-8:-4, :-8] = src
+    return a[-8:-4] + 1.0
+
+
 # --- GhostNet (timm.models.ghostnet): cheap operations joined and sliced, hard-sigmoid squeeze-excite ------------
 
 class GhostModule(nn.Module):

@@ -57,7 +57,8 @@ def fixed_tensor_lists(graph: Graph) -> tuple[dict[int, Node], set[int]]:
     lists: dict[int, Node] = {}
     unbuilt: set[int] = set()
     for node in graph.walk():
-        if node.op != "prim::ListConstruct" or not node.inputs or not all(v.type.is_tensor for v in node.inputs):
+        if node.op != "prim::ListConstruct" or not any(v.type.is_tensor for v in node.inputs) or \
+                not all(v.type.is_tensor or v.type.kind == "None" for v in node.inputs):  # x[:, i]: [None, i]
             continue
         readers = users[node.output.id]
         if any(u is None or u.op in ("prim::Loop", "prim::If") or writes(u)

@@ -1,13 +1,15 @@
 """Index bounds: a generated gather clamps its index so that a bad one never reads outside the tensor, where ATen
-raises "index out of range". So before each embedding, index_select and gather this pass inserts
-`all(0 <= index < size)` (ordinary pointwise and reduction ops: fusion makes them one small kernel) and an
-`aten::_assert_async.msg` on the result. On the CPU a bad index then raises as ATen's does; on CUDA it is a
-device-side assert, as in ATen's own index kernels, with no host sync (so CUDA graphs keep it).
+raises "index out of range". So before each embedding, index_select, gather and integer-tensor indexing
+(`x[i, j]`, where a negative index counts from the end) this pass inserts `all(low <= index < size)` (ordinary
+pointwise and reduction ops: fusion makes them one small kernel) and an `aten::_assert_async.msg` on the result.
+On the CPU a bad index then raises as ATen's does; on CUDA it is a device-side assert, as in ATen's own index
+kernels, with no host sync (so CUDA graphs keep it).
 
 An index that is a view of a frozen weight (a transformer's `position_ids[:, :seq]`, its `token_type_ids` buffer
-expanded to the batch) can only hold the weight's values: those are checked once, here, and such a gather gets
-no check at run time (BERT-base had four checks and four device asserts a call, three of them on buffers).
-A weight that fails the check keeps the run-time check, so the error is raised where ATen raises it."""
+expanded to the batch) or a tensor filled with one number can only hold values known here: those are checked once,
+at conversion, and such a gather gets no check at run time (BERT-base had four checks and four device asserts a
+call, three of them on buffers). An index that fails that check keeps the run-time check, so the error is raised
+where ATen raises it."""
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -29,11 +31,24 @@ def check_indices(graph: Graph) -> Graph:
     constants = literals_of(graph)
     weights = _weights_by_value(graph)
     producers = {v.id: n for n in graph.walk() for v in n.outputs}
+    lists = {n.outputs[0].id: n for n in graph.walk() if n.op == "prim::ListConstruct"}
+
+    def check(node: Node, index: Value, dim: Any, low: Optional[int]) -> list[Node]:
+        if _known_in_range(node, index, dim, low, constants, weights, producers):
+            return []
+        return _bounds_check(node, index, dim, low)
+
     for block in _blocks(graph.body):
         out: list[Node] = []
         for node in block.nodes:
-            if node.op in GATHERS and not _weight_in_range(node, constants, weights, producers):
-                out += _bounds_check(node, constants)
+            if node.op in GATHERS:
+                index_at, dim_at = GATHERS[node.op]
+                dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
+                out += check(node, node.inputs[index_at], dim, 0)
+            elif node.op == "aten::index.Tensor" and node.inputs[1].id in lists:
+                for dim, index in enumerate(lists[node.inputs[1].id].inputs):
+                    if index.type.is_tensor and index.type.dtype in ("int64", "int32"):
+                        out += check(node, index, dim, None)
             out.append(node)
         block.nodes = out
     return graph
@@ -43,17 +58,17 @@ def _weights_by_value(graph: Graph) -> dict[int, torch.Tensor]:
     return {vid: graph.weights[name] for vid, name in weight_names(graph).items() if name in graph.weights}
 
 
-def _weight_in_range(node: Node, constants: dict[int, Any], weights: dict[int, torch.Tensor],
-                     producers: dict[int, Node]) -> bool:
-    """Whether every value the gather's index can hold is known at conversion and a valid index."""
-    index_at, dim_at = GATHERS[node.op]
-    bounds = _known_bounds(node.inputs[index_at], constants, weights, producers)
-    dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
+def _known_in_range(node: Node, index: Value, dim: Any, low: Optional[int], constants: dict[int, Any],
+                    weights: dict[int, torch.Tensor], producers: dict[int, Node]) -> bool:
+    """Whether every value `index` can hold is known at conversion and within [low, size) of the source's `dim`
+    (low None: -size)."""
+    bounds = _known_bounds(index, constants, weights, producers)
     shape = node.inputs[0].type.shape
     if bounds is None or not shape or not isinstance(dim, int) or not -len(shape) <= dim < len(shape) \
             or not isinstance(shape[dim], int):
         return False
-    return bounds == () or (0 <= bounds[0] and bounds[1] < shape[dim])
+    size = shape[dim]
+    return bounds == () or ((-size if low is None else low) <= bounds[0] and bounds[1] < size)
 
 
 def _known_bounds(value: Value, constants: dict[int, Any], weights: dict[int, torch.Tensor],
@@ -89,17 +104,16 @@ def _blocks(block: Block):
             yield from _blocks(sub)
 
 
-def _bounds_check(node: Node, constants: dict[int, Any]) -> list[Node]:
-    index_at, dim_at = GATHERS[node.op]
-    index, source = node.inputs[index_at], node.inputs[0]
-    dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
-    shape = source.type.shape
+def _bounds_check(node: Node, index: Value, dim: Any, low: Optional[int]) -> list[Node]:
+    """Nodes asserting `low <= index < size` of the source's `dim` (low None: -size)."""
+    shape = node.inputs[0].type.shape
     if not (index.type.is_tensor and shape and isinstance(dim, int) and -len(shape) <= dim < len(shape)
             and isinstance(shape[dim], int)):
         return []  # nothing static to check against: ATen (or the kernel's clamp) is all there is
     size = shape[dim]
+    low = -size if low is None else low
     # the failing step's error names the source line; CUDA's device assert takes at most 255 characters
-    message = (f"index out of range in self: %{index.name} holds an index outside [0, {size}) for "
+    message = (f"index out of range in self: %{index.name} holds an index outside [{low}, {size}) for "
                f"{node.op}")[:MESSAGE_LIMIT]
     nodes: list[Node] = []
 
@@ -114,8 +128,8 @@ def _bounds_check(node: Node, constants: dict[int, Any]) -> list[Node]:
                           attrs={"schema": schema_of(name), "synthetic": True}))
         return out[0] if out else None
 
-    low = op("aten::ge.Scalar", [index, constant("zero", 0, "int")], "at_least_0")
-    high = op("aten::lt.Scalar", [index, constant("size", size, "int")], "below_size")
-    ok = op("aten::all", [op("aten::logical_and", [low, high], "in_range")], "all_in_range")
+    above = op("aten::ge.Scalar", [index, constant("low", low, "int")], "at_least_low")
+    below = op("aten::lt.Scalar", [index, constant("size", size, "int")], "below_size")
+    ok = op("aten::all", [op("aten::logical_and", [above, below], "in_range")], "all_in_range")
     op("aten::_assert_async.msg", [ok, constant("message", message, "str")], "")
     return nodes

@@ -132,16 +132,17 @@ class _Builder:
             self.weights[name] = value.detach()
             node.attrs["weight"] = name
             node.outputs[0].type = Type("Tensor", dtype_name(value.dtype), tuple(value.shape), value.device.type)
-        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value):
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value) \
+                and not _holds_optionals(out.type()):  # an index list (`x[buffer]`) is built as the case below
             names = []  # e.g. the flat weight list of a frozen aten::lstm
             for i, tensor in enumerate(value):
                 names.append(_unique(f"{_clean(out.debugName())}_{i}", self.weights))
                 self.weights[names[-1]] = tensor.detach()
             node.attrs["weights"] = names
         elif _contains_tensor(value) and isinstance(value, (list, tuple)):
-            # A container of tensors and other values (`x[..., [-1], :]` indexes with the Tensor?[] [None, None,
-            # tensor([-1])], frozen into a constant): built at run time from one constant per item, as TorchScript
-            # would before freezing, so no runtime needs a new kind of constant
+            # A container of tensors and other values, or any Tensor?[] (`x[..., [-1], :]` indexes with the Tensor?[]
+            # [None, None, tensor([-1])], frozen into a constant): built at run time from one constant per item, as
+            # TorchScript would before freezing, so no runtime needs a new kind of constant
             node.attrs["expanded"], node.inputs = self.items(value, out.type(), _clean(out.debugName()), node.source)
             node.op = "prim::ListConstruct" if isinstance(value, list) else "prim::TupleConstruct"
         elif _contains_tensor(value):
@@ -174,6 +175,11 @@ class _Builder:
             op = "prim::ListConstruct" if isinstance(value, list) else "prim::TupleConstruct"
             return nodes + [Node(op, items, [made], source=source)], made
         return [Node("prim::Constant", [], [made], attrs={"value": value}, source=source)], made
+
+
+def _holds_optionals(ts_type) -> bool:
+    """A list typed Tensor?[]: an index list, whose tensors lowered readers take one by one."""
+    return isinstance(ts_type, torch.ListType) and isinstance(ts_type.getElementType(), torch.OptionalType)
 
 
 def _contains_tensor(value: Any) -> bool:

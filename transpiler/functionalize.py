@@ -10,6 +10,7 @@ kernel writes fresh outputs) and pins the view it writes through to ATen. Here, 
     v.op_(args)                ->  s = v.op(args); x2 = x.select_scatter(s, d, i); later reads of x read x2
                                    (slice / slice_scatter too, and chains of them: x[:, 1:3] is two slices)
 
+A fill of a fixed number (zero_, or fill_ from a 0-d constant tensor) becomes fill.Scalar of that number.
 Anything else (a graph input or weight written in place, a tensor with other views, a write inside a loop to a
 tensor made outside it, a result whose dtype would differ) stays as it was and runs through ATen.
 """
@@ -27,14 +28,14 @@ _SCATTERS = {"aten::select.int": "aten::select_scatter", "aten::slice.Tensor": "
 _ANY = Type("Any")
 
 
-def functionalize(graph: Graph, device_type: str = "cpu") -> int:
+def functionalize(graph: Graph) -> int:
     """Rewrite what can be rewritten, in place; returns how many in-place nodes became functional."""
     rewritten = 0
     for block in blocks(graph):
         position = 0
         while position < len(block.nodes):
             node = block.nodes[position]
-            if _in_place(node) and _rewrite(graph, block, position, device_type):
+            if _in_place(node) and _rewrite(graph, block, position):
                 rewritten += 1
             position += 1
     return rewritten
@@ -45,7 +46,7 @@ def _in_place(node: Node) -> bool:
     return base.startswith("aten::") and base.endswith("_") and not base.endswith("__") and bool(node.inputs)
 
 
-def _rewrite(graph: Graph, block: Block, position: int, device_type: str) -> bool:
+def _rewrite(graph: Graph, block: Block, position: int) -> bool:
     node = block.nodes[position]
     functional = _functional(node)
     if functional is None:
@@ -67,19 +68,17 @@ def _rewrite(graph: Graph, block: Block, position: int, device_type: str) -> boo
             return False  # a view read after the write: it would need rewiring too
     if chain and not _only_read(graph, node.outputs[0]):
         return False
-    if chain and device_type == "cuda" and (node.op in _CPU_ONLY_WRITES or _readers(graph, node.outputs[0])
-                                            or any(v.id == node.outputs[0].id for v in graph.outputs)):
-        return False
     constants = [[_literal(graph, v) for v in view.inputs[1:]] for view in chain]
     if any(c is _UNKNOWN for args in constants for c in args):
         return False
-    zeroing = node.op == "aten::zero_"  # fill(x, 0): its dtype is x's
-    if not zeroing and _result_dtype(name, schema, node, graph) != target.type.dtype:
+    number = _fill_number(graph, node)
+    if number is None and _result_dtype(name, schema, node, graph) != target.type.dtype:
         return False
-    if zeroing:
-        zero = Value(f"{target.name}_zero", Type("int"))
-        node.inputs.append(zero)
-        block.nodes.insert(position, Node("prim::Constant", [], [zero], attrs={"value": 0}))
+    if number is not None:  # fill(x, number): its dtype is x's
+        name, schema = "aten::fill.Scalar", schema_of("aten::fill.Scalar")
+        filler = Value(f"{target.name}_fill", Type(type(number).__name__))
+        node.inputs[1:] = [filler]
+        block.nodes.insert(position, Node("prim::Constant", [], [filler], attrs={"value": number}))
         position += 1
     node.op, node.attrs["schema"] = name, schema
     if not chain:
@@ -100,6 +99,22 @@ def _rewrite(graph: Graph, block: Block, position: int, device_type: str) -> boo
     block.nodes[position + 1:position + 1] = inserted
     _read_instead(block, position + 1 + len(inserted), base, src)
     return True
+
+
+def _fill_number(graph: Graph, node: Node) -> Any:
+    """The number an in-place fill writes, where it is fixed: 0 for zero_, and for fill_ with a 0-d constant
+    tensor that every reader only reads, its value. A traced `t[...] = count` on a CUDA tensor gives that constant
+    on the CPU, which no CUDA kernel may read: as a number, the fill fuses on every device."""
+    if node.op == "aten::zero_":
+        return 0
+    if node.op != "aten::fill_.Tensor":
+        return None
+    value = node.inputs[1]
+    producer = next((n for n in graph.walk() if n.op == "prim::Constant" and n.outputs[0].id == value.id), None)
+    weight = graph.weights.get(producer.attrs.get("weight")) if producer is not None else None
+    if weight is None or weight.dim() != 0 or weight.is_complex() or not _only_read(graph, value):
+        return None
+    return weight.item()
 
 
 def _fresh(producer: Node) -> bool:
@@ -169,13 +184,6 @@ def _read_instead(block: Block, start: int, old: Value, new: Value) -> None:
                 sub.outputs = swap(sub.outputs)
     block.outputs[:] = swap(block.outputs)
 
-
-# Writes through views that become scatters on the CPU only. On CUDA, torchvision's swin_v2_t (its shifted-window
-# mask, `attn_mask[h0:h1, w0:w1] = count`) made a fused chain of these scatters that faulted with an illegal memory
-# access on an H200 (2026-11-26), which neither CPU backend nor the Triton interpreter reproduces; until the cause is
-# found, CUDA keeps such writes in ATen, as it did before they could be rewritten (as it does the writes whose
-# result is read after them).
-_CPU_ONLY_WRITES = frozenset({"aten::fill_.Tensor", "aten::zero_", "aten::copy_"})
 
 # In-place ops whose functional form has another name
 _FUNCTIONAL_NAMES = {"aten::zero_": "aten::fill.Scalar", "aten::copy_": "aten::copy"}

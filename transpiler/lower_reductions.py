@@ -118,6 +118,34 @@ def argmax(ctx, x, dim=None, keepdim=False):
     return reduce_box(ctx, x, None if dim is None else [dim], keepdim, ctx.op[6:], "int64")
 
 
+# A cumulative sum is a masked sum per element (n * n work where a scan does n): a kernel only over short dims
+CUMSUM_LIMIT = 256
+
+
+@lowering("aten::cumsum")
+def cumsum(ctx, x, dim, dtype=None):
+    """Each element the sum of its dim's elements up to it: per output element, a sum over the dim masked to the
+    prefix, so it fuses as any reduction does (its producers inline, its consumers read it in the same kernel)."""
+    rank = len(x.shape)
+    dim = normalize_dim(dim, rank)
+    n = x.shape[dim] if rank else 1
+    require(isinstance(n, int) and n <= CUMSUM_LIMIT, f"a cumulative sum over more than {CUMSUM_LIMIT} elements")
+    if rank == 0:
+        return elementwise((), ctx.out_dtype, lambda v: v, x)
+    acc = compute_dtype(ctx.out_dtype)
+    (r,) = ctx.rvars([n])
+    box = make_box(x.shape, ctx.out_dtype, None, [x])
+
+    def fn(index):
+        full = list(index[:dim]) + [r] + list(index[dim + 1:])
+        prefix = K.op("le", r, index[dim])
+        value = K.op("where", prefix, K.cast(x(full), acc), K.const(0, acc))
+        return K.reduce("sum", value, (r,), acc, tag=box.id)
+
+    box.fn = fn
+    return box
+
+
 @lowering("aten::prod", "aten::prod.dim_int")
 def prod(ctx, x, dim=None, keepdim=False, dtype=None):
     if ctx.op == "aten::prod":  # prod(self, *, dtype)

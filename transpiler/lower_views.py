@@ -10,7 +10,8 @@ from typing import Sequence
 
 from . import kernel_ir as K
 from .symbolic import SymSize
-from .lowering import (RUNTIME_SIZE, LowerContext, TensorBox, is_box, lowering, make_box, normalize_dim, require)
+from .lowering import (RUNTIME_SIZE, LowerContext, TensorBox, broadcast_index, broadcast_shapes, is_box, lowering,
+                       make_box, normalize_dim, require)
 
 
 def view_of(ctx: LowerContext, x: TensorBox, shape: Sequence[int], index_map) -> TensorBox:
@@ -147,10 +148,10 @@ def slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
     stop = first + src.shape[dim]
 
     def fn(index):
-        hit = K.within(index[dim], first, stop)
-        if hit is None:  # the slice is the whole dim
-            return K.cast(src(index), x.dtype)
         inside = list(index[:dim]) + [index[dim] + (-first)] + list(index[dim + 1:])
+        hit = K.within(index[dim], first, stop)
+        if hit is None:  # every index lies in the slice (the whole dim, or a reader's own slice of it)
+            return K.cast(src(inside), x.dtype)
         return K.op("where", hit, K.cast(K.guarded(src(inside), hit), x.dtype), x(index))
 
     return make_box(ctx.out_shape, x.dtype, fn, [x, src])
@@ -194,6 +195,37 @@ def gather(ctx, x, dim, indices, sparse_grad=False):
         return x(list(index[:dim]) + [position] + list(index[dim + 1:]))
 
     return make_box(ctx.out_shape, x.dtype, fn, [x, indices])
+
+
+@lowering("aten::index.Tensor")
+def index_tensor(ctx, x, indices):
+    """x[i, :, j] with integer index tensors (None: a whole dim), as ATen's advanced indexing: the index tensors
+    broadcast together, and their dims take the place of the indexed dims when those are adjacent, else come first.
+    A negative index counts from the end. (A boolean mask's result has a size its values decide: ATen keeps it.)"""
+    tensors = {d: t for d, t in enumerate(indices) if t is not None}
+    require(len(indices) <= len(x.shape) and tensors and
+            all(is_box(t) and t.dtype in ("int64", "int32") for t in tensors.values()),
+            "an index that is not an integer tensor")
+    require(all(isinstance(x.shape[d], int) for d in tensors), "an indexed dim of dynamic size")
+    dims = sorted(tensors)
+    batch = broadcast_shapes(*(t.shape for t in tensors.values()))
+    rest = [d for d in range(len(x.shape)) if d not in tensors]
+    before = [d for d in rest if d < dims[0]] if dims == list(range(dims[0], dims[-1] + 1)) else []
+    after = [d for d in rest if d not in before]
+
+    def fn(index):
+        full = [None] * len(x.shape)
+        for d, i in zip(before + after, index[:len(before)] + index[len(before) + len(batch):]):
+            full[d] = i
+        at = index[len(before):len(before) + len(batch)]
+        for d, t in tensors.items():
+            position = K.cast(t(broadcast_index(t, at, batch)), K.INT)
+            wrapped = K.op("where", K.op("lt", position, K.const(0, K.INT)), position + x.shape[d], position)
+            full[d] = in_bounds(wrapped, x.shape[d])
+        return x(full)
+
+    shape = tuple(x.shape[d] for d in before) + tuple(batch) + tuple(x.shape[d] for d in after)
+    return make_box(shape, x.dtype, fn, [x, *tensors.values()])
 
 
 def in_bounds(position: K.KExpr, size: int) -> K.KExpr:

@@ -169,7 +169,7 @@ REWRITES: list[tuple[str, Pass]] = [
     ("unpack_splits", lambda g, c: unpack_splits(g)),  # chunk/split/unbind into one view per piece
     ("fuse_attention", lambda g, c: fuse_attention(g)),  # written-out softmax attention into one ATen call
     ("decompose_mha", lambda g, c: decompose_mha(g)),  # nn.MultiheadAttention's fast path into linear + SDPA
-    ("functionalize", lambda g, c: functionalize(g, c.device.type)),  # in-place writes nothing else sees become functional
+    ("functionalize", lambda g, c: functionalize(g)),  # in-place writes nothing else sees become functional
     ("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type)),  # on CUDA the bias fuses after the conv
     ("split_norms", lambda g, c: split_norms(g, c.device.type)),  # CUDA: norms of few huge rows in parallel pieces
     ("gemm_forms", lambda g, c: gemm_forms(g, c.device.type, c.kernel_dims)),  # CUDA: each GEMM's fastest form

@@ -110,6 +110,11 @@ def large_window_pool2d(x, xb):
 
 # --- reductions ---------------------------------------------------------------------------------------------------
 
+def cumsum(x, x3, xb, xi, m):
+    return (torch.cumsum(x, 1), torch.cumsum(x3, 0), torch.cumsum(x3.transpose(1, 2), -1) * 2.0, torch.cumsum(xb, 1),
+            torch.cumsum(xi, 0), torch.cumsum(m, 1), torch.cumsum(x, 0, dtype=torch.float64))
+
+
 def sum_all(x, xb, xi, m):
     return x.sum(), x[:, 1:].sum(), xb.sum(), xi.sum(), m.sum(), x.sum(dtype=torch.float64)
 
@@ -229,6 +234,7 @@ REDUCTION_SAMPLES: dict[str, list[Sample]] = {
                                   randn(4, dtype=BF16), randn(4, dtype=BF16))],
     "aten::batch_norm": [scripted(batch_norm, *BATCH_NORM_INPUTS)],
     "aten::sum": [scripted(sum_all, X, XB, XI, M)],
+    "aten::cumsum": [scripted(cumsum, X, X3, XB, XI, M)],
     "aten::sum.dim_IntList": [scripted(sum_dim, X, X3, XB, XI, M)],
     "aten::mean": [scripted(mean_all, X, XB)],
     "aten::mean.dim": [scripted(mean_dim, X, X3, XB)],

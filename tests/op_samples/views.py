@@ -22,6 +22,11 @@ def index_select(x, i0, i1, xb, xi):
             torch.index_select(xb, -1, i1), torch.index_select(xi, 0, i0))
 
 
+def index_tensor(x, x3, rows, cols, xb, xi):
+    return (x[rows], x[:, cols], x[rows, cols], x3[:, rows, cols], x3[rows % 2, :, cols], x3[rows % 2], xb[rows],
+            xi[:, cols])
+
+
 # --- views: a bare view output stays an ATen alias, so each view here feeds a kernel (`+ 1`) ----------------------
 
 def view(x, x3, xb, xi):
@@ -131,6 +136,7 @@ VIEW_SAMPLES: dict[str, list[Sample]] = {
     "aten::embedding": [scripted(embedding, randn(10, 4), index(10, 2, 3), randn(10, 4, dtype=BF16))],
     "aten::gather": [scripted(gather, X, index(6, 4, 3), index(4, 2, 6), XB, XI)],
     "aten::index_select": [scripted(index_select, X, index(4, 3), index(6, 5), XB, XI)],
+    "aten::index.Tensor": [scripted(index_tensor, X, X3, ints(-4, 4, 3, 2), index(6, 2), XB, XI)],
     "aten::view": [scripted(view, X, X3, XB, XI)],
     "aten::reshape": [scripted(reshape, X, X3, XB, XI)],
     "aten::flatten.using_ints": [scripted(flatten, X3, XB, XI)],
