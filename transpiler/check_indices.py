@@ -8,10 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from .ir import Block, Graph, Node, Type, Value, literals as literals_of
-from .op_table import schema_of
+from .op_table import lookup, schema_of
 
-# op -> (position of the index argument, position of the dim argument; None: dim 0). The indexed tensor is the first.
-GATHERS = {"aten::embedding": (1, None), "aten::index_select": (2, 1), "aten::gather": (2, 1)}
 MESSAGE_LIMIT = 250
 
 
@@ -20,7 +18,7 @@ def check_indices(graph: Graph) -> Graph:
     for block in _blocks(graph.body):
         out: list[Node] = []
         for node in block.nodes:
-            if node.op in GATHERS:
+            if lookup(node.op).gather:
                 out += _bounds_check(node, constants)
             out.append(node)
         block.nodes = out
@@ -35,7 +33,7 @@ def _blocks(block: Block):
 
 
 def _bounds_check(node: Node, constants: dict[int, Any]) -> list[Node]:
-    index_at, dim_at = GATHERS[node.op]
+    index_at, dim_at = lookup(node.op).gather  # the indexed tensor is the first input
     index, source = node.inputs[index_at], node.inputs[0]
     dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
     shape = source.type.shape

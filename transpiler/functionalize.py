@@ -21,9 +21,8 @@ import torch
 
 from .ir import Block, Graph, Node, Type, Value, blocks
 from .lowering import get_lowering
-from .op_table import may_alias, returns_alias, schema_of
+from .op_table import lookup, may_alias, returns_alias, schema_of
 
-_SCATTERS = {"aten::select.int": "aten::select_scatter", "aten::slice.Tensor": "aten::slice_scatter"}
 _ANY = Type("Any")
 
 
@@ -54,7 +53,7 @@ def _rewrite(graph: Graph, block: Block, position: int, device_type: str) -> boo
     target = node.inputs[0]
     made = {v.id: n for n in block.nodes[:position] for v in n.outputs}
     chain, base = [], target  # the views written through, innermost first, and the tensor they view
-    while base.id in made and made[base.id].op in _SCATTERS:
+    while base.id in made and lookup(made[base.id].op).scatter_form:
         chain.append(made[base.id])
         base = chain[-1].inputs[0]
     if base.id not in made or not _fresh(made[base.id]):
@@ -67,7 +66,12 @@ def _rewrite(graph: Graph, block: Block, position: int, device_type: str) -> boo
             return False  # a view read after the write: it would need rewiring too
     if chain and not _only_read(graph, node.outputs[0]):
         return False
-    if chain and device_type == "cuda" and (node.op in _CPU_ONLY_WRITES or _readers(graph, node.outputs[0])
+    # Some writes through views become scatters on the CPU only (OpInfo.cuda_keeps_write). On CUDA, torchvision's
+    # swin_v2_t (its shifted-window mask, `attn_mask[h0:h1, w0:w1] = count`) made a fused chain of these scatters that
+    # faulted with an illegal memory access on an H200 (2026-11-26), which neither CPU backend nor the Triton
+    # interpreter reproduces; until the cause is found, CUDA keeps such writes in ATen, as it did before they could be
+    # rewritten (as it does the writes whose result is read after them).
+    if chain and device_type == "cuda" and (lookup(node.op).cuda_keeps_write or _readers(graph, node.outputs[0])
                                             or any(v.id == node.outputs[0].id for v in graph.outputs)):
         return False
     constants = [[_literal(graph, v) for v in view.inputs[1:]] for view in chain]
@@ -93,7 +97,7 @@ def _rewrite(graph: Graph, block: Block, position: int, device_type: str) -> boo
         values = [Value(f"{inner.name}_{arg}", _ANY) for arg in names[:len(args)]]
         inserted += [Node("prim::Constant", [], [v], attrs={"value": c}) for v, c in zip(values, args)]
         written = Value(f"{inner.name}_written", inner.type)
-        scatter_op = _SCATTERS[view.op]
+        scatter_op = lookup(view.op).scatter_form
         inserted.append(Node(scatter_op, [inner, src, *values], [written], source=node.source,
                              attrs={"schema": schema_of(scatter_op), "synthetic": True}))
         src = written
@@ -170,21 +174,10 @@ def _read_instead(block: Block, start: int, old: Value, new: Value) -> None:
     block.outputs[:] = swap(block.outputs)
 
 
-# Writes through views that become scatters on the CPU only. On CUDA, torchvision's swin_v2_t (its shifted-window
-# mask, `attn_mask[h0:h1, w0:w1] = count`) made a fused chain of these scatters that faulted with an illegal memory
-# access on an H200 (2026-11-26), which neither CPU backend nor the Triton interpreter reproduces; until the cause is
-# found, CUDA keeps such writes in ATen, as it did before they could be rewritten (as it does the writes whose
-# result is read after them).
-_CPU_ONLY_WRITES = frozenset({"aten::fill_.Tensor", "aten::zero_", "aten::copy_"})
-
-# In-place ops whose functional form has another name
-_FUNCTIONAL_NAMES = {"aten::zero_": "aten::fill.Scalar", "aten::copy_": "aten::copy"}
-
-
 def _functional(node: Node) -> Optional[tuple[str, str]]:
     """The functional overload an in-place node stands for, when it exists and has a kernel lowering."""
     base, _, overload = node.op.partition(".")
-    name = _FUNCTIONAL_NAMES.get(node.op) or base[:-1] + (f".{overload}" if overload else "")
+    name = lookup(node.op).functional_form or base[:-1] + (f".{overload}" if overload else "")
     if get_lowering(name) is None or may_alias(name):  # t_, squeeze_...: a new shape of the same data, no write
         return None
     schema = schema_of(name)

@@ -44,7 +44,7 @@ class OpInfo:
     # it in the package's precision
     keeps_fp32: str = ""
     # --- the host ---------------------------------------------------------------------------------------------------
-    on_host: bool = False  # runs on the host though it takes a tensor (reads its shape, a number out of it, its identity)
+    on_host: bool = False  # runs on the host though it takes a tensor (reads its shape, a number, its identity)
     # what of a tensor's shape it reads, which fold_shapes turns into a constant where shape inference knows it:
     # "sizes" every size (size, numel), "size" one dim's (size.int), "meta" none (dim, dtype, device)
     reads_shape: str = ""
@@ -95,6 +95,7 @@ class OpInfo:
     gemm_rows: Optional[int] = None
     gemm_form: str = ""  # how a GEMM by a constant weight is written: "linear", "kn" (x @ W), "addmm"
     batched_matmul: bool = False  # multiplies stacks of matrices (attention's q @ k and its weights @ v)
+    scales: str = ""  # "mul", "div": multiplies or divides its first input by its second (attention's scale)
     convolution: bool = False  # a convolution by a weight (input 1) with a bias (input 2)
 
     def __post_init__(self) -> None:
@@ -293,6 +294,8 @@ facts("aten::linear", gemm_form="linear")
 facts("aten::matmul aten::mm", gemm_form="kn")
 facts("aten::addmm", gemm_form="addmm")
 facts("aten::matmul aten::bmm", batched_matmul=True)
+facts("aten::mul.Tensor aten::mul.Scalar", scales="mul")
+facts("aten::div.Tensor aten::div.Scalar", scales="div")
 facts("aten::_convolution aten::conv1d aten::conv2d aten::conv3d", convolution=True)
 
 
