@@ -205,6 +205,7 @@ facts("""
     aten::index.Tensor aten::nonzero aten::nonzero_numpy aten::argwhere aten::where aten::masked_select
     aten::unique aten::_unique aten::_unique2 aten::unique_dim aten::unique_consecutive aten::unique_dim_consecutive
     aten::repeat_interleave.Tensor aten::repeat_interleave.self_Tensor aten::bincount torchvision::nms
+    aten::tensor_split.tensor_indices_or_sections
 """, data_dependent_size="tensor")
 facts("aten::item aten::Int.Tensor aten::Float.Tensor aten::ScalarImplicit aten::IntImplicit aten::tolist",
       data_dependent_size="scalar")
