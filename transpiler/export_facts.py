@@ -43,7 +43,7 @@ def python_module() -> str:
              "`python -m jit2triton.transpiler.export_facts`; edit the op table, never this file.\"\"\"", ""]
     for field, name, why in PYTHON_FACTS:
         ops = sorted(ops_where(field))
-        lines += [f"# OpInfo.{field}: {why}", f"{name} = frozenset({{"] + _wrapped([f"{op!r}," for op in ops], "    ") \
+        lines += [f"# OpInfo.{field}: {why}", f"{name} = frozenset({{"] + _wrapped([f'"{op}",' for op in ops], "    ") \
             + ["})"]
     return "\n".join(lines) + "\n"
 

@@ -17,7 +17,6 @@ from .ir import Block, Graph, Node, literals, walk_block
 from .op_table import HOST, POINTWISE, lookup
 
 
-
 def fold_shapes(graph: Graph, recorder: ShapeRecorder) -> Graph:
     mutated = {n.inputs[0].id for n in graph.walk() if n.inputs and "!" in n.attrs.get("schema", "").split("->")[0]}
     folder = _Folder(graph, recorder, mutated, _value_dependent(graph))

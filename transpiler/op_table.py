@@ -249,6 +249,7 @@ facts("""aten::Int.Tensor aten::Float.Tensor aten::Bool.Tensor aten::item aten::
 facts("prim::RaiseException prim::Print aten::warn", host_effect=True, syncs_host=True)  # a replay would skip them
 facts("""aten::save aten::from_file aten::from_file.out aten::manual_seed aten::manual_seed.generator aten::seed
     aten::set_grad_enabled""", forbidden=True)
+# (mkldnn::_reorder_convolution_weight: a fused oneDNN convolution's weight, in oneDNN's blocked layout)
 facts("""aten::_make_per_tensor_quantized_tensor aten::_make_per_channel_quantized_tensor quantized::linear_prepack
     quantized::linear_prepack_fp16 quantized::conv2d_prepack quantized::conv3d_prepack
     quantized::conv_transpose2d_prepack quantized::conv_transpose3d_prepack
