@@ -14,6 +14,7 @@ import torch
 from jit2triton.errors import CorruptPackageError, Jit2TritonError, SizeChangedError, StepError
 
 from .cuda_graph import RegionGraphs
+from .op_facts import UNPACKS
 from .packed import build_packed, packed_constant
 from .policy import MAX_ARENA_BYTES
 from .resolve import resolve_op
@@ -23,7 +24,6 @@ Step = Callable[[list], None]
 SIZE_CHANGED = ("a size the package fixed at conversion changed: a scalar input's value, or a count computed from the "
                 "data (a mask's, nonzero's) that conversion did not see vary. Convert again with example inputs of "
                 "the values you need; if the shapes and scalars are the example's, please report it with the model")
-UNPACKS = ("prim::ListUnpack", "prim::TupleUnpack")
 Observer = Callable[[int, tuple], None]  # (node index, output values)
 
 

@@ -17,22 +17,17 @@ from typing import Iterator
 
 import torch
 
+from .op_facts import CONTAINERS, SYNCS_HOST
 from .policy import COPY_BYTES_PER_US, LAUNCH_US
-
-HOST_READS = {"aten::Int.Tensor", "aten::Float.Tensor", "aten::Bool.Tensor", "aten::item", "aten::nonzero",
-              "aten::unique", "aten::_unique2", "aten::masked_select", "aten::tolist", "aten::equal",
-              "aten::is_nonzero", "aten::allclose", "aten::ScalarImplicit", "prim::RaiseException",
-              "prim::Print", "aten::warn"}  # (the last two act on the host each call: a replay would skip them)
 
 MIN_STEPS = 3
 MIN_REGION_LAUNCHES = 4  # a region's replay costs three launches (copy in, graph, copy out): fewer gain nothing
 NO_LAUNCH = ("host", "view", "alias")  # node categories that launch no GPU work
-CONTAINERS = ("prim::ListConstruct", "prim::TupleConstruct", "prim::DictConstruct")
 
 
 def capturable(plan: dict, on_host: frozenset = frozenset()) -> bool:
     """Whether every step of the plan can live inside one CUDA graph (`on_host`: see group_regions)."""
-    return all(step["kind"] in ("call", "kernel") and step.get("op") not in HOST_READS and step["node"] not in on_host
+    return all(step["kind"] in ("call", "kernel") and step.get("op") not in SYNCS_HOST and step["node"] not in on_host
                for step in plan["steps"])
 
 
@@ -78,7 +73,7 @@ def _walk(steps: list[dict]) -> Iterator[dict]:
 
 def _graph_safe(step: dict, on_host: frozenset) -> bool:
     """(A step that binds sizes stays out: a replay would skip the binding the steps after the region read.)"""
-    return (step["kind"] in ("call", "kernel") and step.get("op") not in HOST_READS and not step.get("mutates")
+    return (step["kind"] in ("call", "kernel") and step.get("op") not in SYNCS_HOST and not step.get("mutates")
             and step["node"] not in on_host and not step.get("binds"))
 
 

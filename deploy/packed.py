@@ -2,7 +2,7 @@
 
 Each entry is one op over weights, literals and earlier entries: a quantized weight made from its stored integers and
 quantizer, then the op that packs it for the quantized engine's kernels (`quantized::linear_prepack`, ...), which the
-plan's steps then read as ["p", name]. Only the ops in policy.PACKING_OPS may run here. Packing ops name the engine
+plan's steps then read as ["p", name]. Only the ops in op_facts.PACKING_OPS may run here. Packing ops name the engine
 the package was converted under; they pack for that engine, as the package was verified with it, and a torch without
 it is refused with a QuantizedEngineError. The C++ runtime builds the same list the same way (literals.cpp).
 """
@@ -16,7 +16,8 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, QuantizedEngineError
 
-from .policy import PACKING_OPS, QUANTIZED_ENGINES, message
+from .op_facts import PACKING_OPS
+from .policy import QUANTIZED_ENGINES, message
 from .resolve import resolve_op
 
 _ENGINE_SWITCH = threading.Lock()  # torch's quantized engine is process-wide: one load switches it at a time

@@ -11,15 +11,13 @@ import torch
 
 from jit2triton.errors import CorruptPackageError
 
+from .op_facts import FORBIDDEN
 from .policy import MAX_SLOTS
 from .sizes import is_dynamic, shape_function
 
-# Ops a converted model never needs and a plan must not call: they reach outside the model (files, the process's
-# random generator and autograd state). The C++ runtime refuses the same list (kSideEffectOps in plan.cpp; a test
-# keeps the two equal). An allowlist of every op models call would refuse valid models with custom ops; these are
-# refused by what they do.
-SIDE_EFFECT_OPS = frozenset({"aten::save", "aten::from_file", "aten::from_file.out", "aten::manual_seed",
-                             "aten::manual_seed.generator", "aten::seed", "aten::set_grad_enabled"})
+# A plan must not call an op that reaches outside the model (files, the process's random generator and autograd
+# state): op_facts.FORBIDDEN, which the C++ runtime refuses too (op_facts.h). An allowlist of every op models call
+# would refuse valid models with custom ops; these are refused by what they do.
 ARENA_ALIGN = 64
 # Dims a dynamic layout is evaluated at to check it is dense: a damaged polynomial fails at these as at any size.
 SAMPLE_DIMS = (2, 3)
@@ -87,7 +85,7 @@ def _steps(steps: list, num_slots: int, num_nodes: int, table: dict[str, dict], 
     """`table`: kernel name -> its entry in the manifest's kernel index (buffers, sizes, inputs, outputs)."""
     for step in steps:
         kind = step.get("kind")
-        if kind == "call" and step.get("op") in SIDE_EFFECT_OPS:
+        if kind == "call" and step.get("op") in FORBIDDEN:
             raise CorruptPackageError(
                 f"the package's plan calls {step['op']}, which reaches outside the model (files, global state); a "
                 "converted model never does, so the package was edited: re-run `jit2triton convert`")

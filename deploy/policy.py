@@ -46,19 +46,7 @@ DTYPES = {
     "complex128": "ComplexDouble",
 }
 
-# --- packed constants: what a plan's "packed" list may run at load ---------------------------------------------------
-# A quantized op's packed weights are rebuilt at load from their stored parts (deploy/packed.py, and in C++
-# build_packed in literals.cpp); only these ops may do it, as a quantized weight is made from its integers and then
-# packed for the quantized engine's kernels.
-PACKING_OPS = (
-    "aten::_make_per_tensor_quantized_tensor", "aten::_make_per_channel_quantized_tensor",
-    "quantized::linear_prepack", "quantized::linear_prepack_fp16", "quantized::conv2d_prepack",
-    "quantized::conv3d_prepack", "quantized::conv_transpose2d_prepack", "quantized::conv_transpose3d_prepack",
-    "quantized::make_quantized_cell_params_dynamic", "quantized::make_quantized_cell_params_fp16",
-    "quantized::embedding_bag_prepack",
-    "mkldnn::_reorder_convolution_weight",  # a fused oneDNN convolution's weight, in oneDNN's blocked layout
-    "mkldnn::_reorder_linear_weight",  # a oneDNN linear's weight, likewise
-)
+# --- packed constants: the ops a plan's "packed" list may run at load are op facts (deploy/op_facts.py) --------------
 # torch.backends.quantized's engine names -> at::QEngine's values
 QUANTIZED_ENGINES = {"fbgemm": 1, "qnnpack": 2, "onednn": 3, "x86": 4}
 
@@ -154,7 +142,6 @@ def cpp_header() -> str:
         "  return table;",
         "}",
         "",
-        "constexpr const char* kPackingOps[] = {" + ", ".join(map(_cpp_string, PACKING_OPS)) + "};",
         "inline const std::map<std::string, int>& quantized_engines() {",
         "  static const std::map<std::string, int> table = {",
         *(f"      {{{_cpp_string(name)}, {value}}}," for name, value in QUANTIZED_ENGINES.items()),

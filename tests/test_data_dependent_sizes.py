@@ -1,6 +1,6 @@
 """Data-dependent sizes: post-processing whose output sizes depend on the values (boolean-mask indexing, nonzero,
-masked_select, unique, one-argument where, a slice or topk by a computed count, an NMS written in TorchScript)
-converts and matches TorchScript on fresh inputs whose counts differ from the example's, in every backend. A size
+masked_select, unique, one-argument where, a split at a computed count, a slice or topk by a computed count, an NMS
+written in TorchScript) converts and matches TorchScript on fresh inputs whose counts differ from the example's, in every backend. A size
 the package fixed at conversion that then changes makes verification fail (kernels out), never pass with a note."""
 from __future__ import annotations
 
@@ -40,6 +40,12 @@ def top_by_count(scores):
     k = int((scores > 0).sum()) + 1
     top = torch.topk(scores, k).values
     return top.sigmoid() * 2, scores[: k // 2 + 1].cos()
+
+
+@torch.jit.script
+def split_at(x, y):
+    first, rest = torch.tensor_split(x, (y > 0).sum().reshape(1))  # split where a count says
+    return (first * 2).sin(), rest.exp() + 1
 
 
 @torch.jit.script
@@ -84,11 +90,13 @@ def _inputs(name: str, seed: int) -> tuple:
         return (torch.randint(0, 40, (24,), generator=g),)
     if name == "top_by_count":
         return (torch.randn(32, generator=g),)
+    if name == "split_at":
+        return torch.randn(32, 4, generator=g), torch.randn(32, generator=g)
     return _boxes(160, g), torch.rand(160, generator=g)
 
 
 PROGRAMS = {"positives": positives, "nonzero_rows": nonzero_rows, "selected": selected, "uniques": uniques,
-            "top_by_count": top_by_count, "postprocess": postprocess}
+            "top_by_count": top_by_count, "split_at": split_at, "postprocess": postprocess}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

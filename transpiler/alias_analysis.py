@@ -9,10 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .ir import Graph, Node
-from .op_table import may_alias, returns_alias, writes_in_place
-
-LIST_READERS = {"aten::cat", "aten::stack"}  # lowered ops that read a Tensor[] argument
-CONTAINERS = {"prim::ListConstruct", "prim::TupleConstruct", "prim::DictConstruct"}
+from .op_table import lookup, may_alias, returns_alias, writes_in_place
 
 
 def writes(node: Node) -> str:
@@ -61,11 +58,11 @@ def fixed_tensor_lists(graph: Graph) -> tuple[dict[int, Node], set[int]]:
                 not all(v.type.is_tensor or v.type.kind == "None" for v in node.inputs):  # x[:, i]: [None, i]
             continue
         readers = users[node.output.id]
-        if any(u is None or u.op in ("prim::Loop", "prim::If") or writes(u)
-               or (u.op in CONTAINERS and any(v.id not in returned or users[v.id] for v in u.outputs))
+        if any(u is None or lookup(u.op).control_flow or writes(u)
+               or (lookup(u.op).builds_container and any(v.id not in returned or users[v.id] for v in u.outputs))
                for u in readers):
             continue
         lists[node.output.id] = node
-        if readers and node.output.id not in returned and all(u.op in LIST_READERS for u in readers):
+        if readers and node.output.id not in returned and all(lookup(u.op).reads_tensor_list for u in readers):
             unbuilt.add(node.output.id)
     return lists, unbuilt

@@ -146,7 +146,7 @@ class _PlanBuilder:
             entry["synthetic"] = True  # made by jit2triton, not a TorchScript node: the report does not count it
         self.node_table.append(entry)
         step: dict[str, Any] = {
-            "kind": {"prim::If": "if", "prim::Loop": "loop"}.get(node.op, "call"),
+            "kind": lookup(node.op).control_flow or "call",
             "op": node.op,
             "args": [self.ref(v) for v in node.inputs],
             "outs": [self.memory.slot[v.id] for v in node.outputs],
@@ -157,7 +157,7 @@ class _PlanBuilder:
             writes = writes_in_place(node.attrs["schema"])
             if writes:
                 step["mutates"] = writes  # a CUDA graph region must not hold it (deploy/graph_regions.py)
-        if node.op in ("prim::ListConstruct", "prim::DictConstruct"):
+        if lookup(node.op).builds_container in ("list", "dict"):
             step["type"] = _type_tag(node.outputs[0].type)  # a runtime that types its containers needs it
         if node.blocks:
             step["blocks"] = [self.block(b) for b in node.blocks]

@@ -22,15 +22,14 @@ from typing import Optional
 
 import torch
 
-from .alias_analysis import CONTAINERS
 from .build_plan import build_plan
 from .fuse import clone_graph
 from .ir import Graph, Node, Type, Value, readers
 from .lowering import strides_in_order
+from .op_table import lookup
 from .symbolic import at_example
 from . import timing
 
-CONVOLUTIONS = ("aten::_convolution", "aten::conv2d")
 CONTIGUOUS_SCHEMA = "aten::contiguous(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) -> Tensor(a)"
 CONTIGUOUS_FORMAT, CHANNELS_LAST = 0, 2  # torch.memory_format as TorchScript's graphs hold it (an int)
 FLOATS = ("float32", "float16", "bfloat16", "float64")
@@ -79,7 +78,7 @@ def _choose(graph: Graph, trial: Graph, ctx) -> str:
 
 
 def _is_conv2d(node: Node) -> bool:
-    weight = node.inputs[1] if node.op in CONVOLUTIONS and len(node.inputs) > 1 else None
+    weight = node.inputs[1] if lookup(node.op).convolution and len(node.inputs) > 1 else None
     return weight is not None and weight.type.shape is not None and len(weight.type.shape) == 4
 
 
@@ -149,7 +148,7 @@ def _output_layouts(graph: Graph, sizes: dict[str, int]) -> Optional[dict[int, i
                 return False
             found[v.id] = layout
             return True
-        if maker is not None and maker.op in CONTAINERS:
+        if maker is not None and lookup(maker.op).builds_container:
             return all(visit(item) for item in maker.inputs)
         return "Tensor" not in str(v.type) and v.type.kind != "Any"
 
@@ -219,7 +218,7 @@ def _restore_outputs(graph: Graph, restores: dict[int, int]) -> None:
 
     nodes: list[Node] = []
     for node in graph.body.nodes:
-        if node.op in CONTAINERS and any(v.id in restores for v in node.inputs):
+        if lookup(node.op).builds_container and any(v.id in restores for v in node.inputs):
             node.inputs = [restored(v, nodes) if v.id in restores else v for v in node.inputs]
         nodes.append(node)
     graph.body.outputs = [restored(v, nodes) if v.id in restores else v for v in graph.body.outputs]

@@ -17,14 +17,9 @@ from typing import Any, Optional
 import torch
 
 from .ir import Block, Graph, Node, Type, Value, literals as literals_of, weight_names
-from .op_table import is_view, schema_of
+from .op_table import is_view, lookup, schema_of
 
-# op -> (position of the index argument, position of the dim argument; None: dim 0). The indexed tensor is the first.
-GATHERS = {"aten::embedding": (1, None), "aten::index_select": (2, 1), "aten::gather": (2, 1)}
 MESSAGE_LIMIT = 250
-# Ops that fill a tensor with one value -> the position of that value's argument (0: the op's own value, zero)
-FILLS = {"aten::zeros": 0, "aten::zeros_like": 0, "aten::new_zeros": 0, "aten::full": 1, "aten::full_like": 1,
-         "aten::new_full": 2}
 
 
 def check_indices(graph: Graph) -> Graph:
@@ -41,8 +36,8 @@ def check_indices(graph: Graph) -> Graph:
     for block in _blocks(graph.body):
         out: list[Node] = []
         for node in block.nodes:
-            if node.op in GATHERS:
-                index_at, dim_at = GATHERS[node.op]
+            if lookup(node.op).gather:
+                index_at, dim_at = lookup(node.op).gather  # the indexed tensor is the first input
                 dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
                 out += check(node, node.inputs[index_at], dim, 0)
             elif node.op == "aten::index.Tensor" and node.inputs[1].id in lists:
@@ -79,9 +74,9 @@ def _known_bounds(value: Value, constants: dict[int, Any], weights: dict[int, to
         producer = producers.get(value.id)
         if producer is None:
             return None
-        if producer.op in FILLS:  # transformers' token types when the caller gives none
-            at = FILLS[producer.op]
-            filled = constants.get(producer.inputs[at].id) if at else 0
+        at = lookup(producer.op).fills
+        if at is not None:  # transformers' token types when the caller gives none
+            filled = constants.get(producer.inputs[at].id) if at >= 0 else 0
             return (filled, filled) if type(filled) is int else None
         if not _holds_its_input(producer.op) or not producer.inputs:
             return None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .ir import Graph, Node, Type, Value
+from .op_table import lookup
 
 
 @dataclass
@@ -26,14 +27,14 @@ class ConstantGemm:
 def constant_gemm(node: Node, weights: dict[int, str], literals: dict[int, object]) -> Optional[ConstantGemm]:
     """The GEMM `node` computes, when it is one by a constant 2-d weight of x's dtype; else None. (A linear's bias
     may be computed; addmm's must be a constant vector, as only then is it linear's bias.)"""
-    inputs = node.inputs
-    if node.op == "aten::linear":
+    inputs, form = node.inputs, lookup(node.op).gemm_form
+    if form == "linear":
         x, w = inputs[0], inputs[1]
         bias = inputs[2] if len(inputs) > 2 and inputs[2].type.kind != "None" else None
         transposed = False
-    elif node.op in ("aten::matmul", "aten::mm") and len(inputs) == 2:
+    elif form == "kn" and len(inputs) == 2:
         x, w, bias, transposed = inputs[0], inputs[1], None, True
-    elif node.op == "aten::addmm" and len(inputs) == 5 and all(
+    elif form == "addmm" and len(inputs) == 5 and all(
             literals.get(v.id, None) == 1 for v in inputs[3:]):
         bias, x, w, transposed = inputs[0], inputs[1], inputs[2], True
         if bias.id not in weights or bias.type.shape is None or len(bias.type.shape) != 1:

@@ -42,7 +42,7 @@ def mark_data_dependent(graph: Graph, recorder: ShapeRecorder) -> set[int]:
                     if inner.id not in tainted and (initial.id in tainted or result.id in tainted):
                         tainted.add(inner.id)
                         changed = True
-            if node.op in ("prim::If", "prim::Loop"):
+            if lookup(node.op).control_flow:
                 for i, out in enumerate(node.outputs):
                     offset = 0 if node.op == "prim::If" else 1
                     if out.id not in tainted and any(b.outputs[i + offset].id in tainted for b in node.blocks):

@@ -5,14 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 from .ir import KERNEL_OP, Graph, blocks
-from .op_table import is_view
-
-
-# Host ops of shape arithmetic that only make a value: once the views, slices and iotas that read them lowered by
-# their fitted output shapes (dynamic dims), nothing reads them, and each call would still run them
-SHAPE_BOOKKEEPING = frozenset({"prim::ListConstruct", "prim::TupleConstruct", "aten::size.int", "aten::size",
-                               "prim::NumToTensor.Scalar", "aten::Int.Tensor", "aten::mul.int", "aten::add.int",
-                               "aten::sub.int", "aten::floordiv.int"})
+from .op_table import is_view, lookup
 
 
 def drop_unread(graph: Graph) -> None:
@@ -27,7 +20,7 @@ def drop_unread(graph: Graph) -> None:
         dropped = 0
         for block in blocks(graph):
             kept = [n for n in block.nodes
-                    if not (n.op == KERNEL_OP or is_view(n.op) or n.op in SHAPE_BOOKKEEPING
+                    if not (n.op == KERNEL_OP or is_view(n.op) or lookup(n.op).shape_bookkeeping
                             or n.attrs.get("scalar_carrier")) or any(read[v.id] for v in n.outputs)]
             dropped += len(block.nodes) - len(kept)
             block.nodes = kept

@@ -16,12 +16,6 @@ from .infer_shapes import ShapeRecorder
 from .ir import Block, Graph, Node, literals, walk_block
 from .op_table import HOST, POINTWISE, lookup
 
-SHAPE_READERS = {"aten::size", "aten::size.int", "aten::dim", "aten::numel", "prim::dtype", "prim::device",
-                 "aten::len.Tensor", "prim::shape"}
-_UNPACKS = ("prim::ListUnpack", "prim::TupleUnpack")
-_NONE_TESTS = ("aten::__is__", "aten::__isnot__")
-_IMPURE = ("rand", "normal", "bernoulli", "dropout", "uniform", "multinomial", "randperm", "empty")
-
 
 def fold_shapes(graph: Graph, recorder: ShapeRecorder) -> Graph:
     mutated = {n.inputs[0].id for n in graph.walk() if n.inputs and "!" in n.attrs.get("schema", "").split("->")[0]}
@@ -54,7 +48,7 @@ class _Folder:
             if node.op == "prim::Loop" and self.host_loop_folds(node):  # F.group_norm's size check, per call
                 out += [self.item_node(node, v, self.recorder.constant_value(v)[1]) for v in node.outputs]
                 continue
-            if node.op in _UNPACKS and self.literal_items(node):  # `B, H, W, C = x.shape` once x.shape is folded
+            if lookup(node.op).unpacks and self.literal_items(node):  # `B, H, W, C = x.shape` once x.shape is folded
                 out += [self.item_node(node, v, item) for v, item in zip(node.outputs, self.literal_items(node))]
                 continue
             if node.blocks or node.op == "prim::Constant" or not self.foldable(node):
@@ -109,23 +103,24 @@ class _Folder:
         return v.id in self.constant or (not v.type.is_tensor and v.id not in self.value_dependent)
 
     def foldable(self, node: Node) -> bool:
-        if len(node.outputs) != 1 or node.output.id in self.mutated or any(s in node.op for s in _IMPURE):
+        info = lookup(node.op, node.attrs.get("schema", ""))
+        if len(node.outputs) != 1 or node.output.id in self.mutated or info.impure:
             return False
         if "!" in node.attrs.get("schema", "").split("->")[0]:
             return False
-        if node.op in SHAPE_READERS:
+        if info.reads_shape:
             t = node.inputs[0].type
             if not all(v.id in self.constant for v in node.inputs[1:]):
                 return False
-            if node.op in ("aten::size.int", "prim::dtype", "prim::device", "aten::dim"):
+            if info.reads_shape != "sizes":
                 # one dim's size (a static dim of a tensor whose batch is dynamic), or what no dim changes
-                return t.is_tensor and t.shape is not None and (node.op != "aten::size.int"
+                return t.is_tensor and t.shape is not None and (info.reads_shape != "size"
                                                                 or self.static_dim(node, t.shape))
             return t.is_tensor and t.shape is not None and all(isinstance(d, int) for d in t.shape)
-        if node.op in _NONE_TESTS:  # `residual is not None` of a value an op made: a tensor, never None
+        if info.none_test:  # `residual is not None` of a value an op made: a tensor, never None
             made = node.inputs[0].id not in self.graph_inputs and node.inputs[0].id not in self.value_dependent
             return made and all(self.fixed(v) for v in node.inputs[1:])
-        category = lookup(node.op, node.attrs.get("schema", "")).category
+        category = info.category
         scalar_math = category == POINTWISE and node.output.type.is_tensor and node.output.type.shape == ()
         if category != HOST and not scalar_math:
             return False
@@ -169,8 +164,7 @@ def _value_dependent(graph: Graph) -> set[int]:
 def _taint_block(block: Block, tainted: set[int], under_taint: bool) -> None:
     for node in block.nodes:
         info = lookup(node.op, node.attrs.get("schema", ""))
-        source = (info.data_dependent_size or any(s in node.op for s in _IMPURE)
-                  or node.op in _READS_NUMBERS)
+        source = info.data_dependent_size or info.impure or info.reads_values
         dirty = under_taint or source or any(v.id in tainted for v in node.inputs if not v.type.is_tensor)
         if dirty:
             tainted.update(v.id for v in node.outputs)
@@ -180,8 +174,3 @@ def _taint_block(block: Block, tainted: set[int], under_taint: bool) -> None:
             _taint_block(sub, tainted, dirty)
             if any(v.id in tainted for v in sub.outputs):
                 tainted.update(v.id for v in node.outputs)
-
-
-# Host ops that read a tensor's values (not its shape) into a number
-_READS_NUMBERS = {"aten::Int.Tensor", "aten::Float.Tensor", "aten::Bool.Tensor", "aten::ScalarImplicit", "aten::item",
-                  "aten::IntImplicit", "aten::FloatImplicit", "aten::tolist", "aten::is_nonzero"}

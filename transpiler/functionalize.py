@@ -22,9 +22,8 @@ import torch
 
 from .ir import Block, Graph, Node, Type, Value, blocks
 from .lowering import get_lowering
-from .op_table import may_alias, returns_alias, schema_of
+from .op_table import lookup, may_alias, returns_alias, schema_of
 
-_SCATTERS = {"aten::select.int": "aten::select_scatter", "aten::slice.Tensor": "aten::slice_scatter"}
 _ANY = Type("Any")
 
 
@@ -55,7 +54,7 @@ def _rewrite(graph: Graph, block: Block, position: int) -> bool:
     target = node.inputs[0]
     made = {v.id: n for n in block.nodes[:position] for v in n.outputs}
     chain, base = [], target  # the views written through, innermost first, and the tensor they view
-    while base.id in made and made[base.id].op in _SCATTERS:
+    while base.id in made and lookup(made[base.id].op).scatter_form:
         chain.append(made[base.id])
         base = chain[-1].inputs[0]
     if base.id not in made or not _fresh(made[base.id]):
@@ -92,7 +91,7 @@ def _rewrite(graph: Graph, block: Block, position: int) -> bool:
         values = [Value(f"{inner.name}_{arg}", _ANY) for arg in names[:len(args)]]
         inserted += [Node("prim::Constant", [], [v], attrs={"value": c}) for v, c in zip(values, args)]
         written = Value(f"{inner.name}_written", inner.type)
-        scatter_op = _SCATTERS[view.op]
+        scatter_op = lookup(view.op).scatter_form
         inserted.append(Node(scatter_op, [inner, src, *values], [written], source=node.source,
                              attrs={"schema": schema_of(scatter_op), "synthetic": True}))
         src = written
@@ -185,14 +184,10 @@ def _read_instead(block: Block, start: int, old: Value, new: Value) -> None:
     block.outputs[:] = swap(block.outputs)
 
 
-# In-place ops whose functional form has another name
-_FUNCTIONAL_NAMES = {"aten::zero_": "aten::fill.Scalar", "aten::copy_": "aten::copy"}
-
-
 def _functional(node: Node) -> Optional[tuple[str, str]]:
     """The functional overload an in-place node stands for, when it exists and has a kernel lowering."""
     base, _, overload = node.op.partition(".")
-    name = _FUNCTIONAL_NAMES.get(node.op) or base[:-1] + (f".{overload}" if overload else "")
+    name = lookup(node.op).functional_form or base[:-1] + (f".{overload}" if overload else "")
     if get_lowering(name) is None or may_alias(name):  # t_, squeeze_...: a new shape of the same data, no write
         return None
     schema = schema_of(name)

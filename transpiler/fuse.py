@@ -23,12 +23,12 @@ from typing import Any, Optional
 import torch
 
 from . import kernel_ir as K
-from .alias_analysis import CONTAINERS, fixed_tensor_lists, mutated_views, writes
+from .alias_analysis import fixed_tensor_lists, mutated_views, writes
 from .drop_unread import drop_unread
 from .ir import KERNEL_OP, QUANTIZED_DTYPES, Block, Graph, Node, Type, Value, defined, walk_block
 from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, RunsAsExtern, TensorBox, contiguous_strides,
                        get_lowering, realized_box, strides_in_order)
-from .op_table import is_view
+from .op_table import is_view, lookup
 from .symbolic import SymSize
 
 __all__ = ["KERNEL_OP", "FusionFailed", "clone_graph", "fuse"]
@@ -127,27 +127,12 @@ def _why_not_static(types: list[Type], device_type: str, symbolic: bool) -> str:
     return "an output has no static shape on this device"
 
 
-# arguments (by position) that only decide the op's output shape, which the lowering reads from the output
-# instead: computed at run time over dynamic dims, they do not keep the op out of kernels (see `shape_argument`)
-_SIZE_LISTS = {"aten::view": (1,), "aten::reshape": (1,), "aten::expand": (1,), "aten::arange": (0,),
-               "aten::arange.start": (1,), "aten::arange.start_step": (1,), "aten::slice.Tensor": (3,),
-               "aten::zeros": (0,), "aten::ones": (0,), "aten::full": (0,), "aten::new_zeros": (1,),
-               "aten::new_ones": (1,), "aten::new_full": (1,)}
-
-
-# An extern GEMM's operand whose rows it reads (input position): it wants them dense, row-major. A kernel that kept
-# an input's permuted memory order (ConvNeXt's LayerNorm and GELU between its pointwise linears) made linear run
-# 1.4-1.7x slower on the CPU than on the row-major tensor ATen's own ops would have given it.
-GEMM_ROWS = {"aten::linear": 0, "mkldnn::_linear_pointwise": 0, "aten::matmul": 0, "aten::mm": 0, "aten::bmm": 0,
-             "aten::addmm": 1}
-
-
 def _read_only_as_gemm_rows(graph: Graph) -> set[int]:
     """Ids of values that only GEMMs read, each as the operand whose rows it multiplies."""
     gemm, other = set(), set()
     for node in graph.walk():
         for position, v in enumerate(node.inputs):
-            (gemm if GEMM_ROWS.get(node.op.split(".")[0]) == position else other).add(v.id)
+            (gemm if lookup(node.op).gemm_rows == position else other).add(v.id)
         for block in node.blocks:
             other.update(v.id for v in block.outputs)
     other.update(v.id for v in graph.outputs)
@@ -159,9 +144,10 @@ def _layout_bound(graph: Graph) -> set[int]:
     containers it builds (a caller sees their strides), and `contiguous` / `clone` results (asked for a layout)."""
     bound = {v.id for v in graph.outputs}
     for node in graph.walk():
-        if node.op in CONTAINERS:
+        info = lookup(node.op)
+        if info.builds_container:
             bound.update(v.id for v in node.inputs)
-        elif node.op in ("aten::contiguous", "aten::clone"):
+        elif info.asks_layout:
             bound.add(node.outputs[0].id)
     return bound
 
@@ -242,7 +228,7 @@ class _Fuser:
         RUNTIME_SIZE, for the lowering to accept only where the output's length is dynamic."""
         if not self.symbolic:
             return self.argument(v)
-        if node.op in ("aten::view", "aten::reshape", "aten::expand"):
+        if lookup(node.op).size_is_output_shape:
             return list(node.outputs[0].type.shape)
         return self.literals[v.id] if v.id in self.literals else RUNTIME_SIZE
 
@@ -316,7 +302,7 @@ class _Fuser:
                 raise CannotLower(_why_not_static([v.type for v in node.outputs], self.device_type, self.symbolic))
             ctx = LowerContext(node.op, [v.type.dtype for v in node.outputs], [v.type.shape for v in node.outputs],
                                self.device_type)
-            result = fn(ctx, *[self.shape_argument(node, i, v) if i in _SIZE_LISTS.get(node.op, ()) else
+            result = fn(ctx, *[self.shape_argument(node, i, v) if i in lookup(node.op).size_args else
                                self.argument(v) for i, v in enumerate(node.inputs)])
             boxes = result if isinstance(result, tuple) else (result,)
             for box, v in zip(boxes, node.outputs):

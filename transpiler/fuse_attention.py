@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from typing import Optional
+from typing import Callable, Optional
 
 from .ir import Block, Graph, Node, Type, Value, literals, weight_names
+from .op_table import OpInfo, lookup
 
 SDPA_SCHEMA = ("aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
                "float dropout_p=0., bool is_causal=False, *, float? scale=None, bool enable_gqa=False) -> Tensor")
-_MATMULS = ("aten::matmul", "aten::bmm")
 
 
 def fuse_attention(graph: Graph) -> Graph:
@@ -37,9 +37,10 @@ class _Match:
     def __init__(self, producer, uses, constants) -> None:
         self.producer, self.uses, self.constants = producer, uses, constants
 
-    def only_use(self, v: Value, op_names) -> Optional[Node]:
+    def only_use(self, v: Value, wanted: Callable[[OpInfo], bool]) -> Optional[Node]:
+        """The node that made `v`, when `wanted` holds for its op and `v` has no other reader."""
         node = self.producer.get(v.id)
-        if node is None or node.op not in op_names or self.uses[v.id] != 1:
+        if node is None or not wanted(lookup(node.op)) or self.uses[v.id] != 1:
             return None
         return node
 
@@ -54,7 +55,7 @@ def _block(block: Block, match: _Match) -> None:
     removed: set[int] = set()
     rewritten: list[Node] = []
     for node in block.nodes:
-        found = _attention(node, match) if node.op in _MATMULS else None
+        found = _attention(node, match) if lookup(node.op).batched_matmul else None
         if found is None:
             rewritten.append(node)
             continue
@@ -67,7 +68,7 @@ def _block(block: Block, match: _Match) -> None:
 def _attention(out_matmul: Node, match: _Match):
     """([its constants..., the SDPA node], the nodes it replaces) if `out_matmul` ends an attention chain."""
     probs, v = out_matmul.inputs
-    softmax = match.only_use(probs, ("aten::softmax.int",))
+    softmax = match.only_use(probs, lambda op: op.name == "aten::softmax.int")
     if softmax is None or match.constant(softmax.inputs[2]) is not None:
         return None
     scores = softmax.inputs[0]
@@ -76,18 +77,18 @@ def _attention(out_matmul: Node, match: _Match):
         return None
     consumed = [softmax]
     mask = None
-    add = match.only_use(scores, ("aten::add.Tensor",))
+    add = match.only_use(scores, lambda op: op.name == "aten::add.Tensor")
     if add is not None and match.constant(add.inputs[2]) == 1 and add.inputs[1].type.is_tensor:
         scores, mask = add.inputs[0], add.inputs[1]
         consumed.append(add)
     scale = 1.0
-    scaled = match.only_use(scores, ("aten::mul.Tensor", "aten::mul.Scalar", "aten::div.Tensor", "aten::div.Scalar"))
+    scaled = match.only_use(scores, lambda op: bool(op.scales))
     if scaled is not None and isinstance(match.constant(scaled.inputs[1]), (int, float)):
         factor = float(match.constant(scaled.inputs[1]))
-        scale = factor if scaled.op.startswith("aten::mul") else 1.0 / factor
+        scale = factor if lookup(scaled.op).scales == "mul" else 1.0 / factor
         scores = scaled.inputs[0]
         consumed.append(scaled)
-    qk = match.only_use(scores, _MATMULS)
+    qk = match.only_use(scores, lambda op: op.batched_matmul)
     if qk is None:
         return None
     q, k_t = qk.inputs

@@ -74,9 +74,7 @@ def gemm_forms(graph: Graph, device_type: str, dims: Optional[dict[str, tuple]] 
 
 def _own_form(node: Node, gemm: ConstantGemm) -> str:
     """The form the model wrote: an addmm counts as its own (untimed) form, so it is always rewritten to the best."""
-    if node.op == "aten::linear":
-        return "linear"
-    return "kn" if node.op in ("aten::matmul", "aten::mm") else "addmm"
+    return lookup(node.op).gemm_form
 
 
 def _bias_fuses(node: Node, readers: dict[int, list]) -> bool:

@@ -13,11 +13,11 @@ import bisect
 
 from .alias_analysis import writes
 from .ir import KERNEL_OP, Block, Graph, Node, blocks
+from .op_table import lookup
 from . import kernel_ir as K
 
 MAX_OUTPUTS = 8  # a merged kernel's stores and live values stay within what one loop body holds well
 MAX_INPUTS = 16
-SIDE_EFFECTS = frozenset({"prim::RaiseException", "prim::Print", "aten::warn"})
 
 
 def merge_kernels(graph: Graph) -> Graph:
@@ -35,7 +35,7 @@ def _merge_in(block: Block) -> None:
     open_: dict[tuple, tuple[list[int], list[Node]]] = {}  # iteration space -> (positions, kernels) a later may join
     defined_at: dict[int, int] = {}  # value id -> position of the node defining it (a kernel's own outputs too)
     for position, node in enumerate(block.nodes):
-        if node.blocks or writes(node) or node.op in SIDE_EFFECTS:
+        if node.blocks or writes(node) or lookup(node.op).host_effect:
             open_ = {}  # nothing moves above a write, a branch or a side effect
         elif node.op == KERNEL_OP and _pointwise(node):
             kernel = node.attrs["kernel"]

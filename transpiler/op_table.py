@@ -14,7 +14,7 @@ category runs through ATen as a fallback, and the report says so.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Optional
 
 import torch
@@ -24,6 +24,10 @@ POINTWISE, REDUCTION, VIEW, EXTERN, HOST, FALLBACK = "pointwise", "reduction", "
 
 @dataclass(frozen=True)
 class OpInfo:
+    """Everything a pass or a runtime asks about an op. Each fact is declared once, below, by `register` (an op's
+    category, with any facts of its own) or `facts` (a fact shared across categories, or of an op outside the
+    table); passes ask `lookup(op)`, never a set of their own (tests/test_op_facts.py), and the facts the runtimes
+    need are generated into deploy/op_facts.py and deploy/cpp/src/op_facts.h (transpiler/op_facts.py)."""
     name: str
     category: str
     lowering: Optional[Callable] = None  # filled in by the kernel IR's lowering module
@@ -33,58 +37,99 @@ class OpInfo:
     data_dependent_size: str = ""
     # nearly equal inputs can give it different outputs (a comparison, an argmax, a sort's order, NMS, a floor):
     # where a package first differs from TorchScript at such an op, rounding decided it, not a wrong kernel
+    # (jit2triton/verify.py first_divergence); every op with a data-dependent size is
     discontinuous: bool = False
     # why the op computes in float32 when a package runs in reduced precision (transpiler/precision.py): its
     # statistics or accumulators overflow or lose their range in float16/bfloat16 (autocast's float32 list); "" runs
     # it in the package's precision
     keeps_fp32: str = ""
+    # --- the host ---------------------------------------------------------------------------------------------------
+    on_host: bool = False  # runs on the host though it takes a tensor (reads its shape, a number, its identity)
+    # what of a tensor's shape it reads, which fold_shapes turns into a constant where shape inference knows it:
+    # "sizes" every size (size, numel), "size" one dim's (size.int), "meta" none (dim, dtype, device)
+    reads_shape: str = ""
+    reads_values: bool = False  # reads a tensor's values into a host number: what it decides depends on data
+    none_test: bool = False  # `x is None`, `x is not None`: folded where x is a tensor an op made
+    # makes the host wait for the device's values, or acts on the host on every call: a CUDA graph cannot hold it
+    # (deploy/graph_regions.py)
+    syncs_host: bool = False
+    host_effect: bool = False  # acts on the host (raise, print, warn): merged kernels never move across it
+    # reaches outside the model (files, the process's random generator, autograd state): a plan must not call it,
+    # and both runtimes refuse a package that does
+    forbidden: bool = False
+    # rebuilds a quantized op's packed weights from their stored parts at load: the only ops a plan's "packed" list
+    # may run (deploy/packed.py, literals.cpp)
+    packs_weights: bool = False
+    # makes a value no op should compute twice nor drop (a random draw, uninitialised memory): set by the words in
+    # its name (_IMPURE_WORDS), so that it holds for every overload
+    impure: bool = False
+    # --- containers and control flow --------------------------------------------------------------------------------
+    builds_container: str = ""  # "list", "tuple", "dict": the container it builds from its inputs
+    unpacks: bool = False  # one output per item of a list or tuple
+    reads_tensor_list: bool = False  # a lowered op that reads a Tensor[] argument (cat, stack)
+    control_flow: str = ""  # "if", "loop": the node holds blocks the plan runs as such
+    # its output's shape is arithmetic on sizes only: nothing reads it once the views and iotas over dynamic dims
+    # lowered by their fitted shapes (transpiler/drop_unread.py)
+    shape_bookkeeping: bool = False
+    # --- memory -----------------------------------------------------------------------------------------------------
+    returns_input: bool = False  # may return its input itself (a cast or a `contiguous` that is a no-op)
+    asks_layout: bool = False  # its result's memory layout is what the model asked for (contiguous, clone)
+    scatter_form: str = ""  # a view whose write-through becomes this functional scatter (select -> select_scatter)
+    functional_form: str = ""  # an in-place op whose functional form has another name (zero_ -> fill.Scalar)
+    # --- arguments --------------------------------------------------------------------------------------------------
+    # argument positions that only decide the output's shape, which the lowering reads from the output instead:
+    # computed at run time over dynamic dims, they do not keep the op out of kernels (fuse.shape_argument)
+    size_args: tuple[int, ...] = ()
+    size_is_output_shape: bool = False  # that argument is the output's shape itself (view, reshape, expand)
+    # (index position, dim position or None: dim 0) of a gather whose indices are checked (check_indices.py); the
+    # indexed tensor is the first input
+    gather: Optional[tuple[int, Optional[int]]] = None
+    # fills its result with one number: the position of that number's argument, or -1 for zero (check_indices.py
+    # knows the values of an index made so)
+    fills: Optional[int] = None
+    splits: str = ""  # a tensor split into a list: "unbind", "chunk", "size" (one size), "sizes" (a list of sizes)
+    # --- GEMMs and convolutions -------------------------------------------------------------------------------------
+    # an extern GEMM's input whose rows it reads: it wants it dense, row-major. A kernel that kept an input's permuted
+    # memory order (ConvNeXt's LayerNorm and GELU between its pointwise linears) made linear run 1.4-1.7x slower on
+    # the CPU than on the row-major tensor ATen's own ops would have given it
+    gemm_rows: Optional[int] = None
+    gemm_form: str = ""  # how a GEMM by a constant weight is written: "linear", "kn" (x @ W), "addmm"
+    batched_matmul: bool = False  # multiplies stacks of matrices (attention's q @ k and its weights @ v)
+    scales: str = ""  # "mul", "div": multiplies or divides its first input by its second (attention's scale)
+    convolution: bool = False  # a convolution by a weight (input 1) with a bias (input 2)
 
+    def __post_init__(self) -> None:
+        if self.data_dependent_size:
+            object.__setattr__(self, "discontinuous", True)
+        if any(word in self.name for word in _IMPURE_WORDS):
+            object.__setattr__(self, "impure", True)
+
+
+# Words in an op's name that make it impure: every random draw and every op returning uninitialised memory
+_IMPURE_WORDS = ("rand", "normal", "bernoulli", "dropout", "uniform", "multinomial", "randperm", "empty")
 
 OP_TABLE: dict[str, OpInfo] = {}
+_FACTS: dict[str, dict] = {}  # every op's declared facts, in the table or not
 
 
-# Ops whose output sizes depend on data: boolean-mask indexing (aten::index.Tensor with a bool index; with integer
-# indices its size is theirs), nonzero and its forms, unique, NMS; and the host ops that read a number out of a
-# tensor, which a slice, a topk or a loop bound may then use.
-DATA_DEPENDENT_SIZE = dict.fromkeys("""
-    aten::index.Tensor aten::nonzero aten::nonzero_numpy aten::argwhere aten::where aten::masked_select
-    aten::unique aten::_unique aten::_unique2 aten::unique_dim aten::unique_consecutive aten::unique_dim_consecutive
-    aten::repeat_interleave.Tensor aten::repeat_interleave.self_Tensor aten::bincount torchvision::nms
-""".split(), "tensor") | dict.fromkeys("""
-    aten::item aten::Int.Tensor aten::Float.Tensor aten::ScalarImplicit aten::IntImplicit aten::tolist
-""".split(), "scalar")
-
-
-# Ops whose outputs jump where their inputs cross a boundary: comparisons, arg-reductions, orders, roundings, casts
-# to integers, and every op whose output size depends on data. (Verification: jit2triton/verify.py first_divergence.)
-DISCONTINUOUS = frozenset("""
-    aten::eq.Tensor aten::eq.Scalar aten::ne.Tensor aten::ne.Scalar aten::gt.Tensor aten::gt.Scalar aten::ge.Tensor
-    aten::ge.Scalar aten::lt.Tensor aten::lt.Scalar aten::le.Tensor aten::le.Scalar aten::argmax aten::argmin
-    aten::max.dim aten::min.dim aten::sort aten::sort.stable aten::argsort aten::argsort.stable aten::topk
-    aten::kthvalue aten::median.dim aten::mode aten::floor aten::ceil aten::round aten::round.decimals aten::trunc
-    aten::sign aten::floor_divide aten::floor_divide.Scalar aten::div.Tensor_mode aten::div.Scalar_mode
-    aten::remainder.Tensor aten::remainder.Scalar aten::fmod.Tensor aten::fmod.Scalar aten::searchsorted.Tensor
-    aten::bucketize.Tensor aten::histc aten::threshold torchvision::roi_align torchvision::roi_pool
-""".split()) | frozenset(DATA_DEPENDENT_SIZE)
-
-
-# Ops that run in float32 inside a reduced-precision package, with the reason the report gives. GEMMs and
-# convolutions are not here: they run in the reduced type, and ATen's (cuBLAS, cuDNN, oneDNN) accumulate in float32.
-KEEPS_FP32 = dict.fromkeys("aten::softmax.int aten::log_softmax.int aten::logsumexp".split(),
-                           "sums exponentials") \
-    | dict.fromkeys("aten::layer_norm aten::group_norm aten::batch_norm".split(),
-                    "normalization statistics (mean, variance)") \
-    | dict.fromkeys("""aten::sum aten::sum.dim_IntList aten::mean aten::mean.dim aten::var aten::var.dim
-        aten::var.correction aten::std aten::std.dim aten::std.correction aten::prod aten::prod.dim_int aten::cumsum
-        aten::norm.ScalarOpt_dim aten::linalg_vector_norm""".split(), "a large sum or product") \
-    | dict.fromkeys("""aten::exp aten::expm1 aten::log aten::log1p aten::pow.Tensor_Scalar aten::pow.Tensor_Tensor
-        aten::pow.Scalar aten::reciprocal aten::rsqrt""".split(), "overflows or loses its range in float16")
-
-
-def register(category: str, names: str) -> None:
+def register(category: str, names: str, **fields) -> None:
+    """Put each op in the table under `category`, with `fields` (OpInfo's) and any facts declared elsewhere."""
     for name in names.split():
-        OP_TABLE[name] = OpInfo(name, category, data_dependent_size=DATA_DEPENDENT_SIZE.get(name, ""),
-                                discontinuous=name in DISCONTINUOUS, keeps_fp32=KEEPS_FP32.get(name, ""))
+        _FACTS.setdefault(name, {}).update(fields)
+        OP_TABLE[name] = OpInfo(name, category, **_FACTS[name])
+
+
+def facts(names: str, **fields) -> None:
+    """Declare facts of ops, in the table or outside it (a host op, a refused op); order does not matter."""
+    for name in names.split():
+        _FACTS.setdefault(name, {}).update(fields)
+        if name in OP_TABLE:
+            OP_TABLE[name] = replace(OP_TABLE[name], **fields)
+
+
+def ops_where(field: str) -> dict[str, object]:
+    """Every declared op whose `field` is set, with its value, in the order the ops were declared."""
+    return {name: given[field] for name, given in _FACTS.items() if given.get(field) not in (None, False, "", ())}
 
 
 register(POINTWISE, """
@@ -152,23 +197,128 @@ register(EXTERN, """
 """)
 
 
+# --- facts shared across categories, or of ops outside the table (each block names the pass that asks) ------------
+
+# Output sizes that depend on data: boolean-mask indexing (aten::index.Tensor with a bool index; with integer indices
+# its size is theirs), nonzero and its forms, unique, NMS; and the host ops that read a number out of a tensor, which
+# a slice, a topk or a loop bound may then use (transpiler/data_sizes.py, bind_sizes.py, pipeline.py)
+facts("""
+    aten::index.Tensor aten::nonzero aten::nonzero_numpy aten::argwhere aten::where aten::masked_select
+    aten::unique aten::_unique aten::_unique2 aten::unique_dim aten::unique_consecutive aten::unique_dim_consecutive
+    aten::repeat_interleave.Tensor aten::repeat_interleave.self_Tensor aten::bincount torchvision::nms
+    aten::tensor_split.tensor_indices_or_sections
+""", data_dependent_size="tensor")
+facts("aten::item aten::Int.Tensor aten::Float.Tensor aten::ScalarImplicit aten::IntImplicit aten::tolist",
+      data_dependent_size="scalar")
+
+# Outputs that jump where their inputs cross a boundary: comparisons, arg-reductions, orders, roundings, casts to
+# integers (and every op whose output size depends on data: OpInfo sets it)
+facts("""
+    aten::eq.Tensor aten::eq.Scalar aten::ne.Tensor aten::ne.Scalar aten::gt.Tensor aten::gt.Scalar aten::ge.Tensor
+    aten::ge.Scalar aten::lt.Tensor aten::lt.Scalar aten::le.Tensor aten::le.Scalar aten::argmax aten::argmin
+    aten::max.dim aten::min.dim aten::sort aten::sort.stable aten::argsort aten::argsort.stable aten::topk
+    aten::kthvalue aten::median.dim aten::mode aten::floor aten::ceil aten::round aten::round.decimals aten::trunc
+    aten::sign aten::floor_divide aten::floor_divide.Scalar aten::div.Tensor_mode aten::div.Scalar_mode
+    aten::remainder.Tensor aten::remainder.Scalar aten::fmod.Tensor aten::fmod.Scalar aten::searchsorted.Tensor
+    aten::bucketize.Tensor aten::histc aten::threshold torchvision::roi_align torchvision::roi_pool
+""", discontinuous=True)
+
+# Float32 inside a reduced-precision package, with the reason the report gives. GEMMs and convolutions are not here:
+# they run in the reduced type, and ATen's (cuBLAS, cuDNN, oneDNN) accumulate in float32.
+facts("aten::softmax.int aten::log_softmax.int aten::logsumexp", keeps_fp32="sums exponentials")
+facts("aten::layer_norm aten::group_norm aten::batch_norm", keeps_fp32="normalization statistics (mean, variance)")
+facts("""aten::sum aten::sum.dim_IntList aten::mean aten::mean.dim aten::var aten::var.dim aten::var.correction
+    aten::std aten::std.dim aten::std.correction aten::prod aten::prod.dim_int aten::cumsum aten::norm.ScalarOpt_dim
+    aten::linalg_vector_norm""", keeps_fp32="a large sum or product")
+facts("""aten::exp aten::expm1 aten::log aten::log1p aten::pow.Tensor_Scalar aten::pow.Tensor_Tensor aten::pow.Scalar
+    aten::reciprocal aten::rsqrt""", keeps_fp32="overflows or loses its range in float16")
+
+# The host: what reads a shape, a number or an identity (fold_shapes.py), what waits for the device or acts on the
+# host (deploy/graph_regions.py, merge_kernels.py), and what a plan must not call (deploy/plan_check.py, plan.cpp)
+facts("""aten::size.int aten::size aten::dim aten::len.Tensor aten::Int.Tensor aten::Float.Tensor aten::Bool.Tensor
+    aten::ScalarImplicit aten::item aten::numel prim::device prim::dtype aten::is_floating_point aten::__is__
+    aten::__isnot__""", on_host=True)
+facts("aten::size aten::numel aten::len.Tensor prim::shape", reads_shape="sizes")
+facts("aten::size.int", reads_shape="size")
+facts("aten::dim prim::dtype prim::device", reads_shape="meta")
+facts("""aten::Int.Tensor aten::Float.Tensor aten::Bool.Tensor aten::ScalarImplicit aten::item aten::IntImplicit
+    aten::FloatImplicit aten::tolist aten::is_nonzero""", reads_values=True)
+facts("aten::__is__ aten::__isnot__", none_test=True)
+facts("""aten::Int.Tensor aten::Float.Tensor aten::Bool.Tensor aten::item aten::nonzero aten::unique aten::_unique2
+    aten::masked_select aten::tolist aten::equal aten::is_nonzero aten::allclose aten::ScalarImplicit""",
+      syncs_host=True)
+facts("prim::RaiseException prim::Print aten::warn", host_effect=True, syncs_host=True)  # a replay would skip them
+facts("""aten::save aten::from_file aten::from_file.out aten::manual_seed aten::manual_seed.generator aten::seed
+    aten::set_grad_enabled""", forbidden=True)
+# (mkldnn::_reorder_convolution_weight / _reorder_linear_weight: a fused oneDNN convolution's or linear's weight,
+# in oneDNN's blocked layout)
+facts("""aten::_make_per_tensor_quantized_tensor aten::_make_per_channel_quantized_tensor quantized::linear_prepack
+    quantized::linear_prepack_fp16 quantized::conv2d_prepack quantized::conv3d_prepack
+    quantized::conv_transpose2d_prepack quantized::conv_transpose3d_prepack
+    quantized::make_quantized_cell_params_dynamic quantized::make_quantized_cell_params_fp16
+    quantized::embedding_bag_prepack mkldnn::_reorder_convolution_weight mkldnn::_reorder_linear_weight""",
+      packs_weights=True)
+facts("""prim::ListConstruct prim::TupleConstruct aten::size.int aten::size prim::NumToTensor.Scalar aten::Int.Tensor
+    aten::mul.int aten::add.int aten::sub.int aten::floordiv.int""", shape_bookkeeping=True)
+
+# Containers and control flow
+facts("prim::ListConstruct", builds_container="list")
+facts("prim::TupleConstruct", builds_container="tuple")
+facts("prim::DictConstruct", builds_container="dict")
+facts("prim::ListUnpack prim::TupleUnpack", unpacks=True)
+facts("aten::cat aten::stack", reads_tensor_list=True)
+facts("prim::If", control_flow="if")
+facts("prim::Loop", control_flow="loop")
+
+# Memory: results that may be the input itself, layouts asked for, writes through views (functionalize.py)
+facts("""aten::to.dtype aten::to.other aten::to.dtype_layout aten::to.device aten::type_as aten::contiguous
+    aten::detach""", returns_input=True)
+facts("aten::contiguous aten::clone", asks_layout=True)
+facts("aten::select.int", scatter_form="aten::select_scatter")
+facts("aten::slice.Tensor", scatter_form="aten::slice_scatter")
+facts("aten::zero_", functional_form="aten::fill.Scalar")
+facts("aten::copy_", functional_form="aten::copy")
+
+# Arguments: size lists (fuse.py), gathers' indices (check_indices.py), splits (unpack_splits.py)
+facts("aten::view aten::reshape aten::expand", size_args=(1,), size_is_output_shape=True)
+facts("aten::arange aten::zeros aten::ones aten::full", size_args=(0,))
+facts("aten::arange.start aten::arange.start_step aten::new_zeros aten::new_ones aten::new_full", size_args=(1,))
+facts("aten::slice.Tensor", size_args=(3,))
+facts("aten::embedding", gather=(1, None))
+facts("aten::index_select aten::gather", gather=(2, 1))
+facts("aten::zeros aten::zeros_like aten::new_zeros", fills=-1)
+facts("aten::full aten::full_like", fills=1)
+facts("aten::new_full", fills=2)
+facts("aten::unbind.int", splits="unbind")
+facts("aten::chunk", splits="chunk")
+facts("aten::split.Tensor", splits="size")
+facts("aten::split_with_sizes aten::split.sizes", splits="sizes")
+
+# GEMMs and convolutions
+facts("aten::linear mkldnn::_linear_pointwise aten::matmul aten::mm aten::bmm", gemm_rows=0)
+facts("aten::addmm", gemm_rows=1)
+facts("aten::linear", gemm_form="linear")
+facts("aten::matmul aten::mm", gemm_form="kn")
+facts("aten::addmm", gemm_form="addmm")
+facts("aten::matmul aten::bmm", batched_matmul=True)
+facts("aten::mul.Tensor aten::mul.Scalar", scales="mul")
+facts("aten::div.Tensor aten::div.Scalar", scales="div")
+facts("aten::_convolution aten::conv1d aten::conv2d aten::conv3d", convolution=True)
+
+
 def lookup(op: str, schema: str = "") -> OpInfo:
     """The table entry of `op`; ops outside the table are host ops when they touch no tensor, else fallback."""
     info = OP_TABLE.get(op)
-    if info is not None:
-        return info
-    return OpInfo(op, HOST if is_host_op(op, schema) else FALLBACK, data_dependent_size=DATA_DEPENDENT_SIZE.get(op, ""),
-                  discontinuous=op in DISCONTINUOUS)
+    return info if info is not None else _unlisted(op, schema)
 
 
-_HOST_NAMESPACES = ("prim::",)
-_HOST_TENSOR_READERS = {"aten::size.int", "aten::size", "aten::dim", "aten::len.Tensor", "aten::Int.Tensor",
-                        "aten::Float.Tensor", "aten::Bool.Tensor", "aten::ScalarImplicit", "aten::item", "aten::numel",
-                        "prim::device", "prim::dtype", "aten::is_floating_point", "aten::__is__", "aten::__isnot__"}
+@functools.lru_cache(maxsize=4096)
+def _unlisted(op: str, schema: str) -> OpInfo:
+    return OpInfo(op, HOST if is_host_op(op, schema) else FALLBACK, **_FACTS.get(op, {}))
 
 
 def is_host_op(op: str, schema: str = "") -> bool:
-    if op.startswith(_HOST_NAMESPACES) or op in _HOST_TENSOR_READERS:
+    if op.startswith("prim::") or _FACTS.get(op, {}).get("on_host"):
         return True
     if schema:
         returns = schema.rsplit("->", 1)[-1]
@@ -176,13 +326,10 @@ def is_host_op(op: str, schema: str = "") -> bool:
     return False
 
 
-_RETURNS_INPUT = {"aten::to.dtype", "aten::to.other", "aten::to.dtype_layout", "aten::to.device", "aten::type_as",
-                  "aten::contiguous", "aten::detach"}
-
-
 def may_alias(op: str) -> bool:
     """Whether the op's result may share memory with its first input (views, and casts that can be no-ops)."""
-    return op in _RETURNS_INPUT or lookup(op).category == VIEW
+    info = lookup(op)
+    return info.returns_input or info.category == VIEW
 
 
 def is_view(op: str) -> bool:

@@ -27,8 +27,6 @@ from .op_table import lookup, schema_of
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 SCALAR_TYPE = {"float32": 6, "float16": 5, "bfloat16": 15}  # c10::ScalarType codes, as TorchScript passes dtypes
-_CONTAINERS = ("prim::TupleConstruct", "prim::ListConstruct", "prim::DictConstruct")
-_MATMULS = ("aten::matmul", "aten::bmm")
 
 
 @dataclass
@@ -92,7 +90,7 @@ class _Rewrite:
         """A softmax whose probabilities only matmuls read: attention, which fuse_attention makes one fused kernel
         that computes the softmax in float32 itself (and which a cast between the two would hide from it)."""
         found = self.readers.get(node.outputs[0].id, [None])
-        return node.op == "aten::softmax.int" and all(r is not None and r.op in _MATMULS for r in found)
+        return node.op == "aten::softmax.int" and all(r is not None and lookup(r.op).batched_matmul for r in found)
 
     def is_float(self, v: Value) -> bool:
         t = self.observed.get(v.id)
@@ -129,7 +127,7 @@ class _Rewrite:
 
     def _makes_output(self, node: Node) -> bool:
         """A container the graph returns: its tensors are outputs, which keep the model's dtype."""
-        return node.op in _CONTAINERS and any(v in self.graph.outputs for v in node.outputs)
+        return bool(lookup(node.op).builds_container) and any(v in self.graph.outputs for v in node.outputs)
 
     def compute(self, node: Node, block: Block, output_container: bool) -> None:
         why = "output" if output_container else self.why_fp32(node)

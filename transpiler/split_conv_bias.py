@@ -12,8 +12,9 @@ On the CPU the bias stays in the convolution (oneDNN adds it in the convolution'
 from __future__ import annotations
 
 from .ir import Graph, Node, Type, Value, blocks, weight_names
+from .op_table import lookup
 
-_CONVOLUTIONS = {"aten::_convolution": 2, "aten::conv1d": 2, "aten::conv2d": 2, "aten::conv3d": 2}  # op -> bias
+BIAS = 2  # a convolution's bias input (OpInfo.convolution)
 _VIEW_SCHEMA = "aten::view(Tensor(a) self, SymInt[] size) -> Tensor(a)"
 _ADD_SCHEMA = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor"
 
@@ -28,10 +29,9 @@ def split_conv_bias(graph: Graph, device_type: str) -> int:
         out: list[Node] = []
         for node in block.nodes:
             out.append(node)
-            at = _CONVOLUTIONS.get(node.op)
-            if at is None or len(node.inputs) <= at or node.inputs[at].id not in weights:
+            if not lookup(node.op).convolution or len(node.inputs) <= BIAS or node.inputs[BIAS].id not in weights:
                 continue
-            result, weight, bias = node.output, node.inputs[1], node.inputs[at]
+            result, weight, bias = node.output, node.inputs[1], node.inputs[BIAS]
             rank = len(result.type.shape or ())
             # batched only: an unbatched output (C, H, W) has one dim fewer than the weight (C_out, C_in, kH, kW)
             if (weight.type.shape is None or rank != len(weight.type.shape) or bias.type.shape is None
@@ -41,7 +41,7 @@ def split_conv_bias(graph: Graph, device_type: str) -> int:
             convolved = Value(f"{result.name}_convolved", result.type)
             per_channel = Value(f"{bias.name}_per_channel", Type("Tensor", bias.type.dtype, None, bias.type.device))
             alpha = Value(f"{result.name}_alpha", Type("int"))
-            node.inputs[at], node.outputs[0] = none, convolved
+            node.inputs[BIAS], node.outputs[0] = none, convolved
             out[-1:] = [
                 Node("prim::Constant", [], [none], attrs={"value": None}),
                 node,

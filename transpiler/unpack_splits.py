@@ -9,6 +9,7 @@ from collections import Counter
 from typing import Optional
 
 from .ir import Block, Graph, Node, Type, Value, literals
+from .op_table import lookup
 
 SLICE_SCHEMA = "aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"
 SELECT_SCHEMA = "aten::select.int(Tensor(a) self, int dim, SymInt index) -> Tensor(a)"
@@ -42,28 +43,29 @@ def _block(block: Block, producer, uses, constants) -> None:
 def _pieces(split: Node, constants, count: int) -> Optional[tuple[int, list[tuple[int, int]], bool]]:
     """(dim, [(start, length)], one_element?) of each piece, when every argument is a constant and the dim split
     is static (the others may be dynamic: a batch)."""
-    if split.op not in _SPLITS or len(split.inputs) < 2:  # a list some other op made: `h, w = x.shape`, folded
+    form = lookup(split.op).splits
+    if not form or len(split.inputs) < 2:  # a list some other op made: `h, w = x.shape`, folded
         return None
     x = split.inputs[0]
     if x.type.shape is None:
         return None
     args = [constants.get(v.id, _UNKNOWN) for v in split.inputs[1:]]
     rank = len(x.type.shape)
-    split_dim = args[0] if split.op == "aten::unbind.int" else args[-1]  # every form takes the dim last
+    split_dim = args[0] if form == "unbind" else args[-1]  # every form takes the dim last
     if any(a is _UNKNOWN for a in args) or not isinstance(split_dim, int) or not rank \
             or not isinstance(x.type.shape[split_dim % rank], int):
         return None
-    if split.op == "aten::unbind.int":
+    if form == "unbind":
         dim = args[0] % rank
         return dim, [(i, 1) for i in range(x.type.shape[dim])], True
-    if split.op == "aten::chunk":
+    if form == "chunk":
         chunks, dim = args[0], args[1] % rank
         size = -(-x.type.shape[dim] // chunks)
         sizes = _fill(x.type.shape[dim], size)
-    elif split.op == "aten::split.Tensor":
+    elif form == "size":
         dim = args[1] % rank
         sizes = _fill(x.type.shape[dim], args[0])
-    elif split.op in ("aten::split_with_sizes", "aten::split.sizes"):
+    elif form == "sizes":
         dim = args[1] % rank
         sizes = list(args[0])
     else:
@@ -75,8 +77,6 @@ def _pieces(split: Node, constants, count: int) -> Optional[tuple[int, list[tupl
 
 
 _UNKNOWN = object()
-_SPLITS = frozenset({"aten::unbind.int", "aten::chunk", "aten::split.Tensor", "aten::split_with_sizes",
-                     "aten::split.sizes"})
 
 
 def _fill(total: int, size: int) -> list[int]:

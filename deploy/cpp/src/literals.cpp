@@ -14,6 +14,7 @@
 #include <mutex>
 
 #include "jit2triton/jit2triton.h"
+#include "op_facts.h"
 #include "package.h"
 #include "policy.h"
 
@@ -205,7 +206,7 @@ c10::IValue under_engine(at::QEngine engine, const std::function<c10::IValue()>&
 }
 
 c10::IValue run_packing_op(const std::string& op, std::vector<c10::IValue> args) {
-  if (std::find(std::begin(policy::kPackingOps), std::end(policy::kPackingOps), op) == std::end(policy::kPackingOps))
+  if (!op_facts::packs_weights(op))
     throw Error(Error::Kind::CorruptPackage, policy::message::packing_op(repr(op)));
   auto dot = op.find('.', op.find("::") + 2);
   std::string name = op.substr(0, dot), overload = dot == std::string::npos ? "" : op.substr(dot + 1);

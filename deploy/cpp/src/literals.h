@@ -26,8 +26,8 @@ c10::TypePtr parse_type(const json::Value& tag);
 std::string dtype_name(at::ScalarType t);
 
 // The plan's packed constants (a quantized op's packed weights: deploy/packed.py), built once at load in their order
-// by the ops policy::kPackingOps allows, each under the quantized engine it names; `ref` resolves a weight or literal
-// reference. `entries` may be null (a plan with none).
+// by the ops op_facts::packs_weights allows, each under the quantized engine it names; `ref` resolves a weight or
+// literal reference. `entries` may be null (a plan with none).
 std::map<std::string, c10::IValue> build_packed(const json::Value* entries,
                                                 const std::function<c10::IValue(const json::Value&)>& ref);  // at::kFloat -> "float32", as the manifest and Python name it
 

@@ -1,4 +1,5 @@
 #include "plan.h"
+#include "op_facts.h"
 #include "plan_check.h"
 #include "policy.h"
 
@@ -65,10 +66,6 @@ void release(Env& env, const std::vector<int>& slots) {
 }
 
 using policy::kMaxSlots;  // deploy/policy.py
-// Ops a plan must not call (they reach files or the process's global state): SIDE_EFFECT_OPS in deploy/plan_check.py.
-const std::set<std::string> kSideEffectOps = {"aten::save", "aten::from_file", "aten::from_file.out",
-                                              "aten::manual_seed", "aten::manual_seed.generator", "aten::seed",
-                                              "aten::set_grad_enabled"};
 
 [[noreturn]] void bad_plan(const std::string& what) {
   throw Error(Error::Kind::CorruptPackage,
@@ -140,7 +137,7 @@ Shape parse_shape(const Value& list, const std::vector<std::string>& dims) {
 void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const BufferCounts& buffers) {
   for (const auto& s : steps.items) {
     if (const Value* kind = s.find("kind"); kind && kind->is_string() && kind->as_string() == "call")
-      if (const Value* op = s.find("op"); op && op->is_string() && kSideEffectOps.count(op->as_string()))
+      if (const Value* op = s.find("op"); op && op->is_string() && op_facts::forbidden(op->as_string()))
         throw Error(Error::Kind::CorruptPackage,
                     "the package's plan calls " + op->as_string() + ", which reaches outside the model (files, global "
                     "state); a converted model never does, so the package was edited: re-run `jit2triton convert`");

@@ -44,7 +44,6 @@ inline const std::map<std::string, at::ScalarType>& dtypes() {
   return table;
 }
 
-constexpr const char* kPackingOps[] = {"aten::_make_per_tensor_quantized_tensor", "aten::_make_per_channel_quantized_tensor", "quantized::linear_prepack", "quantized::linear_prepack_fp16", "quantized::conv2d_prepack", "quantized::conv3d_prepack", "quantized::conv_transpose2d_prepack", "quantized::conv_transpose3d_prepack", "quantized::make_quantized_cell_params_dynamic", "quantized::make_quantized_cell_params_fp16", "quantized::embedding_bag_prepack", "mkldnn::_reorder_convolution_weight", "mkldnn::_reorder_linear_weight"};
 inline const std::map<std::string, int>& quantized_engines() {
   static const std::map<std::string, int> table = {
       {"fbgemm", 1},
