@@ -125,6 +125,22 @@ def bitwise_not(m):
     return ~m, ~m.t(), torch.bitwise_not(m[:, 1:])
 
 
+def masks_and(a, b):  # transformers' masking utilities combine boolean masks with `&`
+    return a & b, a.t() & b.t(), a[:, 1:] & b[:, :1]
+
+
+def masks_or(a, b):
+    return a | b, a.t() | b.t(), a[:, 1:] | b[:, :1]
+
+
+def bitwise_and(a, b):
+    return torch.bitwise_and(a, b), torch.bitwise_and(a.t(), b.t())
+
+
+def bitwise_or(a, b):
+    return torch.bitwise_or(a, b), torch.bitwise_or(a.t(), b.t())
+
+
 # --- selection and clamping ---------------------------------------------------------------------------------------
 
 def where_self(m, a, b, m3, c, ab, bb, ai, bi):
@@ -385,6 +401,10 @@ POINTWISE_SAMPLES: dict[str, list[Sample]] = {
     "aten::logical_and": [binary(torch.logical_and, mask, mask, floats=(), int64=TRUTHY_INTS)],
     "aten::logical_or": [binary(torch.logical_or, mask, mask, floats=(), int64=TRUTHY_INTS)],
     "aten::bitwise_not": [scripted(bitwise_not, M)],
+    "aten::__and__.Tensor": [scripted(masks_and, M, M)],
+    "aten::__or__.Tensor": [scripted(masks_or, M, M)],
+    "aten::bitwise_and.Tensor": [scripted(bitwise_and, M, M)],
+    "aten::bitwise_or.Tensor": [scripted(bitwise_or, M, M)],
     "aten::maximum": [binary(torch.maximum, edges, late_edges, int64=INT_PAIR)],
     "aten::minimum": [binary(torch.minimum, edges, late_edges, int64=INT_PAIR)],
     "aten::reciprocal": [unary(torch.reciprocal, nonzero)],
