@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+import jit2triton
 from jit2triton.transpiler import pixel_convs
 from helpers import BACKENDS, assert_matches_torchscript, convert_for
 
@@ -43,6 +44,15 @@ def test_pixel_convs_match_torchscript(backend):
     # each gate is stored by a kernel of its own, not recomputed by the one that multiplies it in
     gates = [fused for fused in _fused_ops(converted) if fused[-1] in ("aten::sigmoid", "aten::hardsigmoid")]
     assert len(gates) == 2, _fused_ops(converted)
+
+
+def test_a_dynamic_batch_stores_its_gates_too(tmp_path):
+    model = torch.jit.trace(Excite().eval(), _draw())
+    batch = jit2triton.Dim("batch", min=1, max=8)
+    converted = jit2triton.convert(model, _draw(), dynamic_shapes={0: {0: batch}}, choices="fixed")
+    assert len([f for f in _fused_ops(converted) if f[-1] in ("aten::sigmoid", "aten::hardsigmoid")]) == 2
+    sizes = iter([1, 5, 8, 3])
+    assert_matches_torchscript(converted, model, lambda: (torch.randn(next(sizes), 24, 10, 10),))
 
 
 def test_never_keeps_the_convolutions(monkeypatch):

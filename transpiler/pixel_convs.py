@@ -19,8 +19,6 @@ whose output is larger is marked `store` (fuse.py writes it out once).
 """
 from __future__ import annotations
 
-import math
-
 from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
 from .onednn_conv import Conv, as_conv
 from .op_table import schema_of
@@ -53,12 +51,10 @@ def _one_pixel(v: Value) -> bool:
     return v.type.kind == "Tensor" and shape is not None and len(shape) == 4 and tuple(shape[2:]) == (1, 1)
 
 
-def _numel(v: Value) -> int:
-    """Its element count where its shape is numbers, else 0 (never taken for larger)."""
+def _full_image(v: Value) -> bool:
+    """A 4-d image of more than one pixel (a dynamic batch or size included): what a gate is broadcast over."""
     shape = v.type.shape
-    if shape is None or not all(isinstance(n, int) for n in shape):
-        return 0
-    return math.prod(shape)
+    return v.type.kind == "Tensor" and shape is not None and len(shape) == 4 and tuple(shape[2:]) != (1, 1)
 
 
 def _on_one_pixel(conv: Conv) -> bool:
@@ -67,8 +63,8 @@ def _on_one_pixel(conv: Conv) -> bool:
 
 
 def _store_gates(graph: Graph, results: list[Value]) -> None:
-    """Mark `store` on each one-pixel value downstream of the rewritten convolutions that an op with a larger
-    output reads (the gate a full activation is multiplied by)."""
+    """Mark `store` on each one-pixel value downstream of the rewritten convolutions that an op making a full image
+    reads (the gate a full activation is multiplied by)."""
     readers = readers_of(graph)
     seen: set[int] = set()
     todo = list(results)
@@ -81,7 +77,7 @@ def _store_gates(graph: Graph, results: list[Value]) -> None:
             outs = [o for o in reader.outputs if o.type.kind == "Tensor"]
             if outs and all(_one_pixel(o) for o in outs):
                 todo += outs
-            elif any(_numel(o) > _numel(v) for o in outs):
+            elif any(_full_image(o) for o in outs):
                 _mark(v, graph)
 
 
