@@ -66,14 +66,14 @@ def _store_gates(graph: Graph, results: list[Value]) -> None:
     """Mark `store` on each one-pixel value downstream of the rewritten convolutions that an op making a full image
     reads (the gate a full activation is multiplied by)."""
     readers = readers_of(graph)
-    seen: set[int] = set()
+    seen: set[tuple[int, int]] = set()  # (reader, value read): a reader of two gates marks both
     todo = list(results)
     while todo:
         v = todo.pop()
         for reader in readers.get(v.id, []):
-            if reader is None or id(reader) in seen:
+            if reader is None or (id(reader), v.id) in seen:
                 continue
-            seen.add(id(reader))
+            seen.add((id(reader), v.id))
             outs = [o for o in reader.outputs if o.type.kind == "Tensor"]
             if outs and all(_one_pixel(o) for o in outs):
                 todo += outs
