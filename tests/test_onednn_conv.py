@@ -8,10 +8,17 @@ import torch.nn.functional as F
 from torch import nn
 
 import jit2triton
-from jit2triton.transpiler import channels_last, onednn_conv
+from jit2triton.transpiler import channels_last, onednn_conv, pixel_convs
 from helpers import assert_runtimes_match, assert_same
 
 pytestmark = pytest.mark.skipif(not onednn_conv.available(), reason="this torch has no oneDNN fused convolution")
+
+
+@pytest.fixture(autouse=True)
+def convolutions_of_one_pixel_stay(monkeypatch):
+    """The nets below hold squeeze-excite's 1x1 convolutions of one pixel, which pixel_convs.py otherwise makes
+    GEMMs: kept here, as the convolutions these tests are about."""
+    monkeypatch.setattr(pixel_convs, "MODE", "never")
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 import jit2triton
-from jit2triton.transpiler import pipeline
+from jit2triton.transpiler import pipeline, pixel_convs
 from jit2triton.transpiler.split_conv_bias import split_conv_bias
 
 from helpers import assert_same_outputs, build, copied, fresh_calls
@@ -22,6 +22,7 @@ def test_conv_bias_moves_into_the_kernel_after_it(monkeypatch, tmp_path) -> None
     forced = ("split_conv_bias", lambda graph, ctx: counts.append(split_conv_bias(graph, "cuda")))
     monkeypatch.setattr(pipeline, "REWRITES", [forced if name == "split_conv_bias" else (name, run)
                                                for name, run in pipeline.REWRITES])
+    monkeypatch.setattr(pixel_convs, "MODE", "never")  # CUDA's form: its one-pixel convolutions stay convolutions
     source, reference, example = build(CNN, tmp_path)
     converted = jit2triton.convert(source, example_inputs=example, choices="fixed")  # no timed oneDNN conv
     assert counts == [4]  # every convolution of the model (batch norm folded into them)

@@ -108,7 +108,7 @@ def _rewrite_graph(graph: Graph, sizes: dict[str, int]) -> int:
         for at, node in enumerate(block.nodes):
             if node.attrs.get("folded_into_conv"):
                 continue
-            conv = _as_conv(node, weights, literals)
+            conv = as_conv(node, weights, literals)
             if conv is not None:
                 conv.sizes = sizes
                 _epilogue(conv, block, readers, literals, lambda v: defined_at.get(v.id, -1) < at)
@@ -128,7 +128,7 @@ def available() -> bool:
         "_convolution_pointwise", "_reorder_convolution_weight")) and hasattr(ops._convolution_pointwise, "binary")
 
 
-def _as_conv(node: Node, weights: dict[int, str], literals: dict[int, object]) -> Optional[Conv]:
+def as_conv(node: Node, weights: dict[int, str], literals: dict[int, object]) -> Optional[Conv]:
     """The convolution `node` computes, when oneDNN's fused op can run it: 2-d, batched, a constant weight and
     bias, float32 or bfloat16 on the CPU, not transposed, numeric padding."""
     ins = node.inputs

@@ -38,6 +38,7 @@ from .merge_kernels import merge_kernels
 from .gemm_forms import gemm_forms
 from .onednn_linear import onednn_linear
 from .onednn_conv import onednn_conv
+from .pixel_convs import pixel_convs
 from .place_on_device import place_on_device
 from .build_plan import Plan, build_plan
 from .channels_last import channels_last
@@ -173,6 +174,7 @@ REWRITES: list[tuple[str, Pass]] = [
     ("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type)),  # on CUDA the bias fuses after the conv
     ("split_norms", lambda g, c: split_norms(g, c.device.type)),  # CUDA: norms of few huge rows in parallel pieces
     ("gemm_forms", lambda g, c: gemm_forms(g, c.device.type, c.kernel_dims)),  # CUDA: each GEMM's fastest form
+    ("pixel_convs", lambda g, c: pixel_convs(g, c.device.type)),  # CPU: 1x1 convs of one pixel as GEMMs, gate stored
     ("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes)),  # CPU: where oneDNN is faster
     ("check_indices", lambda g, c: check_indices(g)),  # generated gathers clamp: a bad index must still raise
     ("channels_last", channels_last),  # conv nets: channels-last activations, where timing says faster
@@ -186,8 +188,8 @@ REWRITES: list[tuple[str, Pass]] = [
 # Rewrites that only make the graph faster: one that fails is skipped (its bug costs speed, never the conversion).
 # The others type the graph or keep generated kernels safe, so without them no kernels are generated.
 OPTIONAL_REWRITES = frozenset({"bind_sizes", "fold_shapes", "unpack_splits", "fuse_attention", "decompose_mha",
-                               "functionalize", "split_conv_bias", "split_norms", "gemm_forms", "onednn_linear",
-                               "channels_last", "onednn_conv"})
+                               "functionalize", "split_conv_bias", "split_norms", "gemm_forms", "pixel_convs",
+                               "onednn_linear", "channels_last", "onednn_conv"})
 
 
 class PassFailed(Exception):
