@@ -240,3 +240,43 @@ def assert_runtimes_match(converted, model, make_input, tmp_path, calls: int = 2
             x = make_input()
             with torch.no_grad():
                 assert_same(loaded(x), model(x), f"{runtime}, call {call}", {torch.float32: (tolerance, tolerance)})
+
+
+def record_built_kernels(monkeypatch) -> list:
+    """A list that fills with every kernel the conversions after this call build (their kernel IR)."""
+    from jit2triton import conversion
+    kernels: list = []
+    build_kernels = conversion.build_kernels
+    monkeypatch.setattr(conversion, "build_kernels",
+                        lambda found, *rest: kernels.extend(found) or build_kernels(found, *rest))
+    return kernels
+
+
+def compile_for_hopper(kernel):
+    """Triton's compiled kernel for sm_90 from the kernel's rendered source, with the bundled ptxas: the GPU code
+    path checked on a machine without a GPU. -> (the compiled kernel, the rendered one)."""
+    from triton import compile as triton_compile
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from jit2triton.emitters.compile_triton import FP_FUSION, kernel_function
+    from jit2triton.emitters.triton import render_kernel
+    rendered = render_kernel(kernel)
+    fn = kernel_function(rendered.source, rendered.name)
+    config = rendered.configs[0]
+    signature = dict(zip(fn.arg_names, rendered.arg_types)) | {c: "constexpr" for c in config["constants"]}
+    constants = {(fn.arg_names.index(c),): v for c, v in config["constants"].items()}
+    compiled = triton_compile(ASTSource(fn, signature, constexprs=constants), target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": config["num_warps"], "enable_fp_fusion": FP_FUSION})
+    return compiled, rendered
+
+
+class LinearGeluNorm(torch.nn.Module):
+    """The serving tests' model: a linear layer, GELU and LayerNorm over `features`."""
+
+    def __init__(self, features: int):
+        super().__init__()
+        self.linear = torch.nn.Linear(features, features)
+        self.norm = torch.nn.LayerNorm(features)
+
+    def forward(self, x):
+        return self.norm(torch.nn.functional.gelu(self.linear(x)))

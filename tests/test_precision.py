@@ -19,7 +19,8 @@ from jit2triton.transpiler.precision import PrecisionPlan
 from jit2triton.loaders import load_script
 from jit2triton.conversion import _run_plan
 
-from helpers import BACKENDS, FRESH_SEED, INTERPRETED, convert_for
+from helpers import (BACKENDS, FRESH_SEED, INTERPRETED, compile_for_hopper, convert_for,
+                     record_built_kernels)
 
 
 class Classifier(torch.nn.Module):
@@ -258,28 +259,13 @@ def test_cli_converts_in_reduced_precision(tmp_path):
 def test_reduced_kernels_compile_to_hopper_cubins(monkeypatch):
     """float16/bfloat16 loads, float32 math and rounding stores compile for sm_90 with this Triton's ptxas."""
     pytest.importorskip("triton")
-    from triton import compile as triton_compile
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from jit2triton import conversion
-    from jit2triton.emitters.compile_triton import FP_FUSION, kernel_function
-    from jit2triton.emitters.triton import render_kernel
-    kernels = []
-    build_kernels = conversion.build_kernels
-    monkeypatch.setattr(conversion, "build_kernels",
-                        lambda found, *rest: kernels.extend(found) or build_kernels(found, *rest))
+    kernels = record_built_kernels(monkeypatch)
     example = (torch.randn(4, 32),)
     for precision in ("fp16", "bf16"):
         _convert(_traced(Classifier(), *example), example, precision=precision)
     assert {b.dtype for k in kernels for b in k.inputs + k.outputs} >= {"float16", "bfloat16", "float32"}
     for kernel in kernels:
-        rendered = render_kernel(kernel)
-        fn = kernel_function(rendered.source, rendered.name)
-        config = rendered.configs[0]
-        signature = dict(zip(fn.arg_names, rendered.arg_types)) | {c: "constexpr" for c in config["constants"]}
-        constants = {(fn.arg_names.index(c),): v for c, v in config["constants"].items()}
-        compiled = triton_compile(ASTSource(fn, signature, constexprs=constants), target=GPUTarget("cuda", 90, 32),
-                                  options={"num_warps": config["num_warps"], "enable_fp_fusion": FP_FUSION})
+        compiled, _ = compile_for_hopper(kernel)
         assert compiled.asm["cubin"][:4] == b"\x7fELF"
 
 

@@ -26,6 +26,7 @@ from jit2triton.deploy.literals import encode as encode_literal
 from jit2triton.deploy.serving import concat_inputs, plan_batching, plan_chunks, split_rows
 from jit2triton.deploy.serving_json import Request, RequestReader, encode
 from jit2triton.errors import InputError, StepError
+from helpers import LinearGeluNorm
 from listening_sockets import LOOPBACK, listening, process_tree
 
 try:
@@ -195,22 +196,12 @@ def test_without_ray_serving_says_how_to_install_it():
 
 # ---- a Ray Serve app on loopback ----
 
-class LinearGeluNorm(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(FEATURES, FEATURES)
-        self.norm = torch.nn.LayerNorm(FEATURES)
-
-    def forward(self, x):
-        return self.norm(torch.nn.functional.gelu(self.linear(x)))
-
-
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
     """A dynamic-batch C++ package (batch 1..32, seq 1..8) and its TorchScript model."""
     torch.manual_seed(0)
     example = torch.randn(2, 3, FEATURES)
-    traced = torch.jit.trace(LinearGeluNorm().eval(), (example,))
+    traced = torch.jit.trace(LinearGeluNorm(FEATURES).eval(), (example,))
     batch, seq = jit2triton.Dim("batch", min=1, max=MAX_BATCH), jit2triton.Dim("seq", min=1, max=MAX_SEQ)
     path = tmp_path_factory.mktemp("serving") / "mlp.j2t"
     jit2triton.convert(traced, example_inputs=(example,), dynamic_shapes={"x": {0: batch, 1: seq}},

@@ -18,6 +18,7 @@ from jit2triton.deploy import serving_v2 as v2
 from jit2triton.deploy.serving import plan_batching
 from jit2triton.deploy.serving_json import RequestReader
 from jit2triton.errors import InputError
+from helpers import LinearGeluNorm
 from listening_sockets import LOOPBACK, listening, process_tree
 
 try:
@@ -131,21 +132,11 @@ def test_a_bad_v2_request_is_an_input_error_that_says_what_to_send(doc, binary, 
 
 # ---- a Ray Serve app on loopback ----
 
-class LinearGeluNorm(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(FEATURES, FEATURES)
-        self.norm = torch.nn.LayerNorm(FEATURES)
-
-    def forward(self, x):
-        return self.norm(torch.nn.functional.gelu(self.linear(x)))
-
-
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
     torch.manual_seed(0)
     example = torch.randn(2, 3, FEATURES)
-    traced = torch.jit.trace(LinearGeluNorm().eval(), (example,))
+    traced = torch.jit.trace(LinearGeluNorm(FEATURES).eval(), (example,))
     batch, seq = jit2triton.Dim("batch", min=1, max=16), jit2triton.Dim("seq", min=1, max=8)
     path = tmp_path_factory.mktemp("serving_v2") / f"{MODEL}.j2t"
     jit2triton.convert(traced, example_inputs=(example,), dynamic_shapes={"x": {0: batch, 1: seq}},

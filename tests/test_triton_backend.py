@@ -23,8 +23,8 @@ import jit2triton
 from jit2triton.transpiler import kernel_ir as K
 
 from helpers import (EXAMPLE_SEED, FRESH_SEED, GPU_TOLERANCE, HAS_GPU, INTERPRETED, LOWERED, assert_matches_on_cuda,
-                     assert_ran_in_a_kernel, assert_same_op_output, assert_same_outputs, build, copied, cuda_zoo,
-                     fresh_calls, on_cpu, on_gpu, permuted, to_device)
+                     assert_ran_in_a_kernel, assert_same_op_output, assert_same_outputs, build, compile_for_hopper,
+                     copied, cuda_zoo, fresh_calls, on_cpu, on_gpu, permuted, record_built_kernels, to_device)
 from models import MODELS
 from op_samples import SAMPLES
 
@@ -233,28 +233,14 @@ def test_index_math_moves_to_int64_when_an_offset_passes_int32():
 @pytest.mark.skipif(INTERPRETED, reason="compiling needs Triton's compiler: start Python without TRITON_INTERPRET")
 def test_zoo_kernels_compile_to_hopper_cubins_on_any_machine(monkeypatch):
     """Triton compiles for a named GPU with its bundled ptxas, so the GPU code path is checked without a GPU."""
-    from triton import compile as triton_compile
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from jit2triton import conversion
-    from jit2triton.emitters.compile_triton import FP_FUSION, kernel_function
-    kernels = []
-    build_kernels = conversion.build_kernels
-    monkeypatch.setattr(conversion, "build_kernels",
-                        lambda found, *rest: kernels.extend(found) or build_kernels(found, *rest))
+    kernels = record_built_kernels(monkeypatch)
     for spec in MODELS:
         torch.manual_seed(0)
         model, example = spec.build()
         jit2triton.convert(model, example_inputs=example, backend="cpp")
     assert len(kernels) > 20
     for kernel in kernels:
-        rendered = render_kernel(kernel)
-        fn = kernel_function(rendered.source, rendered.name)
-        config = rendered.configs[0]
-        signature = dict(zip(fn.arg_names, rendered.arg_types)) | {c: "constexpr" for c in config["constants"]}
-        constants = {(fn.arg_names.index(c),): v for c, v in config["constants"].items()}
-        compiled = triton_compile(ASTSource(fn, signature, constexprs=constants), target=GPUTarget("cuda", 90, 32),
-                                  options={"num_warps": config["num_warps"], "enable_fp_fusion": FP_FUSION})
+        compiled, rendered = compile_for_hopper(kernel)
         assert compiled.asm["cubin"][:4] == b"\x7fELF" and compiled.metadata.name == rendered.name
 
 
