@@ -75,17 +75,17 @@ class Admission:
         self.counts[key] = self.counts.get(key, 0) + 1
 
     def admit(self, key, graphs: dict) -> bool:
-        """Whether to capture `key` (sighted, not held) now; evicts the graph it replaces from `graphs`."""
+        """Whether to capture `key` (sighted, not held) now; once captured, `make_room` before storing it."""
         count = self.counts.get(key, 0)
-        if count < 2:
-            return False
-        if len(graphs) < MAX_GRAPHS:
-            return True
-        least = min(graphs, key=lambda k: self.counts.get(k, 0))
-        if self.counts.get(least, 0) >= count:
-            return False
-        del graphs[least]
-        return True
+        return count >= 2 and (len(graphs) < MAX_GRAPHS or self.counts.get(self._least(graphs), 0) < count)
+
+    def make_room(self, graphs: dict) -> None:
+        """Drops the least-seen graph when every place is taken (after the capture, so a failed one evicts none)."""
+        if len(graphs) >= MAX_GRAPHS:
+            del graphs[self._least(graphs)]
+
+    def _least(self, graphs: dict):
+        return min(graphs, key=lambda k: self.counts.get(k, 0))
 
 
 class _Captured:
@@ -126,9 +126,12 @@ class GraphRunner:
                 captured = self.graphs.get(key)
                 if captured is None and self.admission.admit(key, self.graphs):
                     try:
-                        captured = self.graphs[key] = _Captured(self.run, inputs)
+                        captured = _Captured(self.run, inputs)
                     except NotCapturable:
                         self.refused = True
+                    else:
+                        self.admission.make_room(self.graphs)
+                        self.graphs[key] = captured
             if captured is not None:
                 _copy_in(captured.inputs, inputs)
                 captured.graph.replay()
@@ -238,6 +241,7 @@ class RegionGraphs:
                             self.refused.clear()
                         self.refused.add(key)
                     else:
+                        self.admission.make_room(self.graphs)
                         self.graphs[key] = captured
                 if captured is not None:
                     _copy_in(captured.inputs, inputs)

@@ -206,6 +206,7 @@ def test_graph_places_go_to_the_frequent_keys_of_recent_calls(monkeypatch) -> No
     def call(key) -> None:
         admission.sighted(key)
         if key not in graphs and admission.admit(key, graphs):
+            admission.make_room(graphs)
             graphs[key] = object()
             captures.append(key)
 

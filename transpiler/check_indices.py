@@ -88,8 +88,8 @@ def _known_bounds(value: Value, constants: dict[int, Any], weights: dict[int, to
 
 
 def _holds_its_input(op: str) -> bool:
-    """A view (a slice, an expand, a reshape) or a copy holds only elements of its first input."""
-    return is_view(op) or op == "aten::contiguous"
+    """A view (a slice, an expand, a reshape) or a copy in another layout holds only elements of its first input."""
+    return is_view(op) or lookup(op).asks_layout
 
 
 def _blocks(block: Block):

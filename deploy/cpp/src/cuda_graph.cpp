@@ -236,20 +236,26 @@ class Admission {
     ++counts_[key];
   }
 
-  // Whether to capture `key` (sighted, not held) now; erases the graph it replaces from `graphs`.
+  // Whether to capture `key` (sighted, not held) now; once captured, make_room before storing it.
   template <typename Graphs>
-  bool admit(const std::string& key, Graphs& graphs) {
+  bool admit(const std::string& key, const Graphs& graphs) const {
     int64_t count = seen(key);
-    if (count < 2) return false;
-    if (graphs.size() < kMaxGraphs) return true;
-    auto least = std::min_element(graphs.begin(), graphs.end(),
-                                  [&](const auto& a, const auto& b) { return seen(a.first) < seen(b.first); });
-    if (seen(least->first) >= count) return false;
-    graphs.erase(least);
-    return true;
+    return count >= 2 && (graphs.size() < kMaxGraphs || seen(least(graphs)->first) < count);
+  }
+
+  // Drops the least-seen graph when every place is taken (after the capture, so a failed one evicts none).
+  template <typename Graphs>
+  void make_room(Graphs& graphs) const {
+    if (graphs.size() >= kMaxGraphs) graphs.erase(least(graphs));
   }
 
  private:
+  template <typename Graphs>
+  auto least(Graphs& graphs) const {
+    return std::min_element(graphs.begin(), graphs.end(),
+                            [&](const auto& a, const auto& b) { return seen(a.first) < seen(b.first); });
+  }
+
   int64_t seen(const std::string& key) const {
     auto it = counts_.find(key);
     return it == counts_.end() ? 0 : it->second;
@@ -280,6 +286,7 @@ class GraphRunner {
         refused_ = true;  // the plan syncs with the host: it always runs step by step
         return run_(std::move(inputs));
       }
+      admission_.make_room(graphs_);
       it = graphs_.emplace(key, std::move(captured)).first;
     }
     Captured& g = *it->second;
@@ -334,6 +341,7 @@ class RegionGraphs {
         refused_.insert(key);
         return false;
       }
+      admission_.make_room(graphs_);
       it = graphs_.emplace(key, std::move(captured)).first;
     }
     Captured& g = *it->second;
