@@ -380,4 +380,7 @@ def _dedupe(configs: list[dict]) -> list[dict]:
 
 
 def render_kernel(kernel: K.Kernel) -> TritonKernel:
+    if isinstance(kernel, K.GemmKernel):  # a template, not expressions
+        from .triton_gemm import render_gemm
+        return render_gemm(kernel)
     return _KernelWriter(kernel).render()

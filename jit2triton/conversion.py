@@ -16,6 +16,7 @@ from jit2triton.deploy.package import PackageContents
 from jit2triton.deploy.runtime import DeviceLike, Runtime, placed_weights
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.build import build_cpp, kernel_index
+from jit2triton.emitters.triton_gemm import gemm_template
 from jit2triton.loaders import load_script
 from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource, check_model_path
 from jit2triton.transpiler import pipeline
@@ -250,6 +251,8 @@ def _prepared(script, inputs: list, dynamic: "dims.DynamicSpec", target: torch.d
             graph = from_torchscript(script.graph, names, script.name, full_source_paths)
         ctx = _context(target, inputs, dynamic, stopwatch)
         ctx.precision = precision_plan
+        if backend == "triton":  # a GEMM over few rows may take the generated form
+            ctx.generated_gemm = gemm_template
         try:
             pipeline.prepare(graph, ctx, generate_kernels=backend != "aten", skip=frozenset(skipped))
             return graph, ctx, backend, notes

@@ -9,6 +9,9 @@ the kernel after it (the residual add and LayerNorm, the GELU), so there it is f
     linear       linear(x, W, b)                     W as [N, K], the bias in cuBLAS's epilogue
     linear_add   linear(x, W) + b                    the bias in the generated kernel that reads the output
     kn           matmul(x, Wt) (+ b)                 Wt = W^T stored contiguous [K, N], once
+    skinny       a generated Triton GEMM for at most 16 rows, the bias in its epilogue (emitters/triton_gemm.py):
+                 offered by the face as `generated` when it generates Triton kernels; the node stays a `linear`
+                 marked with the form and its timed configuration until after fusion (transpiler/gemm_kernels.py)
 
 Each is timed on the GPU once per shape (`choose`): a CUDA graph of calls per form, each reading its own copy of
 the operands, so the weights come from memory as they do in a model whose weights do not fit in L2; the forms'
@@ -30,8 +33,12 @@ from .symbolic import at_example
 from . import timing
 
 FORMS = ("linear", "linear_add", "kn")
+GENERATED = "skinny"
 DTYPES = ("float32", "float16", "bfloat16")
 MODE = "auto"  # "auto": timed on CUDA; "never"; or a form name: every GEMM takes it, on any device (for tests)
+# The generated form's hook: (rows, k, n, dtype, has_bias, timed) -> (seconds or None, launch configuration), or None
+# where the template does not fit; without timing, its default configuration
+Generated = Callable[[int, int, int, str, bool, bool], Optional[tuple[Optional[float], dict]]]
 MARGIN = 0.97  # another form must take at most this share of the model's own form's time (~1% noise)
 COLD_BYTES = 2 * 50 * 2 ** 20  # operand copies timed per form: past an H100's 50 MiB L2, twice over
 MAX_COPIES = 24
@@ -44,9 +51,11 @@ _ADD = "aten::add.Tensor(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor
 _timed: dict[tuple, dict[str, float]] = {}  # per process: (rows, K, N, dtype, bias, bias fuses, device) -> s
 
 
-def gemm_forms(graph: Graph, device_type: str, dims: Optional[dict[str, tuple]] = None) -> dict[str, int]:
+def gemm_forms(graph: Graph, device_type: str, dims: Optional[dict[str, tuple]] = None,
+               generated: Optional[Generated] = None) -> dict[str, int]:
     """Rewrite in place; returns how many GEMMs took each form other than the model's own. `dims`: the dynamic
-    dims as name -> (min, max, example); each GEMM is timed at the example and at the ranges' ends."""
+    dims as name -> (min, max, example); each GEMM is timed at the example and at the ranges' ends. `generated`:
+    the generated form's hook, where the face offers one."""
     if MODE == "never" or (MODE == "auto" and (device_type != "cuda" or not torch.cuda.is_available())):
         return {}
     weights, literals = weight_names(graph), literals_of(graph)
@@ -60,13 +69,16 @@ def gemm_forms(graph: Graph, device_type: str, dims: Optional[dict[str, tuple]] 
                 out.append(node)
                 continue
             bias_fuses = _bias_fuses(node, readers)
-            form = MODE if MODE in FORMS else choose(gemm, bias_fuses, timing.range_points(dims))
+            template = _template(gemm, generated)
+            form = (MODE if MODE in FORMS or (MODE == GENERATED and template) else
+                    "linear" if MODE == GENERATED else choose(gemm, bias_fuses, timing.range_points(dims), template))
             if form == "linear_add" and gemm.bias is None:  # no bias to take out: that is linear
                 form = "linear"
             if form == _own_form(node, gemm):
                 out.append(node)
                 continue
-            out += _rewrite(graph, weights, node, gemm, form)
+            out += _rewrite(graph, weights, node, gemm, form,
+                            template(MODE != GENERATED) if form == GENERATED else None)
             counts[form] = counts.get(form, 0) + 1
         block.nodes = out
     return counts
@@ -84,7 +96,17 @@ def _bias_fuses(node: Node, readers: dict[int, list]) -> bool:
                                for u in users)
 
 
-def choose(gemm: ConstantGemm, bias_fuses: bool, points: list[dict[str, int]]) -> str:
+def _template(gemm: ConstantGemm, generated: Optional[Generated]) -> Optional[Callable[[bool], tuple]]:
+    """The generated form's hook bound to this GEMM, where it has static rows and the template fits it."""
+    shape = gemm.x.type.shape
+    if generated is None or not all(isinstance(d, int) for d in shape):
+        return None
+    args = (math.prod(shape[:-1]), shape[-1], features(gemm), gemm.x.type.dtype, gemm.bias is not None)
+    return (lambda timed: generated(*args, timed)) if generated(*args, False) is not None else None
+
+
+def choose(gemm: ConstantGemm, bias_fuses: bool, points: list[dict[str, int]],
+           template: Optional[Callable[[bool], tuple]] = None) -> str:
     """The fastest form for this GEMM's shapes on the current GPU: at each point of the dynamic range (the
     example first), the one never far behind the fastest; the model's own unless another is clearly faster.
     (An addmm is judged as its closest form, kn, and always rewritten: the forms compared are all there is.)"""
@@ -101,6 +123,9 @@ def choose(gemm: ConstantGemm, bias_fuses: bool, points: list[dict[str, int]]) -
     if timing.fixed():
         return timing.take_fixed(what, own, own).chosen
     seconds = [_timed_at(m, k, n, gemm.x.type.dtype, has_bias, bias_fuses) for m in rows]
+    generated = template(True) if template is not None and len(rows) == 1 else None
+    if generated is not None and generated[0] is not None and seconds[0]:
+        seconds[0] = dict(seconds[0], **{GENERATED: generated[0]})
     return timing.settle_over(what, seconds, own, MARGIN).chosen  # none timed: the model's own
 
 
@@ -140,22 +165,26 @@ def _form_call(form: str, x, w, b, bias_fuses: bool) -> Callable[[], object]:
     return (lambda: gemm() + b) if add else gemm
 
 
-def _rewrite(graph: Graph, weights: dict[int, str], node: Node, gemm: ConstantGemm, form: str) -> list[Node]:
-    """`node` as `form`: the GEMM, then the bias as a pointwise add where the form takes it out."""
+def _rewrite(graph: Graph, weights: dict[int, str], node: Node, gemm: ConstantGemm, form: str,
+             template: Optional[tuple]) -> list[Node]:
+    """`node` as `form`: the GEMM, then the bias as a pointwise add where the form takes it out. The generated
+    form is a `linear` marked with it and its configuration (`template`'s), made a kernel after fusion."""
     nodes: list[Node] = []
     weight = gemm.weight
     if (form == "kn") != gemm.transposed:  # the form wants the weight in the other layout: stored so, once
         constant, weight = transposed_weight(graph, weights, weight)
         nodes.append(constant)
     result = node.output
-    bias_after = gemm.bias is not None and form != "linear"
+    bias_after = gemm.bias is not None and form not in ("linear", GENERATED)
     product = Value(f"{result.name}_product", result.type) if bias_after else result
     attrs = {"from_ops": [node.op], "gemm_form": form}
+    if form == GENERATED:
+        attrs["gemm_config"] = template[1]
     if form == "kn":
         nodes.append(Node("aten::matmul", [gemm.x, weight], [product], source=node.source,
                           attrs=dict(attrs, schema=_MATMUL)))
     else:
-        bias = gemm.bias if form == "linear" else None
+        bias = gemm.bias if form in ("linear", GENERATED) else None
         if bias is None:
             bias = Value(f"{result.name}_no_bias", Type("None"))
             nodes.append(Node("prim::Constant", [], [bias], attrs={"value": None}))

@@ -533,3 +533,19 @@ class Kernel:
                 if isinstance(n, SymSize):
                     names.update(n.names)
         return tuple(sorted(names))
+
+
+@dataclass
+class GemmKernel(Kernel):
+    """A GEMM by a constant weight over few rows, `outputs[0] = inputs[0] @ inputs[1]^T (+ inputs[2])`, generated
+    from a fixed template (emitters/triton_gemm.py) rather than from expressions: x [rows, k] and the weight [n, k]
+    dense, the bias [n]. `config` is the launch configuration timed fastest when the form was chosen
+    (transpiler/gemm_forms.py). `ranges` and `values` stay empty: no expression pass applies to it."""
+    rows: int = 0
+    k: int = 0
+    n: int = 0
+    config: dict = field(default_factory=dict)
+
+    @property
+    def has_bias(self) -> bool:
+        return len(self.inputs) == 3

@@ -36,6 +36,7 @@ from .ir import Graph
 from .op_table import lookup
 from .merge_kernels import merge_kernels
 from .gemm_forms import gemm_forms
+from .gemm_kernels import gemm_kernels
 from .onednn_linear import onednn_linear
 from .onednn_conv import onednn_conv
 from .pixel_convs import pixel_convs
@@ -95,6 +96,9 @@ class Context:
     refused: dict[int, str] = field(default_factory=dict)  # node uid -> why it must run through ATen
     stopwatch: Stopwatch = field(default_factory=Stopwatch)  # each pass's seconds, and progress as passes start
     precision: Optional[PrecisionPlan] = None  # a reduced-precision package: its type, and what stays float32
+    # The generated GEMM form's hook (gemm_forms.Generated), where the face generates Triton kernels: the transpiler
+    # cannot import the emitters that render and time it
+    generated_gemm: Optional[Callable] = None
 
 
 def observe(graph: Graph, ctx: Context) -> Graph:
@@ -173,7 +177,7 @@ REWRITES: list[tuple[str, Pass]] = [
     ("functionalize", lambda g, c: functionalize(g)),  # in-place writes nothing else sees become functional
     ("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type)),  # on CUDA the bias fuses after the conv
     ("split_norms", lambda g, c: split_norms(g, c.device.type)),  # CUDA: norms of few huge rows in parallel pieces
-    ("gemm_forms", lambda g, c: gemm_forms(g, c.device.type, c.kernel_dims)),  # CUDA: each GEMM's fastest form
+    ("gemm_forms", lambda g, c: gemm_forms(g, c.device.type, c.kernel_dims, c.generated_gemm)),  # CUDA: each GEMM's fastest form
     ("pixel_convs", lambda g, c: pixel_convs(g, c.device.type)),  # CPU: 1x1 convs of one pixel as GEMMs, gate stored
     ("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes)),  # CPU: where oneDNN is faster
     ("check_indices", lambda g, c: check_indices(g)),  # generated gathers clamp: a bad index must still raise
@@ -223,7 +227,10 @@ def lower(graph: Graph, ctx: Context) -> Graph:
     with ctx.stopwatch.stage("fuse"):
         fused = fuse(graph, ctx.device.type, ctx.refused, ctx.kernel_dims)
     with ctx.stopwatch.stage("merge_kernels"):
-        return merge_kernels(fused)
+        merged = merge_kernels(fused)
+    with ctx.stopwatch.stage("gemm_kernels"):
+        gemm_kernels(merged, ctx.refused)  # the GEMMs gemm_forms gave the generated form
+    return merged
 
 
 def plan(graph: Graph, device: Optional[torch.device] = None, stopwatch: Optional[Stopwatch] = None) -> Plan:

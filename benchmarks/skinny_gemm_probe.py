@@ -1,0 +1,174 @@
+"""Does a generated Triton GEMM for few rows (a decoder step, BERT at batch 1) beat cuBLAS on this GPU?
+
+At 9 rows, BERT-base's GEMMs read their weights once and do almost no arithmetic: the time is the weight's bytes
+over the memory bandwidth, if the kernel keeps enough loads in flight. This probe times, weights cold in L2 (each
+call reads its own copy, in a CUDA graph), ATen's `linear` and `matmul` with the weight stored [K, N] against two
+Triton kernels over a sweep of configurations: one program per block of output columns reading all of K ("split
+N"), and split K with fp32 atomics into a zeroed buffer (its memset and the final cast counted). Each Triton
+result is checked against ATen first.
+
+    python benchmarks/skinny_gemm_probe.py [--rows 1,9,16] [--dtype float16] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+
+import torch
+import triton
+import triton.language as tl
+
+SHAPES = [(768, 2304), (768, 768), (768, 3072), (3072, 768), (1024, 4096), (4096, 1024)]  # K, N
+COLD_BYTES = 2 * 50 * 2 ** 20
+
+
+@triton.jit
+def split_n(x, w, out, M, N: tl.constexpr, K: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr,
+            BK: tl.constexpr):
+    """out[M, N] = x[M, K] @ w[N, K]^T, one program per BN columns over all of K; rows padded to MP."""
+    rm = tl.arange(0, MP)
+    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    x_at = x + rm[:, None] * K + rk[None, :]
+    w_at = w + rn[:, None] * K + rk[None, :]
+    acc = tl.zeros((MP, BN), tl.float32)
+    for k in range(0, K, BK):
+        a = tl.load(x_at, mask=rm[:, None] < M, other=0.0)
+        b = tl.load(w_at, mask=rn[:, None] < N, other=0.0)
+        acc += tl.dot(a, tl.trans(b))
+        x_at += BK
+        w_at += BK
+    tl.store(out + rm[:, None] * N + rn[None, :], acc.to(out.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def split_k(x, w, acc_out, M, N: tl.constexpr, K: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr,
+            BK: tl.constexpr, KS: tl.constexpr):
+    """Partial products over K / KS of the columns' block, added with fp32 atomics into a zeroed acc_out."""
+    rm = tl.arange(0, MP)
+    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    k0 = tl.program_id(1) * (K // KS)
+    rk = k0 + tl.arange(0, BK)
+    x_at = x + rm[:, None] * K + rk[None, :]
+    w_at = w + rn[:, None] * K + rk[None, :]
+    acc = tl.zeros((MP, BN), tl.float32)
+    for k in range(0, K // KS, BK):
+        a = tl.load(x_at, mask=rm[:, None] < M, other=0.0)
+        b = tl.load(w_at, mask=rn[:, None] < N, other=0.0)
+        acc += tl.dot(a, tl.trans(b))
+        x_at += BK
+        w_at += BK
+    tl.atomic_add(acc_out + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N),
+                  sem="relaxed")
+
+
+def _graph_us(calls: dict, replays: int = 9) -> dict:
+    graphs = {}
+    for label, fns in calls.items():
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for f in fns:
+                f()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for f in fns:
+                f()
+        graphs[label] = g
+    times = {label: [] for label in graphs}
+    for r in range(replays):
+        for label, g in graphs.items():
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            times[label].append(a.elapsed_time(b) * 1e3 / len(calls[label]))
+    return {label: statistics.median(t) for label, t in times.items()}
+
+
+def _candidates(m: int, k: int, n: int):
+    mp = max(16, triton.next_power_of_2(m))
+    for bn, bk, warps, stages in itertools.product((16, 32, 64), (64, 128, 256), (2, 4, 8), (3, 4, 6)):
+        if n % bn or k % bk:
+            continue
+        yield f"split_n bn{bn} bk{bk} w{warps} s{stages}", ("n", mp, bn, bk, 1, warps, stages)
+    for bn, bk, ks, warps, stages in itertools.product((32, 64, 128), (64, 128), (2, 4, 8), (4,), (3, 4)):
+        if n % bn or k % (bk * ks):
+            continue
+        yield f"split_k bn{bn} bk{bk} ks{ks} w{warps} s{stages}", ("k", mp, bn, bk, ks, warps, stages)
+
+
+def _call(cfg, x, w, out, acc):
+    kind, mp, bn, bk, ks, warps, stages = cfg
+    m, k = x.shape
+    n = w.shape[0]
+    if kind == "n":
+        return lambda: split_n[(n // bn,)](x, w, out, m, n, k, mp, bn, bk, num_warps=warps, num_stages=stages)
+
+    def run():
+        acc.zero_()
+        split_k[(n // bn, ks)](x, w, acc, m, n, k, mp, bn, bk, ks, num_warps=warps, num_stages=stages)
+        out.copy_(acc)
+    return run
+
+
+def probe(m: int, k: int, n: int, dtype: torch.dtype) -> dict:
+    copies = max(2, min(32, COLD_BYTES // ((n * k + m * k) * dtype.itemsize)))
+    ops = [(torch.randn(m, k, device="cuda", dtype=dtype), torch.randn(n, k, device="cuda", dtype=dtype) / math.sqrt(k))
+           for _ in range(copies)]
+    wts = [w.t().contiguous() for _, w in ops]
+    outs = [torch.empty(m, n, device="cuda", dtype=dtype) for _ in ops]
+    accs = [torch.empty(m, n, device="cuda", dtype=torch.float32) for _ in ops]
+    want = torch.nn.functional.linear(*ops[0])
+    base = _graph_us({"linear": [lambda x=x, w=w: torch.nn.functional.linear(x, w) for x, w in ops],
+                      "kn": [lambda x=x, wt=wt: torch.matmul(x, wt) for (x, _), wt in zip(ops, wts)]})
+    best: dict[str, tuple[float, str]] = {}
+    tried = {}
+    for label, cfg in _candidates(m, k, n):
+        try:
+            _call(cfg, ops[0][0], ops[0][1], outs[0], accs[0])()
+            torch.cuda.synchronize()
+            if not torch.allclose(outs[0].float(), want.float(), rtol=2e-2, atol=2e-2):
+                tried[label] = "wrong"
+                continue
+            us = _graph_us({label: [_call(cfg, x, w, o, a) for (x, w), o, a in zip(ops, outs, accs)]}, replays=5)[label]
+        except Exception as e:  # noqa: BLE001 - a configuration that does not compile or fit
+            tried[label] = type(e).__name__
+            continue
+        tried[label] = us
+        kind = label.split()[0]
+        if kind not in best or us < best[kind][0]:
+            best[kind] = (us, label)
+    roofline = (n * k + m * k + m * n) * dtype.itemsize / 3.0e6  # us at 3 TB/s
+    return {"m": m, "k": k, "n": n, "aten": base, "best": best, "roofline_3TBs_us": roofline}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rows", default="1,9,16")
+    p.add_argument("--dtype", default="float16")
+    p.add_argument("--json")
+    a = p.parse_args()
+    dtype = getattr(torch, a.dtype)
+    results = []
+    print(f"{torch.cuda.get_device_name()}  triton {triton.__version__}  {a.dtype}  (GPU us per call, L2 cold)")
+    for m in map(int, a.rows.split(",")):
+        for k, n in SHAPES:
+            r = probe(m, k, n, dtype)
+            results.append(r)
+            bests = "  ".join(f"{kind} {us:.2f} ({label})" for kind, (us, label) in r["best"].items())
+            print(f"{m:3d}x{k}->{n}: linear {r['aten']['linear']:.2f} kn {r['aten']['kn']:.2f} "
+                  f"roof {r['roofline_3TBs_us']:.2f} | {bests}", flush=True)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""A generated GEMM for few rows: BERT at batch 1, a decoder's step. Rendered from one template, not from expressions.
+
+At 9 rows a GEMM by a 768x3072 weight does almost no arithmetic; its time is the weight's bytes over the memory
+bandwidth, when enough loads are in flight. cuBLAS's kernels for such shapes are tiled for more rows: on an H200
+(benchmarks/skinny_gemm_probe.py, fp16, weights cold in L2) BERT-base's 9x768 -> 768 took 4.0-4.3 us in cuBLAS and
+2.8 here, 9x768 -> 2304 4.4-4.6 against 3.9; at 9x3072 -> 768 cuBLAS's split-K stayed ahead. So the template is one
+of the forms `transpiler/gemm_forms.py` times per GEMM, kept only where it wins.
+
+Each program computes BN output columns for every row (rows padded to 16, the smallest `tl.dot`), reading its BN
+rows of the weight once over all of K, RBLOCK at a time, pipelined `STAGES` deep; fp32 accumulation, the bias
+added in fp32, one rounding to the output's type (as cuBLAS's epilogue does).
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import Optional
+
+import torch
+
+from jit2triton.transpiler import kernel_ir as K
+from jit2triton.transpiler.timing import graphs_gpu_us
+
+from .common import provenance_comment
+from .triton import POINTER_TYPES, TritonKernel
+
+DTYPES = ("float16", "bfloat16")  # fp32 would take tf32 or ieee dots: not ATen's numerics, not timed
+MAX_ROWS = 16  # one tl.dot tile of rows
+# (BN, RBLOCK, warps, stages): the winners of the probe's sweep at BERT's shapes on the H200; the last for small K
+CONFIGS = ((16, 128, 2, 6), (16, 128, 4, 6), (32, 128, 4, 6), (16, 256, 2, 6), (32, 256, 2, 4), (16, 64, 2, 4))
+COLD_BYTES = 2 * 50 * 2 ** 20  # operand copies timed: past an H100's 50 MiB L2, twice over
+MAX_COPIES = 24
+
+_TEMPLATE = '''\
+{head}
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def {name}({params}, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
+    # out[{rows}, {n}] = x[{rows}, {k}] @ w[{n}, {k}]^T{bias_note}: XBLOCK columns of every row per program
+    rows = tl.arange(0, {padded})
+    cols = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    ks = tl.arange(0, RBLOCK)
+    x_at = x + rows[:, None] * {k} + ks[None, :]
+    w_at = w + cols[:, None] * {k} + ks[None, :]
+    acc = tl.zeros(({padded}, XBLOCK), tl.float32)
+    for _ in tl.range(0, {k}, RBLOCK, num_stages={stages}):
+        a = tl.load(x_at, mask=rows[:, None] < {rows}, other=0.0)
+        acc += tl.dot(a, tl.trans(tl.load(w_at)))
+        x_at += RBLOCK
+        w_at += RBLOCK
+{epilogue}    tl.store(out + rows[:, None] * {n} + cols[None, :], acc.to(out.dtype.element_ty), mask=rows[:, None] < {rows})
+'''
+
+
+def fits(rows: int, k: int, n: int, dtype: str) -> bool:
+    """Whether the template computes this GEMM (a configuration divides its shape)."""
+    return dtype in DTYPES and 0 < rows <= MAX_ROWS and any(_divides(c, k, n) for c in CONFIGS)
+
+
+def _divides(config: tuple, k: int, n: int) -> bool:
+    bn, rblock, _, _ = config
+    return n % bn == 0 and k % rblock == 0
+
+
+def source(name: str, rows: int, k: int, n: int, has_bias: bool, config: dict, head: str) -> str:
+    """The template's module; `head` opens it (the provenance comment)."""
+    params = "x, w, b, out" if has_bias else "x, w, out"
+    epilogue = "    acc += tl.load(b + cols)[None, :].to(tl.float32)\n" if has_bias else ""
+    return _TEMPLATE.format(name=name, params=params, head=head,
+                            rows=rows, k=k, n=n, padded=max(16, 1 << (rows - 1).bit_length()),
+                            stages=config["stages"], epilogue=epilogue, bias_note=" + b" if has_bias else "")
+
+
+def render_gemm(kernel: K.GemmKernel) -> TritonKernel:
+    """The kernel's module and launch: one program per XBLOCK output columns, at the configuration it was timed at."""
+    config = kernel.config
+    text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.has_bias, config,
+                  provenance_comment(kernel, "#"))
+    arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
+    launch = {"constants": {"XBLOCK": config["bn"], "RBLOCK": config["rblock"]}, "num_warps": config["warps"]}
+    return TritonKernel(kernel.name, text, arg_types, items=kernel.n, configs=[launch])
+
+
+def gemm_template(rows: int, k: int, n: int, dtype: str, has_bias: bool, timed: bool
+                  ) -> Optional[tuple[Optional[float], dict]]:
+    """transpiler/gemm_forms.py's hook for this form: (GPU seconds per call, configuration) of the template's fastest
+    configuration at this shape, weights cold in L2 as there; untimed (or off CUDA), (None, the first configuration
+    that fits). None where the template does not fit, or where no configuration compiles and computes the GEMM."""
+    if not fits(rows, k, n, dtype):
+        return None
+    if not timed or not torch.cuda.is_available():
+        bn, rblock, warps, stages = next(c for c in CONFIGS if _divides(c, k, n))
+        return None, {"bn": bn, "rblock": rblock, "warps": warps, "stages": stages}
+    return _timed(rows, k, n, dtype, has_bias, torch.cuda.current_device())
+
+
+@functools.lru_cache(maxsize=None)
+def _timed(rows: int, k: int, n: int, dtype: str, has_bias: bool, device: int) -> Optional[tuple[float, dict]]:
+    torch_dtype = getattr(torch, dtype)
+    copies = max(2, min(MAX_COPIES, COLD_BYTES // ((n * k + rows * k) * torch_dtype.itemsize)))
+    operands = []
+    for _ in range(copies):
+        x = torch.randn(rows, k, device="cuda", dtype=torch_dtype)
+        w = torch.randn(n, k, device="cuda", dtype=torch_dtype) / math.sqrt(k)
+        b = torch.randn(n, device="cuda", dtype=torch_dtype) if has_bias else None
+        operands.append((x, w, b, torch.empty(rows, n, device="cuda", dtype=torch_dtype)))
+    calls, configs = {}, {}
+    for bn, rblock, warps, stages in CONFIGS:
+        if not _divides((bn, rblock, warps, stages), k, n):
+            continue
+        config = {"bn": bn, "rblock": rblock, "warps": warps, "stages": stages}
+        label = f"bn{bn} rblock{rblock} w{warps} s{stages}"
+        try:
+            launch = _compiled(rows, k, n, has_bias, stages)
+            x, w, b, out = operands[0]
+            launch(x, w, b, out, bn, rblock, warps)
+            expected = torch.nn.functional.linear(x, w, b)
+            if not torch.allclose(out.float(), expected.float(), rtol=1e-2, atol=1e-2):
+                continue  # never chosen where it computes something else
+        except Exception:  # noqa: BLE001 - a configuration this Triton cannot compile here
+            continue
+        calls[label] = [functools.partial(launch, *ops, bn, rblock, warps) for ops in operands]
+        configs[label] = config
+    if not calls:
+        return None
+    micros = graphs_gpu_us(calls)
+    best = min(micros, key=micros.get)
+    return micros[best] / 1e6, configs[best]
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(rows: int, k: int, n: int, has_bias: bool, stages: int):
+    """A launcher of the template at this shape: launch(x, w, b, out, bn, rblock, warps)."""
+    from .compile_triton import kernel_function
+    name = "skinny_gemm"
+    fn = kernel_function(source(name, rows, k, n, has_bias, {"stages": stages}, "# timed by gemm_forms"), name)
+
+    def launch(x, w, b, out, bn: int, rblock: int, warps: int) -> None:
+        args = (x, w, b, out) if has_bias else (x, w, out)
+        fn[(n // bn,)](*args, XBLOCK=bn, RBLOCK=rblock, num_warps=warps)
+    return launch

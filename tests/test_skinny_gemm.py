@@ -1,0 +1,132 @@
+"""The generated GEMM form for few rows (emitters/triton_gemm.py, transpiler/gemm_kernels.py): forced on the CPU
+(`gemm_forms.MODE = "skinny"`, Triton's interpreter) every package is checked against TorchScript on fresh inputs;
+on the GPU the form is timed against cuBLAS's and each runtime's answers checked the same way.
+
+float16 on the CPU: the interpreter computes bfloat16 dots wrongly (verification takes such a kernel out, which
+`test_a_template_kernel_that_disagrees_with_aten_is_taken_out` shows on purpose)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import jit2triton
+from jit2triton.emitters import triton_gemm
+from jit2triton.transpiler import gemm_forms, onednn_linear
+from helpers import assert_same, on_gpu
+
+HALF = {torch.float16: (2e-3, 2e-3)}
+
+
+class FewRows(torch.nn.Module):
+    """A GEMM with a bias (taken into the template's epilogue), one without, and GPT-2's Conv1D (addmm, the weight
+    stored [K, N]), over 3-d and 2-d rows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(128, 64)
+        self.plain = torch.nn.Linear(64, 64, bias=False)
+        self.conv1d_weight = torch.nn.Parameter(torch.randn(64, 32) * 0.1)
+        self.conv1d_bias = torch.nn.Parameter(torch.randn(32))
+
+    def forward(self, x):
+        h = F.gelu(self.up(x))
+        h = self.plain(h) + h
+        return torch.addmm(self.conv1d_bias, h.reshape(-1, 64), self.conv1d_weight)
+
+
+@pytest.fixture(autouse=True)
+def generated_form(monkeypatch):
+    monkeypatch.setattr(onednn_linear, "MODE", "never")  # on the CPU it would take the GEMMs over
+    monkeypatch.setattr(gemm_forms, "MODE", "skinny")
+
+
+def _convert(model, make, **options):
+    torch.manual_seed(0)
+    traced = torch.jit.trace(model.eval().half(), make(), check_trace=False)
+    return traced, jit2triton.convert(traced, (make(),), backend="triton", **options)
+
+
+def _template_kernels(converted) -> list[str]:
+    return [k["name"] for k in converted.summary()["kernels"] if k["name"].startswith("g")]
+
+
+def test_the_generated_form_computes_what_torchscript_does(tmp_path):
+    make = lambda: torch.randn(1, 9, 128, dtype=torch.float16)  # noqa: E731
+    traced, converted = _convert(FewRows(), make)
+    assert len(_template_kernels(converted)) == 3, converted.report()
+    assert "x[9, 128] @ w[64, 128]^T + b" in converted.code  # the readable template, with its provenance
+    path = tmp_path / "model.j2t"
+    converted.save(path)
+    loaded = jit2triton.load(path, runtime="python")
+    for call in range(2):
+        x = make()
+        assert_same(loaded(x), traced(x), f"call {call}", HALF)
+
+
+def test_rows_the_template_does_not_cover_stay_with_aten():
+    class Wide(torch.nn.Module):  # 32 rows: past one tile of rows
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(128, 64)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    make = lambda: torch.randn(32, 128, dtype=torch.float16)  # noqa: E731
+    traced, converted = _convert(Wide(), make)
+    assert not _template_kernels(converted)
+    x = make()
+    assert_same(converted(x), traced(x), "32 rows", HALF)
+
+
+def test_rows_that_are_not_dense_stay_a_linear():
+    class Transposed(torch.nn.Module):  # x arrives [1, 128, 9] and is read as rows through a transposed view
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(128, 64)
+
+        def forward(self, x):
+            return self.fc(x.transpose(1, 2))
+
+    make = lambda: torch.randn(1, 128, 9, dtype=torch.float16)  # noqa: E731
+    traced, converted = _convert(Transposed(), make)
+    x = make()
+    assert_same(converted(x), traced(x), "transposed rows", HALF)
+
+
+def test_a_template_kernel_that_disagrees_with_aten_is_taken_out(monkeypatch):
+    monkeypatch.setattr(triton_gemm, "_TEMPLATE", triton_gemm._TEMPLATE.replace("acc.to(", "(acc + 1).to("))
+    make = lambda: torch.randn(1, 9, 128, dtype=torch.float16)  # noqa: E731
+    traced, converted = _convert(FewRows(), make)
+    assert not _template_kernels(converted)
+    assert "taken out: kernel g0_linear" in converted.report()
+    x = make()
+    assert_same(converted(x), traced(x), "after the culprit search", HALF)
+
+
+@on_gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_timed_on_the_gpu_and_right_in_both_runtimes(dtype, tmp_path, monkeypatch):
+    monkeypatch.setattr(gemm_forms, "MODE", "auto")
+
+    class Block(torch.nn.Module):  # a BERT-base FFN at batch 1, 9 tokens
+        def __init__(self):
+            super().__init__()
+            self.up, self.down = torch.nn.Linear(768, 3072), torch.nn.Linear(3072, 768)
+            self.norm = torch.nn.LayerNorm(768)
+
+        def forward(self, x):
+            return self.norm(x + self.down(F.gelu(self.up(x))))
+
+    torch.manual_seed(0)
+    make = lambda: torch.randn(1, 9, 768, device="cuda", dtype=dtype)  # noqa: E731
+    traced = torch.jit.trace(Block().eval().cuda().to(dtype), make())
+    converted = jit2triton.convert(traced, (make(),), device="cuda")
+    choices = [c for c in converted.summary()["timed_choices"] if c["what"].startswith("GEMM form")]
+    assert choices and all("skinny" in c["times_us"] for c in choices), choices  # the template was timed
+    path = tmp_path / "m.j2t"
+    converted.save(path)
+    for runtime in ("python", "cpp"):
+        loaded = jit2triton.load(path, runtime=runtime)
+        for call in range(3):
+            x = make()
+            assert_same(loaded(x), traced(x), f"{runtime}, call {call}", {dtype: (2e-2, 2e-2)})

@@ -1,0 +1,61 @@
+"""After fusion: each GEMM that `gemm_forms` gave the generated form ("skinny", few rows) becomes a kernel node.
+
+The form is chosen before fusion, by timing; the node stays an ATen `linear` until here, so fusion treats it as
+any GEMM (the ops after it fuse into one kernel reading its output) and so that a GEMM this pass does not take
+runs as the `linear` it already is: one whose operands fusion left in a layout other than dense rows, or one
+verification took out (`refused`, as for any kernel whose output disagreed with ATen's).
+"""
+from __future__ import annotations
+
+from .fuse import _provenance
+from .ir import KERNEL_OP, Graph, Node, blocks
+from .kernel_ir import GemmKernel, KernelBuffer
+from .lowering import contiguous_strides
+
+FORM = "skinny"
+
+
+def gemm_kernels(graph: Graph, refused: dict[int, str]) -> int:
+    """Rewrite in place; returns how many GEMMs became kernels."""
+    made = 0
+    for block in blocks(graph):
+        nodes = []
+        for node in block.nodes:
+            kernel = _kernel(node, made) if node.attrs.get("gemm_form") == FORM and node.uid not in refused else None
+            if kernel is None:
+                nodes.append(node)
+                continue
+            made += 1
+            nodes.append(Node(KERNEL_OP, list(kernel_inputs(node)), list(node.outputs), source=node.source,
+                              attrs={"kernel": kernel, "fused": [node]}))
+        block.nodes = nodes
+    return made
+
+
+def kernel_inputs(node: Node) -> list:
+    """x, the weight and the bias where there is one (a `linear`'s third input is None without)."""
+    x, w, b = node.inputs[0], node.inputs[1], node.inputs[2] if len(node.inputs) > 2 else None
+    return [x, w] if b is None or b.type.kind == "None" else [x, w, b]
+
+
+def _kernel(node: Node, number: int) -> GemmKernel | None:
+    """The template kernel for `node`, where each operand is dense in rows (the template's only layout)."""
+    values = kernel_inputs(node) + list(node.outputs)
+    if not all(_dense(v.type) for v in values):
+        return None
+    x, w = values[0], values[1]
+    rows = 1
+    for n in x.type.shape[:-1]:
+        rows *= n
+    buffers = [KernelBuffer(f"buf{v.id}", v.type.dtype, tuple(v.type.shape), contiguous_strides(v.type.shape))
+               for v in values]
+    return GemmKernel(name=f"g{number}_linear", ranges=(), inputs=buffers[:-1], outputs=buffers[-1:], values=[],
+                      provenance=[_provenance(node)], rows=rows, k=x.type.shape[-1], n=w.type.shape[0],
+                      config=node.attrs["gemm_config"])
+
+
+def _dense(t) -> bool:
+    """Static and dense in rows. A weight's strides are not observed: dense, as fusion takes it (the runtime checks
+    the strides of every kernel input it did not make, and copies one that differs)."""
+    return (t.is_tensor and t.shape is not None and all(isinstance(n, int) for n in t.shape)
+            and (t.strides is None or tuple(t.strides) == contiguous_strides(t.shape)))
