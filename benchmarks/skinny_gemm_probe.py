@@ -7,7 +7,7 @@ Triton kernels over a sweep of configurations: one program per block of output c
 N"), and split K with fp32 atomics into a zeroed buffer (its memset and the final cast counted). Each Triton
 result is checked against ATen first.
 
-    python benchmarks/skinny_gemm_probe.py [--rows 1,9,16] [--dtype float16] [--json out.json]
+    python benchmarks/skinny_gemm_probe.py [--rows 1,9,16] [--dtype float16|bfloat16|float32] [--json out.json]
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ COLD_BYTES = 2 * 50 * 2 ** 20
 
 @triton.jit
 def split_n(x, w, out, M, N: tl.constexpr, K: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr,
-            BK: tl.constexpr):
+            BK: tl.constexpr, PRECISION: tl.constexpr):
     """out[M, N] = x[M, K] @ w[N, K]^T, one program per BN columns over all of K; rows padded to MP."""
     rm = tl.arange(0, MP)
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
@@ -38,7 +38,7 @@ def split_n(x, w, out, M, N: tl.constexpr, K: tl.constexpr, MP: tl.constexpr, BN
     for k in range(0, K, BK):
         a = tl.load(x_at, mask=rm[:, None] < M, other=0.0)
         b = tl.load(w_at, mask=rn[:, None] < N, other=0.0)
-        acc += tl.dot(a, tl.trans(b))
+        acc += tl.dot(a, tl.trans(b), input_precision=PRECISION)
         x_at += BK
         w_at += BK
     tl.store(out + rm[:, None] * N + rn[None, :], acc.to(out.dtype.element_ty),
@@ -47,7 +47,7 @@ def split_n(x, w, out, M, N: tl.constexpr, K: tl.constexpr, MP: tl.constexpr, BN
 
 @triton.jit
 def split_k(x, w, acc_out, M, N: tl.constexpr, K: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr,
-            BK: tl.constexpr, KS: tl.constexpr):
+            BK: tl.constexpr, KS: tl.constexpr, PRECISION: tl.constexpr):
     """Partial products over K / KS of the columns' block, added with fp32 atomics into a zeroed acc_out."""
     rm = tl.arange(0, MP)
     rn = tl.program_id(0) * BN + tl.arange(0, BN)
@@ -59,7 +59,7 @@ def split_k(x, w, acc_out, M, N: tl.constexpr, K: tl.constexpr, MP: tl.constexpr
     for k in range(0, K // KS, BK):
         a = tl.load(x_at, mask=rm[:, None] < M, other=0.0)
         b = tl.load(w_at, mask=rn[:, None] < N, other=0.0)
-        acc += tl.dot(a, tl.trans(b))
+        acc += tl.dot(a, tl.trans(b), input_precision=PRECISION)
         x_at += BK
         w_at += BK
     tl.atomic_add(acc_out + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N),
@@ -109,13 +109,20 @@ def _call(cfg, x, w, out, acc):
     m, k = x.shape
     n = w.shape[0]
     if kind == "n":
-        return lambda: split_n[(n // bn,)](x, w, out, m, n, k, mp, bn, bk, num_warps=warps, num_stages=stages)
+        return lambda: split_n[(n // bn,)](x, w, out, m, n, k, mp, bn, bk, _precision(x), num_warps=warps,
+                                           num_stages=stages)
 
     def run():
         acc.zero_()
-        split_k[(n // bn, ks)](x, w, acc, m, n, k, mp, bn, bk, ks, num_warps=warps, num_stages=stages)
+        split_k[(n // bn, ks)](x, w, acc, m, n, k, mp, bn, bk, ks, _precision(x), num_warps=warps,
+                               num_stages=stages)
         out.copy_(acc)
     return run
+
+
+def _precision(x) -> str:
+    """float32 as ATen computes it without TF32 (the default): ieee dots."""
+    return "ieee" if x.dtype == torch.float32 else "tf32"
 
 
 def probe(m: int, k: int, n: int, dtype: torch.dtype) -> dict:
@@ -134,7 +141,8 @@ def probe(m: int, k: int, n: int, dtype: torch.dtype) -> dict:
         try:
             _call(cfg, ops[0][0], ops[0][1], outs[0], accs[0])()
             torch.cuda.synchronize()
-            if not torch.allclose(outs[0].float(), want.float(), rtol=2e-2, atol=2e-2):
+            tol = 1e-4 if dtype == torch.float32 else 2e-2
+            if not torch.allclose(outs[0].float(), want.float(), rtol=tol, atol=tol):
                 tried[label] = "wrong"
                 continue
             us = _graph_us({label: [_call(cfg, x, w, o, a) for (x, w), o, a in zip(ops, outs, accs)]}, replays=5)[label]
