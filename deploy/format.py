@@ -20,11 +20,10 @@ from jit2triton.errors import CorruptPackageError, PackageVersionError
 
 from .policy import MAX_SLOTS, RECONVERT
 
-# A field's type, and how a message names it. "slot" and "node" are integers indexing the plan's slots and the node
-# table; "count" an integer from 0 to the field's `most`.
+# A field's type, and how a message names it. "slots" are integers indexing the plan's slots, a "node" one indexing
+# the node table; a "count" is an integer from 0 to the field's `most`.
 TYPES = {"str": "a string", "int": "an integer", "bool": "true or false", "list": "a list", "object": "an object",
-         "strs": "a list of strings", "count": "an integer", "slot": "a slot", "slots": "a list of slots",
-         "node": "a node"}
+         "strs": "a list of strings", "count": "an integer", "slots": "a list of slots", "node": "a node"}
 UPGRADE = "upgrade jit2triton (pip install -U jit2triton)"
 
 
@@ -145,7 +144,7 @@ def check_fields(section: Section, value: Any, num_slots: int = 0, num_nodes: in
                 _refuse(section, f.damaged or f"no {f.name!r}")
             continue
         if not _is(item, f, num_slots, num_nodes):
-            _refuse(section, f.damaged or (f"a slot outside 0..{num_slots - 1}" if f.type in ("slot", "slots")
+            _refuse(section, f.damaged or (f"a slot outside 0..{num_slots - 1}" if f.type == "slots"
                                            else f"{f.name!r} is not {TYPES[f.type]}"))
         for name in (item if f.type == "strs" else [item]) if f.known else ():
             if name not in f.known:
@@ -168,7 +167,7 @@ def _is(value: Any, f: Field, num_slots: int, num_nodes: int) -> bool:
         "list": lambda v: isinstance(v, list), "object": lambda v: isinstance(v, dict),
         "strs": lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
         "count": lambda v: type(v) is int and 0 <= v <= f.most,
-        "slot": lambda v: index(v, num_slots), "node": lambda v: index(v, num_nodes),
+        "node": lambda v: index(v, num_nodes),
         "slots": lambda v: isinstance(v, list) and all(index(s, num_slots) for s in v),
     }
     return checks[f.type](value)
@@ -181,7 +180,7 @@ def _cpp_string(text: str) -> str:
 
 
 CPP_TYPES = {"str": "Str", "int": "Int", "bool": "Bool", "list": "List", "object": "Object", "strs": "Strs",
-             "count": "Count", "slot": "Slot", "slots": "Slots", "node": "Node"}
+             "count": "Count", "slots": "Slots", "node": "Node"}
 
 
 def _cpp_field(f: Field) -> str:
@@ -202,7 +201,7 @@ def _cpp_section(function: str, section: Section) -> list[str]:
 
 # The C++ twin of check_fields (above): what each type admits and what a refusal says.
 CPP_CHECK = """\
-enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slot, Slots, Node };
+enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node };
 
 inline const char* type_words(Type type) {
   static const char* words[] = {%(words)s};
@@ -228,7 +227,7 @@ struct Limits {
   throw Error(Error::Kind::CorruptPackage, "the package's " + section + " is damaged (" + what + "); " + kReconvert);
 }
 
-inline bool index(const json::Value& v, int64_t limit) {
+inline bool in_range(const json::Value& v, int64_t limit) {
   return v.kind == json::Value::Kind::Int && v.integer >= 0 && v.integer < limit;
 }
 
@@ -249,9 +248,8 @@ inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
     case Type::Object: return v.is_object();
     case Type::Strs: return all_of(v, is_string, 0);
     case Type::Count: return v.kind == json::Value::Kind::Int && v.integer >= 0 && v.integer <= f.most;
-    case Type::Slot: return index(v, limits.num_slots);
-    case Type::Slots: return all_of(v, index, limits.num_slots);
-    case Type::Node: return index(v, limits.num_nodes);
+    case Type::Slots: return all_of(v, in_range, limits.num_slots);
+    case Type::Node: return in_range(v, limits.num_nodes);
   }
   return false;
 }
@@ -266,7 +264,7 @@ inline void check(const char* section, const std::vector<Field>& fields, const j
     }
     if (!is(*v, f, limits)) {
       if (*f.damaged) damaged(section, f.damaged);
-      if (f.type == Type::Slot || f.type == Type::Slots)
+      if (f.type == Type::Slots)
         damaged(section, "a slot outside 0.." + std::to_string(limits.num_slots - 1));
       damaged(section, repr(f.name) + " is not " + type_words(f.type));
     }

@@ -37,7 +37,7 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, PackageError, PackageVersionError
 
-from .format import written_fields
+from .format import read_manifest, written_fields
 from .literals import decode, encode, map_manifest_plans
 from .policy import DTYPES, FORMAT, FORMAT_VERSION, REQUIRED_MEMBERS, SIGNATURE_MEMBER, message
 from .signing import KeyPaths, check_signature, sign, trusted_key_paths
@@ -233,6 +233,7 @@ def _contents(path: str, members: dict[str, memoryview]) -> PackageContents:
         raise PackageVersionError(message("newer_format", path=repr(path), found=version, version=FORMAT_VERSION))
     if type(version) is not int or version != FORMAT_VERSION:
         raise CorruptPackageError(message("unknown_format", path=repr(path), version=FORMAT_VERSION))
+    read_manifest(manifest)  # each field present where required, of its type, known (deploy/format.py)
     try:
         weights = _unpack_weights(manifest.pop("weights"), members.pop("weights.bin"))
         manifest = map_manifest_plans(manifest, decode)

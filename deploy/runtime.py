@@ -17,6 +17,7 @@ from .format import Manifest, read_manifest
 from .graph_regions import capturable, worth_capturing
 from .literals import map_plan_literals
 from .package import PackageContents
+from .policy import message
 from .plan_check import check_dims, check_finite_nesting, check_plan
 from .signature import NO_DEFAULT, InputChecker
 from .state import StateStore, model_state
@@ -108,10 +109,7 @@ def load_kernels(contents: PackageContents, num_threads: Optional[int], device: 
 def check_compatible(manifest: Manifest) -> None:
     made_with = manifest.producer.get("torch") or ""
     if _release(made_with) != _release(torch.__version__):
-        raise PackageVersionError(
-            f"the package was made with torch {made_with or 'unknown'}, and this is torch {torch.__version__}: "
-            "ATen op schemas and kernels change between minor versions (patch releases may differ). Convert the model "
-            "again with this torch")
+        raise PackageVersionError(message("other_torch", made_with=made_with or "unknown", here=torch.__version__))
 
 
 def _release(version: str) -> str:
@@ -143,28 +141,17 @@ def resolve_map_location(map_location: DeviceLike, built_for: str) -> Union[str,
     return None
 
 
-# How to load a package on the CPU in the words of each caller, as the C++ runtime says it (deploy/cpp/src/plan.cpp)
-ON_THE_CPU = ("load it on the CPU (map_location='cpu' from Python, LoadOptions::device = \"cpu\" from C++, "
-              "--device cpu in j2t-run)")
-
-
 def target_device(manifest: Manifest, map_location: DeviceLike) -> torch.device:
     built_for = torch.device(manifest.device)
     map_location = resolve_map_location(map_location, manifest.device)
     device = torch.device(map_location) if map_location is not None else built_for
     if device.type != built_for.type and manifest.kernels and built_for.type == "cpu":
-        raise PackageDeviceError(
-            f"the package's kernels are compiled for the CPU and run only there: {ON_THE_CPU}; to run on "
-            f"{device.type}, convert the model with device={device.type!r}")
+        raise PackageDeviceError(message("cpu_kernels", device=device.type, device_repr=repr(device.type)))
     if device.type == "cuda" and not torch.cuda.is_available():
-        hint = (f" or {ON_THE_CPU}" if not manifest.kernels else
-                "; its GPU kernels cannot run on the CPU, so convert the model again with device='cpu'")
-        raise PackageDeviceError(
-            f"the package was built for {built_for} and this machine has no CUDA device; run it on a GPU machine{hint}")
+        raise PackageDeviceError(message("no_cuda_for_kernels" if manifest.kernels else "no_cuda", built_for=built_for))
     if device.type != built_for.type and manifest.kernels:
-        raise PackageDeviceError(
-            f"the package holds kernels compiled for {built_for.type} and cannot run on {device.type}; "
-            f"convert the model again with device={device.type!r}")
+        raise PackageDeviceError(message("kernels_elsewhere", built_for=built_for.type, device=device.type,
+                                         device_repr=repr(device.type)))
     return device
 
 

@@ -14,10 +14,10 @@ namespace jit2triton::manifest_schema {
 
 constexpr const char* kReconvert = "re-run `jit2triton convert`";
 
-enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slot, Slots, Node };
+enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node };
 
 inline const char* type_words(Type type) {
-  static const char* words[] = {"a string", "an integer", "true or false", "a list", "an object", "a list of strings", "an integer", "a slot", "a list of slots", "a node"};
+  static const char* words[] = {"a string", "an integer", "true or false", "a list", "an object", "a list of strings", "an integer", "a list of slots", "a node"};
   return words[static_cast<int>(type)];
 }
 
@@ -40,7 +40,7 @@ struct Limits {
   throw Error(Error::Kind::CorruptPackage, "the package's " + section + " is damaged (" + what + "); " + kReconvert);
 }
 
-inline bool index(const json::Value& v, int64_t limit) {
+inline bool in_range(const json::Value& v, int64_t limit) {
   return v.kind == json::Value::Kind::Int && v.integer >= 0 && v.integer < limit;
 }
 
@@ -61,9 +61,8 @@ inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
     case Type::Object: return v.is_object();
     case Type::Strs: return all_of(v, is_string, 0);
     case Type::Count: return v.kind == json::Value::Kind::Int && v.integer >= 0 && v.integer <= f.most;
-    case Type::Slot: return index(v, limits.num_slots);
-    case Type::Slots: return all_of(v, index, limits.num_slots);
-    case Type::Node: return index(v, limits.num_nodes);
+    case Type::Slots: return all_of(v, in_range, limits.num_slots);
+    case Type::Node: return in_range(v, limits.num_nodes);
   }
   return false;
 }
@@ -78,7 +77,7 @@ inline void check(const char* section, const std::vector<Field>& fields, const j
     }
     if (!is(*v, f, limits)) {
       if (*f.damaged) damaged(section, f.damaged);
-      if (f.type == Type::Slot || f.type == Type::Slots)
+      if (f.type == Type::Slots)
         damaged(section, "a slot outside 0.." + std::to_string(limits.num_slots - 1));
       damaged(section, repr(f.name) + " is not " + type_words(f.type));
     }
@@ -149,7 +148,7 @@ inline void check_plan(const json::Value& value, const Limits& limits = {}) {
 
 inline void check_step(const json::Value& value, const Limits& limits = {}) {
   static const std::vector<Field> fields = {
-    {"kind", Type::Str, true, "", 0, {"call", "kernel", "if", "loop", "graph"}, "unknown step kind ", " in the plan; the package needs a newer jit2triton: upgrade jit2triton (pip install -U jit2triton)"},
+    {"kind", Type::Str, true, "", 0, {"call", "kernel", "if", "loop", "graph"}, "the package's plan has a step of kind ", ", which this jit2triton does not know; upgrade jit2triton (pip install -U jit2triton)"},
     {"node", Type::Node, true, "a step names a node that is not in the node table", 0, {}, "", ""},
     {"outs", Type::Slots, false, "", 0, {}, "", ""},
     {"free", Type::Slots, false, "", 0, {}, "", ""},
