@@ -143,7 +143,7 @@ def check_fields(section: Section, value: Any, num_slots: int = 0, num_nodes: in
             if f.required:
                 _refuse(section, f.damaged or f"no {f.name!r}")
             continue
-        if not _is(item, f, num_slots, num_nodes):
+        if not _IS[f.type](item, f, num_slots, num_nodes):
             _refuse(section, f.damaged or (f"a slot outside 0..{num_slots - 1}" if f.type == "slots"
                                            else f"{f.name!r} is not {TYPES[f.type]}"))
         for name in (item if f.type == "strs" else [item]) if f.known else ():
@@ -160,17 +160,22 @@ def _refuse(section: Section, what: str) -> None:
     raise CorruptPackageError(DAMAGED.format(section=section.name, what=what))
 
 
-def _is(value: Any, f: Field, num_slots: int, num_nodes: int) -> bool:
-    index = lambda v, n: type(v) is int and 0 <= v < n  # noqa: E731
-    checks = {
-        "str": lambda v: isinstance(v, str), "int": lambda v: type(v) is int, "bool": lambda v: type(v) is bool,
-        "list": lambda v: isinstance(v, list), "object": lambda v: isinstance(v, dict),
-        "strs": lambda v: isinstance(v, list) and all(isinstance(s, str) for s in v),
-        "count": lambda v: type(v) is int and 0 <= v <= f.most,
-        "node": lambda v: index(v, num_nodes),
-        "slots": lambda v: isinstance(v, list) and all(index(s, num_slots) for s in v),
-    }
-    return checks[f.type](value)
+def _index(value: Any, limit: int) -> bool:
+    return type(value) is int and 0 <= value < limit
+
+
+# Whether a value is of a field's type: (value, field, num_slots, num_nodes) -> bool, per type
+_IS: dict[str, Callable[[Any, Field, int, int], bool]] = {
+    "str": lambda v, f, slots, nodes: isinstance(v, str),
+    "int": lambda v, f, slots, nodes: type(v) is int,
+    "bool": lambda v, f, slots, nodes: type(v) is bool,
+    "list": lambda v, f, slots, nodes: isinstance(v, list),
+    "object": lambda v, f, slots, nodes: isinstance(v, dict),
+    "strs": lambda v, f, slots, nodes: isinstance(v, list) and all(isinstance(s, str) for s in v),
+    "count": lambda v, f, slots, nodes: type(v) is int and 0 <= v <= f.most,
+    "slots": lambda v, f, slots, nodes: isinstance(v, list) and all(_index(s, slots) for s in v),
+    "node": lambda v, f, slots, nodes: _index(v, nodes),
+}
 
 
 # --- the C++ header ------------------------------------------------------------------------------------------------
