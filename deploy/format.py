@@ -7,8 +7,8 @@ step); the C++ runtime includes `deploy/cpp/src/manifest_schema.h`, generated fr
     python -m jit2triton.deploy.format > deploy/cpp/src/manifest_schema.h
 
 (tests/test_manifest_schema.py fails while the checked-in header differs from what this file generates). A field
-added here is written by `deploy/build_manifest.py` (through its `write`), checked by both runtimes at load, and read
-by the Python runtime as an attribute of `Manifest`.
+added here is checked by both runtimes at load, read by the Python runtime as an attribute of `Manifest`, and, where
+it has a `write`, recorded by save_package (deploy/package.py) from the manifest deploy/build_manifest.py built.
 """
 from __future__ import annotations
 
@@ -111,7 +111,11 @@ KERNEL = Section("manifest", (
 ))
 
 DAMAGED = "the package's {section} is damaged ({what}); " + RECONVERT
-Manifest = make_dataclass("Manifest", [(f.name, Any) for f in MANIFEST.fields], frozen=True)
+PYTHON_TYPES = {"str": str, "int": int, "bool": bool, "list": list, "object": dict, "strs": list[str], "count": int,
+                "slots": list[int], "node": int}
+Manifest = make_dataclass("Manifest", [(f.name, PYTHON_TYPES[f.type] if f.required or f.default is not None
+                                        else Optional[PYTHON_TYPES[f.type]])
+                                       for f in MANIFEST.fields], frozen=True)
 Manifest.__doc__ = "A manifest as read through the schema: each MANIFEST field, its default where it was absent."
 
 
