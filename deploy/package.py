@@ -37,6 +37,7 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, PackageError, PackageVersionError
 
+from .format import read_manifest, written_fields
 from .literals import decode, encode, map_manifest_plans
 from .policy import DTYPES, FORMAT, FORMAT_VERSION, REQUIRED_MEMBERS, SIGNATURE_MEMBER, message
 from .signing import KeyPaths, check_signature, sign, trusted_key_paths
@@ -57,7 +58,8 @@ def save_package(contents: PackageContents, path: str, signing_key: "str | os.Pa
     """Write the package; `signing_key` (a PEM Ed25519 private key's path) adds a signature over its checksums."""
     path = os.fspath(path)
     weights_index, blob = _pack_weights(contents.weights)
-    manifest = dict(contents.manifest, format=FORMAT, format_version=FORMAT_VERSION, weights=weights_index)
+    manifest = dict(contents.manifest, **written_fields(contents.manifest), format=FORMAT, format_version=FORMAT_VERSION,
+                    weights=weights_index)
     manifest = map_manifest_plans(manifest, encode)
     members = {"manifest.json": json.dumps(manifest, indent=1).encode(), "weights.bin": blob, **contents.files}
     checksums = {name: hashlib.sha256(data).hexdigest() for name, data in members.items()}
@@ -231,6 +233,7 @@ def _contents(path: str, members: dict[str, memoryview]) -> PackageContents:
         raise PackageVersionError(message("newer_format", path=repr(path), found=version, version=FORMAT_VERSION))
     if type(version) is not int or version != FORMAT_VERSION:
         raise CorruptPackageError(message("unknown_format", path=repr(path), version=FORMAT_VERSION))
+    read_manifest(manifest)  # each field present where required, of its type, known (deploy/format.py)
     try:
         weights = _unpack_weights(manifest.pop("weights"), members.pop("weights.bin"))
         manifest = map_manifest_plans(manifest, decode)

@@ -11,8 +11,8 @@ import torch
 
 from jit2triton.errors import CorruptPackageError
 
+from .format import PLAN, STEP, check_fields
 from .op_facts import FORBIDDEN
-from .policy import MAX_SLOTS
 from .sizes import is_dynamic, shape_function
 
 # A plan must not call an op that reaches outside the model (files, the process's random generator and autograd
@@ -28,16 +28,10 @@ def check_plan(plan: dict, num_nodes: int, kernels: list[dict],
     """`weights`: the package's, to check those a kernel reads are the dtype, shape and layout it was built for."""
     try:
         table = {k["name"]: k for k in kernels}
-        slots = plan["num_slots"]
-        if type(slots) is not int or not 0 <= slots <= MAX_SLOTS:
-            _bad("num_slots")
-        for slot in plan["inputs"]:
-            _slot(slot, slots)
+        slots = plan.get("num_slots") if isinstance(plan, dict) else None
+        check_fields(PLAN, plan, num_slots=slots if type(slots) is int else 0)
         _refs(plan["outputs"], slots)
-        bound = plan.get("bound_dims", [])
-        if not isinstance(bound, list) or not all(isinstance(name, str) for name in bound):
-            _bad("its bound dims")
-        dims = [d[0] for d in plan.get("dims", ())] + bound
+        dims = [d[0] for d in plan.get("dims", ())] + plan.get("bound_dims", [])
         _steps(plan["steps"], slots, num_nodes, table, weights or {}, dims)
         _arena_fits(plan)
     except (KeyError, TypeError, IndexError, AttributeError, ValueError):
@@ -84,7 +78,8 @@ def _refs(refs: list, num_slots: int) -> None:
 def _steps(steps: list, num_slots: int, num_nodes: int, table: dict[str, dict], weights: dict, dims: list) -> None:
     """`table`: kernel name -> its entry in the manifest's kernel index (buffers, sizes, inputs, outputs)."""
     for step in steps:
-        kind = step.get("kind")
+        check_fields(STEP, step, num_slots, num_nodes)
+        kind = step["kind"]
         if kind == "call" and step.get("op") in FORBIDDEN:
             raise CorruptPackageError(
                 f"the package's plan calls {step['op']}, which reaches outside the model (files, global state); a "
@@ -99,13 +94,7 @@ def _steps(steps: list, num_slots: int, num_nodes: int, table: dict[str, dict], 
                 _bad("a step binds a size it cannot")
         if kind == "graph" and any(r[0] != "s" for r in step["args"]):
             _bad("a graph region reads a value that is not a slot")
-        node = step.get("node")
-        if type(node) is not int or not 0 <= node < num_nodes:
-            _bad("a step names a node that is not in the node table")
         _refs(step.get("args", ()), num_slots)
-        for key in ("outs", "free"):
-            for slot in step.get(key, ()):
-                _slot(slot, num_slots)
         if "steps" in step:
             _steps(step["steps"], num_slots, num_nodes, table, weights, dims)
         for block in step.get("blocks", ()):

@@ -52,6 +52,9 @@ QUANTIZED_ENGINES = {"fbgemm": 1, "qnnpack": 2, "onednn": 3, "x86": 4}
 
 # --- messages ------------------------------------------------------------------------------------------------------
 RECONVERT = "re-run `jit2triton convert`"
+# How to load a package on the CPU, in the words of each caller: both runtimes serve Python, C++ and j2t-run
+ON_THE_CPU = ("load it on the CPU (map_location='cpu' from Python, LoadOptions::device = \"cpu\" from C++, "
+              "--device cpu in j2t-run)")
 MESSAGES = {
     "not_found": "package not found: {path}; check the path or convert the model first",
     "torchscript_file": "{path} is a TorchScript archive (or a torch.save file), not a jit2triton package; convert it "
@@ -79,6 +82,18 @@ MESSAGES = {
                   "weights; the package is corrupted: " + RECONVERT,
     "packed_missing": "the package's plan reads packed constant {name}, which its packed list does not build before; "
                       "the package is corrupted: " + RECONVERT,
+    "other_torch": "the package was made with torch {made_with}, and this is torch {here}: ATen op schemas and "
+                   "kernels change between minor versions (patch releases may differ). Convert the model again with "
+                   "this torch",
+    "cpu_kernels": "the package's kernels are compiled for the CPU and run only there: " + ON_THE_CPU + "; to run on "
+                   "{device}, convert the model with device={device_repr}",
+    "no_cuda": "the package was built for {built_for} and this machine has no CUDA device; run it on a GPU machine "
+               "or " + ON_THE_CPU,
+    "no_cuda_for_kernels": "the package was built for {built_for} and this machine has no CUDA device; run it on a GPU "
+                           "machine; its GPU kernels cannot run on the CPU, so convert the model again with "
+                           "device='cpu'",
+    "kernels_elsewhere": "the package holds kernels compiled for {built_for} and cannot run on {device}; convert the "
+                         "model again with device={device_repr}",
     "missing_engine": "the package's quantized weights are packed for the {engine} quantized engine, which this torch "
                       "does not have (it has: {supported}); load it where torch.backends.quantized.supported_engines "
                       "lists {engine}, or convert the model on this machine (with torch.backends.quantized.engine set "

@@ -13,9 +13,11 @@ from jit2triton.errors import CorruptPackageError, Jit2TritonError, PackageDevic
 
 from .cuda_graph import GraphRunner
 from .executor import Executor
+from .format import Manifest, read_manifest
 from .graph_regions import capturable, worth_capturing
 from .literals import map_plan_literals
 from .package import PackageContents
+from .policy import message
 from .plan_check import check_dims, check_finite_nesting, check_plan
 from .signature import NO_DEFAULT, InputChecker
 from .state import StateStore, model_state
@@ -43,31 +45,31 @@ class Runtime:
 
     def _load(self, contents: PackageContents, map_location: DeviceLike, num_threads: Optional[int],
               cuda_graphs: bool, alias_outputs: bool, state: Optional[StateStore]) -> None:
-        manifest = contents.manifest
+        manifest = read_manifest(contents.manifest)
         check_compatible(manifest)
-        check_plan(manifest["plan"], len(manifest["nodes"]), manifest["kernels"], contents.weights)
-        check_dims(manifest["plan"], manifest["signature"])
+        check_plan(manifest.plan, len(manifest.nodes), manifest.kernels, contents.weights)
+        check_dims(manifest.plan, manifest.signature)
         self.device = target_device(manifest, map_location)
         self.contents = contents
-        plan = retarget_devices(manifest["plan"], torch.device(manifest["device"]).type, self.device)
-        weights = placed_weights(contents.weights, manifest["plan"], self.device)
+        plan = retarget_devices(manifest.plan, torch.device(manifest.device).type, self.device)
+        weights = placed_weights(contents.weights, manifest.plan, self.device)
         kernels = load_kernels(contents, num_threads, self.device)
-        graph_worthy = manifest.get("cuda_graph")  # decided at convert time; computed for older packages
+        graph_worthy = manifest.cuda_graph  # decided at convert time; computed for older packages
         if graph_worthy is None:
-            graph_worthy = capturable(plan) and worth_capturing(plan, manifest["signature"])
+            graph_worthy = capturable(plan) and worth_capturing(plan, manifest.signature)
         graphs = cuda_graphs and self.device.type == "cuda"
-        self.executor = Executor(plan, weights, manifest["nodes"], kernels=kernels, device=self.device,
+        self.executor = Executor(plan, weights, manifest.nodes, kernels=kernels, device=self.device,
                                  graph_regions=graphs and not graph_worthy)
-        signature = manifest["signature"]["inputs"]
+        signature = manifest.signature["inputs"]
         defaults = [d["default"] if "default" in d else NO_DEFAULT for d in signature]
         self.check_inputs = InputChecker(signature, self.device, defaults, contiguous=bool(kernels),
-                                         dims=manifest["signature"].get("dims"))
+                                         dims=manifest.signature.get("dims"))
         # a package with dynamic dims gets a graph per input shape (a graph bakes its shapes in)
-        self.run = (GraphRunner(self.executor, alias_outputs, by_shape=bool(manifest["signature"].get("dims")))
+        self.run = (GraphRunner(self.executor, alias_outputs, by_shape=bool(manifest.signature.get("dims")))
                     if graphs and graph_worthy else self.executor)
         self.uses_cuda_graph = isinstance(self.run, GraphRunner)
-        self.state = model_state(manifest.get("state"), weights, self.device, state)  # attributes the model writes
-        self.nested_outputs = manifest["signature"]["outputs"].get("type") != "Tensor"
+        self.state = model_state(manifest.state, weights, self.device, state)  # attributes the model writes
+        self.nested_outputs = manifest.signature["outputs"].get("type") != "Tensor"
 
     def __call__(self, *inputs: Any) -> Any:
         inputs = self.check_inputs(inputs)
@@ -104,13 +106,10 @@ def load_kernels(contents: PackageContents, num_threads: Optional[int], device: 
                               "upgrade jit2triton")
 
 
-def check_compatible(manifest: dict) -> None:
-    made_with = str(manifest.get("producer", {}).get("torch", ""))
+def check_compatible(manifest: Manifest) -> None:
+    made_with = manifest.producer.get("torch") or ""
     if _release(made_with) != _release(torch.__version__):
-        raise PackageVersionError(
-            f"the package was made with torch {made_with or 'unknown'}, and this is torch {torch.__version__}: "
-            "ATen op schemas and kernels change between minor versions (patch releases may differ). Convert the model "
-            "again with this torch")
+        raise PackageVersionError(message("other_torch", made_with=made_with or "unknown", here=torch.__version__))
 
 
 def _release(version: str) -> str:
@@ -142,28 +141,17 @@ def resolve_map_location(map_location: DeviceLike, built_for: str) -> Union[str,
     return None
 
 
-# How to load a package on the CPU in the words of each caller, as the C++ runtime says it (deploy/cpp/src/plan.cpp)
-ON_THE_CPU = ("load it on the CPU (map_location='cpu' from Python, LoadOptions::device = \"cpu\" from C++, "
-              "--device cpu in j2t-run)")
-
-
-def target_device(manifest: dict, map_location: DeviceLike) -> torch.device:
-    built_for = torch.device(manifest["device"])
-    map_location = resolve_map_location(map_location, manifest["device"])
+def target_device(manifest: Manifest, map_location: DeviceLike) -> torch.device:
+    built_for = torch.device(manifest.device)
+    map_location = resolve_map_location(map_location, manifest.device)
     device = torch.device(map_location) if map_location is not None else built_for
-    if device.type != built_for.type and manifest.get("kernels") and built_for.type == "cpu":
-        raise PackageDeviceError(
-            f"the package's kernels are compiled for the CPU and run only there: {ON_THE_CPU}; to run on "
-            f"{device.type}, convert the model with device={device.type!r}")
+    if device.type != built_for.type and manifest.kernels and built_for.type == "cpu":
+        raise PackageDeviceError(message("cpu_kernels", device=device.type, device_repr=repr(device.type)))
     if device.type == "cuda" and not torch.cuda.is_available():
-        hint = (f" or {ON_THE_CPU}" if not manifest.get("kernels") else
-                "; its GPU kernels cannot run on the CPU, so convert the model again with device='cpu'")
-        raise PackageDeviceError(
-            f"the package was built for {built_for} and this machine has no CUDA device; run it on a GPU machine{hint}")
-    if device.type != built_for.type and manifest.get("kernels"):
-        raise PackageDeviceError(
-            f"the package holds kernels compiled for {built_for.type} and cannot run on {device.type}; "
-            f"convert the model again with device={device.type!r}")
+        raise PackageDeviceError(message("no_cuda_for_kernels" if manifest.kernels else "no_cuda", built_for=built_for))
+    if device.type != built_for.type and manifest.kernels:
+        raise PackageDeviceError(message("kernels_elsewhere", built_for=built_for.type, device=device.type,
+                                         device_repr=repr(device.type)))
     return device
 
 

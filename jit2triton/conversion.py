@@ -2,20 +2,19 @@
 from __future__ import annotations
 
 import os
-import platform
 import time
 from typing import Any, Optional, Sequence, Union
 
 import torch
 
+from jit2triton.deploy.build_manifest import BuiltKernels, build_package, model_outputs
 from jit2triton.deploy.executor import Executor
-from jit2triton.deploy.graph_regions import capturable, group_regions, worth_capturing
 from jit2triton.deploy.literals import encode
 from jit2triton.deploy.methods import add_method
 from jit2triton.deploy.package import PackageContents
 from jit2triton.deploy.runtime import DeviceLike, Runtime, placed_weights
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
-from jit2triton.emitters.build import build_cpp, kernel_index
+from jit2triton.emitters.build import build_cpp
 from jit2triton.emitters.triton_gemm import gemm_template
 from jit2triton.loaders import load_script
 from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource, check_model_path
@@ -24,7 +23,6 @@ from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP
 from jit2triton.transpiler.op_table import lookup
 from jit2triton.transpiler.symbolic import fit
-from jit2triton.transpiler.report import packed_summary, summarize
 from jit2triton.transpiler import timing
 from jit2triton.transpiler.build_plan import Plan
 from jit2triton.transpiler.precision import PrecisionPlan
@@ -36,7 +34,6 @@ from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceE
 from .inputs import inputs_at, with_other_values
 from .verify import Verifier, divergent_kernel, first_divergence, fused_values, observed_values, package_runner, \
     run_where_the_weights_are
-from .version import __version__
 
 Progress = Any
 
@@ -156,9 +153,9 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
                                                 say, stopwatch, precision_plan)
     written = sum(slot.written for slot in script.state)
     taken = precision.package_inputs(precision_plan, inputs)  # as the package takes them (io_precision)
-    outputs = _model_outputs(ctx.outputs, written)
+    outputs = model_outputs(ctx.outputs, written)
     output = outputs[0] if len(outputs) == 1 else tuple(outputs)
-    seen = [(ctx.example_sizes, outputs)] + [(sizes, _model_outputs(out, written)) for sizes, out in ctx.draw_outputs]
+    seen = [(ctx.example_sizes, outputs)] + [(sizes, model_outputs(out, written)) for sizes, out in ctx.draw_outputs]
     signature = {"inputs": _input_signature(script.input_names, script.input_defaults, taken, dynamic),
                  "outputs": _with_dims(describe(output), seen)}
     if dynamic:
@@ -354,81 +351,26 @@ def _build_verified(graph, backend: str, ctx: pipeline.Context, signature: dict,
 
 def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, model_info: dict,
                    say: Progress) -> tuple[PackageContents, Plan]:
-    """Fuse (unless every op runs through ATen), generate and compile kernels, and write the manifest.
+    """Fuse (unless every op runs through ATen), generate and compile kernels, and package the plan.
     -> (contents, the plan it holds, with its IR nodes)."""
     target = ctx.device
-    files, kernels, backend_section = {}, [], {}
-    plan_graph, failure = graph, ""
+    built, plan_graph = BuiltKernels(backend), graph
     if backend != "aten":
         say(f"fusing and generating {backend} kernels")
         try:
             plan_graph = pipeline.lower(graph, ctx)
             kernels = [n.attrs["kernel"] for n in plan_graph.walk() if n.op == KERNEL_OP]
             with ctx.stopwatch.stage("kernels"):
-                files, backend_section = build_kernels(kernels, backend, say, target)
+                files, section = build_kernels(kernels, backend, say, target)
+            built = BuiltKernels(backend, kernels, files, section)
         except Jit2TritonError:
             raise
         except Exception as err:  # a bug in fusion or a renderer that no single node explains: no kernels at all
             failure = f"generating kernels failed ({type(err).__name__}: {err}); every op runs through ATen"
             say(failure)
-            plan_graph, kernels, files, backend_section, backend = graph, [], {}, {}, "aten"
+            built, plan_graph = BuiltKernels("aten", failure=failure), graph
     sched = pipeline.plan(plan_graph, target, ctx.stopwatch)
-    state_entries, state_weights = _state_section(model_info["state"])
-    model_info = {k: v for k, v in model_info.items() if k != "state"}
-    manifest = {
-        "producer": {"jit2triton": __version__, "torch": torch.__version__, "triton": _triton_version(),
-                     "python": platform.python_version()},
-        "device": target.type,
-        "backend": backend,
-        "model": model_info,
-        "signature": signature,
-        "plan": sched.plan,
-        "nodes": sched.node_table,
-        "kernels": kernel_index(kernels, backend),
-        "report": dict(summarize(sched.node_table), **packed_summary(sched.plan),
-                       folded_nodes=sum(1 for n in plan_graph.walk() if "folded_from" in n.attrs),
-                       **({"generation_failed": failure} if failure else {})),
-        "ir": str(plan_graph),
-        **backend_section,
-        **({"state": state_entries} if state_entries else {}),
-    }
-    # Decided here, once, for every runtime that loads the package: whether its plan may run as one CUDA graph.
-    # (on CUDA, nodes that make CPU tensors: a graph would run their work once, when captured)
-    on_host = frozenset(i for i, node in enumerate(sched.nodes) if target.type == "cuda"
-                        and any(v.type.is_tensor and v.type.device == "cpu" for v in node.outputs))
-    manifest["cuda_graph"] = (capturable(sched.plan, on_host)
-                              and worth_capturing(sched.plan, manifest["signature"]))
-    if not manifest["cuda_graph"] and target.type == "cuda":  # then its straight-line runs may, one by one
-        manifest["plan"] = group_regions(sched.plan, sched.node_table, on_host)
-    weights = {name: w.to("cpu") for name, w in {**sched.weights, **state_weights}.items()}
-    return PackageContents(manifest, weights, files), sched
-
-
-def _state_section(slots: list) -> tuple[list[dict], dict[str, torch.Tensor]]:
-    """The manifest's `state` (deploy/state.py: the module attributes the plan takes and returns) and the
-    tensors among them, stored as weights."""
-    entries, tensors = [], {}
-    for slot in slots:
-        entry = {"name": slot.name, "written": slot.written, **({} if slot.compared else {"compared": False})}
-        if isinstance(slot.initial, torch.Tensor):
-            entry["weight"] = tensors_name = f"state/{slot.name}"
-            tensors[tensors_name] = slot.initial
-        elif isinstance(slot.initial, list) and slot.initial and all(isinstance(t, torch.Tensor) for t in slot.initial):
-            entry["weights"] = [f"state/{slot.name}/{i}" for i in range(len(slot.initial))]  # anchors cached per size
-            tensors.update(zip(entry["weights"], slot.initial))
-        else:
-            try:
-                entry["value"] = encode(slot.initial)
-            except TypeError:
-                raise ConversionError(f"module attribute {slot.name!r}, which forward() reads or writes, holds a "
-                                      f"{type(slot.initial).__name__}, which a package cannot store") from None
-        entries.append(entry)
-    return entries, tensors
-
-
-def _model_outputs(outputs: list, written_state: int) -> list:
-    """The model's own outputs of a plan's: the written module state comes after them."""
-    return list(outputs[:len(outputs) - written_state])
+    return build_package(sched, plan_graph, built, signature, model_info, target), sched
 
 
 def _on_device(value, target: torch.device):
@@ -605,11 +547,3 @@ def _with_dims(desc: dict, seen: list[tuple[dict, list]]) -> dict:
 
     walk(desc, [outputs[0] if len(outputs) == 1 else tuple(outputs) for _, outputs in seen])
     return desc
-
-
-def _triton_version() -> str:
-    try:
-        import triton
-        return triton.__version__
-    except ImportError:
-        return ""

@@ -1,4 +1,5 @@
 #include "plan.h"
+#include "manifest_schema.h"
 #include "op_facts.h"
 #include "plan_check.h"
 #include "policy.h"
@@ -64,8 +65,6 @@ struct Ref {
 void release(Env& env, const std::vector<int>& slots) {
   for (int s : slots) env[s] = IValue();
 }
-
-using policy::kMaxSlots;  // deploy/policy.py
 
 [[noreturn]] void bad_plan(const std::string& what) {
   throw Error(Error::Kind::CorruptPackage,
@@ -136,12 +135,14 @@ Shape parse_shape(const Value& list, const std::vector<std::string>& dims) {
 
 void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const BufferCounts& buffers) {
   for (const auto& s : steps.items) {
-    if (const Value* kind = s.find("kind"); kind && kind->is_string() && kind->as_string() == "call")
+    manifest_schema::check_step(s, {num_slots, num_nodes});
+    const std::string& kind = s.at("kind").as_string();
+    if (kind == "call")
       if (const Value* op = s.find("op"); op && op->is_string() && op_facts::forbidden(op->as_string()))
         throw Error(Error::Kind::CorruptPackage,
                     "the package's plan calls " + op->as_string() + ", which reaches outside the model (files, global "
                     "state); a converted model never does, so the package was edited: re-run `jit2triton convert`");
-    if (const Value* kind = s.find("kind"); kind && kind->is_string() && kind->as_string() == "kernel") {
+    if (kind == "kernel") {
       auto it = buffers.find(s.at("kernel").as_string());
       if (it == buffers.end() || it->second.buffers != int64_t(s.at("args").size() + s.at("outs").size()))
         bad_plan("kernel step " + repr(s.at("kernel").as_string()) +
@@ -162,13 +163,7 @@ void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const
       if (!agree)
         bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " allocates other outputs than its kernel writes");
     }
-    const Value* node = s.find("node");
-    if (!node || node->kind != Value::Kind::Int || node->integer < 0 || node->integer >= num_nodes)
-      bad_plan("a step names a node that is not in the node table");
     if (const Value* args = s.find("args")) check_refs(*args, num_slots);
-    for (const char* key : {"outs", "free"})
-      if (const Value* v = s.find(key))
-        for (const auto& x : v->items) check_slot(x, num_slots);
     if (const Value* inner = s.find("steps")) check_steps(*inner, num_slots, num_nodes, buffers);
     if (const Value* blocks = s.find("blocks"))
       for (const auto& b : blocks->items) {
@@ -188,11 +183,11 @@ void check_plan(const Value& plan, int64_t num_nodes, const Value& kernels) {
     if (const Value* names = k.find("sizes"))
       for (const auto& n : names->items) arity.sizes.push_back(n.as_string());
   }
-  const Value& slots = plan.at("num_slots");
-  if (slots.kind != Value::Kind::Int || slots.integer < 0 || slots.integer > kMaxSlots) bad_plan("num_slots");
-  for (const auto& x : plan.at("inputs").items) check_slot(x, slots.integer);
-  check_refs(plan.at("outputs"), slots.integer);
-  check_steps(plan.at("steps"), slots.integer, num_nodes, buffers);
+  const Value* slots = plan.is_object() ? plan.find("num_slots") : nullptr;
+  int64_t num_slots = slots && slots->kind == Value::Kind::Int ? slots->integer : 0;
+  manifest_schema::check_plan(plan, {num_slots, num_nodes});
+  check_refs(plan.at("outputs"), num_slots);
+  check_steps(plan.at("steps"), num_slots, num_nodes, buffers);
 }
 
 
@@ -679,31 +674,19 @@ class Builder {
 
 namespace {
 
-// How to load a package on the CPU, in the words of each caller: this runtime serves Python, C++ and j2t-run.
-const char* kOnTheCpu = "load it on the CPU (map_location='cpu' from Python, LoadOptions::device = \"cpu\" from C++, "
-                        "--device cpu in j2t-run)";
-
 c10::Device target_device(const Value& manifest, const std::string& requested) {
   c10::Device built_for(manifest.at("device").as_string());
   c10::Device device = requested.empty() ? built_for : c10::Device(requested);
   bool has_kernels = manifest.at("kernels").size() > 0;
-  if (device.type() != built_for.type() && has_kernels && built_for.is_cpu()) {
-    std::string target = c10::DeviceTypeName(device.type(), true);
-    throw Error(Error::Kind::PackageDevice, "the package's kernels are compiled for the CPU and run only there: " +
-                                                std::string(kOnTheCpu) + "; to run on " + target +
-                                                ", convert the model with device=" + repr(target));
-  }
-  if (device.is_cuda() && !at::hasCUDA()) {
-    std::string hint = has_kernels ? "; its GPU kernels cannot run on the CPU, so convert the model again with device='cpu'"
-                                   : " or " + std::string(kOnTheCpu);
-    throw Error(Error::Kind::PackageDevice, "the package was built for " + built_for.str() +
-                                                " and this machine has no CUDA device; run it on a GPU machine" + hint);
-  }
+  std::string target = c10::DeviceTypeName(device.type(), true);
+  if (device.type() != built_for.type() && has_kernels && built_for.is_cpu())
+    throw Error(Error::Kind::PackageDevice, policy::message::cpu_kernels(target, repr(target)));
+  if (device.is_cuda() && !at::hasCUDA())
+    throw Error(Error::Kind::PackageDevice, has_kernels ? policy::message::no_cuda_for_kernels(built_for.str())
+                                                        : policy::message::no_cuda(built_for.str()));
   if (device.type() != built_for.type() && has_kernels)
     throw Error(Error::Kind::PackageDevice,
-                "the package holds kernels compiled for " + c10::DeviceTypeName(built_for.type(), true) +
-                    " and cannot run on " + c10::DeviceTypeName(device.type(), true) +
-                    "; convert the model again with device=" + repr(c10::DeviceTypeName(device.type(), true)));
+                policy::message::kernels_elsewhere(c10::DeviceTypeName(built_for.type(), true), target, repr(target)));
   return device;
 }
 
@@ -719,19 +702,15 @@ void check_compatible(const Value& manifest) {
     return first == std::string::npos ? base : base.substr(0, base.find('.', first + 1));
   };
   if (release(made_with) != release(here))
-    throw Error(Error::Kind::PackageVersion,
-                "the package was made with torch " + (made_with.empty() ? std::string("unknown") : made_with) +
-                    ", and this is torch " + here +
-                    ": ATen op schemas and kernels change between minor versions (patch releases may differ). Convert "
-                    "the model again with this torch");
+    throw Error(Error::Kind::PackageVersion, policy::message::other_torch(made_with.empty() ? "unknown" : made_with, here));
 }
-
 
 }  // namespace
 
 Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> state)
     : device(c10::kCPU), pkg_(std::move(pkg)) {
   const Value& manifest = pkg_.manifest;
+  manifest_schema::check_all(manifest);
   check_compatible(manifest);
   device = target_device(manifest, options.device);
   built_for_ = c10::DeviceTypeName(c10::Device(manifest.at("device").as_string()).type(), true);

@@ -1,0 +1,99 @@
+"""A package's contents from a conversion's plan: the manifest (its fields as deploy/format.py describes them; those
+the schema writes itself are added when it is saved), the weights the plan and the module state hold, and the
+kernels' files. Conversion calls it once per build; nothing that loads a package imports it."""
+from __future__ import annotations
+
+import platform
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from jit2triton.emitters.build import kernel_index
+from jit2triton.errors import ConversionError
+from jit2triton.transpiler.report import packed_summary, summarize
+from jit2triton.version import __version__
+
+from .graph_regions import capturable, group_regions, worth_capturing
+from .literals import encode
+from .package import PackageContents
+
+
+@dataclass
+class BuiltKernels:
+    """What generating the kernels gave: the backend that made them ("aten" when none could be), the kernel IR of
+    each, the package members (sources, binaries), the manifest's section for the backend, and why generation
+    failed outright, if it did."""
+    backend: str
+    kernels: list = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)
+    section: dict[str, Any] = field(default_factory=dict)
+    failure: str = ""
+
+
+def build_package(sched, plan_graph, built: BuiltKernels, signature: dict, model_info: dict,
+                  target: torch.device) -> PackageContents:
+    """`sched`: the plan (transpiler/build_plan.py) of `plan_graph`, the IR after lowering."""
+    state_entries, state_weights = state_section(model_info["state"])
+    manifest = {
+        "producer": {"jit2triton": __version__, "torch": torch.__version__, "triton": _triton_version(),
+                     "python": platform.python_version()},
+        "device": target.type,
+        "backend": built.backend,
+        "model": {k: v for k, v in model_info.items() if k != "state"},
+        "signature": signature,
+        "plan": sched.plan,
+        "nodes": sched.node_table,
+        "kernels": kernel_index(built.kernels, built.backend),
+        "report": dict(summarize(sched.node_table), **packed_summary(sched.plan),
+                       folded_nodes=sum(1 for n in plan_graph.walk() if "folded_from" in n.attrs),
+                       **({"generation_failed": built.failure} if built.failure else {})),
+        "ir": str(plan_graph),
+        **built.section,
+        **({"state": state_entries} if state_entries else {}),
+    }
+    # Decided here, once, for every runtime that loads the package: whether its plan may run as one CUDA graph.
+    # (on CUDA, nodes that make CPU tensors: a graph would run their work once, when captured)
+    on_host = frozenset(i for i, node in enumerate(sched.nodes) if target.type == "cuda"
+                        and any(v.type.is_tensor and v.type.device == "cpu" for v in node.outputs))
+    manifest["cuda_graph"] = (capturable(sched.plan, on_host)
+                              and worth_capturing(sched.plan, manifest["signature"]))
+    if not manifest["cuda_graph"] and target.type == "cuda":  # then its straight-line runs may, one by one
+        manifest["plan"] = group_regions(sched.plan, sched.node_table, on_host)
+    weights = {name: w.to("cpu") for name, w in {**sched.weights, **state_weights}.items()}
+    return PackageContents(manifest, weights, built.files)
+
+
+def state_section(slots: list) -> tuple[list[dict], dict[str, torch.Tensor]]:
+    """The manifest's `state` (deploy/state.py: the module attributes the plan takes and returns) and the
+    tensors among them, stored as weights."""
+    entries, tensors = [], {}
+    for slot in slots:
+        entry = {"name": slot.name, "written": slot.written, **({} if slot.compared else {"compared": False})}
+        if isinstance(slot.initial, torch.Tensor):
+            entry["weight"] = tensors_name = f"state/{slot.name}"
+            tensors[tensors_name] = slot.initial
+        elif isinstance(slot.initial, list) and slot.initial and all(isinstance(t, torch.Tensor) for t in slot.initial):
+            entry["weights"] = [f"state/{slot.name}/{i}" for i in range(len(slot.initial))]  # anchors cached per size
+            tensors.update(zip(entry["weights"], slot.initial))
+        else:
+            try:
+                entry["value"] = encode(slot.initial)
+            except TypeError:
+                raise ConversionError(f"module attribute {slot.name!r}, which forward() reads or writes, holds a "
+                                      f"{type(slot.initial).__name__}, which a package cannot store") from None
+        entries.append(entry)
+    return entries, tensors
+
+
+def model_outputs(outputs: list, written_state: int) -> list:
+    """The model's own outputs of a plan's: the written module state comes after them."""
+    return list(outputs[:len(outputs) - written_state])
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+        return triton.__version__
+    except ImportError:
+        return ""

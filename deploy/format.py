@@ -1,0 +1,334 @@
+"""The manifest's schema: each field of a package's manifest.json, its type, whether a package must have it, what a
+reader takes when it is absent, and the check that refuses a damaged or unknown value, with the message it says.
+
+Both runtimes read the manifest through it. The Python runtime calls `read_manifest` (and `check_fields` per plan
+step); the C++ runtime includes `deploy/cpp/src/manifest_schema.h`, generated from this file:
+
+    python -m jit2triton.deploy.format > deploy/cpp/src/manifest_schema.h
+
+(tests/test_manifest_schema.py fails while the checked-in header differs from what this file generates). A field
+added here is checked by both runtimes at load, read by the Python runtime as an attribute of `Manifest`, and, where
+it has a `write`, recorded by save_package (deploy/package.py) from the manifest deploy/build_manifest.py built.
+"""
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, make_dataclass
+from typing import Any, Callable, Optional
+
+from jit2triton.errors import CorruptPackageError, PackageVersionError
+
+from .policy import MAX_SLOTS, RECONVERT
+
+# A field's type, and how a message names it. "slots" are integers indexing the plan's slots, a "node" one indexing
+# the node table; a "count" is an integer from 0 to the field's `most`.
+TYPES = {"str": "a string", "int": "an integer", "bool": "true or false", "list": "a list", "object": "an object",
+         "strs": "a list of strings", "count": "an integer", "slots": "a list of slots", "node": "a node"}
+UPGRADE = "upgrade jit2triton (pip install -U jit2triton)"
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    type: str  # a key of TYPES
+    required: bool = True  # else absent (or null) means `default`
+    default: Any = None
+    doc: str = ""
+    damaged: str = ""  # what the refusal of a bad value says is damaged (else: the field and its expected type)
+    most: int = 0  # "count": the largest value a package may hold
+    known: tuple[str, ...] = ()  # "str"/"strs": the values this jit2triton knows; another is refused as too new...
+    unknown: str = ""  # ... with this message ({value}: the value's repr), a PackageVersionError
+    write: Optional[Callable[[dict], Any]] = None  # the value a conversion records, from the manifest built so far
+
+
+@dataclass(frozen=True)
+class Section:
+    name: str  # as messages name it: "the package's {name} is damaged (...)"
+    fields: tuple[Field, ...]
+
+
+# Format features a package may use beyond what every reader of its format version runs: a reader that does not know
+# one would run the package wrongly (drop the module state it carries, the methods it holds), so it refuses it and
+# asks for an upgrade. Each records whether a manifest uses it.
+FEATURES: dict[str, Callable[[dict], bool]] = {
+    "state": lambda m: bool(m.get("state")),  # module attributes the plan reads and writes (deploy/state.py)
+    "methods": lambda m: bool(m.get("methods")),  # methods besides forward (deploy/methods.py)
+    "bound_dims": lambda m: bool(m["plan"].get("bound_dims")),  # sizes bound from tensors a step makes
+    "host_weights": lambda m: bool(m["plan"].get("host_weights")),  # weights a GPU plan keeps on the CPU
+}
+
+STEP_KINDS = ("call", "kernel", "if", "loop", "graph")
+
+MANIFEST = Section("manifest", (
+    Field("producer", "object", False, {}, "versions of jit2triton, torch, triton and Python that wrote it"),
+    Field("device", "str", doc="the device type its kernels were built for: 'cpu' or 'cuda'"),
+    Field("backend", "str", doc="the kernel generator: 'cpp', 'triton' or 'aten' (no kernels)"),
+    Field("model", "object", False, {}, "the model's name and source"),
+    Field("signature", "object", doc="its inputs and outputs (SIGNATURE)"),
+    Field("plan", "object", doc="the execution plan (PLAN)"),
+    Field("nodes", "list", doc="the node table: op and source line of each IR node a step names"),
+    Field("kernels", "list", doc="the kernel index: name, buffers, sizes, inputs and outputs of each kernel"),
+    Field("report", "object", False, {}, "the conversion report"),
+    Field("ir", "str", False, "", "the IR the plan came from, as text"),
+    Field("cuda_graph", "bool", False, None, "whether a straight-line CUDA plan runs as one graph (decided at "
+                                             "conversion; absent in older packages, which decide at load)"),
+    Field("state", "list", False, None, "module attributes the plan reads and writes (deploy/state.py)"),
+    Field("methods", "object", False, None, "methods besides forward, each a manifest of its own (deploy/methods.py)"),
+    Field("cpp", "object", False, None, "the C++ kernels' section (their instruction set)"),
+    Field("triton", "object", False, None, "the Triton kernels' section (their launch metadata)"),
+    Field("requires", "strs", False, (), "the FEATURES it uses, which a reader must know to run it",
+          known=tuple(FEATURES), write=lambda m: [name for name, used in FEATURES.items() if used(m)],
+          unknown="the package uses {value}, a feature of the package format this jit2triton does not know, "
+                  "and would run wrongly without it; " + UPGRADE),
+))
+PRODUCER = Section("manifest", (Field("torch", "str", False, "", "the torch version that converted it"),))
+SIGNATURE = Section("signature", (
+    Field("inputs", "list", doc="one entry per input: name, type, dtype, shape, default"),
+    Field("outputs", "object", doc="the type of what the model returns"),
+    Field("dims", "object", False, None, "each dynamic dim's range: {name: {min, max}}"),
+))
+PLAN = Section("plan", (
+    Field("num_slots", "count", most=MAX_SLOTS, damaged="num_slots"),
+    Field("inputs", "slots", doc="the slot of each input"),
+    Field("outputs", "list", doc="a reference per output"),
+    Field("steps", "list"),
+    Field("dims", "list", False, (), "where each dynamic dim is read: [name, input position, axis]"),
+    Field("bound_dims", "strs", False, (), "dims bound from a tensor a step makes", damaged="its bound dims"),
+    Field("arena", "object", False, None, "one buffer that planned kernel outputs are views of"),
+    Field("host_weights", "strs", False, (), "weights a GPU plan keeps on the CPU"),
+    Field("packed", "list", False, (), "constants built at load (a quantized op's packed weights)"),
+))
+STEP = Section("plan", (
+    Field("kind", "str", known=STEP_KINDS,
+          unknown="the package's plan has a step of kind {value}, which this jit2triton does not know; " + UPGRADE),
+    Field("node", "node", damaged="a step names a node that is not in the node table"),
+    Field("outs", "slots", False, ()),
+    Field("free", "slots", False, ()),
+))
+KERNEL = Section("manifest", (
+    Field("name", "str"),
+    Field("num_buffers", "int", doc="how many buffers a step passes it: its inputs, then its outputs"),
+))
+
+DAMAGED = "the package's {section} is damaged ({what}); " + RECONVERT
+PYTHON_TYPES = {"str": str, "int": int, "bool": bool, "list": list, "object": dict, "strs": list[str], "count": int,
+                "slots": list[int], "node": int}
+Manifest = make_dataclass("Manifest", [(f.name, PYTHON_TYPES[f.type] if f.required or f.default is not None
+                                        else Optional[PYTHON_TYPES[f.type]])
+                                       for f in MANIFEST.fields], frozen=True)
+Manifest.__doc__ = "A manifest as read through the schema: each MANIFEST field, its default where it was absent."
+
+
+def read_manifest(manifest: Any) -> "Manifest":
+    """The manifest checked against the schema (its kernel index and producer too), as a `Manifest`."""
+    if not isinstance(manifest, dict):
+        raise CorruptPackageError(DAMAGED.format(section="manifest", what="not an object"))
+    check_fields(MANIFEST, manifest)
+    check_fields(PRODUCER, manifest.get("producer") or {})
+    check_fields(SIGNATURE, manifest["signature"])
+    for kernel in manifest["kernels"]:
+        check_fields(KERNEL, kernel)
+    return Manifest(**{f.name: _value(manifest, f) for f in MANIFEST.fields})
+
+
+def written_fields(manifest: dict) -> dict:
+    """The fields a conversion records from the manifest it built (each Field's `write`)."""
+    return {f.name: f.write(manifest) for f in MANIFEST.fields if f.write is not None}
+
+
+def check_fields(section: Section, value: Any, num_slots: int = 0, num_nodes: int = 0) -> None:
+    """Refuse `value` (an object of `section`) unless each field is present where required, of its type, and known.
+    `num_slots`, `num_nodes`: what a slot or a node indexes."""
+    if not isinstance(value, dict):
+        _refuse(section, "not an object")
+    for f in section.fields:
+        item = value.get(f.name)
+        if item is None:
+            if f.required:
+                _refuse(section, f.damaged or f"no {f.name!r}")
+            continue
+        if not _IS[f.type](item, f, num_slots, num_nodes):
+            _refuse(section, f.damaged or (f"a slot outside 0..{num_slots - 1}" if f.type == "slots"
+                                           else f"{f.name!r} is not {TYPES[f.type]}"))
+        for name in (item if f.type == "strs" else [item]) if f.known else ():
+            if name not in f.known:
+                raise PackageVersionError(f.unknown.format(value=repr(name)))
+
+
+def _value(manifest: dict, f: Field) -> Any:
+    value = manifest.get(f.name)
+    return f.default if value is None else value
+
+
+def _refuse(section: Section, what: str) -> None:
+    raise CorruptPackageError(DAMAGED.format(section=section.name, what=what))
+
+
+def _index(value: Any, limit: int) -> bool:
+    return type(value) is int and 0 <= value < limit
+
+
+# Whether a value is of a field's type: (value, field, num_slots, num_nodes) -> bool, per type
+_IS: dict[str, Callable[[Any, Field, int, int], bool]] = {
+    "str": lambda v, f, slots, nodes: isinstance(v, str),
+    "int": lambda v, f, slots, nodes: type(v) is int,
+    "bool": lambda v, f, slots, nodes: type(v) is bool,
+    "list": lambda v, f, slots, nodes: isinstance(v, list),
+    "object": lambda v, f, slots, nodes: isinstance(v, dict),
+    "strs": lambda v, f, slots, nodes: isinstance(v, list) and all(isinstance(s, str) for s in v),
+    "count": lambda v, f, slots, nodes: type(v) is int and 0 <= v <= f.most,
+    "slots": lambda v, f, slots, nodes: isinstance(v, list) and all(_index(s, slots) for s in v),
+    "node": lambda v, f, slots, nodes: _index(v, nodes),
+}
+
+
+# --- the C++ header ------------------------------------------------------------------------------------------------
+
+def _cpp_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+CPP_TYPES = {"str": "Str", "int": "Int", "bool": "Bool", "list": "List", "object": "Object", "strs": "Strs",
+             "count": "Count", "slots": "Slots", "node": "Node"}
+
+
+def _cpp_field(f: Field) -> str:
+    unknown = [_cpp_string(part) for part in f.unknown.split("{value}")] if f.unknown else ['""', '""']
+    return (f"    {{{_cpp_string(f.name)}, Type::{CPP_TYPES[f.type]}, {str(f.required).lower()}, "
+            f"{_cpp_string(f.damaged)}, {f.most}, {{{', '.join(map(_cpp_string, f.known))}}}, "
+            f"{unknown[0]}, {unknown[1]}}},")
+
+
+def _cpp_section(function: str, section: Section) -> list[str]:
+    return [f"inline void {function}(const json::Value& value, const Limits& limits = {{}}) {{",
+            "  static const std::vector<Field> fields = {",
+            *(_cpp_field(f) for f in section.fields),
+            "  };",
+            f"  check({_cpp_string(section.name)}, fields, value, limits);",
+            "}", ""]
+
+
+# The C++ twin of check_fields (above): what each type admits and what a refusal says.
+CPP_CHECK = """\
+enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node };
+
+inline const char* type_words(Type type) {
+  static const char* words[] = {%(words)s};
+  return words[static_cast<int>(type)];
+}
+
+struct Field {
+  const char* name;
+  Type type;
+  bool required;
+  const char* damaged;  // what a refusal says is damaged ("": the field and its type)
+  int64_t most;         // Type::Count: the largest value
+  std::set<std::string> known;  // Str, Strs: the values this jit2triton knows ...
+  const char* unknown_before;   // ... and the message refusing another, around its repr
+  const char* unknown_after;
+};
+
+struct Limits {
+  int64_t num_slots = 0, num_nodes = 0;  // what a slot and a node index
+};
+
+[[noreturn]] inline void damaged(const std::string& section, const std::string& what) {
+  throw Error(Error::Kind::CorruptPackage, "the package's " + section + " is damaged (" + what + "); " + kReconvert);
+}
+
+inline bool in_range(const json::Value& v, int64_t limit) {
+  return v.kind == json::Value::Kind::Int && v.integer >= 0 && v.integer < limit;
+}
+
+inline bool all_of(const json::Value& v, bool (*test)(const json::Value&, int64_t), int64_t limit) {
+  if (!v.is_array()) return false;
+  for (const auto& item : v.items)
+    if (!test(item, limit)) return false;
+  return true;
+}
+
+inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
+  auto is_string = [](const json::Value& x, int64_t) { return x.is_string(); };
+  switch (f.type) {
+    case Type::Str: return v.is_string();
+    case Type::Int: return v.kind == json::Value::Kind::Int;
+    case Type::Bool: return v.kind == json::Value::Kind::Bool;
+    case Type::List: return v.is_array();
+    case Type::Object: return v.is_object();
+    case Type::Strs: return all_of(v, is_string, 0);
+    case Type::Count: return v.kind == json::Value::Kind::Int && v.integer >= 0 && v.integer <= f.most;
+    case Type::Slots: return all_of(v, in_range, limits.num_slots);
+    case Type::Node: return in_range(v, limits.num_nodes);
+  }
+  return false;
+}
+
+inline void check(const char* section, const std::vector<Field>& fields, const json::Value& value, const Limits& limits) {
+  if (!value.is_object()) damaged(section, "not an object");
+  for (const Field& f : fields) {
+    const json::Value* v = value.find(f.name);
+    if (!v || v->is_null()) {
+      if (f.required) damaged(section, *f.damaged ? f.damaged : "no " + repr(f.name));
+      continue;
+    }
+    if (!is(*v, f, limits)) {
+      if (*f.damaged) damaged(section, f.damaged);
+      if (f.type == Type::Slots)
+        damaged(section, "a slot outside 0.." + std::to_string(limits.num_slots - 1));
+      damaged(section, repr(f.name) + " is not " + type_words(f.type));
+    }
+    if (f.known.empty()) continue;
+    std::vector<const json::Value*> names;  // a Str's value, or each of a Strs'
+    if (f.type == Type::Strs)
+      for (const auto& item : v->items) names.push_back(&item);
+    else
+      names.push_back(v);
+    for (const json::Value* name : names)
+      if (!f.known.count(name->as_string()))
+        throw Error(Error::Kind::PackageVersion, f.unknown_before + repr(name->as_string()) + f.unknown_after);
+  }
+}
+""" % {"words": ", ".join(_cpp_string(TYPES[t]) for t in CPP_TYPES)}
+
+
+def cpp_header() -> str:
+    lines = [
+        "// Generated from deploy/format.py by `python -m jit2triton.deploy.format`: edit that file, not this one.",
+        "#pragma once",
+        "",
+        "#include <cstdint>",
+        "#include <set>",
+        "#include <string>",
+        "#include <vector>",
+        "",
+        "#include \"jit2triton/jit2triton.h\"",
+        "#include \"json.h\"",
+        "#include \"package.h\"",
+        "",
+        "namespace jit2triton::manifest_schema {",
+        "",
+        f"constexpr const char* kReconvert = {_cpp_string(RECONVERT)};",
+        "",
+        CPP_CHECK,
+    ]
+    for function, section in (("check_manifest", MANIFEST), ("check_producer", PRODUCER),
+                              ("check_signature", SIGNATURE), ("check_plan", PLAN), ("check_step", STEP),
+                              ("check_kernel", KERNEL)):
+        lines += _cpp_section(function, section)
+    lines += [
+        "// The manifest, its producer, signature, plan and kernel index, as read_manifest checks them in Python.",
+        "inline void check_all(const json::Value& manifest) {",
+        "  check_manifest(manifest);",
+        "  if (const json::Value* producer = manifest.find(\"producer\"); producer && !producer->is_null())",
+        "    check_producer(*producer);",
+        "  check_signature(manifest.at(\"signature\"));",
+        "  for (const auto& kernel : manifest.at(\"kernels\").items) check_kernel(kernel);",
+        "}",
+        "",
+        "}  // namespace jit2triton::manifest_schema",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    sys.stdout.write(cpp_header())

@@ -1,0 +1,128 @@
+"""One manifest schema (deploy/format.py) for both runtimes: the C++ checks are generated from it, a field missing or
+of the wrong type is refused by both with the same message, and a package using a format feature a runtime does
+not know (the schema's `requires` field) is refused by both, where it would otherwise run wrongly."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+import jit2triton
+
+from package_tools import manifest_of, rewrite_package
+
+ROOT = Path(__file__).resolve().parent.parent
+RUNTIMES = ["python", "cpp"]
+
+
+def test_the_cpp_schema_header_is_generated_from_the_python_schema() -> None:
+    from jit2triton.deploy import format
+    header = (ROOT / "deploy" / "cpp" / "src" / "manifest_schema.h").read_text()
+    assert header == format.cpp_header(), (
+        "deploy/cpp/src/manifest_schema.h is stale: run "
+        "`python -m jit2triton.deploy.format > deploy/cpp/src/manifest_schema.h`")
+
+
+def test_every_field_a_package_holds_is_in_the_schema(small_package) -> None:
+    """A field written without a schema entry would be read by neither runtime's checks."""
+    from jit2triton.deploy.format import KERNEL, MANIFEST, PLAN, SIGNATURE
+    manifest = manifest_of(small_package[0])
+    saved_by_the_file_writer = {"format", "format_version", "weights"}  # checked where the file is read
+    assert set(manifest) - saved_by_the_file_writer <= {f.name for f in MANIFEST.fields}
+    assert {"inputs", "outputs"} <= {f.name for f in SIGNATURE.fields}
+    assert set(manifest["plan"]) <= {f.name for f in PLAN.fields}
+    assert {"name", "num_buffers"} <= {f.name for f in KERNEL.fields}
+
+
+def _load_and_call(path, runtime):
+    module = jit2triton.load(path, runtime=runtime)
+    return module(torch.randn(2, 4), torch.randn(2, 3))
+
+
+def _edited(small_package, tmp_path, edit):
+    edited = tmp_path / "edited.j2t"
+    rewrite_package(small_package[0], edited, edit_manifest=edit)
+    return edited
+
+
+DAMAGE = {  # name: (edit, error, what the message says)
+    "no_plan": (lambda m: m.pop("plan"), jit2triton.CorruptPackageError,
+                r"the package's manifest is damaged \(no 'plan'\)"),
+    "a_device_that_is_a_list": (lambda m: m.update(device=["cpu"]), jit2triton.CorruptPackageError,
+                                r"manifest is damaged \('device' is not a string\)"),
+    "a_torch_version_that_is_a_number": (lambda m: m["producer"].update(torch=2.13), jit2triton.CorruptPackageError,
+                                         r"manifest is damaged \('torch' is not a string\)"),
+    "a_kernel_without_its_buffer_count": (lambda m: m["kernels"][0].pop("num_buffers"),
+                                          jit2triton.CorruptPackageError, r"manifest is damaged \(no 'num_buffers'\)"),
+    "signature_inputs_that_are_an_object": (lambda m: m["signature"].update(inputs={}),
+                                            jit2triton.CorruptPackageError,
+                                            r"signature is damaged \('inputs' is not a list\)"),
+    "a_step_kind_from_the_future": (lambda m: m["plan"]["steps"][0].update(kind="teleport"),
+                                    jit2triton.PackageVersionError, "a step of kind 'teleport'.*upgrade jit2triton"),
+    "a_freed_slot_past_the_end": (lambda m: m["plan"]["steps"][0].update(free=[10 ** 6]),
+                                  jit2triton.CorruptPackageError, "a slot outside 0.."),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_field_missing_or_mistyped_is_refused_by_both_runtimes_alike(case, runtime, small_package, tmp_path,
+                                                                       request) -> None:
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    edit, error, message = DAMAGE[case]
+    with pytest.raises(error, match=message):
+        _load_and_call(_edited(small_package, tmp_path, edit), runtime)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_package_needing_a_feature_this_runtime_lacks_is_refused(runtime, small_package, tmp_path,
+                                                                   request) -> None:
+    """The `requires` field: a package from a newer jit2triton whose plan relies on a field this one would ignore
+    (and so run wrongly) says so, and both runtimes refuse it, naming the feature, before running anything."""
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    edited = _edited(small_package, tmp_path, lambda m: m["requires"].append("int4_weights"))
+    with pytest.raises(jit2triton.PackageVersionError, match="uses 'int4_weights', a feature of the package format "
+                                                             "this jit2triton does not know.*upgrade jit2triton"):
+        _load_and_call(edited, runtime)
+    mistyped = _edited(small_package, tmp_path, lambda m: m.update(requires="state"))
+    with pytest.raises(jit2triton.CorruptPackageError, match=r"'requires' is not a list of strings"):
+        _load_and_call(mistyped, runtime)
+
+
+class Counts(torch.nn.Module):  # module state: a runtime ignoring it would return the first call's answer forever
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * self.calls
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_the_features_a_package_uses_are_recorded_and_run(runtime, small_package, tmp_path, request) -> None:
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    assert manifest_of(small_package[0])["requires"] == []
+    path = tmp_path / "counts.j2t"
+    jit2triton.convert(torch.jit.script(Counts().eval()), (torch.randn(3),)).save(path)
+    assert manifest_of(path)["requires"] == ["state"]
+    scripted, module = torch.jit.script(Counts().eval()), jit2triton.load(path, runtime=runtime)
+    for _ in range(3):
+        x = torch.randn(3)
+        torch.testing.assert_close(module(x), scripted(x))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_package_written_before_the_field_still_loads(runtime, small_package, tmp_path, request) -> None:
+    """Packages of format 2 written before `requires` existed need nothing beyond it: absent means none."""
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    path, traced = small_package
+    older = _edited(small_package, tmp_path, lambda m: m.pop("requires"))
+    module = jit2triton.load(older, runtime=runtime)
+    x, y = torch.randn(2, 4), torch.randn(2, 3)
+    torch.testing.assert_close(module(x, y), traced(x, y))
