@@ -32,7 +32,7 @@ from jit2triton.transpiler.symbolic import SymSize, size_json
 from jit2triton.transpiler.timing import range_points
 
 from .cache import cache_dir, write_once
-from .triton import TritonKernel, render_kernel
+from .triton import TritonKernel
 
 TUNE_MIN_ELEMENTS = 1 << 18  # below this much work every configuration is launch-bound: take the default
 # No FMA across what were separate ops: ATen rounds after every op, and a fused x * 3 - mean(x * 3) over one
@@ -92,13 +92,13 @@ def kernel_function(source: str, name: str):
     return getattr(load_module(source), name)
 
 
-def build_triton(kernels: list[Kernel], device: torch.device,
+def build_triton(rendered: list[TritonKernel], kernels: list[Kernel], device: torch.device,
                  progress: Optional[Callable[[str], None]] = None) -> tuple[dict[str, bytes], dict[str, Any]]:
-    """-> (package files, the manifest's "triton" section): a source per kernel, and on CUDA a cubin per kernel.
-    `progress` hears "compiling Triton kernels i/n" after each kernel compiled (the slow part of a GPU conversion)."""
+    """-> (package files, the manifest's "triton" section): a source per kernel (`rendered` from `kernels`), and on
+    CUDA a cubin per kernel. `progress` hears "compiling Triton kernels i/n" after each kernel compiled (the slow
+    part of a GPU conversion)."""
     check_triton_target(device)
     import triton
-    rendered = [render_kernel(k) for k in kernels]
     files = {f"kernels/{r.name}.py": r.source.encode() for r in rendered}
     section: dict[str, Any] = {"triton": triton.__version__, "kernels": {}}
     if device.type != "cuda":
