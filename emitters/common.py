@@ -7,6 +7,7 @@ from typing import Callable, Optional, Union
 
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.symbolic import at_least_one
+from jit2triton.transpiler.timing import range_points
 
 from .decompose import decompose
 
@@ -157,6 +158,7 @@ class KernelWriter:
         self.spelled: dict[int, str] = {}  # id of a decomposition's result -> the op it spells (its name's stem)
         self.kernel = decompose(kernel, self.DECOMPOSE, self.spelled)
         self.nest: LoopNest = loop_nest(self.kernel)
+        self.points = range_points(self.kernel.dims)  # where heuristics weigh a dynamic size: the example first
         self.counter = 0
         self.buffer_names = {b.name: f"in_{b.name}" for b in self.kernel.inputs}
         self.buffer_dtypes = {b.name: b.dtype for b in self.kernel.inputs}
@@ -174,6 +176,10 @@ class KernelWriter:
         raise NotImplementedError
 
     # --- the core -------------------------------------------------------------------------------------------
+
+    def at_example(self, n) -> int:
+        """A size's value at the example's dims: to order sizes when a heuristic must."""
+        return K.at(n, self.points[0])
 
     def fresh(self, hint: str) -> str:
         self.counter += 1

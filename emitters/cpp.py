@@ -283,7 +283,7 @@ class _KernelWriter(KernelWriter):
         else:
             lines.append(f"{ind}{acc_type} {acc} = {_reduction_init(op, body_dtype)};")
         if self.nest.outer_size == 1 and op in ("sum", "prod", "any", "all") \
-                and K.hint(reduction_size(node)) > PARALLEL_WORK:
+                and self.at_example(reduction_size(node)) > PARALLEL_WORK:
             symbol = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}[op]
             collapse = f" collapse({len(rvars)})" if len(rvars) > 1 else ""
             lines.append(f"{ind}#pragma omp parallel for reduction({symbol}:{acc}){collapse} num_threads(num_threads)")
@@ -413,7 +413,7 @@ class _KernelWriter(KernelWriter):
         """The row loop and the sweep inside it; `parallel` (an OpenMP clause) splits rows, or the outermost inner
         loop when rows are few, across threads, and None keeps it all on the calling thread."""
         nest = self.nest
-        parallel_rows = K.hint(nest.outer_size) >= 16 or not nest.inner
+        parallel_rows = self.at_example(nest.outer_size) >= 16 or not nest.inner
         lines = []
         if parallel and parallel_rows:
             lines.append(f"  #pragma omp parallel for {parallel}")

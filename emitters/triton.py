@@ -21,7 +21,6 @@ from typing import Any, Optional
 
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import compute_dtype
-from jit2triton.transpiler.timing import range_points
 
 from .common import (KernelWriter, LoopNest, Scope, provenance_comment, reduction_size, row_major, size_code,
                      store_index, unravel)
@@ -45,6 +44,7 @@ class TritonKernel:
     # or a SymSize over `size_args` when the kernel is dynamic
     configs: list[dict] = field(default_factory=list)  # {"constants": {...}, "num_warps": n}; the default first
     size_args: tuple[str, ...] = ()  # the dynamic dims it takes, after the buffers (argument `dim_<name>`)
+    dims: dict[str, tuple] = field(default_factory=dict)  # the conversion's dynamic dims (Kernel.dims)
 
     def grid(self, config: dict, sizes: Optional[dict] = None) -> int:
         items = self.items if isinstance(self.items, int) else self.items.evaluate(sizes)
@@ -236,7 +236,8 @@ class _KernelWriter(KernelWriter):
         arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
         arg_types += ["i64" if self.index64 else "i32"] * len(kernel.size_names)
         items = _size(nest.ranges) if self.flat else nest.outer_size
-        return TritonKernel(kernel.name, source, arg_types, items, self.configs(items), kernel.size_names)
+        return TritonKernel(kernel.name, source, arg_types, items, self.configs(items), kernel.size_names,
+                            kernel.dims)
 
     def render_flat(self) -> list[str]:
         kernel = self.kernel
@@ -317,7 +318,7 @@ class _KernelWriter(KernelWriter):
         """Candidate launch configurations; over dynamic dims, shaped for the example's sizes and capped by the
         range's largest."""
         cap = next_power_of_2(int(min(most(items), 1 << 40)))
-        total, items = items, K.hint(items)
+        total, items = items, self.at_example(items)
         if self.flat:
             choices = [(1024, 4), (512, 4), (2048, 8), (256, 2)]
             return _dedupe([{"constants": {"XBLOCK": min(x, cap)}, "num_warps": max(1, min(w, min(x, cap) // 64))}
@@ -326,7 +327,7 @@ class _KernelWriter(KernelWriter):
         persistent = max(self.persistent_widths, default=1)
         gpu_rows = next_power_of_2(items) // 512  # keep enough programs to fill a GPU
         # ... at the example, and at each other point of a dynamic range it is tuned at (the ranges' ends)
-        other_rows = [next_power_of_2(max(1, K.at(total, point))) // 512 for point in range_points(K.dims())[1:]]
+        other_rows = [next_power_of_2(max(1, K.at(total, point))) // 512 for point in self.points[1:]]
 
         def config(rows: int, chunk: int) -> dict:
             rows = max(1, min(rows, cap, TILE_BUDGET // max(persistent, chunk)))
