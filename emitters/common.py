@@ -265,9 +265,10 @@ class KernelWriter:
 
 
 def _hint(node: K.KExpr) -> str:
-    """A generated name's stem: the buffer a load reads, idx for index math, v for values."""
+    """A generated name's stem: the buffer a load reads, idx for index math, else the op that made the value
+    (`exp12`, `where14`): a reader can follow a kernel against its provenance without decoding `v12`."""
     if node.op == "load":
         return f"{node.arg}_"
     if node.dtype == K.INT and node.op in ("add", "mul", "index_div", "index_mod"):
         return "idx"
-    return "v"
+    return node.op

@@ -276,7 +276,7 @@ class _KernelWriter(KernelWriter):
         op, rvars, _ = node.arg
         body_dtype = node.args[0].dtype
         inner = loop.scope
-        acc = self.fresh("acc")
+        acc = self.fresh(op)  # (an argmax's holds the position; `best` the value there)
         acc_type = "double" if op in ("sum", "prod") and compute_dtype(body_dtype) == "float32" else ctype(body_dtype)
         ind = target.indent
         lines = []
@@ -343,7 +343,7 @@ class _KernelWriter(KernelWriter):
             lines.append(f"{ind}if ({nan_flag}) {acc} = {'NAN' if acc_type == 'float' else '(double)NAN'};")
         target.lines.extend(lines)
         if acc_type != ctype(node.dtype):
-            result = self.fresh("red")
+            result = self.fresh(op)
             target.lines.append(f"{ind}const {ctype(node.dtype)} {result} = ({ctype(node.dtype)}){acc};")
             return result
         return acc
