@@ -8,9 +8,13 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
+import jit2triton
 from jit2triton.emitters.backends import BACKENDS, NAMES, backend_named
 from jit2triton.errors import ConversionError
+
+from package_tools import rewrite_package
 
 PLAN_CPP = Path(__file__).resolve().parents[1] / "deploy" / "cpp" / "src" / "plan.cpp"
 
@@ -49,3 +53,22 @@ def test_the_cli_offers_the_backends() -> None:
 def test_an_unknown_backend_is_refused_by_name() -> None:
     with pytest.raises(ConversionError, match="unknown backend 'cuda'.*cpp, triton, aten"):
         backend_named("cuda")
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_both_runtimes_refuse_a_backend_they_do_not_know(runtime, small_package, tmp_path, request) -> None:
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    edited = tmp_path / "metal.j2t"
+    rewrite_package(small_package[0], edited, edit_manifest=lambda m: m.update(backend="metal"))
+    with pytest.raises(jit2triton.PackageVersionError, match="kernel backend 'metal'.*upgrade jit2triton"):
+        jit2triton.load(edited, runtime=runtime)
+
+
+def test_the_cpp_runtime_sends_cpu_triton_kernels_to_the_python_runtime(cpp_runtime, tmp_path) -> None:
+    pytest.importorskip("triton")
+    model = torch.jit.trace(lambda x: torch.sigmoid(x) * 2, torch.randn(3, 5))
+    path = tmp_path / "triton.j2t"
+    jit2triton.convert(model, (torch.randn(3, 5),), backend="triton", verify=False).save(path)
+    with pytest.raises(jit2triton.PackageDeviceError, match="only under Triton's interpreter"):
+        jit2triton.load(path, runtime="cpp")
