@@ -1,7 +1,7 @@
 """The kernel backends, one record each: what renders and compiles a model's kernels, the manifest section that
-build writes, and what loads them again in each runtime. Chosen once, by name (the manifest's "backend"), where
-code used to ask `backend == "cpp"` in four places (Triton keeps a `backends/<name>/` pair per backend the same
-way).
+build writes, and what loads them again in each runtime. Conversion, both runtimes and the CLI look a backend up
+here by name (the manifest's "backend") instead of comparing strings, so a new backend is one record plus its
+renderer and loaders (as Triton keeps one `backends/<name>/` pair per backend).
 
 The loaders are named, not imported: deploy/ comes after emitters/ in the flow, so a Python loader is a module
 of deploy/ with a `load_kernels(contents, num_threads, device)` function, and a C++ loader is a function of the
