@@ -11,19 +11,29 @@ import ctypes
 import hashlib
 import platform
 import warnings
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
 from jit2triton.emitters.compile_cpp import CompileFailed, compile_library, find_compiler, host_isa
 from jit2triton.errors import CorruptPackageError, PackageDeviceError
 
+from .package import PackageContents
 from .sizes import is_dynamic, positional_size_function
 from .verified_library import open_verified
 
 _ELF_MACHINE = {"x86_64": 62, "AMD64": 62, "aarch64": 183, "arm64": 183}
 _ISA_RANK = {"x86-64": 0, "x86-64-v3": 1}
 _opened: dict[str, ctypes.CDLL] = {}  # by the library's sha256: one dlopen per content, for every load in this process
+
+
+def load_kernels(contents: PackageContents, num_threads: Optional[int], device: torch.device) -> dict[str, Callable]:
+    """The package's kernels on the CPU (the library runs nowhere else: `device` is the caller's to check)."""
+    files = contents.files
+    if "binaries/kernels.so" not in files or "kernels/kernels.cpp" not in files:
+        raise CorruptPackageError("the package lists C++ kernels but holds no kernel library; re-run convert")
+    return load_cpp_kernels(files["binaries/kernels.so"], files["kernels/kernels.cpp"].decode(),
+                            contents.manifest["cpp"]["isa"], contents.manifest["kernels"], num_threads)
 
 
 def load_cpp_kernels(library: bytes, source: str, isa: str, kernels: list[dict],

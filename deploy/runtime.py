@@ -5,10 +5,12 @@ device, the plan compiled into closures, the input check built. A call checks th
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Optional, Union
 
 import torch
 
+from jit2triton.emitters.backends import BACKENDS
 from jit2triton.errors import CorruptPackageError, Jit2TritonError, PackageDeviceError, PackageVersionError
 
 from .cuda_graph import GraphRunner
@@ -86,24 +88,16 @@ def placed_weights(weights: dict[str, torch.Tensor], plan: dict, device: torch.d
 
 
 def load_kernels(contents: PackageContents, num_threads: Optional[int], device: DeviceLike = None) -> dict:
-    """A launcher per kernel. `device` is where they run; without it, the device type the package was built for."""
-    backend = contents.manifest["backend"]
-    if backend == "aten" or not contents.manifest["kernels"]:
+    """A launcher per kernel, from the loader its backend names. `device` is where they run; without it, the
+    device type the package was built for."""
+    backend = BACKENDS.get(contents.manifest["backend"])
+    if backend is None:
+        raise PackageVersionError(f"the package uses kernel backend {contents.manifest['backend']!r}, which this "
+                                  "jit2triton does not know; upgrade jit2triton")
+    if backend.python_loader is None or not contents.manifest["kernels"]:
         return {}
-    if backend == "cpp":
-        from .cpp_kernels import load_cpp_kernels
-        files = contents.files
-        if "binaries/kernels.so" not in files or "kernels/kernels.cpp" not in files:
-            raise CorruptPackageError("the package lists C++ kernels but holds no kernel library; re-run convert")
-        return load_cpp_kernels(files["binaries/kernels.so"], files["kernels/kernels.cpp"].decode(),
-                                contents.manifest["cpp"]["isa"], contents.manifest["kernels"], num_threads)
-    if backend == "triton":
-        from .triton_kernels import load_triton_kernels
-        target = torch.device(device) if device is not None else torch.device(contents.manifest["device"])
-        return load_triton_kernels(contents.files, contents.manifest.get("triton"), contents.manifest["kernels"],
-                                   target)
-    raise PackageVersionError(f"the package uses kernel backend {backend!r}, which this jit2triton does not know; "
-                              "upgrade jit2triton")
+    target = torch.device(device) if device is not None else torch.device(contents.manifest["device"])
+    return importlib.import_module(backend.python_loader).load_kernels(contents, num_threads, target)
 
 
 def check_compatible(manifest: Manifest) -> None:

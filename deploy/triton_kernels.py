@@ -17,12 +17,18 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, PackageDeviceError
 
+from .package import PackageContents
 from .sizes import positional_size_function
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 STATIC_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
 ALIGNMENT = 16  # the cubins assume every pointer 16-byte aligned (see emitters/compile_triton.compile_config)
 SCRATCH_POINTERS = 2  # Triton kernels end with global and profile scratch pointers (null: our kernels use none)
+
+
+def load_kernels(contents: PackageContents, num_threads: Optional[int], device: torch.device) -> dict[str, Callable]:
+    """The package's kernels on `device` (Triton sets its own parallelism: `num_threads` is not its)."""
+    return load_triton_kernels(contents.files, contents.manifest.get("triton"), contents.manifest["kernels"], device)
 
 
 def load_triton_kernels(files: dict[str, bytes], section: Optional[dict], kernels: list[dict],

@@ -25,10 +25,14 @@ def kernel_index(kernels: list[Kernel], backend: str) -> list[dict[str, Any]]:
     } for k in kernels]
 
 
-def build_cpp(kernels: list[Kernel]) -> tuple[dict[str, bytes], dict[str, Any]]:
-    """-> (package files, the manifest's "cpp" section): one source file and one shared library for the model."""
+def render_cpp(kernels: list[Kernel]) -> str:
+    """The model's one C++ translation unit, calling the vector math this host's libmvec has."""
+    return cpp.render_module(kernels, vector_math_functions(host_isa(), cpp.VECTOR_MATH))
+
+
+def compile_cpp(source: str) -> tuple[dict[str, bytes], dict[str, Any]]:
+    """-> (package files, the manifest's "cpp" section): the source file and its shared library."""
     isa = host_isa()
-    source = cpp.render_module(kernels, vector_math_functions(isa, cpp.VECTOR_MATH))
     library = compile_library(source, isa)
     compiler = find_compiler() or ""
     files = {"kernels/kernels.cpp": source.encode(), "binaries/kernels.so": library}

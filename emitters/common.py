@@ -7,6 +7,7 @@ from typing import Callable, Optional, Union
 
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.symbolic import at_least_one
+from jit2triton.transpiler.timing import range_points
 
 from .decompose import decompose
 
@@ -143,12 +144,22 @@ def unravel(flat: str, variables, divide: str, int_code=str) -> list[tuple[str, 
 OpRender = Union[str, Callable[["KernelWriter", K.KExpr, list], str]]
 
 
+@dataclass
+class ReductionLoop:
+    """A reduction being written: its op and the scope binding its loop variables, where its body is written. A
+    language extends it with what it decided on opening the loop (a tile width, whether it loops in chunks) that
+    it needs again to close it."""
+    op: str
+    scope: Scope
+
+
 class KernelWriter:
     """The core both renderers stand on (tinygrad's CStyleLanguage, Inductor's OpOverrides): a language subclass
     gives its op table `OPS`, the ops it needs decomposed (`DECOMPOSE`, see decompose.py), how it writes a literal
-    and a named value, and how it renders reductions and the kernel around them. The core walks the expression DAG
-    and emits each node once, at the outermost scope where every variable it reads is bound (loop-invariant work
-    is hoisted for free)."""
+    and a named value, and the hooks of the loop schedule (`write`, `reduction`): how a row, a sweep and a
+    reduction's loop open, how an output is stored, how a reduction accumulates and finishes. The core walks the
+    expression DAG and emits each node once, at the outermost scope where every variable it reads is bound
+    (loop-invariant work is hoisted for free)."""
 
     OPS: dict[str, OpRender] = {}
     DECOMPOSE: frozenset = frozenset()
@@ -157,6 +168,7 @@ class KernelWriter:
         self.spelled: dict[int, str] = {}  # id of a decomposition's result -> the op it spells (its name's stem)
         self.kernel = decompose(kernel, self.DECOMPOSE, self.spelled)
         self.nest: LoopNest = loop_nest(self.kernel)
+        self.points = range_points(self.kernel.dims)  # where heuristics weigh a dynamic size: the example first
         self.counter = 0
         self.buffer_names = {b.name: f"in_{b.name}" for b in self.kernel.inputs}
         self.buffer_dtypes = {b.name: b.dtype for b in self.kernel.inputs}
@@ -170,10 +182,52 @@ class KernelWriter:
         """Bind `name` to `code` in `scope` (a line of the language)."""
         raise NotImplementedError
 
-    def reduction(self, node: K.KExpr, target: "Scope") -> str:
+    def open_rows(self) -> "Scope":
+        """The scope of one row (a point of `nest.outer`), with the lines that bind its variables."""
         raise NotImplementedError
 
+    def open_sweep(self, rows: "Scope") -> "Scope":
+        """The scope sweeping the `nest.inner` dims inside a row (`rows` itself where the language sweeps none)."""
+        raise NotImplementedError
+
+    def store(self, sweep: "Scope", out: K.KernelBuffer, code: str) -> None:
+        """Store `code`, the output's value at the sweep's point, into `out`."""
+        raise NotImplementedError
+
+    def open_reduction(self, node: K.KExpr, target: "Scope") -> ReductionLoop:
+        """A reduction's loop over its variables, opened in `target` (where it is computed once)."""
+        raise NotImplementedError
+
+    def close_reduction(self, node: K.KExpr, target: "Scope", loop: ReductionLoop, body: str) -> str:
+        """Accumulate `body` over the loop and finish the reduction in `target`; -> the result's name."""
+        raise NotImplementedError
+
+    # --- the schedule both languages share ------------------------------------------------------------------
+
+    def write(self) -> tuple["Scope", "Scope"]:
+        """The loop schedule: a row per point of `nest.outer`, in which every reduction is computed once (innermost
+        first), then a sweep over the `nest.inner` dims storing every output. -> the (rows, sweep) scopes, which
+        the language wraps in its kernel (a parallel loop, a grid of programs)."""
+        rows = self.open_rows()
+        sweep = self.open_sweep(rows)
+        for reduction in self.nest.reductions:
+            self.value(reduction, rows)
+        for value, out in zip(self.kernel.values, self.kernel.outputs):
+            self.store(sweep, out, self.value(value, sweep))
+        return rows, sweep
+
+    def reduction(self, node: K.KExpr, target: "Scope") -> str:
+        """A reduction, computed once in `target`: its loop opened there, its body written inside, then accumulated
+        and finished."""
+        loop = self.open_reduction(node, target)
+        body = self.value(node.args[0], loop.scope)
+        return self.close_reduction(node, target, loop, body)
+
     # --- the core -------------------------------------------------------------------------------------------
+
+    def at_example(self, n) -> int:
+        """A size's value at the example's dims: to order sizes when a heuristic must."""
+        return K.at(n, self.points[0])
 
     def fresh(self, hint: str) -> str:
         self.counter += 1
@@ -211,9 +265,10 @@ class KernelWriter:
 
 
 def _hint(node: K.KExpr) -> str:
-    """A generated name's stem: the buffer a load reads, idx for index math, v for values."""
+    """A generated name's stem: the buffer a load reads, idx for index math, else the op that made the value
+    (`exp12`, `where14`): a reader can follow a kernel against its provenance without decoding `v12`."""
     if node.op == "load":
         return f"{node.arg}_"
     if node.dtype == K.INT and node.op in ("add", "mul", "index_div", "index_mod"):
         return "idx"
-    return "v"
+    return node.op

@@ -28,11 +28,11 @@ import torch
 from jit2triton.errors import ConversionError
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import Kernel
-from jit2triton.transpiler.symbolic import SymSize, size_json
+from jit2triton.transpiler.symbolic import size_json
 from jit2triton.transpiler.timing import range_points
 
 from .cache import cache_dir, write_once
-from .triton import TritonKernel, render_kernel
+from .triton import TritonKernel
 
 TUNE_MIN_ELEMENTS = 1 << 18  # below this much work every configuration is launch-bound: take the default
 # No FMA across what were separate ops: ATen rounds after every op, and a fused x * 3 - mean(x * 3) over one
@@ -92,13 +92,13 @@ def kernel_function(source: str, name: str):
     return getattr(load_module(source), name)
 
 
-def build_triton(kernels: list[Kernel], device: torch.device,
+def build_triton(rendered: list[TritonKernel], kernels: list[Kernel], device: torch.device,
                  progress: Optional[Callable[[str], None]] = None) -> tuple[dict[str, bytes], dict[str, Any]]:
-    """-> (package files, the manifest's "triton" section): a source per kernel, and on CUDA a cubin per kernel.
-    `progress` hears "compiling Triton kernels i/n" after each kernel compiled (the slow part of a GPU conversion)."""
+    """-> (package files, the manifest's "triton" section): a source per kernel (`rendered` from `kernels`), and on
+    CUDA a cubin per kernel. `progress` hears "compiling Triton kernels i/n" after each kernel compiled (the slow
+    part of a GPU conversion)."""
     check_triton_target(device)
     import triton
-    rendered = [render_kernel(k) for k in kernels]
     files = {f"kernels/{r.name}.py": r.source.encode() for r in rendered}
     section: dict[str, Any] = {"triton": triton.__version__, "kernels": {}}
     if device.type != "cuda":
@@ -157,7 +157,7 @@ def _compile_all(jobs: list[tuple[TritonKernel, Kernel]], device: torch.device, 
     plans = []
     for r, kernel in jobs:
         key = hashlib.sha256(f"{kernel_identity(r)} {arch} {triton.__version__} "
-                             f"{sorted(_example_sizes(r).items())} {sorted(K.dims().items())}".encode()).hexdigest()
+                             f"{sorted(_example_sizes(r).items())} {sorted(r.dims.items())}".encode()).hexdigest()
         known = _tuning_cache_read(key, r.configs)
         plans.append((key, [known] if known is not None else tuning_candidates(r, kernel)))
 
@@ -246,7 +246,7 @@ def tuning_candidates(r: TritonKernel, kernel: Kernel) -> list[dict]:
     """The default configuration, or every candidate on kernels big enough (at some point of the dynamic range) for
     the choice to matter."""
     work = max(sum(math.prod(K.at(n, point) for n in b.shape) for b in kernel.inputs + kernel.outputs)
-               for point in range_points(K.dims()))
+               for point in range_points(kernel.dims))
     return r.configs if work >= TUNE_MIN_ELEMENTS and len(r.configs) > 1 else r.configs[:1]
 
 
@@ -256,7 +256,7 @@ def time_candidates(r: TritonKernel, kernel: Kernel, candidates: list[dict], dev
     from triton.testing import do_bench
     fn = kernel_function(r.source, r.name)
     at_points = []
-    for point in range_points(K.dims()):
+    for point in range_points(kernel.dims):
         buffers = _buffers_at(kernel, device, point)
         if buffers is None:  # too large to time here
             continue
@@ -273,7 +273,7 @@ def time_candidates(r: TritonKernel, kernel: Kernel, candidates: list[dict], dev
 def _example_sizes(r: TritonKernel) -> dict[str, int]:
     """The example's size of each dynamic dim the kernel takes (its "grid" for people, and the tuning cache's key
     with the dims' ranges)."""
-    return {name: K.hint(SymSize.symbol(name)) for name in r.size_args}
+    return {name: r.dims[name][2] for name in r.size_args}
 
 
 MAX_TUNING_BYTES = 2 ** 30  # a point of a dynamic range whose buffers are larger is not timed

@@ -21,8 +21,8 @@ from jit2triton.transpiler.kernel_ir import compute_dtype
 
 from jit2triton.transpiler.symbolic import at_least_one
 
-from .common import (KernelWriter, Scope, provenance_comment, reduction_size, row_major, size_code, store_index,
-                     unravel, variables_size)
+from .common import (KernelWriter, ReductionLoop, Scope, provenance_comment, reduction_size, row_major, size_code,
+                     store_index, unravel, variables_size)
 from .cpp_shared import Rendered, placeholder, share_bodies
 from . import cpp_channels_inner as channels_inner
 
@@ -267,12 +267,16 @@ class _KernelWriter(KernelWriter):
             f"{fixed_code} * (int64_t){mask_code}"
         return f"({base}) + {self.value(moving, scope)}"
 
-    def reduction(self, node: K.KExpr, target: Scope) -> str:
+    def open_reduction(self, node: K.KExpr, target: Scope) -> ReductionLoop:
+        op, rvars, _ = node.arg
+        indent = target.indent + "  " * (len(rvars) + 1)  # inside a `for` per variable
+        return ReductionLoop(op, Scope(target, target.bound | frozenset(rvars), indent))
+
+    def close_reduction(self, node: K.KExpr, target: Scope, loop: ReductionLoop, body: str) -> str:
         op, rvars, _ = node.arg
         body_dtype = node.args[0].dtype
-        inner = Scope(target, target.bound | frozenset(rvars), target.indent + "  " * (len(rvars) + 1))
-        body = self.value(node.args[0], inner)
-        acc = self.fresh("acc")
+        inner = loop.scope
+        acc = self.fresh(op)  # (an argmax's holds the position; `best` the value there)
         acc_type = "double" if op in ("sum", "prod") and compute_dtype(body_dtype) == "float32" else ctype(body_dtype)
         ind = target.indent
         lines = []
@@ -283,7 +287,7 @@ class _KernelWriter(KernelWriter):
         else:
             lines.append(f"{ind}{acc_type} {acc} = {_reduction_init(op, body_dtype)};")
         if self.nest.outer_size == 1 and op in ("sum", "prod", "any", "all") \
-                and K.hint(reduction_size(node)) > PARALLEL_WORK:
+                and self.at_example(reduction_size(node)) > PARALLEL_WORK:
             symbol = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}[op]
             collapse = f" collapse({len(rvars)})" if len(rvars) > 1 else ""
             lines.append(f"{ind}#pragma omp parallel for reduction({symbol}:{acc}){collapse} num_threads(num_threads)")
@@ -339,10 +343,25 @@ class _KernelWriter(KernelWriter):
             lines.append(f"{ind}if ({nan_flag}) {acc} = {'NAN' if acc_type == 'float' else '(double)NAN'};")
         target.lines.extend(lines)
         if acc_type != ctype(node.dtype):
-            result = self.fresh("red")
+            result = self.fresh(op)
             target.lines.append(f"{ind}const {ctype(node.dtype)} {result} = ({ctype(node.dtype)}){acc};")
             return result
         return acc
+
+    # --- the schedule's hooks: rows split across threads, each sweeping its inner dims in an `omp simd` loop ----
+
+    def open_rows(self) -> Scope:
+        return Scope(Scope(None, frozenset(), "  "), frozenset(self.nest.outer), "    ")  # (the root: invariants)
+
+    def open_sweep(self, rows: Scope) -> Scope:
+        sweep = Scope(rows, frozenset(self.nest.ranges), "    " + "  " * len(self.nest.inner))
+        self.simd_sweep = sweep if self.nest.inner else None
+        return sweep
+
+    def store(self, sweep: Scope, out: K.KernelBuffer, code: str) -> None:
+        index = self.value(store_index(self.kernel, out.strides), sweep)
+        converted = {"float16": f"j2t_f2h({code})", "bfloat16": f"j2t_f2bf({code})"}.get(out.dtype, code)
+        sweep.lines.append(f"{sweep.indent}out_{out.name}[{index}] = {converted};")
 
     def _in_simd_sweep(self, scope: Optional[Scope]) -> bool:
         """Whether code emitted in `scope` lands inside the kernel's `omp simd` sweep loop."""
@@ -368,15 +387,8 @@ class _KernelWriter(KernelWriter):
         channel = channels_inner.channel_var(nest)
         if channel is not None:
             return self.render_channels_inner(head, channel)
-        root = Scope(None, frozenset(), "  ")
-        row = Scope(root, frozenset(nest.outer), "    ")
-        sweep = Scope(row, frozenset(nest.ranges), "    " + "  " * len(nest.inner))
-        self.simd_sweep = sweep if nest.inner else None
-        for value, out in zip(kernel.values, kernel.outputs):
-            code = self.value(value, sweep)
-            index = self.value(store_index(kernel, out.strides), sweep)
-            converted = {"float16": f"j2t_f2h({code})", "bfloat16": f"j2t_f2bf({code})"}.get(out.dtype, code)
-            sweep.lines.append(f"{sweep.indent}out_{out.name}[{index}] = {converted};")
+        row, sweep = self.write()
+        root = row.parent
         work = nest.outer_size * at_least_one(nest.inner_size) * (1 + sum(reduction_size(r) for r in nest.reductions))
         lines = head + root.lines
         if isinstance(work, int):  # decided here: even `parallel if(false)` enters libgomp, ~0.4 us a region
@@ -413,7 +425,7 @@ class _KernelWriter(KernelWriter):
         """The row loop and the sweep inside it; `parallel` (an OpenMP clause) splits rows, or the outermost inner
         loop when rows are few, across threads, and None keeps it all on the calling thread."""
         nest = self.nest
-        parallel_rows = K.hint(nest.outer_size) >= 16 or not nest.inner
+        parallel_rows = self.at_example(nest.outer_size) >= 16 or not nest.inner
         lines = []
         if parallel and parallel_rows:
             lines.append(f"  #pragma omp parallel for {parallel}")

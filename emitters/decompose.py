@@ -8,6 +8,7 @@ are hash-consed, hoisted and simplified like any other expression. C++ lists non
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable, Optional
 
@@ -152,5 +153,4 @@ def decompose(kernel: K.Kernel, ops: frozenset, names: Optional[dict] = None) ->
     values = [visit(v) for v in kernel.values]
     if all(a is b for a, b in zip(values, kernel.values)):
         return kernel
-    return K.Kernel(kernel.name, kernel.ranges, kernel.inputs, kernel.outputs, values, kernel.provenance,
-                    kernel.index)
+    return dataclasses.replace(kernel, values=values)

@@ -21,10 +21,9 @@ from typing import Any, Optional
 
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import compute_dtype
-from jit2triton.transpiler.timing import range_points
 
-from .common import (KernelWriter, LoopNest, Scope, provenance_comment, reduction_size, row_major, size_code,
-                     store_index, unravel)
+from .common import (KernelWriter, LoopNest, ReductionLoop, Scope, provenance_comment, reduction_size, row_major,
+                     size_code, store_index, unravel)
 from .triton_math import DECOMPOSE, HELPER_NEEDS, HELPERS, OPS, TL_TYPES, literal, neutral, ordered
 
 POINTER_TYPES = {"float32": "*fp32", "float64": "*fp64", "float16": "*fp16", "bfloat16": "*bf16", "int64": "*i64",
@@ -45,10 +44,20 @@ class TritonKernel:
     # or a SymSize over `size_args` when the kernel is dynamic
     configs: list[dict] = field(default_factory=list)  # {"constants": {...}, "num_warps": n}; the default first
     size_args: tuple[str, ...] = ()  # the dynamic dims it takes, after the buffers (argument `dim_<name>`)
+    dims: dict[str, tuple] = field(default_factory=dict)  # the conversion's dynamic dims (Kernel.dims)
 
     def grid(self, config: dict, sizes: Optional[dict] = None) -> int:
         items = self.items if isinstance(self.items, int) else self.items.evaluate(sizes)
         return -(-items // config["constants"]["XBLOCK"])
+
+
+@dataclass
+class _Reduction(ReductionLoop):
+    kind: str  # the body's compute dtype
+    group: str  # its tile axis group
+    size: Any  # its number of points (an int, or a SymSize)
+    width: str  # the tile's width along it: a literal power of two (one tile), or "RBLOCK" (a loop of chunks)
+    persistent: bool
 
 
 def next_power_of_2(n: int) -> int:
@@ -120,10 +129,9 @@ class _KernelWriter(KernelWriter):
 
     # --- reductions -----------------------------------------------------------------------------------------
 
-    def reduction(self, node: K.KExpr, target: Scope) -> str:
+    def open_reduction(self, node: K.KExpr, target: Scope) -> "_Reduction":
         op, rvars, _ = node.arg
-        body_node = node.args[0]
-        kind = compute_dtype(body_node.dtype)
+        kind = compute_dtype(node.args[0].dtype)
         if kind == "bool" and op in ("max", "min"):
             op = "any" if op == "max" else "all"
         group = self.fresh_group(rvars[0].arg[0].rsplit("_", 1)[0])
@@ -145,7 +153,12 @@ class _KernelWriter(KernelWriter):
             self.mask[group] = f"{group}_mask"
             inner.lines.append(f"{indent}{group}_mask = {group} < {size_code(size)}")
         inner.lines += [f"{indent}{name} = {code}" for name, code in unravel(group, rvars, "//")]
-        body = self.value(body_node, inner)
+        return _Reduction(op, inner, kind, group, size, width, persistent)
+
+    def close_reduction(self, node: K.KExpr, target: Scope, loop: "_Reduction", body: str) -> str:
+        op, group, kind, width = loop.op, loop.group, loop.kind, loop.width
+        inner, indent = loop.scope, loop.scope.indent
+        body_node = node.args[0]
         identity = neutral(op, kind)
         tile_shape = f"[XBLOCK, {width}]"
         if body_node.op == "const":
@@ -158,7 +171,7 @@ class _KernelWriter(KernelWriter):
             tile = body
         name = self.fresh(op)
         lines = []
-        if persistent:
+        if loop.persistent:
             lines += inner.lines
             tile_name = tile if tile.isidentifier() else self.fresh(f"{op}_tile")
             if tile_name != tile:
@@ -170,7 +183,7 @@ class _KernelWriter(KernelWriter):
             lines.append(f"{target.indent}{acc} = tl.full({tile_shape}, {identity}, {acc_type})")
             if op in ("argmax", "argmin"):
                 lines.append(f"{target.indent}{acc}_at = tl.zeros({tile_shape}, tl.int64)")
-            lines.append(f"{target.indent}for {group}_start in range(0, {size_code(size)}, RBLOCK):")
+            lines.append(f"{target.indent}for {group}_start in range(0, {size_code(loop.size)}, RBLOCK):")
             lines += inner.lines
             lines += self.accumulate(op, acc, tile, group, indent, kind)
             lines.append(f"{target.indent}{name} = {self.finish(op, acc, group, kind)}")
@@ -220,7 +233,8 @@ class _KernelWriter(KernelWriter):
 
     def render(self) -> TritonKernel:
         kernel, nest = self.kernel, self.nest
-        body = self.render_flat() if self.flat else self.render_rows()
+        rows, sweep = self.write()
+        body = self.flat_body(rows) if self.flat else self.rows_body(rows, sweep)
         params = [self.buffer_names[b.name] for b in kernel.inputs] + [f"out_{b.name}" for b in kernel.outputs]
         # A dynamic dim's size is a typed argument Triton must not specialise (on 1, or on divisibility by 16):
         # one binary serves every size, and the launchers pass it at a fixed width
@@ -236,78 +250,90 @@ class _KernelWriter(KernelWriter):
         arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
         arg_types += ["i64" if self.index64 else "i32"] * len(kernel.size_names)
         items = _size(nest.ranges) if self.flat else nest.outer_size
-        return TritonKernel(kernel.name, source, arg_types, items, self.configs(items), kernel.size_names)
+        return TritonKernel(kernel.name, source, arg_types, items, self.configs(items), kernel.size_names,
+                            kernel.dims)
 
-    def render_flat(self) -> list[str]:
-        kernel = self.kernel
-        scope = Scope(None, frozenset(kernel.ranges), "    ")
-        pid = "tl.program_id(0).to(tl.int64)" if self.index64 else "tl.program_id(0)"
-        lines = [f"    xindex = {pid} * XBLOCK + {self.arange('XBLOCK')}",
-                 f"    xmask = xindex < {size_code(_size(kernel.ranges))}"]
+    # --- the schedule's hooks: a flat kernel is one row of XBLOCK elements; else XBLOCK rows, swept in tiles -----
+
+    def program_id(self) -> str:
+        return "tl.program_id(0).to(tl.int64)" if self.index64 else "tl.program_id(0)"
+
+    def open_rows(self) -> Scope:
+        kernel, nest = self.kernel, self.nest
         self.mask["x"], self.axis["x"], self.width["x"] = "xmask", 0, "XBLOCK"
+        if not self.flat:
+            for v in nest.outer:
+                self.group[id(v)] = "x"
+            return Scope(None, frozenset(nest.outer), "    ")
         for v in kernel.ranges:
             self.group[id(v)] = "x"
+        rows = Scope(None, frozenset(kernel.ranges), "    ")
         sizes = [v.arg[1] for v in kernel.ranges]
         if all(isinstance(n, int) for n in sizes):
             # a load of a buffer laid out as the loop nest (the usual case) reads at xindex itself: no // and % to
             # take it apart and sum it up again (index expressions are interned, so an equal one is this one)
-            flat = K.sum_terms(v * s for v, s in zip(kernel.ranges, row_major(sizes)) if v.arg[1] != 1)
-            scope.names[id(flat)] = "xindex"
-        for value, out in zip(kernel.values, kernel.outputs):
-            code = self.value(value, scope)
+            # (held while rendering: names are keyed by id, and a freed node's id could name another)
+            self.flat_index = K.sum_terms(v * s for v, s in zip(kernel.ranges, row_major(sizes)) if v.arg[1] != 1)
+            rows.names[id(self.flat_index)] = "xindex"
+        return rows
+
+    def open_sweep(self, rows: Scope) -> Scope:
+        nest = self.nest
+        if self.flat or not nest.inner:  # (a flat kernel's row is its XBLOCK elements: nothing left to sweep)
+            return rows
+        inner_size = nest.inner_size
+        persistent = most(inner_size) <= PERSISTENT_LIMIT
+        width = str(next_power_of_2(most(inner_size))) if persistent else "YBLOCK"
+        if persistent:
+            self.persistent_widths.append(int(width))
+        else:
+            self.constexprs.append("YBLOCK")
+        self.axis["y"], self.width["y"] = 1, width
+        for v in nest.inner:
+            self.group[id(v)] = "y"
+        indent = "    " if persistent else "        "
+        sweep = Scope(rows, frozenset(nest.ranges), indent)
+        start = "" if persistent else "y_start + "
+        sweep.lines.append(f"{indent}y = {start}{self.arange(width)}[None, :]")
+        if not persistent or inner_size != int(width):
+            self.mask["y"] = "ymask"
+            sweep.lines.append(f"{indent}ymask = y < {size_code(inner_size)}")
+        sweep.lines += [f"{indent}{name} = {code}" for name, code in unravel("y", nest.inner, "//")]
+        return sweep
+
+    def store(self, sweep: Scope, out: K.KernelBuffer, code: str) -> None:
+        kernel = self.kernel
+        if self.flat:
             dense = tuple(out.strides) == row_major(out.shape)
-            index = "xindex" if dense else self.value(store_index(kernel, out.strides), scope)
-            scope.lines.append(f"    tl.store(out_{out.name} + {index}, {code}, mask=xmask)")
-        body = "\n".join(scope.lines)
+            index = "xindex" if dense else self.value(store_index(kernel, out.strides), sweep)
+            sweep.lines.append(f"    tl.store(out_{out.name} + {index}, {code}, mask=xmask)")
+            return
+        full_groups = ["x", "y"] if self.nest.inner else ["x"]
+        index_node = store_index(kernel, out.strides)
+        index = self.value(index_node, sweep)
+        if self.groups_of(index_node) != full_groups:  # the pointer must span the whole tile the value may fill
+            index = f"({index} + tl.zeros({self.tile(full_groups)}, tl.int32))"
+        store_mask = " & ".join(self.mask[g] for g in ("x", "y") if g in self.mask)
+        sweep.lines.append(f"{sweep.indent}tl.store(out_{out.name} + {index}, {code}, mask={store_mask})")
+
+    def flat_body(self, rows: Scope) -> list[str]:
+        kernel = self.kernel
+        lines = [f"    xindex = {self.program_id()} * XBLOCK + {self.arange('XBLOCK')}",
+                 f"    xmask = xindex < {size_code(_size(kernel.ranges))}"]
+        body = "\n".join(rows.lines)
         lines += [f"    {name} = {code}" for name, code in unravel("xindex", kernel.ranges, "//")
                   if re.search(rf"\b{name}\b", body)]  # the loop variables the body reads
-        return lines + scope.lines
+        return lines + rows.lines
 
-    def render_rows(self) -> list[str]:
-        kernel, nest = self.kernel, self.nest
-        pid = "tl.program_id(0).to(tl.int64)" if self.index64 else "tl.program_id(0)"
-        lines = [f"    row = {pid} * XBLOCK + {self.arange('XBLOCK')}[:, None]",
+    def rows_body(self, rows: Scope, sweep: Scope) -> list[str]:
+        nest = self.nest
+        lines = [f"    row = {self.program_id()} * XBLOCK + {self.arange('XBLOCK')}[:, None]",
                  f"    xmask = row < {size_code(nest.outer_size)}"]
         lines += [f"    {name} = {code}" for name, code in unravel("row", nest.outer, "//")]
-        self.mask["x"], self.axis["x"], self.width["x"] = "xmask", 0, "XBLOCK"
-        for v in nest.outer:
-            self.group[id(v)] = "x"
-        program = Scope(None, frozenset(nest.outer), "    ")
-        sweep = program
-        inner_size = nest.inner_size
-        if nest.inner:
-            persistent = most(inner_size) <= PERSISTENT_LIMIT
-            width = str(next_power_of_2(most(inner_size))) if persistent else "YBLOCK"
-            if persistent:
-                self.persistent_widths.append(int(width))
-            else:
-                self.constexprs.append("YBLOCK")
-            self.axis["y"], self.width["y"] = 1, width
-            for v in nest.inner:
-                self.group[id(v)] = "y"
-            indent = "    " if persistent else "        "
-            sweep = Scope(program, frozenset(nest.ranges), indent)
-            start = "" if persistent else "y_start + "
-            sweep.lines.append(f"{indent}y = {start}{self.arange(width)}[None, :]")
-            if not persistent or inner_size != int(width):
-                self.mask["y"] = "ymask"
-                sweep.lines.append(f"{indent}ymask = y < {size_code(inner_size)}")
-            sweep.lines += [f"{indent}{name} = {code}" for name, code in unravel("y", nest.inner, "//")]
-        store_mask = " & ".join(self.mask[g] for g in ("x", "y") if g in self.mask)
-        full_groups = ["x", "y"] if nest.inner else ["x"]
-        for reduction in nest.reductions:
-            self.value(reduction, program)
-        for value, out in zip(kernel.values, kernel.outputs):
-            code = self.value(value, sweep)
-            index_node = store_index(kernel, out.strides)
-            index = self.value(index_node, sweep)
-            if self.groups_of(index_node) != full_groups:  # the pointer must span the whole tile the value may fill
-                index = f"({index} + tl.zeros({self.tile(full_groups)}, tl.int32))"
-            sweep.lines.append(f"{sweep.indent}tl.store(out_{out.name} + {index}, {code}, mask={store_mask})")
-        lines += program.lines
-        if nest.inner and sweep.indent != "    ":
-            lines.append(f"    for y_start in range(0, {size_code(inner_size)}, YBLOCK):")
-        if sweep is not program:
+        lines += rows.lines
+        if sweep is not rows:
+            if sweep.indent != "    ":
+                lines.append(f"    for y_start in range(0, {size_code(nest.inner_size)}, YBLOCK):")
             lines += sweep.lines
         return lines
 
@@ -317,7 +343,7 @@ class _KernelWriter(KernelWriter):
         """Candidate launch configurations; over dynamic dims, shaped for the example's sizes and capped by the
         range's largest."""
         cap = next_power_of_2(int(min(most(items), 1 << 40)))
-        total, items = items, K.hint(items)
+        total, items = items, self.at_example(items)
         if self.flat:
             choices = [(1024, 4), (512, 4), (2048, 8), (256, 2)]
             return _dedupe([{"constants": {"XBLOCK": min(x, cap)}, "num_warps": max(1, min(w, min(x, cap) // 64))}
@@ -326,7 +352,7 @@ class _KernelWriter(KernelWriter):
         persistent = max(self.persistent_widths, default=1)
         gpu_rows = next_power_of_2(items) // 512  # keep enough programs to fill a GPU
         # ... at the example, and at each other point of a dynamic range it is tuned at (the ranges' ends)
-        other_rows = [next_power_of_2(max(1, K.at(total, point))) // 512 for point in range_points(K.dims())[1:]]
+        other_rows = [next_power_of_2(max(1, K.at(total, point))) // 512 for point in self.points[1:]]
 
         def config(rows: int, chunk: int) -> dict:
             rows = max(1, min(rows, cap, TILE_BUDGET // max(persistent, chunk)))

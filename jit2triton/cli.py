@@ -11,6 +11,8 @@ from typing import Optional
 
 import click
 
+from jit2triton.emitters.backends import NAMES as BACKEND_NAMES
+
 from .cli_checks import Group, check_output, check_port, read_inputs_file, set_debug
 from .version import __version__
 
@@ -97,7 +99,7 @@ def _accuracy(rtol: Optional[float], atol: Optional[float]) -> Optional[dict]:
 @click.option("--inputs-file", type=click.Path(exists=True, dir_okay=False),
               help="example inputs saved with torch.save as a tuple or list of tensors")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--backend", type=click.Choice(["cpp", "triton", "aten"]), default=None,
+@click.option("--backend", type=click.Choice(list(BACKEND_NAMES)), default=None,
               help="kernel generator (default: cpp on the CPU, triton on CUDA; aten: no generated kernels)")
 @click.option("--no-verify", is_flag=True,
               help="skip comparing the package with the TorchScript model on the example and fresh inputs")

@@ -14,8 +14,7 @@ from jit2triton.deploy.methods import add_method
 from jit2triton.deploy.package import PackageContents
 from jit2triton.deploy.runtime import DeviceLike, Runtime, placed_weights
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
-from jit2triton.emitters.build import build_cpp
-from jit2triton.emitters.triton_gemm import gemm_template
+from jit2triton.emitters.backends import backend_named
 from jit2triton.loaders import load_script
 from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource, check_model_path
 from jit2triton.transpiler import pipeline
@@ -248,8 +247,7 @@ def _prepared(script, inputs: list, dynamic: "dims.DynamicSpec", target: torch.d
             graph = from_torchscript(script.graph, names, script.name, full_source_paths)
         ctx = _context(target, inputs, dynamic, stopwatch)
         ctx.precision = precision_plan
-        if backend == "triton":  # a GEMM over few rows may take the generated form
-            ctx.generated_gemm = gemm_template
+        ctx.generated_gemm = backend_named(backend).generated_gemm  # a GEMM over few rows may take its form
         try:
             pipeline.prepare(graph, ctx, generate_kernels=backend != "aten", skip=frozenset(skipped))
             return graph, ctx, backend, notes
@@ -467,17 +465,10 @@ def build_kernels(kernels: list, backend: str, say: Progress,
     without it the triton backend targets the device this process can build for (the CPU under the interpreter)."""
     if not kernels:
         return {}, {}
-    if backend == "cpp":
-        say(f"compiling {len(kernels)} C++ kernels")
-        files, section = build_cpp(kernels)
-        return files, {"cpp": section}
-    if backend == "triton":
-        from jit2triton.emitters.compile_triton import build_triton, buildable_device
-        target = torch.device(device) if device is not None else buildable_device()
-        say(f"rendering {len(kernels)} Triton kernels" + (" and compiling them" if target.type == "cuda" else ""))
-        files, section = build_triton(kernels, target, say)
-        return files, {"triton": section}
-    raise ConversionError(f"the {backend} backend is not available in this build")
+    chosen = backend_named(backend)
+    if not chosen.generates_kernels:
+        raise ConversionError(f"the {backend} backend generates no kernels")
+    return chosen.build(kernels, torch.device(device) if device is not None else None, say)
 
 
 def _example_layout(x: torch.Tensor) -> torch.Tensor:

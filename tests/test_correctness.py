@@ -239,12 +239,14 @@ def test_random_models_are_not_compared(monkeypatch) -> None:
 
 
 def test_a_renderer_that_fails_leaves_every_op_to_aten_and_says_why(monkeypatch) -> None:
-    from jit2triton import conversion
+    import dataclasses
+
+    from jit2triton.emitters import backends
 
     def broken(kernels):
         raise RuntimeError("an injected renderer bug")
 
-    monkeypatch.setattr(conversion, "build_cpp", broken)
+    monkeypatch.setitem(backends.BACKENDS, "cpp", dataclasses.replace(backends.BACKENDS["cpp"], render=broken))
     model = torch.jit.script(pointwise_chain)
     converted = jit2triton.convert(model, (torch.randn(4, 8), torch.randn(4, 8)))
     assert converted.manifest["backend"] == "aten" and not converted.summary()["kernels"]

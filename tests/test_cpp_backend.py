@@ -105,8 +105,8 @@ def test_a_layer_norm_passes_over_each_row_twice_with_simd_sums():
     traced = torch.jit.trace(torch.nn.LayerNorm(48).eval(), torch.randn(4, 16, 48))
     converted = jit2triton.convert(traced, example_inputs=(torch.randn(4, 16, 48),))
     kernel = converted.code[converted.code.index("J2T_KERNEL int"):]
-    assert len(re.findall(r"double acc\d+ = 0;", kernel)) == 2, kernel
-    assert kernel.count("#pragma omp simd reduction(+:acc") == 2, kernel
+    assert len(re.findall(r"double sum\d+ = 0;", kernel)) == 2, kernel
+    assert kernel.count("#pragma omp simd reduction(+:sum") == 2, kernel
     for _ in range(2):
         x = torch.randn(4, 16, 48) * 3 + 5  # an offset a one-pass variance would lose digits to
         torch.testing.assert_close(converted(x), traced(x), rtol=1e-5, atol=1e-5)

@@ -402,6 +402,7 @@ class _Fuser:
             outputs=[K.KernelBuffer(name, box.dtype, box.shape, strides)],
             values=[K.cast(value, box.dtype)],
             provenance=[_provenance(n) for n in box.nodes],
+            dims=K.dims(),
         )
         node = Node(KERNEL_OP, [self.buffers[b] for b in inputs], [v], attrs={"kernel": kernel, "fused": box.nodes})
         out.append(node)

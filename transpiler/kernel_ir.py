@@ -514,6 +514,8 @@ class Kernel:
     values: list[KExpr]
     provenance: list[str] = field(default_factory=list)  # "aten::add.Tensor  model.py:12  y = x + 1"
     index: tuple[KExpr, ...] = ()  # the output's loop variables in dim order (default: `ranges`)
+    # the conversion's dynamic dims, name -> (min, max or None, example size): where renderers size and tune it
+    dims: dict[str, tuple[int, Optional[int], int]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.index = self.index or self.ranges

@@ -140,7 +140,7 @@ void check_inputs(const std::string& name, const std::vector<InputSpec>& specs, 
 
 }  // namespace
 
-Launchers load_cpu_kernels(const Package& pkg, int num_threads) {
+Launchers load_cpu_kernels(const Package& pkg, c10::Device, int num_threads) {
   std::string_view library = pkg.member("binaries/kernels.so");
   pkg.member("kernels/kernels.cpp");
   check_cpu(library, pkg.manifest.at("cpp").at("isa").as_string());

@@ -3,6 +3,22 @@
 // libcuda is opened with dlopen, so the runtime links no CUDA driver library and runs on CPU-only machines.
 #include "plan.h"
 
+namespace jit2triton {
+
+namespace {
+Launchers load_cubins(const Package& pkg, c10::Device device);
+}  // namespace
+
+Launchers load_cuda_kernels(const Package& pkg, c10::Device device, int) {
+  if (!device.is_cuda())
+    throw Error(Error::Kind::PackageDevice, "the package's Triton kernels run on the CPU only under Triton's "
+                                            "interpreter, which the C++ runtime does not have; load it with the "
+                                            "Python runtime, or convert with backend='cpp'");
+  return load_cubins(pkg, device);
+}
+
+}  // namespace jit2triton
+
 #ifdef J2T_WITH_CUDA
 
 #include <ATen/ATen.h>
@@ -75,9 +91,7 @@ at::Tensor aligned_copy(const at::Tensor& t) {
   return t.as_strided({span}, {1}).clone().as_strided(t.sizes(), t.strides());
 }
 
-}  // namespace
-
-Launchers load_cuda_kernels(const Package& pkg, c10::Device device) {
+Launchers load_cubins(const Package& pkg, c10::Device device) {
   const json::Value* section = pkg.manifest.find("triton");
   if (!section || !section->find("kernels"))
     throw Error(Error::Kind::CorruptPackage, "the package lists Triton kernels but has no 'triton' manifest section; re-run `jit2triton convert`");
@@ -170,17 +184,23 @@ Launchers load_cuda_kernels(const Package& pkg, c10::Device device) {
   return launchers;
 }
 
+}  // namespace
+
 }  // namespace jit2triton
 
 #else
 
 namespace jit2triton {
 
-Launchers load_cuda_kernels(const Package&, c10::Device) {
+namespace {
+
+Launchers load_cubins(const Package&, c10::Device) {
   throw Error(Error::Kind::PackageDevice,
               "this jit2triton C++ runtime was built without CUDA, so it cannot run the package's GPU kernels; build "
               "it against a CUDA build of libtorch");
 }
+
+}  // namespace
 
 }  // namespace jit2triton
 

@@ -705,6 +705,21 @@ void check_compatible(const Value& manifest) {
     throw Error(Error::Kind::PackageVersion, policy::message::other_torch(made_with.empty() ? "unknown" : made_with, here));
 }
 
+
+// The kernel backends this runtime loads, by the manifest's "backend": emitters/backends.py's records with a
+// `cpp_loader` (tests/test_backends.py holds the two lists equal). "aten" generates no kernels to load.
+constexpr std::pair<const char*, KernelLoader> kKernelBackends[] = {
+    {"cpp", load_cpu_kernels},
+    {"triton", load_cuda_kernels},
+};
+
+KernelLoader kernel_loader(const std::string& backend) {
+  for (const auto& [name, loader] : kKernelBackends)
+    if (backend == name) return loader;
+  throw Error(Error::Kind::PackageVersion, "the package uses kernel backend " + repr(backend) +
+                                               ", which this jit2triton does not know; upgrade jit2triton");
+}
+
 }  // namespace
 
 Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> state)
@@ -715,18 +730,8 @@ Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> 
   device = target_device(manifest, options.device);
   built_for_ = c10::DeviceTypeName(c10::Device(manifest.at("device").as_string()).type(), true);
   if (device.is_cuda() && !device.has_index()) device = c10::Device(c10::kCUDA, 0);
-  const std::string& backend = manifest.at("backend").as_string();
-  if (manifest.at("kernels").size() > 0) {
-    if (backend == "cpp") kernels_ = load_cpu_kernels(pkg_, options.num_threads);
-    else if (backend == "triton" && device.is_cuda()) kernels_ = load_cuda_kernels(pkg_, device);
-    else if (backend == "triton")
-      throw Error(Error::Kind::PackageDevice, "the package's Triton kernels run on the CPU only under Triton's "
-                                              "interpreter, which the C++ runtime does not have; load it with the "
-                                              "Python runtime, or convert with backend='cpp'");
-    else
-      throw Error(Error::Kind::PackageVersion, "the package uses kernel backend " + repr(backend) +
-                                                   ", which this jit2triton does not know; upgrade jit2triton");
-  }
+  if (manifest.at("kernels").size() > 0) kernels_ = kernel_loader(manifest.at("backend").as_string())(
+      pkg_, device, options.num_threads);
   const Value& plan = manifest.at("plan");
   check_plan(plan, static_cast<int64_t>(manifest.at("nodes").size()), manifest.at("kernels"));
   check_structure(manifest, pkg_.weights);

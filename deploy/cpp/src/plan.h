@@ -30,8 +30,11 @@ using Launcher = std::function<void(std::vector<at::Tensor>& inputs, std::vector
                                     const int64_t* sizes)>;
 using Launchers = std::map<std::string, Launcher>;
 
-Launchers load_cpu_kernels(const Package& pkg, int num_threads);
-Launchers load_cuda_kernels(const Package& pkg, c10::Device device);
+// A backend's kernel loader (emitters/backends.py names it as its `cpp_loader`): every kernel of the package,
+// loaded for `device`; `num_threads` (0: torch's count) is for loaders whose kernels take a thread count.
+using KernelLoader = Launchers (*)(const Package& pkg, c10::Device device, int num_threads);
+Launchers load_cpu_kernels(const Package& pkg, c10::Device device, int num_threads);
+Launchers load_cuda_kernels(const Package& pkg, c10::Device device, int num_threads);
 
 // A size in a plan: an int, or a polynomial over the dynamic dims ([[coef, [dim, ...]], ...], deploy/sizes.py),
 // with each dim as its index into the call's dims (the plan's "dims" order).

@@ -1,0 +1,74 @@
+"""The backend records (emitters/backends.py) are the one list of kernel backends: the CLI offers their names,
+each Python loader they name exists, and the C++ runtime's table of loaders (plan.cpp) names the same backends
+with the same loaders."""
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import jit2triton
+from jit2triton.emitters.backends import BACKENDS, NAMES, backend_named
+from jit2triton.errors import ConversionError
+
+from package_tools import rewrite_package
+
+PLAN_CPP = Path(__file__).resolve().parents[1] / "deploy" / "cpp" / "src" / "plan.cpp"
+
+
+def cpp_kernel_backends() -> dict[str, str]:
+    table = re.search(r"kKernelBackends\[\] = \{(.*?)\n\};", PLAN_CPP.read_text(), re.S)
+    assert table, "plan.cpp has no kKernelBackends table"
+    return dict(re.findall(r'\{"(\w+)", (\w+)\}', table.group(1)))
+
+
+def test_the_cpp_runtime_loads_the_backends_the_records_name() -> None:
+    assert cpp_kernel_backends() == {b.name: b.cpp_loader for b in BACKENDS.values() if b.cpp_loader}
+
+
+@pytest.mark.parametrize("name", [b.name for b in BACKENDS.values() if b.python_loader])
+def test_each_python_loader_is_a_deploy_module_with_load_kernels(name: str) -> None:
+    module = BACKENDS[name].python_loader
+    assert module.startswith("jit2triton.deploy.")
+    assert callable(importlib.import_module(module).load_kernels)
+
+
+def test_a_backend_that_generates_kernels_writes_its_own_section_and_loads_them() -> None:
+    for backend in BACKENDS.values():
+        generates = backend.generates_kernels
+        assert (backend.section == backend.name) == generates
+        assert (backend.python_loader is not None) == generates
+        assert (backend.render is not None) == (backend.compile is not None) == generates
+
+
+def test_the_cli_offers_the_backends() -> None:
+    from jit2triton.cli import convert
+    option = next(p for p in convert.params if p.name == "backend")
+    assert tuple(option.type.choices) == NAMES
+
+
+def test_an_unknown_backend_is_refused_by_name() -> None:
+    with pytest.raises(ConversionError, match="unknown backend 'cuda'.*cpp, triton, aten"):
+        backend_named("cuda")
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_both_runtimes_refuse_a_backend_they_do_not_know(runtime, small_package, tmp_path, request) -> None:
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
+    edited = tmp_path / "metal.j2t"
+    rewrite_package(small_package[0], edited, edit_manifest=lambda m: m.update(backend="metal"))
+    with pytest.raises(jit2triton.PackageVersionError, match="kernel backend 'metal'.*upgrade jit2triton"):
+        jit2triton.load(edited, runtime=runtime)
+
+
+def test_the_cpp_runtime_sends_cpu_triton_kernels_to_the_python_runtime(cpp_runtime, tmp_path) -> None:
+    pytest.importorskip("triton")
+    model = torch.jit.trace(lambda x: torch.sigmoid(x) * 2, torch.randn(3, 5))
+    path = tmp_path / "triton.j2t"
+    jit2triton.convert(model, (torch.randn(3, 5),), backend="triton", verify=False).save(path)
+    with pytest.raises(jit2triton.PackageDeviceError, match="only under Triton's interpreter"):
+        jit2triton.load(path, runtime="cpp")
