@@ -198,14 +198,3 @@ def test_the_layout_choice_times_channels_last_as_it_will_run_fused(monkeypatch)
     fresh = torch.randn(2, 3, 16, 16)
     assert_same(converted(fresh), traced(fresh), "output", {torch.float32: (1e-4, 1e-4)})
 
-
-@pytest.mark.parametrize("timings, chosen", [([5.0, 1.0], "onednn"), ([5.0, 5.0], "aten"), ([1.0], "onednn")])
-def test_atens_convolution_is_kept_only_where_two_timings_agree(monkeypatch, timings, chosen):
-    """One timing on a loaded machine can put the fused op past MARGIN by chance: ATen's is kept only where
-    TIMINGS timings in a row say so, and only the last is reported."""
-    fused = iter(timings)
-    monkeypatch.setattr(onednn_conv.timing, "interleaved", lambda c, **_: {"aten": 1.0, "onednn": next(fused)})
-    with onednn_conv.timing.recording() as made:
-        assert onednn_conv._settled("a convolution", {}).chosen == chosen
-    assert len(made) == 1 and made[0].times_us["onednn"] == timings[-1] * 1e6
-    assert next(fused, None) is None  # (no timing more than needed)

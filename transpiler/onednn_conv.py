@@ -56,8 +56,6 @@ MODE = "auto"  # "auto": where timing says oneDNN is faster; "always"; "never"
 # 253 ms against 272 and 348 (ORT 219). So timing here only guards against a shape the fused op is far worse at.
 MARGIN = 2.0
 FIXED = "aten"  # choices="fixed": ATen's convolution, as the model wrote it
-TIMINGS = 2  # ATen's convolution is kept only where this many timings agree (see `_settled`)...
-BUDGET_S = 0.2  # ... each of timing.ROUNDS rounds, or fewer once they took this long
 
 _chosen: dict[tuple, timing.Choice] = {}  # per process: the convolution's shapes and epilogue -> the choice
 
@@ -249,22 +247,10 @@ def choose(conv: Conv, graph: Graph, weights: dict[int, str], sizes: dict[str, i
         return False
     key = (what, conv.bias is not None, tuple(conv.scalars), conv.algorithm, torch.get_num_threads())
     if key not in _chosen:
-        _chosen[key] = _settled(what, _candidates(conv, shape, weight))
+        _chosen[key] = timing.settle_confirmed(what, _candidates(conv, shape, weight), "aten", MARGIN)
     else:
         timing.record(_chosen[key])
     return _chosen[key].chosen == "onednn"
-
-
-def _settled(what: str, candidates: dict) -> timing.Choice:
-    """The choice, ATen's convolution only where TIMINGS independent timings each found the fused op past MARGIN:
-    on the loaded project machine one timing of five rounds put transformers' ResNetModel's 2x64x32x32 * 256x64
-    1x1 + add + relu at 5.3 ms fused against 1.7 ATen (alone, at leisure: 0.75 against 0.86), and kept ATen for
-    three of its convolutions, each then followed by its own add + relu kernel."""
-    for _ in range(TIMINGS):
-        seconds = timing.interleaved(candidates, budget_s=BUDGET_S)
-        if seconds["onednn"] <= MARGIN * seconds["aten"]:
-            break
-    return timing.settle(what, seconds, "aten", MARGIN)  # the last timing, reported
 
 
 def _candidates(conv: Conv, shape: list[int], weight: torch.Tensor) -> dict:
