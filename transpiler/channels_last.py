@@ -14,9 +14,8 @@ On the CPU whether it pays depends on the net and the shapes, so both layouts ar
 the example inputs) while converting, and the package records the faster. The channels-last plan is timed as it
 will run, its convolutions fused by onednn_conv.py (the pipeline passes `then`): through ATen's convolutions alone
 transformers' ResNetModel (2x128^2, one thread) took 174 ms channels-last against 147 in NCHW, and kept NCHW, where
-fused it takes 129; on CUDA a half-precision conv net is
-always converted (see `channels_last`). A model that fails in the new layout (`x.view(n, -1)` of a channels-last activation) keeps its
-own.
+fused it takes 129. On CUDA a half-precision conv net is always converted (see `channels_last`). A model that fails
+in the new layout (`x.view(n, -1)` of a channels-last activation) keeps its own.
 """
 from __future__ import annotations
 
@@ -61,8 +60,9 @@ def channels_last(graph: Graph, ctx, then: Optional[Callable[[Graph, object], Gr
     # of resnet18 on an H100), so its time hides the GPU's: resnet18's choice flipped from run to run. cuDNN's
     # fp16/bf16 tensor-core convolutions are NHWC kernels, so channels-last is taken there, as Inductor does, once
     # the model runs in it.
-    if MODE != "always" and ctx.device.type != "cuda" and _choose(graph, then(trial, ctx) if then else trial, ctx) \
-            != "channels-last":
+    timed = then(trial, ctx) if then and MODE != "always" and ctx.device.type != "cuda" and not timing.fixed() \
+        else trial
+    if MODE != "always" and ctx.device.type != "cuda" and _choose(graph, timed, ctx) != "channels-last":
         return False
     graph.body, graph.weights = trial.body, trial.weights
     return True
