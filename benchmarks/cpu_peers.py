@@ -3,8 +3,8 @@
 (Inductor's CPU path with prepacked weights) and jit2triton, in one process, taking turns call by call, each in
 inference mode with the same number of threads. Prints median ms per call and each peer's time over jit2triton's.
 
-    python benchmarks/cpu_peers.py [--threads 2] [--calls 100] [--rounds 3] [--only PART,PART] [--json FILE]
-                                   [--omp-wait-policy passive|active]
+    python benchmarks/cpu_peers.py [--threads 2] [--calls 100] [--rounds 3] [--burst 1] [--only PART,PART]
+                                   [--json FILE] [--omp-wait-policy passive|active]
 
 Models: transformers BERT-base, DistilBERT, ViT (4 layers), GPT-2, ResNetModel and ConvNeXt at their default
 configs with random weights (no downloads), and benchmarks/workloads.py's edge conv net (conv-BN, depthwise,
@@ -19,6 +19,11 @@ than cores, a spinning thread takes the core its partner needs, and a 2-thread c
 87-104 with OMP_WAIT_POLICY=passive, 88-95 at 1 thread). ONNX Runtime's own pool is not OpenMP and does not
 suffer so. --omp-wait-policy sets OMP_WAIT_POLICY for this process (libgomp reads it when it loads, so the
 script starts itself again with it set); the load average is printed before and after.
+
+The peers take their turns in a new random order each time: a peer that always runs right after another runs in
+the caches and the OpenMP threads that one left, and on a millisecond model that alone moved a package's median by
+40% (see `_time`). By default each turn is one call, so every call finds caches another peer filled; `--burst N`
+makes each turn N calls back to back, as a model serving requests back to back runs.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import contextlib
 import io
 import json
 import os
+import random
 import statistics
 import sys
 import tempfile
@@ -130,22 +136,25 @@ def _peers(eager, inputs, threads: int, folder: str) -> tuple[dict[str, Callable
     return calls, failed
 
 
-def _time(calls: dict[str, Callable], count: int, rounds: int) -> dict[str, float]:
-    """Median ms per call of each peer: `rounds` rounds, each of `count` calls per peer taken in turns, the order
-    rotating each round."""
+def _time(calls: dict[str, Callable], count: int, rounds: int, burst: int = 1) -> dict[str, float]:
+    """Median ms per call of each peer: `rounds` rounds, each of `count` calls per peer taken in turns, `burst`
+    calls a turn (each sample their mean), in a new random order each turn: a peer that always ran right after
+    another ran in the caches and OpenMP threads that one left (two copies of one edge-net package, 1.65 against
+    2.36 ms at 2 threads, when the order only rotated and so one always followed the other)."""
     labels = list(calls)
     samples: dict[str, list[float]] = {label: [] for label in labels}
     with torch.inference_mode():
         for _ in range(5):
             for call in calls.values():
                 call()
-        for r in range(rounds):
-            order = labels[r % len(labels):] + labels[:r % len(labels)]
-            for _ in range(count):
-                for label in order:
-                    start = time.perf_counter()
+        shuffled = random.Random(0)
+        for _ in range(rounds * max(1, count // burst)):
+            shuffled.shuffle(labels)
+            for label in labels:
+                start = time.perf_counter()
+                for _ in range(burst):
                     calls[label]()
-                    samples[label].append(time.perf_counter() - start)
+                samples[label].append((time.perf_counter() - start) / burst)
     return {label: statistics.median(t) * 1e3 for label, t in samples.items()}
 
 
@@ -165,6 +174,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--calls", type=int, default=100, help="calls per peer per round")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--burst", type=int, default=1,
+                        help="calls a peer makes each turn: 1 (the default) leaves each call the caches the other "
+                             "peers left; more, as a model serving calls back to back finds them (see below)")
     parser.add_argument("--only", default="", help="keep rows whose names contain one of these comma-separated parts")
     parser.add_argument("--json", default="", help="also write the table here")
     parser.add_argument("--omp-wait-policy", choices=("passive", "active"), default="",
@@ -178,7 +190,7 @@ def main() -> None:
     policy = os.environ.get("OMP_WAIT_POLICY", "libgomp's default")
     load_before = _load()
     print(f"torch {torch.__version__}, {args.threads} threads each, OMP_WAIT_POLICY {policy}; median ms per call "
-          f"of {args.rounds} rounds x {args.calls} calls, taken in turns; load average {load_before}")
+          f"of {args.rounds} rounds x {args.calls} calls, taken in turns of {args.burst}; load average {load_before}")
     print(f"{'model':40s}" + "".join(f"{p:>24s}" for p in PEERS) + f"{'best peer / jit2triton':>24s}")
     table, notes = [], []
     for name, eager, inputs in _models():
@@ -186,7 +198,7 @@ def main() -> None:
             continue
         torch.manual_seed(0)
         calls, failed = _peers(eager.eval(), inputs, args.threads, folder)
-        ms = _time(calls, args.calls, args.rounds)
+        ms = _time(calls, args.calls, args.rounds, args.burst)
         ahead = min((v for p, v in ms.items() if p != "jit2triton"), default=None)
         line = f"{name:40s}" + "".join(f"{ms[p]:24.3f}" if p in ms else f"{'-':>24s}" for p in PEERS)
         line += f"{ahead / ms['jit2triton']:23.2f}x" if ahead and "jit2triton" in ms else f"{'-':>24s}"
@@ -199,8 +211,9 @@ def main() -> None:
     print(f"load average after: {load_after}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"threads": args.threads, "torch": torch.__version__, "omp_wait_policy": policy,
-                       "load_average": [load_before, load_after], "rows": table}, f, indent=1)
+            json.dump({"threads": args.threads, "burst": args.burst, "torch": torch.__version__,
+                       "omp_wait_policy": policy, "load_average": [load_before, load_after], "rows": table},
+                      f, indent=1)
 
 
 if __name__ == "__main__":

@@ -167,3 +167,34 @@ def test_a_torch_without_the_fused_ops_keeps_atens_convolutions(always, channels
     assert not _fused(converted) and "packed" not in converted.manifest["plan"]
     x = torch.randn(2, 3, 16, 16)
     assert_same(converted(x), traced(x), "", {torch.float32: (1e-4, 1e-4)})
+
+
+def test_the_layout_choice_times_channels_last_as_it_will_run_fused(monkeypatch):
+    """channels_last.py times the channels-last net with its convolutions fused and their weights reordered in
+    advance (ATen's channels-last convolutions alone lost to the model's NCHW on transformers' ResNetModel, fused
+    they won by 1.3x); that candidate computes the model's outputs, and each convolution's choice is reported once."""
+    timed = []
+    plan_run = channels_last._plan_run
+
+    def spy(graph, ctx):
+        run = plan_run(graph, ctx)
+        timed.append((graph, run()))
+        return run
+
+    monkeypatch.setattr(channels_last, "_plan_run", spy)
+    monkeypatch.setattr(channels_last, "MARGIN", 1e9)
+    monkeypatch.setattr(onednn_conv, "_chosen", {})
+    monkeypatch.setattr(onednn_conv, "MARGIN", 1e9)  # every convolution timed, and fused
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 16, 16)
+    traced = torch.jit.trace(Convs().eval(), x)
+    converted = jit2triton.convert(traced, (x,))
+    (_, _), (fused, outputs) = timed
+    ops = [n.op for n in fused.walk()]
+    assert ops.count(onednn_conv.OP) + ops.count(onednn_conv.BINARY_OP) == 8 and onednn_conv.REORDER_OP not in ops
+    assert_same(outputs[0], traced(x), "timed channels-last candidate", {torch.float32: (1e-4, 1e-4)})
+    whats = [c["what"] for c in converted.summary()["timed_choices"]]
+    assert len(whats) == len(set(whats)), whats
+    fresh = torch.randn(2, 3, 16, 16)
+    assert_same(converted(fresh), traced(fresh), "output", {torch.float32: (1e-4, 1e-4)})
+

@@ -93,6 +93,26 @@ def onednn_conv(graph: Graph, ctx) -> int:
     return done
 
 
+def as_it_will_run(graph: Graph, ctx) -> Graph:
+    """A copy of a channels-last `graph` with its convolutions fused as `onednn_conv` would fuse them and their
+    weights reordered now (each a constant, not a step of the plan's load), for channels_last.py to time the
+    layout as it will run: through ATen, where a plan's run builds its packed constants on every call. The
+    per-convolution choices made here are not recorded (the pass itself records them, reusing their times)."""
+    trial = clone_graph(graph)
+    with timing.recording():  # a recording of its own, dropped
+        if not onednn_conv(trial, ctx):
+            return trial
+    literals, names = literals_of(trial), weight_names(trial)
+    for node in trial.walk():
+        if node.op == REORDER_OP and node.attrs.get(AT_LOAD):
+            weight = trial.weights[names[node.inputs[0].id]]
+            args = [literals.get(v.id) for v in node.inputs[1:]]
+            name = f"{node.output.name}_timed"
+            trial.weights[name] = torch.ops.mkldnn._reorder_convolution_weight(weight, *args)
+            node.op, node.inputs, node.attrs = "prim::Constant", [], {"weight": name}
+    return trial
+
+
 def _runs_channels_last(graph: Graph) -> bool:
     consts = literals_of(graph)
     return any(n.op == "aten::contiguous" and n.attrs.get("synthetic") and len(n.inputs) == 2
@@ -227,8 +247,7 @@ def choose(conv: Conv, graph: Graph, weights: dict[int, str], sizes: dict[str, i
         return False
     key = (what, conv.bias is not None, tuple(conv.scalars), conv.algorithm, torch.get_num_threads())
     if key not in _chosen:
-        _chosen[key] = timing.settle(what, timing.interleaved(_candidates(conv, shape, weight)),
-                                     "aten", MARGIN)
+        _chosen[key] = timing.settle_confirmed(what, _candidates(conv, shape, weight), "aten", MARGIN)
     else:
         timing.record(_chosen[key])
     return _chosen[key].chosen == "onednn"

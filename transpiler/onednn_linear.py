@@ -140,10 +140,9 @@ def choose(x: Type, features: int, has_bias: bool, sizes: dict[str, int]) -> boo
     a, b = torch.randn(rows, shape[-1], dtype=dtype), torch.randn(features, shape[-1], dtype=dtype)
     bias = torch.randn(features, dtype=dtype) if has_bias else None
     packed = torch.ops.mkldnn._reorder_linear_weight(b, rows)
-    seconds = timing.interleaved({"aten": lambda: torch.nn.functional.linear(a, b, bias),
-                                  "onednn": lambda: torch.ops.mkldnn._linear_pointwise(a, packed, bias, "none", [],
-                                                                                      "")})
-    _chosen[key] = timing.settle(what, seconds, "aten", MARGIN)
+    candidates = {"aten": lambda: torch.nn.functional.linear(a, b, bias),
+                  "onednn": lambda: torch.ops.mkldnn._linear_pointwise(a, packed, bias, "none", [], "")}
+    _chosen[key] = timing.settle_confirmed(what, candidates, "aten", MARGIN)
     return _chosen[key].chosen == "onednn"
 
 

@@ -38,7 +38,7 @@ from .merge_kernels import merge_kernels
 from .gemm_forms import gemm_forms
 from .gemm_kernels import gemm_kernels
 from .onednn_linear import onednn_linear
-from .onednn_conv import onednn_conv
+from .onednn_conv import as_it_will_run, onednn_conv
 from .pixel_convs import pixel_convs
 from .place_on_device import place_on_device
 from .build_plan import Plan, build_plan
@@ -181,7 +181,9 @@ REWRITES: list[tuple[str, Pass]] = [
     ("pixel_convs", lambda g, c: pixel_convs(g, c.device.type)),  # CPU: 1x1 convs of one pixel as GEMMs, gate stored
     ("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes)),  # CPU: where oneDNN is faster
     ("check_indices", lambda g, c: check_indices(g)),  # generated gathers clamp: a bad index must still raise
-    ("channels_last", channels_last),  # conv nets: channels-last activations, where timing says faster
+    # conv nets: channels-last activations, where timing says faster (timed with the convolutions fused as the next
+    # pass fuses them: channels-last through ATen's convolutions alone can be the slower, fused the faster)
+    ("channels_last", lambda g, c: channels_last(g, c, then=as_it_will_run)),
     ("onednn_conv", onednn_conv),  # CPU, channels-last nets: fused oneDNN convolutions, where timing says faster
     ("reobserve", observe),  # the rewrites made new values (a fused attention's output has its own strides)
     ("infer_unobserved", lambda g, c: infer_unobserved(g)),  # branches the example inputs did not take
