@@ -33,12 +33,11 @@ from .symbolic import SymSize
 
 __all__ = ["KERNEL_OP", "FusionFailed", "clone_graph", "fuse"]
 RECOMPUTE_LIMIT = 3  # a value of this many fused nodes or more is stored once rather than recomputed per user
-MAX_FUSION_ATTEMPTS = 64  # each failed attempt takes at least one more node out of the kernels
 
 
 class FusionFailed(Exception):
     """Building a kernel from these nodes failed (a bug in a lowering or in fusion, not in the model): they run
-    through ATen on the next attempt."""
+    through ATen on the next attempt (transpiler/fallbacks.py)."""
 
     def __init__(self, nodes: list[Node], reason: str) -> None:
         super().__init__(reason)
@@ -49,28 +48,17 @@ def fuse(graph: Graph, device_type: str, refused: Optional[dict[int, str]] = Non
          dims: Optional[dict[str, tuple]] = None) -> Graph:
     """-> a copy of `graph` in which lowered nodes have disappeared into `j2t::kernel` nodes.
 
-    `refused` maps node uids to the reason they must run through ATen (a kernel that failed to build or to verify);
-    a kernel that fails while being built here adds its nodes to it, and fusion starts again without them, so a
-    bug in one lowering costs that node its kernel, never the conversion.
+    `refused` maps node uids to the reason they must run through ATen (a kernel that failed to build or to verify).
+    A kernel that fails while being built here raises FusionFailed naming its nodes: transpiler/fallbacks.py refuses
+    them and fuses again, so a bug in one lowering costs that node its kernel, never the conversion.
 
     `dims` (name -> (min, max, example size)) lets kernels take dynamic dims as arguments: values whose sizes are
     polynomials over them lower like static ones. Without it only static shapes lower."""
-    refused = {} if refused is None else refused
-    for _ in range(MAX_FUSION_ATTEMPTS):
-        work = clone_graph(graph)
-        K.fresh_scope(dims)
-        try:
-            _Fuser(work, device_type, refused, dims is not None).block(work.body, top=True)
-        except FusionFailed as failure:
-            fresh = [n for n in failure.nodes if n.uid not in refused]
-            if not fresh:
-                raise
-            for node in fresh:
-                refused[node.uid] = failure.reason
-            continue
-        drop_unread(work)
-        return work
-    raise FusionFailed([], f"fusion failed {MAX_FUSION_ATTEMPTS} times")
+    work = clone_graph(graph)
+    K.fresh_scope(dims)
+    _Fuser(work, device_type, refused or {}, dims is not None).block(work.body, top=True)
+    drop_unread(work)
+    return work
 
 
 _IMMUTABLE = (str, int, float, bool, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
