@@ -24,6 +24,7 @@ from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource, check_model_
 from jit2triton.transpiler import fallbacks, pipeline
 from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP, FusionFailed
+from jit2triton.transpiler.ir import Attr
 from jit2triton.transpiler.report import packed_summary, summarize
 from jit2triton.transpiler.build_plan import Plan
 from jit2triton.transpiler.precision import PrecisionPlan
@@ -334,7 +335,7 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
         say(f"fusing and generating {backend} kernels")
         try:
             plan_graph = pipeline.lower(graph, ctx)
-            kernels = [n.attrs["kernel"] for n in plan_graph.walk() if n.op == KERNEL_OP]
+            kernels = [n.attrs[Attr.KERNEL] for n in plan_graph.walk() if n.op == KERNEL_OP]
             with ctx.stopwatch.stage("kernels"):
                 files, backend_section = build_kernels(kernels, backend, say, target)
         except (Jit2TritonError, FusionFailed):  # (FusionFailed: transpiler/fallbacks.py takes its nodes out)
@@ -357,7 +358,7 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
         "nodes": sched.node_table,
         "kernels": kernel_index(kernels, backend),
         "report": dict(summarize(sched.node_table), **packed_summary(sched.plan),
-                       folded_nodes=sum(1 for n in plan_graph.walk() if "folded_from" in n.attrs),
+                       folded_nodes=sum(1 for n in plan_graph.walk() if Attr.FOLDED_FROM in n.attrs),
                        **({"generation_failed": failure} if failure else {})),
         "ir": str(plan_graph),
         **backend_section,

@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol
 
 from jit2triton.errors import ConversionError
 
+from .ir import Attr
 from .fuse import FusionFailed
 from .pipeline import OPTIONAL_REWRITES, PassFailed
 
@@ -119,10 +120,10 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
         raise ConversionError(f"verification still failed after taking {len(attempt.removed)} kernels out; please "
                               "report it, or convert with backend='aten'")
     if verdict.kernel is not None:
-        kernel = verdict.kernel.attrs["kernel"]
+        kernel = verdict.kernel.attrs[Attr.KERNEL]
         why = f"verification: max rel. error {verdict.error:.3g} against ATen (kernel {kernel.name})"
         say(f"taking kernel {kernel.name} out: {why}")
-        fused = verdict.kernel.attrs["fused"]
+        fused = verdict.kernel.attrs[Attr.FUSED]
         attempt.removed.append({"kernel": kernel.name, "error": verdict.error, "ops": [n.op for n in fused]})
         attempt.refused.update((node.uid, why) for node in fused)
         return False

@@ -25,7 +25,7 @@ import torch
 from . import kernel_ir as K
 from .alias_analysis import fixed_tensor_lists, mutated_views, writes
 from .drop_unread import drop_unread
-from .ir import KERNEL_OP, QUANTIZED_DTYPES, Block, Graph, Node, Type, Value, defined, walk_block
+from .ir import Attr, KERNEL_OP, QUANTIZED_DTYPES, Block, Graph, Node, Type, Value, defined, walk_block
 from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, RunsAsExtern, TensorBox, contiguous_strides,
                        get_lowering, realized_box, strides_in_order)
 from .op_table import is_view, lookup
@@ -241,11 +241,11 @@ class _Fuser:
             values = [getattr(torch, box.dtype), None, torch.device(self.device_type), None]
             for c, value in zip(constants, values):
                 c.type = Type("Any")
-                out.append(Node("prim::Constant", [], [c], attrs={"value": value}))
+                out.append(Node("prim::Constant", [], [c], attrs={Attr.VALUE: value}))
             tensor = Value(f"{v.name}_tensor", Type("Tensor", box.dtype, (), self.device_type, strides=()))
             out.append(Node("aten::scalar_tensor", [v, *constants], [tensor], source=None,
-                            attrs={"schema": _SCALAR_TENSOR_SCHEMA, "scalar_carrier": True,
-                                   "synthetic": True}))
+                            attrs={Attr.SCHEMA: _SCALAR_TENSOR_SCHEMA, Attr.SCALAR_CARRIER: True,
+                                   Attr.SYNTHETIC: True}))
             self.buffers[box.buffer] = tensor
             self.boxes[tensor.id] = box
         self.uncommitted = []
@@ -271,10 +271,10 @@ class _Fuser:
 
     def constant(self, node: Node) -> None:
         value = node.output
-        if "weight" in node.attrs:
+        if Attr.WEIGHT in node.attrs:
             self.define_realized(value)
-        elif "value" in node.attrs:
-            self.literals[value.id] = node.attrs["value"]
+        elif Attr.VALUE in node.attrs:
+            self.literals[value.id] = node.attrs[Attr.VALUE]
 
     def lower(self, node: Node, out: list[Node]) -> bool:
         fn = get_lowering(node.op)
@@ -297,13 +297,13 @@ class _Fuser:
                 if box.shape != tuple(v.type.shape) or box.dtype != v.type.dtype:
                     raise CannotLower(f"lowering gave {box.dtype}{list(box.shape)}, TorchScript {v.type}")
         except CannotLower as why:
-            node.attrs["not_lowered"] = str(why) or "unsupported arguments"
+            node.attrs[Attr.NOT_LOWERED] = str(why) or "unsupported arguments"
             if isinstance(why, RunsAsExtern):
-                node.attrs["extern"] = True
+                node.attrs[Attr.EXTERN] = True
             self.forget_uncommitted()
             return False
         except Exception as err:  # a bug in a lowering (or one written for a constant met a runtime scalar)
-            node.attrs["not_lowered"] = f"its lowering failed: {type(err).__name__}: {err}"
+            node.attrs[Attr.NOT_LOWERED] = f"its lowering failed: {type(err).__name__}: {err}"
             self.forget_uncommitted()
             return False
         self.emit_carriers(out)
@@ -318,7 +318,7 @@ class _Fuser:
             heavy = len(box.nodes) >= RECOMPUTE_LIMIT and not all(is_view(n.op) for n in box.nodes)
             if self.users[v.id] > 1 and (heavy or _has_reduction(box)):
                 self.realize(v, out)  # several users would each recompute it: store it once instead
-            elif node.attrs.get("store"):
+            elif node.attrs.get(Attr.STORE):
                 self.realize(v, out)  # a pass asked for it stored (transpiler/split_norms.py: partial sums)
         return True
 
@@ -391,7 +391,8 @@ class _Fuser:
             values=[K.cast(value, box.dtype)],
             provenance=[_provenance(n) for n in box.nodes],
         )
-        node = Node(KERNEL_OP, [self.buffers[b] for b in inputs], [v], attrs={"kernel": kernel, "fused": box.nodes})
+        node = Node(KERNEL_OP, [self.buffers[b] for b in inputs], [v],
+                    attrs={Attr.KERNEL: kernel, Attr.FUSED: box.nodes})
         out.append(node)
         box.realize_as(name, strides)
         self.buffers[name] = v
@@ -423,7 +424,7 @@ class _Fuser:
         for node in nodes:
             if all(self.boxes[v.id].realized for v in node.outputs):
                 continue  # shared by several boxes (one permute under three unbind items): emitted once
-            node.attrs["aten_view"] = True
+            node.attrs[Attr.ATEN_VIEW] = True
             out.append(node)
             for value in node.outputs:
                 t = value.type
