@@ -180,7 +180,7 @@ class Verifier:
                                   "outputs not compared")
                 self.cases = []
                 return
-            self.cases.append((name, inputs, expected))
+            self.cases.append((name, _copies(inputs), expected))  # (shape inference may write the inputs)
 
     def with_example_integers(self, fresh: list, example: list) -> Optional[tuple[str, list, Any]]:
         """(name, inputs, TorchScript's outputs) for `fresh` with its integer inputs taken from the example's rows,
