@@ -14,6 +14,8 @@ fails, the conversion steps down this ladder, each rung giving up more speed tha
   5. refused: TorchScript's graph through ATen fails or disagrees: a ConversionError asking for a bug report.
 
 The stages themselves (prepare, build, check) are the caller's; this module knows only what each failure means.
+(Before any of this, `dynamic_shapes="auto"` converts static where the model specialises on its batch size:
+jit2triton/conversion.py. That is a property of the model, not a failure to fall back from.)
 """
 from __future__ import annotations
 
