@@ -11,6 +11,7 @@ import torch
 
 from jit2triton.emitters.build import kernel_index
 from jit2triton.errors import ConversionError
+from jit2triton.transpiler.ir import Attr
 from jit2triton.transpiler.report import packed_summary, summarize
 from jit2triton.version import __version__
 
@@ -46,7 +47,7 @@ def build_package(sched, plan_graph, built: BuiltKernels, signature: dict, model
         "nodes": sched.node_table,
         "kernels": kernel_index(built.kernels, built.backend),
         "report": dict(summarize(sched.node_table), **packed_summary(sched.plan),
-                       folded_nodes=sum(1 for n in plan_graph.walk() if "folded_from" in n.attrs),
+                       folded_nodes=sum(1 for n in plan_graph.walk() if Attr.FOLDED_FROM in n.attrs),
                        **({"generation_failed": built.failure} if built.failure else {})),
         "ir": str(plan_graph),
         **built.section,

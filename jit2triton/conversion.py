@@ -7,22 +7,23 @@ from typing import Any, Optional, Sequence, Union
 
 import torch
 
+from jit2triton.deploy.culprit import find_culprit
+from jit2triton.deploy.cuda_graph_choice import choose_cuda_graph
 from jit2triton.deploy.build_manifest import BuiltKernels, build_package, model_outputs
 from jit2triton.deploy.executor import Executor
 from jit2triton.deploy.literals import encode
 from jit2triton.deploy.methods import add_method
 from jit2triton.deploy.package import PackageContents
-from jit2triton.deploy.runtime import DeviceLike, Runtime, placed_weights
+from jit2triton.deploy.output_dims import with_dims
+from jit2triton.deploy.runtime import DeviceLike, placed_weights
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.backends import backend_named
 from jit2triton.loaders import load_script
 from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource, check_model_path
-from jit2triton.transpiler import pipeline
+from jit2triton.transpiler import fallbacks, pipeline
 from jit2triton.transpiler.from_torchscript import from_torchscript
-from jit2triton.transpiler.fuse import KERNEL_OP
-from jit2triton.transpiler.op_table import lookup
-from jit2triton.transpiler.symbolic import fit
-from jit2triton.transpiler import timing
+from jit2triton.transpiler.fuse import KERNEL_OP, FusionFailed
+from jit2triton.transpiler.ir import Attr
 from jit2triton.transpiler.build_plan import Plan
 from jit2triton.transpiler.precision import PrecisionPlan
 
@@ -31,8 +32,7 @@ from .dim_ranges import checked_ranges
 from .dims import DynamicShapes
 from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, StepError
 from .inputs import inputs_at, with_other_values
-from .verify import Verifier, divergent_kernel, first_divergence, fused_values, observed_values, package_runner, \
-    run_where_the_weights_are
+from .verify import Verifier, package_runner, run_where_the_weights_are, tensor_error
 
 Progress = Any
 
@@ -40,7 +40,6 @@ BACKENDS = ("cpp", "triton", "aten")
 # Other values the model runs on at the example's shapes where it has ops with data-dependent output sizes, each
 # moved so that masks such as `x > 0` count differently from the example and from each other
 VALUE_SHIFTS = (0.5, -0.5, 1.0)
-MAX_VERIFY_ROUNDS = 16  # each failed round takes one kernel out (the last, every kernel)
 
 
 def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None,
@@ -143,23 +142,13 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
         with stopwatch.stage("dim_ranges"):
             reference = lambda *xs: run_where_the_weights_are(script.function, list(xs))[0]  # noqa: E731
             dynamic, range_notes = checked_ranges(dynamic, reference, inputs, narrow_dims)
-    state = [_on_device(slot.initial, target) for slot in script.state]  # the plan takes it after the inputs
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
     precision_plan, tolerance = precision.plan_for(*reduced, target, say)
-    asked_backend = backend
-    graph, ctx, backend, pass_notes = _prepared(script, inputs + state, dynamic, target, backend, full_source_paths,
-                                                say, stopwatch, precision_plan)
-    written = sum(slot.written for slot in script.state)
     taken = precision.package_inputs(precision_plan, inputs)  # as the package takes them (io_precision)
-    outputs = model_outputs(ctx.outputs, written)
-    output = outputs[0] if len(outputs) == 1 else tuple(outputs)
-    seen = [(ctx.example_sizes, outputs)] + [(sizes, model_outputs(out, written)) for sizes, out in ctx.draw_outputs]
-    signature = {"inputs": _input_signature(script.input_names, script.input_defaults, taken, dynamic),
-                 "outputs": _with_dims(describe(output), seen)}
+    signature = {"inputs": _input_signature(script.input_names, script.input_defaults, taken, dynamic)}
     if dynamic:
         signature["dims"] = dynamic.signature()
-    model_info = {"name": script.name, "source": source, "state": script.state}
     verifier = None
     if verify:
         say("running TorchScript on the example inputs and a fresh draw, for verification")
@@ -169,40 +158,21 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
             verifier = Verifier(precision.reference(precision_plan, script.function), taken, signature["inputs"],
                                 target, dynamic.example, other_sizes)
         verifier.tolerance = tolerance
-        if precision_plan is not None:
-            def through_aten(trial):
-                return _prepared(script, inputs + state, dynamic, target, "aten", full_source_paths,
-                                 lambda message: None, pipeline.Stopwatch(), trial)[:2]
-            with stopwatch.stage("precision_search"):
-                if precision.enforce(precision_plan, graph, ctx, verifier, written, through_aten, say):
-                    graph, ctx, backend, pass_notes = _prepared(script, inputs + state, dynamic, target,
-                                                                asked_backend, full_source_paths, say, stopwatch,
-                                                                precision_plan)
-    try:
-        contents, verification = _build_verified(graph, backend, ctx, signature, model_info, verifier, say,
-                                                 rewritten=backend != "aten")
-    except _RewritesDisagree as err:
-        # A rewrite before fusion (GEMM forms, layouts, attention) changed the model beyond rounding: a bug, but the
-        # user still gets a correct package, the one TorchScript's own graph makes through ATen.
-        say(f"{err}; converting again as TorchScript wrote it, every op through ATen")
-        graph, ctx, _, _ = _prepared(script, inputs + state, dynamic, target, "aten", full_source_paths, say,
-                                     stopwatch, precision_plan)
-        contents, verification = _build_verified(graph, "aten", ctx, signature, model_info, verifier, say,
-                                                 rewritten=False)
-        verification["notes"] = list(verification["notes"]) + [
-            f"{err}; every op runs through ATen as TorchScript wrote it (please report it with the model)"]
-    if pass_notes or script.notes or range_notes:
-        verification["notes"] = list(verification["notes"]) + range_notes + script.notes + pass_notes
+    stages = _MethodStages(script, inputs, dynamic, target, backend, full_source_paths, say, stopwatch,
+                           precision_plan, verifier, signature, {"name": script.name, "source": source,
+                                                                 "state": script.state})
+    attempt = fallbacks.Attempt(kernels=backend != "aten", rewrites=backend != "aten")
+    (contents, _, _), attempt = fallbacks.build_with_fallbacks(stages, attempt, say)
     if target.type == "cuda" and contents.manifest["cuda_graph"]:
         with stopwatch.stage("cuda_graph_timing"):
-            _choose_cuda_graph(contents, taken, target, say)
-    contents.manifest["report"]["verification"] = verification
+            choose_cuda_graph(contents, taken, target, say)
+    contents.manifest["report"]["verification"] = stages.verification(attempt, range_notes + script.notes)
     if precision_plan is not None:
         measured = precision.measure(package_runner(contents, target), verifier) if verifier else []
         contents.manifest["report"]["precision"] = precision.report_section(precision_plan, tolerance, measured)
     contents.manifest["report"]["pass_seconds"] = stopwatch.report()
     if dynamic:
-        contents.manifest["report"]["dynamic_dims"] = signature["dims"]
+        contents.manifest["report"]["dynamic_dims"] = stages.signature["dims"]
     return contents
 
 
@@ -231,39 +201,6 @@ def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backen
     return contents, target
 
 
-def _prepared(script, inputs: list, dynamic: "dims.DynamicSpec", target: torch.device, backend: str,
-              full_source_paths: bool, say: Progress, stopwatch: pipeline.Stopwatch,
-              precision_plan: Optional[PrecisionPlan] = None) -> tuple[Any, pipeline.Context, str, list[str]]:
-    """TorchScript's graph in our IR, typed and rewritten for fusion -> (graph, context, backend, notes). A pass
-    that fails with an internal error (a bug) must not fail the conversion: a rewrite that only makes the graph
-    faster is skipped, any other pass costs the generated kernels (every op through ATen); each time the graph is
-    built again from TorchScript's, since the failed pass may have left it half rewritten. The notes say what was
-    left out, for the report."""
-    skipped: set[str] = set()
-    notes: list[str] = []
-    while True:
-        names = script.input_names + [f"self.{slot.name}" for slot in script.state]
-        with stopwatch.stage("from_torchscript"):
-            graph = from_torchscript(script.graph, names, script.name, full_source_paths)
-        ctx = _context(target, inputs, dynamic, stopwatch)
-        ctx.precision = precision_plan
-        ctx.generated_gemm = backend_named(backend).generated_gemm  # a GEMM over few rows may take its form
-        try:
-            pipeline.prepare(graph, ctx, generate_kernels=backend != "aten", skip=frozenset(skipped))
-            return graph, ctx, backend, notes
-        except pipeline.PassFailed as failure:
-            if backend == "aten":
-                raise ConversionError(f"{failure}; this is a bug in jit2triton: please report it with the "
-                                      "model") from None
-            if failure.name in pipeline.OPTIONAL_REWRITES and failure.name not in skipped:
-                skipped.add(failure.name)
-                notes.append(f"{failure}: converted without it (please report it with the model)")
-            else:
-                backend = "aten"
-                notes.append(f"{failure}: every op runs through ATen (please report it with the model)")
-            say(notes[-1])
-
-
 def _context(target: torch.device, inputs: list, dynamic: "dims.DynamicSpec",
              stopwatch: pipeline.Stopwatch) -> pipeline.Context:
     """What the passes share: the target, the example inputs and, with dynamic dims, draws at other sizes."""
@@ -280,71 +217,109 @@ def _context(target: torch.device, inputs: list, dynamic: "dims.DynamicSpec",
     return ctx
 
 
-class _RewritesDisagree(ConversionError):
-    """The rewritten graph disagrees with TorchScript with every op through ATen: a rewrite, not a kernel, is wrong."""
+class _MethodStages:
+    """The stages of one method's conversion, as the fallback ladder (transpiler/fallbacks.py) runs them: prepare
+    (TorchScript's graph in our IR, typed and rewritten), build (the package) and check (verification)."""
 
+    def __init__(self, script, inputs: list, dynamic: dims.DynamicSpec, target: torch.device, backend: str,
+                 full_source_paths: bool, say: Progress, stopwatch: pipeline.Stopwatch,
+                 precision_plan: Optional[PrecisionPlan], verifier: Optional[Verifier], signature: dict,
+                 model_info: dict) -> None:
+        self.script, self.dynamic, self.target, self.backend = script, dynamic, target, backend
+        self.inputs = inputs + [_on_device(slot.initial, target) for slot in script.state]  # the state after them
+        self.written = sum(slot.written for slot in script.state)
+        self.full_source_paths, self.say, self.stopwatch = full_source_paths, say, stopwatch
+        self.precision_plan, self.verifier, self.signature, self.model_info = (precision_plan, verifier, signature,
+                                                                               model_info)
+        self.verify_seconds = 0.0
+        self.rounded: list[str] = []  # where outputs differ because a discontinuous op met rounding
 
-def _build_verified(graph, backend: str, ctx: pipeline.Context, signature: dict, model_info: dict,
-                    verifier: Optional[Verifier], say: Progress,
-                    rewritten: bool = False) -> tuple[PackageContents, dict[str, Any]]:
-    """Build the package and verify it against TorchScript; while it disagrees, take out the first kernel that
-    diverges from ATen (or, when none does, every kernel) and build again. -> (contents, the report's
-    verification section)."""
-    removed: list[dict[str, Any]] = []
-    rounded: list[str] = []  # where outputs differ because a discontinuous op met rounding, not a wrong kernel
-    verify_seconds = 0.0
-    for _ in range(MAX_VERIFY_ROUNDS):
-        contents, sched = _build_package(graph, backend, ctx, signature, model_info, say)
-        backend = contents.manifest["backend"]  # "aten" if generating kernels failed outright
+    def prepare(self, attempt: fallbacks.Attempt) -> tuple[Any, pipeline.Context]:
+        graph, ctx = self.prepared(attempt.rewrites, attempt.skipped, self.stopwatch)
+        if "outputs" not in self.signature:  # the first graph prepared: the outputs, and a precision to hold
+            outputs = model_outputs(ctx.outputs, self.written)
+            seen = [(ctx.example_sizes, outputs)] + [(sizes, model_outputs(out, self.written))
+                                                    for sizes, out in ctx.draw_outputs]
+            described = with_dims(describe(outputs[0] if len(outputs) == 1 else tuple(outputs)), seen)
+            self.signature = {"inputs": self.signature["inputs"], "outputs": described,
+                              **{k: v for k, v in self.signature.items() if k != "inputs"}}
+            if self.precision_plan is not None and self.verifier is not None:
+                with self.stopwatch.stage("precision_search"):
+                    if precision.enforce(self.precision_plan, graph, ctx, self.verifier, self.written,
+                                         self.through_aten, self.say):
+                        graph, ctx = self.prepared(attempt.rewrites, attempt.skipped, self.stopwatch)
+        ctx.refused = attempt.refused  # the kernels the ladder took out, for fusion
+        return graph, ctx
+
+    def prepared(self, rewrites: bool, skipped: set[str], stopwatch: pipeline.Stopwatch,
+                 precision_plan: Optional[PrecisionPlan] = None) -> tuple[Any, pipeline.Context]:
+        """TorchScript's graph in our IR, typed and (with `rewrites`) rewritten for fusion but for `skipped`; built
+        anew each time, since a pass that failed may have left the last one half rewritten."""
+        names = self.script.input_names + [f"self.{slot.name}" for slot in self.script.state]
+        with stopwatch.stage("from_torchscript"):
+            graph = from_torchscript(self.script.graph, names, self.script.name, self.full_source_paths)
+        ctx = _context(self.target, self.inputs, self.dynamic, stopwatch)
+        ctx.precision = precision_plan or self.precision_plan
+        ctx.generated_gemm = backend_named(self.backend).generated_gemm  # a GEMM over few rows may take its form
+        pipeline.prepare(graph, ctx, generate_kernels=rewrites, skip=frozenset(skipped))
+        return graph, ctx
+
+    def through_aten(self, trial: PrecisionPlan) -> tuple[Any, pipeline.Context]:
+        """The graph with `trial`'s precision, every op through ATen, quietly: the precision search's step."""
+        try:
+            return self.prepared(False, set(), pipeline.Stopwatch(), trial)
+        except pipeline.PassFailed as failure:
+            raise ConversionError(f"{failure}; this is a bug in jit2triton: {fallbacks.REPORT}") from None
+
+    def build(self, prepared: tuple, attempt: fallbacks.Attempt) -> tuple[PackageContents, Plan, Any]:
+        graph, ctx = prepared
+        contents, sched = _build_package(graph, self.backend if attempt.kernels else "aten", ctx, self.signature,
+                                         self.model_info, self.say)
+        return contents, sched, graph
+
+    def check(self, built: tuple) -> fallbacks.Verdict:
+        contents, sched, graph = built
+        verifier = self.verifier
         if verifier is None or not verifier.compared:
-            break
-        checked = time.perf_counter()
-        say(f"verifying against TorchScript on {verifier.compared} input sets")
-        with ctx.stopwatch.stage("verify"):
-            mismatches = verifier.check(package_runner(contents, ctx.device))
+            return fallbacks.Verdict(passed=True)
+        started = time.perf_counter()
+        self.say(f"verifying against TorchScript on {verifier.compared} input sets")
+        with self.stopwatch.stage("verify"):
+            mismatches = verifier.check(package_runner(contents, self.target))
         culprit = None
         if mismatches and contents.manifest["kernels"]:
-            with ctx.stopwatch.stage("culprit_search"):
-                culprit = _find_culprit(graph, sched, contents, verifier, ctx.device)
-        verify_seconds += time.perf_counter() - checked
+            with self.stopwatch.stage("culprit_search"):
+                failed = [inputs for name, inputs, _ in verifier.cases if name in verifier.failed]
+                culprit = find_culprit(graph, sched, contents, failed, self.target,
+                                       lambda actual, expected: tensor_error(actual, expected)[0])
+        self.verify_seconds += time.perf_counter() - started
         if not mismatches:
-            break
-        if culprit is not None and culprit[0] == "rounding":
-            _, node, error = culprit
+            return fallbacks.Verdict(passed=True)
+        if culprit is not None and culprit.kind == "rounding":
+            node = culprit.node
             where = f" ({node.source})" if node.source else ""
-            rounded.append(f"{node.op}{where} decided differently on values that agree with TorchScript's to "
-                           f"rounding (the first value to differ; error {error:.3g}): the outputs after it differ from "
-                           "TorchScript's on " + ", ".join(verifier.failed) + ", every kernel before it matched ATen")
-            say(f"outputs differ only after {node.op}{where}, which rounding decided; keeping the kernels")
-            break
-        if culprit is not None:
-            _, kernel, error = culprit
-            name = kernel.attrs["kernel"].name
-            why = f"verification: max rel. error {error:.3g} against ATen (kernel {name})"
-            say(f"taking kernel {name} out: {why}")
-            removed.append({"kernel": name, "error": error, "ops": [n.op for n in kernel.attrs["fused"]]})
-            ctx.refused.update((node.uid, why) for node in kernel.attrs["fused"])
-        elif backend != "aten":
-            say("no single kernel is to blame: every op runs through ATen instead")
-            removed.append({"kernel": "*", "error": max(m.error for m in mismatches), "ops": []})
-            backend = "aten"
-        else:
-            listed = "; ".join(str(m) for m in mismatches[:4])
-            if rewritten:
-                raise _RewritesDisagree(f"the rewritten model does not match TorchScript ({listed})")
-            raise ConversionError(f"the converted model does not match TorchScript ({listed}); this is a bug in "
-                                  "jit2triton: please report it with the model")
-    else:
-        raise ConversionError(f"verification still failed after taking {len(removed)} kernels out; please report it, "
-                              "or convert with backend='aten'")
-    return contents, {
-        "status": ("skipped" if verifier is None else "not compared" if not verifier.compared else
-                   "matched up to rounding" if rounded else "passed"),
-        "input_sets": verifier.compared if verifier else 0,
-        "seconds": round(verify_seconds, 3),
-        "kernels_removed": removed,
-        "notes": (verifier.notes if verifier else []) + rounded,
-    }
+            self.rounded.append(f"{node.op}{where} decided differently on values that agree with TorchScript's to "
+                                f"rounding (the first value to differ; error {culprit.error:.3g}): the outputs after "
+                                "it differ from TorchScript's on " + ", ".join(verifier.failed) + ", every kernel "
+                                "before it matched ATen")
+            self.say(f"outputs differ only after {node.op}{where}, which rounding decided; keeping the kernels")
+            return fallbacks.Verdict(passed=True)
+        return fallbacks.Verdict(passed=False, kernel=culprit and culprit.node, error=culprit.error if culprit else 0.0,
+                                 worst=max(m.error for m in mismatches),
+                                 mismatches="; ".join(str(m) for m in mismatches[:4]),
+                                 has_kernels=contents.manifest["backend"] != "aten")
+
+    def verification(self, attempt: fallbacks.Attempt, notes: list[str]) -> dict[str, Any]:
+        """The report's verification section: how it went, and every step down the fallback ladder."""
+        verifier = self.verifier
+        return {
+            "status": ("skipped" if verifier is None else "not compared" if not verifier.compared else
+                       "matched up to rounding" if self.rounded else "passed"),
+            "input_sets": verifier.compared if verifier else 0,
+            "seconds": round(self.verify_seconds, 3),
+            "kernels_removed": attempt.removed,
+            "notes": (verifier.notes if verifier else []) + self.rounded + attempt.notes + notes,
+        }
 
 
 def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, model_info: dict,
@@ -357,11 +332,11 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
         say(f"fusing and generating {backend} kernels")
         try:
             plan_graph = pipeline.lower(graph, ctx)
-            kernels = [n.attrs["kernel"] for n in plan_graph.walk() if n.op == KERNEL_OP]
+            kernels = [n.attrs[Attr.KERNEL] for n in plan_graph.walk() if n.op == KERNEL_OP]
             with ctx.stopwatch.stage("kernels"):
                 files, section = build_kernels(kernels, backend, say, target)
             built = BuiltKernels(backend, kernels, files, section)
-        except Jit2TritonError:
+        except (Jit2TritonError, FusionFailed):  # (FusionFailed: transpiler/fallbacks.py takes its nodes out)
             raise
         except Exception as err:  # a bug in fusion or a renderer that no single node explains: no kernels at all
             failure = f"generating kernels failed ({type(err).__name__}: {err}); every op runs through ATen"
@@ -377,74 +352,6 @@ def _on_device(value, target: torch.device):
     if isinstance(value, list):
         return [_on_device(v, target) for v in value]
     return value.to(target, copy=True) if isinstance(value, torch.Tensor) else value
-
-
-GRAPH_MARGIN = 0.97  # the graph stays unless the plan step by step takes under this share of its time...
-HOST_HEADROOM = 0.75  # ... and the host queues a step-by-step call in under this share of it (the GPU is the limit)
-
-
-def _choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.device, say: Progress) -> None:
-    """Whether a straight-line CUDA plan runs as one graph, by timing both on the example inputs, back to back. A
-    graph saves the host's launches but copies every input in and output out of its buffers. Where the GPU is the
-    limit (an MLP's 4096x1024x4096 fp16 GEMMs), the launches hide behind GPU work anyway and the copies are pure
-    cost: there the plan runs step by step. Only with room to spare, though: a plan whose host work nearly fills
-    the GPU's time becomes host-bound, and slower than the graph, as soon as the host is a little busier than it
-    was while converting. Recorded in the manifest (and its report), so no runtime decides it."""
-    what = "one CUDA graph or step by step"
-    if timing.fixed():  # the graph, as the plan's shape decided
-        timing.take_fixed(what, "graph", "graph")
-        return
-    graphed, stepwise = Runtime(contents, target), Runtime(contents, target, cuda_graphs=False)
-    calls = 8
-    batch = lambda runtime: lambda: [runtime(*inputs) for _ in range(calls)]  # noqa: E731
-    try:
-        with torch.no_grad():
-            graphed(*inputs)  # runs step by step; the next call captures
-            timed = {label: seconds / calls for label, seconds in timing.interleaved(
-                {"graph": batch(graphed), "steps": batch(stepwise)}, rounds=10, budget_s=0.5,
-                sync=torch.cuda.synchronize).items()}
-            # the host's share: queueing the calls, timed without waiting for the GPU (after it drained)
-            timed["host"] = timing.best_time(batch(stepwise), runs=5, budget_s=0.2, sync=lambda: None) / calls
-            torch.cuda.synchronize()
-    except Exception as err:  # noqa: BLE001 - a plan that cannot be timed keeps the decision made from its shape
-        say(f"timing the CUDA graph failed ({type(err).__name__}); keeping it")
-        return
-    if not graphed.uses_cuda_graph:
-        return
-    use_graph = timed["steps"] >= GRAPH_MARGIN * timed["graph"] or timed["host"] >= HOST_HEADROOM * timed["steps"]
-    contents.manifest["cuda_graph"] = use_graph
-    timing.record(timing.Choice(what, "graph", "graph" if use_graph else "steps", GRAPH_MARGIN,
-                                {k: round(v * 1e6, 1) for k, v in timed.items()}))
-    contents.manifest["report"]["cuda_graph"] = dict({f"{k}_us": round(v * 1e6, 1) for k, v in timed.items()},
-                                                     chosen=use_graph)
-    say(f"CUDA graph: {timed['graph'] * 1e6:.0f} us a call, step by step {timed['steps'] * 1e6:.0f} us (the host "
-        f"{timed['host'] * 1e6:.0f} us of it): " + ("one graph" if use_graph else "step by step"))
-
-
-def _find_culprit(graph, sched, contents, verifier: Verifier, target: torch.device) -> Optional[tuple]:
-    """Why the package disagrees with TorchScript on the cases that failed: ("kernel", node, error) for the first
-    generated kernel that differs from ATen; ("rounding", node, error) when on every failed case the first value to
-    differ is made by a discontinuous op (a comparison, a sort, NMS) from inputs that agreed, so rounding decided it;
-    None when neither explains it."""
-    before = pipeline.plan(graph)
-    weights = placed_weights(before.weights, before.plan, target)
-    rounding = None
-    for name, inputs, _ in verifier.cases:
-        if name not in verifier.failed:
-            continue
-        reference = observed_values(before.plan, weights, before.node_table, before.nodes, inputs, target)
-        actual = fused_values(contents, sched.plan, sched.nodes, inputs, target)
-        first = first_divergence(reference, actual, sched.nodes)
-        if first is not None and first[0].op == KERNEL_OP:
-            return ("kernel", *first)
-        kernel = divergent_kernel(reference, actual, sched.nodes)  # after an ATen op that parted: the first kernel
-        if first is not None and lookup(first[0].op).discontinuous:
-            rounding = rounding or ("rounding", *first)
-        elif kernel is not None:
-            return ("kernel", *kernel)
-        else:
-            return None  # a failed case nothing explains
-    return rounding
 
 
 def _run_plan(target: torch.device) -> pipeline.RunPlan:
@@ -514,27 +421,3 @@ def _input_signature(names: list[str], defaults: list[Any], inputs: list[Any],
         signature.append(entry)
     return signature
 
-
-def _with_dims(desc: dict, seen: list[tuple[dict, list]]) -> dict:
-    """The outputs' description with each tensor's dynamic sizes named (`dims`: "batch", "12*batch"), beside the
-    example's: fitted to the outputs seen at the example and at each draw of the dims (`seen`: (sizes, outputs))."""
-    if not seen[1:]:
-        return desc
-    draws = [sizes for sizes, _ in seen]
-
-    def walk(d: dict, values: list) -> None:
-        if d.get("type") == "Tensor" and all(isinstance(v, torch.Tensor) and v.dim() == len(d["shape"])
-                                             for v in values):
-            fitted = [fit([v.shape[axis] for v in values], draws) for axis in range(len(d["shape"]))]
-            if any(not isinstance(n, int) for n in fitted):
-                d["dims"] = [str(n) if n is not None else "?" for n in fitted]
-        elif d.get("type") in ("Tuple", "List") and all(isinstance(v, (tuple, list)) and len(v) == len(d["items"])
-                                                        for v in values):
-            for i, item in enumerate(d["items"]):
-                walk(item, [v[i] for v in values])
-        elif d.get("type") == "Dict" and all(isinstance(v, dict) and v.keys() == d["items"].keys() for v in values):
-            for key, item in d["items"].items():
-                walk(item, [v[key] for v in values])
-
-    walk(desc, [outputs[0] if len(outputs) == 1 else tuple(outputs) for _, outputs in seen])
-    return desc

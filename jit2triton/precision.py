@@ -3,21 +3,20 @@
 A float32 model converted with `precision="fp16"` or `"bf16"` computes in that type but where the op table keeps
 float32 (transpiler/precision.py). Its accuracy is then measured against the float32 TorchScript model on the
 verification inputs (the example and fresh draws); while it misses `accuracy` (rtol, atol: an output's largest
-error may be at most atol + rtol times its largest magnitude), the culprit search below moves one node back to
-float32, the first one, in execution order, whose reduced precision makes the outputs miss: a binary search over
-"the first k candidate nodes reduced, the others float32", run through ATen alone (no kernels to build). The
-report names every node that stayed float32 and why, by source line.
+error may be at most atol + rtol times its largest magnitude), the search in transpiler/precision_search.py moves
+nodes back to float32, one at a time, each run through ATen alone (no kernels to build). The report names every
+node that stayed float32 and why, by source line.
 """
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from typing import Any, Callable, Optional
 
 import torch
 
 from jit2triton.transpiler.precision import PRECISIONS, PrecisionPlan, cast_floats
+from jit2triton.transpiler.precision_search import keep_float32_until_accurate
 from jit2triton.transpiler.build_plan import build_plan
 
 from .errors import ConversionError
@@ -26,8 +25,6 @@ from .verify import Verifier, compare
 # What a reduced package must meet against the float32 model by default, as (relative to an output's largest
 # magnitude, absolute): float16 keeps 11 bits, bfloat16 8, and a deep model's rounding adds up over its layers
 DEFAULT_ACCURACY = {"float16": {"rtol": 1e-2, "atol": 1e-3}, "bfloat16": {"rtol": 5e-2, "atol": 1e-2}}
-MAX_MOVED = 24  # nodes moved back to float32 before the conversion gives up on the accuracy asked for
-MAX_SEARCH_S = 600.0  # ... or seconds spent searching for them (each step runs the model a few times)
 # The CPU features that make a reduced type fast in ATen's and oneDNN's CPU kernels (/proc/cpuinfo flags)
 CPU_FEATURES = {"bfloat16": ("avx512_bf16", "amx_bf16"), "float16": ("avx512_fp16", "amx_fp16")}
 
@@ -113,49 +110,13 @@ def cpu_supports(dtype: str) -> bool:
 def enforce(plan: PrecisionPlan, graph, ctx, verifier: Verifier, written: int, prepare_aten: PrepareAten,
             say: Callable[[str], None]) -> bool:
     """Move nodes of `plan` back to float32 until the prepared graph (run through ATen) meets the verifier's
-    tolerance against the float32 model; whether any moved (then the caller prepares the graph again)."""
-    if not verifier.compared or written or not _misses(graph, ctx, verifier, written):
+    tolerance against the float32 model (transpiler/precision_search.py); whether any moved (then the caller
+    prepares the graph again)."""
+    if not verifier.compared or written:
         return False  # (a model that writes its state: the package's verification alone checks it)
-    say(f"the {plan.dtype} model misses the accuracy asked for: searching for the nodes that must stay float32")
-    deadline = time.monotonic() + MAX_SEARCH_S
-    for _ in range(MAX_MOVED):
-        if time.monotonic() > deadline:
-            break
-        position, error = _first_culprit(plan, list(plan.candidates), verifier, written, prepare_aten)
-        plan.keep[position] = (f"accuracy: in {plan.dtype} the outputs missed rtol={verifier.tolerance[0]:g}, "
-                               f"atol={verifier.tolerance[1]:g} (max error {error:.3g} of the largest magnitude)")
-        graph, ctx = prepare_aten(plan)
-        moved = next((n for n in plan.fp32_nodes if n["position"] == position), {})
-        say(f"keeping {moved.get('op', 'a node')} at {moved.get('source') or 'an unknown line'} in float32")
-        if not _misses(graph, ctx, verifier, written):
-            return True
-    raise ConversionError(f"the {plan.dtype} package still misses accuracy rtol={verifier.tolerance[0]:g}, "
-                          f"atol={verifier.tolerance[1]:g} with {len(plan.keep)} nodes moved back to float32 (the "
-                          f"search stops at {MAX_MOVED} nodes or {MAX_SEARCH_S:.0f}s): its error is spread over the "
-                          "model, not in a few ops; convert with a looser accuracy= or precision='fp32'")
-
-
-def _first_culprit(plan: PrecisionPlan, candidates: list[int], verifier: Verifier, written: int,
-                   prepare_aten: PrepareAten) -> tuple[int, float]:
-    """(position, error): the candidate whose reduced precision first makes the outputs miss, by a binary search
-    over how many candidates (in execution order) run reduced while the rest run in float32."""
-    def error_with_first(k: int) -> float:
-        trial = PrecisionPlan(plan.dtype, {**plan.keep, **{p: "search" for p in candidates[k:]}}, plan.io_reduced)
-        return _misses(*prepare_aten(trial), verifier, written)
-
-    if not candidates or error_with_first(0):
-        raise ConversionError(f"the {plan.dtype} package misses the accuracy asked for even with every op in "
-                              "float32 (its weights are stored in the reduced type): convert with a looser "
-                              "accuracy= or precision='fp32'")
-    low, high, error = 0, len(candidates), math.inf  # reducing the first `low` meets it, the first `high` misses
-    while high - low > 1:
-        middle = (low + high) // 2
-        missed = error_with_first(middle)
-        if missed:
-            high, error = middle, missed
-        else:
-            low = middle
-    return candidates[high - 1], error
+    accuracy = f"rtol={verifier.tolerance[0]:g}, atol={verifier.tolerance[1]:g}"
+    return keep_float32_until_accurate(plan, _misses(graph, ctx, verifier, written),
+                                       lambda trial: _misses(*prepare_aten(trial), verifier, written), accuracy, say)
 
 
 def _misses(graph, ctx, verifier: Verifier, written: int) -> float:

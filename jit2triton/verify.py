@@ -1,9 +1,7 @@
 """Convert-time verification: a package is run on the example inputs and on a fresh random draw of its signature
 and compared with the TorchScript model itself, so a wrong kernel is found before a user ships it.
 
-When the outputs disagree, the culprit is found by running the plan before fusion (every op through ATen) and the
-fused plan side by side on the same inputs, and comparing every value a generated kernel writes with the value ATen
-computed for the same IR value: the first kernel, in execution order, that diverges is the one to take out.
+When the outputs disagree, deploy/culprit.py finds the generated kernel to take out.
 """
 from __future__ import annotations
 
@@ -13,9 +11,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from jit2triton.deploy.executor import Executor
-from jit2triton.deploy.runtime import Runtime, load_kernels, placed_weights
-from jit2triton.transpiler.fuse import KERNEL_OP
+from jit2triton.deploy.runtime import Runtime
 
 from .errors import InputError, Jit2TritonError, SizeChangedError
 from .inputs import random_inputs
@@ -184,7 +180,7 @@ class Verifier:
                                   "outputs not compared")
                 self.cases = []
                 return
-            self.cases.append((name, inputs, expected))
+            self.cases.append((name, _copies(inputs), expected))  # (shape inference may write the inputs)
 
     def with_example_integers(self, fresh: list, example: list) -> Optional[tuple[str, list, Any]]:
         """(name, inputs, TorchScript's outputs) for `fresh` with its integer inputs taken from the example's rows,
@@ -243,59 +239,6 @@ class Verifier:
         return len(self.cases)
 
 
-def observed_values(plan: dict, weights: dict, node_table: list, nodes: list, inputs: list, device: torch.device,
-                    kernels: Optional[dict] = None, only_kernels: bool = False) -> dict[int, torch.Tensor]:
-    """Run a plan on `inputs` and keep every tensor it makes, by IR value id (the last one, in loops). A run that
-    fails keeps what it made before the failure."""
-    seen: dict[int, torch.Tensor] = {}
-
-    def observe(index: int, outputs: tuple) -> None:
-        node = nodes[index]
-        if only_kernels and node.op != KERNEL_OP:
-            return
-        for value, obj in zip(node.outputs, outputs):
-            if isinstance(obj, torch.Tensor):
-                seen[value.id] = obj.detach().clone()
-
-    executor = Executor(plan, weights, node_table, observe=observe, kernels=kernels, device=device)
-    try:
-        executor(_copies(inputs))
-    except Exception:
-        pass
-    return seen
-
-
-def divergent_kernel(reference: dict[int, torch.Tensor], fused: dict[int, torch.Tensor],
-                     nodes: list) -> Optional[tuple[Any, float]]:
-    """The first kernel node (in execution order) whose output differs from ATen's value for it, with its error."""
-    kernel_outputs = {v.id: node for node in nodes if node.op == KERNEL_OP for v in node.outputs}
-    for value_id, actual in fused.items():
-        expected = reference.get(value_id)
-        if expected is None or value_id not in kernel_outputs:
-            continue
-        error, _ = tensor_error(actual, expected)
-        if error:
-            return kernel_outputs[value_id], error
-    return None
-
-
-def first_divergence(reference: dict[int, torch.Tensor], actual: dict[int, torch.Tensor],
-                     nodes: list) -> Optional[tuple[Any, float]]:
-    """The node that made the first value (in the order the package made them) differing from ATen's, with its
-    error: there the package and the model first part. Everything before it agreed, so where that node is a
-    discontinuous op (a comparison, an argsort, NMS: the op table's `discontinuous`), nearly equal inputs decided
-    differently, which rounding alone does; where it is a kernel, the kernel is wrong."""
-    producer = {v.id: node for node in nodes for v in node.outputs}
-    for value_id, value in actual.items():
-        expected = reference.get(value_id)
-        if expected is None or value_id not in producer:
-            continue
-        error, _ = tensor_error(value, expected)
-        if error:
-            return producer[value_id], error
-    return None
-
-
 def package_runner(contents, device: torch.device) -> Callable:
     """The loaded package as a user would call it (the Python runtime, CUDA graphs included). A model with module
     state runs each case from the saved state and gives its new state beside its outputs, as the reference does."""
@@ -308,10 +251,3 @@ def package_runner(contents, device: torch.device) -> Callable:
         output = runtime(*inputs)
         return output, runtime.state.written_values()
     return run
-
-
-def fused_values(contents, plan: dict, nodes: list, inputs: list, device: torch.device) -> dict[int, torch.Tensor]:
-    """Every tensor the package makes on `inputs`, its kernels' and its ATen steps', by IR value id, in order."""
-    weights = placed_weights(contents.weights, plan, device)
-    kernels = load_kernels(contents, None, device)
-    return observed_values(plan, weights, contents.manifest["nodes"], nodes, inputs, device, kernels)

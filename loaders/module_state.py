@@ -11,7 +11,7 @@ runtimes hold the values between calls (see `StateSlot`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import torch
 

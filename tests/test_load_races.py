@@ -6,7 +6,6 @@ outcome of every load: before the fix, the swapped library ran within a few atte
 failed a few times in a hundred."""
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time

@@ -13,7 +13,7 @@ import torch
 import jit2triton
 from jit2triton import precision as face
 from jit2triton.errors import ConversionError
-from jit2triton.transpiler import pipeline
+from jit2triton.transpiler import pipeline, precision_search
 from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.precision import PrecisionPlan
 from jit2triton.loaders import load_script
@@ -183,7 +183,7 @@ def test_io_precision_takes_and_gives_the_reduced_type(backend):
 
 
 def test_a_search_that_cannot_meet_the_accuracy_says_what_to_do(monkeypatch):
-    monkeypatch.setattr(face, "MAX_MOVED", 1)  # the overflowing model needs three nodes moved
+    monkeypatch.setattr(precision_search, "MAX_MOVED", 1)  # the overflowing model needs three nodes moved
     example = (torch.randn(4, 16),)
     with pytest.raises(ConversionError, match="still misses accuracy.*1 nodes moved back.*looser accuracy="):
         _convert(torch.jit.script(Overflowing().eval()), example, precision="fp16")

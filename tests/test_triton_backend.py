@@ -457,11 +457,11 @@ def test_a_launch_bound_plan_runs_as_one_cuda_graph(tmp_path, monkeypatch):
 @pytest.mark.parametrize("graph_wins", [True, False])
 def test_conversion_times_the_cuda_graph_and_the_runtimes_follow_its_choice(graph_wins, tmp_path, monkeypatch,
                                                                              cpp_runtime):
-    from jit2triton import conversion
+    from jit2triton.deploy import cuda_graph_choice
     # the margins force the choice either way, whatever the timings (steps >= 0 * graph; steps < 1e9 * graph and
     # host < 1e9 * steps)
-    monkeypatch.setattr(conversion, "GRAPH_MARGIN", 0.0 if graph_wins else 1e9)
-    monkeypatch.setattr(conversion, "HOST_HEADROOM", 1e9)
+    monkeypatch.setattr(cuda_graph_choice, "GRAPH_MARGIN", 0.0 if graph_wins else 1e9)
+    monkeypatch.setattr(cuda_graph_choice, "HOST_HEADROOM", 1e9)
     model = torch.jit.trace(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.GELU(), torch.nn.Linear(512, 256),
                                                 torch.nn.LayerNorm(256)).eval(), (torch.randn(64, 256),))
     path = tmp_path / "mlp.j2t"

@@ -9,7 +9,7 @@ import torch
 
 import jit2triton
 from jit2triton.deploy import runtime as runtime_module
-from jit2triton import verify as verify_module
+from jit2triton.deploy import culprit as culprit_module
 
 from helpers import FRESH_SEED, assert_same
 
@@ -52,7 +52,7 @@ def kernels_rounding_differently(monkeypatch):
     def use(amount):
         load = _perturbed(amount)
         monkeypatch.setattr(runtime_module, "load_kernels", load)
-        monkeypatch.setattr(verify_module, "load_kernels", load)
+        monkeypatch.setattr(culprit_module, "load_kernels", load)
     return use
 
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .ir import Graph, Node
+from .ir import Attr, Graph, Node
 from .op_table import lookup, may_alias, returns_alias, writes_in_place
 
 
 def writes(node: Node) -> str:
     """What the node writes in place: "tensor", "container" or "" (op_table.writes_in_place)."""
-    return writes_in_place(node.attrs.get("schema", ""))
+    return writes_in_place(node.attrs.get(Attr.SCHEMA, ""))
 
 
 def mutated_views(graph: Graph) -> set[int]:
@@ -30,7 +30,7 @@ def mutated_views(graph: Graph) -> set[int]:
         return v
 
     aliases = [n for n in graph.walk()
-               if n.inputs and (may_alias(n.op) or returns_alias(n.attrs.get("schema", "")))]
+               if n.inputs and (may_alias(n.op) or returns_alias(n.attrs.get(Attr.SCHEMA, "")))]
     for node in aliases:
         for out in node.outputs:
             family[find(out.id)] = find(node.inputs[0].id)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .infer_shapes import ShapeRecorder
-from .ir import Block, Graph, Type, defined
+from .ir import Attr, Block, Graph, Type, defined
 from .op_table import HOST, lookup
 from .symbolic import SymSize
 
@@ -35,7 +35,7 @@ def bind_opaque_sizes(graph: Graph, recorder: ShapeRecorder, dims: Optional[dict
     _first_carriers(graph.body, first, top=True)
     bound = {name: where for name, where in first.items() if where is not None and name in recorder.opaque_examples}
     for name, (node, index, axis) in bound.items():
-        node.attrs.setdefault("binds", []).append((index, axis, name))
+        node.attrs.setdefault(Attr.BINDS, []).append((index, axis, name))
     if not bound:
         return {}
     for value in defined(graph):

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from .fuse import KERNEL_OP
-from .ir import Block, Graph, Node, Type, Value, readers
+from .ir import Attr, Block, Graph, Node, Type, Value, readers
 from .op_table import EXTERN, lookup, writes_in_place
-from .packed_params import AT_LOAD, ENGINE
+from .packed_params import AT_LOAD
 from .assign_slots import Slots, assign_slots
 from .symbolic import SymSize, size_json
 
@@ -47,7 +47,7 @@ def build_plan(graph: Graph) -> Plan:
     dims = _dim_sources(graph)
     if dims:
         plan["dims"] = dims
-    bound = sorted(name for node in graph.walk() for _, _, name in node.attrs.get("binds", ()))
+    bound = sorted(name for node in graph.walk() for _, _, name in node.attrs.get(Attr.BINDS, ()))
     if bound:
         plan["bound_dims"] = bound  # bound by the steps that make them, after the dims read from the inputs
     if packed:
@@ -74,7 +74,7 @@ def _read_weights(graph: Graph) -> dict[str, torch.Tensor]:
     readers all fused away is not packaged."""
     read = readers(graph)
     used = {name for node in graph.walk() if node.op == "prim::Constant" and node.output.id in read
-            for name in ([node.attrs["weight"]] if "weight" in node.attrs else node.attrs.get("weights", ()))}
+            for name in ([node.attrs[Attr.WEIGHT]] if Attr.WEIGHT in node.attrs else node.attrs.get(Attr.WEIGHTS, ()))}
     return {name: w for name, w in graph.weights.items() if name in used}
 
 
@@ -87,18 +87,18 @@ def _literals(graph: Graph) -> tuple[dict[int, list], list[dict]]:
         if node.attrs.get(AT_LOAD) and all(v.id in refs for v in node.inputs):
             entry = {"name": f"{node.output.name}_{len(packed)}", "op": node.op,
                      "args": [refs[v.id] for v in node.inputs]}
-            if ENGINE in node.attrs:
-                entry["engine"] = node.attrs[ENGINE]
+            if Attr.QUANTIZED_ENGINE in node.attrs:
+                entry["engine"] = node.attrs[Attr.QUANTIZED_ENGINE]
             packed.append(entry)
             refs[node.output.id] = ["p", entry["name"]]
         elif node.op == "prim::Constant":
             out = node.output
-            if "weight" in node.attrs:
-                refs[out.id] = ["w", node.attrs["weight"]]
-            elif "weights" in node.attrs:
-                refs[out.id] = ["wl", node.attrs["weights"]]
+            if Attr.WEIGHT in node.attrs:
+                refs[out.id] = ["w", node.attrs[Attr.WEIGHT]]
+            elif Attr.WEIGHTS in node.attrs:
+                refs[out.id] = ["wl", node.attrs[Attr.WEIGHTS]]
             else:
-                refs[out.id] = ["c", node.attrs.get("value")]
+                refs[out.id] = ["c", node.attrs.get(Attr.VALUE)]
     return refs, packed
 
 
@@ -129,20 +129,20 @@ class _PlanBuilder:
         self.nodes.append(node)
         if node.op == KERNEL_OP:
             return self.kernel_step(node, index)
-        info = lookup(node.op, node.attrs.get("schema", ""))
+        info = lookup(node.op, node.attrs.get(Attr.SCHEMA, ""))
         entry = {
             "op": node.op,
-            "category": ("alias" if node.attrs.get("aten_view") else
-                         "host" if node.attrs.get("scalar_carrier") else
-                         EXTERN if node.attrs.get("extern") else info.category),
+            "category": ("alias" if node.attrs.get(Attr.ATEN_VIEW) else
+                         "host" if node.attrs.get(Attr.SCALAR_CARRIER) else
+                         EXTERN if node.attrs.get(Attr.EXTERN) else info.category),
             "source": str(node.source) if node.source else "",
             "outputs": [f"%{v.name}" for v in node.outputs],
         }
-        if "not_lowered" in node.attrs:
-            entry["why"] = node.attrs["not_lowered"]
-        if "from_ops" in node.attrs:
-            entry["from_ops"] = node.attrs["from_ops"]  # the TorchScript nodes a rewrite made it from
-        if node.attrs.get("synthetic"):
+        if Attr.NOT_LOWERED in node.attrs:
+            entry["why"] = node.attrs[Attr.NOT_LOWERED]
+        if Attr.FROM_OPS in node.attrs:
+            entry["from_ops"] = node.attrs[Attr.FROM_OPS]  # the TorchScript nodes a rewrite made it from
+        if node.attrs.get(Attr.SYNTHETIC):
             entry["synthetic"] = True  # made by jit2triton, not a TorchScript node: the report does not count it
         self.node_table.append(entry)
         step: dict[str, Any] = {
@@ -152,17 +152,17 @@ class _PlanBuilder:
             "outs": [self.memory.slot[v.id] for v in node.outputs],
             "node": index,
         }
-        if "schema" in node.attrs:
-            step["kwnames"] = _kwarg_only_names(node.attrs["schema"])
-            writes = writes_in_place(node.attrs["schema"])
+        if Attr.SCHEMA in node.attrs:
+            step["kwnames"] = _kwarg_only_names(node.attrs[Attr.SCHEMA])
+            writes = writes_in_place(node.attrs[Attr.SCHEMA])
             if writes:
                 step["mutates"] = writes  # a CUDA graph region must not hold it (deploy/graph_regions.py)
         if lookup(node.op).builds_container in ("list", "dict"):
             step["type"] = _type_tag(node.outputs[0].type)  # a runtime that types its containers needs it
         if node.blocks:
             step["blocks"] = [self.block(b) for b in node.blocks]
-        if node.attrs.get("binds"):  # sizes read from its outputs into the call's size table (bind_sizes.py)
-            step["binds"] = [[name, index, axis] for index, axis, name in node.attrs["binds"]]
+        if node.attrs.get(Attr.BINDS):  # sizes read from its outputs into the call's size table (bind_sizes.py)
+            step["binds"] = [[name, index, axis] for index, axis, name in node.attrs[Attr.BINDS]]
         free = self.memory.free_after.get(id(node))
         if free:
             step["free"] = sorted(free)
@@ -172,13 +172,13 @@ class _PlanBuilder:
 
 
     def kernel_step(self, node: Node, index: int) -> dict[str, Any]:
-        kernel = node.attrs["kernel"]
+        kernel = node.attrs[Attr.KERNEL]
         self.node_table.append({
             "op": KERNEL_OP,
             "category": "kernel",
             "kernel": kernel.name,
             "fused": [{"op": n.op, "uid": n.uid, "source": str(n.source) if n.source else "",
-                       **({"synthetic": True} if n.attrs.get("synthetic") else {})} for n in node.attrs["fused"]],
+                       **({"synthetic": True} if n.attrs.get(Attr.SYNTHETIC) else {})} for n in node.attrs[Attr.FUSED]],
             "outputs": [f"%{v.name}" for v in node.outputs],
         })
         # Inputs that ATen made are expected to have the strides seen while converting; the runtime checks them

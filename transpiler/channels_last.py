@@ -26,7 +26,7 @@ import torch
 
 from .build_plan import build_plan
 from .fuse import clone_graph
-from .ir import Graph, Node, Type, Value, readers
+from .ir import Attr, Graph, Node, Type, Value, readers
 from .lowering import strides_in_order
 from .op_table import lookup
 from .symbolic import at_example
@@ -123,8 +123,8 @@ def _rewrite(graph: Graph, sizes: dict[str, int]) -> bool:
     fmt = _constant(head, "channels_last_format", CHANNELS_LAST)
     for x in images:
         converted = Value(f"{x.name}_channels_last", x.type)
-        head.append(Node("aten::contiguous", [x, fmt], [converted], attrs={"schema": CONTIGUOUS_SCHEMA,
-                                                                            "synthetic": True}))
+        head.append(Node("aten::contiguous", [x, fmt], [converted], attrs={Attr.SCHEMA: CONTIGUOUS_SCHEMA,
+                                                                            Attr.SYNTHETIC: True}))
         swap[x.id] = converted
     _replace_uses(graph, swap)
     restores.update({swap[x.id].id: restores[x.id] for x in images if x.id in restores})  # an input returned
@@ -177,7 +177,7 @@ def _layout(t: Type, sizes: dict[str, int]) -> Optional[int]:
 
 def _constant(nodes: list[Node], name: str, value: int) -> Value:
     v = Value(name, Type("int"))
-    nodes.append(Node("prim::Constant", [], [v], attrs={"value": value}))
+    nodes.append(Node("prim::Constant", [], [v], attrs={Attr.VALUE: value}))
     return v
 
 
@@ -194,12 +194,12 @@ def _weights_channels_last(graph: Graph) -> None:
     convolutions read them."""
     read_by = readers(graph)
     for node in graph.walk():
-        if node.op != "prim::Constant" or "weight" not in node.attrs:
+        if node.op != "prim::Constant" or Attr.WEIGHT not in node.attrs:
             continue
         users = read_by.get(node.output.id, [])
         if not users or not all(u is not None and _is_conv2d(u) and u.inputs[1] is node.output for u in users):
             continue
-        name = node.attrs["weight"]
+        name = node.attrs[Attr.WEIGHT]
         weight = graph.weights[name].contiguous(memory_format=torch.channels_last)
         graph.weights[name] = weight
         node.output.type = dataclasses.replace(node.output.type, strides=tuple(weight.stride()))
@@ -218,7 +218,7 @@ def _restore_outputs(graph: Graph, restores: dict[int, int]) -> None:
                 formats[layout] = _constant(out, f"restore_format_{layout}", layout)
             back = Value(f"{v.name}_restored", v.type)
             out.append(Node("aten::contiguous", [v, formats[layout]], [back],
-                            attrs={"schema": CONTIGUOUS_SCHEMA, "synthetic": True}))
+                            attrs={Attr.SCHEMA: CONTIGUOUS_SCHEMA, Attr.SYNTHETIC: True}))
             made[(v.id, layout)] = back
         return made[(v.id, layout)]
 

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import torch
 
-from .ir import Block, Graph, Node, Type, Value, literals as literals_of, weight_names
+from .ir import Attr, Block, Graph, Node, Type, Value, literals as literals_of, weight_names
 from .op_table import is_view, lookup, schema_of
 
 MESSAGE_LIMIT = 250
@@ -114,13 +114,13 @@ def _bounds_check(node: Node, index: Value, dim: Any, low: Optional[int]) -> lis
 
     def constant(name: str, value: Any, kind: str) -> Value:
         v = Value(f"{index.name}_{name}", Type(kind))
-        nodes.append(Node("prim::Constant", [], [v], attrs={"value": value}))
+        nodes.append(Node("prim::Constant", [], [v], attrs={Attr.VALUE: value}))
         return v
 
     def op(name: str, args: list[Value], result: str) -> Value:
         out = [Value(f"{index.name}_{result}", Type("Tensor"))] if result else []
         nodes.append(Node(name, args, out, source=node.source,
-                          attrs={"schema": schema_of(name), "synthetic": True}))
+                          attrs={Attr.SCHEMA: schema_of(name), Attr.SYNTHETIC: True}))
         return out[0] if out else None
 
     above = op("aten::ge.Scalar", [index, constant("low", low, "int")], "at_least_low")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from .ir import Graph, Node, Type, Value
+from .ir import Attr, Graph, Node, Type, Value
 from .op_table import lookup
 
 
@@ -64,5 +64,5 @@ def transposed_weight(graph: Graph, weights: dict[int, str], weight: Value) -> t
     t = graph.weights[name]
     value = Value(f"{weight.name}_t", Type("Tensor", weight.type.dtype, tuple(t.shape), weight.type.device,
                                            strides=tuple(t.stride())))
-    return Node("prim::Constant", [], [value], attrs={"weight": name}), value
+    return Node("prim::Constant", [], [value], attrs={Attr.WEIGHT: name}), value
 

@@ -15,7 +15,7 @@ import itertools
 import torch
 
 from .infer_shapes import ShapeRecorder
-from .ir import Graph, Node, Type
+from .ir import Attr, Graph, Node, Type
 from .op_table import lookup, schema_of, writes_in_place
 
 _symbols = (f"u{i}" for i in itertools.count())  # opaque, like shape inference's own: only their identity matters
@@ -68,8 +68,8 @@ def _spreads(node: Node, tainted: set[int], producers: dict, weights: dict) -> b
         return False
     if node.op == "aten::index.Tensor":  # only a boolean mask's count is data; integer indices give their own size
         indices = producers.get(node.inputs[1].id) if len(node.inputs) > 1 else None
-        if indices is not None and "weights" in indices.attrs:  # a frozen list of constant indices
-            return any(weights[name].dtype in (torch.bool, torch.uint8) for name in indices.attrs["weights"])
+        if indices is not None and Attr.WEIGHTS in indices.attrs:  # a frozen list of constant indices
+            return any(weights[name].dtype in (torch.bool, torch.uint8) for name in indices.attrs[Attr.WEIGHTS])
         listed = indices.inputs if indices is not None and indices.op == "prim::ListConstruct" else []
         return not listed or any(v.type.dtype in ("bool", "uint8") or v.type.dtype is None for v in listed
                                  if v.type.is_tensor)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of
+from .ir import Attr, Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of
 
 OP = "aten::_native_multi_head_attention"
 _SCHEMAS = {
@@ -77,14 +77,14 @@ def _written_out(node: Node, heads: int) -> list[Node]:
 
     def constant(value, kind: str) -> Value:
         v = Value(f"{result.name}_c", Type(kind, elems=(Type("int"),)) if kind == "List" else Type(kind))
-        nodes.append(Node("prim::Constant", [], [v], attrs={"value": value}))
+        nodes.append(Node("prim::Constant", [], [v], attrs={Attr.VALUE: value}))
         return v
 
     def op(name: str, inputs: list[Value], output: Optional[Value] = None, replaces: bool = False) -> Value:
         output = output or Value(f"{result.name}_{name.split('::')[1].split('.')[0]}",
                                  Type("Tensor", x.type.dtype, None, x.type.device))
         # the report counts the attention call once, as the first projection; the rest is made by the rewrite
-        attrs = {"schema": _SCHEMAS[name], **({"from_ops": [OP]} if replaces else {"synthetic": True})}
+        attrs = {Attr.SCHEMA: _SCHEMAS[name], **({"from_ops": [OP]} if replaces else {"synthetic": True})}
         nodes.append(Node(name, inputs, [output], source=node.source, attrs=attrs))
         return output
 

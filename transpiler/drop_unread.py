@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from .ir import KERNEL_OP, Graph, blocks
+from .ir import Attr, KERNEL_OP, Graph, blocks
 from .op_table import is_view, lookup
 
 
@@ -21,7 +21,7 @@ def drop_unread(graph: Graph) -> None:
         for block in blocks(graph):
             kept = [n for n in block.nodes
                     if not (n.op == KERNEL_OP or is_view(n.op) or lookup(n.op).shape_bookkeeping
-                            or n.attrs.get("scalar_carrier")) or any(read[v.id] for v in n.outputs)]
+                            or n.attrs.get(Attr.SCALAR_CARRIER)) or any(read[v.id] for v in n.outputs)]
             dropped += len(block.nodes) - len(kept)
             block.nodes = kept
         if not dropped:

@@ -13,12 +13,12 @@ from typing import Any
 import torch
 
 from .infer_shapes import ShapeRecorder
-from .ir import Block, Graph, Node, literals, walk_block
+from .ir import Attr, Block, Graph, Node, literals, walk_block
 from .op_table import HOST, POINTWISE, lookup
 
 
 def fold_shapes(graph: Graph, recorder: ShapeRecorder) -> Graph:
-    mutated = {n.inputs[0].id for n in graph.walk() if n.inputs and "!" in n.attrs.get("schema", "").split("->")[0]}
+    mutated = {n.inputs[0].id for n in graph.walk() if n.inputs and "!" in n.attrs.get(Attr.SCHEMA, "").split("->")[0]}
     folder = _Folder(graph, recorder, mutated, _value_dependent(graph))
     folder.block(graph.body)
     folder.rename_reads()
@@ -88,14 +88,14 @@ class _Folder:
         self.constant.add(out.id)
         self.folded[out.id] = value
         return Node("prim::Constant", [], [out], source=node.source,
-                    attrs={"value": value, "folded_from": node.op})
+                    attrs={Attr.VALUE: value, Attr.FOLDED_FROM: node.op})
 
     def host_loop_folds(self, node: Node) -> bool:
         """A loop of host arithmetic over fixed numbers (a product of sizes): it computes the same every call."""
         body = [n for sub in node.blocks for n in walk_block(sub)]
         return (all(self.fixed(v) for v in node.inputs)
-                and all(lookup(n.op, n.attrs.get("schema", "")).category == HOST and not n.blocks
-                        and "!" not in n.attrs.get("schema", "").split("->")[0]
+                and all(lookup(n.op, n.attrs.get(Attr.SCHEMA, "")).category == HOST and not n.blocks
+                        and "!" not in n.attrs.get(Attr.SCHEMA, "").split("->")[0]
                         and not any(v.type.is_tensor for v in n.outputs) for n in body)
                 and all(self.recorder.constant_value(v)[0] for v in node.outputs))
 
@@ -103,10 +103,10 @@ class _Folder:
         return v.id in self.constant or (not v.type.is_tensor and v.id not in self.value_dependent)
 
     def foldable(self, node: Node) -> bool:
-        info = lookup(node.op, node.attrs.get("schema", ""))
+        info = lookup(node.op, node.attrs.get(Attr.SCHEMA, ""))
         if len(node.outputs) != 1 or node.output.id in self.mutated or info.impure:
             return False
-        if "!" in node.attrs.get("schema", "").split("->")[0]:
+        if "!" in node.attrs.get(Attr.SCHEMA, "").split("->")[0]:
             return False
         if info.reads_shape:
             t = node.inputs[0].type
@@ -140,11 +140,11 @@ class _Folder:
         if isinstance(value, torch.Tensor):
             name = f"folded_{out.name}"
             self.graph.weights[name] = value.detach().clone()
-            folded.attrs["weight"] = name
+            folded.attrs[Attr.WEIGHT] = name
         else:
-            folded.attrs["value"] = value
+            folded.attrs[Attr.VALUE] = value
             self.folded[out.id] = value
-        folded.attrs["folded_from"] = node.op
+        folded.attrs[Attr.FOLDED_FROM] = node.op
         return folded
 
 
@@ -163,12 +163,12 @@ def _value_dependent(graph: Graph) -> set[int]:
 
 def _taint_block(block: Block, tainted: set[int], under_taint: bool) -> None:
     for node in block.nodes:
-        info = lookup(node.op, node.attrs.get("schema", ""))
+        info = lookup(node.op, node.attrs.get(Attr.SCHEMA, ""))
         source = info.data_dependent_size or info.impure or info.reads_values
         dirty = under_taint or source or any(v.id in tainted for v in node.inputs if not v.type.is_tensor)
         if dirty:
             tainted.update(v.id for v in node.outputs)
-            if node.inputs and "!" in node.attrs.get("schema", "").split("->")[0]:
+            if node.inputs and "!" in node.attrs.get(Attr.SCHEMA, "").split("->")[0]:
                 tainted.add(node.inputs[0].id)  # a list written with such a value, or under such a condition
         for sub in node.blocks:
             _taint_block(sub, tainted, dirty)

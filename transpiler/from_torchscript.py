@@ -15,7 +15,7 @@ import torch
 
 from jit2triton.errors import ConversionError
 
-from .ir import Block, Graph, Node, Source, Type, Value, dtype_name
+from .ir import Attr, Block, Graph, Node, Source, Type, Value, dtype_name
 from .packed_params import is_packed, unpack
 
 _TYPE_KINDS = {
@@ -94,7 +94,7 @@ class _Builder:
     def fill_block(self, block: Block, ts_nodes, ts_outputs) -> None:
         for ts_node in ts_nodes:
             node = self.node(ts_node)
-            block.nodes += node.attrs.pop("expanded", [])  # a constant container's items, made before it
+            block.nodes += node.attrs.pop(Attr.EXPANDED, [])  # a constant container's items, made before it
             block.nodes.append(node)
         block.outputs = [self.use(v) for v in ts_outputs]
 
@@ -109,7 +109,7 @@ class _Builder:
         if schema != "(no schema)":
             parsed = torch._C.parse_schema(schema)
             node.op = f"{parsed.name}.{parsed.overload_name}" if parsed.overload_name else parsed.name
-            node.attrs["schema"] = schema
+            node.attrs[Attr.SCHEMA] = schema
         for ts_block in ts_node.blocks():
             sub = Block([self.define(v) for v in ts_block.inputs()])
             self.fill_block(sub, ts_block.nodes(), ts_block.outputs())
@@ -130,7 +130,7 @@ class _Builder:
         elif isinstance(value, torch.Tensor):
             name = _unique(_clean(out.debugName()), self.weights)
             self.weights[name] = value.detach()
-            node.attrs["weight"] = name
+            node.attrs[Attr.WEIGHT] = name
             node.outputs[0].type = Type("Tensor", dtype_name(value.dtype), tuple(value.shape), value.device.type)
         elif isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) for v in value) \
                 and not _holds_optionals(out.type()):  # an index list (`x[buffer]`) is built as the case below
@@ -138,18 +138,18 @@ class _Builder:
             for i, tensor in enumerate(value):
                 names.append(_unique(f"{_clean(out.debugName())}_{i}", self.weights))
                 self.weights[names[-1]] = tensor.detach()
-            node.attrs["weights"] = names
+            node.attrs[Attr.WEIGHTS] = names
         elif _contains_tensor(value) and isinstance(value, (list, tuple)):
             # A container of tensors and other values, or any Tensor?[] (`x[..., [-1], :]` indexes with the Tensor?[]
             # [None, None, tensor([-1])], frozen into a constant): built at run time from one constant per item, as
             # TorchScript would before freezing, so no runtime needs a new kind of constant
-            node.attrs["expanded"], node.inputs = self.items(value, out.type(), _clean(out.debugName()), node.source)
+            node.attrs[Attr.EXPANDED], node.inputs = self.items(value, out.type(), _clean(out.debugName()), node.source)
             node.op = "prim::ListConstruct" if isinstance(value, list) else "prim::TupleConstruct"
         elif _contains_tensor(value):
             raise ConversionError(f"constant {out.debugName()} of type {out.type()} holds tensors in a container "
                                   "that is not a list or tuple; not supported yet")
         else:
-            node.attrs["value"] = value
+            node.attrs[Attr.VALUE] = value
 
     def items(self, value, ts_type, name: str, source) -> tuple[list[Node], list[Value]]:
         """(the nodes making each item of a list or tuple constant, the items' values)."""
@@ -168,13 +168,13 @@ class _Builder:
             weight = _unique(name, self.weights)
             self.weights[weight] = value.detach()
             made = Value(name, Type("Tensor", dtype_name(value.dtype), tuple(value.shape), value.device.type))
-            return [Node("prim::Constant", [], [made], attrs={"weight": weight}, source=source)], made
+            return [Node("prim::Constant", [], [made], attrs={Attr.WEIGHT: weight}, source=source)], made
         made = Value(name, ir_type(ts_type))
         if isinstance(value, (list, tuple)) and _contains_tensor(value):
             nodes, items = self.items(value, ts_type, name, source)
             op = "prim::ListConstruct" if isinstance(value, list) else "prim::TupleConstruct"
             return nodes + [Node(op, items, [made], source=source)], made
-        return [Node("prim::Constant", [], [made], attrs={"value": value}, source=source)], made
+        return [Node("prim::Constant", [], [made], attrs={Attr.VALUE: value}, source=source)], made
 
 
 def _holds_optionals(ts_type) -> bool:

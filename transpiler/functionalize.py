@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import torch
 
-from .ir import Block, Graph, Node, Type, Value, blocks
+from .ir import Attr, Block, Graph, Node, Type, Value, blocks
 from .lowering import get_lowering
 from .op_table import lookup, may_alias, returns_alias, schema_of
 
@@ -77,9 +77,9 @@ def _rewrite(graph: Graph, block: Block, position: int) -> bool:
         name, schema = "aten::fill.Scalar", schema_of("aten::fill.Scalar")
         filler = Value(f"{target.name}_fill", Type(type(number).__name__))
         node.inputs[1:] = [filler]
-        block.nodes.insert(position, Node("prim::Constant", [], [filler], attrs={"value": number}))
+        block.nodes.insert(position, Node("prim::Constant", [], [filler], attrs={Attr.VALUE: number}))
         position += 1
-    node.op, node.attrs["schema"] = name, schema
+    node.op, node.attrs[Attr.SCHEMA] = name, schema
     if not chain:
         _read_instead(block, position + 1, target, node.outputs[0])
         return True
@@ -87,13 +87,13 @@ def _rewrite(graph: Graph, block: Block, position: int) -> bool:
     src, inserted = node.outputs[0], []
     for view, args in zip(chain, constants):
         inner = view.inputs[0]
-        names = [a.name for a in torch._C.parse_schema(view.attrs["schema"]).arguments[1:]]
+        names = [a.name for a in torch._C.parse_schema(view.attrs[Attr.SCHEMA]).arguments[1:]]
         values = [Value(f"{inner.name}_{arg}", _ANY) for arg in names[:len(args)]]
-        inserted += [Node("prim::Constant", [], [v], attrs={"value": c}) for v, c in zip(values, args)]
+        inserted += [Node("prim::Constant", [], [v], attrs={Attr.VALUE: c}) for v, c in zip(values, args)]
         written = Value(f"{inner.name}_written", inner.type)
         scatter_op = lookup(view.op).scatter_form
         inserted.append(Node(scatter_op, [inner, src, *values], [written], source=node.source,
-                             attrs={"schema": schema_of(scatter_op), "synthetic": True}))
+                             attrs={Attr.SCHEMA: schema_of(scatter_op), Attr.SYNTHETIC: True}))
         src = written
     block.nodes[position + 1:position + 1] = inserted
     _read_instead(block, position + 1 + len(inserted), base, src)
@@ -110,7 +110,7 @@ def _fill_number(graph: Graph, node: Node) -> Any:
         return None
     value = node.inputs[1]
     producer = next((n for n in graph.walk() if n.op == "prim::Constant" and n.outputs[0].id == value.id), None)
-    weight = graph.weights.get(producer.attrs.get("weight")) if producer is not None else None
+    weight = graph.weights.get(producer.attrs.get(Attr.WEIGHT)) if producer is not None else None
     if weight is None or weight.dim() != 0 or weight.is_complex() or not _only_read(graph, value):
         return None
     return weight.item()
@@ -119,7 +119,7 @@ def _fill_number(graph: Graph, node: Node) -> Any:
 def _fresh(producer: Node) -> bool:
     """Whether the node makes a new tensor: an ATen op whose schema says its result aliases no input (not a
     constant or weight, not a view, not a container's item)."""
-    schema = producer.attrs.get("schema")
+    schema = producer.attrs.get(Attr.SCHEMA)
     if not schema or not producer.op.startswith("aten::"):
         return False
     return (len(torch._C.parse_schema(schema).returns) == 1 and not returns_alias(schema)
@@ -141,7 +141,7 @@ def _unaliased(block: Block, position: int, value: Value, writer: Node) -> bool:
 
 
 def _reads_without_keeping(node: Node, value: Value) -> bool:
-    schema = node.attrs.get("schema")
+    schema = node.attrs.get(Attr.SCHEMA)
     if not schema or not node.op.startswith("aten::") or may_alias(node.op):
         return False
     arguments = torch._C.parse_schema(schema).arguments
@@ -201,8 +201,8 @@ _UNKNOWN = object()
 
 def _literal(graph: Graph, value: Value) -> Any:
     for n in graph.walk():
-        if n.op == "prim::Constant" and n.outputs[0].id == value.id and "value" in n.attrs:
-            return n.attrs["value"]
+        if n.op == "prim::Constant" and n.outputs[0].id == value.id and Attr.VALUE in n.attrs:
+            return n.attrs[Attr.VALUE]
     return _UNKNOWN
 
 
@@ -243,7 +243,7 @@ def _meta_tensor(graph: Graph, v: Value) -> Optional[torch.Tensor]:
         return torch.empty(v.type.shape, dtype=getattr(torch, v.type.dtype), device="meta")
     for n in graph.walk():
         if n.op == "prim::Constant" and n.outputs[0].id == v.id:
-            value = graph.weights.get(n.attrs["weight"]) if "weight" in n.attrs else n.attrs.get("value")
+            value = graph.weights.get(n.attrs[Attr.WEIGHT]) if Attr.WEIGHT in n.attrs else n.attrs.get(Attr.VALUE)
             if isinstance(value, torch.Tensor):
                 return torch.empty_like(value, device="meta")
             if isinstance(value, (bool, int, float)) and v.type.dtype is not None:  # a 0-d tensor kept as a number

@@ -25,7 +25,7 @@ import torch
 from . import kernel_ir as K
 from .alias_analysis import fixed_tensor_lists, mutated_views, writes
 from .drop_unread import drop_unread
-from .ir import KERNEL_OP, QUANTIZED_DTYPES, Block, Graph, Node, Type, Value, defined, walk_block
+from .ir import Attr, KERNEL_OP, QUANTIZED_DTYPES, Block, Graph, Node, Type, Value, defined, walk_block
 from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, RunsAsExtern, TensorBox, contiguous_strides,
                        get_lowering, realized_box, strides_in_order)
 from .op_table import is_view, lookup
@@ -33,12 +33,11 @@ from .symbolic import SymSize
 
 __all__ = ["KERNEL_OP", "FusionFailed", "clone_graph", "fuse"]
 RECOMPUTE_LIMIT = 3  # a value of this many fused nodes or more is stored once rather than recomputed per user
-MAX_FUSION_ATTEMPTS = 64  # each failed attempt takes at least one more node out of the kernels
 
 
 class FusionFailed(Exception):
     """Building a kernel from these nodes failed (a bug in a lowering or in fusion, not in the model): they run
-    through ATen on the next attempt."""
+    through ATen on the next attempt (transpiler/fallbacks.py)."""
 
     def __init__(self, nodes: list[Node], reason: str) -> None:
         super().__init__(reason)
@@ -49,28 +48,17 @@ def fuse(graph: Graph, device_type: str, refused: Optional[dict[int, str]] = Non
          dims: Optional[dict[str, tuple]] = None) -> Graph:
     """-> a copy of `graph` in which lowered nodes have disappeared into `j2t::kernel` nodes.
 
-    `refused` maps node uids to the reason they must run through ATen (a kernel that failed to build or to verify);
-    a kernel that fails while being built here adds its nodes to it, and fusion starts again without them, so a
-    bug in one lowering costs that node its kernel, never the conversion.
+    `refused` maps node uids to the reason they must run through ATen (a kernel that failed to build or to verify).
+    A kernel that fails while being built here raises FusionFailed naming its nodes: transpiler/fallbacks.py refuses
+    them and fuses again, so a bug in one lowering costs that node its kernel, never the conversion.
 
     `dims` (name -> (min, max, example size)) lets kernels take dynamic dims as arguments: values whose sizes are
     polynomials over them lower like static ones. Without it only static shapes lower."""
-    refused = {} if refused is None else refused
-    for _ in range(MAX_FUSION_ATTEMPTS):
-        work = clone_graph(graph)
-        K.fresh_scope(dims)
-        try:
-            _Fuser(work, device_type, refused, dims is not None).block(work.body, top=True)
-        except FusionFailed as failure:
-            fresh = [n for n in failure.nodes if n.uid not in refused]
-            if not fresh:
-                raise
-            for node in fresh:
-                refused[node.uid] = failure.reason
-            continue
-        drop_unread(work)
-        return work
-    raise FusionFailed([], f"fusion failed {MAX_FUSION_ATTEMPTS} times")
+    work = clone_graph(graph)
+    K.fresh_scope(dims)
+    _Fuser(work, device_type, refused or {}, dims is not None).block(work.body, top=True)
+    drop_unread(work)
+    return work
 
 
 _IMMUTABLE = (str, int, float, bool, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
@@ -253,11 +241,11 @@ class _Fuser:
             values = [getattr(torch, box.dtype), None, torch.device(self.device_type), None]
             for c, value in zip(constants, values):
                 c.type = Type("Any")
-                out.append(Node("prim::Constant", [], [c], attrs={"value": value}))
+                out.append(Node("prim::Constant", [], [c], attrs={Attr.VALUE: value}))
             tensor = Value(f"{v.name}_tensor", Type("Tensor", box.dtype, (), self.device_type, strides=()))
             out.append(Node("aten::scalar_tensor", [v, *constants], [tensor], source=None,
-                            attrs={"schema": _SCALAR_TENSOR_SCHEMA, "scalar_carrier": True,
-                                   "synthetic": True}))
+                            attrs={Attr.SCHEMA: _SCALAR_TENSOR_SCHEMA, Attr.SCALAR_CARRIER: True,
+                                   Attr.SYNTHETIC: True}))
             self.buffers[box.buffer] = tensor
             self.boxes[tensor.id] = box
         self.uncommitted = []
@@ -283,10 +271,10 @@ class _Fuser:
 
     def constant(self, node: Node) -> None:
         value = node.output
-        if "weight" in node.attrs:
+        if Attr.WEIGHT in node.attrs:
             self.define_realized(value)
-        elif "value" in node.attrs:
-            self.literals[value.id] = node.attrs["value"]
+        elif Attr.VALUE in node.attrs:
+            self.literals[value.id] = node.attrs[Attr.VALUE]
 
     def lower(self, node: Node, out: list[Node]) -> bool:
         fn = get_lowering(node.op)
@@ -309,13 +297,13 @@ class _Fuser:
                 if box.shape != tuple(v.type.shape) or box.dtype != v.type.dtype:
                     raise CannotLower(f"lowering gave {box.dtype}{list(box.shape)}, TorchScript {v.type}")
         except CannotLower as why:
-            node.attrs["not_lowered"] = str(why) or "unsupported arguments"
+            node.attrs[Attr.NOT_LOWERED] = str(why) or "unsupported arguments"
             if isinstance(why, RunsAsExtern):
-                node.attrs["extern"] = True
+                node.attrs[Attr.EXTERN] = True
             self.forget_uncommitted()
             return False
         except Exception as err:  # a bug in a lowering (or one written for a constant met a runtime scalar)
-            node.attrs["not_lowered"] = f"its lowering failed: {type(err).__name__}: {err}"
+            node.attrs[Attr.NOT_LOWERED] = f"its lowering failed: {type(err).__name__}: {err}"
             self.forget_uncommitted()
             return False
         self.emit_carriers(out)
@@ -330,7 +318,7 @@ class _Fuser:
             heavy = len(box.nodes) >= RECOMPUTE_LIMIT and not all(is_view(n.op) for n in box.nodes)
             if self.users[v.id] > 1 and (heavy or _has_reduction(box)):
                 self.realize(v, out)  # several users would each recompute it: store it once instead
-            elif node.attrs.get("store"):
+            elif node.attrs.get(Attr.STORE):
                 self.realize(v, out)  # a pass asked for it stored (transpiler/split_norms.py: partial sums)
         return True
 
@@ -404,7 +392,8 @@ class _Fuser:
             provenance=[_provenance(n) for n in box.nodes],
             dims=K.dims(),
         )
-        node = Node(KERNEL_OP, [self.buffers[b] for b in inputs], [v], attrs={"kernel": kernel, "fused": box.nodes})
+        node = Node(KERNEL_OP, [self.buffers[b] for b in inputs], [v],
+                    attrs={Attr.KERNEL: kernel, Attr.FUSED: box.nodes})
         out.append(node)
         box.realize_as(name, strides)
         self.buffers[name] = v
@@ -436,7 +425,7 @@ class _Fuser:
         for node in nodes:
             if all(self.boxes[v.id].realized for v in node.outputs):
                 continue  # shared by several boxes (one permute under three unbind items): emitted once
-            node.attrs["aten_view"] = True
+            node.attrs[Attr.ATEN_VIEW] = True
             out.append(node)
             for value in node.outputs:
                 t = value.type

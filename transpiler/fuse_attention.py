@@ -12,7 +12,7 @@ import math
 from collections import Counter
 from typing import Callable, Optional
 
-from .ir import Block, Graph, Node, Type, Value, literals, weight_names
+from .ir import Attr, Block, Graph, Node, Type, Value, literals, weight_names
 from .op_table import OpInfo, lookup
 
 SDPA_SCHEMA = ("aten::scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
@@ -109,7 +109,7 @@ def _attention(out_matmul: Node, match: _Match):
               _constant_node(False, Type("bool"), consumed), _constant_node(scale, Type("float"), consumed),
               _constant_node(False, Type("bool"), consumed)]
     fused = Node("aten::scaled_dot_product_attention", inputs, list(out_matmul.outputs),
-                 attrs={"schema": SDPA_SCHEMA, "fused_from": [n.op for n in consumed]},
+                 attrs={Attr.SCHEMA: SDPA_SCHEMA},
                  source=out_matmul.source)
     constants = [n for n in consumed if n.op == "prim::Constant"]
     return constants + [fused], [n for n in consumed if n.op != "prim::Constant"]
@@ -121,5 +121,5 @@ def _same_rank(rank: int, *values: Value) -> bool:
 
 def _constant_node(value, type_: Type, sink: list) -> Value:
     out = Value("c", type_)
-    sink.append(Node("prim::Constant", [], [out], attrs={"value": value}))
+    sink.append(Node("prim::Constant", [], [out], attrs={Attr.VALUE: value}))
     return out

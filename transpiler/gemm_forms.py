@@ -27,7 +27,7 @@ from typing import Callable, Optional
 import torch
 
 from .constant_gemm import ConstantGemm, constant_gemm, features, transposed_weight
-from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
+from .ir import Attr, Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
 from .op_table import POINTWISE, lookup
 from .symbolic import at_example
 from . import timing
@@ -92,7 +92,7 @@ def _own_form(node: Node, gemm: ConstantGemm) -> str:
 def _bias_fuses(node: Node, readers: dict[int, list]) -> bool:
     """Whether every reader of the GEMM's output is a pointwise op: a generated kernel that takes a bias add in."""
     users = readers.get(node.output.id, [])
-    return bool(users) and all(u is not None and lookup(u.op, u.attrs.get("schema", "")).category == POINTWISE
+    return bool(users) and all(u is not None and lookup(u.op, u.attrs.get(Attr.SCHEMA, "")).category == POINTWISE
                                for u in users)
 
 
@@ -177,22 +177,22 @@ def _rewrite(graph: Graph, weights: dict[int, str], node: Node, gemm: ConstantGe
     result = node.output
     bias_after = gemm.bias is not None and form not in ("linear", GENERATED)
     product = Value(f"{result.name}_product", result.type) if bias_after else result
-    attrs = {"from_ops": [node.op], "gemm_form": form}
+    attrs = {Attr.FROM_OPS: [node.op], Attr.GEMM_FORM: form}
     if form == GENERATED:
-        attrs["gemm_config"] = template[1]
+        attrs[Attr.GEMM_CONFIG] = template[1]
     if form == "kn":
         nodes.append(Node("aten::matmul", [gemm.x, weight], [product], source=node.source,
-                          attrs=dict(attrs, schema=_MATMUL)))
+                          attrs=dict(attrs, **{Attr.SCHEMA: _MATMUL})))
     else:
         bias = gemm.bias if form in ("linear", GENERATED) else None
         if bias is None:
             bias = Value(f"{result.name}_no_bias", Type("None"))
-            nodes.append(Node("prim::Constant", [], [bias], attrs={"value": None}))
+            nodes.append(Node("prim::Constant", [], [bias], attrs={Attr.VALUE: None}))
         nodes.append(Node("aten::linear", [gemm.x, weight, bias], [product], source=node.source,
-                          attrs=dict(attrs, schema=_LINEAR)))
+                          attrs=dict(attrs, **{Attr.SCHEMA: _LINEAR})))
     if bias_after:
         alpha = Value(f"{result.name}_alpha", Type("int"))
-        nodes += [Node("prim::Constant", [], [alpha], attrs={"value": 1}),
+        nodes += [Node("prim::Constant", [], [alpha], attrs={Attr.VALUE: 1}),
                   Node("aten::add.Tensor", [product, gemm.bias, alpha], [result], source=node.source,
-                       attrs={"schema": _ADD, "synthetic": True})]
+                       attrs={Attr.SCHEMA: _ADD, Attr.SYNTHETIC: True})]
     return nodes

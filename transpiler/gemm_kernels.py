@@ -8,11 +8,10 @@ verification took out (`refused`, as for any kernel whose output disagreed with 
 from __future__ import annotations
 
 from .fuse import _provenance
-from .ir import KERNEL_OP, Graph, Node, blocks
+from .gemm_forms import GENERATED
+from .ir import KERNEL_OP, Attr, Graph, Node, blocks
 from .kernel_ir import GemmKernel, KernelBuffer
 from .lowering import contiguous_strides
-
-FORM = "skinny"
 
 
 def gemm_kernels(graph: Graph, refused: dict[int, str]) -> int:
@@ -21,13 +20,13 @@ def gemm_kernels(graph: Graph, refused: dict[int, str]) -> int:
     for block in blocks(graph):
         nodes = []
         for node in block.nodes:
-            kernel = _kernel(node, made) if node.attrs.get("gemm_form") == FORM and node.uid not in refused else None
+            kernel = _kernel(node, made) if node.attrs.get(Attr.GEMM_FORM) == GENERATED and node.uid not in refused else None
             if kernel is None:
                 nodes.append(node)
                 continue
             made += 1
             nodes.append(Node(KERNEL_OP, list(kernel_inputs(node)), list(node.outputs), source=node.source,
-                              attrs={"kernel": kernel, "fused": [node]}))
+                              attrs={Attr.KERNEL: kernel, Attr.FUSED: [node]}))
         block.nodes = nodes
     return made
 
@@ -51,7 +50,7 @@ def _kernel(node: Node, number: int) -> GemmKernel | None:
                for v in values]
     return GemmKernel(name=f"g{number}_linear", ranges=(), inputs=buffers[:-1], outputs=buffers[-1:], values=[],
                       provenance=[_provenance(node)], rows=rows, k=x.type.shape[-1], n=w.type.shape[0],
-                      config=node.attrs["gemm_config"])
+                      config=node.attrs[Attr.GEMM_CONFIG])
 
 
 def _dense(t) -> bool:

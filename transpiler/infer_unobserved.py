@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import torch
 
-from .ir import QUANTIZED_DTYPES, Graph, Node, Type, dtype_name, torch_dtype
+from .ir import Attr, QUANTIZED_DTYPES, Graph, Node, Type, dtype_name, torch_dtype
 
 
 def infer_unobserved(graph: Graph) -> int:
@@ -20,16 +20,16 @@ def infer_unobserved(graph: Graph) -> int:
     known: dict[int, Any] = {}  # value id -> a meta tensor or a constant standing for it
     for node in graph.walk():
         if node.op == "prim::Constant":
-            if "value" in node.attrs:
-                known[node.output.id] = node.attrs["value"]
-            elif "weight" in node.attrs and _static(node.output.type):
+            if Attr.VALUE in node.attrs:
+                known[node.output.id] = node.attrs[Attr.VALUE]
+            elif Attr.WEIGHT in node.attrs and _static(node.output.type):
                 known[node.output.id] = _meta(node.output.type)
     typed = 0
     for node in graph.walk():
         for v in node.inputs:
             if v.id not in known and _static(v.type):
                 known[v.id] = _meta(v.type)
-        if node.blocks or node.op == "prim::Constant" or "schema" not in node.attrs:
+        if node.blocks or node.op == "prim::Constant" or Attr.SCHEMA not in node.attrs:
             continue
         tensors_out = [v for v in node.outputs if v.type.kind == "Tensor"]
         if not tensors_out or all(_static(v.type) for v in tensors_out) or any(v.id not in known for v in node.inputs):
@@ -61,7 +61,7 @@ def _run_on_meta(node: Node, args: list) -> Optional[tuple]:
     name, _, overload = rest.partition(".")
     try:
         fn = getattr(getattr(getattr(torch.ops, namespace), name), overload or "default")
-        schema = torch._C.parse_schema(node.attrs["schema"])
+        schema = torch._C.parse_schema(node.attrs[Attr.SCHEMA])
         kwnames = [a.name for a in schema.arguments if a.kwarg_only]
         npos = len(args) - len(kwnames)
         args = [torch.device("meta") if isinstance(a, torch.device) else a for a in args]

@@ -16,6 +16,32 @@ Dim = Union[int, str]
 KERNEL_OP = "j2t::kernel"  # a generated kernel: fusion's output node (attrs: the kernel, the nodes it fused)
 
 
+class Attr:
+    """The keys of `Node.attrs`, declared once: passes read what other passes wrote through these names, so a
+    misspelt key is an AttributeError, not a value silently missed (tests/test_ir_attrs.py refuses literal keys)."""
+    VALUE = "value"  # prim::Constant: the literal it gives
+    WEIGHT = "weight"  # prim::Constant: the name of the frozen weight it gives
+    WEIGHTS = "weights"  # prim::Constant: the names of the frozen weights of the list it gives
+    EXPANDED = "expanded"  # from_torchscript, while building: a constant container's item nodes
+    SCHEMA = "schema"  # the op's TorchScript schema, by which ATen calls it
+    KERNEL = "kernel"  # j2t::kernel: its kernel_ir.Kernel
+    FUSED = "fused"  # j2t::kernel: the nodes it computes
+    NOT_LOWERED = "not_lowered"  # fusion: why the node runs through ATen (the report's reason)
+    EXTERN = "extern"  # fusion: its lowering calls ATen on purpose (a GEMM, a convolution)
+    ATEN_VIEW = "aten_view"  # fusion: a view made by ATen as an alias, where a kernel would copy
+    SCALAR_CARRIER = "scalar_carrier"  # fusion: the aten::scalar_tensor that hands a runtime scalar to a kernel
+    STORE = "store"  # a rewrite asks fusion to store the value rather than recompute it in each reader
+    SYNTHETIC = "synthetic"  # made by a pass, not by TorchScript: the report does not count it
+    FROM_OPS = "from_ops"  # a rewrite's node: the TorchScript ops it stands for (the report counts them)
+    GEMM_FORM = "gemm_form"  # gemm_forms: the form a GEMM took, read by gemm_kernels for the generated one
+    GEMM_CONFIG = "gemm_config"  # gemm_forms: the generated form's launch configuration, timed fastest
+    FOLDED_FROM = "folded_from"  # fold_shapes: the op a constant was computed from
+    FOLDED_INTO_LINEAR = "folded_into_linear"  # onednn_linear: an activation its fused linear computes
+    FOLDED_INTO_CONV = "folded_into_conv"  # onednn_conv: a node its fused convolution computes
+    BINDS = "binds"  # bind_sizes: [(output index, axis, size name)] the runtime reads from the outputs
+    QUANTIZED_ENGINE = "quantized_engine"  # packed_params: the engine a packing op's weights are laid out for
+
+
 @dataclass(frozen=True)
 class Type:
     kind: str  # Tensor, int, float, bool, str, None, Device, ScalarType, List, Tuple, Dict, Optional, Any, ...
@@ -167,12 +193,14 @@ def blocks(graph: Graph) -> list[Block]:
 
 def literals(graph: Graph) -> dict[int, Any]:
     """value id -> the literal a constant node gives it (ints, floats, lists, None...)."""
-    return {n.output.id: n.attrs["value"] for n in graph.walk() if n.op == "prim::Constant" and "value" in n.attrs}
+    return {n.output.id: n.attrs[Attr.VALUE] for n in graph.walk()
+            if n.op == "prim::Constant" and Attr.VALUE in n.attrs}
 
 
 def weight_names(graph: Graph) -> dict[int, str]:
     """value id -> the name of the frozen weight a constant node gives it."""
-    return {n.output.id: n.attrs["weight"] for n in graph.walk() if n.op == "prim::Constant" and "weight" in n.attrs}
+    return {n.output.id: n.attrs[Attr.WEIGHT] for n in graph.walk()
+            if n.op == "prim::Constant" and Attr.WEIGHT in n.attrs}
 
 
 def walk_block(block: Block):
@@ -195,10 +223,10 @@ def _format_block(block: Block, lines: list[str], indent: str) -> None:
         outs = ", ".join(f"{v!r}: {v.type}" for v in node.outputs)
         args = ", ".join(map(repr, node.inputs))
         attrs = ""
-        if "value" in node.attrs:
-            attrs = f"[value={_short(node.attrs['value'])}]"
-        elif "weight" in node.attrs:
-            attrs = f"[weight={node.attrs['weight']}]"
+        if Attr.VALUE in node.attrs:
+            attrs = f"[value={_short(node.attrs[Attr.VALUE])}]"
+        elif Attr.WEIGHT in node.attrs:
+            attrs = f"[weight={node.attrs[Attr.WEIGHT]}]"
         where = f"  # {node.source.file}:{node.source.line}" if node.source else ""
         lines.append(f"{indent}{outs + ' = ' if outs else ''}{node.op}{attrs}({args}){where}")
         for i, sub in enumerate(node.blocks):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 
 from .alias_analysis import writes
-from .ir import KERNEL_OP, Block, Graph, Node, blocks
+from .ir import Attr, KERNEL_OP, Block, Graph, Node, blocks
 from .op_table import lookup
 from . import kernel_ir as K
 
@@ -38,7 +38,7 @@ def _merge_in(block: Block) -> None:
         if node.blocks or writes(node) or lookup(node.op).host_effect:
             open_ = {}  # nothing moves above a write, a branch or a side effect
         elif node.op == KERNEL_OP and _pointwise(node):
-            kernel = node.attrs["kernel"]
+            kernel = node.attrs[Attr.KERNEL]
             positions, hosts = open_.setdefault((kernel.ranges, kernel.index), ([], []))
             newest_input = max((defined_at.get(v.id, -1) for v in node.inputs), default=-1)
             first = bisect.bisect_right(positions, newest_input)  # hosts defined after every input
@@ -55,19 +55,19 @@ def _merge_in(block: Block) -> None:
 
 
 def _pointwise(node: Node) -> bool:
-    return not any(K.reductions_in(v) for v in node.attrs["kernel"].values)
+    return not any(K.reductions_in(v) for v in node.attrs[Attr.KERNEL].values)
 
 
 def _joinable(host: Node, node: Node) -> bool:
     """Whether `host` (over the same iteration space) has room for `node`'s outputs and inputs."""
-    a, b = host.attrs["kernel"], node.attrs["kernel"]
+    a, b = host.attrs[Attr.KERNEL], node.attrs[Attr.KERNEL]
     names = {x.name for x in a.inputs} | {x.name for x in b.inputs}
     return len(a.outputs) + len(b.outputs) <= MAX_OUTPUTS and len(names) <= MAX_INPUTS
 
 
 def _absorb(host: Node, node: Node) -> None:
     """`node`'s kernel becomes part of `host`'s: its inputs join host's (each buffer once), its outputs follow."""
-    a, b = host.attrs["kernel"], node.attrs["kernel"]
+    a, b = host.attrs[Attr.KERNEL], node.attrs[Attr.KERNEL]
     have = {x.name for x in a.inputs}
     for value, buffer in zip(node.inputs, b.inputs):
         if buffer.name not in have:
@@ -78,4 +78,4 @@ def _absorb(host: Node, node: Node) -> None:
     a.values += b.values
     a.provenance += b.provenance
     host.outputs += node.outputs
-    host.attrs["fused"] = host.attrs["fused"] + node.attrs["fused"]
+    host.attrs[Attr.FUSED] = host.attrs[Attr.FUSED] + node.attrs[Attr.FUSED]

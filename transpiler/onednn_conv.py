@@ -27,7 +27,7 @@ import torch
 from .channels_last import CHANNELS_LAST, runs_at_every_draw
 from .fuse import clone_graph
 from .packed_params import AT_LOAD
-from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
+from .ir import Attr, Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
 from .symbolic import at_example
 from . import timing
 
@@ -115,7 +115,7 @@ def as_it_will_run(graph: Graph, ctx) -> Graph:
 
 def _runs_channels_last(graph: Graph) -> bool:
     consts = literals_of(graph)
-    return any(n.op == "aten::contiguous" and n.attrs.get("synthetic") and len(n.inputs) == 2
+    return any(n.op == "aten::contiguous" and n.attrs.get(Attr.SYNTHETIC) and len(n.inputs) == 2
                and consts.get(n.inputs[1].id) == CHANNELS_LAST for n in graph.body.nodes)
 
 
@@ -126,7 +126,7 @@ def _rewrite_graph(graph: Graph, sizes: dict[str, int]) -> int:
         defined_at = {v.id: i for i, n in enumerate(block.nodes) for v in n.outputs}
         out: list[Node] = []
         for at, node in enumerate(block.nodes):
-            if node.attrs.get("folded_into_conv"):
+            if node.attrs.get(Attr.FOLDED_INTO_CONV):
                 continue
             conv = as_conv(node, weights, literals)
             if conv is not None:
@@ -304,7 +304,7 @@ def _packed_weight(conv: Conv, result: Value, geometry: list[Value], constant) -
     w = conv.weight.type
     packed = Value(f"{conv.weight.name}_onednn_{result.name}", Type("Tensor", w.dtype, w.shape, w.device))
     node = Node(REORDER_OP, [conv.weight, *geometry, size], [packed], source=conv.node.source,
-                attrs={"schema": REORDER_SCHEMA, AT_LOAD: True})
+                attrs={Attr.SCHEMA: REORDER_SCHEMA, AT_LOAD: True})
     return _Packed(node, packed)
 
 
@@ -318,12 +318,12 @@ def _rewrite(conv: Conv) -> list[Node]:
     node = conv.node
     result = conv.folded[-1].output if conv.folded else node.output
     for folded in conv.folded:
-        folded.attrs["folded_into_conv"] = True
+        folded.attrs[Attr.FOLDED_INTO_CONV] = True
     constants: list[Node] = []
 
     def constant(name: str, value, kind: Type) -> Value:
         v = Value(f"{result.name}_{name}", kind)
-        constants.append(Node("prim::Constant", [], [v], attrs={"value": value}))
+        constants.append(Node("prim::Constant", [], [v], attrs={Attr.VALUE: value}))
         return v
 
     ints = Type("List", elems=(Type("int"),))
@@ -345,5 +345,5 @@ def _rewrite(conv: Conv) -> list[Node]:
                   constant("unary_scalars", conv.scalars, scalars),
                   optional("unary_algorithm", conv.algorithm or None)]
     fused = Node(op, inputs, [result], source=node.source,
-                 attrs={"schema": schema, "from_ops": [node.op] + [n.op for n in conv.folded]})
+                 attrs={Attr.SCHEMA: schema, Attr.FROM_OPS: [node.op] + [n.op for n in conv.folded]})
     return constants + [fused]

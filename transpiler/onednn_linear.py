@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from .constant_gemm import ConstantGemm, constant_gemm, features, transposed_weight
-from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
+from .ir import Attr, Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
 from .packed_params import AT_LOAD
 from .symbolic import at_example
 from . import timing
@@ -67,14 +67,14 @@ def onednn_linear(graph: Graph, device_type: str, sizes: Optional[dict[str, int]
         out: list[Node] = []
         packed: dict[tuple, Value] = {}  # (stored weight, rows hint) -> its packed form: a shared weight, once
         for node in block.nodes:
-            if node.attrs.get("folded_into_linear"):
+            if node.attrs.get(Attr.FOLDED_INTO_LINEAR):
                 continue
             gemm = _as_linear(node, weights, literals)
             if gemm is not None and choose(gemm.x.type, features(gemm), gemm.bias is not None, sizes or {}):
                 weight, stored, prelude = gemm.weight, weights[gemm.weight.id], []
                 if gemm.transposed:  # x @ W with a constant W: linear's weight is W's transpose, stored once as such
                     constant, weight = transposed_weight(graph, weights, weight)
-                    stored = constant.attrs["weight"]
+                    stored = constant.attrs[Attr.WEIGHT]
                     prelude.append(constant)
                 epilogue = _epilogue(node, readers, literals)
                 reorder, packed_weight = _reorder(weight, stored, _rows(gemm.x.type, sizes or {}), packed)
@@ -107,8 +107,8 @@ def _reorder(weight: Value, stored: str, rows: Optional[int], packed: dict[tuple
         return [], packed[key]
     hint = Value(f"{weight.name}_onednn_rows{rows}", Type("int") if rows is not None else Type("None"))
     packed[key] = Value(f"{weight.name}_onednn_{rows}", weight.type)
-    return [Node("prim::Constant", [], [hint], attrs={"value": rows}),
-            Node(REORDER_OP, [weight, hint], [packed[key]], attrs={"schema": REORDER_SCHEMA, AT_LOAD: True})], \
+    return [Node("prim::Constant", [], [hint], attrs={Attr.VALUE: rows}),
+            Node(REORDER_OP, [weight, hint], [packed[key]], attrs={Attr.SCHEMA: REORDER_SCHEMA, AT_LOAD: True})], \
         packed[key]
 
 
@@ -174,17 +174,17 @@ def _rewrite(node: Node, x: Value, weight: Value, bias: Optional[Value],
     constants, args = [], []
     if bias is None:
         bias = Value(f"{node.output.name}_no_bias", Type("None"))
-        constants.append(Node("prim::Constant", [], [bias], attrs={"value": None}))
+        constants.append(Node("prim::Constant", [], [bias], attrs={Attr.VALUE: None}))
     attr, algorithm, result = "none", "", node.output
     if epilogue is not None:
         act, attr, algorithm = epilogue
-        act.attrs["folded_into_linear"] = True
+        act.attrs[Attr.FOLDED_INTO_LINEAR] = True
         result = act.output
     for name, value, kind in (("attr", attr, "str"), ("scalars", [], "List"), ("algorithm", algorithm, "str")):
         v = Value(f"{result.name}_{name}", Type(kind, elems=(Type("Optional", elems=(Type("Scalar"),)),))
                   if kind == "List" else Type(kind))
-        constants.append(Node("prim::Constant", [], [v], attrs={"value": value}))
+        constants.append(Node("prim::Constant", [], [v], attrs={Attr.VALUE: value}))
         args.append(v)
     fused = Node(OP, [x, weight, bias, *args], [result], source=node.source,
-                 attrs={"schema": SCHEMA, "from_ops": [node.op] + ([epilogue[0].op] if epilogue else [])})
+                 attrs={Attr.SCHEMA: SCHEMA, Attr.FROM_OPS: [node.op] + ([epilogue[0].op] if epilogue else [])})
     return constants + [fused]

@@ -37,7 +37,7 @@ class OpInfo:
     data_dependent_size: str = ""
     # nearly equal inputs can give it different outputs (a comparison, an argmax, a sort's order, NMS, a floor):
     # where a package first differs from TorchScript at such an op, rounding decided it, not a wrong kernel
-    # (jit2triton/verify.py first_divergence); every op with a data-dependent size is
+    # (deploy/culprit.py first_divergence); every op with a data-dependent size is
     discontinuous: bool = False
     # why the op computes in float32 when a package runs in reduced precision (transpiler/precision.py): its
     # statistics or accumulators overflow or lose their range in float16/bfloat16 (autocast's float32 list); "" runs

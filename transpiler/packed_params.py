@@ -22,10 +22,9 @@ import torch
 
 from jit2triton.errors import ConversionError
 
-from .ir import Graph, Node, Source, Type, Value, dtype_name
+from .ir import Attr, Graph, Node, Source, Type, Value, dtype_name
 
 AT_LOAD = "at_load"  # node attr: the node reads only constants and runs once, at load (build_plan's "packed")
-ENGINE = "quantized_engine"  # node attr of a packing op: the quantized engine its packed weights are laid out for
 
 Unpacked = tuple[str, list[tuple[str, Any]]]  # (the op that packs it again, its arguments by name)
 
@@ -52,7 +51,7 @@ def refuse_off_cpu(graph: Graph, target: torch.device) -> None:
     converts for the CPU only."""
     if target.type == "cpu":
         return
-    packing = next((n for n in graph.walk() if ENGINE in n.attrs), None)
+    packing = next((n for n in graph.walk() if Attr.QUANTIZED_ENGINE in n.attrs), None)
     if packing is not None:
         where = f" (model source {packing.source})" if packing.source else ""
         raise ConversionError(
@@ -85,12 +84,12 @@ class _Maker:
         stored = self.unique(name, self.weights)
         self.weights[stored] = tensor.detach()
         made = Value(name, Type("Tensor", dtype_name(tensor.dtype), tuple(tensor.shape), tensor.device.type))
-        self.nodes.append(Node("prim::Constant", [], [made], attrs={"weight": stored}, source=self.source))
+        self.nodes.append(Node("prim::Constant", [], [made], attrs={Attr.WEIGHT: stored}, source=self.source))
         return made
 
     def literal(self, value: Any, name: str) -> Value:
         made = Value(name, _literal_type(value))
-        self.nodes.append(Node("prim::Constant", [], [made], attrs={"value": value}, source=self.source))
+        self.nodes.append(Node("prim::Constant", [], [made], attrs={Attr.VALUE: value}, source=self.source))
         return made
 
     def quantized(self, tensor: torch.Tensor, name: str) -> Value:
@@ -125,12 +124,12 @@ class _Maker:
         op, parts = unpacker(obj, name)
         args = [self.value(part, f"{name}_{label}") for label, part in parts]
         node = self.at_load(op, args, Value(name, Type(cls)))
-        node.attrs[ENGINE] = torch.backends.quantized.engine
+        node.attrs[Attr.QUANTIZED_ENGINE] = torch.backends.quantized.engine
         self.nodes.append(node)
         return node.output
 
     def at_load(self, op: str, args: list[Value], made: Value) -> Node:
-        return Node(op, args, [made], attrs={"schema": _schema(op), AT_LOAD: True}, source=self.source)
+        return Node(op, args, [made], attrs={Attr.SCHEMA: _schema(op), AT_LOAD: True}, source=self.source)
 
 
 def _linear(obj: torch.ScriptObject, name: str) -> Unpacked:

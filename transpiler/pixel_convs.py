@@ -19,7 +19,7 @@ whose output is larger is marked `store` (fuse.py writes it out once).
 """
 from __future__ import annotations
 
-from .ir import Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
+from .ir import Attr, Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
 from .onednn_conv import Conv, as_conv
 from .op_table import schema_of
 
@@ -84,7 +84,7 @@ def _store_gates(graph: Graph, results: list[Value]) -> None:
 def _mark(v: Value, graph: Graph) -> None:
     for node in graph.walk():
         if v in node.outputs:
-            node.attrs["store"] = True
+            node.attrs[Attr.STORE] = True
             return
 
 
@@ -97,16 +97,16 @@ def _as_product(graph: Graph, weights: dict[int, str], conv: Conv) -> list[Node]
     weights_type = conv.weight.type
     matrix = Value(f"{result.name}_matrix", Type("Tensor", weights_type.dtype, (outs, ins), weights_type.device))
     weights[matrix.id] = name
-    nodes = [Node("prim::Constant", [], [matrix], attrs={"weight": name})]
+    nodes = [Node("prim::Constant", [], [matrix], attrs={Attr.WEIGHT: name})]
 
     def constant(suffix: str, value, kind: Type) -> Value:
         v = Value(f"{result.name}_{suffix}", kind)
-        nodes.append(Node("prim::Constant", [], [v], attrs={"value": value}))
+        nodes.append(Node("prim::Constant", [], [v], attrs={Attr.VALUE: value}))
         return v
 
     def op(name: str, inputs: list[Value], output: Value) -> Value:
         nodes.append(Node(name, inputs, [output], source=node.source,
-                          attrs={"schema": schema_of(name), "synthetic": True, "from_ops": [node.op]}))
+                          attrs={Attr.SCHEMA: schema_of(name), Attr.SYNTHETIC: True, Attr.FROM_OPS: [node.op]}))
         return output
 
     ints = Type("List", elems=(Type("int"),))

@@ -6,7 +6,7 @@ import dataclasses
 
 import torch
 
-from .ir import Graph
+from .ir import Attr, Graph
 from .packed_params import refuse_off_cpu
 
 
@@ -16,8 +16,8 @@ def place_on_device(graph: Graph, target: torch.device) -> Graph:
     graph.host_weights = _host_weights(graph, target)
     graph.weights = {name: _stored_layout(w) for name, w in graph.weights.items()}
     for node in graph.walk():
-        if node.op == "prim::Constant" and "weight" in node.attrs:
-            device = "cpu" if node.attrs["weight"] in graph.host_weights else target.type
+        if node.op == "prim::Constant" and Attr.WEIGHT in node.attrs:
+            device = "cpu" if node.attrs[Attr.WEIGHT] in graph.host_weights else target.type
             node.output.type = dataclasses.replace(node.output.type, device=device)
     return graph
 
@@ -36,9 +36,9 @@ def _retarget_constants(graph: Graph, target: torch.device) -> None:
     conversion target instead: converting for CUDA means running on CUDA."""
     weights_on = {w.device.type for w in graph.weights.values()} or {"cpu"}
     for node in graph.walk():
-        value = node.attrs.get("value")
+        value = node.attrs.get(Attr.VALUE)
         if node.op == "prim::Constant" and isinstance(value, torch.device) and value.type in weights_on:
-            node.attrs["value"] = target
+            node.attrs[Attr.VALUE] = target
 
 
 def _stored_layout(weight: torch.Tensor) -> torch.Tensor:

@@ -26,7 +26,7 @@ from typing import Iterator, Optional
 
 import torch
 
-from .ir import Node
+from .ir import Attr, Node
 from .op_table import may_alias, returns_alias, writes_in_place
 
 ALIGN = 64  # bytes: a cache line, and more than any dtype's alignment
@@ -47,7 +47,7 @@ def plan_arena(plan: dict, nodes: list[Node]) -> None:
             last_read[key] = position
         outputs = [(position, j) for j in range(len(step.get("outs", ())))]
         if step["kind"] == "call" and step["op"].startswith("aten::"):
-            schema = nodes[step["node"]].attrs.get("schema", "")
+            schema = nodes[step["node"]].attrs.get(Attr.SCHEMA, "")
             if may_alias(step["op"]) or returns_alias(schema) or writes_in_place(schema):
                 for key in read:
                     for out in outputs:

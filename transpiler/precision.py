@@ -22,7 +22,7 @@ from typing import Optional
 
 import torch
 
-from .ir import Block, Graph, Node, Type, Value, literals, readers
+from .ir import Attr, Block, Graph, Node, Type, Value, literals, readers
 from .op_table import lookup, schema_of
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -101,7 +101,7 @@ class _Rewrite:
     def weights(self) -> None:
         """Store float32 weights in the reduced type, unless only float32 nodes read them."""
         for node in self.graph.walk():
-            name = node.attrs.get("weight") if node.op == "prim::Constant" else None
+            name = node.attrs.get(Attr.WEIGHT) if node.op == "prim::Constant" else None
             tensor = self.graph.weights.get(name) if name else None
             if tensor is None or str(tensor.dtype) != "torch.float32":
                 continue
@@ -192,7 +192,7 @@ class _Rewrite:
         key = (kind, value)
         if key not in self.constants:
             made = Value(f"c_{kind}_{value}".lower(), Type(kind))
-            self.graph.body.nodes.insert(0, Node("prim::Constant", [], [made], {"value": value}))
+            self.graph.body.nodes.insert(0, Node("prim::Constant", [], [made], {Attr.VALUE: value}))
             self.constants[key] = made
         return self.constants[key]
 

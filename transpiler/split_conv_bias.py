@@ -11,7 +11,7 @@ On the CPU the bias stays in the convolution (oneDNN adds it in the convolution'
 """
 from __future__ import annotations
 
-from .ir import Graph, Node, Type, Value, blocks, weight_names
+from .ir import Attr, Graph, Node, Type, Value, blocks, weight_names
 from .op_table import lookup
 
 BIAS = 2  # a convolution's bias input (OpInfo.convolution)
@@ -43,14 +43,14 @@ def split_conv_bias(graph: Graph, device_type: str) -> int:
             alpha = Value(f"{result.name}_alpha", Type("int"))
             node.inputs[BIAS], node.outputs[0] = none, convolved
             out[-1:] = [
-                Node("prim::Constant", [], [none], attrs={"value": None}),
+                Node("prim::Constant", [], [none], attrs={Attr.VALUE: None}),
                 node,
-                Node("prim::Constant", [], [size], attrs={"value": [-1] + [1] * (rank - 2)}),
+                Node("prim::Constant", [], [size], attrs={Attr.VALUE: [-1] + [1] * (rank - 2)}),
                 Node("aten::view", [bias, size], [per_channel], source=node.source,
-                     attrs={"schema": _VIEW_SCHEMA, "synthetic": True}),
-                Node("prim::Constant", [], [alpha], attrs={"value": 1}),
+                     attrs={Attr.SCHEMA: _VIEW_SCHEMA, Attr.SYNTHETIC: True}),
+                Node("prim::Constant", [], [alpha], attrs={Attr.VALUE: 1}),
                 Node("aten::add.Tensor", [convolved, per_channel, alpha], [result], source=node.source,
-                     attrs={"schema": _ADD_SCHEMA, "synthetic": True}),
+                     attrs={Attr.SCHEMA: _ADD_SCHEMA, Attr.SYNTHETIC: True}),
             ]
             split += 1
         block.nodes = out

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from .ir import Graph, Node, Type, Value, blocks, literals as literals_of
+from .ir import Attr, Graph, Node, Type, Value, blocks, literals as literals_of
 from .op_table import schema_of
 
 MODE = "auto"  # "auto": on CUDA only; "always" (tests); "never"
@@ -92,14 +92,14 @@ def _rewrite(node: Node, rows: int, extent: int, pieces: int, weight: Value, bia
 
     def constant(name: str, value: Any, kind: str) -> Value:
         v = Value(f"{result.name}_{name}", Type(kind))
-        nodes.append(Node("prim::Constant", [], [v], attrs={"value": value}))
+        nodes.append(Node("prim::Constant", [], [v], attrs={Attr.VALUE: value}))
         return v
 
     def op(name: str, args: list[Value], label: str, store: bool = False, out: Optional[Value] = None) -> Value:
         v = out or Value(f"{result.name}_{label}", Type("Tensor", "float32", None, device))
-        attrs = {"schema": schema_of(name), "synthetic": True, "from_ops": [node.op]}
+        attrs = {Attr.SCHEMA: schema_of(name), Attr.SYNTHETIC: True, Attr.FROM_OPS: [node.op]}
         if store:
-            attrs["store"] = True
+            attrs[Attr.STORE] = True
         nodes.append(Node(name, args, [v], source=node.source, attrs=attrs))
         return v
 
@@ -117,7 +117,7 @@ def _rewrite(node: Node, rows: int, extent: int, pieces: int, weight: Value, bia
     one = constant("one", 1, "int")
     xg = op("aten::reshape", [x, constant("pieces_shape", leading + [pieces, extent // pieces], "int[]")], "pieces")
     mean = statistic(xg, "mean")
-    nodes[-1].attrs["store"] = True
+    nodes[-1].attrs[Attr.STORE] = True
     d = op("aten::sub.Tensor", [xg, mean, one], "deviation")
     var = statistic(op("aten::mul.Tensor", [d, d], "squares"), "var")
     inv = op("aten::rsqrt", [op("aten::add.Scalar", [var, constant("eps", eps, "float"), one], "var_eps")], "inv_std",
@@ -134,5 +134,5 @@ def _rewrite(node: Node, rows: int, extent: int, pieces: int, weight: Value, bia
         normed = op(combine, args, f"with_{label}")
     last = nodes[-1]  # the norm's own node now: its result, counted as the TorchScript node it replaces
     last.outputs = [result]
-    del last.attrs["synthetic"]
+    del last.attrs[Attr.SYNTHETIC]
     return nodes

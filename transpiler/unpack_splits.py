@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
-from .ir import Block, Graph, Node, Type, Value, literals
+from .ir import Attr, Block, Graph, Node, Type, Value, literals
 from .op_table import lookup
 
 SLICE_SCHEMA = "aten::slice.Tensor(Tensor(a) self, int dim=0, SymInt? start=None, SymInt? end=None, SymInt step=1) -> Tensor(a)"
@@ -91,16 +91,16 @@ def _views(split: Node, unpack: Node, dim: int, pieces: list[tuple[int, int]], s
 
     def constant(value: int) -> Value:
         v = Value("c", Type("int"))
-        nodes.append(Node("prim::Constant", [], [v], attrs={"value": value}))
+        nodes.append(Node("prim::Constant", [], [v], attrs={Attr.VALUE: value}))
         return v
 
     x, dim_value = split.inputs[0], constant(dim)
     for (start, length), out in zip(pieces, unpack.outputs):
         if select:
             nodes.append(Node("aten::select.int", [x, dim_value, constant(start)], [out],
-                              attrs={"schema": SELECT_SCHEMA}, source=split.source))
+                              attrs={Attr.SCHEMA: SELECT_SCHEMA}, source=split.source))
         else:
             nodes.append(Node("aten::slice.Tensor", [x, dim_value, constant(start), constant(start + length),
                                                      constant(1)], [out],
-                              attrs={"schema": SLICE_SCHEMA}, source=split.source))
+                              attrs={Attr.SCHEMA: SLICE_SCHEMA}, source=split.source))
     return nodes

@@ -1,0 +1,55 @@
+"""Whether a straight-line CUDA plan runs as one CUDA graph or step by step: decided at conversion by timing both
+on the example inputs, recorded in the manifest (and its report), so no runtime decides it. Conversion only: the
+runtimes never import this module."""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from jit2triton.transpiler import timing
+
+from .package import PackageContents
+from .runtime import Runtime
+
+GRAPH_MARGIN = 0.97  # the graph stays unless the plan step by step takes under this share of its time...
+HOST_HEADROOM = 0.75  # ... and the host queues a step-by-step call in under this share of it (the GPU is the limit)
+
+
+def choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.device,
+                      say: Callable[[str], None]) -> None:
+    """Whether a straight-line CUDA plan runs as one graph, by timing both on the example inputs, back to back. A
+    graph saves the host's launches but copies every input in and output out of its buffers. Where the GPU is the
+    limit (an MLP's 4096x1024x4096 fp16 GEMMs), the launches hide behind GPU work anyway and the copies are pure
+    cost: there the plan runs step by step. Only with room to spare, though: a plan whose host work nearly fills
+    the GPU's time becomes host-bound, and slower than the graph, as soon as the host is a little busier than it
+    was while converting. Recorded in the manifest (and its report), so no runtime decides it."""
+    what = "one CUDA graph or step by step"
+    if timing.fixed():  # the graph, as the plan's shape decided
+        timing.take_fixed(what, "graph", "graph")
+        return
+    graphed, stepwise = Runtime(contents, target), Runtime(contents, target, cuda_graphs=False)
+    calls = 8
+    batch = lambda runtime: lambda: [runtime(*inputs) for _ in range(calls)]  # noqa: E731
+    try:
+        with torch.no_grad():
+            graphed(*inputs)  # runs step by step; the next call captures
+            timed = {label: seconds / calls for label, seconds in timing.interleaved(
+                {"graph": batch(graphed), "steps": batch(stepwise)}, rounds=10, budget_s=0.5,
+                sync=torch.cuda.synchronize).items()}
+            # the host's share: queueing the calls, timed without waiting for the GPU (after it drained)
+            timed["host"] = timing.best_time(batch(stepwise), runs=5, budget_s=0.2, sync=lambda: None) / calls
+            torch.cuda.synchronize()
+    except Exception as err:  # noqa: BLE001 - a plan that cannot be timed keeps the decision made from its shape
+        say(f"timing the CUDA graph failed ({type(err).__name__}); keeping it")
+        return
+    if not graphed.uses_cuda_graph:
+        return
+    use_graph = timed["steps"] >= GRAPH_MARGIN * timed["graph"] or timed["host"] >= HOST_HEADROOM * timed["steps"]
+    contents.manifest["cuda_graph"] = use_graph
+    timing.record(timing.Choice(what, "graph", "graph" if use_graph else "steps", GRAPH_MARGIN,
+                                {k: round(v * 1e6, 1) for k, v in timed.items()}))
+    contents.manifest["report"]["cuda_graph"] = dict({f"{k}_us": round(v * 1e6, 1) for k, v in timed.items()},
+                                                     chosen=use_graph)
+    say(f"CUDA graph: {timed['graph'] * 1e6:.0f} us a call, step by step {timed['steps'] * 1e6:.0f} us (the host "
+        f"{timed['host'] * 1e6:.0f} us of it): " + ("one graph" if use_graph else "step by step"))

@@ -1,0 +1,109 @@
+"""Which generated kernel makes a package disagree with TorchScript: found by running the plan before fusion (every
+op through ATen) and the package side by side on the inputs that failed, and comparing every value a kernel writes
+with the value ATen computed for the same IR value. Conversion only: the runtimes never import this module.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import torch
+
+from jit2triton.transpiler import pipeline
+from jit2triton.transpiler.ir import KERNEL_OP
+from jit2triton.transpiler.op_table import lookup
+
+from .executor import Executor
+from .runtime import load_kernels, placed_weights
+
+ErrorOf = Callable[[torch.Tensor, torch.Tensor], float]  # (actual, expected) -> 0 where they agree to rounding
+
+
+@dataclass
+class Culprit:
+    """"kernel": `node` is a generated kernel that differs from ATen (take it out). "rounding": `node` is a
+    discontinuous op (a comparison, a sort, NMS) that decided differently on inputs that agreed to rounding, the first
+    value to differ on every failed case (keep the kernels)."""
+    kind: str
+    node: Any
+    error: float
+
+
+def find_culprit(graph, sched: pipeline.Plan, contents, failed_inputs: list[list], device: torch.device,
+                 error_of: ErrorOf) -> Optional[Culprit]:
+    """Why the package (`contents`, built from `sched`, the plan of `graph` after fusion) disagrees with TorchScript
+    on `failed_inputs`; None when neither a kernel nor rounding explains it."""
+    before = pipeline.plan(graph)
+    weights = placed_weights(before.weights, before.plan, device)
+    rounding = None
+    for inputs in failed_inputs:
+        reference = observed_values(before.plan, weights, before.node_table, before.nodes, inputs, device)
+        actual = fused_values(contents, sched.plan, sched.nodes, inputs, device)
+        first = first_divergence(reference, actual, sched.nodes, error_of)
+        if first is not None and first.node.op == KERNEL_OP:
+            return first
+        kernel = divergent_kernel(reference, actual, sched.nodes, error_of)  # after an ATen op that parted
+        if first is not None and lookup(first.node.op).discontinuous:
+            rounding = rounding or Culprit("rounding", first.node, first.error)
+        elif kernel is not None:
+            return kernel
+        else:
+            return None  # a failed case nothing explains
+    return rounding
+
+
+def observed_values(plan: dict, weights: dict, node_table: list, nodes: list, inputs: list, device: torch.device,
+                    kernels: Optional[dict] = None) -> dict[int, torch.Tensor]:
+    """Run a plan on `inputs` and keep every tensor it makes, by IR value id (the last one, in loops). A run that
+    fails keeps what it made before the failure."""
+    seen: dict[int, torch.Tensor] = {}
+
+    def observe(index: int, outputs: tuple) -> None:
+        for value, obj in zip(nodes[index].outputs, outputs):
+            if isinstance(obj, torch.Tensor):
+                seen[value.id] = obj.detach().clone()
+
+    executor = Executor(plan, weights, node_table, observe=observe, kernels=kernels, device=device)
+    try:
+        executor([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+    except Exception:  # noqa: BLE001 - what it made before the failure is what there is to compare
+        pass
+    return seen
+
+
+def fused_values(contents, plan: dict, nodes: list, inputs: list, device: torch.device) -> dict[int, torch.Tensor]:
+    """Every tensor the package makes on `inputs`, its kernels' and its ATen steps', by IR value id, in order."""
+    weights = placed_weights(contents.weights, plan, device)
+    kernels = load_kernels(contents, None, device)
+    return observed_values(plan, weights, contents.manifest["nodes"], nodes, inputs, device, kernels)
+
+
+def divergent_kernel(reference: dict[int, torch.Tensor], fused: dict[int, torch.Tensor], nodes: list,
+                     error_of: ErrorOf) -> Optional[Culprit]:
+    """The first kernel node (in execution order) whose output differs from ATen's value for it, with its error."""
+    kernel_outputs = {v.id: node for node in nodes if node.op == KERNEL_OP for v in node.outputs}
+    for value_id, actual in fused.items():
+        expected = reference.get(value_id)
+        if expected is None or value_id not in kernel_outputs:
+            continue
+        error = error_of(actual, expected)
+        if error:
+            return Culprit("kernel", kernel_outputs[value_id], error)
+    return None
+
+
+def first_divergence(reference: dict[int, torch.Tensor], actual: dict[int, torch.Tensor], nodes: list,
+                     error_of: ErrorOf) -> Optional[Culprit]:
+    """The node that made the first value (in the order the package made them) differing from ATen's, with its
+    error: there the package and the model first part. Everything before it agreed, so where that node is a
+    discontinuous op (a comparison, an argsort, NMS: the op table's `discontinuous`), nearly equal inputs decided
+    differently, which rounding alone does; where it is a kernel, the kernel is wrong."""
+    producer = {v.id: node for node in nodes for v in node.outputs}
+    for value_id, value in actual.items():
+        expected = reference.get(value_id)
+        if expected is None or value_id not in producer:
+            continue
+        error = error_of(value, expected)
+        if error:
+            return Culprit("kernel", producer[value_id], error)
+    return None

@@ -1,0 +1,130 @@
+"""The fallback ladder (transpiler/fallbacks.py) on scripted failures: each failure steps down to the rung its
+kind names, in the order optional rewrites off -> kernels out one by one -> every kernel out -> TorchScript's graph
+through ATen -> refused, and prepares the graph again only where the graph itself changes."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from jit2triton.errors import ConversionError
+from jit2triton.transpiler import fallbacks
+from jit2triton.transpiler.fallbacks import Attempt, Verdict
+from jit2triton.transpiler.fuse import FusionFailed
+from jit2triton.transpiler.ir import Attr
+from jit2triton.transpiler.pipeline import PassFailed
+
+
+def _node(uid: int, op: str = "aten::relu"):
+    return SimpleNamespace(uid=uid, op=op, attrs={})
+
+
+def _kernel(name: str, *fused):
+    return SimpleNamespace(uid=100, op="j2t::kernel", attrs={Attr.KERNEL: SimpleNamespace(name=name),
+                                                               Attr.FUSED: list(fused)})
+
+
+class Scripted:
+    """Stages that fail as scripted: each call takes the next outcome of its list (an exception to raise, or a
+    Verdict), and records the attempt it saw."""
+
+    def __init__(self, prepare=(), build=(), check=()):
+        self.outcomes = {"prepare": list(prepare), "build": list(build), "check": list(check)}
+        self.calls: list[tuple[str, bool, bool, frozenset, frozenset]] = []
+
+    def step(self, stage: str, attempt: Attempt):
+        self.calls.append((stage, attempt.rewrites, attempt.kernels, frozenset(attempt.skipped),
+                           frozenset(attempt.refused)))
+        outcome = self.outcomes[stage].pop(0) if self.outcomes[stage] else None
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def prepare(self, attempt):
+        self.step("prepare", attempt)
+        return "graph"
+
+    def build(self, prepared, attempt):
+        self.step("build", attempt)
+        self.attempt = attempt
+        return "package"
+
+    def check(self, built):
+        return self.step("check", self.attempt) or Verdict(passed=True)
+
+
+def _run(stages, **start):
+    return fallbacks.build_with_fallbacks(stages, Attempt(**start), lambda message: None)[1]
+
+
+def test_a_failing_optional_rewrite_is_skipped_and_the_kernels_stay():
+    stages = Scripted(prepare=[PassFailed("gemm_forms", TypeError("bug"))])
+    attempt = _run(stages)
+    assert [c[0] for c in stages.calls] == ["prepare", "prepare", "build", "check"]
+    assert attempt.skipped == {"gemm_forms"} and attempt.kernels and attempt.rewrites
+    assert "pass gemm_forms failed (TypeError: bug): converted without it" in attempt.notes[0]
+
+
+def test_a_failing_required_pass_costs_the_rewrites_and_the_kernels():
+    stages = Scripted(prepare=[PassFailed("check_indices", TypeError("bug"))])
+    attempt = _run(stages)
+    assert stages.calls[1][:3] == ("prepare", False, False)
+    assert "every op runs through ATen" in attempt.notes[0]
+
+
+def test_a_pass_that_fails_on_torchscript_s_own_graph_is_refused():
+    stages = Scripted(prepare=[PassFailed("observe", KeyError(7))])
+    with pytest.raises(ConversionError, match=r"pass observe failed \(KeyError: 7\).*a bug in jit2triton"):
+        _run(stages, kernels=False, rewrites=False)
+
+
+def test_kernels_come_out_one_by_one_then_all_then_the_rewrites():
+    """A kernel that fails to build, then one verification blames: each costs its own nodes, and the graph is not
+    prepared again; then no kernel to blame costs every kernel; then the rewritten graph through ATen disagreeing
+    costs the rewrites (prepared again); then TorchScript's own graph disagreeing is refused."""
+    a, b = _node(1), _node(2, "aten::softmax.int")
+    stages = Scripted(build=[FusionFailed([a], "building its kernel failed")],
+                      check=[Verdict(False, kernel=_kernel("k1_softmax", b), error=0.5, has_kernels=True),
+                             Verdict(False, worst=0.3, mismatches="output: max error 0.3", has_kernels=True),
+                             Verdict(False, worst=0.3, mismatches="output: max error 0.3"),
+                             Verdict(False, worst=0.3, mismatches="output: max error 0.3")])
+    with pytest.raises(ConversionError, match="converted model does not match TorchScript"):
+        _run(stages)
+    stage_calls = [(stage, rewrites, kernels, refused) for stage, rewrites, kernels, _, refused in stages.calls]
+    assert stage_calls == [
+        ("prepare", True, True, frozenset()),
+        ("build", True, True, frozenset()),  # FusionFailed: node 1 out
+        ("build", True, True, {1}),
+        ("check", True, True, {1}),  # the kernel of node 2 disagrees: out
+        ("build", True, True, {1, 2}),
+        ("check", True, True, {1, 2}),  # no kernel to blame: every kernel out
+        ("build", True, False, {1, 2}),
+        ("check", True, False, {1, 2}),  # the rewritten graph disagrees through ATen: TorchScript's graph
+        ("prepare", False, False, {1, 2}),
+        ("build", False, False, {1, 2}),
+        ("check", False, False, {1, 2}),  # and that disagrees too: refused
+    ]
+
+
+def test_the_report_keeps_the_kernels_taken_out_and_why():
+    b = _node(2, "aten::softmax.int")
+    stages = Scripted(check=[Verdict(False, kernel=_kernel("k1_softmax", b), error=0.5, has_kernels=True)])
+    attempt = _run(stages)
+    assert attempt.removed == [{"kernel": "k1_softmax", "error": 0.5, "ops": ["aten::softmax.int"]}]
+    assert "verification: max rel. error 0.5 against ATen (kernel k1_softmax)" == attempt.refused[2]
+
+
+def test_a_rewrite_that_is_wrong_leaves_torchscript_s_graph_with_the_reason():
+    stages = Scripted(check=[Verdict(False, worst=0.3, mismatches="output: max error 0.3", has_kernels=True),
+                             Verdict(False, worst=0.3, mismatches="output: max error 0.3")])
+    attempt = _run(stages)
+    assert not attempt.rewrites and not attempt.kernels and attempt.removed == []
+    assert any("the rewritten model does not match TorchScript" in note for note in attempt.notes)
+
+
+def test_fusion_that_keeps_failing_on_the_same_nodes_costs_every_kernel():
+    a = _node(1)
+    stages = Scripted(build=[FusionFailed([a], "x"), FusionFailed([a], "x")])
+    attempt = _run(stages)
+    assert not attempt.kernels and attempt.rewrites
+    assert "generating kernels failed (x)" in attempt.notes[0]
