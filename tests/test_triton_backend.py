@@ -30,6 +30,7 @@ from op_samples import SAMPLES
 
 pytest.importorskip("triton")
 from jit2triton.emitters import compile_triton  # noqa: E402
+from jit2triton.emitters import triton as triton_renderer  # noqa: E402
 from jit2triton.emitters.triton import render_kernel  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*encountered in:RuntimeWarning")  # numpy, on masked-off lanes
@@ -335,7 +336,7 @@ def test_unaligned_input_is_copied_before_launch(tmp_path):
 @on_gpu
 def test_big_kernels_are_autotuned_and_stay_correct(tmp_path, monkeypatch):
     rendered, compiled = {}, {}  # kernel name -> (its kernel IR, the rendered kernel); -> the configs compiled
-    render, compile_config = compile_triton.render_kernel, compile_triton.compile_config
+    render, compile_config = triton_renderer.render_kernel, compile_triton.compile_config
 
     def recording_render(kernel):
         rendered[kernel.name] = (kernel, render(kernel))
@@ -345,7 +346,7 @@ def test_big_kernels_are_autotuned_and_stay_correct(tmp_path, monkeypatch):
         compiled.setdefault(r.name, []).append(config)
         return compile_config(r, config, device)
 
-    monkeypatch.setattr(compile_triton, "render_kernel", recording_render)
+    monkeypatch.setattr(triton_renderer, "render_kernel", recording_render)  # (the backend record imports it per call)
     monkeypatch.setattr(compile_triton, "compile_config", recording_compile)
     monkeypatch.setenv("JIT2TRITON_CACHE", str(tmp_path / "cache"))  # no choice remembered from an earlier run
     example = (torch.randn(1024, 2048),)
@@ -483,9 +484,11 @@ def test_conversion_times_the_cuda_graph_and_the_runtimes_follow_its_choice(grap
 @on_gpu
 def test_ops_with_weights_fuse_on_cuda_as_on_the_cpu(monkeypatch):
     from jit2triton.demo import build_demo_model
-    from jit2triton.transpiler import gemm_forms, onednn_linear
-    # the GEMM rewrites each device has (oneDNN's epilogues, a bias out of cuBLAS) change what fuses: not here
+    from jit2triton.transpiler import gemm_forms, onednn_conv, onednn_linear
+    # the GEMM and convolution rewrites each device has (oneDNN's epilogues, a bias out of cuBLAS) change what
+    # fuses: not here
     monkeypatch.setattr(onednn_linear, "MODE", "never")
+    monkeypatch.setattr(onednn_conv, "MODE", "never")
     monkeypatch.setattr(gemm_forms, "MODE", "never")
     traced, example = build_demo_model()
     on_gpu_summary = jit2triton.convert(traced, example_inputs=(example.cuda(),), device="cuda").summary()
