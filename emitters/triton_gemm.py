@@ -24,8 +24,11 @@ from jit2triton.transpiler.timing import graphs_gpu_us
 from .common import provenance_comment
 from .triton import POINTER_TYPES, TritonKernel
 
-DTYPES = ("float16", "bfloat16")  # fp32 would take tf32 or ieee dots: not ATen's numerics, not timed
+# float32 would need ieee dots for ATen's numerics (no TF32): on an H100 at 9 rows those took 17-19 us where cuBLAS
+# took 8-11 (benchmarks/skinny_gemm_probe.py --dtype float32)
+DTYPES = ("float16", "bfloat16")
 MAX_ROWS = 16  # one tl.dot tile of rows
+INT32_LIMIT = 2 ** 31 - 1  # the template's offsets are int32
 # (BN, RBLOCK, warps, stages): the winners of the probe's sweep at BERT's shapes on the H200; the last for small K
 CONFIGS = ((16, 128, 2, 6), (16, 128, 4, 6), (32, 128, 4, 6), (16, 256, 2, 6), (32, 256, 2, 4), (16, 64, 2, 4))
 COLD_BYTES = 2 * 50 * 2 ** 20  # operand copies timed: past an H100's 50 MiB L2, twice over
@@ -57,7 +60,8 @@ def {name}({params}, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
 
 def fits(rows: int, k: int, n: int, dtype: str) -> bool:
     """Whether the template computes this GEMM (a configuration divides its shape)."""
-    return dtype in DTYPES and 0 < rows <= MAX_ROWS and any(_divides(c, k, n) for c in CONFIGS)
+    return (dtype in DTYPES and 0 < rows <= MAX_ROWS and any(_divides(c, k, n) for c in CONFIGS)
+            and n * k <= INT32_LIMIT and MAX_ROWS * max(k, n) <= INT32_LIMIT)
 
 
 def _divides(config: tuple, k: int, n: int) -> bool:

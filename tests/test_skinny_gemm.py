@@ -130,3 +130,11 @@ def test_timed_on_the_gpu_and_right_in_both_runtimes(dtype, tmp_path, monkeypatc
         for call in range(3):
             x = make()
             assert_same(loaded(x), traced(x), f"{runtime}, call {call}", {dtype: (2e-2, 2e-2)})
+
+
+def test_the_template_fits_few_rows_of_half_types_with_int32_offsets():
+    assert triton_gemm.fits(9, 768, 3072, "float16") and triton_gemm.fits(1, 3072, 768, "bfloat16")
+    assert not triton_gemm.fits(17, 768, 3072, "float16")  # past one tile of rows
+    assert not triton_gemm.fits(9, 768, 3072, "float32")  # ieee dots lose to cuBLAS
+    assert not triton_gemm.fits(9, 100, 3072, "float16")  # no configuration divides K
+    assert not triton_gemm.fits(9, 2 ** 16, 2 ** 16, "float16")  # the weight's offsets would pass int32
