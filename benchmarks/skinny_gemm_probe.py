@@ -15,11 +15,12 @@ import argparse
 import itertools
 import json
 import math
-import statistics
 
 import torch
 import triton
 import triton.language as tl
+
+from jit2triton.transpiler.timing import graphs_gpu_us
 
 SHAPES = [(768, 2304), (768, 768), (768, 3072), (3072, 768), (1024, 4096), (4096, 1024)]  # K, N
 COLD_BYTES = 2 * 50 * 2 ** 20
@@ -66,32 +67,6 @@ def split_k(x, w, acc_out, M, N: tl.constexpr, K: tl.constexpr, MP: tl.constexpr
                   sem="relaxed")
 
 
-def _graph_us(calls: dict, replays: int = 9) -> dict:
-    graphs = {}
-    for label, fns in calls.items():
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for f in fns:
-                f()
-        torch.cuda.current_stream().wait_stream(s)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for f in fns:
-                f()
-        graphs[label] = g
-    times = {label: [] for label in graphs}
-    for r in range(replays):
-        for label, g in graphs.items():
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            times[label].append(a.elapsed_time(b) * 1e3 / len(calls[label]))
-    return {label: statistics.median(t) for label, t in times.items()}
-
-
 def _candidates(m: int, k: int, n: int):
     mp = max(16, triton.next_power_of_2(m))
     for bn, bk, warps, stages in itertools.product((16, 32, 64), (64, 128, 256), (2, 4, 8), (3, 4, 6)):
@@ -133,7 +108,7 @@ def probe(m: int, k: int, n: int, dtype: torch.dtype) -> dict:
     outs = [torch.empty(m, n, device="cuda", dtype=dtype) for _ in ops]
     accs = [torch.empty(m, n, device="cuda", dtype=torch.float32) for _ in ops]
     want = torch.nn.functional.linear(*ops[0])
-    base = _graph_us({"linear": [lambda x=x, w=w: torch.nn.functional.linear(x, w) for x, w in ops],
+    base = graphs_gpu_us({"linear": [lambda x=x, w=w: torch.nn.functional.linear(x, w) for x, w in ops],
                       "kn": [lambda x=x, wt=wt: torch.matmul(x, wt) for (x, _), wt in zip(ops, wts)]})
     best: dict[str, tuple[float, str]] = {}
     tried = {}
@@ -145,7 +120,7 @@ def probe(m: int, k: int, n: int, dtype: torch.dtype) -> dict:
             if not torch.allclose(outs[0].float(), want.float(), rtol=tol, atol=tol):
                 tried[label] = "wrong"
                 continue
-            us = _graph_us({label: [_call(cfg, x, w, o, a) for (x, w), o, a in zip(ops, outs, accs)]}, replays=5)[label]
+            us = graphs_gpu_us({label: [_call(cfg, x, w, o, a) for (x, w), o, a in zip(ops, outs, accs)]})[label]
         except Exception as e:  # noqa: BLE001 - a configuration that does not compile or fit
             tried[label] = type(e).__name__
             continue

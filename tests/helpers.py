@@ -270,6 +270,19 @@ def compile_for_hopper(kernel):
     return compiled, rendered
 
 
+class BertFeedForward(torch.nn.Module):
+    """BERT-base's feed-forward block with its residual add and LayerNorm: at batch 1, the GEMM shapes whose forms
+    differ most on the GPU."""
+
+    def __init__(self):
+        super().__init__()
+        self.up, self.down = torch.nn.Linear(768, 3072), torch.nn.Linear(3072, 768)
+        self.norm = torch.nn.LayerNorm(768)
+
+    def forward(self, x):
+        return self.norm(x + self.down(torch.nn.functional.gelu(self.up(x))))
+
+
 class LinearGeluNorm(torch.nn.Module):
     """The serving tests' model: a linear layer, GELU and LayerNorm over `features`."""
 

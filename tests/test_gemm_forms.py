@@ -11,7 +11,7 @@ from jit2triton.transpiler import gemm_forms, onednn_linear, timing
 from jit2triton.transpiler.constant_gemm import ConstantGemm
 from jit2triton.transpiler.ir import Type, Value
 from jit2triton.transpiler.symbolic import SymSize
-from helpers import assert_same, on_gpu
+from helpers import BertFeedForward, assert_same, on_gpu
 
 
 class Gemms(torch.nn.Module):
@@ -159,17 +159,8 @@ def test_on_the_cpu_nothing_is_timed_or_rewritten(monkeypatch):
 def test_timed_forms_on_the_gpu_match_torchscript(dtype, rows, tmp_path, monkeypatch):
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # the reference runs without TF32 too
 
-    class Block(torch.nn.Module):  # a BERT-base FFN at batch 1: the shapes whose forms differ most on an H100
-        def __init__(self):
-            super().__init__()
-            self.up, self.down = torch.nn.Linear(768, 3072), torch.nn.Linear(3072, 768)
-            self.norm = torch.nn.LayerNorm(768)
-
-        def forward(self, x):
-            return self.norm(x + self.down(F.gelu(self.up(x))))
-
     torch.manual_seed(0)
-    model = Block().eval().cuda().to(dtype)
+    model = BertFeedForward().eval().cuda().to(dtype)
     traced = torch.jit.trace(model, torch.randn(1, rows, 768, device="cuda", dtype=dtype))
     converted = jit2triton.convert(traced, (torch.randn(1, rows, 768, device="cuda", dtype=dtype),), device="cuda")
     print(gemm_forms._timed)

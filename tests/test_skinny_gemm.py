@@ -11,7 +11,7 @@ import torch.nn.functional as F
 import jit2triton
 from jit2triton.emitters import triton_gemm
 from jit2triton.transpiler import gemm_forms, onednn_linear
-from helpers import assert_same, on_gpu
+from helpers import BertFeedForward, assert_same, on_gpu
 
 HALF = {torch.float16: (2e-3, 2e-3)}
 
@@ -108,18 +108,9 @@ def test_a_template_kernel_that_disagrees_with_aten_is_taken_out(monkeypatch):
 def test_timed_on_the_gpu_and_right_in_both_runtimes(dtype, tmp_path, monkeypatch):
     monkeypatch.setattr(gemm_forms, "MODE", "auto")
 
-    class Block(torch.nn.Module):  # a BERT-base FFN at batch 1, 9 tokens
-        def __init__(self):
-            super().__init__()
-            self.up, self.down = torch.nn.Linear(768, 3072), torch.nn.Linear(3072, 768)
-            self.norm = torch.nn.LayerNorm(768)
-
-        def forward(self, x):
-            return self.norm(x + self.down(F.gelu(self.up(x))))
-
     torch.manual_seed(0)
     make = lambda: torch.randn(1, 9, 768, device="cuda", dtype=dtype)  # noqa: E731
-    traced = torch.jit.trace(Block().eval().cuda().to(dtype), make())
+    traced = torch.jit.trace(BertFeedForward().eval().cuda().to(dtype), make())  # 9 tokens
     converted = jit2triton.convert(traced, (make(),), device="cuda")
     choices = [c for c in converted.summary()["timed_choices"] if c["what"].startswith("GEMM form")]
     assert choices and all("skinny" in c["times_us"] for c in choices), choices  # the template was timed
