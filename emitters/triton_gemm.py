@@ -22,7 +22,8 @@ from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.timing import graphs_gpu_us
 
 from .common import provenance_comment
-from .triton import POINTER_TYPES, TritonKernel
+from .triton import POINTER_TYPES, TritonKernel, _KernelWriter
+from .triton_math import HELPERS, TL_TYPES, ordered
 
 # float32 would need ieee dots for ATen's numerics (no TF32): on an H100 at 9 rows those took 17-19 us where cuBLAS
 # took 8-11 (benchmarks/skinny_gemm_probe.py --dtype float32)
@@ -39,7 +40,7 @@ _TEMPLATE = '''\
 import triton
 import triton.language as tl
 
-
+{helpers}
 @triton.jit
 def {name}({params}, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     # out[{rows}, {n}] = x[{rows}, {k}] @ w[{n}, {k}]^T{bias_note}: XBLOCK columns of every row per program
@@ -54,8 +55,20 @@ def {name}({params}, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
         acc += tl.dot(a, tl.trans(tl.load(w_at)))
         x_at += RBLOCK
         w_at += RBLOCK
-{epilogue}    tl.store(out + rows[:, None] * {n} + cols[None, :], acc.to(out.dtype.element_ty), mask=rows[:, None] < {rows})
-'''
+{bias}{store}'''
+
+_STORE = """\
+    tl.store(out + rows[:, None] * {n} + cols[None, :], acc.to(out.dtype.element_ty), mask=rows[:, None] < {rows})
+"""
+
+# The epilogue's own kernel, computed on this tile: its flat index and mask are the tile's, its read of the product
+# is the accumulator rounded as ATen rounds the GEMM's output
+_EPILOGUE_HEAD = """\
+    # epilogue: {epilogue}
+    xindex = rows[:, None] * {n} + cols[None, :]
+    xmask = xindex < {elements}
+    product = acc.to({product_type}).to(tl.float32)
+"""
 
 
 def fits(rows: int, k: int, n: int, dtype: str) -> bool:
@@ -69,23 +82,65 @@ def _divides(config: tuple, k: int, n: int) -> bool:
     return n % bn == 0 and k % rblock == 0
 
 
-def source(name: str, rows: int, k: int, n: int, has_bias: bool, config: dict, head: str) -> str:
-    """The template's module; `head` opens it (the provenance comment)."""
-    params = "x, w, b, out" if has_bias else "x, w, out"
-    epilogue = "    acc += tl.load(b + cols)[None, :].to(tl.float32)\n" if has_bias else ""
-    return _TEMPLATE.format(name=name, params=params, head=head,
-                            rows=rows, k=k, n=n, padded=max(16, 1 << (rows - 1).bit_length()),
-                            stages=config["stages"], epilogue=epilogue, bias_note=" + b" if has_bias else "")
+def source(name: str, rows: int, k: int, n: int, bias: bool, config: dict, head: str, params: str = "out",
+           store: Optional[str] = None, helpers: str = "") -> str:
+    """The template's module; `head` opens it (the provenance comment). Without `store` (an epilogue's lines and
+    its output parameters `params`), the product is stored to `out`."""
+    return _TEMPLATE.format(name=name, params=("x, w, b, " if bias else "x, w, ") + params, head=head,
+                            helpers=helpers, rows=rows, k=k, n=n, padded=max(16, 1 << (rows - 1).bit_length()),
+                            stages=config["stages"], bias_note=" + b" if bias else "",
+                            bias="    acc += tl.load(b + cols)[None, :].to(tl.float32)\n" if bias else "",
+                            store=store if store is not None else _STORE.format(n=n, rows=rows))
 
 
 def render_gemm(kernel: K.GemmKernel) -> TritonKernel:
     """The kernel's module and launch: one program per XBLOCK output columns, at the configuration it was timed at."""
-    config = kernel.config
-    text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.has_bias, config,
-                  provenance_comment(kernel, "#"))
+    config, head = kernel.config, provenance_comment(kernel, "#")
+    if kernel.epilogue is None:
+        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head)
+    else:
+        params, store, helpers = _epilogue(kernel)
+        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, params, store, helpers)
     arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
     launch = {"constants": {"XBLOCK": config["bn"], "RBLOCK": config["rblock"]}, "num_warps": config["warps"]}
     return TritonKernel(kernel.name, text, arg_types, items=kernel.n, configs=[launch])
+
+
+def _epilogue(kernel: K.GemmKernel) -> tuple[str, str, str]:
+    """(its parameters after the GEMM's, its lines, the helpers they call): the epilogue kernel as the flat renderer
+    writes it, on the tile's flat index."""
+    epilogue = kernel.epilogue
+    writer = _EpilogueWriter(epilogue, kernel.product)
+    rows, _ = writer.write()
+    body = writer.flat_body(rows)
+    if not body[0].lstrip().startswith("xindex =") or not body[1].lstrip().startswith("xmask ="):
+        raise ValueError(f"the epilogue of {kernel.name} does not start as a flat kernel does")
+    product_type = next(b.dtype for b in epilogue.inputs if b.name == kernel.product)
+    lines = _EPILOGUE_HEAD.format(epilogue=epilogue.name, n=kernel.n, elements=kernel.rows * kernel.n,
+                                  product_type=TL_TYPES[product_type]) + "\n".join(body[2:]) + "\n"
+    params = [writer.buffer_names[b.name] for b in epilogue.inputs if b.name != kernel.product]
+    params += [f"out_{b.name}" for b in epilogue.outputs]
+    helpers = "".join(HELPERS[h].rstrip() + "\n\n" for h in ordered(writer.helpers))
+    return ", ".join(params), lines, helpers
+
+
+class _EpilogueWriter(_KernelWriter):
+    """The flat renderer, but the product's loads are the accumulator's value (`product`, named in the tile)."""
+
+    def __init__(self, kernel: K.Kernel, product: str) -> None:
+        super().__init__(kernel)
+        self.product = product
+
+    def open_rows(self):
+        rows = super().open_rows()
+        if not self.flat:
+            raise ValueError(f"the epilogue {self.kernel.name} is not pointwise")
+        for node in K.nodes_in(*self.kernel.values):
+            if node.op == "load" and node.arg == self.product:
+                if node.args != (self.flat_index,):
+                    raise ValueError(f"the epilogue {self.kernel.name} reads the product off its element")
+                rows.names[id(node)] = "product"
+        return rows
 
 
 def gemm_template(rows: int, k: int, n: int, dtype: str, has_bias: bool, timed: bool

@@ -62,6 +62,33 @@ def test_the_generated_form_computes_what_torchscript_does(tmp_path):
         assert_same(loaded(x), traced(x), f"call {call}", HALF)
 
 
+def test_the_pointwise_kernel_alone_after_a_gemm_becomes_its_epilogue():
+    make = lambda: torch.randn(1, 9, 128, dtype=torch.float16)  # noqa: E731
+    traced, converted = _convert(FewRows(), make)
+    names = [k["name"] for k in converted.summary()["kernels"]]
+    assert "g0_linear_gelu" in names and not any(n.endswith("_gelu") and n.startswith("k") for n in names), names
+    assert "product = acc.to(tl.float16).to(tl.float32)" in converted.code  # rounded as ATen's GEMM output is
+    x = make()
+    assert_same(converted(x), traced(x), "with the epilogue", HALF)
+
+
+def test_a_product_read_twice_keeps_its_own_store():
+    class Both(torch.nn.Module):  # the product is an output too: the GELU's kernel cannot take it over
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(128, 64)
+
+        def forward(self, x):
+            y = self.fc(x)
+            return F.gelu(y), y
+
+    make = lambda: torch.randn(1, 9, 128, dtype=torch.float16)  # noqa: E731
+    traced, converted = _convert(Both(), make)
+    assert _template_kernels(converted) == ["g0_linear"], converted.report()
+    x = make()
+    assert_same(converted(x), traced(x), "product read twice", HALF)
+
+
 def test_rows_the_template_does_not_cover_stay_with_aten():
     class Wide(torch.nn.Module):  # 32 rows: past one tile of rows
         def __init__(self):
@@ -94,7 +121,7 @@ def test_rows_that_are_not_dense_stay_a_linear():
 
 
 def test_a_template_kernel_that_disagrees_with_aten_is_taken_out(monkeypatch):
-    monkeypatch.setattr(triton_gemm, "_TEMPLATE", triton_gemm._TEMPLATE.replace("acc.to(", "(acc + 1).to("))
+    monkeypatch.setattr(triton_gemm, "_TEMPLATE", triton_gemm._TEMPLATE.replace("acc += tl.dot(", "acc -= tl.dot("))
     make = lambda: torch.randn(1, 9, 128, dtype=torch.float16)  # noqa: E731
     traced, converted = _convert(FewRows(), make)
     assert not _template_kernels(converted)

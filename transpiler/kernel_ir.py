@@ -539,15 +539,21 @@ class Kernel:
 
 @dataclass
 class GemmKernel(Kernel):
-    """A GEMM by a constant weight over few rows, `outputs[0] = inputs[0] @ inputs[1]^T (+ inputs[2])`, generated
-    from a fixed template (emitters/triton_gemm.py) rather than from expressions: x [rows, k] and the weight [n, k]
-    dense, the bias [n]. `config` is the launch configuration timed fastest when the form was chosen
-    (transpiler/gemm_forms.py). `ranges` and `values` stay empty: no expression pass applies to it."""
+    """A GEMM by a constant weight over few rows, `x @ w^T (+ b)` with x = inputs[0] [rows, k], the weight inputs[1]
+    [n, k] and the bias inputs[2] [n] (where `bias`), generated from a fixed template (emitters/triton_gemm.py)
+    rather than from expressions. `config` is the launch configuration timed fastest when the form was chosen
+    (transpiler/gemm_forms.py). Without an epilogue, outputs[0] is the product; with one, the pointwise kernel that
+    read the product (the GEMM's buffer named `product`) is computed on the product's tile in registers: its other
+    inputs follow the GEMM's, its outputs are the kernel's. `ranges` and `values` stay empty."""
     rows: int = 0
     k: int = 0
     n: int = 0
+    bias: bool = False
     config: dict = field(default_factory=dict)
+    epilogue: Optional[Kernel] = None
+    product: str = ""
 
     @property
-    def has_bias(self) -> bool:
-        return len(self.inputs) == 3
+    def operands(self) -> int:
+        """How many of the inputs are the GEMM's own (x, the weight, the bias)."""
+        return 3 if self.bias else 2
