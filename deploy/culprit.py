@@ -81,15 +81,7 @@ def fused_values(contents, plan: dict, nodes: list, inputs: list, device: torch.
 def divergent_kernel(reference: dict[int, torch.Tensor], fused: dict[int, torch.Tensor], nodes: list,
                      error_of: ErrorOf) -> Optional[Culprit]:
     """The first kernel node (in execution order) whose output differs from ATen's value for it, with its error."""
-    kernel_outputs = {v.id: node for node in nodes if node.op == KERNEL_OP for v in node.outputs}
-    for value_id, actual in fused.items():
-        expected = reference.get(value_id)
-        if expected is None or value_id not in kernel_outputs:
-            continue
-        error = error_of(actual, expected)
-        if error:
-            return Culprit("kernel", kernel_outputs[value_id], error)
-    return None
+    return first_divergence(reference, fused, [node for node in nodes if node.op == KERNEL_OP], error_of)
 
 
 def first_divergence(reference: dict[int, torch.Tensor], actual: dict[int, torch.Tensor], nodes: list,

@@ -389,7 +389,7 @@ class _Fuser:
             inputs=[self.kernel_buffer(b) for b in inputs],
             outputs=[K.KernelBuffer(name, box.dtype, box.shape, strides)],
             values=[K.cast(value, box.dtype)],
-            provenance=[_provenance(n) for n in box.nodes],
+            provenance=[provenance_line(n) for n in box.nodes],
             dims=K.dims(),
         )
         node = Node(KERNEL_OP, [self.buffers[b] for b in inputs], [v],
@@ -502,6 +502,7 @@ def _short_name(nodes: list[Node]) -> str:
     return "_".join(dict.fromkeys(chosen)) or "copy"
 
 
-def _provenance(node: Node) -> str:
+def provenance_line(node: Node) -> str:
+    """A kernel's provenance line for a node it computes: the op and its source line."""
     where = f"  {node.source}" if node.source else ""
     return f"{node.op}{where}"

@@ -17,7 +17,7 @@ import dataclasses
 
 from . import kernel_ir as K
 from .alias_analysis import writes
-from .fuse import _provenance
+from .fuse import provenance_line
 from .gemm_forms import GENERATED
 from .ir import KERNEL_OP, Attr, Block, Graph, Node, blocks, readers
 from .kernel_ir import GemmKernel, KernelBuffer
@@ -113,7 +113,7 @@ def _kernel(node: Node, number: int) -> GemmKernel | None:
     buffers = [KernelBuffer(f"buf{v.id}", v.type.dtype, tuple(v.type.shape), contiguous_strides(v.type.shape))
                for v in values]
     return GemmKernel(name=f"g{number}_linear", ranges=(), inputs=buffers[:-1], outputs=buffers[-1:], values=[],
-                      provenance=[_provenance(node)], rows=rows, k=x.type.shape[-1], n=w.type.shape[0],
+                      provenance=[provenance_line(node)], rows=rows, k=x.type.shape[-1], n=w.type.shape[0],
                       bias=len(values) == 4, config=node.attrs[Attr.GEMM_CONFIG])
 
 

@@ -552,8 +552,3 @@ class GemmKernel(Kernel):
     config: dict = field(default_factory=dict)
     epilogue: Optional[Kernel] = None
     product: str = ""
-
-    @property
-    def operands(self) -> int:
-        """How many of the inputs are the GEMM's own (x, the weight, the bias)."""
-        return 3 if self.bias else 2
