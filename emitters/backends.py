@@ -35,6 +35,8 @@ class Backend:
     cpp_loader: Optional[str] = None  # the C++ runtime's loader (plan.cpp, kKernelBackends)
     # The GEMM form it generates for transpiler/gemm_forms.py to time (its `Generated` hook), if any
     generated_gemm: Optional[Callable[..., Any]] = None
+    # The convolutions it generates for transpiler/onednn_conv.py to time (a ConvKernel -> a call to time), if any
+    generated_conv: Optional[Callable[..., Any]] = None
 
     @property
     def generates_kernels(self) -> bool:
@@ -73,13 +75,19 @@ def _compile_triton(rendered: list, kernels: list[Kernel], device: Optional[torc
     return build_triton(rendered, kernels, device, say)
 
 
+def _cpp_conv(*args) -> Any:
+    from .cpp_conv import conv_template
+    return conv_template(*args)
+
+
 def _triton_gemm(*args) -> Any:
     from .triton_gemm import gemm_template
     return gemm_template(*args)
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in [
-    Backend("cpp", "cpp", _render_cpp, _compile_cpp, "jit2triton.deploy.cpp_kernels", "load_cpu_kernels"),
+    Backend("cpp", "cpp", _render_cpp, _compile_cpp, "jit2triton.deploy.cpp_kernels", "load_cpu_kernels",
+            generated_conv=_cpp_conv),
     Backend("triton", "triton", _render_triton, _compile_triton, "jit2triton.deploy.triton_kernels",
             "load_cuda_kernels", _triton_gemm),
     Backend("aten"),  # no generated kernels: every op runs through ATen

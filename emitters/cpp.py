@@ -189,6 +189,23 @@ def _division(float_template: str, helper: str):
     return render
 
 
+def _extremum(helper: str, better: str):
+    """torch's maximum/minimum (NaN from either side wins). By a float constant that is not NaN (a ReLU's 0, a
+    clamp's bounds), as `c > x ? c : x`: NaN in x fails the test and passes through, and GCC vectorizes the select
+    in two instructions, where the general helper's NaN test on the bits took forty for eight floats (ReLU6 over
+    a 2x64x32x32 activation: 40 us against 14)."""
+    def render(writer, node: K.KExpr, args: list) -> str:
+        if compute_dtype(node.dtype) in ("float32", "float64"):
+            for c, x in ((0, 1), (1, 0)):
+                constant = node.args[c]
+                if (constant.op == "const" and not math.isnan(constant.arg)
+                        and compute_dtype(constant.dtype) == compute_dtype(node.args[x].dtype)
+                        == compute_dtype(node.dtype)):
+                    return f"({args[c]} {better} {args[x]} ? {args[c]} : {args[x]})"
+        return f"{helper}({args[0]}, {args[1]})"
+    return render
+
+
 OPS = {
     "load": _load, "cast": _cast, "where": _where,
     "neg": "(-{0})", "exp": _c_math("{fn}({0})"), "exp2": _c_math("{fn}({0})"), "log": _c_math("{fn}({0})"),
@@ -203,7 +220,7 @@ OPS = {
     "truediv": _division("({0} / {1})", "j2t_truncdiv"), "floordiv": _division("j2t_floordiv({0}, {1})",
                                                                               "j2t_floordiv"),
     "mod": _division("j2t_mod({0}, {1})", "j2t_mod"), "fmod": "std::fmod({0}, {1})", "pow": "std::pow({0}, {1})",
-    "maximum": "j2t_max({0}, {1})", "minimum": "j2t_min({0}, {1})",
+    "maximum": _extremum("j2t_max", ">"), "minimum": _extremum("j2t_min", "<"),
     "lt": "({0} < {1})", "le": "({0} <= {1})", "gt": "({0} > {1})", "ge": "({0} >= {1})", "eq": "({0} == {1})",
     "ne": "({0} != {1})", "and": "({0} && {1})", "or": "({0} || {1})", "xor": "({0} != {1})",
     "index_div": "({0} / {1})", "index_mod": "({0} % {1})",
@@ -467,6 +484,9 @@ def render_kernel(kernel: K.Kernel) -> str:
 
 
 def render_with_placeholders(kernel: K.Kernel) -> Rendered:
+    if isinstance(kernel, K.ConvKernel):  # a template, not expressions (its sizes are template arguments)
+        from .cpp_conv import render_conv
+        return Rendered(kernel.name, render_conv(kernel), [])
     writer = _KernelWriter(kernel)
     writer.ints = []
     return Rendered(kernel.name, writer.render(), writer.ints)
@@ -480,4 +500,7 @@ def render_module(kernels: list[K.Kernel], vector_math: tuple[tuple[str, str], .
     declarations = "".join(f'extern "C" __attribute__((simd("notinbranch"))) {t} {name}({t});\n'
                            for name, t in vector_math)
     functions = share_bodies([render_with_placeholders(k) for k in kernels])
-    return PRELUDE + declarations + "\n\n" + "\n\n".join(functions) + "\n"
+    templates = ""
+    if any(isinstance(k, K.ConvKernel) for k in kernels):
+        from .cpp_conv import PRELUDE as templates
+    return PRELUDE + declarations + templates + "\n\n" + "\n\n".join(functions) + "\n"

@@ -260,7 +260,9 @@ class _MethodStages:
             graph = from_torchscript(self.script.graph, names, self.script.name, self.full_source_paths)
         ctx = _context(self.target, self.inputs, self.dynamic, stopwatch)
         ctx.precision = precision_plan or self.precision_plan
-        ctx.generated_gemm = backend_named(self.backend).generated_gemm  # a GEMM over few rows may take its form
+        backend = backend_named(self.backend)
+        ctx.generated_gemm = backend.generated_gemm  # a GEMM over few rows may take its form
+        ctx.generated_conv = backend.generated_conv  # a conv net's 1x1 and depthwise convolutions may take theirs
         pipeline.prepare(graph, ctx, generate_kernels=rewrites, skip=frozenset(skipped))
         return graph, ctx
 

@@ -38,6 +38,7 @@ class Attr:
     FOLDED_FROM = "folded_from"  # fold_shapes: the op a constant was computed from
     FOLDED_INTO_LINEAR = "folded_into_linear"  # onednn_linear: an activation its fused linear computes
     FOLDED_INTO_CONV = "folded_into_conv"  # onednn_conv: a node its fused convolution computes
+    CONV_TEMPLATE = "conv_template"  # onednn_conv: the template kernel timed faster, made by conv_kernels
     BINDS = "binds"  # bind_sizes: [(output index, axis, size name)] the runtime reads from the outputs
     QUANTIZED_ENGINE = "quantized_engine"  # packed_params: the engine a packing op's weights are laid out for
 

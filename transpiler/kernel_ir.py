@@ -538,17 +538,42 @@ class Kernel:
 
 
 @dataclass
-class GemmKernel(Kernel):
+class TemplateKernel(Kernel):
+    """A kernel generated from a fixed template rather than from expressions (a GEMM, a convolution). Without an
+    epilogue, outputs[0] is the template's product; with one, the pointwise kernel that read the product (the
+    buffer named `product` there) is computed on the product's tile in registers (transpiler/epilogues.py): its
+    other inputs follow the template's, its outputs are the kernel's. `ranges` and `values` stay empty."""
+    epilogue: Optional[Kernel] = None
+    product: str = ""
+
+
+@dataclass
+class GemmKernel(TemplateKernel):
     """A GEMM by a constant weight over few rows, `x @ w^T (+ b)` with x = inputs[0] [rows, k], the weight inputs[1]
-    [n, k] and the bias inputs[2] [n] (where `bias`), generated from a fixed template (emitters/triton_gemm.py)
-    rather than from expressions. `config` is the launch configuration timed fastest when the form was chosen
-    (transpiler/gemm_forms.py). Without an epilogue, outputs[0] is the product; with one, the pointwise kernel that
-    read the product (the GEMM's buffer named `product`) is computed on the product's tile in registers: its other
-    inputs follow the GEMM's, its outputs are the kernel's. `ranges` and `values` stay empty."""
+    [n, k] and the bias inputs[2] [n] (where `bias`), from emitters/triton_gemm.py. `config` is the launch
+    configuration timed fastest when the form was chosen (transpiler/gemm_forms.py)."""
     rows: int = 0
     k: int = 0
     n: int = 0
     bias: bool = False
     config: dict = field(default_factory=dict)
-    epilogue: Optional[Kernel] = None
-    product: str = ""
+
+
+@dataclass
+class ConvKernel(TemplateKernel):
+    """A 2-d convolution by a constant weight over a channels-last activation, from emitters/cpp_conv.py: `kind`
+    "pointwise" (1x1, stride 1, no padding, one group: a GEMM over the pixels) or "depthwise" (a group per
+    channel). inputs[0] is x [batch, cin, h, w] channels-last, inputs[1] the weight packed for the template
+    (transpiler/conv_kernels.py's `pack`), inputs[2] the bias [cout] where `bias`; the product is [batch, cout,
+    ho, wo] channels-last. Pairs are (height, width)."""
+    kind: str = ""
+    batch: int = 0
+    cin: int = 0
+    cout: int = 0
+    size: tuple[int, int] = (0, 0)  # the input's height and width
+    out_size: tuple[int, int] = (0, 0)
+    kernel_size: tuple[int, int] = (1, 1)
+    stride: tuple[int, int] = (1, 1)
+    padding: tuple[int, int] = (0, 0)
+    dilation: tuple[int, int] = (1, 1)
+    bias: bool = False

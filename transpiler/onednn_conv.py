@@ -25,9 +25,11 @@ from typing import Optional
 import torch
 
 from .channels_last import CHANNELS_LAST, runs_at_every_draw
+from .conv_kernels import template_kernel
 from .fuse import clone_graph
 from .packed_params import AT_LOAD
 from .ir import Attr, Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
+from .kernel_ir import ConvKernel
 from .symbolic import at_example
 from . import timing
 
@@ -55,6 +57,10 @@ MODE = "auto"  # "auto": where timing says oneDNN is faster; "always"; "never"
 # edge conv net 1.42-1.96 ms against 4.0-6.3 and 10.3 (ONNX Runtime 1.02-1.05), transformers' ResNetModel 2x128^2
 # 253 ms against 272 and 348 (ORT 219). So timing here only guards against a shape the fused op is far worse at.
 MARGIN = 2.0
+# The generated template replaces oneDNN's convolution where it takes at most this share of its time (both timed
+# bare: each computes the epilogue on its tile)
+TEMPLATE_MARGIN = 1.0
+TEMPLATE = "auto"  # "auto": where timing says the template is faster (not with choices="fixed"); "always"; "never"
 FIXED = "aten"  # choices="fixed": ATen's convolution, as the model wrote it
 
 _chosen: dict[tuple, timing.Choice] = {}  # per process: the convolution's shapes and epilogue -> the choice
@@ -79,14 +85,17 @@ class Conv:
     sizes: Optional[dict[str, int]] = None  # the example's dynamic dims
 
 
-def onednn_conv(graph: Graph, ctx) -> int:
-    """Rewrite in place; returns how many convolutions now run through oneDNN's fused op. Only in a net that runs
-    channels-last (channels_last.py): the fused op's output is channels-last whatever its input's layout, where
-    ATen's keeps the input's. The rewritten graph must run at every size conversion observes, or it is dropped."""
+def onednn_conv(graph: Graph, ctx, offer_template: bool = True) -> int:
+    """Rewrite in place; returns how many convolutions now run through oneDNN's fused op or are marked for the
+    generated template (conv_kernels.py: where the face generates C++ kernels, `ctx.generated_conv`, and timing
+    finds it faster). Only in a net that runs channels-last (channels_last.py): the fused op's output is
+    channels-last whatever its input's layout, where ATen's keeps the input's. The rewritten graph must run at
+    every size conversion observes, or it is dropped."""
     if ctx.device.type != "cpu" or MODE == "never" or not available() or not _runs_channels_last(graph):
         return 0
     trial = clone_graph(graph)
-    done = _rewrite_graph(trial, ctx.example_sizes or {})
+    template = getattr(ctx, "generated_conv", None) if offer_template else None
+    done = _rewrite_graph(trial, ctx.example_sizes or {}, template)
     if not done or not runs_at_every_draw(trial, ctx, [(ctx.example_sizes, ctx.example_inputs)]):
         return 0
     graph.body, graph.weights = trial.body, trial.weights
@@ -99,8 +108,8 @@ def as_it_will_run(graph: Graph, ctx) -> Graph:
     layout as it will run: through ATen, where a plan's run builds its packed constants on every call. The
     per-convolution choices made here are not recorded (the pass itself records them, reusing their times)."""
     trial = clone_graph(graph)
-    with timing.recording():  # a recording of its own, dropped
-        if not onednn_conv(trial, ctx):
+    with timing.recording():  # a recording of its own, dropped (and oneDNN's for the templates': the closer)
+        if not onednn_conv(trial, ctx, offer_template=False):
             return trial
     literals, names = literals_of(trial), weight_names(trial)
     for node in trial.walk():
@@ -119,7 +128,7 @@ def _runs_channels_last(graph: Graph) -> bool:
                and consts.get(n.inputs[1].id) == CHANNELS_LAST for n in graph.body.nodes)
 
 
-def _rewrite_graph(graph: Graph, sizes: dict[str, int]) -> int:
+def _rewrite_graph(graph: Graph, sizes: dict[str, int], template=None) -> int:
     weights, literals, readers = weight_names(graph), literals_of(graph), readers_of(graph)
     done = 0
     for block in blocks(graph):
@@ -132,6 +141,14 @@ def _rewrite_graph(graph: Graph, sizes: dict[str, int]) -> int:
             if conv is not None:
                 conv.sizes = sizes
                 _epilogue(conv, block, readers, literals, lambda v: defined_at.get(v.id, -1) < at)
+                kernel = _template_wins(conv, graph, weights, template) if template is not None else None
+                if kernel is not None:  # stays this node through fusion; its epilogue fuses after it
+                    node.attrs[Attr.CONV_TEMPLATE] = kernel
+                    if conv.folded:  # what oneDNN would fold in is stored once (the template's epilogue),
+                        conv.folded[-1].attrs[Attr.STORE] = True  # not recomputed by each reader of it
+                    out.append(node)
+                    done += 1
+                    continue
                 if choose(conv, graph, weights, sizes):
                     out += _rewrite(conv)
                     done += 1
@@ -251,6 +268,46 @@ def choose(conv: Conv, graph: Graph, weights: dict[int, str], sizes: dict[str, i
     else:
         timing.record(_chosen[key])
     return _chosen[key].chosen == "onednn"
+
+
+def _template_wins(conv: Conv, graph: Graph, weights: dict[int, str], template) -> Optional[ConvKernel]:
+    """The template kernel for this convolution where it beats oneDNN's convolution, each without its epilogue
+    (computed on the tile by either, at the same cost), timed on random operands; else None."""
+    if TEMPLATE == "never":
+        return None
+    weight = graph.weights[weights[conv.weight.id]]
+    kernel = template_kernel(conv.x.type, tuple(weight.shape), conv.node.output.type, conv.stride, conv.padding,
+                             conv.dilation, conv.groups, conv.bias is not None)
+    if kernel is None:
+        return None
+    if TEMPLATE == "always":  # (where it compiles and computes the convolution here)
+        return kernel if template(kernel) is not None else None
+    shape = conv.x.type.shape
+    what = (f"generated or oneDNN convolution, {'x'.join(map(str, shape))} * {'x'.join(map(str, weight.shape))}"
+            f" s{conv.stride} p{conv.padding} d{conv.dilation} g{conv.groups}, channels-last")
+    if timing.fixed():
+        return None
+    key = (what, conv.bias is not None, torch.get_num_threads())
+    if key not in _chosen:
+        run = template(kernel)
+        if run is None:  # it does not compile or compute this convolution here
+            return None
+        onednn = _bare(conv, list(shape), weight)
+        _chosen[key] = timing.settle_confirmed(what, {"onednn": onednn, "generated": run}, "onednn",
+                                               TEMPLATE_MARGIN)
+    else:
+        timing.record(_chosen[key])
+    return kernel if _chosen[key].chosen == "generated" else None
+
+
+def _bare(conv: Conv, shape: list[int], weight: torch.Tensor):
+    """oneDNN's convolution alone, its weight reordered, on random channels-last operands."""
+    x = torch.randn(shape, dtype=weight.dtype).contiguous(memory_format=torch.channels_last)
+    w = torch.randn(weight.shape, dtype=weight.dtype).contiguous(memory_format=torch.channels_last)
+    b = torch.randn(weight.shape[0], dtype=weight.dtype) if conv.bias is not None else None
+    args = (conv.padding, conv.stride, conv.dilation, conv.groups)
+    packed = torch.ops.mkldnn._reorder_convolution_weight(w, *args, shape)
+    return lambda: _inference(lambda: torch.ops.mkldnn._convolution_pointwise(x, packed, b, *args, "none", [], ""))
 
 
 def _candidates(conv: Conv, shape: list[int], weight: torch.Tensor) -> dict:

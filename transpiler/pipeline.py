@@ -1,12 +1,13 @@
 """The conversion pipeline, in order: every pass the transpiler runs, each a function `(graph, context) -> graph`.
 
     TorchScript graph ─▶ from_torchscript ─▶ PREPARE ─▶ (REWRITES, when kernels are generated) ─▶ fuse
-                      ─▶ merge_kernels ─▶ build_plan ─▶ plan_arena (CPU)
+                      ─▶ merge_kernels ─▶ gemm_kernels, conv_kernels ─▶ epilogues ─▶ build_plan ─▶ plan_arena (CPU)
 
 PREPARE types every value (by running the plan once on the example inputs) and, for a reduced-precision package,
 rewrites the graph to float16/bfloat16 where the rules allow (precision.py) and types it again; REWRITES reshape
 the graph for fusion and must each leave a graph that still runs through ATen alone (the plan before fusion is
-verification's reference). `fuse` lowers and fuses what it can into kernels, `merge_kernels` joins sibling kernels, and
+verification's reference). `fuse` lowers and fuses what it can into kernels, `merge_kernels` joins sibling kernels, the GEMMs and
+convolutions timed faster as templates become template kernels, each taking the pointwise kernel after it, and
 `build_plan` turns the result into the plan the runtimes run. The face (`jit2triton/conversion.py`) supplies the
 one thing the transpiler cannot: an interpreter to run a plan with (`Context.run_plan`, the runtime's executor),
 so no stage imports a later one.
@@ -37,6 +38,8 @@ from .op_table import lookup
 from .merge_kernels import merge_kernels
 from .gemm_forms import gemm_forms
 from .gemm_kernels import gemm_kernels
+from .conv_kernels import conv_kernels
+from .epilogues import take_epilogues
 from .onednn_linear import onednn_linear
 from .onednn_conv import as_it_will_run, onednn_conv
 from .pixel_convs import pixel_convs
@@ -99,6 +102,8 @@ class Context:
     # The generated GEMM form's hook (gemm_forms.Generated), where the face generates Triton kernels: the transpiler
     # cannot import the emitters that render and time it
     generated_gemm: Optional[Callable] = None
+    # The generated convolutions' hook (onednn_conv.py times them), where the face generates C++ kernels
+    generated_conv: Optional[Callable] = None
 
 
 def observe(graph: Graph, ctx: Context) -> Graph:
@@ -232,6 +237,10 @@ def lower(graph: Graph, ctx: Context) -> Graph:
         merged = merge_kernels(fused)
     with ctx.stopwatch.stage("gemm_kernels"):
         gemm_kernels(merged, ctx.refused)  # the GEMMs gemm_forms gave the generated form
+    with ctx.stopwatch.stage("conv_kernels"):
+        conv_kernels(merged, ctx.refused)  # the convolutions onednn_conv gave the generated form
+    with ctx.stopwatch.stage("epilogues"):
+        take_epilogues(merged)  # each template kernel computes the pointwise kernel after it
     return merged
 
 
