@@ -41,7 +41,7 @@ def _take(block: Block, read_by: dict[int, list]) -> int:
         if any(writes(n) or n.blocks for n in between):
             continue
         product = after.attrs[Attr.KERNEL].inputs[after.inputs.index(template.output)].name
-        if not fits(after.attrs[Attr.KERNEL], product, template.output):
+        if not fits(after.attrs[Attr.KERNEL], product, template.output, kernel.inner_dim):
             continue
         block.nodes[position[id(after)]] = _with_epilogue(template, after, product)
         dropped.add(id(template))
@@ -51,20 +51,24 @@ def _take(block: Block, read_by: dict[int, list]) -> int:
 
 
 def memory_order(value: Value) -> list[int]:
-    """The value's dims, outermost in memory first (by stride, larger first; a tie keeps dim order)."""
+    """The value's dims, outermost in memory first: its size-1 dims (which say nothing of the layout), then the
+    others by stride, larger first (a tie keeps dim order)."""
     shape, strides = value.type.shape, value.type.strides or contiguous_strides(value.type.shape)
-    return sorted(range(len(shape)), key=lambda d: (-strides[d], d))
+    return sorted(range(len(shape)), key=lambda d: (shape[d] != 1, -strides[d], d))
 
 
-def fits(kernel: K.Kernel, product: str, value: Value) -> bool:
+def fits(kernel: K.Kernel, product: str, value: Value, inner_dim: int) -> bool:
     """Whether `kernel` can be computed on the product's tile: pointwise over the product's elements in the
-    product's memory order (its loop variables, outermost first, are the product's dims so ordered), every output
-    laid out as the product, the product read only at the element computed."""
+    product's memory order (its loop variables, outermost first, are the product's dims so ordered), innermost
+    the dim the template's tile sweeps (`inner_dim`), every output laid out as the product, the product read only
+    at the element computed."""
     if isinstance(kernel, TemplateKernel) or any(K.reductions_in(v) for v in kernel.values):
         return False
     shape = tuple(value.type.shape)
     strides = tuple(value.type.strides or contiguous_strides(shape))
     order = memory_order(value)
+    if order[-1] != inner_dim % len(shape):
+        return False
     sizes = [r.arg[1] for r in kernel.ranges]
     if (len(kernel.index) != len(shape) or tuple(kernel.ranges) != tuple(kernel.index[d] for d in order)
             or tuple(sizes) != tuple(shape[d] for d in order)

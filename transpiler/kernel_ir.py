@@ -546,6 +546,11 @@ class TemplateKernel(Kernel):
     epilogue: Optional[Kernel] = None
     product: str = ""
 
+    @property
+    def inner_dim(self) -> int:
+        """The product's dim its tile's rows run along, innermost in memory (an epilogue sweeps it)."""
+        return -1
+
 
 @dataclass
 class GemmKernel(TemplateKernel):
@@ -577,3 +582,7 @@ class ConvKernel(TemplateKernel):
     padding: tuple[int, int] = (0, 0)
     dilation: tuple[int, int] = (1, 1)
     bias: bool = False
+
+    @property
+    def inner_dim(self) -> int:
+        return 1  # channels
