@@ -35,7 +35,7 @@ class Backend:
     cpp_loader: Optional[str] = None  # the C++ runtime's loader (plan.cpp, kKernelBackends)
     # The GEMM form it generates for transpiler/gemm_forms.py to time (its `Generated` hook), if any
     generated_gemm: Optional[Callable[..., Any]] = None
-    # The convolutions it generates for transpiler/onednn_conv.py to time (a ConvKernel -> a call to time), if any
+    # The convolutions it generates for transpiler/onednn_conv.py to time (ConvKernels -> calls to time), if any
     generated_conv: Optional[Callable[..., Any]] = None
 
     @property
@@ -76,8 +76,8 @@ def _compile_triton(rendered: list, kernels: list[Kernel], device: Optional[torc
 
 
 def _cpp_conv(*args) -> Any:
-    from .cpp_conv import conv_template
-    return conv_template(*args)
+    from .cpp_conv import conv_templates
+    return conv_templates(*args)
 
 
 def _triton_gemm(*args) -> Any:

@@ -1,12 +1,14 @@
-"""Generated convolutions for the CPU: a 1x1 convolution and a depthwise one over channels-last activations, each
-rendered from a fixed C++ template with the pointwise kernel after it as its epilogue (transpiler/conv_kernels.py
-says when; `conv_template` is its timing hook).
+"""Generated convolutions for the CPU: a 1x1 convolution, a depthwise one and a small dense one over channels-last
+activations, each rendered from a fixed C++ template with the pointwise kernel after it as its epilogue
+(transpiler/conv_kernels.py says when; `conv_templates` is its timing hook).
 
 The 1x1 convolution is a GEMM of the pixels [M, cin] by the weight [cin, cout]: each tile is 6 pixels by 16 output
 channels, 12 AVX2 accumulators held in registers over all of cin, the weight packed [cout/16][cin][16] so that a
 tile's panel is contiguous; pixel tiles outermost, so a tile's rows of x stay in L1 across the column blocks. The
 depthwise convolution computes 4 output pixels of a row by 16 channels at a time, a tap's weights loaded once
-for the 4; taps are tested against the image only at the row's edges. Both keep fp32 accumulators (FMA) and add the
+for the 4; taps are tested against the image only at the row's edges. A dense convolution (the stem's 3x3 over 3
+channels) gathers the patches of 6 output pixels into L1, zeros for the padding, and runs the 1x1's tile over
+them, the weight packed as [cout/16][tap row][tap column][cin][16]. All keep fp32 accumulators (FMA) and add the
 bias once at the end, as oneDNN does. Without AVX2 and FMA (a package rebuilt for an older CPU) the same loops run
 as plain C++.
 
@@ -16,7 +18,7 @@ bounded to the tile's channels), with its reads of the product replaced by the t
 from __future__ import annotations
 
 import ctypes
-import functools
+import dataclasses
 import os
 import tempfile
 from typing import Callable, Optional
@@ -24,7 +26,7 @@ from typing import Callable, Optional
 import torch
 
 from jit2triton.transpiler import kernel_ir as K
-from jit2triton.transpiler.conv_kernels import BLOCK, pack
+from jit2triton.transpiler.conv_kernels import BLOCK, pack, shape_key
 
 from .common import Scope, provenance_comment, unravel
 from .cpp import CTYPES, PARALLEL_WORK, _KernelWriter
@@ -128,6 +130,27 @@ static inline void j2t_depthwise_px(const float* __restrict x, const float* __re
 #endif
 }
 
+// The patch of one output pixel (flat index over [batch][HO][WO]) as a row of KH * KW * C floats, zeros where a tap
+// falls outside the image: a dense convolution is then the pointwise tile over these rows
+template <int64_t C, int64_t H, int64_t W, int64_t HO, int64_t WO, int64_t KH, int64_t KW, int64_t SH, int64_t SW,
+          int64_t PH, int64_t PW, int64_t DH, int64_t DW>
+static inline void j2t_patch(const float* __restrict x, int64_t pixel, float* __restrict row) {
+  const int64_t n = pixel / (HO * WO), ho = (pixel / WO) % HO, wo = pixel % WO;
+  for (int64_t i = 0; i < KH; ++i) {
+    const int64_t hi = ho * SH - PH + i * DH;
+    for (int64_t j = 0; j < KW; ++j) {
+      const int64_t wi = wo * SW - PW + j * DW;
+      float* to = row + (i * KW + j) * C;
+      if (hi < 0 || hi >= H || wi < 0 || wi >= W) {
+        for (int64_t c = 0; c < C; ++c) to[c] = 0.0f;
+      } else {
+        const float* from = x + ((n * H + hi) * W + wi) * C;
+        for (int64_t c = 0; c < C; ++c) to[c] = from[c];
+      }
+    }
+  }
+}
+
 // tile[c] for one output pixel and the last channels c0..C (fewer than 16), every tap tested
 template <int64_t C, int64_t H, int64_t W, int64_t KH, int64_t KW, int64_t SH, int64_t SW, int64_t PH, int64_t PW,
           int64_t DH, int64_t DW>
@@ -163,7 +186,7 @@ def render_conv(kernel: K.ConvKernel) -> str:
                     f"({CTYPES[b.dtype]}*)buffers[{len(kernel.inputs) + j}];")
     bias_code = f" + in_{bias.name}[{{c}}]" if bias is not None else ""
     store = _Store(kernel, bias_code)
-    body = _pointwise(kernel, x, w, store) if kernel.kind == "pointwise" else _depthwise(kernel, x, w, store)
+    body = {"pointwise": _pointwise, "dense": _dense, "depthwise": _depthwise}[kernel.kind](kernel, x, w, store)
     return "\n".join(head + store.root + body + ["  return j2t_status;", "}"])
 
 
@@ -238,6 +261,28 @@ def _pointwise(kernel: K.ConvKernel, x: K.KernelBuffer, w: K.KernelBuffer, store
             + ["  }"])
 
 
+def _dense(kernel: K.ConvKernel, x: K.KernelBuffer, w: K.KernelBuffer, store: _Store) -> list[str]:
+    (h, wd), (ho, wo) = kernel.size, kernel.out_size
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel.kernel_size, kernel.stride, kernel.padding, kernel.dilation
+    pixels, n = kernel.batch * ho * wo, kernel.cout
+    k = kh * kw * kernel.cin
+    tiles = -(-pixels // ROWS)
+    shape = f"{kernel.cin}, {h}, {wd}, {ho}, {wo}, {kh}, {kw}, {sh}, {sw}, {ph}, {pw}, {dh}, {dw}"
+    return ([f"  // out[{pixels} pixels, {n}] = {kh}x{kw} convolution over x[{kernel.batch}, {h}, {wd}, {kernel.cin}]: "
+             f"the patches of {ROWS} pixels gathered, then {ROWS}-pixel by 16-channel tiles"]
+            + _parallel(pixels * k * n)
+            + [f"  for (int64_t t = 0; t < {tiles}; ++t) {{",
+               f"    const int64_t m0 = t * {ROWS}, rows = std::min<int64_t>({ROWS}, {pixels} - m0);",
+               f"    alignas(32) float patches[{ROWS} * {k}];",
+               f"    for (int64_t r = 0; r < rows; ++r) j2t_patch<{shape}>(in_{x.name}, m0 + r, patches + r * {k});",
+               f"    alignas(32) float tile[{ROWS} * 16];",
+               "    for (int64_t n0 = 0; n0 < " + str(n) + "; n0 += 16) {",
+               f"      const int64_t n1 = std::min<int64_t>(n0 + 16, {n});",
+               f"      j2t_pointwise_tile<{k}>(patches, in_{w.name} + n0 * {k}, tile, rows);"]
+            + store.lines("m0", "rows", "n0", "n1", "      ")
+            + ["    }", "  }"])
+
+
 def _depthwise(kernel: K.ConvKernel, x: K.KernelBuffer, w: K.KernelBuffer, store: _Store) -> list[str]:
     (h, wd), (ho, wo) = kernel.size, kernel.out_size
     (kh, kw), (sh, sw), (ph, pw), (dh, dw) = kernel.kernel_size, kernel.stride, kernel.padding, kernel.dilation
@@ -280,16 +325,23 @@ def _depthwise(kernel: K.ConvKernel, x: K.KernelBuffer, w: K.KernelBuffer, store
 # --- the timing hook ------------------------------------------------------------------------------------------
 
 
-def conv_template(kernel: K.ConvKernel) -> Optional[Callable[[], object]]:
-    """transpiler/onednn_conv.py's hook: a call of the template alone (no epilogue) at this kernel's shape on random
-    channels-last operands, compiled for this CPU, for timing; None where it does not compile here or does not
-    compute the convolution (checked against ATen's first)."""
-    key = (kernel.kind, kernel.batch, kernel.cin, kernel.cout, kernel.size, kernel.kernel_size, kernel.stride,
-           kernel.padding, kernel.dilation, kernel.bias, torch.get_num_threads())
-    return _runner(kernel, key)
+def conv_templates(kernels: list[K.ConvKernel]) -> list[Optional[Callable[[], object]]]:
+    """transpiler/onednn_conv.py's hook: for each kernel, a call of the template alone (no epilogue) at its shape on
+    random channels-last operands, for timing; None where it does not compile here or does not compute the
+    convolution (checked against ATen's first). The shapes not seen before compile together, in one library."""
+    new = {shape_key(k): k for k in kernels if shape_key(k) + (torch.get_num_threads(),) not in _runners}
+    if new:
+        from .build import render_cpp
+        named = [dataclasses.replace(k, name=f"t{i}_{k.kind}_conv") for i, k in enumerate(new.values())]
+        library = _library(render_cpp(named))
+        for key, kernel in zip(new, named):
+            _runners[key + (torch.get_num_threads(),)] = _runner(library, kernel) if library is not None else None
+    return [_runners[shape_key(k) + (torch.get_num_threads(),)] for k in kernels]
 
 
-@functools.lru_cache(maxsize=None)
+_runners: dict[tuple, Optional[Callable[[], object]]] = {}  # shape_key + threads -> the call (this process's)
+
+
 def _library(source: str) -> Optional[ctypes.CDLL]:
     from .build import compile_library, host_isa
     try:
@@ -304,17 +356,7 @@ def _library(source: str) -> Optional[ctypes.CDLL]:
         os.unlink(f.name)  # (open: the mapping stays)
 
 
-_runners: dict[tuple, Optional[Callable[[], object]]] = {}
-
-
-def _runner(kernel: K.ConvKernel, key: tuple) -> Optional[Callable[[], object]]:
-    if key in _runners:
-        return _runners[key]
-    from .build import render_cpp
-    _runners[key] = None
-    library = _library(render_cpp([kernel]))
-    if library is None:
-        return None
+def _runner(library: ctypes.CDLL, kernel: K.ConvKernel) -> Optional[Callable[[], object]]:
     fn = getattr(library, kernel.name)
     fn.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.c_int)
     fn.restype = ctypes.c_int
@@ -336,5 +378,4 @@ def _runner(kernel: K.ConvKernel, key: tuple) -> Optional[Callable[[], object]]:
     if not torch.allclose(y, expected, rtol=1e-4, atol=1e-4):
         return None  # never chosen where it computes something else
     run.operands = operands  # (held while the runner lives)
-    _runners[key] = run
     return run

@@ -1,5 +1,6 @@
-"""Convolutions of channels-last nets as generated kernels: a 1x1 convolution (a GEMM over the pixels) and a
-depthwise one, each from a fixed template (emitters/cpp_conv.py) with the ops after it as its epilogue.
+"""Convolutions of channels-last nets as generated kernels: a 1x1 convolution (a GEMM over the pixels), a depthwise
+one, and a small dense one (an edge net's stem: 3 channels in, 3x3), each from a fixed template
+(emitters/cpp_conv.py) with the ops after it as its epilogue.
 
 oneDNN's fused convolution (onednn_conv.py) is the CPU's default form. At the small shapes of edge nets its work
 is a few tens of microseconds, and each call through torch also pays for building oneDNN's descriptors and its
@@ -25,7 +26,8 @@ from .lowering import contiguous_strides, strides_in_order
 
 DTYPES = ("float32",)
 BLOCK = 16  # output channels per tile of the pointwise template, channels per block of the depthwise one
-MAX_POINTWISE_WEIGHT = 256 * 256  # elements: a larger weight is past what a register-tiled loop keeps in cache
+MAX_WEIGHT = 256 * 256  # elements of a 1x1 or dense weight: past it, past what a register-tiled loop keeps in cache
+MAX_PATCH = 1152  # a dense convolution's taps x channels in (its patch of 6 pixels is gathered on the stack)
 MAX_TAPS = 9  # the depthwise template's kernel height and width at most
 CHANNELS_LAST = (0, 2, 3, 1)  # NCHW dims, outermost in memory first
 
@@ -33,7 +35,8 @@ CHANNELS_LAST = (0, 2, 3, 1)  # NCHW dims, outermost in memory first
 def template_kernel(x: Type, weight_shape: tuple, out: Type, stride, padding, dilation, groups: int,
                     bias: bool) -> Optional[ConvKernel]:
     """The template kernel computing this convolution (its buffers named "x", "w", "b", "y"), or None where no
-    template does: float32, static, 2-d, a 1x1 convolution with stride 1 and no padding or a depthwise one."""
+    template does: float32, static, 2-d; a 1x1 convolution with stride 1 and no padding ("pointwise"), a depthwise
+    one, or one of a single group whose patch (taps x channels in) and weight are small ("dense")."""
     if x.dtype not in DTYPES or out.dtype != x.dtype or not _static4(x.shape) or not _static4(out.shape):
         return None
     batch, cin, h, w = x.shape
@@ -42,12 +45,14 @@ def template_kernel(x: Type, weight_shape: tuple, out: Type, stride, padding, di
     if any(len(p) != 2 for p in pairs) or min(batch, cin, cout, h, w) <= 0:
         return None
     stride, padding, dilation = pairs
+    if groups == 1 and cin * kh * kw * cout > MAX_WEIGHT:
+        return None
     if (kh, kw) == (1, 1) and stride == (1, 1) and padding == (0, 0) and groups == 1:
         kind = "pointwise"
-        if cin * cout > MAX_POINTWISE_WEIGHT:
-            return None
     elif groups == cin == cout and per_group == 1 and max(kh, kw) <= MAX_TAPS:
         kind = "depthwise"
+    elif groups == 1 and cin * kh * kw <= MAX_PATCH:
+        kind = "dense"
     else:
         return None
     out_size = tuple(out.shape[2:])
@@ -72,20 +77,28 @@ def _static4(shape) -> bool:
 
 def packed_shape(kind: str, weight_shape: tuple) -> tuple[int, ...]:
     cout, cin, kh, kw = weight_shape
-    if kind == "pointwise":  # [column block][k][16 columns]: each tile's weight panel contiguous, zero-padded
-        return (-(-cout // BLOCK), cin, BLOCK)
-    return (kh * kw, cout)  # depthwise: [tap][channel], channels innermost as the activation's
+    if kind == "depthwise":  # [tap][channel], channels innermost as the activation's
+        return (kh * kw, cout)
+    # [column block][k][16 columns], k = (tap row, tap column, channel in) as a patch of channels-last pixels is
+    # laid out: each tile's weight panel contiguous, zero-padded past cout
+    return (-(-cout // BLOCK), kh * kw * cin, BLOCK)
 
 
 def pack(kind: str, weight: torch.Tensor) -> torch.Tensor:
     """The weight in the template's layout (`packed_shape`)."""
     cout, cin, kh, kw = weight.shape
-    if kind == "pointwise":
-        blocks_ = -(-cout // BLOCK)
-        padded = torch.zeros(blocks_ * BLOCK, cin, dtype=weight.dtype)
-        padded[:cout] = weight.reshape(cout, cin)
-        return padded.reshape(blocks_, BLOCK, cin).transpose(1, 2).contiguous()
-    return weight.reshape(cout, kh * kw).t().contiguous()
+    if kind == "depthwise":
+        return weight.reshape(cout, kh * kw).t().contiguous()
+    blocks_, k = -(-cout // BLOCK), kh * kw * cin
+    padded = torch.zeros(blocks_ * BLOCK, k, dtype=weight.dtype)
+    padded[:cout] = weight.permute(0, 2, 3, 1).reshape(cout, k)
+    return padded.reshape(blocks_, BLOCK, k).transpose(1, 2).contiguous()
+
+
+def shape_key(kernel: ConvKernel) -> tuple:
+    """What the template's code depends on: kernels with equal keys compute the same function."""
+    return (kernel.kind, kernel.batch, kernel.cin, kernel.cout, kernel.size, kernel.kernel_size, kernel.stride,
+            kernel.padding, kernel.dilation, kernel.bias)
 
 
 def conv_kernels(graph: Graph, refused: dict[int, str]) -> int:

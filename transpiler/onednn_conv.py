@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 
 from .channels_last import CHANNELS_LAST, runs_at_every_draw
-from .conv_kernels import template_kernel
+from .conv_kernels import shape_key, template_kernel
 from .fuse import clone_graph
 from .packed_params import AT_LOAD
 from .ir import Attr, Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
@@ -130,6 +130,7 @@ def _runs_channels_last(graph: Graph) -> bool:
 
 def _rewrite_graph(graph: Graph, sizes: dict[str, int], template=None) -> int:
     weights, literals, readers = weight_names(graph), literals_of(graph), readers_of(graph)
+    runners = _template_runners(graph, weights, literals, template) if template is not None else {}
     done = 0
     for block in blocks(graph):
         defined_at = {v.id: i for i, n in enumerate(block.nodes) for v in n.outputs}
@@ -141,7 +142,7 @@ def _rewrite_graph(graph: Graph, sizes: dict[str, int], template=None) -> int:
             if conv is not None:
                 conv.sizes = sizes
                 _epilogue(conv, block, readers, literals, lambda v: defined_at.get(v.id, -1) < at)
-                kernel = _template_wins(conv, graph, weights, template) if template is not None else None
+                kernel = _template_wins(conv, graph, weights, runners) if runners else None
                 if kernel is not None:  # stays this node through fusion; its epilogue fuses after it
                     node.attrs[Attr.CONV_TEMPLATE] = kernel
                     if conv.folded:  # what oneDNN would fold in is stored once (the template's epilogue),
@@ -270,31 +271,43 @@ def choose(conv: Conv, graph: Graph, weights: dict[int, str], sizes: dict[str, i
     return _chosen[key].chosen == "onednn"
 
 
-def _template_wins(conv: Conv, graph: Graph, weights: dict[int, str], template) -> Optional[ConvKernel]:
+def _template_kernel(conv: Conv, graph: Graph, weights: dict[int, str]) -> Optional[ConvKernel]:
+    weight = graph.weights[weights[conv.weight.id]]
+    return template_kernel(conv.x.type, tuple(weight.shape), conv.node.output.type, conv.stride, conv.padding,
+                           conv.dilation, conv.groups, conv.bias is not None)
+
+
+def _template_runners(graph: Graph, weights: dict[int, str], literals: dict[int, object], template) -> dict:
+    """shape_key -> a call of the template at that shape to time (None where it does not compile or compute the
+    convolution here), for every convolution of the graph a template computes: compiled together, once."""
+    if TEMPLATE == "never" or (timing.fixed() and TEMPLATE != "always"):
+        return {}
+    kernels = {}
+    for node in graph.walk():
+        conv = as_conv(node, weights, literals)
+        kernel = _template_kernel(conv, graph, weights) if conv is not None else None
+        if kernel is not None:
+            kernels.setdefault(shape_key(kernel), kernel)
+    return dict(zip(kernels, template(list(kernels.values())))) if kernels else {}
+
+
+def _template_wins(conv: Conv, graph: Graph, weights: dict[int, str], runners: dict) -> Optional[ConvKernel]:
     """The template kernel for this convolution where it beats oneDNN's convolution, each without its epilogue
     (computed on the tile by either, at the same cost), timed on random operands; else None."""
-    if TEMPLATE == "never":
+    kernel = _template_kernel(conv, graph, weights)
+    run = runners.get(shape_key(kernel)) if kernel is not None else None
+    if run is None:  # no template computes it, or it does not compile or compute the convolution here
         return None
+    if TEMPLATE == "always":
+        return kernel
     weight = graph.weights[weights[conv.weight.id]]
-    kernel = template_kernel(conv.x.type, tuple(weight.shape), conv.node.output.type, conv.stride, conv.padding,
-                             conv.dilation, conv.groups, conv.bias is not None)
-    if kernel is None:
-        return None
-    if TEMPLATE == "always":  # (where it compiles and computes the convolution here)
-        return kernel if template(kernel) is not None else None
     shape = conv.x.type.shape
     what = (f"generated or oneDNN convolution, {'x'.join(map(str, shape))} * {'x'.join(map(str, weight.shape))}"
             f" s{conv.stride} p{conv.padding} d{conv.dilation} g{conv.groups}, channels-last")
-    if timing.fixed():
-        return None
     key = (what, conv.bias is not None, torch.get_num_threads())
     if key not in _chosen:
-        run = template(kernel)
-        if run is None:  # it does not compile or compute this convolution here
-            return None
-        onednn = _bare(conv, list(shape), weight)
-        _chosen[key] = timing.settle_confirmed(what, {"onednn": onednn, "generated": run}, "onednn",
-                                               TEMPLATE_MARGIN)
+        _chosen[key] = timing.settle_confirmed(what, {"onednn": _bare(conv, list(shape), weight), "generated": run},
+                                               "onednn", TEMPLATE_MARGIN)
     else:
         timing.record(_chosen[key])
     return kernel if _chosen[key].chosen == "generated" else None
