@@ -21,6 +21,13 @@ def convolutions_of_one_pixel_stay(monkeypatch):
     monkeypatch.setattr(pixel_convs, "MODE", "never")
 
 
+@pytest.fixture(autouse=True)
+def no_templates(monkeypatch):
+    """These tests are about oneDNN's form and ATen's: the generated templates (test_conv_template.py) are not
+    offered, as timing might choose them."""
+    monkeypatch.setattr(onednn_conv, "TEMPLATE", "never")
+
+
 @pytest.fixture
 def always(monkeypatch):
     monkeypatch.setattr(onednn_conv, "MODE", "always")
