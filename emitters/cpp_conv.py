@@ -191,8 +191,9 @@ def render_conv(kernel: K.ConvKernel) -> str:
 
 
 class _Store:
-    """The lines that store a tile: `lines(row, first, count, channels)` stores `count` pixels (rows of the flat
-    channels-last output from `row`), each the channels [first, first + channels) held at tile[p * 16 + c - first]."""
+    """The lines that store a tile: `lines(row, count, first, last, indent)` stores `count` pixels (rows of the flat
+    channels-last output from `row`), each the channels [first, last) held at tile[p * 16 + c - first], through
+    the epilogue where there is one."""
 
     def __init__(self, kernel: K.ConvKernel, bias_code: str) -> None:
         self.kernel, self.bias_code = kernel, bias_code
