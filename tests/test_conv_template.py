@@ -144,3 +144,58 @@ def test_clamps_by_constants_keep_nan_and_infinities(tmp_path):
         out = jit2triton.load(path, runtime=runtime)(x)
         assert_same(out, traced(x), runtime)
         assert all(torch.isnan(o[0, 0]) for o in out)
+
+
+
+def _random_net(rng) -> tuple[nn.Module, tuple]:
+    """A random chain of convolutions the templates take, each followed by a random activation, at random small
+    sizes: kernels, strides, paddings and dilations that reach past the image's edges, 1 to 40 channels, images
+    of 1 to 13 pixels a side. -> (the module, its input's shape)."""
+    shape = (rng.randint(1, 3), rng.randint(2, 24), rng.randint(1, 13), rng.randint(1, 13))  # (1 channel: no layout)
+    layers, c, size = [], shape[1], shape[2:]
+    while len(layers) < 2 * rng.randint(1, 4):
+        kind = rng.choice(["pointwise", "depthwise", "dense", "dense"])
+        k, stride, padding, dilation = (1, 1, 0, 1) if kind == "pointwise" else (
+            rng.randint(1, 5), rng.randint(1, 2), rng.randint(0, 2), rng.randint(1, 2))
+        reach = dilation * (k - 1) + 1
+        if any(n + 2 * padding < reach for n in size):
+            continue
+        out = c if kind == "depthwise" else rng.randint(1, 40)
+        layers += [nn.Conv2d(c, out, k, stride, padding, dilation, groups=c if kind == "depthwise" else 1,
+                             bias=rng.random() < 0.8),
+                   rng.choice([nn.ReLU(), nn.ReLU6(), nn.SiLU(), nn.Hardswish(), nn.Identity(), nn.Sigmoid()])]
+        size, c = tuple((n + 2 * padding - reach) // stride + 1 for n in size), out
+    return nn.Sequential(*layers).eval(), shape
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_convolution_chains(seed, tmp_path):
+    """Random chains of template convolutions and activations against TorchScript, in both runtimes
+    (`python tests/test_conv_template.py N` runs N more seeds)."""
+    import random
+    model, shape = _random_net(random.Random(seed))
+    torch.manual_seed(seed)
+    make = lambda: torch.randn(shape)  # noqa: E731
+    traced = torch.jit.trace(model, make())
+    converted = jit2triton.convert(traced, (make(),), choices="fixed")
+    assert _templates(converted), converted.report()
+    assert_runtimes_match(converted, traced, make, tmp_path, calls=1, tolerance=1e-4)
+
+
+if __name__ == "__main__":  # more seeds than the suite runs: python tests/test_conv_template.py [seeds] [first]
+    import pathlib
+    import random
+    import sys
+    import tempfile
+    onednn_conv.TEMPLATE, channels_last.MODE, pixel_convs.MODE = "always", "always", "never"
+    count, first = int(sys.argv[1]) if len(sys.argv) > 1 else 100, int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    failed = 0
+    for seed in range(first, first + count):
+        try:
+            test_random_convolution_chains.__wrapped__(seed, pathlib.Path(tempfile.mkdtemp())) \
+                if hasattr(test_random_convolution_chains, "__wrapped__") else \
+                test_random_convolution_chains(seed, pathlib.Path(tempfile.mkdtemp()))
+        except Exception as err:  # noqa: BLE001 - every seed's failure is reported
+            failed += 1
+            print(f"seed {seed}: {type(err).__name__}: {str(err)[:400]}")
+    print(f"{count - failed} of {count} seeds passed")
