@@ -3,6 +3,7 @@ depthwise templates with the pointwise kernel after each as its epilogue. The te
 (`onednn_conv.TEMPLATE = "always"`) where a test is about its form, since the timed choice depends on the machine;
 every package is checked against TorchScript on fresh inputs, in both runtimes."""
 import math
+import random
 
 import pytest
 import torch
@@ -172,7 +173,6 @@ def _random_net(rng) -> tuple[nn.Module, tuple]:
 def test_random_convolution_chains(seed, tmp_path):
     """Random chains of template convolutions and activations against TorchScript, in both runtimes
     (`python tests/test_conv_template.py N` runs N more seeds)."""
-    import random
     model, shape = _random_net(random.Random(seed))
     torch.manual_seed(seed)
     make = lambda: torch.randn(shape)  # noqa: E731
@@ -184,7 +184,6 @@ def test_random_convolution_chains(seed, tmp_path):
 
 if __name__ == "__main__":  # more seeds than the suite runs: python tests/test_conv_template.py [seeds] [first]
     import pathlib
-    import random
     import sys
     import tempfile
     onednn_conv.TEMPLATE, channels_last.MODE, pixel_convs.MODE = "always", "always", "never"
@@ -192,9 +191,7 @@ if __name__ == "__main__":  # more seeds than the suite runs: python tests/test_
     failed = 0
     for seed in range(first, first + count):
         try:
-            test_random_convolution_chains.__wrapped__(seed, pathlib.Path(tempfile.mkdtemp())) \
-                if hasattr(test_random_convolution_chains, "__wrapped__") else \
-                test_random_convolution_chains(seed, pathlib.Path(tempfile.mkdtemp()))
+            test_random_convolution_chains(seed, pathlib.Path(tempfile.mkdtemp()))
         except Exception as err:  # noqa: BLE001 - every seed's failure is reported
             failed += 1
             print(f"seed {seed}: {type(err).__name__}: {str(err)[:400]}")
