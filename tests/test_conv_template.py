@@ -93,6 +93,19 @@ def test_a_batch_of_one_and_pixels_fewer_than_a_tile(tmp_path):
     assert_runtimes_match(converted, traced, make, tmp_path, tolerance=1e-4)
 
 
+def test_the_templates_without_avx2_compute_the_same(monkeypatch, tmp_path):
+    """Built for the x86-64 baseline (a package rebuilt for a CPU without AVX2 and FMA, or another architecture),
+    the templates' plain C++ loops run instead of the AVX2 tiles: checked the same way."""
+    from jit2triton.emitters import build
+    monkeypatch.setattr(build, "host_isa", lambda: "x86-64")
+    torch.manual_seed(4)
+    make = lambda: torch.randn(2, 3, 13, 11)  # noqa: E731
+    traced = torch.jit.trace(Blocks().eval(), make())
+    converted = jit2triton.convert(traced, (make(),), choices="fixed")
+    assert converted.manifest["cpp"]["isa"] == "x86-64" and len(_templates(converted)) == 9, converted.report()
+    assert_runtimes_match(converted, traced, make, tmp_path, tolerance=1e-4)
+
+
 def test_a_template_kernel_that_disagrees_with_aten_is_taken_out(monkeypatch, tmp_path):
     """A template rendered wrong (its bias subtracted) but timed right: verification takes the kernel out, and the
     convolution runs as ATen's, right."""
