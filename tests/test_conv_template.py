@@ -106,6 +106,17 @@ def test_the_templates_without_avx2_compute_the_same(monkeypatch, tmp_path):
     assert_runtimes_match(converted, traced, make, tmp_path, tolerance=1e-4)
 
 
+def test_a_dilated_1x1_convolution_in_a_channels_last_net(tmp_path):
+    """oneDNN in torch 2.13 crashes the process on a channels-last 1x1 convolution with dilation 2; its dilation
+    changes nothing (one tap), so the channels-last rewrite sets it to 1 (channels_last.py)."""
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Conv2d(8, 15, 2), nn.Sigmoid(), nn.Conv2d(15, 22, 1, stride=2, padding=1, dilation=2))
+    make = lambda: torch.randn(2, 8, 12, 2)  # noqa: E731
+    traced = torch.jit.trace(model.eval(), make())
+    converted = jit2triton.convert(traced, (make(),), choices="fixed")
+    assert_runtimes_match(converted, traced, make, tmp_path, tolerance=1e-4)
+
+
 def test_a_template_kernel_that_disagrees_with_aten_is_taken_out(monkeypatch, tmp_path):
     """A template rendered wrong (its bias subtracted) but timed right: verification takes the kernel out, and the
     convolution runs as ATen's, right."""

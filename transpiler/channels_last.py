@@ -26,7 +26,7 @@ import torch
 
 from .build_plan import build_plan
 from .fuse import clone_graph
-from .ir import Attr, Graph, Node, Type, Value, readers
+from .ir import Attr, Graph, Node, Type, Value, literals, readers
 from .lowering import strides_in_order
 from .op_table import lookup
 from .symbolic import at_example
@@ -130,8 +130,28 @@ def _rewrite(graph: Graph, sizes: dict[str, int]) -> bool:
     restores.update({swap[x.id].id: restores[x.id] for x in images if x.id in restores})  # an input returned
     graph.body.nodes = head + graph.body.nodes
     _weights_channels_last(graph)
+    _single_tap_dilations(graph)
     _restore_outputs(graph, restores)
     return True
+
+
+def _single_tap_dilations(graph: Graph) -> None:
+    """A dilation along a dim where the kernel has one tap changes nothing: set to 1. oneDNN in torch 2.13 crashes
+    the process (a segfault, not an error) on a channels-last 1x1 convolution with dilation 2 (found by
+    tests/test_conv_template.py's random chains), where the same convolution in NCHW runs."""
+    consts, head = literals(graph), []
+    for node in graph.walk():
+        if not (_is_conv2d(node) and node.op in ("aten::_convolution", "aten::conv2d") and len(node.inputs) > 5):
+            continue
+        dilation, taps = consts.get(node.inputs[5].id), node.inputs[1].type.shape[2:]
+        if not (isinstance(dilation, list) and len(dilation) == 2):
+            continue
+        undilated = [1 if k == 1 else d for d, k in zip(dilation, taps)]
+        if undilated != dilation:
+            v = Value(f"{node.output.name}_dilation", node.inputs[5].type)
+            head.append(Node("prim::Constant", [], [v], attrs={Attr.VALUE: undilated}))
+            node.inputs[5] = v
+    graph.body.nodes = head + graph.body.nodes
 
 
 def _image(t: Type) -> bool:
