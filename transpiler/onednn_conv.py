@@ -16,6 +16,12 @@ while converting (`choose`, through timing.py: interleaved, medians, a margin in
 records the choice; `choices="fixed"` keeps ATen's convolution. The weight is reordered into oneDNN's blocked
 layout once, at load (a packed constant of the plan). Only float32/bfloat16, groups (depthwise) and
 1x1 included; the fused ops run in both runtimes through the dispatcher, as any ATen op.
+
+Where the face generates C++ kernels, a third form is timed first: the generated template (conv_kernels.py,
+emitters/cpp_conv.py; a static float32 1x1, depthwise or small dense convolution), against oneDNN's convolution
+alone (`_template_wins`; every shape of the model compiled at once, `_template_runners`). A convolution it wins
+stays this node, marked, for conv_kernels.py to make a kernel after fusion; what oneDNN would have folded in is
+left to fusion (the template's epilogue), stored once.
 """
 from __future__ import annotations
 
