@@ -20,6 +20,7 @@ in the new layout (`x.view(n, -1)` of a channels-last activation) keeps its own.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Callable, Optional
 
 import torch
@@ -28,7 +29,7 @@ from .build_plan import build_plan
 from .fuse import clone_graph
 from .ir import Attr, Graph, Node, Type, Value, literals, readers
 from .lowering import strides_in_order
-from .op_table import lookup
+from .op_table import lookup, schema_of
 from .symbolic import at_example
 from . import timing
 
@@ -141,17 +142,26 @@ def _single_tap_dilations(graph: Graph) -> None:
     tests/test_conv_template.py's random chains), where the same convolution in NCHW runs."""
     consts, head = literals(graph), []
     for node in graph.walk():
-        if not (_is_conv2d(node) and node.op in ("aten::_convolution", "aten::conv2d") and len(node.inputs) > 5):
+        at = _dilation_at(node.op) if _is_conv2d(node) else None
+        if at is None or at >= len(node.inputs):
             continue
-        dilation, taps = consts.get(node.inputs[5].id), node.inputs[1].type.shape[2:]
+        dilation, taps = consts.get(node.inputs[at].id), node.inputs[1].type.shape[2:]
         if not (isinstance(dilation, list) and len(dilation) == 2):
             continue
         undilated = [1 if k == 1 else d for d, k in zip(dilation, taps)]
         if undilated != dilation:
-            v = Value(f"{node.output.name}_dilation", node.inputs[5].type)
+            v = Value(f"{node.output.name}_dilation", node.inputs[at].type)
             head.append(Node("prim::Constant", [], [v], attrs={Attr.VALUE: undilated}))
-            node.inputs[5] = v
+            node.inputs[at] = v
     graph.body.nodes = head + graph.body.nodes
+
+
+@functools.lru_cache(maxsize=None)
+def _dilation_at(op: str) -> Optional[int]:
+    """The position of a convolution's `dilation` argument, by its schema's argument names."""
+    schema = schema_of(op)
+    names = [a.name for a in torch._C.parse_schema(schema).arguments] if schema else []
+    return names.index("dilation") if "dilation" in names else None
 
 
 def _image(t: Type) -> bool:
