@@ -568,9 +568,9 @@ class GemmKernel(TemplateKernel):
 class ConvKernel(TemplateKernel):
     """A 2-d convolution by a constant weight over a channels-last activation, from emitters/cpp_conv.py: `kind`
     "pointwise" (1x1, stride 1, no padding, one group: a GEMM over the pixels), "depthwise" (a group per channel)
-    or "dense" (one group, a small patch: gathered, then the pointwise tile). inputs[0] is x [batch, cin, h, w] channels-last, inputs[1] the weight packed for the template
-    (transpiler/conv_kernels.py's `pack`), inputs[2] the bias [cout] where `bias`; the product is [batch, cout,
-    ho, wo] channels-last. Pairs are (height, width)."""
+    or "dense" (one group, a small patch: gathered, then the pointwise tile). inputs[0] is x [batch, cin, h, w]
+    channels-last, inputs[1] the weight packed for the template (transpiler/conv_kernels.py's `pack`), inputs[2]
+    the bias [cout] where `bias`; the product is [batch, cout, ho, wo] channels-last. Pairs are (height, width)."""
     kind: str = ""
     batch: int = 0
     cin: int = 0

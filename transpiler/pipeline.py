@@ -1,16 +1,17 @@
 """The conversion pipeline, in order: every pass the transpiler runs, each a function `(graph, context) -> graph`.
 
     TorchScript graph ─▶ from_torchscript ─▶ PREPARE ─▶ (REWRITES, when kernels are generated) ─▶ fuse
-                      ─▶ merge_kernels ─▶ gemm_kernels, conv_kernels ─▶ epilogues ─▶ build_plan ─▶ plan_arena (CPU)
+                      ─▶ merge_kernels ─▶ gemm_kernels, conv_kernels ─▶ epilogues ─▶ build_plan
+                      ─▶ plan_arena (CPU)
 
 PREPARE types every value (by running the plan once on the example inputs) and, for a reduced-precision package,
 rewrites the graph to float16/bfloat16 where the rules allow (precision.py) and types it again; REWRITES reshape
 the graph for fusion and must each leave a graph that still runs through ATen alone (the plan before fusion is
 verification's reference). `fuse` lowers and fuses what it can into kernels, `merge_kernels` joins sibling
 kernels, the GEMMs and convolutions timed faster as templates become template kernels, each taking the pointwise
-kernel after it, and `build_plan` turns the result into the plan the runtimes run. The face (`jit2triton/conversion.py`) supplies the
-one thing the transpiler cannot: an interpreter to run a plan with (`Context.run_plan`, the runtime's executor),
-so no stage imports a later one.
+kernel after it, and `build_plan` turns the result into the plan the runtimes run. The face
+(`jit2triton/conversion.py`) supplies the one thing the transpiler cannot: an interpreter to run a plan with
+(`Context.run_plan`, the runtime's executor), so no stage imports a later one.
 """
 from __future__ import annotations
 
