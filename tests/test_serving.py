@@ -351,9 +351,12 @@ def _totals(before: dict, after: dict) -> dict:
 def test_jit2triton_serve_starts_a_local_server_and_stops_on_ctrl_c(package, cpp_runtime):
     """Runs first, before the module's server: its own Ray instance, in its own process."""
     port = _free_port()
+    # SIGINT as a terminal delivers it: a suite started as a background job (a script's `cmd &`) hands its
+    # children SIGINT ignored, and Python then installs no handler, so the Ctrl-C below would not reach the command
     process = subprocess.Popen([sys.executable, "-m", "jit2triton.cli", "serve", package[0], "--port", str(port),
                                 "--max-batch", "8", "--runtime", "cpp"], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+                               stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list = []
 
     def read_output():
