@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
@@ -40,6 +40,9 @@ BACKENDS = ("cpp", "triton", "aten")
 # Other values the model runs on at the example's shapes where it has ops with data-dependent output sizes, each
 # moved so that masks such as `x > 0` count differently from the example and from each other
 VALUE_SHIFTS = (0.5, -0.5, 1.0)
+# Calls after the example's that a model with module state is observed over (state that grows over 3 calls and then
+# stays, a streaming encoder's memory up to its maximum, is seen to vary)
+LATER_CALLS = 4
 
 
 def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], torch.Tensor, None] = None,
@@ -106,6 +109,11 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         say(f"converting method {name}")
         add_method(contents, name, _convert_method(script.methods[name], examples, target, backend, source, say,
                                                    stopwatch, verify, full_source_paths, None, reduced))
+    if verify and method_examples and script.state:
+        contents = _check_methods_in_order(
+            contents, script, forward_examples, method_examples, target, backend, say, stopwatch,
+            lambda: convert_to_package(model, example_inputs, device, "aten", map_location, progress, verify,
+                                       full_source_paths, dynamic_shapes, narrow_dims, *reduced)[0])
     unconverted = [n for n in script.method_names if n != "forward" and n not in method_examples]
     if unconverted:
         contents.manifest["report"]["methods_not_converted"] = {
@@ -114,6 +122,40 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     contents.files.update({f"extra/{name}": data for name, data in script.extra_files.items()})
     say(f"converted in {time.perf_counter() - started:.2f}s")
     return contents, target
+
+
+def _check_methods_in_order(contents: PackageContents, script, forward_examples, method_examples: dict,
+                            target: torch.device, backend: str, say: Progress, stopwatch: pipeline.Stopwatch,
+                            through_aten: Callable[[], PackageContents]) -> PackageContents:
+    """A module whose methods share state, its methods called in an order that exercises them against TorchScript's
+    (method_sequences.py); where they differ, the contents `through_aten` builds (every op through ATen, checked
+    so in turn), and where those differ too the model is refused. -> the contents that matched."""
+    from jit2triton.api import python_runtimes
+    from .method_sequences import call_order, check_methods_in_order
+
+    forward, methods = python_runtimes(contents, target)
+    signatures = {"forward": contents.manifest["signature"]["inputs"],
+                  **{n: contents.manifest["methods"][n]["signature"]["inputs"] for n in method_examples}}
+    examples = {"forward": _complete_inputs(forward_examples, script.input_names, script.input_defaults),
+                **{n: _complete_inputs(e, script.methods[n].input_names, script.methods[n].input_defaults)
+                   for n, e in method_examples.items()}}
+    say("verifying the methods called one after another")
+    with stopwatch.stage("verify_methods_in_order"):
+        mismatches, notes = check_methods_in_order(script, examples, signatures, {"forward": forward, **methods},
+                                                   forward.state.store, target)
+    order = ", ".join(call_order(list(method_examples)))
+    found = "; ".join(str(m) for m in mismatches[:2])
+    if mismatches and backend != "aten":
+        say(f"the methods called in the order {order} differ from TorchScript; every op through ATen instead")
+        contents = through_aten()
+        notes.append(f"called in the order {order}, the methods' generated kernels differed from TorchScript "
+                     f"({found}); every op runs through ATen")
+    elif mismatches:
+        raise ConversionError(f"called in the order {order}, the converted methods do not match TorchScript "
+                              f"({found}); this is a bug in jit2triton: {fallbacks.REPORT}")
+    contents.manifest["report"]["verification"]["notes"] += notes
+    contents.manifest["report"]["verification"]["methods_in_order"] = order
+    return contents
 
 
 def _per_method(example_inputs) -> tuple[Any, dict[str, Any]]:
@@ -259,6 +301,12 @@ class _MethodStages:
         with stopwatch.stage("from_torchscript"):
             graph = from_torchscript(self.script.graph, names, self.script.name, self.full_source_paths)
         ctx = _context(self.target, self.inputs, self.dynamic, stopwatch)
+        ctx.vary_values = any(type(x) is int for x in self.inputs)  # `range(n)`: a size an input's value may set
+        own = len(self.inputs) - len(self.script.state)
+        written = [position for position, slot in enumerate(self.script.state, own) if slot.written]
+        ctx.state_feedback = [(position, rank - len(written)) for rank, position in enumerate(written)]
+        ctx.later_calls = [with_other_values(self.inputs, seed=31 + i) for i in range(LATER_CALLS)] \
+            if written else []
         ctx.precision = precision_plan or self.precision_plan
         backend = backend_named(self.backend)
         ctx.generated_gemm = backend.generated_gemm  # a GEMM over few rows may take its form
@@ -291,8 +339,7 @@ class _MethodStages:
         culprit = None
         if mismatches and contents.manifest["kernels"]:
             with self.stopwatch.stage("culprit_search"):
-                failed = [inputs for name, inputs, _ in verifier.cases if name in verifier.failed]
-                culprit = find_culprit(graph, sched, contents, failed, self.target,
+                culprit = find_culprit(graph, sched, contents, verifier.failed_inputs, self.target,
                                        lambda actual, expected: tensor_error(actual, expected)[0])
         self.verify_seconds += time.perf_counter() - started
         if not mismatches:

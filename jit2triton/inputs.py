@@ -96,15 +96,22 @@ def random_tensor(shape, dtype: torch.dtype, device, low: int = 0, high: int = 2
     return torch.randint(low, max(high, low + 1), shape, generator=generator, dtype=dtype).to(device)
 
 
+_INT_MOVES = {0.5: 1, -0.5: -1, 1.0: 2}  # an int input at each of VALUE_SHIFTS (conversion.py), kept >= 1
+
+
 def with_other_values(inputs: list, seed: int, shift: float = 0.0) -> list:
     """The inputs at the same shapes and layouts with other values: floats random (moved by `shift`, so that masks
     such as `x > 0` count differently), bools random, integer tensors the example's rows in another order (ids, masks
     and boxes stay valid) or, for a positive `shift`, random within the example's range (so that their distinct
-    values count differently); other inputs kept."""
+    values count differently), ints moved (by `shift`: a loop's count `range(n)` is a size a value sets); other
+    inputs kept."""
     generator = torch.Generator().manual_seed(seed)
     drawn = []
     for x in inputs:
-        if isinstance(x, torch.Tensor) and x.numel() and (x.dtype.is_floating_point or x.dtype.is_complex):
+        if type(x) is int and shift:
+            move = _INT_MOVES.get(shift, 1)
+            x = x + move if x + move >= 1 else x + 3
+        elif isinstance(x, torch.Tensor) and x.numel() and (x.dtype.is_floating_point or x.dtype.is_complex):
             fresh = torch.randn(x.shape, generator=generator).add_(shift).to(dtype=x.dtype, device=x.device)
             x = torch.empty_like(x).copy_(fresh)  # (empty_like keeps a dense input's strides: channels-last stays)
         elif isinstance(x, torch.Tensor) and x.dtype == torch.bool:

@@ -24,6 +24,7 @@ RELATIVE_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 3e-2, "bfloat
 ABSOLUTE_TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
 EXACT_FRACTION = 1e-2  # ints and bools: this fraction may flip (an argmax tie broken by a rounding difference)
 FRESH_SEED = 20260101
+SEQUENCE_CALLS = 6  # a model with module state is also verified over this many calls, each from the last one's state
 CROSS_DEVICE_SLACK = 10.0  # a CPU reference for a CUDA package: cuDNN convolutions use TF32 by default
 
 
@@ -158,6 +159,9 @@ class Verifier:
         self.cases: list[tuple[str, list, Any]] = []
         self.must_accept = {name for name, _ in other_sizes}
         self.failed: list[str] = []  # the cases the last check() found mismatches on
+        self.failed_inputs: list[list] = []  # the plan's inputs (state included) where they failed
+        # (calls, TorchScript's (outputs, state) after each): one sequence, for a model with module state
+        self.sequence: Optional[tuple[list, list]] = None
         draws = [("the example inputs", example_inputs)]
         try:
             draws.append(("fresh random inputs", random_inputs(signature, device, FRESH_SEED, sizes)))
@@ -181,6 +185,30 @@ class Verifier:
                 self.cases = []
                 return
             self.cases.append((name, _copies(inputs), expected))  # (shape inference may write the inputs)
+        if hasattr(reference, "sequence") and self.cases:
+            self.sequence = self.sequence_of_calls(signature, device, sizes, example_inputs)
+
+    def sequence_of_calls(self, signature: list[dict], device: torch.device, sizes: Optional[dict[str, int]],
+                          example: list) -> Optional[tuple[list, list]]:
+        """SEQUENCE_CALLS calls (the example, then fresh draws) and TorchScript's outputs and written state after each,
+        run one after another from the saved state; None where TorchScript refuses them."""
+        calls = [_copies(example)]
+        for i in range(1, SEQUENCE_CALLS):
+            try:
+                drawn = random_inputs(signature, device, FRESH_SEED + i, sizes)
+            except InputError:
+                drawn = example
+            calls.append(drawn)
+        for attempt in (calls, [calls[0]] + [_with_example_integers(c, example) or c for c in calls[1:]]):
+            try:
+                with torch.jit.optimized_execution(False):
+                    expected = self.reference.sequence([_copies(c) for c in attempt])
+            except Exception as err:  # noqa: BLE001 - the model refuses a call of the sequence (an assert on state)
+                refused = f"TorchScript raised on a sequence of calls ({type(err).__name__}: {_first_line(err)})"
+                continue
+            return [_copies(c) for c in attempt], expected
+        self.notes.append(f"{refused}; calls after the first not compared")
+        return None
 
     def with_example_integers(self, fresh: list, example: list) -> Optional[tuple[str, list, Any]]:
         """(name, inputs, TorchScript's outputs) for `fresh` with its integer inputs taken from the example's rows,
@@ -207,8 +235,39 @@ class Verifier:
         return result
 
     def check(self, run: Callable) -> list[Mismatch]:
-        """Mismatches of `run` (a loaded package) against TorchScript, over every case; `failed` names the cases
-        they came from."""
+        """Mismatches of `run` (a loaded package) against TorchScript, over every case and, for a model with state,
+        over a sequence of calls; `failed` names the cases they came from, `failed_inputs` the plan's inputs there."""
+        found = self.check_cases(run)
+        self.failed_inputs = [getattr(run, "plan_inputs", list)(inputs) for name, inputs, _ in self.cases
+                              if name in self.failed]
+        if self.sequence is not None and hasattr(run, "sequence") and not found:
+            found += self.check_sequence(run)
+        return found
+
+    def check_sequence(self, run: Callable) -> list[Mismatch]:
+        """Mismatches over the sequence of calls, up to the first call that differs: its outputs or the state it
+        leaves (the state it started from matched)."""
+        calls, expected = self.sequence
+        try:
+            actual = run.sequence([_copies(c) for c in calls])
+        except Jit2TritonError as err:
+            actual = err
+        for number, (inputs, want) in enumerate(zip(calls, expected), 1):
+            where = f"call {number} of a sequence of {len(calls)}"
+            if isinstance(actual, Exception):
+                found = [Mismatch(f"on {where}", math.inf, f"the package raised {type(actual).__name__}: {actual}")]
+            else:
+                got, state_before = actual[number - 1]
+                found = [Mismatch(f"{m.where} on {where}", m.error, m.detail)
+                         for m in compare(got, want, slack=self.slack, tolerance=self.tolerance)]
+            if found:
+                self.failed.append(where)
+                if not isinstance(actual, Exception):
+                    self.failed_inputs.append(list(inputs) + state_before)
+                return found
+        return []
+
+    def check_cases(self, run: Callable) -> list[Mismatch]:
         found: list[Mismatch] = []
         self.failed = []
         for name, inputs, expected in self.cases:
@@ -241,13 +300,38 @@ class Verifier:
 
 def package_runner(contents, device: torch.device) -> Callable:
     """The loaded package as a user would call it (the Python runtime, CUDA graphs included). A model with module
-    state runs each case from the saved state and gives its new state beside its outputs, as the reference does."""
+    state runs each case from the saved state and gives its new state beside its outputs, as the reference does;
+    and runs sequences of calls, each from the state the last one left."""
     runtime = Runtime(contents, device)
-    if runtime.state is None:
-        return runtime
+    return runtime if runtime.state is None else _StatefulRunner(runtime)
 
-    def run(*inputs: Any) -> tuple:
-        runtime.state.reset()
-        output = runtime(*inputs)
-        return output, runtime.state.written_values()
-    return run
+
+class _StatefulRunner:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime, self.state = runtime, runtime.state
+
+    def __call__(self, *inputs: Any) -> tuple:
+        self.state.reset()
+        output = self.runtime(*inputs)
+        return output, self.state.written_values()
+
+    def sequence(self, calls: list[list]) -> list[tuple]:
+        """(outputs, written state, the state the call started from) per call, from the saved state."""
+        self.state.reset()
+        results = []
+        for inputs in calls:
+            before = self.current()
+            output = self.runtime(*inputs)
+            results.append(((output, self.state.written_values()), before))
+        return results
+
+    def plan_inputs(self, inputs: list) -> list:
+        """The plan's inputs for a call from the saved state: the model's, then the state."""
+        self.state.reset()
+        return list(inputs) + self.current()
+
+    def current(self) -> list:
+        """The state the plan takes next, in its order (copies: the plan may write a tensor in place)."""
+        with self.state.store.lock:
+            return [_copies(v) if isinstance(v, list) else _copies([v])[0]
+                    for v in (self.state.store.values[name] for name in self.state.names)]

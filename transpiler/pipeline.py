@@ -94,6 +94,13 @@ class Context:
     # The example inputs' shapes with other values: run where the model has ops whose output sizes depend on data
     # (a mask's count), so that those sizes are seen to vary and no kernel is fitted to the example's count
     value_draws: list[list] = field(default_factory=list)
+    # ... also run where values other than data may set sizes: an integer input (`for _ in range(n)`)
+    vary_values: bool = False
+    # Module state: (input position, output position) of each attribute the model writes. The model is also run as
+    # a sequence of calls, each on `later_calls`' inputs with the state the call before returned, so that state
+    # whose size changes between calls (a cache grown by `cat`) is seen to vary and no kernel is fitted to its size
+    state_feedback: list[tuple[int, int]] = field(default_factory=list)
+    later_calls: list[list] = field(default_factory=list)
     # Whether generated kernels may take the dynamic dims as arguments (name -> (min, max, example)); else values
     # with dynamic sizes run through ATen
     kernel_dims: Optional[dict[str, tuple]] = None
@@ -118,7 +125,7 @@ def observe(graph: Graph, ctx: Context) -> Graph:
         ctx.outputs = ctx.run_plan(sched, ctx.example_inputs, recorder)
     except ConversionError as err:
         raise ConversionError(f"on the example inputs, {err}") from None
-    if any(lookup(node.op).data_dependent_size for node in graph.walk()):  # a mask's count, an item()
+    if ctx.vary_values or any(lookup(node.op).data_dependent_size for node in graph.walk()):  # a mask's count
         for inputs in ctx.value_draws:
             recorder.next_draw(ctx.example_sizes)
             recorder.observe_values(graph.inputs, inputs)
@@ -126,6 +133,7 @@ def observe(graph: Graph, ctx: Context) -> Graph:
                 ctx.draw_outputs.append((ctx.example_sizes, ctx.run_plan(sched, inputs, recorder)))
             except Jit2TritonError:  # the model refuses these values (an assert on them): nothing learnt
                 recorder.drop_draw()
+    _observe_later_calls(graph, sched, ctx, recorder)
     for sizes, inputs in ctx.draws:
         recorder.next_draw(sizes)
         recorder.observe_values(graph.inputs, inputs)
@@ -152,6 +160,25 @@ def observe(graph: Graph, ctx: Context) -> Graph:
     return graph
 
 
+def _observe_later_calls(graph: Graph, sched: Plan, ctx: Context, recorder: ShapeRecorder) -> None:
+    """Run the model as a sequence of calls after the example's, each taking the state the one before returned."""
+    if not ctx.state_feedback:
+        return
+    previous = ctx.outputs
+    for inputs in ctx.later_calls:
+        inputs = list(inputs)
+        for position, output in ctx.state_feedback:
+            inputs[position] = previous[output]
+        recorder.next_draw(ctx.example_sizes)
+        recorder.observe_values(graph.inputs, inputs)
+        try:
+            previous = ctx.run_plan(sched, inputs, recorder)
+        except Jit2TritonError:  # the model refuses this call (an assert on its state): nothing more to learn
+            recorder.drop_draw()
+            return
+        ctx.draw_outputs.append((ctx.example_sizes, previous))
+
+
 def _reduce_precision(graph: Graph, ctx: Context) -> Graph:
     """A reduced-precision package: float16/bfloat16 but where float32 is kept, typed again."""
     if ctx.precision is None:
@@ -162,6 +189,7 @@ def _reduce_precision(graph: Graph, ctx: Context) -> Graph:
         ctx.example_inputs = to_reduced(ctx.example_inputs)
         ctx.draws = [(sizes, to_reduced(inputs)) for sizes, inputs in ctx.draws]
         ctx.value_draws = [to_reduced(inputs) for inputs in ctx.value_draws]
+        ctx.later_calls = [to_reduced(inputs) for inputs in ctx.later_calls]
         ctx.largest = ctx.largest and (ctx.largest[0], to_reduced(ctx.largest[1]))
     ctx.draw_outputs.clear()
     return observe(graph, ctx)
