@@ -18,6 +18,7 @@ from jit2triton.version import __version__
 from .graph_regions import capturable, group_regions, worth_capturing
 from .literals import encode
 from .package import PackageContents
+from .signature import with_named_tuples
 
 
 @dataclass
@@ -42,7 +43,7 @@ def build_package(sched, plan_graph, built: BuiltKernels, signature: dict, model
         "device": target.type,
         "backend": built.backend,
         "model": {k: v for k, v in model_info.items() if k != "state"},
-        "signature": signature,
+        "signature": dict(signature, outputs=with_named_tuples(signature["outputs"], plan_graph.returns)),
         "plan": sched.plan,
         "nodes": sched.node_table,
         "kernels": kernel_index(built.kernels, built.backend),

@@ -9,6 +9,7 @@ the whole plan in C++ (kernels, ATen ops, control flow, CUDA graphs), so no per-
 from __future__ import annotations
 
 import hashlib
+import json
 import importlib.machinery
 import importlib.util
 import os
@@ -24,6 +25,7 @@ from jit2triton.errors import (CorruptPackageError, InputError, ModelRaisedError
                                PackageVersionError, QuantizedEngineError, SignatureError, StepError)
 
 from .package import PackageContents, package_from_members
+from .signature import output_rebuilder
 from .verified_library import open_verified
 
 # The classes the extension raises, by name: the C++ runtime's errors are the Python runtime's exceptions.
@@ -173,6 +175,11 @@ class CppRuntime:
                                          mmap, list(trusted_keys))
         self.device = torch.device(self.module.device)
         self.uses_cuda_graph = self.module.uses_cuda_graph
+        # The C++ runtime returns a NamedTuple as a plain tuple (deploy/cpp/src/module.cpp says why); the model's
+        # NamedTuple classes are made here, once, from the signature the C++ runtime checked, as the Python one does.
+        self.rebuilders = named_tuple_rebuilders(self.module.member("manifest.json"))
+        self.rebuild_outputs = self.rebuilders.get("forward")
+        self.fastest_call = self.module if self.rebuild_outputs is None else self  # (no Python frame between)
 
     def contents(self) -> PackageContents:
         """The package as this runtime read and checked it (for reports and saving): the file it runs, never the
@@ -180,7 +187,8 @@ class CppRuntime:
         return package_from_members(self.path, self.module.members(), self.module.weights())
 
     def __call__(self, *inputs: Any) -> Any:
-        return self.module(*inputs)
+        output = self.module(*inputs)
+        return output if self.rebuild_outputs is None else self.rebuild_outputs(output)
 
     def set_profiling(self, on: bool) -> None:
         """Per-step timers in the C++ plan (on: cleared and started), for `jit2triton bench --profile`."""
@@ -192,4 +200,22 @@ class CppRuntime:
 
     def methods(self) -> dict:
         """The model's other methods, each called like forward (they share the module's state)."""
-        return {name: self.module.method(name) for name in self.module.method_names()}
+        return {name: _returning_named_tuples(self.module.method(name), self.rebuilders.get(name))
+                for name in self.module.method_names()}
+
+
+def named_tuple_rebuilders(manifest: bytes) -> dict:
+    """Per method ("forward" and the others) that returns NamedTuples, what rebuilds them (deploy/signature.py)."""
+    try:
+        parsed = json.loads(manifest)
+        signatures = {"forward": parsed["signature"],
+                      **{name: own["signature"] for name, own in (parsed.get("methods") or {}).items()}}
+        rebuilders = {name: output_rebuilder(sig["outputs"]) for name, sig in signatures.items()}
+    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        raise CorruptPackageError(f"the package's signature is damaged ({type(err).__name__}: {err}); re-run "
+                                  "`jit2triton convert`") from None
+    return {name: rebuild for name, rebuild in rebuilders.items() if rebuild is not None}
+
+
+def _returning_named_tuples(method, rebuild):
+    return method if rebuild is None else (lambda *inputs: rebuild(method(*inputs)))

@@ -21,7 +21,7 @@ from .literals import map_plan_literals
 from .package import PackageContents
 from .policy import message
 from .plan_check import check_dims, check_finite_nesting, check_plan
-from .signature import NO_DEFAULT, InputChecker
+from .signature import NO_DEFAULT, InputChecker, output_rebuilder
 from .state import StateStore, model_state
 
 DeviceLike = Union[str, torch.device, dict, None]  # a dict maps the device saved to the one wanted, as torch.jit
@@ -72,13 +72,15 @@ class Runtime:
         self.uses_cuda_graph = isinstance(self.run, GraphRunner)
         self.state = model_state(manifest.state, weights, self.device, state)  # attributes the model writes
         self.nested_outputs = manifest.signature["outputs"].get("type") != "Tensor"
+        self.rebuild_outputs = output_rebuilder(manifest.signature["outputs"])  # the NamedTuples, if it returns any
 
     def __call__(self, *inputs: Any) -> Any:
         inputs = self.check_inputs(inputs)
         outputs = self.run(inputs) if self.state is None else self.state.run(self.run, inputs)
         if self.nested_outputs:
             check_finite_nesting(outputs)
-        return outputs[0] if len(outputs) == 1 else tuple(outputs)
+        output = outputs[0] if len(outputs) == 1 else tuple(outputs)
+        return output if self.rebuild_outputs is None else self.rebuild_outputs(output)
 
 
 def placed_weights(weights: dict[str, torch.Tensor], plan: dict, device: torch.device) -> dict[str, torch.Tensor]:

@@ -4,6 +4,7 @@ The check is built once at load; a call compares each input's dtype, shape and d
 """
 from __future__ import annotations
 
+from collections import namedtuple
 from operator import attrgetter
 from typing import Any, Callable, Optional
 
@@ -32,10 +33,70 @@ def describe(value: Any) -> dict:
     return {"type": type(value).__name__}
 
 
+def with_named_tuples(desc: dict, named: Optional[dict]) -> dict:
+    """`desc` (of an output) with the NamedTuples that `named` finds in TorchScript's type of it: each such Tuple
+    gains its "name" and "fields", and a List or Dict whose elements hold one its "element" (`named` of one
+    element), so a runtime rebuilds them in lists longer, or dicts other, than the example's. `named`: the IR's
+    `Graph.returns` form (transpiler/from_torchscript.py `named_tuples`): "Tuple" with "name", "fields" where named
+    and "items"; "List" or "Dict" with "element"; None where nothing below is named."""
+    if named is None or desc.get("type") != named["type"]:
+        return desc
+    out = dict(desc)
+    if named["type"] == "Tuple":
+        if "name" in named and len(named["fields"]) == len(desc["items"]):
+            out["name"], out["fields"] = named["name"], list(named["fields"])
+        out["items"] = [with_named_tuples(d, n) for d, n in zip(desc["items"], named["items"])]
+    else:
+        out["element"] = named["element"]
+        items = desc["items"]
+        out["items"] = ({k: with_named_tuples(d, named["element"]) for k, d in items.items()}
+                        if isinstance(items, dict) else [with_named_tuples(d, named["element"]) for d in items])
+    return out
+
+
+def output_rebuilder(desc: Optional[dict]) -> Optional[Callable[[Any], Any]]:
+    """What turns a plan's output (plain tuples) into the model's (its NamedTuples, as TorchScript returns them), or
+    None where `desc` (a signature's outputs, after `with_named_tuples`) names none: then a call does nothing more.
+    Each NamedTuple class is made here, once per load. A None (an Optional's) passes through."""
+    kind = desc.get("type") if desc is not None else None  # (an "element"'s items: None where nothing is named)
+    if kind in ("List", "Dict") and "element" in desc:
+        element = output_rebuilder(desc["element"])
+        if element is None:
+            return None
+        if kind == "List":
+            return lambda value: None if value is None else [element(v) for v in value]
+        return lambda value: None if value is None else {k: element(v) for k, v in value.items()}
+    if kind != "Tuple":
+        return None
+    items = [output_rebuilder(d) for d in desc["items"]]
+    if "name" not in desc and not any(items):
+        return None
+    build = namedtuple(desc["name"], desc["fields"])._make if "name" in desc else tuple
+    count = len(desc["items"])
+    if not any(items):
+        make = build
+    else:
+        def make(value: tuple) -> Any:
+            return build(f(v) if f is not None else v for f, v in zip(items, value))
+
+    def rebuild(value: Any) -> Any:
+        if value is None:
+            return None
+        if len(value) != count:
+            raise CorruptPackageError(f"the plan returned a tuple of {len(value)} items where the signature says "
+                                      f"{format_type(desc)}: the package is damaged; re-run `jit2triton convert`")
+        return make(value)
+
+    return rebuild
+
+
 def format_type(desc: dict) -> str:
     kind = desc["type"]
     if kind == "Tensor":  # an output's dynamic sizes are named in "dims" ("12*batch"), its example's in "shape"
         return f"{desc['dtype']}[{', '.join(map(str, desc.get('dims', desc['shape'])))}]"
+    if "fields" in desc:  # a NamedTuple
+        return f"{desc['name']}(" + ", ".join(f"{k}: {format_type(d)}" for k, d in zip(desc["fields"],
+                                                                                     desc["items"])) + ")"
     if kind in ("Tuple", "List"):
         return f"{kind}[{', '.join(format_type(d) for d in desc['items'])}]"
     if kind == "Dict":

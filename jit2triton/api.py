@@ -33,7 +33,7 @@ class Converted:
                  methods: Optional[dict[str, Callable]] = None) -> None:
         self._package = contents  # the contents, or what reads them when first asked (CppRuntime.contents)
         self._runtime = runtime
-        self._call = getattr(runtime, "module", runtime)  # the C++ runtime's module is called directly
+        self._call = getattr(runtime, "fastest_call", runtime)  # the C++ runtime's module, where it can be
         self._methods = methods or {}  # the other methods converted (`encode`), each callable like forward
 
     def __call__(self, *inputs: Any, **named: Any) -> Any:

@@ -18,8 +18,25 @@ REFUSED = {
                          "calling the model",
     "aten::seed": "seeds torch's random generator on every call, which a package cannot do: seed it before calling "
                   "the model",
-    "aten::from_file": "reads a file on every call, which a package would read once, at conversion: pass the data "
-                       "in as an input",
+    "aten::from_file": "reads a file, and a package never reads files: with a path that is a constant or a module "
+                       "attribute it would hold the bytes read at conversion and miss every later change of the file, "
+                       "and a plan that reads a file the user names is refused by both runtimes; read the file "
+                       "yourself and pass the data in as an input",
+}
+# Ops that remain after loading which neither runtime runs (they exist in this torch: no version would help)
+UNSUPPORTED = {
+    "prim::fork": "forks a call whose future jit2triton cannot follow to its wait (fork/wait run in order, inlined, "
+                  "where each future reaches torch.jit.wait directly or through a list)",
+    "aten::wait": "waits on a future that no torch.jit.fork in the model made",
+    "prim::isinstance": "tests the type of a value whose type is still open (Any, or a Union of several types): only "
+                        "an isinstance that the types decide, or that tests an Optional for None, runs; annotate the "
+                        "value with a concrete type or an Optional",
+    "prim::rpc_async": "makes a remote call (torch.distributed.rpc), which a package cannot make",
+    "prim::rpc_sync": "makes a remote call (torch.distributed.rpc), which a package cannot make",
+    "prim::rpc_remote": "makes a remote call (torch.distributed.rpc), which a package cannot make",
+    "prim::awaitable": "makes an await (torch.jit._awaitable), which neither runtime runs",
+    "prim::awaitable_wait": "waits on an await (torch.jit._awaitable), which neither runtime runs",
+    "prim::awaitable_nowait": "makes an await (torch.jit._awaitable), which neither runtime runs",
 }
 
 
@@ -42,10 +59,22 @@ def drop_grad_modes(graph: torch._C.Graph) -> None:
 
 
 def refuse_effects(graph: torch._C.Graph) -> None:
+    """Refuse REFUSED ops. Run on the graph before freezing, which would run a file read whose path is a constant or
+    an attribute once and keep its result as a constant."""
     for node in _nodes(graph.block()):
         why = REFUSED.get(node.kind())
         if why is not None:
             raise ConversionError(f"the model calls {node.kind()} ({_where(node)}): it {why}")
+
+
+def refuse_unsupported(graph: torch._C.Graph) -> None:
+    """Refuse, on the normalised graph, an op that neither runtime runs, naming it and its source line."""
+    for node in _nodes(graph.block()):
+        why = UNSUPPORTED.get(node.kind())
+        if why is not None:
+            detail = f" on a {node.input().type().annotation_str}" if node.kind() == "prim::isinstance" else ""
+            raise ConversionError(f"the model calls {node.kind()}{detail} ({_where(node)}), which jit2triton does not "
+                                  f"support (the op exists in this torch, but neither runtime runs it): it {why}")
 
 
 def _nodes(block):
@@ -56,6 +85,10 @@ def _nodes(block):
 
 
 def _where(node) -> str:
-    """The model's file and line of a node, as TorchScript's source range names them."""
-    lines = [line.strip() for line in node.sourceRange().splitlines() if line.strip()]
-    return next((line for line in lines if line.startswith("File")), lines[0] if lines else node.kind())
+    """The model's file and line of a node, as TorchScript's source range names them; of the first node that reads
+    it where it has none (TorchScript records none for an `isinstance`: its `if` has one)."""
+    for candidate in [node, *(use.user for value in node.outputs() for use in value.uses())]:
+        lines = [line.strip() for line in candidate.sourceRange().splitlines() if line.strip()]
+        if lines:
+            return next((line for line in lines if line.startswith("File")), lines[0])
+    return node.kind()

@@ -17,7 +17,7 @@ import torch
 from jit2triton.errors import ConversionError, ModelLoadError
 
 from .local_objects import objects_as_dicts
-from .side_effects import drop_grad_modes, refuse_effects
+from .side_effects import drop_grad_modes, refuse_effects, refuse_unsupported
 from .module_state import StateSlot, read_state, restore_state, thread_module_state
 
 ModelSource = Union[str, os.PathLike, torch.jit.ScriptModule, torch.jit.ScriptFunction]
@@ -121,6 +121,10 @@ def _from_module(module: torch.jit.ScriptModule, methods: list[str]) -> ScriptGr
         raise ConversionError(f"the module has no method {unknown[0]!r} to convert besides forward; its methods are "
                               f"{', '.join(names)}")
     module = module.eval()
+    for method in ["forward", *methods]:  # before freezing runs a file read whose path it knows
+        unfrozen = getattr(module, method).graph.copy()
+        torch._C._jit_pass_inline(unfrozen)
+        refuse_effects(unfrozen)
     frozen, notes = _freeze(module, methods)
     script = _method(frozen, "forward", _module_name(module), notes)
     script.methods = {name: _method(frozen, name, f"{_module_name(module)}.{name}", []) for name in methods}
@@ -210,21 +214,78 @@ def _from_function(function: torch.jit.ScriptFunction) -> ScriptGraph:
 
 def _normalise(graph: torch._C.Graph) -> None:
     torch._C._jit_pass_inline(graph)
+    _inline_fork_wait(graph)
     _fold_isinstance(graph)
     torch._C._jit_pass_constant_propagation(graph)
     torch._C._jit_pass_remove_mutation(graph)
     torch._C._jit_pass_dce(graph)
+    refuse_unsupported(graph)
+
+
+def _inline_fork_wait(graph: torch._C.Graph) -> None:
+    """`torch.jit.fork` / `torch.jit.wait` run in order: each forked call is inlined where it was forked and its
+    `wait` is its result (TorchScript's own pass), then calls in it inlined; a fork inside a forked call is inlined
+    by the next round. A future the pass cannot follow to its wait (kept in a list) keeps its fork, which the plan
+    refuses as an op neither runtime runs."""
+    forks = len(graph.findAllNodes("prim::fork", True))
+    if not forks:
+        return
+    while forks:
+        torch._C._jit_pass_inline_fork_wait(graph)
+        torch._C._jit_pass_dce(graph)
+        torch._C._jit_pass_inline(graph)
+        forks, before = len(graph.findAllNodes("prim::fork", True)), forks
+        if forks >= before:
+            return
+    if not any(graph.findAllNodes(op, True) for op in _REMOTE_FUTURES):
+        _futures_as_values(graph)
+
+
+_REMOTE_FUTURES = ("prim::rpc_async", "prim::rpc_remote")  # futures no fork made: refused, never inlined
+
+
+def _futures_as_values(graph: torch._C.Graph) -> None:
+    """With every fork inlined, each future left (one kept in a list: `[torch.jit.fork(h, x) for h in heads]`)
+    already holds its result, so its `wait` is the value itself, and a Future[T] typed value is a T."""
+    for node in graph.findAllNodes("aten::wait", True):
+        node.output().replaceAllUsesWith(node.input())
+        node.destroy()
+    for node in _all_nodes(graph.block()):
+        for value in node.outputs():
+            value.setType(_without_futures(value.type()))
+
+
+def _without_futures(t):
+    if isinstance(t, torch._C.FutureType):
+        return _without_futures(t.getElementType())
+    if isinstance(t, torch._C.ListType):
+        return torch._C.ListType(_without_futures(t.getElementType()))
+    return t
+
+
+def _all_nodes(block):
+    for node in block.nodes():
+        yield node
+        for inner in node.blocks():
+            yield from _all_nodes(inner)
 
 
 def _fold_isinstance(graph: torch._C.Graph) -> None:
     """`isinstance` whose answer the inlined graph's types already give (torchvision's roi_align checks whether its
     Union[Tensor, List[Tensor]] argument is a list, and after inlining it is a Tensor) becomes a constant, so that
-    constant propagation drops the branch not taken; only a value of an open type (Any, Optional, Union) keeps it."""
+    constant propagation drops the branch not taken. On an Optional[T] (an input that may be None, a graph-network
+    aggregation's optional edge features) the answer is a None test, which both runtimes run on each call: the
+    example's value cannot decide it, as the next call may pass the other. Only a value of a type still open
+    (Any, a Union, an Optional of one) keeps `prim::isinstance`, which conversion then refuses."""
     open_types = (torch._C.AnyType, torch._C.OptionalType, torch._C.UnionType)
     for node in graph.findAllNodes("prim::isinstance", True):
-        given = node.input().type()
-        if any(given.isSubtypeOf(candidate) for candidate in node.tys("types")):
+        given, candidates = node.input().type(), node.tys("types")
+        if any(given.isSubtypeOf(candidate) for candidate in candidates):
             answer = True
+        elif isinstance(given, torch._C.OptionalType) and not isinstance(given.getElementType(), open_types):
+            _as_none_test(graph, node, any(given.getElementType().isSubtypeOf(c) for c in candidates),
+                          any(torch._C.NoneType.get().isSubtypeOf(c) for c in candidates))
+            continue
         elif isinstance(given, open_types):
             continue
         else:
@@ -233,6 +294,22 @@ def _fold_isinstance(graph: torch._C.Graph) -> None:
             constant = graph.insertConstant(answer)
         node.output().replaceAllUsesWith(constant)
         node.destroy()
+
+
+def _as_none_test(graph: torch._C.Graph, node: torch._C.Node, value_matches: bool, none_matches: bool) -> None:
+    """`isinstance(x, types)` of an Optional[T] x (T a closed type, whose values all match `types` or none do): a
+    constant where None and T's values agree, else `x is not None` (T matches) or `x is None` (None matches)."""
+    with graph.insert_point_guard(node):
+        if value_matches == none_matches:
+            answer = graph.insertConstant(value_matches)
+        else:
+            test = graph.create("aten::__isnot__" if value_matches else "aten::__is__",
+                                [node.input(), graph.insertConstant(None)])
+            test.output().setType(torch._C.BoolType.get())
+            answer = graph.insertNode(test).output()
+    answer.node().copyMetadata(node)
+    node.output().replaceAllUsesWith(answer)
+    node.destroy()
 
 
 def _default(argument) -> Any:

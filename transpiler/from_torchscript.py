@@ -9,7 +9,7 @@ import linecache
 import os
 import re
 import sys
-from typing import Any
+from typing import Any, Optional
 
 import torch
 
@@ -40,6 +40,41 @@ def ir_type(ts_type) -> Type:
     return Type(_TYPE_KINDS.get(kind, str(ts_type)))
 
 
+def named_tuples(ts_type) -> Optional[dict]:
+    """Where TorchScript's type `ts_type` holds NamedTuples: a "Tuple" with the NamedTuple's "name" and "fields"
+    (where it is one) and its "items"; a "List" or "Dict" with its "element"; an Optional as what it holds; None
+    where nothing inside is named."""
+    kind = ts_type.kind()
+    if kind == "TupleType":
+        items = [named_tuples(e) for e in ts_type.elements()]
+        fields = _field_names(ts_type)
+        if fields is None and not any(items):
+            return None
+        named = {"name": ts_type.annotation_str.rsplit(".", 1)[-1], "fields": fields} if fields is not None else {}
+        return {"type": "Tuple", **named, "items": items}
+    if kind in ("ListType", "DictType", "OptionalType"):
+        element = named_tuples(ts_type.getValueType() if kind == "DictType" else ts_type.getElementType())
+        if element is None or kind == "OptionalType":
+            return element
+        return {"type": "List" if kind == "ListType" else "Dict", "element": element}
+    return None
+
+
+def _field_names(ts_type) -> Optional[list[str]]:
+    """A NamedTuple type's field names, None for a plain tuple. TorchScript's Python binding shows them only in the
+    type's text: "NamedTuple(boxes : Tensor, inner : NamedTuple(a : Tensor, b : Tensor?))"."""
+    text = ts_type.str()
+    if not text.startswith("NamedTuple(") or not text.endswith(")"):
+        return None
+    fields, depth, start, body = [], 0, 0, text[len("NamedTuple("):-1]
+    for i, ch in enumerate(body + ","):
+        depth += (ch in "([") - (ch in ")]")
+        if ch == "," and depth == 0:
+            fields.append(body[start:i].split(" : ", 1)[0].strip())
+            start = i + 1
+    return fields if len(fields) == len(ts_type.elements()) and all(f.isidentifier() for f in fields) else None
+
+
 _SCALAR_NAMES = {
     "Float": "float32", "Double": "float64", "Half": "float16", "BFloat16": "bfloat16", "Int": "int32",
     "Long": "int64", "Short": "int16", "Char": "int8", "Byte": "uint8", "Bool": "bool",
@@ -57,7 +92,8 @@ def from_torchscript(ts_graph: torch._C.Graph, input_names: list[str], name: str
     for ts_value, arg_name in zip(ts_graph.inputs(), input_names):
         body.inputs.append(builder.define(ts_value, arg_name))
     builder.fill_block(body, ts_graph.nodes(), ts_graph.outputs())
-    graph = Graph(body, builder.weights, name)
+    returned = next(iter(ts_graph.outputs()), None)  # the model's return (written module state comes after)
+    graph = Graph(body, builder.weights, name, returns=named_tuples(returned.type()) if returned else None)
     _sources_from_consumers(graph)
     return graph
 

@@ -82,7 +82,7 @@ def clone_graph(graph: Graph) -> Graph:
         return Node(n.op, [values.get(id(v), v) for v in n.inputs], [values[id(v)] for v in n.outputs], attrs,
                     [block(b) for b in n.blocks], n.source, n.uid)
 
-    return Graph(block(graph.body), dict(graph.weights), graph.name)
+    return Graph(block(graph.body), dict(graph.weights), graph.name, returns=graph.returns)
 
 
 _CARRIED_SCALARS = {"int": "int64", "float": "float64", "bool": "bool"}  # runtime scalar -> its 0-d tensor's dtype

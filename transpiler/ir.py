@@ -146,6 +146,9 @@ class Graph:
     # weights that stay on the CPU in a GPU package: a model moved to the GPU whose plain tensor attributes stayed
     # on the CPU (torchvision's anchor sizes), which it combines with other CPU tensors (place_on_device.py)
     host_weights: set[str] = field(default_factory=set)
+    # the NamedTuples in TorchScript's type of what the function returns (from_torchscript.py `named_tuples`),
+    # which the package's signature names so that a runtime returns them as TorchScript does; None: none
+    returns: Optional[dict] = None
 
     @property
     def inputs(self) -> list[Value]:

@@ -126,6 +126,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                if (name != "weights.bin") out[text(name)] = py::bytes(data.data(), data.size());
              return out;
            })
+      .def("member",  // one member's bytes (None if absent), without copying the others as members() does
+           [](const jit2triton::Module& self, const std::string& name) -> py::object {
+             auto members = self.members();
+             auto found = members.find(name);
+             if (found == members.end()) return py::none();
+             return py::bytes(found->second.data(), found->second.size());
+           })
       .def("weights",
            [](const jit2triton::Module& self) {
              py::dict out;

@@ -51,6 +51,12 @@ std::string format_type(const Value& d) {
       dims += (i ? ", " : "") + (shape[i].is_string() ? shape[i].as_string() : std::to_string(shape[i].as_int()));
     return d.at("dtype").as_string() + "[" + dims + "]";
   }
+  if (const Value* fields = d.find("fields")) {  // a NamedTuple: Det(boxes: float32[3, 4], scores: float32[3])
+    std::string items;
+    for (size_t i = 0; i < fields->size() && i < d.at("items").size(); ++i)
+      items += (i ? ", " : "") + (*fields)[i].as_string() + ": " + format_type(d.at("items")[i]);
+    return d.at("name").as_string() + "(" + items + ")";
+  }
   if (kind == "Tuple" || kind == "List") {
     std::string items;
     for (size_t i = 0; i < d.at("items").size(); ++i) items += (i ? ", " : "") + format_type(d.at("items")[i]);

@@ -70,7 +70,10 @@ class Module {
  public:
   // Runs the model; the outputs (a tensor, or tuples, lists and dicts of them) flattened into tensors, in order.
   std::vector<at::Tensor> forward(const std::vector<c10::IValue>& inputs) const;
-  // Runs the model and returns its output with its structure, as TorchScript's forward does.
+  // Runs the model and returns its output with its structure, as TorchScript's forward does, but that a NamedTuple
+  // comes back as a plain tuple of its fields, in order: the package records a NamedTuple's name and field names
+  // (signature()), not the field types a c10 NamedTuple type is made of, and torch's conversion of such a tuple to
+  // Python makes a new class per call. The Python face (deploy/cpp_runtime.py) rebuilds the NamedTuples.
   c10::IValue call(const std::vector<c10::IValue>& inputs) const;
 
   std::string device() const;  // where it runs: "cpu", "cuda:0"
