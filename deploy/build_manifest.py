@@ -75,7 +75,8 @@ def state_section(slots: list) -> tuple[list[dict], dict[str, torch.Tensor]]:
         if isinstance(slot.initial, torch.Tensor):
             entry["weight"] = tensors_name = f"state/{slot.name}"
             tensors[tensors_name] = slot.initial
-        elif isinstance(slot.initial, list) and slot.initial and all(isinstance(t, torch.Tensor) for t in slot.initial):
+        elif isinstance(slot.initial, list) and (slot.initial or slot.type == "List[Tensor]") \
+                and all(isinstance(t, torch.Tensor) for t in slot.initial):
             entry["weights"] = [f"state/{slot.name}/{i}" for i in range(len(slot.initial))]  # anchors cached per size
             tensors.update(zip(entry["weights"], slot.initial))
         else:

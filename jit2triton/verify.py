@@ -322,7 +322,8 @@ class _StatefulRunner:
         for inputs in calls:
             before = self.current()
             output = self.runtime(*inputs)
-            results.append(((output, self.state.written_values()), before))
+            written = {name: _copied(value) for name, value in self.state.written_values().items()}
+            results.append(((output, written), before))  # (copies: the next call may write a tensor in place)
         return results
 
     def plan_inputs(self, inputs: list) -> list:
@@ -333,5 +334,11 @@ class _StatefulRunner:
     def current(self) -> list:
         """The state the plan takes next, in its order (copies: the plan may write a tensor in place)."""
         with self.state.store.lock:
-            return [_copies(v) if isinstance(v, list) else _copies([v])[0]
-                    for v in (self.state.store.values[name] for name in self.state.names)]
+            return [_copied(self.state.store.values[name]) for name in self.state.names]
+
+
+def _copied(value: Any) -> Any:
+    """A tensor, or a list of them, copied; other values as they are."""
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value.clone() if isinstance(value, torch.Tensor) else value

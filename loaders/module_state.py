@@ -26,6 +26,7 @@ class StateSlot:
     # verification compares its new value with TorchScript's: not for an object the model made (local_objects.py),
     # which TorchScript cannot hand to Python when its class is not importable
     compared: bool = True
+    type: str = ""  # its TorchScript type ("List[Tensor]": an empty list's elements are still tensors)
 
 
 def thread_module_state(graph: torch._C.Graph, module: torch.jit.ScriptModule) -> list[StateSlot]:
@@ -40,6 +41,10 @@ def thread_module_state(graph: torch._C.Graph, module: torch.jit.ScriptModule) -
         key = paths.get(node.output().unique())
         if key is not None and not _is_object(node.output()):
             types.setdefault(key, node.output().type())
+    for node in graph.findAllNodes("prim::SetAttr", recurse=True):  # a method that only writes it (`reset`): the
+        owner = paths.get(node.inputsAt(0).unique())              # type of what it writes (an empty list's too)
+        if owner is not None:
+            types.setdefault(owner + (node.s("name"),), node.inputsAt(1).type())
     keys = sorted(set(types) | {k for k in _written(graph.block(), paths)})
     assigned = _written(graph.block(), paths)
     slots = []
@@ -54,6 +59,7 @@ def thread_module_state(graph: torch._C.Graph, module: torch.jit.ScriptModule) -
         value = graph.addInput(".".join(key).replace(".", "_"))
         value.setType(types.get(key) or _type_of(slot))
         types[key] = value.type()
+        slot.type = str(value.type())
         env[key] = value
     _thread(graph.block(), env, paths, types)
     for key, slot in zip(keys, slots):

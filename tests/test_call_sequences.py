@@ -216,3 +216,12 @@ def test_methods_called_in_order_catch_a_method_that_does_not_reset(tmp_path):
 def test_the_call_order_calls_each_method_then_forward():
     assert call_order(["reset"]) == ["forward", "forward", "reset", "forward", "forward", "forward"]
     assert len(call_order([])) >= 6
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_stateful_fuzz(seed):
+    """Random modules with caches, counters, in-place buffers, running means and lists as state, and a reset
+    (tests/fuzz_stateful.py; a longer run: `python tests/fuzz_stateful.py --seeds 200`)."""
+    from fuzz_stateful import failure_of
+    report = failure_of(seed)
+    assert report is None, report

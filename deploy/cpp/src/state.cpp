@@ -53,13 +53,30 @@ ModelState::ModelState(const json::Value& entries, const Package& pkg, const std
     }
     names_.push_back(key);
     if (written->as_bool()) written_.push_back(key);
+    if (entry.find("weights")) tensor_lists_.insert(key);
   }
+  if (!written_.empty()) {
+    std::lock_guard<std::mutex> lock(store_->mutex);
+    store_->written = true;
+  }
+}
+
+c10::IValue ModelState::as_declared(const std::string& name, const c10::IValue& value) const {
+  // A list of tensors stays one: a plan may return a constant empty list (`self.cache = []` in a reset method),
+  // which a literal decodes as a list of no declared type, and aten::stack then refuses it on the next call.
+  if (!value.isList() || value.isTensorList() || !tensor_lists_.count(name)) return value;
+  c10::List<at::Tensor> tensors;
+  for (const auto& item : value.toListRef()) tensors.push_back(item.toTensor());
+  return tensors;
 }
 
 c10::IValue ModelState::run(const std::function<c10::IValue(std::vector<c10::IValue>)>& run,
                             std::vector<c10::IValue> inputs) const {
+  std::unique_lock<std::mutex> serial(store_->writing_calls, std::defer_lock);
+  if (!written_.empty()) serial.lock();
   {
-    std::lock_guard<std::mutex> lock(store_->mutex);
+    std::unique_lock<std::mutex> lock(store_->mutex, std::defer_lock);
+    if (store_->written) lock.lock();
     for (const auto& name : names_) inputs.push_back(store_->values.at(name));
   }
   c10::IValue result = run(std::move(inputs));
@@ -70,7 +87,7 @@ c10::IValue ModelState::run(const std::function<c10::IValue(std::vector<c10::IVa
   size_t split = outs.size() - written_.size();
   {
     std::lock_guard<std::mutex> lock(store_->mutex);
-    for (size_t i = 0; i < written_.size(); ++i) store_->values[written_[i]] = outs[split + i];
+    for (size_t i = 0; i < written_.size(); ++i) store_->values[written_[i]] = as_declared(written_[i], outs[split + i]);
   }
   if (split == 1) return outs[0];
   return c10::ivalue::Tuple::create(std::vector<c10::IValue>(outs.begin(), outs.begin() + split));

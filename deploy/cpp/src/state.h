@@ -1,7 +1,10 @@
 // Module state (deploy/state.py is the Python runtime's): the attributes a scripted model writes (a warned-once
 // flag, a call counter, a cached tensor), held by the loaded module between calls. Each method's plan is a pure
 // function: it takes the state after the method's inputs and returns the written attributes' new values after its
-// outputs. The store is the loaded module's, shared by its methods, as TorchScript's module attributes are.
+// outputs. The store is the loaded module's, shared by its methods, as TorchScript's module attributes are. Calls
+// to methods that write state run one at a time per loaded module (the store's `writing_calls`), so each sees the
+// state every earlier call left, as TorchScript's calls one after another do; a method that writes none reads the
+// state whole when it starts and runs alongside them, and a module whose plans write none takes no lock per call.
 #pragma once
 
 #include <ATen/core/ivalue.h>
@@ -10,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,7 +23,9 @@ namespace jit2triton {
 
 struct StateStore {
   std::map<std::string, c10::IValue> values;  // by attribute name ("roi_heads._has_warned")
-  std::mutex mutex;
+  std::mutex mutex;          // over `values`: held to read or write them, never across a call
+  std::mutex writing_calls;  // held across a whole call of a method that writes state
+  bool written = false;      // whether any of the module's plans writes state (else `values` never change)
 };
 
 class ModelState {
@@ -30,13 +36,15 @@ class ModelState {
              std::shared_ptr<StateStore> store);
 
   // `run` on the inputs and the current state; keeps the new state and returns the model's own output (a tensor,
-  // or a tuple of the model's outputs). Concurrent calls share the state, each reading it whole when it starts and
-  // writing it whole when it ends, under the store's lock: TorchScript's attribute writes are not synchronised.
+  // or a tuple of the model's outputs). A plan that writes state runs under the store's `writing_calls`.
   c10::IValue run(const std::function<c10::IValue(std::vector<c10::IValue>)>& run,
                   std::vector<c10::IValue> inputs) const;
 
  private:
+  c10::IValue as_declared(const std::string& name, const c10::IValue& value) const;
+
   std::vector<std::string> names_, written_;
+  std::set<std::string> tensor_lists_;  // attributes of type List[Tensor] (stored as "weights")
   std::shared_ptr<StateStore> store_;
 };
 
