@@ -124,7 +124,7 @@ def _from_module(module: torch.jit.ScriptModule, methods: list[str]) -> ScriptGr
     for method in ["forward", *methods]:  # before freezing runs a file read whose path it knows
         unfrozen = getattr(module, method).graph.copy()
         torch._C._jit_pass_inline(unfrozen)
-        pass
+        refuse_effects(unfrozen)
     frozen, notes = _freeze(module, methods)
     script = _method(frozen, "forward", _module_name(module), notes)
     script.methods = {name: _method(frozen, name, f"{_module_name(module)}.{name}", []) for name in methods}
@@ -225,6 +225,7 @@ def _normalise(graph: torch._C.Graph) -> None:
     torch._C._jit_pass_constant_propagation(graph)
     torch._C._jit_pass_remove_mutation(graph)
     torch._C._jit_pass_dce(graph)
+    refuse_unsupported(graph)
 
 
 def _inline_fork_wait(graph: torch._C.Graph) -> None:
