@@ -57,6 +57,11 @@ def check_program(name: str, folder: str) -> list[str]:
     model_class, examples, options = PROGRAMS[name]
     torch.manual_seed(0)
     model = model_class().eval().to(CUDA)
+    for attribute, value in list(vars(model).items()):  # plain tensor attributes, which .to() leaves on the CPU
+        if isinstance(value, torch.Tensor):
+            setattr(model, attribute, value.to(CUDA))
+        elif isinstance(value, list) and value and all(isinstance(v, torch.Tensor) for v in value):
+            setattr(model, attribute, [v.to(CUDA) for v in value])
     converted = jit2triton.convert(torch.jit.script(model), examples(), device="cuda", **options)
     summary = converted.summary()
     path = os.path.join(folder, f"{name}.j2t")

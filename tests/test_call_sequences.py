@@ -38,8 +38,8 @@ class KVCache(torch.nn.Module):
 
     @torch.jit.export
     def reset(self) -> None:
-        self.k_cache = torch.zeros(1, 2, 0, 8)
-        self.v_cache = torch.zeros(1, 2, 0, 8)
+        self.k_cache = self.k_cache[:, :, :0]  # (empty, on the cache's device)
+        self.v_cache = self.v_cache[:, :, :0]
         self.pos = 0
 
 
