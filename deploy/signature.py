@@ -104,6 +104,14 @@ def format_type(desc: dict) -> str:
     return kind
 
 
+def fixed_value_message(label: str, example: Any, got: Any) -> str:
+    """An int input the package serves at one value: the model ran at no other during conversion (C++:
+    signature.cpp says the same)."""
+    return (f"{label}: the package serves only the value {example} it was converted with (the model ran at no other "
+            f"value during conversion, so a size it sets is fixed); got {got}. Convert again with that value in the "
+            "example inputs")
+
+
 class InputChecker:
     """Validates a call's inputs against the signature and fills in defaults; raises InputError otherwise. Each
     input has one function, built at load, that checks it and returns what the plan receives."""
@@ -144,9 +152,13 @@ class InputChecker:
         if python_type is None:
             return (lambda x, bound=None: x)
 
+        fixed = desc.get("fixed") is True and "example" in desc
+
         def check_scalar(x: Any, bound: Any = None) -> Any:
             if not isinstance(x, python_type) or (kind != "bool" and isinstance(x, bool)):
                 raise InputError(f"{label}: expected {kind}, got {type(x).__name__}")
+            if fixed and x != desc["example"]:
+                raise InputError(fixed_value_message(label, desc["example"], x))
             return x
 
         return check_scalar

@@ -279,6 +279,8 @@ class _MethodStages:
     def prepare(self, attempt: fallbacks.Attempt) -> tuple[Any, pipeline.Context]:
         graph, ctx = self.prepared(attempt.rewrites, attempt.skipped, self.stopwatch)
         if "outputs" not in self.signature:  # the first graph prepared: the outputs, and a precision to hold
+            if ctx.vary_values and not ctx.value_draws_ran:
+                _fix_int_inputs(self.signature["inputs"])
             outputs = model_outputs(ctx.outputs, self.written)
             seen = [(ctx.example_sizes, outputs)] + [(sizes, model_outputs(out, self.written))
                                                     for sizes, out in ctx.draw_outputs]
@@ -450,6 +452,15 @@ def _complete_inputs(example_inputs, names: list[str], defaults: list[Any]) -> l
             "example inputs. Pass example_inputs=(...) with one value per input, in order (on the command line: "
             "one --input per model input)")
     return given + list(defaults[len(given):])
+
+
+def _fix_int_inputs(signature: list[dict]) -> None:
+    """The model ran at no other value of its int inputs during conversion (it refused each), so a size one of them
+    sets may be fixed in the package: the package serves each at the example's value only, and both runtimes refuse
+    another at the boundary with an InputError, not a failure inside the plan."""
+    for entry in signature:
+        if entry["type"] == "int" and "example" in entry:
+            entry["fixed"] = True
 
 
 def _input_signature(names: list[str], defaults: list[Any], inputs: list[Any],

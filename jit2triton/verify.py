@@ -81,7 +81,8 @@ def compare(actual: Any, expected: Any, where: str = "output", slack: float = 1.
         error, detail = tensor_error(actual, expected, slack, tolerance)
         return [Mismatch(where, error, detail)] if error else []
     if isinstance(expected, (tuple, list)):
-        if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
+        if not isinstance(actual, (tuple, list)) or len(actual) != len(expected) or \
+                getattr(type(actual), "_fields", None) != getattr(type(expected), "_fields", None):  # NamedTuples
             return [Mismatch(where, math.inf, f"got {_describe(actual)}, TorchScript gives {_describe(expected)}")]
         return [m for i, (a, e) in enumerate(zip(actual, expected))
                 for m in compare(a, e, f"{where}[{i}]", slack, tolerance)]

@@ -225,3 +225,22 @@ def test_stateful_fuzz(seed):
     from fuzz_stateful import failure_of
     report = failure_of(seed)
     assert report is None, report
+
+
+class RowsByValue(torch.nn.Module):
+    """A size an int input sets, at values the model refuses near the example's: a reshape of 10 elements into
+    `n` rows runs at n=5 but not at 4, 6 or 7, which conversion tries."""
+
+    def forward(self, x, n: int):
+        return (x.reshape(n, -1) * 2.0).relu().sum(1)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_an_int_the_model_ran_at_no_other_value_is_refused_at_the_boundary(runtime, tmp_path):
+    scripted, reference = _scripted_twice(RowsByValue)
+    converted = jit2triton.convert(scripted, (torch.randn(10), 5))
+    loaded = _loaded(converted, tmp_path, runtime)
+    x = torch.randn(10)
+    assert_same(loaded(x, 5), reference(x, 5))
+    with pytest.raises(jit2triton.InputError, match=r"input 1 \('n'\): the package serves only the value 5 .* got 2"):
+        loaded(x, 2)  # (TorchScript runs n=2; the package's sizes were fitted to 5 rows)

@@ -96,6 +96,7 @@ class Context:
     value_draws: list[list] = field(default_factory=list)
     # ... also run where values other than data may set sizes: an integer input (`for _ in range(n)`)
     vary_values: bool = False
+    value_draws_ran: int = 0  # how many of them the model ran on (the others it refused)
     # Module state: (input position, output position) of each attribute the model writes. The model is also run as
     # a sequence of calls, each on `later_calls`' inputs with the state the call before returned, so that state
     # whose size changes between calls (a cache grown by `cat`) is seen to vary and no kernel is fitted to its size
@@ -131,6 +132,7 @@ def observe(graph: Graph, ctx: Context) -> Graph:
             recorder.observe_values(graph.inputs, inputs)
             try:
                 ctx.draw_outputs.append((ctx.example_sizes, ctx.run_plan(sched, inputs, recorder)))
+                ctx.value_draws_ran += 1
             except Jit2TritonError:  # the model refuses these values (an assert on them): nothing learnt
                 recorder.drop_draw()
     _observe_later_calls(graph, sched, ctx, recorder)

@@ -165,10 +165,22 @@ void Plan::build_input_checks() {
         if (contiguous && !x.is_contiguous(layout)) v = x.contiguous(layout);
       });
     } else if (kind == "int" || kind == "float" || kind == "bool" || kind == "str") {
+      // an int the package serves at the example's value only (deploy/signature.py fixed_value_message)
+      const Value* fixed = d.find("fixed");
+      const Value* example = d.find("example");
+      bool one_value = kind == "int" && fixed && fixed->kind == Value::Kind::Bool && fixed->boolean && example &&
+                       example->kind == Value::Kind::Int;
+      int64_t only = one_value ? example->integer : 0;
       checks_.push_back([=](IValue& v, Bound&) {
         bool ok = kind == "int" ? v.isInt() : kind == "float" ? (v.isDouble() || v.isInt())
                 : kind == "bool" ? v.isBool() : v.isString();
         if (!ok) throw Error(Error::Kind::Input, label + ": expected " + kind + ", got " + python_type_name(v));
+        if (one_value && v.toInt() != only)
+          throw Error(Error::Kind::Input, label + ": the package serves only the value " + std::to_string(only) +
+                                              " it was converted with (the model ran at no other value during "
+                                              "conversion, so a size it sets is fixed); got " +
+                                              std::to_string(v.toInt()) + ". Convert again with that value in the "
+                                              "example inputs");
         if (kind == "float" && v.isInt()) v = static_cast<double>(v.toInt());
       });
     } else {
