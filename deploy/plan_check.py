@@ -13,6 +13,7 @@ from jit2triton.errors import CorruptPackageError
 
 from .format import PLAN, STEP, check_fields
 from .op_facts import FORBIDDEN
+from .resolve import interpreter_only
 from .sizes import is_dynamic, shape_function
 
 # A plan must not call an op that reaches outside the model (files, the process's random generator and autograd
@@ -84,6 +85,11 @@ def _steps(steps: list, num_slots: int, num_nodes: int, table: dict[str, dict], 
             raise CorruptPackageError(
                 f"the package's plan calls {step['op']}, which reaches outside the model (files, global state); a "
                 "converted model never does, so the package was edited: re-run `jit2triton convert`")
+        if kind == "call" and interpreter_only(step.get("op", "")):
+            raise CorruptPackageError(
+                f"the package's plan calls {step['op']}, which TorchScript runs only inside its interpreter (with the "
+                "graph node or the interpreter's stack it needs) and no runtime can call as a plan step; a converted "
+                "model never does, so the package was edited or is damaged: re-run `jit2triton convert`")
         if kind == "kernel":
             _kernel_step(step, table.get(step["kernel"]), weights, dims)
         if kind in ("if", "loop"):

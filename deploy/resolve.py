@@ -35,6 +35,30 @@ def resolve_op(op: str) -> Callable:
         "(convert and run with the same torch version)")
 
 
+# prim:: ops whose TorchScript operation reads its operands from attributes of the graph node (MKL-DNN conversion's
+# clamp and hardtanh keep their bounds there) although their schemas are fixed: the C++ runtime tells them apart by
+# Operator::hasOperation(), which Python cannot see; both runtimes refuse the same ops (tests/test_interpreter_ops.py).
+NODE_ATTRIBUTE_OPS = frozenset({"prim::MKLDNNClamp", "prim::MKLDNNClamp_", "prim::MKLDNNHardTanh",
+                                "prim::MKLDNNHardTanh_"})
+
+
+def interpreter_only(op: str) -> bool:
+    """Whether `op` is one of TorchScript's interpreter's own prim:: ops that no runtime can call as a plan step:
+    not one the runtime runs itself (HOST_OPS), and either no registered op at all (prim::fork, an interpreter
+    instruction), of a variadic schema (made for the interpreter's stack: a fusion group, a bailout, an RPC, whose
+    operation TorchScript makes from the graph node), or one whose operation reads the node (NODE_ATTRIBUTE_OPS).
+    Called with no node, such an operation reads through a null pointer: a crash, not an error."""
+    if not op.startswith("prim::") or op in HOST_OPS:
+        return False
+    name, _, overload = op.partition(".")
+    found = [s for s in _schemas(name) if s.overload_name == overload]
+    return not found or _variadic(found[0]) or op in NODE_ATTRIBUTE_OPS
+
+
+def _variadic(schema) -> bool:
+    return str(schema).partition(" -> ")[0].endswith("...)")  # (the Python binding does not expose is_vararg)
+
+
 def _schemas(qualified: str) -> list:
     try:
         return torch._C._jit_get_schemas_for_operator(qualified)

@@ -243,26 +243,36 @@ class Counter(torch.nn.Module):
 
 
 @pytest.mark.parametrize("runtime", ["python", "cpp"])
-def test_state_under_concurrent_calls(runtime, tmp_path):
-    """8 threads calling a counting model: no call fails, and each sees a count and a running tensor from one
-    consistent state (TorchScript's own attribute writes are unsynchronised, so an increment may be lost under a
-    race, as in TorchScript; a value is never torn or invented)."""
+def test_state_under_concurrent_calls(runtime, tmp_path, request):
+    """8 threads x 300 calls to a counting model lose no update (issue 43: 1,274 of 2,400 were lost in the Python
+    runtime, 517 in C++): calls to a module that writes state run one at a time, so the calls, ordered by the
+    count each saw, are a sequence of calls to TorchScript, output for output, and the count ends at 2,400."""
     import threading
+    if runtime == "cpp":
+        request.getfixturevalue("cpp_runtime")
     jit2triton.convert(torch.jit.script(Counter().eval()), (torch.zeros(8),)).save(tmp_path / "m.j2t")
     loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    threads, calls = 8, 300
     seen, errors = [], []
 
-    def work():
+    def work(seed):
+        inputs = torch.randn(calls, 8, generator=torch.Generator().manual_seed(seed))
         try:
-            for _ in range(50):
-                seen.append(loaded(torch.zeros(8)))
+            for x in inputs:
+                seen.append((x, loaded(x)))
         except Exception as err:  # noqa: BLE001 - reported below
             errors.append(err)
-    threads = [threading.Thread(target=work) for _ in range(8)]
-    for t in threads:
+    workers = [threading.Thread(target=work, args=(seed,)) for seed in range(threads)]
+    for t in workers:
         t.start()
-    for t in threads:
+    for t in workers:
         t.join()
     assert not errors, errors[:1]
-    for count, total in seen:
-        assert torch.equal(count, total) and 1 <= count[0] <= 400 and bool((count == count[0]).all())
+    seen.sort(key=lambda call: round(float(call[1][1][0])))  # by the count the call saw (its running total)
+    torchscript = torch.jit.script(Counter().eval())
+    for x, (out, total) in seen:
+        expected_out, expected_total = torchscript(x)
+        assert torch.equal(total, expected_total)
+        assert_close(out, expected_out)
+    assert torchscript.calls == threads * calls == len(seen)
+    assert torch.equal(loaded(torch.zeros(8))[1], torch.full((8,), threads * calls + 1.0))

@@ -3,6 +3,8 @@ that raises raises what TorchScript raises (a torch.jit.Error), so code written 
 working."""
 from __future__ import annotations
 
+from typing import List
+
 import pytest
 import torch
 
@@ -91,3 +93,41 @@ def test_the_cpp_runtimes_module_gives_its_own_package_to_python(small_package, 
     again = jit2triton.load(tmp_path / "again.j2t", runtime="cpp")
     x, y = torch.randn(2, 4), torch.randn(2, 3)
     torch.testing.assert_close(again(x, y), small_package[1](x, y))
+
+
+class SplitByLengths(torch.nn.Module):
+    """Per-feature split sizes read from the lengths (KeyedJaggedTensor style): `tolist` is TorchScript's
+    prim::tolist, which takes the tensor, then its dim and element type as int constants."""
+    def forward(self, values, lengths):
+        sizes: List[int] = lengths.sum(1).tolist()
+        parts = torch.split(values, sizes)
+        return [p.sum(0) * 2 for p in parts]
+
+
+class ToLists(torch.nn.Module):
+    """tolist at each dim from 0 to 2, of each element type it gives (float, int, bool)."""
+    def forward(self, x):
+        rows: List[List[float]] = x.tolist()
+        signs: List[bool] = (x[0] > 0).tolist()
+        rounded: List[int] = x[1].round().long().tolist()
+        first: float = x[0, 0].tolist()
+        return rows, signs, rounded, first
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_tolist_matches_torchscript(runtime, tmp_path, request) -> None:
+    """Issue 43: the C++ runtime, load()'s default, passed prim::tolist an argument count after its arguments, as
+    TorchScript's interpreter does only for the variadic ops whose operation it makes once (not per node), and
+    every call failed ("Expected Tensor but got Int"); verification had run the Python runtime."""
+    split, lists = torch.jit.script(SplitByLengths()), torch.jit.script(ToLists())
+    jit2triton.convert(split, (torch.randn(10, 4), torch.tensor([[1, 2], [3, 4]]))).save(tmp_path / "split.j2t")
+    jit2triton.convert(lists, (torch.randn(3, 4),)).save(tmp_path / "lists.j2t")
+    runtime = _runtime(runtime, request)
+    loaded_split = jit2triton.load(tmp_path / "split.j2t", runtime=runtime)
+    loaded_lists = jit2triton.load(tmp_path / "lists.j2t", runtime=runtime)
+    for lengths in ([[2, 2], [1, 5]], [[0, 3], [4, 3]], [[5, 5], [0, 0]]):
+        values, lengths = torch.randn(10, 4), torch.tensor(lengths)
+        torch.testing.assert_close(loaded_split(values, lengths), split(values, lengths))
+    for _ in range(3):
+        x = torch.randn(3, 4) * 3
+        assert loaded_lists(x) == lists(x)

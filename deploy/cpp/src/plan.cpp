@@ -71,6 +71,35 @@ void release(Env& env, const std::vector<int>& slots) {
               "the package's plan is damaged (" + what + "); re-run `jit2triton convert`");
 }
 
+// tensor.tolist() as TorchScript's prim::tolist gives it: `dim` nested lists of the `elem` type the model annotated
+// (0: int, 1: float, 2: bool), checked against the tensor as TorchScript checks it.
+IValue tensor_to_list(const at::Tensor& tensor, int64_t dim, int64_t elem) {
+  if (elem < 0 || elem > 2) throw std::invalid_argument("tolist() gives lists of int, float or bool only");
+  if (tensor.dim() != dim)
+    throw std::invalid_argument(
+        "Output annotation list dimension and runtime tensor dimension must match for tolist()");
+  at::ScalarType as = elem == 0 ? at::kLong : elem == 1 ? at::kDouble : at::kBool;
+  if (elem == 1 ? !tensor.is_floating_point() : tensor.scalar_type() != as)
+    throw std::invalid_argument(
+        "Output annotation element type and runtime tensor element type must match for tolist()");
+  at::Tensor t = tensor.to(at::kCPU, as).contiguous();
+  const c10::TypePtr kinds[] = {c10::IntType::get(), c10::FloatType::get(), c10::BoolType::get()};
+  std::function<IValue(int64_t, int64_t)> build = [&](int64_t depth, int64_t offset) -> IValue {
+    if (depth == dim) {
+      if (elem == 0) return t.const_data_ptr<int64_t>()[offset];
+      if (elem == 1) return t.const_data_ptr<double>()[offset];
+      return t.const_data_ptr<bool>()[offset];
+    }
+    c10::TypePtr type = kinds[elem];
+    for (int64_t d = depth + 1; d < dim; ++d) type = c10::ListType::create(type);
+    c10::impl::GenericList list(type);
+    list.reserve(t.size(depth));
+    for (int64_t i = 0; i < t.size(depth); ++i) list.push_back(build(depth + 1, offset + i * t.stride(depth)));
+    return list;
+  };
+  return build(0, 0);
+}
+
 // Every index the plan holds, checked once at load against what it indexes (the same checks as the Python
 // runtime's check_plan): a hand-edited manifest is refused here, never read out of bounds later.
 void check_slot(const Value& v, int64_t num_slots) {
@@ -297,6 +326,11 @@ class Builder {
     }
     auto handle = find_operator(op);
     const auto& schema = handle->schema();
+    // TorchScript's interpreter makes some operations per graph node, from the node's attributes (prim::ChunkSizes,
+    // prim::rpc_sync): with no node they read through null. Its own prim:: ops of variadic schema are made for its
+    // stack (a fusion group, a bailout) and are never a converted model's. A plan calls neither; the host ops above
+    // are the prim:: ops this runtime runs that way (plan_check.py's interpreter_only is the Python runtime's rule).
+    if (!handle->hasOperation() || (schema.is_vararg() && op.rfind("prim::", 0) == 0)) interpreter_only(op);
     // A stack-based operation pops exactly its schema's arguments: fewer would read past the stack (a hand-edited
     // plan with an emptied argument list freed an invalid pointer; found by tests/mutate_packages.py)
     if (!schema.is_vararg() && args.size() != schema.arguments().size())
@@ -306,7 +340,7 @@ class Builder {
                                                    "; the package is damaged: re-run `jit2triton convert`");
     for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i)
       if (args[i].slot < 0) args[i].constant = coerce(args[i].constant, schema.arguments()[i].type());
-    bool vararg = schema.is_vararg();
+    bool vararg = schema.is_vararg();  // its argument count goes on the stack after them, as the interpreter's OPN
     torch::jit::Operation operation = handle->getOperation();
     return [operation, args, outs, free, vararg, op, binds, sizes_slot](Env& env) mutable {
       torch::jit::Stack stack;
@@ -323,6 +357,13 @@ class Builder {
     };
   }
 
+  [[noreturn]] static void interpreter_only(const std::string& op) {
+    throw Error(Error::Kind::CorruptPackage,
+                "the package's plan calls " + op + ", which TorchScript runs only inside its interpreter (with the "
+                "graph node or the interpreter's stack it needs) and no runtime can call as a plan step; a converted "
+                "model never does, so the package was edited or is damaged: re-run `jit2triton convert`");
+  }
+
   static std::shared_ptr<torch::jit::Operator> find_operator(const std::string& op) {
     auto dot = op.find('.', op.find("::") + 2);
     std::string name = op.substr(0, dot), overload = dot == std::string::npos ? "" : op.substr(dot + 1);
@@ -331,6 +372,7 @@ class Builder {
       auto all = torch::jit::getAllOperatorsFor(c10::Symbol::fromQualString(name));
       if (all.size() == 1) found = all[0];
     }
+    if (!found && op.rfind("prim::", 0) == 0) interpreter_only(op);  // prim::fork, prim::CallMethod: instructions
     if (!found)
       throw Error(Error::Kind::Package, "op " + repr(op) + " does not exist in this torch (" + J2T_TORCH_VERSION +
                                             "); the package needs a torch that has it (convert and run with the same torch version)");
@@ -401,6 +443,14 @@ class Builder {
       Ref from = args.at(0);
       int out = outs.at(0);
       return [from, out](Env& env) { env[out] = from.get(env); };
+    }
+    if (op == "prim::tolist") {  // tensor.tolist(): TorchScript makes its operation per node, so it is run here
+      if (args.size() != 3) bad_plan("prim::tolist takes a tensor, its dim and its element type");
+      Ref from = args[0], dim = args[1], elem = args[2];
+      int out = outs.at(0);
+      return [from, dim, elem, out](Env& env) {
+        env[out] = tensor_to_list(from.get(env).toTensor(), dim.get(env).toInt(), elem.get(env).toInt());
+      };
     }
     if (op == "prim::Uninitialized") {
       int out = outs.at(0);
