@@ -8,6 +8,7 @@ the whole plan in C++ (kernels, ATen ops, control flow, CUDA graphs), so no per-
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import importlib.machinery
@@ -96,9 +97,21 @@ def _build():
     name = build_name(cuda)
     build_dir = cache_dir(f"ext/{name}")  # each folder ours and private (emitters/cache.py), or refused
     built = os.path.join(build_dir, f"{name}.so")
-    module = _import_checked(name, built)
+    module = _import_checked(name, built, empty=False)
     if module is not None:  # built by an earlier process: no build tools needed
         return module
+    # One build at a time across processes (two conversions, a test run beside a program): without it, a second
+    # process empties the folder the first is compiling in, and both builds fail. Whoever waited imports the
+    # first one's build.
+    with open(build_dir + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            return _import_checked(name, built) or _built_now(name, build_dir, built, cuda)
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _built_now(name: str, build_dir: str, built: str, cuda: bool):
     from torch.utils import cpp_extension
     if not cpp_extension.is_ninja_available():
         raise PackageError("the C++ runtime is built on first use with torch's cpp_extension, which needs ninja: "
@@ -111,11 +124,11 @@ def _build():
     return module
 
 
-def _import_checked(name: str, built: str):
+def _import_checked(name: str, built: str, empty: bool = True):
     """The extension an earlier process built, imported from exactly the bytes that hash to what that build
     recorded (deploy/verified_library.py). None when there is none, or it is not what was built (damaged, replaced,
-    or from a jit2triton that recorded no hash): then its folder is emptied, so the build starts from nothing of
-    what was there."""
+    or from a jit2triton that recorded no hash): then, with `empty` (under the build lock), its folder is emptied,
+    so the build starts from nothing of what was there."""
     try:
         with open(built + HASH_SUFFIX, "rb") as f:
             recorded = f.read().decode("ascii", "replace").strip()
@@ -128,7 +141,8 @@ def _import_checked(name: str, built: str):
             return open_verified(data, lambda path: _import(name, path), name)
         except (ImportError, OSError):
             pass
-    _empty(os.path.dirname(built))
+    if empty:
+        _empty(os.path.dirname(built))
     return None
 
 

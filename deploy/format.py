@@ -74,6 +74,9 @@ MANIFEST = Section("manifest", (
                                              "conversion; absent in older packages, which decide at load)"),
     Field("state", "list", False, None, "module attributes the plan reads and writes (deploy/state.py)"),
     Field("methods", "object", False, None, "methods besides forward, each a manifest of its own (deploy/methods.py)"),
+    Field("runtime", "str", False, None, "the one runtime verification found right: 'python' where the C++ "
+                                         "runtime's outputs differed from TorchScript's at conversion (it refuses "
+                                         "the package)"),
     Field("cpp", "object", False, None, "the C++ kernels' section (their instruction set)"),
     Field("triton", "object", False, None, "the Triton kernels' section (their launch metadata)"),
     Field("requires", "strs", False, (), "the FEATURES it uses, which a reader must know to run it",

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -32,7 +33,7 @@ from .dim_ranges import checked_ranges
 from .dims import DynamicShapes
 from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, StepError
 from .inputs import inputs_at, with_other_values
-from .verify import Verifier, package_runner, run_where_the_weights_are, tensor_error
+from .verify import Verifier, cpp_runner, package_runner, run_where_the_weights_are, tensor_error
 
 Progress = Any
 
@@ -122,6 +123,8 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     contents.files.update({f"extra/{name}": data for name, data in script.extra_files.items()})
     say(f"converted in {time.perf_counter() - started:.2f}s")
     return contents, target
+    if any(method.get("runtime") == "python" for method in contents.manifest.get("methods", {}).values()):
+        contents.manifest["runtime"] = "python"  # (the C++ runtime loads the methods with forward)
 
 
 def _check_methods_in_order(contents: PackageContents, script, forward_examples, method_examples: dict,
@@ -304,6 +307,8 @@ class _MethodStages:
             graph = from_torchscript(self.script.graph, names, self.script.name, self.full_source_paths)
         ctx = _context(self.target, self.inputs, self.dynamic, stopwatch)
         ctx.vary_values = any(type(x) is int for x in self.inputs)  # `range(n)`: a size an input's value may set
+        self.runtimes_verified: list[str] = []  # "python", and "cpp" where the C++ runtime matched too
+        self.cpp_note = ""  # why the C++ runtime was not verified, or where it differed
         own = len(self.inputs) - len(self.script.state)
         written = [position for position, slot in enumerate(self.script.state, own) if slot.written]
         ctx.state_feedback = [(position, rank - len(written)) for rank, position in enumerate(written)]
@@ -369,10 +374,15 @@ class _MethodStages:
             "input_sets": verifier.compared if verifier else 0,
             "seconds": round(self.verify_seconds, 3),
             "kernels_removed": attempt.removed,
-            "notes": (verifier.notes if verifier else []) + self.rounded + attempt.notes + notes,
+            "runtimes": self.runtimes_verified,
+            "notes": (verifier.notes if verifier else []) + self.rounded + attempt.notes + notes +
+                     ([self.cpp_note] if self.cpp_note else []),
         }
 
 
+        if not mismatches:
+            with self.stopwatch.stage("verify_cpp_runtime"):
+                self.check_cpp_runtime(contents)
 def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, model_info: dict,
                    say: Progress) -> tuple[PackageContents, Plan]:
     """Fuse (unless every op runs through ATen), generate and compile kernels, and package the plan.
@@ -390,6 +400,26 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
         except (Jit2TritonError, FusionFailed):  # (FusionFailed: transpiler/fallbacks.py takes its nodes out)
             raise
         except Exception as err:  # a bug in fusion or a renderer that no single node explains: no kernels at all
+    def check_cpp_runtime(self, contents: PackageContents) -> None:
+        """Verification ran the Python runtime; `jit2triton.load` runs the C++ one by default: run the same cases
+        there. Where it differs from TorchScript while the Python runtime matched, the package is marked to run in
+        the Python runtime only (the C++ runtime refuses it, and load falls back), and the report says where."""
+        with tempfile.TemporaryDirectory() as folder:
+            runner, why = cpp_runner(contents, self.target, folder)
+            if runner is None:
+                self.runtimes_verified = ["python"]
+                self.cpp_note = f"the C++ runtime was not verified ({why})"
+                return
+            found = self.verifier.check(runner)
+        self.runtimes_verified = ["python"] if found else ["python", "cpp"]
+        self.cpp_note = ""
+        if found:
+            contents.manifest["runtime"] = "python"
+            self.cpp_note = ("the C++ runtime differed from TorchScript where the Python runtime matched (" +
+                             "; ".join(str(m) for m in found[:2]) + "): the package runs in the Python runtime "
+                             "(jit2triton.load takes it; the C++ runtime refuses the package)")
+            self.say(self.cpp_note)
+
             failure = f"generating kernels failed ({type(err).__name__}: {err}); every op runs through ATen"
             say(failure)
             built, plan_graph = BuiltKernels("aten", failure=failure), graph

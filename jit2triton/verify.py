@@ -6,6 +6,7 @@ When the outputs disagree, deploy/culprit.py finds the generated kernel to take 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
@@ -13,7 +14,7 @@ import torch
 
 from jit2triton.deploy.runtime import Runtime
 
-from .errors import InputError, Jit2TritonError, SizeChangedError
+from .errors import InputError, Jit2TritonError, PackageDeviceError, SizeChangedError
 from .inputs import random_inputs
 
 # Largest error allowed, relative to the largest magnitude of the reference tensor: generated kernels reassociate
@@ -263,7 +264,7 @@ class Verifier:
                          for m in compare(got, want, slack=self.slack, tolerance=self.tolerance)]
             if found:
                 self.failed.append(where)
-                if not isinstance(actual, Exception):
+                if not isinstance(actual, Exception) and state_before is not None:
                     self.failed_inputs.append(list(inputs) + state_before)
                 return found
         return []
@@ -289,6 +290,8 @@ class Verifier:
                 self.failed.append(name)
                 continue
             found += [Mismatch(f"{m.where} on {name}", m.error, m.detail)
+                if getattr(run, "outputs_only", False):
+                    got, want = got[0], want[0]
                       for m in compare(actual, expected, slack=self.slack, tolerance=self.tolerance)]
             if len(found) > before:
                 self.failed.append(name)
@@ -301,8 +304,11 @@ class Verifier:
 
 def package_runner(contents, device: torch.device) -> Callable:
     """The loaded package as a user would call it (the Python runtime, CUDA graphs included). A model with module
+        outputs_only = getattr(run, "outputs_only", False)
     state runs each case from the saved state and gives its new state beside its outputs, as the reference does;
     and runs sequences of calls, each from the state the last one left."""
+            if outputs_only and hasattr(self.reference, "sequence"):  # (a model with state: outputs, then state)
+                expected = expected[0]
     runtime = Runtime(contents, device)
     return runtime if runtime.state is None else _StatefulRunner(runtime)
 
@@ -343,3 +349,42 @@ def _copied(value: Any) -> Any:
     if isinstance(value, list):
         return [_copied(v) for v in value]
     return value.clone() if isinstance(value, torch.Tensor) else value
+def cpp_runner(contents, device: torch.device, folder: str) -> tuple[Optional[Callable], str]:
+    """(the package in the C++ runtime, what `jit2triton.load` runs by default; why not), the runner None where that
+    runtime is not built here or does not run such a package (a Triton package on the CPU runs under Triton's
+    interpreter, which only the Python runtime has). The package is saved under `folder` for it to load."""
+    from jit2triton.deploy import cpp_runtime
+    from jit2triton.deploy.package import save_package
+
+    why = cpp_runtime.unavailable()
+    if why is not None:
+        return None, why
+    path = os.path.join(folder, "verified.j2t")
+    save_package(contents, path)
+    try:
+        module = cpp_runtime.CppRuntime(path, device)
+    except PackageDeviceError as err:
+        return None, str(err)
+    return _CppRunner(path, device, module, stateful=bool(contents.manifest.get("state"))), ""
+
+
+class _CppRunner:
+    """The C++ runtime as verification calls it: a model with state runs each case, and each sequence, from the saved
+    state (a fresh load: milliseconds); its state stays inside the runtime, so only outputs are compared."""
+    outputs_only = True
+
+    def __init__(self, path: str, device: torch.device, module: Callable, stateful: bool) -> None:
+        self.path, self.device, self.module, self.stateful = path, device, module, stateful
+
+    def fresh(self) -> Callable:
+        from jit2triton.deploy.cpp_runtime import CppRuntime
+        return CppRuntime(self.path, self.device) if self.stateful else self.module
+
+    def __call__(self, *inputs: Any) -> Any:
+        return self.fresh()(*inputs)
+
+    def sequence(self, calls: list[list]) -> list[tuple]:
+        module = self.fresh()
+        return [((module(*inputs), None), None) for inputs in calls]
+
+

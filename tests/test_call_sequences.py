@@ -244,3 +244,27 @@ def test_an_int_the_model_ran_at_no_other_value_is_refused_at_the_boundary(runti
     assert_same(loaded(x, 5), reference(x, 5))
     with pytest.raises(jit2triton.InputError, match=r"input 1 \('n'\): the package serves only the value 5 .* got 2"):
         loaded(x, 2)  # (TorchScript runs n=2; the package's sizes were fitted to 5 rows)
+
+
+def test_verification_runs_the_runtime_that_ships(monkeypatch, tmp_path):
+    """Verification runs the C++ runtime too (what load() uses): where it differs from TorchScript and the Python
+    runtime matches, the package is marked for the Python runtime, which load() then takes, and the C++ runtime
+    refuses it with the reason."""
+    scripted, reference = _scripted_twice(Streaming)
+    converted = jit2triton.convert(scripted, (torch.randn(4, 8),))
+    assert converted.summary()["verification"]["runtimes"] == ["python", "cpp"]
+
+    real_call = verify._CppRunner.__call__
+    monkeypatch.setattr(verify._CppRunner, "__call__", lambda self, *xs: real_call(self, *xs)[0] + 1.0)
+    scripted, reference = _scripted_twice(Streaming)
+    converted = jit2triton.convert(scripted, (torch.randn(4, 8),))
+    verification = converted.summary()["verification"]
+    assert verification["runtimes"] == ["python"]
+    assert any("the C++ runtime differed from TorchScript" in note for note in verification["notes"])
+    converted.save(tmp_path / "m.j2t")
+    with pytest.warns(UserWarning, match="runs only in the Python runtime"):
+        loaded = jit2triton.load(tmp_path / "m.j2t")
+    x = torch.randn(4, 8)
+    assert_same(loaded(x), reference(x))
+    with pytest.raises(jit2triton.PackageDeviceError, match="runs only in the Python runtime"):
+        jit2triton.load(tmp_path / "m.j2t", runtime="cpp")

@@ -108,6 +108,7 @@ inline void check_manifest(const json::Value& value, const Limits& limits = {}) 
     {"cuda_graph", Type::Bool, false, "", 0, {}, "", ""},
     {"state", Type::List, false, "", 0, {}, "", ""},
     {"methods", Type::Object, false, "", 0, {}, "", ""},
+    {"runtime", Type::Str, false, "", 0, {}, "", ""},
     {"cpp", Type::Object, false, "", 0, {}, "", ""},
     {"triton", Type::Object, false, "", 0, {}, "", ""},
     {"requires", Type::Strs, false, "", 0, {"state", "methods", "bound_dims", "host_weights"}, "the package uses ", ", a feature of the package format this jit2triton does not know, and would run wrongly without it; upgrade jit2triton (pip install -U jit2triton)"},

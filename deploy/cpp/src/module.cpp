@@ -57,6 +57,13 @@ Package method_package(const Package& pkg, const std::string& name, const json::
 
 Module load_module(const std::string& path, const LoadOptions& options) {
   Package pkg = read_package(path, options.mmap, options.trusted_keys);
+  // Verification ran this runtime too, and it differed from TorchScript where the Python runtime matched: refused
+  // as a package this runtime cannot run here (jit2triton.load then takes the Python runtime; see deploy/format.py)
+  if (const json::Value* only = pkg.manifest.find("runtime"); only && only->is_string() && only->as_string() == "python")
+    throw Error(Error::Kind::PackageDevice,
+                "this package runs only in the Python runtime: at conversion this (C++) runtime's outputs differed "
+                "from TorchScript's where the Python runtime's matched (the conversion report says where); load it "
+                "with jit2triton.load(path, runtime='python'), or convert it again with a jit2triton that fixes it");
   auto state = std::make_shared<StateStore>();  // the module's attributes, shared by its methods
   auto methods = std::make_shared<Module::Methods>();
   if (const json::Value* listed = pkg.manifest.find("methods")) {
