@@ -110,6 +110,8 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         say(f"converting method {name}")
         add_method(contents, name, _convert_method(script.methods[name], examples, target, backend, source, say,
                                                    stopwatch, verify, full_source_paths, None, reduced))
+    if any(method.get("runtime") == "python" for method in contents.manifest.get("methods", {}).values()):
+        contents.manifest["runtime"] = "python"  # (the C++ runtime loads the methods with forward)
     if verify and method_examples and script.state:
         contents = _check_methods_in_order(
             contents, script, forward_examples, method_examples, target, backend, say, stopwatch,
@@ -123,8 +125,6 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     contents.files.update({f"extra/{name}": data for name, data in script.extra_files.items()})
     say(f"converted in {time.perf_counter() - started:.2f}s")
     return contents, target
-    if any(method.get("runtime") == "python" for method in contents.manifest.get("methods", {}).values()):
-        contents.manifest["runtime"] = "python"  # (the C++ runtime loads the methods with forward)
 
 
 def _check_methods_in_order(contents: PackageContents, script, forward_examples, method_examples: dict,
@@ -278,6 +278,8 @@ class _MethodStages:
                                                                                model_info)
         self.verify_seconds = 0.0
         self.rounded: list[str] = []  # where outputs differ because a discontinuous op met rounding
+        self.runtimes_verified: list[str] = []  # "python", and "cpp" where the C++ runtime matched too
+        self.cpp_note = ""  # why the C++ runtime was not verified, or where it differed
 
     def prepare(self, attempt: fallbacks.Attempt) -> tuple[Any, pipeline.Context]:
         graph, ctx = self.prepared(attempt.rewrites, attempt.skipped, self.stopwatch)
@@ -307,8 +309,6 @@ class _MethodStages:
             graph = from_torchscript(self.script.graph, names, self.script.name, self.full_source_paths)
         ctx = _context(self.target, self.inputs, self.dynamic, stopwatch)
         ctx.vary_values = any(type(x) is int for x in self.inputs)  # `range(n)`: a size an input's value may set
-        self.runtimes_verified: list[str] = []  # "python", and "cpp" where the C++ runtime matched too
-        self.cpp_note = ""  # why the C++ runtime was not verified, or where it differed
         own = len(self.inputs) - len(self.script.state)
         written = [position for position, slot in enumerate(self.script.state, own) if slot.written]
         ctx.state_feedback = [(position, rank - len(written)) for rank, position in enumerate(written)]
@@ -348,6 +348,9 @@ class _MethodStages:
             with self.stopwatch.stage("culprit_search"):
                 culprit = find_culprit(graph, sched, contents, verifier.failed_inputs, self.target,
                                        lambda actual, expected: tensor_error(actual, expected)[0])
+        if not mismatches:
+            with self.stopwatch.stage("verify_cpp_runtime"):
+                self.check_cpp_runtime(contents)
         self.verify_seconds += time.perf_counter() - started
         if not mismatches:
             return fallbacks.Verdict(passed=True)
@@ -365,41 +368,6 @@ class _MethodStages:
                                  mismatches="; ".join(str(m) for m in mismatches[:4]),
                                  has_kernels=contents.manifest["backend"] != "aten")
 
-    def verification(self, attempt: fallbacks.Attempt, notes: list[str]) -> dict[str, Any]:
-        """The report's verification section: how it went, and every step down the fallback ladder."""
-        verifier = self.verifier
-        return {
-            "status": ("skipped" if verifier is None else "not compared" if not verifier.compared else
-                       "matched up to rounding" if self.rounded else "passed"),
-            "input_sets": verifier.compared if verifier else 0,
-            "seconds": round(self.verify_seconds, 3),
-            "kernels_removed": attempt.removed,
-            "runtimes": self.runtimes_verified,
-            "notes": (verifier.notes if verifier else []) + self.rounded + attempt.notes + notes +
-                     ([self.cpp_note] if self.cpp_note else []),
-        }
-
-
-        if not mismatches:
-            with self.stopwatch.stage("verify_cpp_runtime"):
-                self.check_cpp_runtime(contents)
-def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, model_info: dict,
-                   say: Progress) -> tuple[PackageContents, Plan]:
-    """Fuse (unless every op runs through ATen), generate and compile kernels, and package the plan.
-    -> (contents, the plan it holds, with its IR nodes)."""
-    target = ctx.device
-    built, plan_graph = BuiltKernels(backend), graph
-    if backend != "aten":
-        say(f"fusing and generating {backend} kernels")
-        try:
-            plan_graph = pipeline.lower(graph, ctx)
-            kernels = [n.attrs[Attr.KERNEL] for n in plan_graph.walk() if n.op == KERNEL_OP]
-            with ctx.stopwatch.stage("kernels"):
-                files, section = build_kernels(kernels, backend, say, target)
-            built = BuiltKernels(backend, kernels, files, section)
-        except (Jit2TritonError, FusionFailed):  # (FusionFailed: transpiler/fallbacks.py takes its nodes out)
-            raise
-        except Exception as err:  # a bug in fusion or a renderer that no single node explains: no kernels at all
     def check_cpp_runtime(self, contents: PackageContents) -> None:
         """Verification ran the Python runtime; `jit2triton.load` runs the C++ one by default: run the same cases
         there. Where it differs from TorchScript while the Python runtime matched, the package is marked to run in
@@ -420,6 +388,38 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
                              "(jit2triton.load takes it; the C++ runtime refuses the package)")
             self.say(self.cpp_note)
 
+    def verification(self, attempt: fallbacks.Attempt, notes: list[str]) -> dict[str, Any]:
+        """The report's verification section: how it went, and every step down the fallback ladder."""
+        verifier = self.verifier
+        return {
+            "status": ("skipped" if verifier is None else "not compared" if not verifier.compared else
+                       "matched up to rounding" if self.rounded else "passed"),
+            "input_sets": verifier.compared if verifier else 0,
+            "seconds": round(self.verify_seconds, 3),
+            "kernels_removed": attempt.removed,
+            "runtimes": self.runtimes_verified,
+            "notes": (verifier.notes if verifier else []) + self.rounded + attempt.notes + notes +
+                     ([self.cpp_note] if self.cpp_note else []),
+        }
+
+
+def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, model_info: dict,
+                   say: Progress) -> tuple[PackageContents, Plan]:
+    """Fuse (unless every op runs through ATen), generate and compile kernels, and package the plan.
+    -> (contents, the plan it holds, with its IR nodes)."""
+    target = ctx.device
+    built, plan_graph = BuiltKernels(backend), graph
+    if backend != "aten":
+        say(f"fusing and generating {backend} kernels")
+        try:
+            plan_graph = pipeline.lower(graph, ctx)
+            kernels = [n.attrs[Attr.KERNEL] for n in plan_graph.walk() if n.op == KERNEL_OP]
+            with ctx.stopwatch.stage("kernels"):
+                files, section = build_kernels(kernels, backend, say, target)
+            built = BuiltKernels(backend, kernels, files, section)
+        except (Jit2TritonError, FusionFailed):  # (FusionFailed: transpiler/fallbacks.py takes its nodes out)
+            raise
+        except Exception as err:  # a bug in fusion or a renderer that no single node explains: no kernels at all
             failure = f"generating kernels failed ({type(err).__name__}: {err}); every op runs through ATen"
             say(failure)
             built, plan_graph = BuiltKernels("aten", failure=failure), graph

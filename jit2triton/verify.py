@@ -260,6 +260,8 @@ class Verifier:
                 found = [Mismatch(f"on {where}", math.inf, f"the package raised {type(actual).__name__}: {actual}")]
             else:
                 got, state_before = actual[number - 1]
+                if getattr(run, "outputs_only", False):
+                    got, want = got[0], want[0]
                 found = [Mismatch(f"{m.where} on {where}", m.error, m.detail)
                          for m in compare(got, want, slack=self.slack, tolerance=self.tolerance)]
             if found:
@@ -272,8 +274,11 @@ class Verifier:
     def check_cases(self, run: Callable) -> list[Mismatch]:
         found: list[Mismatch] = []
         self.failed = []
+        outputs_only = getattr(run, "outputs_only", False)
         for name, inputs, expected in self.cases:
             before = len(found)
+            if outputs_only and hasattr(self.reference, "sequence"):  # (a model with state: outputs, then state)
+                expected = expected[0]
             try:
                 actual = run(*_copies(inputs))
             except SizeChangedError as err:  # inputs that fit the signature met a size the package fixed: a bug
@@ -290,8 +295,6 @@ class Verifier:
                 self.failed.append(name)
                 continue
             found += [Mismatch(f"{m.where} on {name}", m.error, m.detail)
-                if getattr(run, "outputs_only", False):
-                    got, want = got[0], want[0]
                       for m in compare(actual, expected, slack=self.slack, tolerance=self.tolerance)]
             if len(found) > before:
                 self.failed.append(name)
@@ -304,11 +307,8 @@ class Verifier:
 
 def package_runner(contents, device: torch.device) -> Callable:
     """The loaded package as a user would call it (the Python runtime, CUDA graphs included). A model with module
-        outputs_only = getattr(run, "outputs_only", False)
     state runs each case from the saved state and gives its new state beside its outputs, as the reference does;
     and runs sequences of calls, each from the state the last one left."""
-            if outputs_only and hasattr(self.reference, "sequence"):  # (a model with state: outputs, then state)
-                expected = expected[0]
     runtime = Runtime(contents, device)
     return runtime if runtime.state is None else _StatefulRunner(runtime)
 
@@ -344,11 +344,6 @@ class _StatefulRunner:
             return [_copied(self.state.store.values[name]) for name in self.state.names]
 
 
-def _copied(value: Any) -> Any:
-    """A tensor, or a list of them, copied; other values as they are."""
-    if isinstance(value, list):
-        return [_copied(v) for v in value]
-    return value.clone() if isinstance(value, torch.Tensor) else value
 def cpp_runner(contents, device: torch.device, folder: str) -> tuple[Optional[Callable], str]:
     """(the package in the C++ runtime, what `jit2triton.load` runs by default; why not), the runner None where that
     runtime is not built here or does not run such a package (a Triton package on the CPU runs under Triton's
@@ -388,3 +383,8 @@ class _CppRunner:
         return [((module(*inputs), None), None) for inputs in calls]
 
 
+def _copied(value: Any) -> Any:
+    """A tensor, or a list of them, copied; other values as they are."""
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value.clone() if isinstance(value, torch.Tensor) else value
