@@ -84,6 +84,49 @@ class Bag(torch.nn.Module):
         return self.bag(ids, offsets).relu() * 2
 
 
+class BeamSearch(torch.nn.Module):
+    """A scripted beam search: a GRU cell over an expanded initial state, top-k over beam x vocab, finished
+    hypotheses and their length-normalised scores appended to lists, a break when enough are finished or every beam
+    is dead, the step count returned. How many steps it takes, and so every size after the loop, depends on the
+    values."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = torch.nn.GRUCell(8, 16)
+        self.embed = torch.nn.Embedding(20, 8)
+        self.project = torch.nn.Linear(16, 20)
+
+    def forward(self, h0, bos: int):
+        beam = 4
+        h = h0.expand(beam, 16)
+        tokens = torch.full([beam], bos, dtype=torch.long)
+        scores = torch.zeros(beam)
+        finished: List[torch.Tensor] = []
+        finished_scores: List[float] = []
+        step = 0
+        while True:
+            h = self.cell(self.embed(tokens), h)
+            log_probs = torch.log_softmax(self.project(h) * 4, -1)
+            total = log_probs[0] if step == 0 else (scores.unsqueeze(1) + log_probs).view(-1)
+            top, index = total.topk(beam)
+            tokens = index % 20
+            h = h[torch.div(index, 20, rounding_mode="floor")]
+            scores = top
+            step += 1
+            ended = tokens == 3
+            if bool(ended.any()):
+                for i in range(beam):
+                    if bool(ended[i]):
+                        finished.append(h[i])
+                        finished_scores.append(float(scores[i]) / step)
+                scores = scores.masked_fill(ended, -1e9)
+            if len(finished) >= beam or bool((scores <= -1e9).all()) or step > 60:
+                break
+        if len(finished) == 0:
+            return torch.zeros(1), torch.zeros(1, 16), step
+        return torch.tensor(finished_scores), torch.stack(finished), step
+
+
 def _loaded(converted, tmp_path, runtime: str):
     converted.save(tmp_path / "m.j2t")
     return jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
@@ -100,6 +143,7 @@ CONVERSIONS = {  # name -> (model, example inputs, convert's other arguments)
     "kv_cache": (KVCache, {"forward": (torch.randn(1, 1, 16),), "reset": ()}, {}),
     "streaming": (Streaming, (torch.randn(4, 8),), {}),
     "loop_n": (LoopN, (torch.randn(2, 4), 5), {}),
+    "beam_search": (BeamSearch, (torch.randn(1, 16), 1), {}),
     "bag": (Bag, (torch.randint(0, 50, (10,)), torch.tensor([0, 3, 7])),
             {"dynamic_shapes": {"ids": {0: jit2triton.Dim("ids", min=7, max=64)}}}),
 }
@@ -166,6 +210,20 @@ def test_flat_ids_and_offsets_of_varying_total_length(runtime, packages):
         offsets = torch.sort(torch.randint(0, count, (3,), generator=generator)).values
         offsets[0] = 0
         assert_same(loaded(flat, offsets), reference(flat, offsets))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_beam_search_on_fresh_inputs(runtime, packages):
+    path, _, reference = packages("beam_search")
+    loaded = jit2triton.load(path, runtime=runtime)
+    generator = torch.Generator().manual_seed(11)
+    steps = set()
+    for call in range(20):
+        h0, bos = torch.randn(1, 16, generator=generator), call % 5
+        want = reference(h0, bos)
+        assert_same(loaded(h0, bos), want)
+        steps.add(want[2])
+    assert len(steps) > 2, "the inputs should end the search after different numbers of steps"
 
 
 def test_verification_catches_a_package_wrong_from_the_second_call(monkeypatch, tmp_path):
