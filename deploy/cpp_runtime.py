@@ -23,7 +23,7 @@ import torch
 
 from jit2triton.emitters.cache import cache_dir, write_once
 from jit2triton.errors import (CorruptPackageError, InputError, ModelRaisedError, PackageDeviceError, PackageError,
-                               PackageVersionError, QuantizedEngineError, SignatureError, StepError)
+                               PackageVersionError, QuantizedEngineError, SignatureError, SizeChangedError, StepError)
 
 from .package import PackageContents, package_from_members
 from .signature import output_rebuilder
@@ -32,7 +32,7 @@ from .verified_library import open_verified
 # The classes the extension raises, by name: the C++ runtime's errors are the Python runtime's exceptions.
 EXCEPTIONS = {cls.__name__: cls for cls in (PackageError, CorruptPackageError, PackageVersionError, PackageDeviceError,
                                             SignatureError, InputError, StepError, ModelRaisedError,
-                                            QuantizedEngineError)}
+                                            QuantizedEngineError, SizeChangedError)}
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp")
 SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/signing.cpp", "src/package.cpp", "src/literals.cpp", "src/plan.cpp",

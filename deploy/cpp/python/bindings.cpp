@@ -57,6 +57,7 @@ const char* error_class(Error::Kind kind) {
     case Error::Kind::Step: return "StepError";
     case Error::Kind::ModelRaised: return "ModelRaisedError";
     case Error::Kind::QuantizedEngine: return "QuantizedEngineError";
+    case Error::Kind::SizeChanged: return "SizeChangedError";
     default: return "PackageError";
   }
 }

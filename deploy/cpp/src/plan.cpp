@@ -597,7 +597,7 @@ class Builder {
         if (c.has_shape) {
           at::IntArrayRef shape = c.shape.at(d, scratch_shape);
           if (x.sizes() != shape)
-            throw std::invalid_argument(
+            throw Error(Error::Kind::SizeChanged,  // the Python runtime's SizeChangedError, with its message
                 "kernel input " + std::to_string(c.index) + " has shape [" + join_dims(x.sizes()) +
                 "], but the package was converted for [" + join_dims(shape) +
                 "]: a size the package fixed at conversion changed: a scalar input's value, or a count computed "

@@ -30,6 +30,7 @@ class Error : public std::runtime_error {
   enum class Kind {
     Package, CorruptPackage, PackageVersion, PackageDevice, Signature, Input, Step, ModelRaised,
     QuantizedEngine,  // a PackageDevice error: the quantized engine the package's packed weights need is missing
+    SizeChanged,      // an Input error: a size the package fixed at conversion changed (Python: SizeChangedError)
   };
 
   Error(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
