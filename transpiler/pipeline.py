@@ -169,8 +169,8 @@ def _observe_later_calls(graph: Graph, sched: Plan, ctx: Context, recorder: Shap
     previous = ctx.outputs
     for inputs in ctx.later_calls:
         inputs = list(inputs)
-        for position, output in ctx.state_feedback:
-            inputs[position] = previous[output]
+        for position, output in ctx.state_feedback:  # (copies: the plan may write its state in place, and the
+            inputs[position] = _copied(previous[output])  # example's inputs are run again by later passes)
         recorder.next_draw(ctx.example_sizes)
         recorder.observe_values(graph.inputs, inputs)
         try:
@@ -179,6 +179,12 @@ def _observe_later_calls(graph: Graph, sched: Plan, ctx: Context, recorder: Shap
             recorder.drop_draw()
             return
         ctx.draw_outputs.append((ctx.example_sizes, previous))
+
+
+def _copied(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value.clone() if isinstance(value, torch.Tensor) else value
 
 
 def _reduce_precision(graph: Graph, ctx: Context) -> Graph:
