@@ -23,6 +23,8 @@ from jit2triton.deploy.state import StateStore
 
 from .errors import InputError, PackageDeviceError
 
+DEFAULT_TIMEOUT_S = 600.0  # convert's time budget: DenseNet-121 takes 25 s on an H200 alone
+
 Progress = Any  # Callable[[str], None]
 
 
@@ -177,7 +179,8 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
             progress: Optional[Progress] = None, verify: bool = True, full_source_paths: bool = False,
             dynamic_shapes: Any = None, choices: str = "timed", narrow_dims: bool = False,
             precision: Optional[str] = None, accuracy: Optional[dict] = None,
-            io_precision: Optional[str] = None) -> Converted:
+            io_precision: Optional[str] = None, timeout: Optional[float] = DEFAULT_TIMEOUT_S,
+            input_ranges: Optional[dict] = None, verify_inputs: Any = None) -> Converted:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
@@ -210,14 +213,25 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
     to float32. The report's `precision` section gives each output's max-abs and relative error, top-1 agreement
     for 2-D logits, and every node that stayed float32 with why, by source line. `io_precision=precision` makes the
     package take and give the model's float32 inputs and outputs in the reduced type too (no cast at the boundary).
+
+    `timeout` (seconds; None for none) ends a conversion that runs past it with a ConversionError naming the stage
+    that took the time. Conversion runs the model on inputs it invents (verification's fresh draw, the dims' other
+    sizes), each first in a child process, so that a draw that crashes TorchScript itself is skipped and named in the
+    report rather than taking this process with it. Integer inputs are drawn where the graph says they are valid
+    (indices within their table, offsets sorted, lengths within the axis they measure; the report's
+    `verification["draws"]` says how each input was drawn); `input_ranges={"lengths": (1, "T")}` says it where the
+    graph cannot (inclusive ends, each a number or a Dim's name), and `verify_inputs` (a list of input tuples, or a
+    callable giving one) adds input sets of your own to verification.
     """
-    from jit2triton.transpiler import timing
+    from jit2triton.transpiler import pipeline, timing
 
     from .conversion import convert_to_package
+    budget = pipeline.Budget.starting_now(timeout)
     with timing.recording(choices) as made:
         contents, target = convert_to_package(model, example_inputs, device, backend, map_location, progress, verify,
                                               full_source_paths, dynamic_shapes, narrow_dims=narrow_dims,
-                                              precision=precision, accuracy=accuracy, io_precision=io_precision)
+                                              precision=precision, accuracy=accuracy, io_precision=io_precision,
+                                              budget=budget, input_ranges=input_ranges, verify_inputs=verify_inputs)
     contents.manifest["report"]["timed_choices"] = [choice.as_report() for choice in made]
     return Converted(contents, *python_runtimes(contents, target))
 

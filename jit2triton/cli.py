@@ -13,7 +13,7 @@ import click
 
 from jit2triton.emitters.backends import NAMES as BACKEND_NAMES
 
-from .cli_checks import Group, check_output, check_port, read_inputs_file, set_debug
+from .cli_checks import Group, check_output, check_port, read_input_sets, read_inputs_file, set_debug
 from .version import __version__
 
 # torch is imported inside the commands that need it: `--help` and `--version` answer at once.
@@ -98,6 +98,12 @@ def _accuracy(rtol: Optional[float], atol: Optional[float]) -> Optional[dict]:
                    "(default: refuse it, naming the largest size that ran)")
 @click.option("--inputs-file", type=click.Path(exists=True, dir_okay=False),
               help="example inputs saved with torch.save as a tuple or list of tensors")
+@click.option("--verify-inputs", "verify_inputs_file", type=click.Path(exists=True, dir_okay=False),
+              help="input sets of your own to verify on besides conversion's draws: a list of input tuples saved "
+                   "with torch.save (--inputs-file holds the example inputs)")
+@click.option("--timeout", type=click.FloatRange(min=0), default=600.0, show_default=True,
+              help="seconds the conversion may take; past them it stops, naming the stage that took the time "
+                   "(0: no limit)")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--backend", type=click.Choice(list(BACKEND_NAMES)), default=None,
               help="kernel generator (default: cpp on the CPU, triton on CUDA; aten: no generated kernels)")
@@ -122,8 +128,9 @@ def _accuracy(rtol: Optional[float], atol: Optional[float]) -> Optional[dict]:
 @click.option("--io-precision", type=click.Choice(["model", "fp16", "bf16"]), default=None,
               help="with --precision: 'model' (the default) keeps the model's input and output dtypes; the same "
                    "as --precision takes and gives them in the reduced type")
-def convert(model, output, input_specs, dim_specs, dynamic_batch, narrow_dims, inputs_file, device, backend,
-            no_verify, full_source_paths, quiet, signing_key, choices, precision, rtol, atol, io_precision) -> None:
+def convert(model, output, input_specs, dim_specs, dynamic_batch, narrow_dims, inputs_file, verify_inputs_file, timeout,
+            device, backend, no_verify, full_source_paths, quiet, signing_key, choices, precision, rtol, atol,
+            io_precision) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
     from .errors import InputError
@@ -154,7 +161,9 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, narrow_dims, i
     converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
                               progress=_Progress(quiet), verify=not no_verify, full_source_paths=full_source_paths,
                               dynamic_shapes=dynamic_shapes or None, choices=choices, narrow_dims=narrow_dims,
-                              precision=precision, accuracy=_accuracy(rtol, atol), io_precision=io_precision)
+                              precision=precision, accuracy=_accuracy(rtol, atol), io_precision=io_precision,
+                              timeout=timeout or None,
+                              verify_inputs=read_input_sets(verify_inputs_file) if verify_inputs_file else None)
     converted.save(output, signing_key=signing_key)
     if not quiet:
         click.echo(converted.report())

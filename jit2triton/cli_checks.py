@@ -103,3 +103,19 @@ def check_port(host: str, port: int) -> None:
     except OSError as err:
         raise InputError(f"cannot listen on {host}:{port}: {err.strerror or err}; pick another --port (or stop "
                          "what holds it)") from None
+
+
+def read_input_sets(path: str) -> list:
+    """--verify-inputs: a list of input sets saved at `path`, each a tuple of the model's inputs in order."""
+    import torch
+
+    how = "save a list of input tuples, in the model's order: torch.save([(x1, mask1), (x2, mask2)], path)"
+    try:
+        loaded = torch.load(path, weights_only=True)  # weights_only: never unpickle code
+    except Exception as err:  # noqa: BLE001 - not a torch file, or one that pickles code
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
+        raise InputError(f"--verify-inputs {path}: torch.load(weights_only=True) cannot read it ({first}); {how}") \
+            from None
+    if not isinstance(loaded, (list, tuple)) or not all(isinstance(s, (list, tuple)) for s in loaded):
+        raise InputError(f"--verify-inputs {path} holds a {type(loaded).__name__}, not a list of input tuples; {how}")
+    return [tuple(s) for s in loaded]

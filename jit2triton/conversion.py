@@ -29,7 +29,10 @@ from jit2triton.transpiler.build_plan import Plan
 from jit2triton.transpiler.precision import PrecisionPlan
 
 from . import dims, precision
+from . import reference_child
 from .dim_ranges import checked_ranges
+from .draw_rules import DrawRules, draw_rules
+from .reference_child import IsolatedReference
 from .dims import DynamicShapes
 from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, StepError
 from .inputs import inputs_at, with_other_values
@@ -52,7 +55,9 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
                        full_source_paths: bool = False, dynamic_shapes: DynamicShapes = None,
                        narrow_dims: bool = False, precision: Optional[str] = None,
                        accuracy: Optional[dict] = None,
-                       io_precision: Optional[str] = None) -> tuple[PackageContents, torch.device]:
+                       io_precision: Optional[str] = None, *, budget: Optional[pipeline.Budget] = None,
+                       input_ranges: Optional[dict] = None,
+                       verify_inputs: Optional[Callable] = None) -> tuple[PackageContents, torch.device]:
     """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
@@ -78,10 +83,16 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     but where float32 is kept (jit2triton/precision.py); verification then holds it to `accuracy` against the
     float32 model, moving nodes back to float32 until it meets it. Its inputs and outputs keep the model's dtypes
     unless `io_precision` is the same as `precision`.
+
+    `budget` (pipeline.Budget) ends a conversion that runs past it with a ConversionError naming the stage.
+    `input_ranges` and `verify_inputs` say where invented inputs are valid and give extra verification draws (see
+    api.convert). Runs of the model on inputs conversion invents happen in a child process first
+    (reference_child.py): a draw that crashes TorchScript there is skipped and named in the report.
     """
+    options = {"budget": budget, "input_ranges": input_ranges, "verify_inputs": verify_inputs}
     if isinstance(dynamic_shapes, str):
         return _convert_auto(model, example_inputs, device, backend, map_location, progress, verify,
-                             full_source_paths, dynamic_shapes, precision, accuracy, io_precision)
+                             full_source_paths, dynamic_shapes, precision, accuracy, io_precision, options)
     say = progress or (lambda message: None)
     started = time.perf_counter()
     target = torch.device(device or "cpu")
@@ -99,13 +110,15 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     if isinstance(model, (str, os.PathLike)):
         check_model_path(os.fspath(model))  # before the first progress line: a missing file is the whole answer
     say("loading TorchScript (freeze, inline, normalise)")
-    stopwatch = pipeline.Stopwatch(say)
+    reference_child.warm()  # (it imports torch while the model loads)
+    stopwatch = pipeline.Stopwatch(say, budget)
     with stopwatch.stage("load"):
         script = load_script(model, map_location=map_location, methods=list(method_examples))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""
     reduced = (precision, accuracy, io_precision)
     contents = _convert_method(script, forward_examples, target, backend, source, say, stopwatch, verify,
-                               full_source_paths, dynamic_shapes, reduced, narrow_dims)
+                               full_source_paths, dynamic_shapes, reduced, narrow_dims,
+                               _user_draws(verify_inputs, script.input_names), input_ranges)
     for name, examples in method_examples.items():
         say(f"converting method {name}")
         add_method(contents, name, _convert_method(script.methods[name], examples, target, backend, source, say,
@@ -116,7 +129,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         contents = _check_methods_in_order(
             contents, script, forward_examples, method_examples, target, backend, say, stopwatch,
             lambda: convert_to_package(model, example_inputs, device, "aten", map_location, progress, verify,
-                                       full_source_paths, dynamic_shapes, narrow_dims, *reduced)[0])
+                                       full_source_paths, dynamic_shapes, narrow_dims, *reduced, **options)[0])
     unconverted = [n for n in script.method_names if n != "forward" and n not in method_examples]
     if unconverted:
         contents.manifest["report"]["methods_not_converted"] = {
@@ -175,18 +188,22 @@ def _per_method(example_inputs) -> tuple[Any, dict[str, Any]]:
 def _convert_method(script, example_inputs, target: torch.device, backend: str, source: str, say: Progress,
                     stopwatch: pipeline.Stopwatch, verify: bool, full_source_paths: bool,
                     dynamic_shapes: DynamicShapes, reduced: tuple = (None, None, None),
-                    narrow_dims: bool = False) -> PackageContents:
+                    narrow_dims: bool = False, user_draws: Sequence[list] = (),
+                    input_ranges: Optional[dict] = None) -> PackageContents:
     """One method of the model (forward, or another the user gave examples for) as a package's contents;
-    `reduced`: (precision, accuracy, io_precision) as convert_to_package takes them."""
+    `reduced`: (precision, accuracy, io_precision) as convert_to_package takes them; `user_draws`: the user's own
+    verification inputs; `input_ranges`: the user's ranges of integer inputs (draw_rules.py)."""
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
     inputs = [_example_layout(x.to(target)) if isinstance(x, torch.Tensor) else x for x in inputs]
     dynamic = dims.resolve(dynamic_shapes, script.input_names, inputs)
+    rules = draw_rules(script.graph, script.input_names, inputs, dynamic, input_ranges)
+    isolated = IsolatedReference(script.function, stopwatch.remaining, stopwatch.check)
     range_notes: list[str] = []
     if dynamic:
         say("running the model at the ends of the dims' ranges")
         with stopwatch.stage("dim_ranges"):
-            reference = lambda *xs: run_where_the_weights_are(script.function, list(xs))[0]  # noqa: E731
-            dynamic, range_notes = checked_ranges(dynamic, reference, inputs, narrow_dims)
+            reference = lambda *xs: run_where_the_weights_are(isolated, list(xs))[0]  # noqa: E731
+            dynamic, range_notes = checked_ranges(dynamic, reference, inputs, narrow_dims, rules)
     say(f"building the IR ({sum(1 for _ in script.graph.nodes())} top-level TorchScript nodes)")
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
     precision_plan, tolerance = precision.plan_for(*reduced, target, say)
@@ -197,21 +214,26 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
     verifier = None
     if verify:
         say("running TorchScript on the example inputs and a fresh draw, for verification")
-        other_sizes = [(", ".join(f"{n}={k}" for n, k in sizes.items()), inputs_at(dynamic, sizes, taken, 100 + i))
+        other_sizes = [(", ".join(f"{n}={k}" for n, k in sizes.items()),
+                        rules.apply(inputs_at(dynamic, sizes, taken, 100 + i), 100 + i))
                        for i, sizes in enumerate(dynamic.bounds() + dynamic.draws(1, seed=1))] if dynamic else []
         with stopwatch.stage("reference"):
-            verifier = Verifier(precision.reference(precision_plan, script.function), taken, signature["inputs"],
-                                target, dynamic.example, other_sizes)
+            verifier = Verifier(precision.reference(precision_plan, isolated), taken, signature["inputs"],
+                                target, dynamic.example, other_sizes, user_draws, rules)
         verifier.tolerance = tolerance
     stages = _MethodStages(script, inputs, dynamic, target, backend, full_source_paths, say, stopwatch,
                            precision_plan, verifier, signature, {"name": script.name, "source": source,
                                                                  "state": script.state})
+    stages.rules, stages.isolated = rules, isolated
     attempt = fallbacks.Attempt(kernels=backend != "aten", rewrites=backend != "aten")
     (contents, _, _), attempt = fallbacks.build_with_fallbacks(stages, attempt, say)
     if target.type == "cuda" and contents.manifest["cuda_graph"]:
         with stopwatch.stage("cuda_graph_timing"):
             choose_cuda_graph(contents, taken, target, say)
     contents.manifest["report"]["verification"] = stages.verification(attempt, range_notes + script.notes)
+    contents.manifest["report"]["verification"]["notes"] += isolated.notes
+    if verifier is not None:
+        contents.manifest["report"]["verification"]["draws"] = rules.describe(taken)
     if precision_plan is not None:
         measured = precision.measure(package_runner(contents, target), verifier) if verifier else []
         contents.manifest["report"]["precision"] = precision.report_section(precision_plan, tolerance, measured)
@@ -224,7 +246,8 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
 def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backend: Optional[str],
                   map_location: DeviceLike, progress: Optional[Progress], verify: bool, full_source_paths: bool,
                   mode: str, precision: Optional[str] = None, accuracy: Optional[dict] = None,
-                  io_precision: Optional[str] = None) -> tuple[PackageContents, torch.device]:
+                  io_precision: Optional[str] = None, options: Optional[dict] = None
+                  ) -> tuple[PackageContents, torch.device]:
     """dynamic_shapes="auto": try a dynamic batch dim; when the model specialises on it (a reshape to the example's
     batch, a branch a trace baked in), convert it static and put the reason in the report."""
     if mode != "auto":
@@ -233,30 +256,36 @@ def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backen
     script = load_script(model, map_location=map_location)
     inputs = _complete_inputs(_per_method(example_inputs)[0], script.input_names, script.input_defaults)
     batch = dims.auto_batch(inputs)
+    keywords = options or {}
     options = (device, backend, map_location, progress, verify, full_source_paths)
     why = "the model has no tensor input with a batch axis"
     if batch is not None:
         try:
-            return convert_to_package(model, example_inputs, *options, batch, precision, accuracy, io_precision)
+            return convert_to_package(model, example_inputs, *options, batch, precision, accuracy, io_precision,
+                                      **keywords)
         except ConversionError as err:
             why = str(err)
     say(f"the batch dim stays static: {why}")
-    contents, target = convert_to_package(model, example_inputs, *options, None, precision, accuracy, io_precision)
+    contents, target = convert_to_package(model, example_inputs, *options, None, precision, accuracy, io_precision,
+                                          **keywords)
     contents.manifest["report"]["static_dims"] = {dims.AUTO_DIM: why}
     return contents, target
 
 
-def _context(target: torch.device, inputs: list, dynamic: "dims.DynamicSpec",
-             stopwatch: pipeline.Stopwatch) -> pipeline.Context:
-    """What the passes share: the target, the example inputs and, with dynamic dims, draws at other sizes."""
-    ctx = pipeline.Context(target, inputs, _run_plan(target), stopwatch=stopwatch,
+def _context(target: torch.device, inputs: list, dynamic: "dims.DynamicSpec", stopwatch: pipeline.Stopwatch,
+             rules: DrawRules) -> pipeline.Context:
+    """What the passes share: the target, the example inputs and, with dynamic dims, draws at other sizes (their
+    integer inputs drawn where the model accepts them: draw_rules.py)."""
+    ctx = pipeline.Context(target, inputs, _run_plan(target, stopwatch), stopwatch=stopwatch,
                            example_sizes=dict(dynamic.example),
-                           draws=[(sizes, inputs_at(dynamic, sizes, inputs, seed=i))
+                           draws=[(sizes, rules.apply(inputs_at(dynamic, sizes, inputs, seed=i), i))
                                   for i, sizes in enumerate(dynamic.draws())])
-    ctx.value_draws = [with_other_values(inputs, seed=7 + i, shift=shift) for i, shift in enumerate(VALUE_SHIFTS)]
+    ctx.value_draws = [rules.apply(with_other_values(inputs, seed=7 + i, shift=shift), 7 + i)
+                       for i, shift in enumerate(VALUE_SHIFTS)]
     largest = dynamic.largest() if dynamic else None
     if largest is not None:
-        ctx.largest = (largest, inputs_at(dynamic, largest, inputs, seed=len(ctx.draws)))
+        seed = len(ctx.draws)
+        ctx.largest = (largest, rules.apply(inputs_at(dynamic, largest, inputs, seed=seed), seed))
     if dynamic:  # kernels take the dynamic dims as arguments (both renderers, both runtimes)
         ctx.kernel_dims = {name: (d.min, d.max, dynamic.example[name]) for name, d in dynamic.dims.items()}
     return ctx
@@ -307,7 +336,8 @@ class _MethodStages:
         names = self.script.input_names + [f"self.{slot.name}" for slot in self.script.state]
         with stopwatch.stage("from_torchscript"):
             graph = from_torchscript(self.script.graph, names, self.script.name, self.full_source_paths)
-        ctx = _context(self.target, self.inputs, self.dynamic, stopwatch)
+        ctx = _context(self.target, self.inputs, self.dynamic, stopwatch, self.rules)
+        ctx.crashes = self.isolated.crash
         ctx.vary_values = any(type(x) is int for x in self.inputs)  # `range(n)`: a size an input's value may set
         own = len(self.inputs) - len(self.script.state)
         written = [position for position, slot in enumerate(self.script.state, own) if slot.written]
@@ -435,13 +465,20 @@ def _on_device(value, target: torch.device):
     return value.to(target, copy=True) if isinstance(value, torch.Tensor) else value
 
 
-def _run_plan(target: torch.device) -> pipeline.RunPlan:
+def _run_plan(target: torch.device, stopwatch: Optional[pipeline.Stopwatch] = None) -> pipeline.RunPlan:
     """The reference interpreter the transpiler types the graph with: the runtime's executor, every op through
-    ATen, weights on the target device."""
+    ATen, weights on the target device; the time budget checked at every step (a model that runs for minutes)."""
+    stopwatch = stopwatch or pipeline.Stopwatch()
+
     def run(sched: Plan, inputs: list, observer) -> list:
         weights = placed_weights(sched.weights, sched.plan, target)
-        try:
-            return Executor(sched.plan, weights, sched.node_table, observe=observer)(inputs)
+
+        def observe(node, values) -> None:
+            stopwatch.check()
+            observer(node, values)
+        try:  # (unobserved, as timing runs it: no check, which would slow every step)
+            return Executor(sched.plan, weights, sched.node_table,
+                            observe=observe if observer is not None else None)(inputs)
         except StepError as err:
             raise ConversionError(f"running the model failed: {err}") from None
     return run
@@ -482,6 +519,20 @@ def _complete_inputs(example_inputs, names: list[str], defaults: list[Any]) -> l
             "example inputs. Pass example_inputs=(...) with one value per input, in order (on the command line: "
             "one --input per model input)")
     return given + list(defaults[len(given):])
+
+
+def _user_draws(verify_inputs: Any, names: list[str]) -> list[list]:
+    """The user's own verification inputs: `verify_inputs`, a callable giving input sets or a list of them, each a
+    tuple (or list) of the model's inputs in order, as example_inputs is."""
+    if verify_inputs is None:
+        return []
+    given = verify_inputs() if callable(verify_inputs) else verify_inputs
+    try:
+        draws = [list(d) if isinstance(d, (tuple, list)) else [d] for d in given]
+    except TypeError:
+        raise ConversionError(f"verify_inputs must give a list of input sets (each a tuple of the model's inputs "
+                              f"{', '.join(names)}), got {type(given).__name__}") from None
+    return draws
 
 
 def _fix_int_inputs(signature: list[dict]) -> None:

@@ -23,18 +23,21 @@ from typing import Any, Callable, Optional
 import torch
 
 from .dims import DynamicSpec
+from .draw_rules import DrawRules
 from .inputs import inputs_at
-from .errors import ConversionError
+from .errors import ConversionError, TimeBudgetError
+from .reference_child import ReferenceCrashed
 
 Reference = Callable[..., Any]
 PROBE_SEED = 500  # inputs drawn for the probes: their values do not matter, only their sizes
 
 
-def checked_ranges(spec: DynamicSpec, reference: Reference, inputs: list,
-                   narrow: bool) -> tuple[DynamicSpec, list[str]]:
+def checked_ranges(spec: DynamicSpec, reference: Reference, inputs: list, narrow: bool,
+                   rules: Optional[DrawRules] = None) -> tuple[DynamicSpec, list[str]]:
     """`spec` with every range the model serves end to end -> (spec, notes on ranges narrowed), or a
     ConversionError naming the first end it does not serve (with `narrow`, that end is moved to the furthest size
-    that ran instead)."""
+    that ran instead). `rules` keep the probes' integer inputs where the model accepts them (draw_rules.py); a
+    probe that crashes TorchScript itself (reference_child.py) is an end the model does not serve."""
     notes: list[str] = []
     dims = dict(spec.dims)
     for name, dim in spec.dims.items():
@@ -43,10 +46,10 @@ def checked_ranges(spec: DynamicSpec, reference: Reference, inputs: list,
             size = getattr(dim, end)
             if size is None or size == example:
                 continue
-            failure = _failure(reference, spec, {**spec.example, name: size}, inputs)
+            failure = _failure(reference, spec, {**spec.example, name: size}, inputs, rules)
             if failure is None:
                 continue
-            served = _furthest_served(reference, spec, inputs, name, example, size)
+            served = _furthest_served(reference, spec, inputs, name, example, size, rules)
             if served == example:
                 raise ConversionError(
                     f"Dim {name} is declared {dim.range_text()}, but the model does not run at {name}={size}: "
@@ -66,7 +69,7 @@ def checked_ranges(spec: DynamicSpec, reference: Reference, inputs: list,
     axes = {position: {axis: dims[d.name] for axis, d in on.items()} for position, on in spec.axes.items()}
     narrowed = DynamicSpec(axes, dims, spec.example)
     lows = narrowed.bounds()[0]  # (every dim at its largest together runs in shape inference, which says so)
-    failure = _failure(reference, narrowed, lows, inputs) if lows != spec.example else None
+    failure = _failure(reference, narrowed, lows, inputs, rules) if lows != spec.example else None
     if failure is not None:
         at = ", ".join(f"{n}={k}" for n, k in lows.items())
         raise ConversionError(f"each dim's range runs on its own, but with every dim at its smallest ({at}) the "
@@ -74,23 +77,30 @@ def checked_ranges(spec: DynamicSpec, reference: Reference, inputs: list,
     return narrowed, notes
 
 
-def _furthest_served(reference: Reference, spec: DynamicSpec, inputs: list, name: str, good: int, bad: int) -> int:
+def _furthest_served(reference: Reference, spec: DynamicSpec, inputs: list, name: str, good: int, bad: int,
+                     rules: Optional[DrawRules] = None) -> int:
     """The size nearest `bad` that runs, from `good` (which runs) towards `bad` (which does not), by bisection."""
     while abs(bad - good) > 1:
         middle = (good + bad) // 2
-        if _failure(reference, spec, {**spec.example, name: middle}, inputs) is None:
+        if _failure(reference, spec, {**spec.example, name: middle}, inputs, rules) is None:
             good = middle
         else:
             bad = middle
     return good
 
 
-def _failure(reference: Reference, spec: DynamicSpec, sizes: dict[str, int], inputs: list) -> Optional[str]:
+def _failure(reference: Reference, spec: DynamicSpec, sizes: dict[str, int], inputs: list,
+             rules: Optional[DrawRules] = None) -> Optional[str]:
     """What the model raised when run at `sizes` (None when it ran), in one line that names the failing op."""
     drawn = inputs_at(spec, sizes, inputs, PROBE_SEED)
+    drawn = rules.apply(drawn, PROBE_SEED, sizes) if rules else drawn
     try:
         with torch.no_grad(), torch.jit.optimized_execution(False):
             reference(*drawn)
+    except TimeBudgetError:
+        raise
+    except ReferenceCrashed as crashed:  # (a device error: what a CPU copy of the model raised, where it did)
+        return crashed.raised or f"TorchScript itself crashed: {crashed}"
     except torch.OutOfMemoryError:
         return "out of memory"
     except Exception as err:  # noqa: BLE001 - whatever the model raises is the answer: it does not run there

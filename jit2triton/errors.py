@@ -17,6 +17,10 @@ class ConversionError(Jit2TritonError):
     """The TorchScript graph could not be turned into a runnable plan."""
 
 
+class TimeBudgetError(ConversionError):
+    """The conversion ran past its time budget (convert's `timeout`); the message names the stage."""
+
+
 class PackageError(Jit2TritonError):
     """A `.j2t` package is missing, corrupted, or cannot run here."""
 

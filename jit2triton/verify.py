@@ -14,8 +14,10 @@ import torch
 
 from jit2triton.deploy.runtime import Runtime
 
-from .errors import InputError, Jit2TritonError, PackageDeviceError, SizeChangedError
+from .draw_rules import DrawRules
+from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, SizeChangedError, TimeBudgetError
 from .inputs import random_inputs
+from .reference_child import ReferenceCrashed
 
 # Largest error allowed, relative to the largest magnitude of the reference tensor: generated kernels reassociate
 # sums and use their own vector math, so they agree with ATen to rounding, not to the bit.
@@ -151,9 +153,14 @@ class Verifier:
     """The reference side of verification: TorchScript's outputs on the example inputs and on a fresh draw."""
 
     def __init__(self, reference: Callable, example_inputs: list, signature: list[dict], device: torch.device,
-                 sizes: Optional[dict[str, int]] = None, other_sizes: Sequence[tuple[str, list]] = ()):
+                 sizes: Optional[dict[str, int]] = None, other_sizes: Sequence[tuple[str, list]] = (),
+                 extra_draws: Sequence[Sequence] = (), rules: Optional[DrawRules] = None):
         """`sizes`: the dynamic dims' sizes in the example inputs; `other_sizes`: (name, inputs) at other sizes in
-        their ranges, which the package must accept (a refusal there is a failure, not a note)."""
+        their ranges, which the package must accept (a refusal there is a failure, not a note); `extra_draws`: the
+        user's own input sets (convert's `verify_inputs`); `rules`: where fresh values are valid (draw_rules.py).
+        A draw that crashes TorchScript itself (the reference runs it in a child process first) is skipped and
+        named in the notes; a crash on the example inputs is a ConversionError."""
+        self.rules = rules
         self.reference = reference
         self.slack = 1.0  # 10 when TorchScript runs on another device (a CPU model converted for CUDA: TF32 convs)
         self.tolerance: Optional[tuple[float, float]] = None  # (rtol, atol) of a reduced-precision package
@@ -166,13 +173,27 @@ class Verifier:
         self.sequence: Optional[tuple[list, list]] = None
         draws = [("the example inputs", example_inputs)]
         try:
-            draws.append(("fresh random inputs", random_inputs(signature, device, FRESH_SEED, sizes)))
+            fresh = random_inputs(signature, device, FRESH_SEED, sizes)
+            draws.append(("fresh random inputs", rules.apply(fresh, FRESH_SEED, sizes) if rules else fresh))
         except InputError as err:
             self.notes.append(f"no fresh inputs ({err})")
         draws += list(other_sizes)
-        for name, inputs in draws:
+        for name, inputs in draws + [(f"your input set {i}", list(x)) for i, x in enumerate(extra_draws, 1)]:
             try:
                 expected = self.run_reference(inputs)
+            except ReferenceCrashed as crashed:
+                if name == "the example inputs":
+                    raise ConversionError(
+                        f"TorchScript crashed on the example inputs: {crashed}, in a child process that ran them "
+                        "for verification. The model itself fails on them: check the example inputs") from None
+                self.notes.append(f"{name} crashed TorchScript itself: {crashed}; skipped")
+                retried = self.with_example_integers(inputs, example_inputs) if name == "fresh random inputs" \
+                    else None
+                if retried is None:
+                    continue
+                name, inputs, expected = retried
+            except TimeBudgetError:
+                raise
             except Exception as err:  # the model refuses this draw (an assert on its values): nothing to compare
                 retried = self.with_example_integers(inputs, example_inputs) if name == "fresh random inputs" \
                     else None
@@ -198,6 +219,7 @@ class Verifier:
         for i in range(1, SEQUENCE_CALLS):
             try:
                 drawn = random_inputs(signature, device, FRESH_SEED + i, sizes)
+                drawn = self.rules.apply(drawn, FRESH_SEED + i, sizes) if self.rules else drawn
             except InputError:
                 drawn = example
             calls.append(drawn)
@@ -205,6 +227,11 @@ class Verifier:
             try:
                 with torch.jit.optimized_execution(False):
                     expected = self.reference.sequence([_copies(c) for c in attempt])
+            except TimeBudgetError:
+                raise
+            except ReferenceCrashed as crashed:
+                refused = f"a sequence of calls crashed TorchScript itself ({crashed})"
+                continue
             except Exception as err:  # noqa: BLE001 - the model refuses a call of the sequence (an assert on state)
                 refused = f"TorchScript raised on a sequence of calls ({type(err).__name__}: {_first_line(err)})"
                 continue
@@ -220,7 +247,9 @@ class Verifier:
             return None
         try:
             return "fresh random inputs (integer inputs: the example's rows)", inputs, self.run_reference(inputs)
-        except Exception:  # noqa: BLE001 - the model refuses them as well: the caller notes the first refusal
+        except TimeBudgetError:
+            raise
+        except Exception:  # noqa: BLE001 - the model refuses them as well, or crashes: the caller notes the first
             return None
 
     def run_reference(self, inputs: list) -> Any:

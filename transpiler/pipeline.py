@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-from jit2triton.errors import ConversionError, Jit2TritonError
+from jit2triton.errors import ConversionError, Jit2TritonError, TimeBudgetError
 
 from .bind_sizes import bind_opaque_sizes
 from .check_indices import check_indices
@@ -56,22 +56,66 @@ from .unpack_splits import unpack_splits
 RunPlan = Callable[[Plan, list, Optional[Callable]], list]  # (plan, inputs, observer) -> outputs
 
 
+@dataclass
+class Budget:
+    """A conversion's time budget: `seconds` from its start, ending at `deadline` (time.monotonic())."""
+    seconds: float
+    deadline: float
+
+    @classmethod
+    def starting_now(cls, seconds: Optional[float]) -> Optional["Budget"]:
+        if seconds is None:
+            return None
+        if not isinstance(seconds, (int, float)) or isinstance(seconds, bool) or not seconds > 0:
+            raise ConversionError(f"timeout must be a positive number of seconds (or None: no budget), got "
+                                  f"{seconds!r}")
+        return cls(float(seconds), time.monotonic() + seconds)
+
+
 class Stopwatch:
     """Seconds spent in each stage of a conversion, keyed by stage name in the order first met (a stage met again,
     in a second build after verification took a kernel out, adds to its time): the report's `pass_seconds`, so a
-    model that converts slowly says where the time went. `say` is the conversion's progress callback."""
+    model that converts slowly says where the time went. `say` is the conversion's progress callback.
 
-    def __init__(self, say: Optional[Callable[[str], None]] = None) -> None:
+    With a `budget`, a stage that starts or ends past its deadline (and a long stage that calls `check` as it goes)
+    ends the conversion with a ConversionError naming the stage the time went to."""
+
+    def __init__(self, say: Optional[Callable[[str], None]] = None, budget: Optional[Budget] = None) -> None:
         self.seconds: dict[str, float] = {}
         self.say = say or (lambda message: None)
+        self.budget = budget
+        self.active: list[tuple[str, float]] = []  # the stages running, with when each started
+        self.last = ""  # the stage that ended last
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        self.check()
         start = time.perf_counter()
+        self.active.append((name, start))
         try:
             yield
         finally:
+            self.active.pop()
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.last = name
+        self.check()
+
+    def remaining(self) -> Optional[float]:
+        """Seconds left in the budget (None: no budget)."""
+        return None if self.budget is None else max(0.0, self.budget.deadline - time.monotonic())
+
+    def check(self) -> None:
+        """A ConversionError naming the stage the time went to, once the budget is spent."""
+        if self.budget is None or time.monotonic() < self.budget.deadline:
+            return
+        stage, started = self.active[-1] if self.active else (self.last or "load", None)
+        spent = self.seconds.get(stage, 0.0) + (time.perf_counter() - started if started is not None else 0.0)
+        slowest = sorted(self.seconds.items(), key=lambda item: -item[1])[:3]
+        raise TimeBudgetError(
+            f"the conversion ran past its time budget of {self.budget.seconds:g} s in stage {stage} ({spent:.1f} s "
+            "there)" + (f"; the slowest finished stages: {', '.join(f'{n} {t:.1f} s' for n, t in slowest)}"
+                        if slowest else "")
+            + ". Pass a larger timeout= (--timeout on the command line), or None for no budget")
 
     def report(self) -> dict[str, float]:
         return {name: round(seconds, 3) for name, seconds in self.seconds.items()}
@@ -113,6 +157,9 @@ class Context:
     generated_gemm: Optional[Callable] = None
     # The generated convolutions' hook (onednn_conv.py times them), where the face generates C++ kernels
     generated_conv: Optional[Callable] = None
+    # Whether an invented draw (inputs, its name) crashes TorchScript itself (the face runs it in a child process
+    # first): such a draw is skipped, not run here
+    crashes: Callable[[list, str], Optional[str]] = lambda inputs, name: None
 
 
 def observe(graph: Graph, ctx: Context) -> Graph:
@@ -124,23 +171,37 @@ def observe(graph: Graph, ctx: Context) -> Graph:
     recorder.observe_values(graph.inputs, ctx.example_inputs)
     try:
         ctx.outputs = ctx.run_plan(sched, ctx.example_inputs, recorder)
+    except TimeBudgetError:
+        raise
     except ConversionError as err:
         raise ConversionError(f"on the example inputs, {err}") from None
     if ctx.vary_values or any(lookup(node.op).data_dependent_size for node in graph.walk()):  # a mask's count
-        for inputs in ctx.value_draws:
+        for number, inputs in enumerate(ctx.value_draws, 1):
+            if ctx.crashes(inputs, f"other values {number} (for data-dependent sizes)"):
+                continue
             recorder.next_draw(ctx.example_sizes)
             recorder.observe_values(graph.inputs, inputs)
             try:
                 ctx.draw_outputs.append((ctx.example_sizes, ctx.run_plan(sched, inputs, recorder)))
                 ctx.value_draws_ran += 1
+            except TimeBudgetError:
+                raise
             except Jit2TritonError:  # the model refuses these values (an assert on them): nothing learnt
                 recorder.drop_draw()
     _observe_later_calls(graph, sched, ctx, recorder)
+    for sizes, inputs in ctx.draws + ([ctx.largest] if ctx.largest is not None else []):
+        at = ", ".join(f"{name}={n}" for name, n in sizes.items())
+        crashed = ctx.crashes(inputs, f"dims at {at}")
+        if crashed:
+            raise ConversionError(f"the model does not run with its dynamic dims at {at}: TorchScript itself "
+                                  f"crashed there ({crashed}). Give the dims ranges the model runs over")
     for sizes, inputs in ctx.draws:
         recorder.next_draw(sizes)
         recorder.observe_values(graph.inputs, inputs)
         try:
             ctx.draw_outputs.append((sizes, ctx.run_plan(sched, inputs, recorder)))
+        except TimeBudgetError:
+            raise
         except ConversionError as err:
             at = ", ".join(f"{name}={n}" for name, n in sizes.items())
             raise ConversionError(f"the model does not run with its dynamic dims at {at}: {err}. It specialises on "
@@ -152,6 +213,8 @@ def observe(graph: Graph, ctx: Context) -> Graph:
         recorder.observe_values(graph.inputs, inputs)
         try:
             ctx.draw_outputs.append((sizes, ctx.run_plan(sched, inputs, recorder)))
+        except TimeBudgetError:
+            raise
         except ConversionError as err:  # each dim's end ran on its own (jit2triton/dim_ranges.py), not together
             at = ", ".join(f"{name}={n}" for name, n in sizes.items())
             raise ConversionError(f"each dim's range runs on its own, but with every dim at its largest ({at}) the "
@@ -175,6 +238,8 @@ def _observe_later_calls(graph: Graph, sched: Plan, ctx: Context, recorder: Shap
         recorder.observe_values(graph.inputs, inputs)
         try:
             previous = ctx.run_plan(sched, inputs, recorder)
+        except TimeBudgetError:
+            raise
         except Jit2TritonError:  # the model refuses this call (an assert on its state): nothing more to learn
             recorder.drop_draw()
             return
