@@ -134,7 +134,7 @@ def _index_rule(value, positions: dict, names: list[str]) -> Optional[Rule]:
         if isinstance(constant, torch.Tensor) and constant.dim() > dim:
             rows = constant.shape[dim]
             return Rule("within", 0, rows - 1, f"indices into {op}'s table of {rows} rows: 0..{rows - 1}")
-        source = _source(table)
+        source = _shape_source(table, dim)
         if source in positions:
             other = names[positions[source]]
             return Rule("within", 0, (positions[source], dim, 1),
@@ -237,6 +237,28 @@ def _source(value):
             offset = list(node.outputs()).index(value)
             found = [_source(list(block.outputs())[offset]) for block in node.blocks()]
             return next((v for v in found if v.node().kind() == "prim::Param"), found[0])
+        else:
+            return value
+
+
+# Ops whose output has their first input's size along every dim (and `aten::linear`, along all but the last)
+_KEEPS_SIZES = frozenset({"aten::zeros_like", "aten::ones_like", "aten::empty_like", "aten::full_like",
+                          "aten::relu", "aten::sigmoid", "aten::tanh", "aten::gelu", "aten::dropout", "aten::to",
+                          "aten::contiguous", "aten::clone", "aten::detach", "aten::layer_norm", "aten::softmax"})
+
+
+def _shape_source(value, dim: int):
+    """The value whose size along `dim` `value` has, through ops that keep sizes (a GNN's `linear(x)` rows)."""
+    while True:
+        node = value.node()
+        kind = node.kind().split(".")[0]
+        if kind in _KEEPS_SIZES or (kind == "aten::linear" and dim == 0):
+            value = next(node.inputs())
+        elif kind in _KEEPS_VALUES or kind == "prim::If":
+            source = _source(value)
+            if source is value:
+                return value
+            value = source
         else:
             return value
 
