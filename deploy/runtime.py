@@ -18,6 +18,7 @@ from .executor import Executor
 from .format import Manifest, read_manifest
 from .graph_regions import capturable, worth_capturing
 from .literals import map_plan_literals
+from .methods import method_contents, method_names
 from .package import PackageContents
 from .policy import message
 from .plan_check import check_dims, check_finite_nesting, check_plan
@@ -81,6 +82,14 @@ class Runtime:
             check_finite_nesting(outputs)
         output = outputs[0] if len(outputs) == 1 else tuple(outputs)
         return output if self.rebuild_outputs is None else self.rebuild_outputs(output)
+
+
+def python_runtimes(contents: PackageContents, device: DeviceLike = None, *options: Any) -> tuple[Runtime, dict]:
+    """The Python runtime of forward and of each other method, sharing one module state."""
+    state = StateStore()
+    return (Runtime(contents, device, *options, state=state),
+            {name: Runtime(method_contents(contents, name), device, *options, state=state)
+             for name in method_names(contents.manifest)})
 
 
 def placed_weights(weights: dict[str, torch.Tensor], plan: dict, device: torch.device) -> dict[str, torch.Tensor]:

@@ -14,12 +14,10 @@ from typing import Any, Callable, Optional, Sequence, Union
 import torch
 
 from jit2triton.deploy.literals import decode
-from jit2triton.deploy.methods import method_contents, method_names
 from jit2triton.deploy.package import PackageContents, read_package, save_package
-from jit2triton.deploy.runtime import DeviceLike, Runtime, resolve_map_location
+from jit2triton.deploy.runtime import DeviceLike, Runtime, python_runtimes, resolve_map_location
 from jit2triton.deploy.signature import format_type
 from jit2triton.deploy.signing import trusted_key_paths
-from jit2triton.deploy.state import StateStore
 
 from .errors import InputError, PackageDeviceError
 
@@ -234,14 +232,6 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
                                               budget=budget, input_ranges=input_ranges, verify_inputs=verify_inputs)
     contents.manifest["report"]["timed_choices"] = [choice.as_report() for choice in made]
     return Converted(contents, *python_runtimes(contents, target))
-
-
-def python_runtimes(contents: PackageContents, device: DeviceLike = None, *options: Any) -> tuple[Runtime, dict]:
-    """The Python runtime of forward and of each other method, sharing one module state."""
-    state = StateStore()
-    return (Runtime(contents, device, *options, state=state),
-            {name: Runtime(method_contents(contents, name), device, *options, state=state)
-             for name in method_names(contents.manifest)})
 
 
 RUNTIMES = ("auto", "cpp", "python")

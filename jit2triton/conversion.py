@@ -16,7 +16,7 @@ from jit2triton.deploy.literals import encode
 from jit2triton.deploy.methods import add_method
 from jit2triton.deploy.package import PackageContents
 from jit2triton.deploy.output_dims import with_dims
-from jit2triton.deploy.runtime import DeviceLike, placed_weights
+from jit2triton.deploy.runtime import DeviceLike, placed_weights, python_runtimes
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.backends import backend_named
 from jit2triton.loaders import load_script
@@ -146,7 +146,6 @@ def _check_methods_in_order(contents: PackageContents, script, forward_examples,
     """A module whose methods share state, its methods called in an order that exercises them against TorchScript's
     (method_sequences.py); where they differ, the contents `through_aten` builds (every op through ATen, checked
     so in turn), and where those differ too the model is refused. -> the contents that matched."""
-    from jit2triton.api import python_runtimes
     from .method_sequences import call_order, check_methods_in_order
 
     forward, methods = python_runtimes(contents, target)

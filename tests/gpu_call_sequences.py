@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import jit2triton  # noqa: E402
 from fuzz_stateful import failure_of  # noqa: E402
 from jit2triton.verify import compare  # noqa: E402
-from test_call_sequences import Bag, KVCache, LoopN, Streaming  # noqa: E402
+from call_programs import Bag, KVCache, LoopN, Streaming  # noqa: E402
 
 CUDA = torch.device("cuda")
 

@@ -8,7 +8,7 @@ import torch
 import jit2triton
 from bounds_checked_triton import checked_loads
 from helpers import TRITON_ON_CPU, assert_same
-from test_call_sequences import Bag, KVCache, LoopN, Streaming
+from call_programs import Bag, KVCache, LoopN, Streaming
 
 pytestmark = pytest.mark.skipif(not TRITON_ON_CPU, reason="Triton kernels run on the CPU only under TRITON_INTERPRET=1")
 

@@ -5,7 +5,7 @@ import torch
 
 import jit2triton
 from jit2triton.errors import SizeChangedError
-from test_call_sequences import RowsByValue
+from call_programs import RowsByValue
 
 
 @pytest.mark.parametrize("runtime", ["python", "cpp"])
