@@ -340,6 +340,8 @@ def _serve(read_fd: int, write_fd: int) -> None:
             with torch.jit.optimized_execution(False):
                 for call in message[1]:
                     _run_where_the_weights_are(model, _from_cpu(call))
+                if torch.cuda.is_initialized():  # a device-side assert surfaces at the next synchronisation: here,
+                    torch.cuda.synchronize()     # not in the parent's run of the same draw
         except Exception as err:  # noqa: BLE001 - a refusal is the parent's to see again; a device error is not
             if not _device_error(err):
                 reply(("raised", _one_line(err)))
