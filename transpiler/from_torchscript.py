@@ -47,7 +47,10 @@ def named_tuples(ts_type) -> Optional[dict]:
     kind = ts_type.kind()
     if kind == "TupleType":
         items = [named_tuples(e) for e in ts_type.elements()]
-        fields = _field_names(ts_type)
+        # an op's named return (`torch.max(x, 1)`: values, indices) has no class name: TorchScript returns it as a
+        # plain tuple, and so does the package
+        named = ts_type.annotation_str.rsplit(".", 1)[-1].isidentifier()
+        fields = _field_names(ts_type) if named else None
         if fields is None and not any(items):
             return None
         named = {"name": ts_type.annotation_str.rsplit(".", 1)[-1], "fields": fields} if fields is not None else {}
