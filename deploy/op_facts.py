@@ -28,3 +28,7 @@ PACKING_OPS = frozenset({
     "quantized::embedding_bag_prepack", "quantized::linear_prepack", "quantized::linear_prepack_fp16",
     "quantized::make_quantized_cell_params_dynamic", "quantized::make_quantized_cell_params_fp16",
 })
+# OpInfo.reads_node: TorchScript's operation reads their graph node: no plan step can call them
+NODE_ATTRIBUTE_OPS = frozenset({
+    "prim::MKLDNNClamp", "prim::MKLDNNClamp_", "prim::MKLDNNHardTanh", "prim::MKLDNNHardTanh_",
+})

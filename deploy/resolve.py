@@ -13,6 +13,7 @@ import torch
 from jit2triton.errors import PackageError
 
 from .host_ops import HOST_OPS
+from .op_facts import NODE_ATTRIBUTE_OPS
 
 
 def resolve_op(op: str) -> Callable:
@@ -33,13 +34,6 @@ def resolve_op(op: str) -> Callable:
     raise PackageError(
         f"op {op!r} does not exist in this torch ({torch.__version__}); the package needs a torch that has it "
         "(convert and run with the same torch version)")
-
-
-# prim:: ops whose TorchScript operation reads its operands from attributes of the graph node (MKL-DNN conversion's
-# clamp and hardtanh keep their bounds there) although their schemas are fixed: the C++ runtime tells them apart by
-# Operator::hasOperation(), which Python cannot see; both runtimes refuse the same ops (tests/test_interpreter_ops.py).
-NODE_ATTRIBUTE_OPS = frozenset({"prim::MKLDNNClamp", "prim::MKLDNNClamp_", "prim::MKLDNNHardTanh",
-                                "prim::MKLDNNHardTanh_"})
 
 
 def interpreter_only(op: str) -> bool:

@@ -22,24 +22,14 @@ from typing import Any, Mapping, Optional, Union
 
 import torch
 
+from jit2triton.transpiler.op_table import lookup
+
 from .dims import DynamicSpec
 from .errors import ConversionError
 
 # A number, or (input position, axis, less): that input's size along the axis at the draw, less `less` (an axis of
 # None: its number of elements)
 Bound = Union[int, tuple[int, Optional[int], int]]
-
-# Ops whose output holds the same index values as their first input
-_KEEPS_VALUES = frozenset({"aten::to", "aten::long", "aten::int", "aten::view", "aten::reshape", "aten::flatten",
-                           "aten::squeeze", "aten::unsqueeze", "aten::contiguous", "aten::clone", "aten::type_as",
-                           "aten::select", "aten::slice", "aten::t", "aten::transpose", "aten::permute",
-                           "aten::expand", "aten::detach"})
-# op -> (position of the index argument, position of the dim argument, or None for dim 0 of the first argument)
-_INDEXES = {"aten::embedding": (1, None), "aten::embedding_bag": (1, None), "aten::index_select": (2, 1),
-            "aten::gather": (2, 1), "aten::scatter": (2, 1), "aten::scatter_add": (2, 1),
-            "aten::scatter_reduce": (2, 1), "aten::index_add": (2, 1), "aten::index_copy": (2, 1),
-            "aten::index_fill": (2, 1)}
-
 
 @dataclass
 class Rule:
@@ -149,8 +139,9 @@ def _index_uses(value):
         kind, args = node.kind().split(".")[0], list(node.inputs())
         if kind == "aten::embedding_bag" and offset == 2:
             yield "offsets", args[1], None
-        elif kind in _INDEXES and offset == _INDEXES[kind][0]:
-            dim = 0 if _INDEXES[kind][1] is None else _constant(args[_INDEXES[kind][1]])
+        elif lookup(kind).indexes is not None and offset == lookup(kind).indexes[0]:
+            dim_at = lookup(kind).indexes[1]
+            dim = 0 if dim_at is None else _constant(args[dim_at])
             if isinstance(dim, int):
                 yield kind.removeprefix("aten::"), args[0], dim
         elif kind == "prim::ListConstruct":  # x[idx]: aten::index(x, [idx, ...]) indexes dim k by the k-th
@@ -220,7 +211,7 @@ def _uses(value) -> list[tuple[Any, int]]:
                 if owner.kind() == "prim::If":
                     todo.append(list(owner.outputs())[use.offset])
                 continue
-            if node.kind().split(".")[0] in _KEEPS_VALUES and use.offset == 0:
+            if lookup(node.kind().split(".")[0]).keeps_index_values and use.offset == 0:
                 todo += list(node.outputs())[:1]
             found.append((node, use.offset))
     return found
@@ -231,7 +222,7 @@ def _source(value):
     input through)."""
     while True:
         node = value.node()
-        if node.kind().split(".")[0] in _KEEPS_VALUES:
+        if lookup(node.kind().split(".")[0]).keeps_index_values:
             value = next(node.inputs())
         elif node.kind() == "prim::If":
             offset = list(node.outputs()).index(value)
@@ -241,20 +232,15 @@ def _source(value):
             return value
 
 
-# Ops whose output has their first input's size along every dim (and `aten::linear`, along all but the last)
-_KEEPS_SIZES = frozenset({"aten::zeros_like", "aten::ones_like", "aten::empty_like", "aten::full_like",
-                          "aten::relu", "aten::sigmoid", "aten::tanh", "aten::gelu", "aten::dropout", "aten::to",
-                          "aten::contiguous", "aten::clone", "aten::detach", "aten::layer_norm", "aten::softmax"})
-
-
 def _shape_source(value, dim: int):
     """The value whose size along `dim` `value` has, through ops that keep sizes (a GNN's `linear(x)` rows)."""
     while True:
         node = value.node()
         kind = node.kind().split(".")[0]
-        if kind in _KEEPS_SIZES or (kind == "aten::linear" and dim == 0):
+        keeps = lookup(kind).keeps_sizes
+        if keeps == "all" or (keeps == "rows" and dim == 0):
             value = next(node.inputs())
-        elif kind in _KEEPS_VALUES or kind == "prim::If":
+        elif lookup(kind).keeps_index_values or kind == "prim::If":
             source = _source(value)
             if source is value:
                 return value

@@ -22,6 +22,10 @@ NOT_FACTS = {
     ("loaders/side_effects.py", "REFUSED"): "the message each refused op gets; the loader runs before the op table "
                                             "(a test below keeps its ops among the table's forbidden ones)",
     ("loaders/side_effects.py", "drop_grad_modes"): "the two TorchScript node kinds of a `with` block it removes",
+    ("loaders/side_effects.py", "UNSUPPORTED"): "the message each op no runtime runs gets; the loader runs before the "
+                                                "op table",
+    ("loaders/torchscript.py", "_REMOTE_FUTURES"): "the ops whose futures no fork made, which the fork/wait "
+                                                   "inlining leaves for the refusal",
 }
 
 

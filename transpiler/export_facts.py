@@ -24,6 +24,7 @@ PYTHON_FACTS = [
     ("unpacks", "UNPACKS", "give one output per item of a list or tuple"),
     ("forbidden", "FORBIDDEN", "reach outside the model (files, global state): a plan calling one is refused"),
     ("packs_weights", "PACKING_OPS", "the only ops a plan's \"packed\" list may run (quantized weights, at load)"),
+    ("reads_node", "NODE_ATTRIBUTE_OPS", "TorchScript's operation reads their graph node: no plan step can call them"),
 ]
 CPP_FACTS = [("forbidden", "forbidden"), ("packs_weights", "packs_weights")]
 

@@ -97,6 +97,16 @@ class OpInfo:
     batched_matmul: bool = False  # multiplies stacks of matrices (attention's q @ k and its weights @ v)
     scales: str = ""  # "mul", "div": multiplies or divides its first input by its second (attention's scale)
     convolution: bool = False  # a convolution by a weight (input 1) with a bias (input 2)
+    # --- interpreter ops --------------------------------------------------------------------------------------------
+    # a prim:: op of fixed schema whose TorchScript operation reads its graph node (MKL-DNN conversion's clamp and
+    # hardtanh keep their bounds there): called as a plan step, with no node, it reads through a null pointer. The
+    # C++ runtime tells such ops apart by Operator::hasOperation(), which Python cannot see (deploy/resolve.py)
+    reads_node: bool = False
+    # --- invented inputs (jit2triton/draw_rules.py): where the model says an integer input is valid ----------------
+    # (index position, dim position or None: dim 0) of an op whose integer argument indexes its first input
+    indexes: Optional[tuple[int, Optional[int]]] = None
+    keeps_index_values: bool = False  # its output holds its first input's values (a cast, a view): indices stay so
+    keeps_sizes: str = ""  # "all": its output has its first input's size along every dim; "rows": along dim 0
 
     def __post_init__(self) -> None:
         if self.data_dependent_size:
@@ -285,6 +295,17 @@ facts("aten::arange aten::zeros aten::ones aten::full", size_args=(0,))
 facts("aten::arange.start aten::arange.start_step aten::new_zeros aten::new_ones aten::new_full", size_args=(1,))
 facts("aten::slice.Tensor", size_args=(3,))
 facts("aten::embedding", gather=(1, None))
+facts("prim::MKLDNNClamp prim::MKLDNNClamp_ prim::MKLDNNHardTanh prim::MKLDNNHardTanh_", reads_node=True)
+facts("aten::embedding aten::embedding_bag", indexes=(1, None))
+facts("""aten::index_select aten::gather aten::scatter aten::scatter_add aten::scatter_reduce aten::index_add
+         aten::index_copy aten::index_fill""", indexes=(2, 1))
+facts("""aten::to aten::long aten::int aten::view aten::reshape aten::flatten aten::squeeze aten::unsqueeze
+         aten::contiguous aten::clone aten::type_as aten::select aten::slice aten::t aten::transpose aten::permute
+         aten::expand aten::detach""", keeps_index_values=True)
+facts("""aten::zeros_like aten::ones_like aten::empty_like aten::full_like aten::relu aten::sigmoid aten::tanh
+         aten::gelu aten::dropout aten::to aten::contiguous aten::clone aten::detach aten::layer_norm aten::softmax""",
+      keeps_sizes="all")
+facts("aten::linear", keeps_sizes="rows")
 facts("aten::index_select aten::gather", gather=(2, 1))
 facts("aten::zeros aten::zeros_like aten::new_zeros", fills=-1)
 facts("aten::full aten::full_like", fills=1)
