@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from jit2triton.errors import CorruptPackageError, PackageError, PackageVersionError
+from jit2triton.errors import CorruptPackageError, PackageError, PackageVersionError, WriteError
 
 from .format import read_manifest, written_fields
 from .literals import decode, encode, map_manifest_plans
@@ -66,9 +66,13 @@ def save_package(contents: PackageContents, path: str, signing_key: "str | os.Pa
     members["checksums.json"] = json.dumps(checksums, indent=1).encode()
     if signing_key is not None:
         members[SIGNATURE_MEMBER] = sign(members["checksums.json"], signing_key)
-    folder, base = os.path.split(os.path.abspath(path))
+    target = save_target(path)
+    folder, base = os.path.split(target)
     _remove_stale_temporaries(folder, base)
-    fd, tmp = tempfile.mkstemp(prefix=f".{base}.{os.getpid()}.", suffix=TEMPORARY_SUFFIX, dir=folder)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{base}.{os.getpid()}.", suffix=TEMPORARY_SUFFIX, dir=folder)
+    except OSError as err:
+        raise WriteError(f"cannot write {path}: its folder {folder} takes no new file ({_os_reason(err)})") from None
     try:
         with os.fdopen(fd, "wb") as raw:
             writer = torch._C.PyTorchFileWriter(raw)  # a file object: records go under "archive/", as torch.save's
@@ -79,12 +83,62 @@ def save_package(contents: PackageContents, path: str, signing_key: "str | os.Pa
             raw.flush()
             os.fsync(raw.fileno())  # the bytes are on disk before the name points at them
         os.chmod(tmp, 0o666 & ~_umask())  # as any file writer would (mkstemp made it 0600)
-        os.replace(tmp, path)
+        save_target(path)  # still a file or nothing: the rename replaces whatever is there
+        os.replace(tmp, target)
         _fsync_folder(folder)  # and the rename too
-    except BaseException:
+    except BaseException as err:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(err, OSError) and not isinstance(err, WriteError):  # a full disk, a quota
+            raise WriteError(f"cannot write {path}: {_os_reason(err)}") from None
         raise
+
+
+def save_target(path: "str | os.PathLike") -> str:
+    """The file a save to `path` replaces: `path`, or the file a symbolic link there names. A link is written through,
+    as torch.save and a shell's `>` write, so a `latest.j2t` link stays a link to the new package and nothing is
+    written elsewhere than the user pointed at. A WriteError where that exists and is not a regular file (a device
+    such as /dev/null, a FIFO, a folder: the rename would replace it with the package) or its folder does not exist."""
+    path = os.fspath(path)
+    target = os.path.realpath(path)
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as err:
+        raise WriteError(f"cannot write {path}: {_os_reason(err)}") from None
+    names = f" (which names {target})" if os.path.islink(path) else ""
+    if mode is not None and not stat.S_ISREG(mode):
+        raise WriteError(f"cannot write {path}{names}: it is {_file_kind(mode)}, not a regular file, and writing would "
+                         "replace it; give the path of a file")
+    if not os.path.isdir(os.path.dirname(target)):
+        raise WriteError(f"cannot write {path}{names}: folder {os.path.dirname(target)} does not exist")
+    return target
+
+
+def check_target(path: "str | os.PathLike") -> None:
+    """A WriteError now, before any work, where a save to `path` would fail: save_target's checks, and a file created
+    and removed in its folder, as the save creates its temporary there (os.access would pass for root where the
+    file system refuses: /proc, a read-only mount)."""
+    target = save_target(path)
+    folder, base = os.path.split(target)
+    try:
+        fd, probe = tempfile.mkstemp(prefix=f".{base}.{os.getpid()}.", suffix=TEMPORARY_SUFFIX, dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise WriteError(f"cannot write {os.fspath(path)}: its folder {folder} takes no new file ({_os_reason(err)})") \
+            from None
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+             (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), "a special file")
+
+
+def _os_reason(err: OSError) -> str:
+    return err.strerror or str(err) or type(err).__name__
 
 
 TEMPORARY_SUFFIX = ".j2t-partial"  # ".model.j2t.<pid>.<random>.j2t-partial": a save under way, or one killed

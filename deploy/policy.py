@@ -39,6 +39,15 @@ COPY_BYTES_PER_US = 1.5e6  # what copying inputs in and outputs out of a graph's
 # small tensors the one shared launch is what matters.
 OWN_COPY_BYTES = 1 << 20
 
+# --- j2t-run --torchscript: a package's outputs against TorchScript's, as `jit2triton run --check` holds them --------
+# The same numbers as convert-time verification's (jit2triton/verify.py; tests/test_structure.py keeps them equal):
+# an output's largest error within RELATIVE of its largest magnitude plus ABSOLUTE, per dtype (others: float32's);
+# integers and bools with at most EXACT_FRACTION of the elements flipped.
+CHECK_RELATIVE_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 3e-2, "bfloat16": 6e-2}
+CHECK_ABSOLUTE_TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
+CHECK_EXACT_FRACTION = 1e-2
+OUTPUTS_DIFFER = 3  # the exit code of a comparison that ran and failed (2: a mistake in the command, as the CLI's)
+
 # --- dtypes a package may hold: manifest name -> ATen scalar type ---------------------------------------------------
 DTYPES = {
     "float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16", "int64": "Long",
@@ -130,6 +139,7 @@ def cpp_header() -> str:
         "#include <cstdint>",
         "#include <map>",
         "#include <string>",
+        "#include <utility>",
         "",
         "namespace jit2triton::policy {",
         "",
@@ -153,6 +163,18 @@ def cpp_header() -> str:
         "inline const std::map<std::string, at::ScalarType>& dtypes() {",
         "  static const std::map<std::string, at::ScalarType> table = {",
         *(f"      {{{_cpp_string(name)}, at::ScalarType::{aten}}}," for name, aten in DTYPES.items()),
+        "  };",
+        "  return table;",
+        "}",
+        "",
+        f"constexpr double kCheckExactFraction = {CHECK_EXACT_FRACTION!r};",
+        f"constexpr int kOutputsDiffer = {OUTPUTS_DIFFER};",
+        "",
+        "// {relative, absolute} tolerance of j2t-run --torchscript per dtype",
+        "inline const std::map<std::string, std::pair<double, double>>& check_tolerances() {",
+        "  static const std::map<std::string, std::pair<double, double>> table = {",
+        *(f"      {{{_cpp_string(name)}, {{{CHECK_RELATIVE_TOLERANCE[name]!r}, {CHECK_ABSOLUTE_TOLERANCE[name]!r}}}}},"
+          for name in CHECK_RELATIVE_TOLERANCE),
         "  };",
         "  return table;",
         "}",

@@ -21,6 +21,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from .errors import WriteError
+
 MIN_WARMUP_ROUNDS = 3
 MODE = "torch.inference_mode()"  # what every timed call runs under, as the header and the JSON say
 
@@ -100,8 +102,11 @@ def _run_bench(options: Bench, inputs: Optional[list], echo: Callable[[str], Non
         results.update(_profile(o, inputs, len(times["jit2triton"]), module.runtime, echo))
     if o.json_path:
         import json
-        with open(o.json_path, "w") as f:
-            json.dump(results, f, indent=1)
+        try:
+            with open(o.json_path, "w") as f:
+                json.dump(results, f, indent=1)
+        except OSError as err:  # checked before the benchmark, so a disk that filled since
+            raise WriteError(f"--json: cannot write {o.json_path}: {err.strerror or err}") from None
         echo(f"wrote {o.json_path}")
     return results
 

@@ -13,7 +13,8 @@ import click
 
 from jit2triton.emitters.backends import NAMES as BACKEND_NAMES
 
-from .cli_checks import Group, check_output, check_port, read_input_sets, read_inputs_file, set_debug
+from .cli_checks import (EXIT_CODES, OUTPUTS_DIFFER, Group, OutputsDiffer, check_output, check_port, read_input_sets,
+                         read_inputs_file, set_debug)
 from .version import __version__
 
 # torch is imported inside the commands that need it: `--help` and `--version` answer at once.
@@ -66,7 +67,7 @@ class _Progress:
 _progress = _Progress()
 
 
-@click.group(cls=Group)
+@click.group(cls=Group, epilog=EXIT_CODES)
 @click.version_option(__version__, "--version", prog_name="jit2triton")
 @click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=set_debug,
               help="show the traceback of an error instead of its one line")
@@ -188,7 +189,14 @@ def keygen(folder, force) -> None:
 @main.command(short_help='Run a package on random inputs (--check: vs TorchScript).')
 @click.argument("package", type=click.Path(dir_okay=False))
 @click.option("--check", "reference", type=click.Path(exists=True, dir_okay=False),
-              help="the TorchScript model to compare outputs with")
+              help="the TorchScript model to compare outputs with: each output's worst error is printed, and the "
+                   f"command exits with code {OUTPUTS_DIFFER} when one is beyond the tolerance (--rtol, --atol)")
+@click.option("--rtol", type=click.FloatRange(min=0), default=None,
+              help="with --check: the largest error allowed, relative to the output's largest magnitude (default "
+                   "per dtype, as convert's verification: float32 1e-3, float16 3e-2, bfloat16 6e-2)")
+@click.option("--atol", type=click.FloatRange(min=0), default=None,
+              help="with --check: the absolute error allowed beside --rtol (default per dtype: float32 1e-5, "
+                   "float16 1e-3, bfloat16 1e-2)")
 @click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="timed calls after one warm-up")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
@@ -198,15 +206,17 @@ def keygen(folder, force) -> None:
               help="sizes of the package's dynamic dims: DIM=N[,DIM=N] (B=4,S=128); default: the example's")
 @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
               help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
-def run(package, reference, runs, seed, device, runtime, shape_specs, trusted_keys) -> None:
+def run(package, reference, rtol, atol, runs, seed, device, runtime, shape_specs, trusted_keys) -> None:
     """Run a package on random inputs; compare with the TorchScript model when --check is given. Both run under
     torch.inference_mode()."""
     import torch
 
     from .api import load
-    from .compare import call_reference, load_reference, max_abs_error
+    from .compare import call_reference, check_outputs, load_reference
     from .inputs import parse_sizes, random_inputs
 
+    if reference is None and (rtol is not None or atol is not None):
+        raise click.UsageError("--rtol and --atol are the tolerance of --check: give --check MODEL.pt too")
     module = load(package, map_location=device, runtime=runtime, trusted_keys=trusted_keys)
     scripted = load_reference(reference, module.device) if reference else None
     signature = module.manifest["signature"]
@@ -226,8 +236,15 @@ def run(package, reference, runs, seed, device, runtime, shape_specs, trusted_ke
     click.echo(f"signature: {module.signature()}")
     click.echo(f"median time per call: {statistics.median(times) * 1e3:.3f} ms over {runs} runs")
     if scripted is not None:
-        error = max_abs_error(outputs, expected)
-        click.echo(f"max abs error against {reference}: {error:.3e}")
+        checks = check_outputs(outputs, expected, rtol, atol)
+        click.echo(f"max abs error against {reference}: {max(check.error for check in checks):.3e}")
+        for check in checks:
+            click.echo(f"  {check.line}")
+        differ = [check.where for check in checks if check.differs]
+        if differ:
+            raise OutputsDiffer(f"{package} differs from {reference} beyond the tolerance at {', '.join(differ[:4])}"
+                                f"{' ...' if len(differ) > 4 else ''}; is it the model the package was converted from?")
+        click.echo(f"outputs match {reference} within the tolerance")
 
 
 @main.command(short_help="Time a package: latency statistics, --against TorchScript, --profile.")
@@ -264,6 +281,8 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
     that fit its signature. Every path runs under torch.inference_mode(), as a deployment does."""
     from .bench import Bench, run_bench
 
+    if json_path:
+        check_output(json_path, package, "--json")
     options = Bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs == "on", runtime, device,
                     shape_specs, against, profile, json_path, seed, trusted_keys)
     run_bench(options, read_inputs_file(inputs_file) if inputs_file else None, click.echo)
@@ -424,6 +443,8 @@ def demo(device, keep) -> None:
     """Convert a bundled model (a CNN block and an attention block), round-trip it and check it."""
     from .demo import run_demo
 
+    if keep:
+        check_output(keep, option="--keep")
     run_demo(device=device, keep=keep, echo=click.echo, progress=_progress)
 
 

@@ -6,10 +6,21 @@ import sys
 
 import click
 
+from jit2triton.deploy.policy import OUTPUTS_DIFFER
+
 from .errors import InputError, Jit2TritonError
 
 _NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())  # click 8.2 on: `jit2triton` alone shows help
 MESSAGE_LIMIT = 600  # characters of an error line: a message that quotes a tensor or a graph is cut here
+EXIT_CODES = (f"Exit codes: 0 done; 1 a bug in jit2triton; 2 a mistake in the command or its inputs; {OUTPUTS_DIFFER} "
+              "`run --check`: the outputs differ from TorchScript's beyond the tolerance.")
+
+
+class OutputsDiffer(click.ClickException):
+    """A comparison that ran and found the outputs apart: exit code OUTPUTS_DIFFER, so a CI job can tell it from a
+    mistyped command."""
+
+    exit_code = OUTPUTS_DIFFER
 
 
 class Group(click.Group):
@@ -39,7 +50,9 @@ class Group(click.Group):
 
 def _one_line(err: Exception) -> int:
     """Print `err` as one line on stderr; -> the exit code (2: the input was wrong, 1: a bug of ours)."""
-    if isinstance(err, click.UsageError):
+    if isinstance(err, OutputsDiffer):
+        message, code = err.format_message(), OUTPUTS_DIFFER
+    elif isinstance(err, click.UsageError):
         where = f" (see `{err.ctx.command_path} --help`)" if err.ctx is not None else ""
         message, code = err.format_message() + where, 2
     elif isinstance(err, (click.ClickException, Jit2TritonError)):
@@ -59,15 +72,18 @@ def set_debug(ctx, param, value) -> None:
     Group.debug = value
 
 
-def check_output(output: str, model: str) -> None:
-    """Refuse, before converting, a package path that cannot be written or that would overwrite the model."""
-    folder = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(folder):
-        raise InputError(f"cannot write {output}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(output) and not os.access(output, os.W_OK)):
-        raise InputError(f"cannot write {output}: no permission")
-    if os.path.exists(model) and os.path.exists(output) and os.path.samefile(model, output):
-        raise InputError(f"the package path {output} is the model itself; give another with -o")
+def check_output(output: str, model: str = "", option: str = "-o") -> None:
+    """Refuse, before any work, a path the command will write that cannot be written (a file is created and removed
+    beside it, as the save will), that is not a regular file (/dev/null, a FIFO: the save would replace it), or
+    that is the model itself."""
+    from jit2triton.deploy.package import check_target
+
+    if model and os.path.exists(model) and os.path.exists(output) and os.path.samefile(model, output):
+        raise InputError(f"{option} {output} is {model} itself, which the command reads; give another path")
+    try:
+        check_target(output)
+    except OSError as err:  # a WriteError, one line naming the path and the system's reason
+        raise InputError(f"{option}: {err}") from None
 
 
 def read_inputs_file(path: str) -> list:

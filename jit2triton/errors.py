@@ -47,6 +47,12 @@ class QuantizedEngineError(PackageDeviceError):
     does not have."""
 
 
+class WriteError(Jit2TritonError, OSError):
+    """A file jit2triton writes (a package, a benchmark's JSON) cannot be written at the path given: it names something
+    that is not a regular file, its folder is missing or takes no new file, or the write failed; names the path and
+    the system's reason."""
+
+
 class InputError(Jit2TritonError, ValueError):
     """The inputs of a call do not match the signature the model was converted with."""
 

@@ -26,6 +26,7 @@ from package_tools import (format_1_package, manifest_of, read_members, rewrite_
 from helpers import (INTERPRETED, assert_matches_on_cuda, assert_same_outputs, build, copied, cuda_zoo, fresh_calls,
                      on_gpu, to_device)
 from models import MODELS, ModelSpec
+from check_models import two_models_one_signature
 
 
 def convert_and_save(spec: ModelSpec, tmp_path, backend=None):
@@ -313,6 +314,39 @@ def test_j2t_run_names_what_is_wrong_in_one_line(small_package, tmp_path, cmake_
     assert done.returncode == 0, done.stderr
     assert re.search(r"torch.jit +min .* ms +\(3 calls", done.stdout) and "median speed-up over torch.jit: " in \
         done.stdout, done.stdout
+
+
+def test_j2t_run_torchscript_fails_with_exit_code_3_on_another_model_of_the_same_signature(tmp_path,
+                                                                                         cmake_build) -> None:
+    tool = str(cmake_build / "jit2triton" / "j2t-run")
+    package, right, other = two_models_one_signature(tmp_path)
+    done = subprocess.run([tool, str(package), "--torchscript", str(other)], capture_output=True, text=True,
+                          env=_no_python_env())
+    assert done.returncode == 3, done.stdout + done.stderr  # policy.OUTPUTS_DIFFER, as `jit2triton run --check`
+    assert "output 0 float32[2, 4]: max abs error" in done.stdout and "DIFFERS" in done.stdout
+    assert len(done.stderr.strip().splitlines()) == 1 and "beyond the tolerance at output 0" in done.stderr
+    for tolerance, reference in [([], right), (["--rtol", "100"], other), (["--rtol", "0", "--atol", "100"], other)]:
+        done = subprocess.run([tool, str(package), "--torchscript", str(reference)] + tolerance, capture_output=True,
+                              text=True, env=_no_python_env())
+        assert done.returncode == 0 and "outputs match" in done.stdout, (tolerance, done.stdout + done.stderr)
+    helped = subprocess.run([tool, "--help"], capture_output=True, text=True).stdout
+    assert "--rtol" in helped and "3 --torchscript: the outputs" in " ".join(helped.split())
+
+
+def test_j2t_run_refuses_bad_numbers_and_a_missing_dump_folder(small_package, tmp_path, cmake_build) -> None:
+    tool, path = str(cmake_build / "jit2triton" / "j2t-run"), str(small_package[0])
+    (tmp_path / "a_file").write_text("")
+    for args, expected in [(["--bench", "abc"], "--bench takes a whole number, 1 or more, not 'abc'"),
+                           (["--bench", "0"], "--bench takes a whole number, 1 or more, not '0'"),
+                           (["--bench", "3x"], "not '3x'"), (["--threads", "0"], "--threads takes a whole number"),
+                           (["--seed", "-1"], "--seed takes a whole number 0 or more"),
+                           (["--warmup-ms", "soon"], "--warmup-ms takes a number"),
+                           (["--rtol", "0.1"], "give --torchscript M.pt too"),
+                           (["--dump", str(tmp_path / "missing")], "is not an existing folder"),
+                           (["--dump", str(tmp_path / "a_file")], "is not an existing folder")]:
+        done = subprocess.run([tool, path] + args, capture_output=True, text=True, env=_no_python_env())
+        assert done.returncode == 2 and expected in done.stderr, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1 and not done.stdout, (args, done.stdout)
 
 
 def test_readme_example_program_matches_torchscript(tmp_path, cmake_build) -> None:

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 
 namespace jit2triton::policy {
 
@@ -40,6 +41,20 @@ inline const std::map<std::string, at::ScalarType>& dtypes() {
       {"bool", at::ScalarType::Bool},
       {"complex64", at::ScalarType::ComplexFloat},
       {"complex128", at::ScalarType::ComplexDouble},
+  };
+  return table;
+}
+
+constexpr double kCheckExactFraction = 0.01;
+constexpr int kOutputsDiffer = 3;
+
+// {relative, absolute} tolerance of j2t-run --torchscript per dtype
+inline const std::map<std::string, std::pair<double, double>>& check_tolerances() {
+  static const std::map<std::string, std::pair<double, double>> table = {
+      {"float64", {1e-06, 1e-09}},
+      {"float32", {0.001, 1e-05}},
+      {"float16", {0.03, 0.001}},
+      {"bfloat16", {0.06, 0.01}},
   };
   return table;
 }

@@ -1,10 +1,12 @@
 // j2t-run: run a .j2t package on random inputs with the C++ runtime and print the outputs' shapes and the time.
 //
 //   j2t-run model.j2t [--device cpu|cuda] [--bench N] [--warmup-ms MS] [--threads N] [--seed S] [--dump DIR]
-//                     [--torchscript M.pt] [--profile]
+//                     [--torchscript M.pt [--rtol R] [--atol A]] [--profile]
 //
-// With --torchscript, the same inputs also run through torch::jit::load(M.pt) in this process: the largest
-// difference from it is printed and, with --bench, its latency statistics beside ours, the two taking turns.
+// With --torchscript, the same inputs also run through torch::jit::load(M.pt) in this process: each output's largest
+// difference from it is printed, held to the tolerance `jit2triton run --check` holds it to (policy.h's, the same as
+// convert-time verification's), and the exit code is policy::kOutputsDiffer (3) when one is beyond it; with --bench,
+// its latency statistics beside ours, the two taking turns.
 // Both run under torch::InferenceMode, as a deployment does (and as `jit2triton bench` times them), and the
 // statistics are in milliseconds, printed as `jit2triton bench` prints them.
 // The random inputs are those `jit2triton run` draws for the same seed (torch's CPU generator), and --dump writes
@@ -20,13 +22,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
+
+#include "../src/policy.h"
 
 #ifdef J2T_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -37,17 +46,21 @@ namespace {
 const char* kUsage =
     "usage: j2t-run model.j2t [--device cpu|cuda] [--shape DIM=N[,DIM=N]] [--bench N] [--warmup-ms MS] [--threads N]\n"
     "               [--seed S] [--trusted-key KEY.pub]...\n"
-    "               [--dump DIR] [--torchscript M.pt] [--profile]\n"
+    "               [--dump DIR] [--torchscript M.pt [--rtol R] [--atol A]] [--profile]\n"
     "       j2t-run --help | --version\n"
     "Runs a jit2triton package on random inputs that fit its signature and prints the outputs' shapes and the load\n"
     "time; --shape: sizes of the package's dynamic dims (default: the example's); --bench N: latency statistics (min,\n"
     "mean, median, p90, p99, max, in ms) of N calls after --warmup-ms (default 200, at least 3 calls) of warm-up,\n"
     "taking turns with --torchscript when given, both under torch::InferenceMode; --threads N: torch's threads (ATen's\n"
-    "ops, TorchScript) and the generated kernels', as `jit2triton bench --threads`; --torchscript M.pt: the largest\n"
-    "difference from that TorchScript\n"
-    "model on the same inputs (and its time); --dump DIR: each output's raw bytes; --trusted-key: refuse the package\n"
-    "unless this Ed25519 public key (or another given, or one in JIT2TRITON_TRUSTED_KEYS) signed it; --profile:\n"
-    "each plan step's share and ms per call over the --bench calls (or 20), CUDA synchronised around each step.\n";
+    "ops, TorchScript) and the generated kernels', as `jit2triton bench --threads`; --torchscript M.pt: each output's\n"
+    "largest difference from that TorchScript model on the same inputs (and its time), within --rtol of the output's\n"
+    "largest magnitude plus --atol (default per dtype, as `jit2triton run --check`: float32 1e-3 and 1e-5, float16\n"
+    "3e-2 and 1e-3, bfloat16 6e-2 and 1e-2); --dump DIR: each output's raw bytes, in DIR/output_<i>.bin (DIR must\n"
+    "exist); --trusted-key: refuse the package unless this Ed25519 public key (or another given, or one in\n"
+    "JIT2TRITON_TRUSTED_KEYS) signed it; --profile: each plan step's share and ms per call over the --bench calls\n"
+    "(or 20), CUDA synchronised around each step.\n"
+    "Exit codes: 0 done; 2 a mistake in the command, or a package or input refused; 3 --torchscript: the outputs\n"
+    "differ from TorchScript's beyond the tolerance.\n";
 
 int usage() {
   std::cerr << kUsage;
@@ -170,6 +183,96 @@ void profile(const std::string& path, jit2triton::LoadOptions options, const std
   }
 }
 
+// A whole number at least `least` spelled in all of `text` ("abc", "3x" and "" are refused, not read as 0).
+std::optional<long long> whole_number(const std::string& text, long long least) {
+  char* end = nullptr;
+  errno = 0;
+  long long n = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end || errno || n < least) return std::nullopt;
+  return n;
+}
+
+// A finite number at least 0 spelled in all of `text`.
+std::optional<double> non_negative(const std::string& text) {
+  char* end = nullptr;
+  double x = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end || !std::isfinite(x) || x < 0) return std::nullopt;
+  return x;
+}
+
+std::string dtype_name(at::ScalarType type) {
+  for (const auto& [name, aten] : jit2triton::policy::dtypes())
+    if (aten == type) return name;
+  return c10::toString(type);
+}
+
+std::string describe(const at::Tensor& t) {
+  std::ostringstream text;
+  text << dtype_name(t.scalar_type()) << t.sizes();
+  return text.str();
+}
+
+// Each output against TorchScript's, held as `jit2triton run --check` holds it (jit2triton/verify.py's rule):
+// floats' largest error within rtol of the largest magnitude plus atol, NaN and infinities where TorchScript has
+// them; integers and bools with at most policy::kCheckExactFraction of the elements flipped. Prints a line per output;
+// -> the outputs that differ ("output 0, output 2"), empty when all agree. rtol, atol < 0: the dtype's defaults.
+std::string check_outputs(const std::vector<at::Tensor>& outputs, const std::vector<at::Tensor>& expected,
+                          double rtol, double atol) {
+  std::string differ;
+  auto differs = [&](size_t i) { differ += (differ.empty() ? "output " : ", output ") + std::to_string(i); };
+  if (outputs.size() != expected.size()) {
+    std::cout << "  the package gives " << outputs.size() << " output tensors, TorchScript " << expected.size()
+              << ": DIFFERS\n";
+    return "the number of outputs";
+  }
+  double worst = 0;
+  std::ostringstream lines;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    at::Tensor a = outputs[i].to(expected[i].device()), e = expected[i];
+    lines << "  output " << i << " " << describe(e) << ": ";
+    if (a.sizes() != e.sizes() || a.scalar_type() != e.scalar_type()) {
+      lines << "the package gives " << describe(a) << ": DIFFERS\n";
+      worst = INFINITY;
+      differs(i);
+      continue;
+    }
+    if (e.is_complex()) a = at::view_as_real(a), e = at::view_as_real(e);
+    double largest = 0;
+    bool ok = true;
+    std::ostringstream held;
+    if (e.numel() == 0) {
+      held << "empty";
+    } else if (!e.is_floating_point()) {
+      double flipped = a.ne(e).to(at::kDouble).mean().item<double>();
+      largest = (a.to(at::kDouble) - e.to(at::kDouble)).abs().max().item<double>();
+      ok = flipped <= jit2triton::policy::kCheckExactFraction;
+      held << flipped * 100 << "% of the elements differ, at most " << jit2triton::policy::kCheckExactFraction * 100
+           << "% may";
+    } else {
+      at::Tensor ad = a.to(at::kDouble), ed = e.to(at::kDouble);
+      bool same_specials = at::equal(ad.isnan(), ed.isnan()) && at::equal(ad.isposinf(), ed.isposinf()) &&
+                           at::equal(ad.isneginf(), ed.isneginf());
+      at::Tensor finite = ed.isfinite();
+      double scale = finite.any().item<bool>() ? ed.masked_select(finite).abs().max().item<double>() : 0;
+      largest = finite.any().item<bool>() ? (ad - ed).masked_select(finite).abs().max().item<double>() : 0;
+      auto defaults = jit2triton::policy::check_tolerances().count(dtype_name(e.scalar_type()))
+                          ? jit2triton::policy::check_tolerances().at(dtype_name(e.scalar_type()))
+                          : jit2triton::policy::check_tolerances().at("float32");
+      double r = rtol >= 0 ? rtol : defaults.first, t = atol >= 0 ? atol : defaults.second;
+      ok = same_specials && largest <= r * scale + t;
+      held << "rtol " << r << " of the largest magnitude " << scale << ", atol " << t;
+      if (!same_specials) held << "; NaN or infinity at other positions";
+    }
+    char error[32];
+    std::snprintf(error, sizeof error, "%.3e", largest);
+    lines << "max abs error " << error << " (" << held.str() << "): " << (ok ? "ok" : "DIFFERS") << "\n";
+    worst = std::max(worst, largest);
+    if (!ok) differs(i);
+  }
+  std::cout << "max abs difference from torch::jit::load: " << worst << "\n" << lines.str();
+  return differ;
+}
+
 void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
   if (v.isTensor()) out.push_back(v.toTensor());
   else if (v.isTuple()) for (const auto& x : v.toTupleRef().elements()) flatten(x, out);
@@ -195,12 +298,12 @@ int main(int argc, char** argv) {
   jit2triton::LoadOptions options;
   int bench = 0;
   bool profiling = false;
-  double warmup_ms = 200;
+  double warmup_ms = 200, rtol = -1, atol = -1;
   uint64_t seed = 0;
   std::string dump, torchscript;
   std::map<std::string, int64_t> sizes;
   const char* options_taking_a_value[] = {"--device", "--bench", "--warmup-ms", "--threads", "--seed", "--dump",
-                                         "--trusted-key", "--torchscript", "--shape"};
+                                         "--trusted-key", "--torchscript", "--shape", "--rtol", "--atol"};
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     if (arg == "--profile") {
@@ -211,11 +314,26 @@ int main(int argc, char** argv) {
         std::end(options_taking_a_value))
       return fail("unknown option " + arg);
     if (i + 1 >= argc) return fail(arg + " needs a value");
+    std::string value = argv[i + 1];
+    if (arg == "--bench" || arg == "--threads" || arg == "--seed") {
+      auto n = whole_number(value, arg == "--seed" ? 0 : 1);
+      if (!n || *n > (arg == "--seed" ? LLONG_MAX : INT32_MAX))
+        return fail(arg + " takes a whole number" + (arg == "--seed" ? " 0 or more" : ", 1 or more") + ", not '" +
+                    value + "'");
+      if (arg == "--bench") bench = static_cast<int>(*n);
+      else if (arg == "--threads") options.num_threads = static_cast<int>(*n);
+      else seed = static_cast<uint64_t>(*n);
+      ++i;
+      continue;
+    }
+    if (arg == "--warmup-ms" || arg == "--rtol" || arg == "--atol") {
+      auto x = non_negative(value);
+      if (!x) return fail(arg + " takes a number, 0 or more, not '" + value + "'");
+      (arg == "--warmup-ms" ? warmup_ms : arg == "--rtol" ? rtol : atol) = *x;
+      ++i;
+      continue;
+    }
     if (arg == "--device") options.device = argv[++i];
-    else if (arg == "--bench") bench = std::atoi(argv[++i]);
-    else if (arg == "--warmup-ms") warmup_ms = std::atof(argv[++i]);
-    else if (arg == "--threads") options.num_threads = std::atoi(argv[++i]);
-    else if (arg == "--seed") seed = std::strtoull(argv[++i], nullptr, 10);
     else if (arg == "--dump") dump = argv[++i];
     else if (arg == "--trusted-key") options.trusted_keys.push_back(argv[++i]);
     else if (arg == "--torchscript") torchscript = argv[++i];
@@ -233,7 +351,11 @@ int main(int argc, char** argv) {
       }
     }
   }
-  if (bench < 0) return fail("--bench takes a number of calls, 1 or more (0: no timing)");
+  if ((rtol >= 0 || atol >= 0) && torchscript.empty())
+    return fail("--rtol and --atol are the tolerance of --torchscript: give --torchscript M.pt too");
+  std::error_code no_throw;
+  if (!dump.empty() && !std::filesystem::is_directory(dump, no_throw))
+    return fail("--dump " + dump + " is not an existing folder (create it first)");
   c10::InferenceMode inference;  // neither runtime records autograd history or version counters
   // --threads is torch's threads too, as `jit2triton bench --threads` sets them: ATen's ops in the plan and the
   // TorchScript model use that many, not only the generated kernels
@@ -252,20 +374,22 @@ int main(int argc, char** argv) {
       std::cout << "output " << i << ": " << outputs[i].scalar_type() << outputs[i].sizes() << "\n";
       if (!dump.empty()) {
         at::Tensor host = outputs[i].to(at::kCPU).contiguous();
-        std::ofstream out(dump + "/output_" + std::to_string(i) + ".bin", std::ios::binary);
+        std::string file = dump + "/output_" + std::to_string(i) + ".bin";
+        std::ofstream out(file, std::ios::binary);
         out.write(static_cast<const char*>(host.data_ptr()), static_cast<std::streamsize>(host.nbytes()));
+        out.close();
+        if (!out) return fail("--dump: cannot write " + file + " (" + std::strerror(errno) + ")");
       }
     }
     std::function<void()> reference;
+    std::string differ;  // the outputs beyond the tolerance: the exit code says so after any timing asked for
     if (!torchscript.empty()) {
       auto ts = load_torchscript(torchscript, m.device());
       reference = [ts, inputs] { ts->forward(inputs); };
       std::vector<at::Tensor> expected;
       flatten(ts->forward(inputs), expected);
-      double worst = 0;
-      for (size_t i = 0; i < expected.size() && i < outputs.size(); ++i)
-        worst = std::max(worst, (outputs[i].to(at::kDouble) - expected[i].to(at::kDouble)).abs().max().item<double>());
-      std::cout << "max abs difference from torch::jit::load: " << worst << "\n";
+      differ = check_outputs(outputs, expected, rtol, atol);
+      if (differ.empty()) std::cout << "outputs match " << torchscript << " within the tolerance\n";
     }
     if (bench > 0) {
       // Warm up for --warmup-ms and at least 3 calls each (the TorchScript profiling executor optimises on its
@@ -292,6 +416,11 @@ int main(int argc, char** argv) {
       }
     }
     if (profiling) profile(path, options, inputs, bench > 0 ? bench : 20);
+    if (!differ.empty()) {
+      std::cerr << "j2t-run: " << path << " differs from " << torchscript << " beyond the tolerance at " << differ
+                << "; is it the model the package was converted from?\n";
+      return jit2triton::policy::kOutputsDiffer;
+    }
   } catch (const jit2triton::Error& err) {
     std::cerr << "error: " << err.what() << "\n";
     return 2;
