@@ -39,10 +39,9 @@ COPY_BYTES_PER_US = 1.5e6  # what copying inputs in and outputs out of a graph's
 # small tensors the one shared launch is what matters.
 OWN_COPY_BYTES = 1 << 20
 
-# --- j2t-run --torchscript: a package's outputs against TorchScript's, as `jit2triton run --check` holds them --------
-# The same numbers as convert-time verification's (jit2triton/verify.py; tests/test_structure.py keeps them equal):
-# an output's largest error within RELATIVE of its largest magnitude plus ABSOLUTE, per dtype (others: float32's);
-# integers and bools with at most EXACT_FRACTION of the elements flipped.
+# --- outputs against TorchScript's: convert-time verification (jit2triton/verify.py), `jit2triton run --check` and
+# j2t-run --torchscript hold them to these: an output's largest error within RELATIVE of its largest magnitude plus
+# ABSOLUTE, per dtype (others: float32's); integers and bools with at most EXACT_FRACTION of the elements flipped.
 CHECK_RELATIVE_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 3e-2, "bfloat16": 6e-2}
 CHECK_ABSOLUTE_TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
 CHECK_EXACT_FRACTION = 1e-2

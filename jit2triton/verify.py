@@ -12,6 +12,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from jit2triton.deploy.policy import CHECK_ABSOLUTE_TOLERANCE, CHECK_EXACT_FRACTION, CHECK_RELATIVE_TOLERANCE
 from jit2triton.deploy.runtime import Runtime
 
 from .draw_rules import DrawRules
@@ -20,12 +21,12 @@ from .inputs import random_inputs
 from .reference_child import ReferenceCrashed
 
 # Largest error allowed, relative to the largest magnitude of the reference tensor: generated kernels reassociate
-# sums and use their own vector math, so they agree with ATen to rounding, not to the bit.
-RELATIVE_TOLERANCE = {"float64": 1e-6, "float32": 1e-3, "float16": 3e-2, "bfloat16": 6e-2}
-# Plus an absolute floor, as torch.testing has: an output that is only rounding noise (the std of values equal but
-# for their last bit, ~1e-7) has no scale of its own to be relative to.
-ABSOLUTE_TOLERANCE = {"float64": 1e-9, "float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
-EXACT_FRACTION = 1e-2  # ints and bools: this fraction may flip (an argmax tie broken by a rounding difference)
+# sums and use their own vector math, so they agree with ATen to rounding, not to the bit. Plus an absolute floor,
+# as torch.testing has: an output that is only rounding noise (the std of values equal but for their last bit,
+# ~1e-7) has no scale of its own to be relative to. Ints and bools: EXACT_FRACTION of the elements may flip (an
+# argmax tie broken by a rounding difference). The numbers are policy's, which j2t-run --torchscript holds too.
+RELATIVE_TOLERANCE, ABSOLUTE_TOLERANCE = CHECK_RELATIVE_TOLERANCE, CHECK_ABSOLUTE_TOLERANCE
+EXACT_FRACTION = CHECK_EXACT_FRACTION
 FRESH_SEED = 20260101
 SEQUENCE_CALLS = 6  # a model with module state is also verified over this many calls, each from the last one's state
 CROSS_DEVICE_SLACK = 10.0  # a CPU reference for a CUDA package: cuDNN convolutions use TF32 by default

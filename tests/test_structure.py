@@ -81,16 +81,6 @@ def test_a_test_module_imports_no_other_test_module() -> None:
     assert not wrong, "; ".join(wrong)
 
 
-def test_j2t_run_checks_outputs_with_the_tolerances_of_verification() -> None:
-    """`j2t-run --torchscript` holds outputs to policy.h's tolerances, `jit2triton run --check` to verification's:
-    the two tools pass and fail the same package."""
-    from jit2triton import verify
-    from jit2triton.deploy import policy
-    assert policy.CHECK_RELATIVE_TOLERANCE == verify.RELATIVE_TOLERANCE
-    assert policy.CHECK_ABSOLUTE_TOLERANCE == verify.ABSOLUTE_TOLERANCE
-    assert policy.CHECK_EXACT_FRACTION == verify.EXACT_FRACTION
-
-
 def test_the_cpp_policy_header_is_generated_from_the_python_policy() -> None:
     """Both runtimes refuse packages with the same words and run by the same numbers because the C++ side's
     policy.h is generated from deploy/policy.py; a hand edit to either side shows here."""
