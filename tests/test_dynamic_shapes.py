@@ -234,7 +234,7 @@ def test_cli_converts_with_dims_and_runs_at_chosen_sizes(tmp_path) -> None:
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "signature: (ids: int64[B, S], mask: float32[B, S])" in done.stdout
-    error = float(done.stdout.split("max abs error against")[1].split(":")[1])
+    error = float(done.stdout.split("max abs error against")[1].split(":")[1].split()[0])
     assert error < 1e-4
     done = subprocess.run(cli + ["run", str(package), "--shape", "B=30"], capture_output=True, text=True)
     assert done.returncode == 2 and "axis 0 is dim B, whose range is 1..8; got 30" in done.stderr
