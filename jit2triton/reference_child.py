@@ -15,6 +15,7 @@ draw it died on: the next draw starts a new child.
 """
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import pickle
@@ -175,6 +176,8 @@ class _Child:
             return
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
+        if getattr(self, "stderr", None) is not None:  # (the last child's, read when it died)
+            self.stderr.close()
         self.stderr = tempfile.TemporaryFile()
         # (run_path: this file's folder, which holds modules named like the standard library's, stays off sys.path)
         starter = f"import runpy; runpy.run_path({__file__!r}, run_name='__main__')"
@@ -224,6 +227,12 @@ class _Child:
         where = _last_frame(self.stderr.read().decode(errors="replace"))
         self._stop()
         return ("died", why, where)
+
+    def close(self) -> None:
+        self._stop()
+        if getattr(self, "stderr", None) is not None:
+            self.stderr.close()
+            self.stderr = None
 
     def _stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -381,6 +390,7 @@ def _on_a_cpu_copy(data: bytes, method: str, calls: list) -> Optional[str]:
 
 
 _CHILD = _Child()
+atexit.register(_CHILD.close)  # (a child left running past its parent would hold a model and a torch for nothing)
 
 if __name__ == "__main__":
     _serve(int(sys.argv[1]), int(sys.argv[2]))
