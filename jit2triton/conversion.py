@@ -20,6 +20,7 @@ from jit2triton.deploy.runtime import DeviceLike, placed_weights, python_runtime
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.backends import backend_named
 from jit2triton.loaders import load_script
+from jit2triton.loaders.module_state import restore_state, state_values
 from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource, check_model_path
 from jit2triton.transpiler import fallbacks, pipeline
 from jit2triton.transpiler.from_torchscript import from_torchscript
@@ -116,9 +117,10 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         script = load_script(model, map_location=map_location, methods=list(method_examples))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""
     reduced = (precision, accuracy, io_precision)
+    primed = _state_after_methods(script, forward_examples, method_examples)
     contents = _convert_method(script, forward_examples, target, backend, source, say, stopwatch, verify,
                                full_source_paths, dynamic_shapes, reduced, narrow_dims,
-                               _user_draws(verify_inputs, script.input_names), input_ranges)
+                               _user_draws(verify_inputs, script.input_names), input_ranges, primed)
     for name, examples in method_examples.items():
         say(f"converting method {name}")
         add_method(contents, name, _convert_method(script.methods[name], examples, target, backend, source, say,
@@ -146,7 +148,7 @@ def _check_methods_in_order(contents: PackageContents, script, forward_examples,
     """A module whose methods share state, its methods called in an order that exercises them against TorchScript's
     (method_sequences.py); where they differ, the contents `through_aten` builds (every op through ATen, checked
     so in turn), and where those differ too the model is refused. -> the contents that matched."""
-    from .method_sequences import call_order, check_methods_in_order
+    from .method_sequences import check_methods_in_order
 
     forward, methods = python_runtimes(contents, target)
     signatures = {"forward": contents.manifest["signature"]["inputs"],
@@ -156,9 +158,8 @@ def _check_methods_in_order(contents: PackageContents, script, forward_examples,
                    for n, e in method_examples.items()}}
     say("verifying the methods called one after another")
     with stopwatch.stage("verify_methods_in_order"):
-        mismatches, notes = check_methods_in_order(script, examples, signatures, {"forward": forward, **methods},
-                                                   forward.state.store, target)
-    order = ", ".join(call_order(list(method_examples)))
+        mismatches, notes, order = check_methods_in_order(script, examples, signatures,
+                                                          {"forward": forward, **methods}, forward.state.store, target)
     found = "; ".join(str(m) for m in mismatches[:2])
     if mismatches and backend != "aten":
         say(f"the methods called in the order {order} differ from TorchScript; every op through ATen instead")
@@ -169,8 +170,38 @@ def _check_methods_in_order(contents: PackageContents, script, forward_examples,
         raise ConversionError(f"called in the order {order}, the converted methods do not match TorchScript "
                               f"({found}); this is a bug in jit2triton: {fallbacks.REPORT}")
     contents.manifest["report"]["verification"]["notes"] += notes
-    contents.manifest["report"]["verification"]["methods_in_order"] = order
+    verification = contents.manifest["report"]["verification"]
+    if order:
+        verification["methods_in_order"] = order
+        if verification["status"] == "not compared":  # (forward refuses to run first: compared after the others)
+            verification["status"] = "passed"
     return contents
+
+
+def _state_after_methods(script, forward_examples, method_examples: dict) -> Optional[dict[str, Any]]:
+    """Where forward refuses its example from the saved state (a decoder whose forward needs `encode` called first:
+    TorchScript raises there too), the state the other methods leave, called on their examples in TorchScript, by
+    attribute name: conversion observes forward from it. None where forward runs from the saved state."""
+    if not method_examples or not script.state:
+        return None
+    inputs = _complete_inputs(forward_examples, script.input_names, script.input_defaults)
+    try:
+        with torch.jit.optimized_execution(False):
+            script.function(*inputs)  # (from the saved state)
+        return None
+    except Exception:  # noqa: BLE001 - the model's own refusal: try again after the other methods
+        pass
+    module = script.function.module
+    slots = [slot for s in [script, *script.methods.values()] for slot in s.state]
+    restore_state(module, slots)
+    with torch.jit.optimized_execution(False):
+        for name, examples in method_examples.items():
+            method = script.methods[name]
+            function = getattr(method.function, "method", method.function)  # (without its restore of the state)
+            function(*_complete_inputs(examples, method.input_names, method.input_defaults))
+    values = state_values(module, script.state)
+    restore_state(module, slots)
+    return values
 
 
 def _per_method(example_inputs) -> tuple[Any, dict[str, Any]]:
@@ -188,10 +219,11 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
                     stopwatch: pipeline.Stopwatch, verify: bool, full_source_paths: bool,
                     dynamic_shapes: DynamicShapes, reduced: tuple = (None, None, None),
                     narrow_dims: bool = False, user_draws: Sequence[list] = (),
-                    input_ranges: Optional[dict] = None) -> PackageContents:
+                    input_ranges: Optional[dict] = None, primed: Optional[dict] = None) -> PackageContents:
     """One method of the model (forward, or another the user gave examples for) as a package's contents;
     `reduced`: (precision, accuracy, io_precision) as convert_to_package takes them; `user_draws`: the user's own
-    verification inputs; `input_ranges`: the user's ranges of integer inputs (draw_rules.py)."""
+    verification inputs; `input_ranges`: the user's ranges of integer inputs (draw_rules.py); `primed`: the state
+    to observe the method from, by attribute name, where it refuses its example from the saved state."""
     inputs = _complete_inputs(example_inputs, script.input_names, script.input_defaults)
     inputs = [_example_layout(x.to(target)) if isinstance(x, torch.Tensor) else x for x in inputs]
     dynamic = dims.resolve(dynamic_shapes, script.input_names, inputs)
@@ -224,6 +256,8 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
                            precision_plan, verifier, signature, {"name": script.name, "source": source,
                                                                  "state": script.state})
     stages.rules, stages.isolated = rules, isolated
+    if primed is not None:  # (the package still starts from the saved state, as TorchScript's module does)
+        stages.inputs = inputs + [_on_device(primed[slot.name], target) for slot in script.state]
     attempt = fallbacks.Attempt(kernels=backend != "aten", rewrites=backend != "aten")
     (contents, _, _), attempt = fallbacks.build_with_fallbacks(stages, attempt, say)
     if target.type == "cuda" and contents.manifest["cuda_graph"]:

@@ -17,43 +17,49 @@ from .inputs import random_inputs
 from .verify import FRESH_SEED, Mismatch, compare
 
 
-def call_order(methods: list[str]) -> list[str]:
+def call_order(methods: list[str], methods_first: bool = False) -> list[str]:
     """forward twice, then each other method followed by forward twice: every method is called, and forward after
-    each (what it does to the state shows), at least 6 calls."""
-    order = ["forward", "forward"]
+    each (what it does to the state shows), at least 6 calls. `methods_first`: each other method before forward
+    (a decoder whose forward needs `encode` called first)."""
+    order = [] if methods_first and methods else ["forward", "forward"]
     for name in methods or ["forward"]:
         order += [name, "forward", "forward"] if name != "forward" else ["forward"]
     return order + ["forward"] * max(0, 6 - len(order))
 
 
 def check_methods_in_order(script, examples: dict[str, list], signatures: dict[str, list], runtimes: dict[str, Callable],
-                           store, device: torch.device) -> tuple[list[Mismatch], list[str]]:
+                           store, device: torch.device) -> tuple[list[Mismatch], list[str], str]:
     """Mismatches of the package's methods (`runtimes`, by name, sharing the state `store`) against the TorchScript
-    module (`script`, the loaded ScriptGraph), called in `call_order`; and notes for the report."""
-    order = call_order([name for name in examples if name != "forward"])
+    module (`script`, the loaded ScriptGraph), called in `call_order` (or, where TorchScript refuses that, with the
+    other methods first); notes for the report; and the order called."""
+    methods = [name for name in examples if name != "forward"]
     functions = {"forward": script.function, **{name: m.function for name, m in script.methods.items()}}
     slots: dict[str, Any] = {}  # by name, the method that writes it preferred (read_state compares written ones)
     for slot in (slot for s in [script, *script.methods.values()] for slot in s.state):
         if slot.name not in slots or slot.written:
             slots[slot.name] = slot
-    calls = []
-    for number, name in enumerate(order):
-        try:
-            calls.append((name, random_inputs(signatures[name], device, FRESH_SEED + 100 + number)))
-        except InputError:
-            calls.append((name, list(examples[name])))
     module = next(getattr(f, "module") for f in functions.values() if hasattr(f, "module"))
-    expected = None
-    for attempt in (calls, [(name, list(examples[name])) for name, _ in calls]):
-        try:
-            expected = _reference_run(attempt, functions, module, list(slots.values()))
-        except Exception as err:  # noqa: BLE001 - TorchScript refuses this order (a method's own assert)
-            refused = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:160] if str(err).strip() else ''}"
-            continue
-        calls = attempt
-        break
+    expected, refused = None, ""
+    for order in (call_order(methods), call_order(methods, methods_first=True)):
+        drawn = []
+        for number, name in enumerate(order):
+            try:
+                drawn.append((name, random_inputs(signatures[name], device, FRESH_SEED + 100 + number)))
+            except InputError:
+                drawn.append((name, list(examples[name])))
+        for calls in (drawn, [(name, list(examples[name])) for name in order]):
+            try:
+                expected = _reference_run(calls, functions, module, list(slots.values()))
+            except Exception as err:  # noqa: BLE001 - TorchScript refuses this order (a method's own assert)
+                text = str(err).strip()
+                refused = f"{type(err).__name__}: {text.splitlines()[-1][:160] if text else ''}"
+                continue
+            break
+        if expected is not None:
+            break
     if expected is None:
-        return [], [f"TorchScript raised calling the methods in the order {', '.join(order)} ({refused}); not compared"]
+        return [], [f"TorchScript raised calling the methods in the orders {', '.join(call_order(methods))} and "
+                    f"{', '.join(call_order(methods, True))} ({refused}); not compared"], ""
     compared = [slot.name for slot in slots.values() if slot.written and slot.compared]
     store.reset()
     found: list[Mismatch] = []
@@ -62,14 +68,15 @@ def check_methods_in_order(script, examples: dict[str, list], signatures: dict[s
         try:
             output = runtimes[name](*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
         except Jit2TritonError as err:
-            return [Mismatch(f"on {where}", math.inf, f"the package raised {type(err).__name__}: {err}")], []
+            return [Mismatch(f"on {where}", math.inf, f"the package raised {type(err).__name__}: {err}")], [], \
+                ", ".join(order)
         with store.lock:
             state = {key: store.values[key] for key in compared}
         found = [Mismatch(f"{m.where} on {where}", m.error, m.detail)
                  for m in compare(output, want[0], "output") + compare(state, want[1], "state")]
         if found:
-            return found, []
-    return [], []
+            return found, [], ", ".join(order)
+    return [], [], ", ".join(order)
 
 
 def _reference_run(calls: list[tuple[str, list]], functions: dict[str, Any], module, slots: list) -> list[tuple]:

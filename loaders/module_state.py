@@ -222,6 +222,11 @@ def restore_state(module: torch.jit.ScriptModule, slots: list[StateSlot]) -> Non
         owner.setattr(name, value)
 
 
+def state_values(module: torch.jit.ScriptModule, slots: list[StateSlot]) -> dict[str, Any]:
+    """Every slot's current value, by name (a state to observe a method from)."""
+    return {slot.name: _read_attribute(module, tuple(slot.name.split("."))) for slot in slots}
+
+
 def read_state(module: torch.jit.ScriptModule, slots: list[StateSlot]) -> dict[str, Any]:
     """The written attributes' current values that verification compares, by name."""
     return {slot.name: _read_attribute(module, tuple(slot.name.split("."))) for slot in slots

@@ -123,3 +123,24 @@ class RowsByValue(torch.nn.Module):
 
     def forward(self, x, n: int):
         return (x.reshape(n, -1) * 2.0).relu().sum(1)
+
+
+class EncodeThenDecode(torch.nn.Module):
+    """A forward that needs another method called first: TorchScript raises until `encode` has run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.project = torch.nn.Linear(4, 4)
+        self.memory = torch.zeros(0, 4)
+        self.ready = False
+
+    @torch.jit.export
+    def encode(self, x):
+        self.memory = self.project(x).relu()
+        self.ready = True
+        return x.sum()
+
+    def forward(self, y):
+        if not self.ready:
+            raise RuntimeError("call encode first")
+        return self.memory * y + 1.0

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import jit2triton
-from call_programs import Bag, BeamSearch, KVCache, LoopN, RowsByValue, Streaming
+from call_programs import Bag, BeamSearch, EncodeThenDecode, KVCache, LoopN, RowsByValue, Streaming
 from helpers import assert_same
 from jit2triton import conversion, verify
 from jit2triton.method_sequences import call_order, check_methods_in_order
@@ -152,9 +152,9 @@ def test_methods_called_in_order_catch_a_method_that_does_not_reset(tmp_path):
     signatures = {"forward": converted._contents.manifest["signature"]["inputs"], "reset": []}
     runtimes = {"forward": forward, "reset": methods["reset"]}
     assert check_methods_in_order(script, examples, signatures, runtimes, forward.state.store, torch.device("cpu")) \
-        == ([], [])
+        == ([], [], "forward, forward, reset, forward, forward, forward")
     runtimes["reset"] = lambda: None
-    mismatches, _ = check_methods_in_order(script, examples, signatures, runtimes, forward.state.store,
+    mismatches, _, _ = check_methods_in_order(script, examples, signatures, runtimes, forward.state.store,
                                            torch.device("cpu"))
     assert mismatches and mismatches[0].where.startswith("state['k_cache'] on call 3 (reset)")
 
@@ -206,3 +206,21 @@ def test_verification_runs_the_runtime_that_ships(monkeypatch, tmp_path):
     assert_same(loaded(x), reference(x))
     with pytest.raises(jit2triton.PackageDeviceError, match="runs only in the Python runtime"):
         jit2triton.load(tmp_path / "m.j2t", runtime="cpp")
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_forward_that_needs_another_method_first(runtime, tmp_path):
+    """Conversion observes forward from the state `encode` leaves (from the saved state it raises, in TorchScript
+    too); the package starts from the saved state, so forward before encode raises there as well, the same error in
+    both runtimes; the methods are verified in the order encode, forward, ..."""
+    scripted, reference = _scripted_twice(EncodeThenDecode)
+    converted = jit2triton.convert(scripted, {"forward": (torch.randn(3, 4),), "encode": (torch.randn(3, 4),)})
+    verification = converted.summary()["verification"]
+    assert verification["status"] == "passed" and verification["methods_in_order"].startswith("encode, forward")
+    loaded = _loaded(converted, tmp_path, runtime)
+    with pytest.raises(jit2triton.ModelRaisedError, match="call encode first"):
+        loaded(torch.randn(3, 4))
+    for _ in range(3):
+        x, y = torch.randn(3, 4), torch.randn(3, 4)
+        assert_same(loaded.encode(x), reference.encode(x))
+        assert_same(loaded(y), reference(y))
