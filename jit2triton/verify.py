@@ -143,6 +143,8 @@ def run_where_the_weights_are(reference: Callable, inputs: list) -> tuple[Any, b
     with torch.jit.optimized_execution(False):
         try:
             return reference(*inputs), False
+        except (ReferenceCrashed, TimeBudgetError):  # (a draw that crashed TorchScript: no second try on the CPU)
+            raise
         except Exception:
             on_cpu = [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]
             if all(x is y for x, y in zip(on_cpu, inputs)):
