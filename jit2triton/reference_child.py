@@ -301,6 +301,9 @@ def _device_error(err: BaseException) -> bool:
 
 def _one_line(err: BaseException) -> str:
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    if _device_error(err):  # CUDA's own line, not its advice on how to debug it ("Compile with ...")
+        lines = [line for line in lines if "CUDA error" in line or "illegal memory access" in line] or lines
+        return f"{type(err).__name__}: {lines[0] if lines else ''}"[:300]
     return f"{type(err).__name__}: {lines[-1] if lines else ''}"[:300]
 
 
