@@ -6,7 +6,7 @@ import base64
 import http.client
 import json
 import os
-import select
+import selectors
 import signal
 import socket
 import statistics
@@ -468,8 +468,12 @@ def _post_streamed(port: int, size: int, chunked: bool) -> tuple[int, bytes]:
     frame = b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece
     sock.setblocking(False)
     pending, sent = b"", 0
+    watch = selectors.DefaultSelector()  # (poll, not select(): a long suite's descriptors pass select's 1024)
+    watch.register(sock, selectors.EVENT_READ | selectors.EVENT_WRITE)
     while sent < size or pending:
-        readable, writable, _ = select.select([sock], [sock], [], 30)
+        events = watch.select(30)
+        readable = any(mask & selectors.EVENT_READ for _, mask in events)
+        writable = any(mask & selectors.EVENT_WRITE for _, mask in events)
         if readable:
             break  # answered early
         assert writable, "the server neither reads the body nor answers"
@@ -484,6 +488,7 @@ def _post_streamed(port: int, size: int, chunked: bool) -> tuple[int, bytes]:
     else:
         if chunked:
             sock.sendall(b"0\r\n\r\n")
+    watch.close()
     sock.setblocking(True)
     response = http.client.HTTPResponse(sock)
     response.begin()
