@@ -91,11 +91,7 @@ def read_inputs_file(path: str) -> list:
     import torch
 
     how = "save the inputs in the model's order as a tuple: torch.save((x, mask), path)"
-    try:
-        loaded = torch.load(path, weights_only=True)  # weights_only: never unpickle code
-    except Exception as err:  # noqa: BLE001 - not a torch file, or one that pickles code
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise InputError(f"--inputs-file {path}: torch.load(weights_only=True) cannot read it ({first}); {how}") from None
+    loaded = _torch_file("--inputs-file", path, how)
     items = list(loaded) if isinstance(loaded, (tuple, list)) else [loaded]
     if isinstance(loaded, dict):
         names = ", ".join(repr(k) for k in list(loaded)[:4])
@@ -121,17 +117,20 @@ def check_port(host: str, port: int) -> None:
                          "what holds it)") from None
 
 
-def read_input_sets(path: str) -> list:
-    """--verify-inputs: a list of input sets saved at `path`, each a tuple of the model's inputs in order."""
+def _torch_file(option: str, path: str, how: str):
+    """What torch.save wrote at `path`, read without unpickling code; an InputError naming `option` otherwise."""
     import torch
-
-    how = "save a list of input tuples, in the model's order: torch.save([(x1, mask1), (x2, mask2)], path)"
     try:
-        loaded = torch.load(path, weights_only=True)  # weights_only: never unpickle code
+        return torch.load(path, weights_only=True)  # weights_only: never unpickle code
     except Exception as err:  # noqa: BLE001 - not a torch file, or one that pickles code
         first = (str(err).strip().splitlines() or [type(err).__name__])[0][:200]
-        raise InputError(f"--verify-inputs {path}: torch.load(weights_only=True) cannot read it ({first}); {how}") \
-            from None
+        raise InputError(f"{option} {path}: torch.load(weights_only=True) cannot read it ({first}); {how}") from None
+
+
+def read_input_sets(path: str) -> list:
+    """--verify-inputs: a list of input sets saved at `path`, each a tuple of the model's inputs in order."""
+    how = "save a list of input tuples, in the model's order: torch.save([(x1, mask1), (x2, mask2)], path)"
+    loaded = _torch_file("--verify-inputs", path, how)
     if not isinstance(loaded, (list, tuple)) or not all(isinstance(s, (list, tuple)) for s in loaded):
         raise InputError(f"--verify-inputs {path} holds a {type(loaded).__name__}, not a list of input tuples; {how}")
     return [tuple(s) for s in loaded]

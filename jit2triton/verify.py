@@ -133,7 +133,7 @@ def _with_example_integers(fresh: list, example: list) -> Optional[list]:
 
 
 def _copies(inputs: list) -> list:
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    return [_copied(x) for x in inputs]
 
 
 def run_where_the_weights_are(reference: Callable, inputs: list) -> tuple[Any, bool]:
