@@ -342,6 +342,7 @@ class _MethodStages:
         self.rounded: list[str] = []  # where outputs differ because a discontinuous op met rounding
         self.runtimes_verified: list[str] = []  # "python", and "cpp" where the C++ runtime matched too
         self.cpp_note = ""  # why the C++ runtime was not verified, or where it differed
+        self.bisecting = False  # the build under check is a round of the ladder's bisection (rung 3)
 
     def prepare(self, attempt: fallbacks.Attempt) -> tuple[Any, pipeline.Context]:
         graph, ctx = self.prepared(attempt.rewrites, attempt.skipped, self.stopwatch)
@@ -393,6 +394,7 @@ class _MethodStages:
 
     def build(self, prepared: tuple, attempt: fallbacks.Attempt) -> tuple[PackageContents, Plan, Any]:
         graph, ctx = prepared
+        self.bisecting = attempt.bisection is not None  # (a round of rung 3's search: only pass or fail matters)
         contents, sched = _build_package(graph, self.backend if attempt.kernels else "aten", ctx, self.signature,
                                          self.model_info, self.say)
         return contents, sched, graph
@@ -407,11 +409,11 @@ class _MethodStages:
         with self.stopwatch.stage("verify"):
             mismatches = verifier.check(package_runner(contents, self.target))
         culprit = None
-        if mismatches and contents.manifest["kernels"]:
+        if mismatches and contents.manifest["kernels"] and not self.bisecting:
             with self.stopwatch.stage("culprit_search"):
                 culprit = find_culprit(graph, sched, contents, verifier.failed_inputs, self.target,
                                        lambda actual, expected: tensor_error(actual, expected)[0])
-        if not mismatches:
+        if not mismatches and not self.bisecting:
             with self.stopwatch.stage("verify_cpp_runtime"):
                 self.check_cpp_runtime(contents)
         self.verify_seconds += time.perf_counter() - started
@@ -429,7 +431,8 @@ class _MethodStages:
         return fallbacks.Verdict(passed=False, kernel=culprit and culprit.node, error=culprit.error if culprit else 0.0,
                                  worst=max(m.error for m in mismatches),
                                  mismatches="; ".join(str(m) for m in mismatches[:4]),
-                                 has_kernels=contents.manifest["backend"] != "aten")
+                                 has_kernels=contents.manifest["backend"] != "aten",
+                                 kernels=[node for node in sched.nodes if node.op == KERNEL_OP])
 
     def check_cpp_runtime(self, contents: PackageContents) -> None:
         """Verification ran the Python runtime; `jit2triton.load` runs the C++ one by default: run the same cases

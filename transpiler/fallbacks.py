@@ -7,8 +7,11 @@ fails, the conversion steps down this ladder, each rung giving up more speed tha
      internal error: the graph is prepared again from TorchScript's, without it;
   2. kernels out one by one: a kernel fails to build (fuse.FusionFailed), or verification finds the first kernel
      that differs from ATen (deploy/culprit.py): its nodes run through ATen, and the package is built again;
-  3. every kernel out: verification fails and no single kernel is to blame, or fusion keeps failing: every op of
-     the rewritten graph runs through ATen;
+  3. the region that disagrees out: verification fails and the culprit search names no kernel; the kernels are
+     bisected in the order the plan runs them (keep the first half, verify, recurse) to the first one the package
+     cannot keep, which is taken out as in rung 2 and the rest verified again; the search is bounded
+     (MAX_BISECT_ROUNDS), and where it runs out only the kernels not yet seen to match go out. Every kernel goes
+     out only where fusion keeps failing, or the search has no rounds left to start;
   4. the ATen graph: a pass that kernels need fails, or the rewritten graph disagrees with TorchScript even with
      every op through ATen (so a rewrite is wrong): TorchScript's graph as written, every op through ATen;
   5. refused: TorchScript's graph through ATen fails or disagrees: a ConversionError asking for a bug report.
@@ -20,7 +23,7 @@ jit2triton/conversion.py. That is a property of the model, not a failure to fall
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Optional, Protocol
 
 from jit2triton.errors import ConversionError
 
@@ -29,6 +32,7 @@ from .fuse import FusionFailed
 from .pipeline import OPTIONAL_REWRITES, PassFailed
 
 MAX_VERIFY_ROUNDS = 16  # failed verifications before the conversion is refused (each takes a kernel out)
+MAX_BISECT_ROUNDS = 24  # verifications the bisection (rung 3) may spend in all: a few culprits in a 600-kernel model
 MAX_FUSION_FAILURES = 64  # kernels that fail to build before fusion is given up (every kernel out)
 REPORT = "please report it with the model"
 
@@ -44,6 +48,23 @@ class Attempt:
     notes: list[str] = field(default_factory=list)  # why each step down was taken, for the report
     fusion_failures: int = 0
     verify_rounds: int = 0
+    bisection: Optional["Bisection"] = None  # rung 3's search, while it runs
+    bisect_rounds: int = 0
+    trusted: set[int] = field(default_factory=set)  # node uids whose kernels were kept in a build that matched
+
+
+@dataclass
+class Bisection:
+    """Rung 3's search over `kernels` (the kernel nodes of a build that failed with none to blame, in the order the
+    plan runs them): keeping the first `good` (the rest through ATen) matched TorchScript (or, while `proven` is
+    false for good == 0, is assumed to), keeping the first `bad` did not. Each round keeps the first `trying`."""
+    kernels: list
+    good: int
+    bad: int
+    worst: float  # the failed build's largest mismatch, for the report
+    trying: int = 0
+    proven: bool = False
+    out: set[int] = field(default_factory=set)  # the uids the round under way sends through ATen
 
 
 @dataclass
@@ -56,6 +77,7 @@ class Verdict:
     worst: float = 0.0
     mismatches: str = ""
     has_kernels: bool = False  # whether the build it checked ran any generated kernel
+    kernels: list = field(default_factory=list)  # its kernel nodes in the order the plan runs them (for rung 3)
 
 
 class Stages(Protocol):
@@ -86,6 +108,10 @@ def build_with_fallbacks(stages: Stages, attempt: Attempt, say: Callable[[str], 
             _fusion_failed(attempt, failure, say)
             continue
         verdict = stages.check(built)
+        if attempt.bisection is not None:
+            if _bisection_round(attempt, verdict, say):
+                prepared = None
+            continue
         if verdict.passed:
             return built, attempt
         if _verification_failed(attempt, verdict, say):
@@ -129,6 +155,9 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
         attempt.removed.append({"kernel": kernel.name, "error": verdict.error, "ops": [n.op for n in fused]})
         attempt.refused.update((node.uid, why) for node in fused)
         return False
+    if verdict.has_kernels and verdict.kernels and attempt.bisect_rounds < MAX_BISECT_ROUNDS:
+        _start_bisection(attempt, verdict, say)
+        return False
     if verdict.has_kernels:
         say("no single kernel is to blame: every op runs through ATen instead")
         attempt.removed.append({"kernel": "*", "error": verdict.worst, "ops": []})
@@ -141,6 +170,91 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
         return True
     raise ConversionError(f"the converted model does not match TorchScript ({verdict.mismatches}); this is a bug "
                           f"in jit2triton: {REPORT}")
+
+
+def _start_bisection(attempt: Attempt, verdict: Verdict, say: Callable[[str], None]) -> None:
+    """Rung 3: search the failed build's kernels for the first the package cannot keep; kernels whose nodes were all
+    kept in a build that matched lead the order as known good (the search after a culprit resumes past them)."""
+    kernels = verdict.kernels
+    good = 0
+    while good < len(kernels) and all(n.uid in attempt.trusted for n in kernels[good].attrs[Attr.FUSED]):
+        good += 1
+    if good == len(kernels):  # kept together they differ, each kept in a build that matched: search them all
+        good = 0
+        attempt.trusted.clear()
+    say(f"no single kernel is to blame: bisecting the {len(kernels)} kernels for the region that differs")
+    attempt.bisection = Bisection(list(kernels), good, len(kernels), verdict.worst, proven=good > 0)
+    _next_trial(attempt)
+
+
+def _bisection_round(attempt: Attempt, verdict: Verdict, say: Callable[[str], None]) -> bool:
+    """Record the round's verdict and start the next round, or end the search -> whether the graph must be prepared
+    again (the search found that the rewritten graph itself disagrees: rung 4)."""
+    search = attempt.bisection
+    attempt.bisect_rounds += 1
+    if verdict.passed:
+        search.good, search.proven = search.trying, True
+        attempt.trusted.update(n.uid for k in search.kernels[:search.good] for n in k.attrs[Attr.FUSED])
+    elif search.trying == 0:  # every kernel out and still different: no kernel is to blame
+        _end_trial(attempt)
+        attempt.bisection, attempt.kernels = None, False
+        return _verification_failed(attempt, Verdict(False, worst=verdict.worst, mismatches=verdict.mismatches),
+                                    say)
+    else:
+        search.bad = search.trying
+    if search.bad - search.good == 1 and search.proven:
+        _take_out_culprit(attempt, search, say)
+    elif attempt.bisect_rounds >= MAX_BISECT_ROUNDS:
+        _take_out_unsettled(attempt, search, say)
+    else:
+        _next_trial(attempt)
+    return False
+
+
+def _next_trial(attempt: Attempt) -> None:
+    """The next round keeps the first half-way kernels (all but the first unproven: every kernel out, to prove
+    that the search can end)."""
+    search = attempt.bisection
+    search.trying = (search.good + search.bad) // 2 if search.bad - search.good > 1 else 0
+    _end_trial(attempt)
+    why = "verification: out while bisecting for the kernel that differs"
+    search.out = {n.uid for k in search.kernels[search.trying:] for n in k.attrs[Attr.FUSED]} - set(attempt.refused)
+    attempt.refused.update((uid, why) for uid in search.out)
+
+
+def _end_trial(attempt: Attempt) -> None:
+    for uid in attempt.bisection.out:
+        attempt.refused.pop(uid, None)
+    attempt.bisection.out = set()
+
+
+def _take_out_culprit(attempt: Attempt, search: Bisection, say: Callable[[str], None]) -> None:
+    """The first kernel the package cannot keep: out as in rung 2; the rest are built and verified again."""
+    _end_trial(attempt)
+    attempt.bisection = None
+    kernel_node = search.kernels[search.good]
+    kernel, fused = kernel_node.attrs[Attr.KERNEL], kernel_node.attrs[Attr.FUSED]
+    why = (f"verification: the package differed from TorchScript (max rel. error {search.worst:.3g}) with kernel "
+           f"{kernel.name} and the kernels before it, and matched without it (found by bisection)")
+    say(f"taking kernel {kernel.name} out: {why}")
+    attempt.removed.append({"kernel": kernel.name, "error": search.worst, "ops": [n.op for n in fused]})
+    attempt.notes.append(f"kernel {kernel.name} taken out: {why}")
+    attempt.refused.update((node.uid, why) for node in fused)
+
+
+def _take_out_unsettled(attempt: Attempt, search: Bisection, say: Callable[[str], None]) -> None:
+    """The search's rounds are spent: every kernel not yet seen to match goes out; the first `good` stay."""
+    _end_trial(attempt)
+    attempt.bisection = None
+    unsettled = search.kernels[search.good:]
+    why = (f"verification: the package differed from TorchScript (max rel. error {search.worst:.3g}) and "
+           f"{MAX_BISECT_ROUNDS} rounds of bisection did not settle which of these kernels is to blame")
+    _note(attempt, f"{len(unsettled)} kernels taken out, {search.good} kept: {why}", say)
+    for kernel_node in unsettled:
+        fused = kernel_node.attrs[Attr.FUSED]
+        attempt.removed.append({"kernel": kernel_node.attrs[Attr.KERNEL].name, "error": search.worst,
+                                "ops": [n.op for n in fused]})
+        attempt.refused.update((node.uid, why) for node in fused)
 
 
 def _note(attempt: Attempt, note: str, say: Callable[[str], None]) -> None:

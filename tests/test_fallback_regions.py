@@ -1,0 +1,116 @@
+"""Rung 3 of the fallback ladder (transpiler/fallbacks.py): where verification fails and the culprit search names no
+kernel, the kernels are bisected and only the one the package cannot keep goes through ATen; every other kernel
+stays (issue 46: scripted detectors had gone wholly to ATen for one kernel)."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from jit2triton import conversion
+from jit2triton.transpiler import fallbacks
+from jit2triton.transpiler import kernel_ir as K
+from jit2triton.transpiler.fallbacks import Attempt, Verdict
+from jit2triton.transpiler.ir import Attr
+from jit2triton.transpiler.lowering import load_lowerings
+from jit2triton.transpiler.op_table import OP_TABLE, OpInfo
+
+from helpers import assert_matches_torchscript, convert_for
+
+
+# --- the ladder alone, on stages that fail as a model with some wrong kernels would ------------------------------
+
+def _kernel(index: int):
+    return SimpleNamespace(uid=1000 + index, op="j2t::kernel",
+                           attrs={Attr.KERNEL: SimpleNamespace(name=f"k{index}"),
+                                  Attr.FUSED: [SimpleNamespace(uid=index, op=f"aten::op{index}", attrs={})]})
+
+
+class WrongKernels:
+    """A build of `count` kernels (one per node uid 0..count-1) differs from TorchScript while it keeps a kernel of
+    `wrong` (or always, where `rewrite_wrong`); the culprit search never names one."""
+
+    def __init__(self, count: int, wrong: set[int], rewrite_wrong: bool = False):
+        self.count, self.wrong, self.rewrite_wrong = count, wrong, rewrite_wrong
+        self.checks = 0
+
+    def prepare(self, attempt):
+        return "graph"
+
+    def build(self, prepared, attempt):
+        if not attempt.kernels:
+            return []
+        return [_kernel(i) for i in range(self.count) if i not in attempt.refused]
+
+    def check(self, kept):
+        self.checks += 1
+        differs = self.rewrite_wrong or any(k.attrs[Attr.FUSED][0].uid in self.wrong for k in kept)
+        return Verdict(not differs, worst=0.5, mismatches="output: max error 0.5", has_kernels=bool(kept),
+                       kernels=kept)
+
+
+def _ladder(stages):
+    return fallbacks.build_with_fallbacks(stages, Attempt(), lambda message: None)
+
+
+@pytest.mark.parametrize("wrong", [{0}, {37}, {99}, {12, 80}])
+def test_bisection_takes_out_only_the_wrong_kernels(wrong):
+    stages = WrongKernels(100, wrong)
+    kept, attempt = _ladder(stages)
+    assert {k.attrs[Attr.FUSED][0].uid for k in kept} == set(range(100)) - wrong
+    assert sorted(r["kernel"] for r in attempt.removed) == sorted(f"k{i}" for i in wrong)
+    assert stages.checks <= 1 + len(wrong) * 9  # log2(100) rounds and a full check per culprit
+    assert all("found by bisection" in attempt.refused[i] for i in wrong)
+
+
+def test_a_search_past_its_bound_keeps_the_kernels_seen_to_match(monkeypatch):
+    monkeypatch.setattr(fallbacks, "MAX_BISECT_ROUNDS", 3)
+    kept, attempt = _ladder(WrongKernels(100, {90}))
+    survivors = {k.attrs[Attr.FUSED][0].uid for k in kept}
+    assert 90 not in survivors and set(range(75)) <= survivors  # three rounds: 50, 75 and 87 kept
+    assert any("rounds of bisection did not settle" in note for note in attempt.notes)
+
+
+def test_a_rewrite_that_is_wrong_still_leaves_torchscript_s_graph():
+    """Every kernel out and still different: the search ends, and the rewritten graph goes (rung 4)."""
+    stages = WrongKernels(8, set(), rewrite_wrong=True)
+    with pytest.raises(conversion.ConversionError, match="converted model does not match TorchScript"):
+        _ladder(stages)
+    assert stages.checks <= 1 + 3 + 1 + 1 + 1  # the failed build, 3 halvings, every kernel out, rung 4, refused
+
+
+# --- a model whose one wrong kernel the culprit search cannot name ------------------------------------------------
+
+def three_regions(x, y):
+    a = torch.relu(x) * y + 1
+    b = torch.softmax(a @ y.t(), -1) * 3
+    return torch.tanh(b @ y) - a
+
+
+def _break_softmax(monkeypatch) -> None:
+    load_lowerings()
+    original = OP_TABLE["aten::softmax.int"]
+
+    def wrong(ctx, *args):
+        box = original.lowering(ctx, *args)
+        correct = box.fn
+        box.fn = lambda index: K.op("neg", correct(index))  # a sign flip: the kernel computes wrong values
+        return box
+
+    monkeypatch.setitem(OP_TABLE, "aten::softmax.int", OpInfo(original.name, original.category, wrong))
+
+
+def test_a_wrong_kernel_nobody_names_costs_only_its_own_nodes(monkeypatch):
+    _break_softmax(monkeypatch)
+    monkeypatch.setattr(conversion, "find_culprit", lambda *args, **kwargs: None)  # the search cannot pin it
+    model = torch.jit.script(three_regions)
+    converted = convert_for(model, (torch.randn(4, 8), torch.randn(4, 8)), "cpp")
+    summary = converted.summary()
+    removed, = summary["verification"]["kernels_removed"]
+    assert "aten::softmax.int" in removed["ops"] and removed["kernel"] != "*"
+    assert summary["fallback_ops"].get("aten::softmax.int") == 1
+    kept_ops = {op for kernel in summary["kernels"] for op in kernel["ops"]}
+    assert {"aten::relu", "aten::tanh"} <= kept_ops and "aten::softmax.int" not in kept_ops
+    assert "found by bisection" in converted.report()
+    assert_matches_torchscript(converted, model, lambda: (torch.randn(4, 8), torch.randn(4, 8)))
