@@ -6,13 +6,17 @@ batches and handing outputs back are plain functions, tested without Ray.
 
 HTTP, under the app's route prefix:
 - the KServe v2 / Triton Inference Server protocol (serving_v2.py): GET /v2/health/live, /v2/health/ready, /v2,
-  /v2/models/NAME, /v2/models/NAME/ready; POST /v2/models/NAME/infer with typed tensors, as JSON or binary data.
+  /v2/models/NAME[/versions/1], its /ready, /config and /stats (the statistics extension, serving_stats.py), and
+  /v2/models/stats; POST /v2/models/NAME[/versions/1]/infer with typed tensors, as JSON or binary data.
 - a simple JSON form: POST / {"inputs": {name: tensor, ...} or [tensor, ...] or the only input's tensor,
   "outputs": "list" | "base64"}, where a tensor is a nested list or {"dtype": "float32", "shape": [2, 16], "data":
   base64 of its little-endian bytes}; the answer is {"outputs": ...} in the same structure as the model's (encoded
   the way the inputs came unless "outputs" says otherwise). GET / answers the signature and batching.
 - GET /metrics: Prometheus metrics (serving_metrics.py); GET /stats: the answering replica's counters.
 A bad body gets 400 with the InputError's message, a body over the limit 413, an unknown path 404.
+
+Served from a model repository (serving_repository.py), each model is an application of its own at
+/v2/models/NAME (`mount`), and the repository's server answers the paths above it.
 """
 from __future__ import annotations
 
@@ -23,7 +27,6 @@ import json
 import logging
 import os
 import re
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional, Sequence
@@ -32,9 +35,12 @@ import torch
 
 from jit2triton.errors import InputError, Jit2TritonError, PackageDeviceError, StepError
 
+from . import serving_messages as messages
 from . import serving_v2 as v2
 from .package import read_package
 from .serving_json import Request, RequestReader, encode
+from .serving_local import is_loopback, start_local  # noqa: F401 — start_local is part of this module's API
+from .serving_stats import ModelStatistics, as_triton, board
 from .signature import format_type
 from .signing import trusted_key_paths
 
@@ -178,7 +184,7 @@ class ModelServer:
     def __init__(self, package: str, runtime: str = "auto", max_batch_size: int = 32,
                  batch_wait_timeout_s: float = 0.005, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  num_threads: Optional[int] = None, trusted_keys: Sequence[str] = (),
-                 model_name: Optional[str] = None) -> None:
+                 model_name: Optional[str] = None, replicas: Optional[int] = None, mount: str = "") -> None:
         serve = _ray_serve()
         from .serving_metrics import NodeExport, ServingMetrics
         _replica_grpc_on_loopback()
@@ -206,16 +212,22 @@ class ModelServer:
                      "max_rows_per_call": self.batching.max_rows, "not_batched_because": self.batching.why_not or None}
         self.model_name = model_name or default_model_name(package)
         self.metadata = v2.model_metadata(self.model_name, signature)
+        self.config = v2.model_config(self.metadata, self.batching.max_rows if self.batching.dim else 0,
+                                      batch_wait_timeout_s, replicas, self.model.device.type)
         self.output_names = [o["name"] for o in self.metadata["outputs"]]
+        self.input_names = [d["name"] for d in signature["inputs"]]
         self.metrics, self._export = ServingMetrics(self.model_name), NodeExport()
+        self.statistics, self._published, self._publisher, self._board = ModelStatistics(), 0, None, None
+        self.mount = mount  # "": paths are read under the app's route; else the app is mounted at this model path
 
     async def __call__(self, http) -> Any:
-        path = _path_under_route(http)
+        path = self.mount + _path_under_route(http)
         if http.method == "POST" and path in ("", "/"):
             return await self._infer(http, "json")
         infer = MODEL_PATH.fullmatch(path)
         if http.method == "POST" and infer and infer["action"] == "/infer":
-            return self._unknown_model(infer["name"]) or await self._infer(http, "v2")
+            return (self._unknown_model(infer["name"]) or self._unknown_version(infer["version"]) or
+                    await self._infer(http, "v2"))
         if http.method in ("GET", "HEAD"):
             return await self._get(path)
         if path in ("", "/") or (infer and infer["action"] == "/infer"):
@@ -230,10 +242,18 @@ class ModelServer:
         if path == "/v2":
             return self._json(200, {"name": "jit2triton", "version": jit2triton_version(),
                                     "extensions": ["binary_tensor_data"]})
+        if path == "/v2/models/stats":  # this server's one model (a repository's server answers it for several)
+            return self._json(200, {"model_stats": [await self.model_statistics()]})
         model = MODEL_PATH.fullmatch(path)
-        if model and model["action"] in (None, "/ready"):
-            return self._unknown_model(model["name"]) or (self._response(status_code=200) if model["action"] else
-                                                          self._json(200, self.metadata))
+        if model and model["action"] != "/infer":
+            unknown = self._unknown_model(model["name"]) or self._unknown_version(model["version"])
+            if unknown:
+                return unknown
+            if model["action"] == "/ready":
+                return self._response(status_code=200)
+            if model["action"] == "/stats":
+                return self._json(200, {"model_stats": [await self.model_statistics()]})
+            return self._json(200, self.config if model["action"] == "/config" else self.metadata)
         if path == "":
             return self._json(200, self.info)
         if path == "/stats":
@@ -251,14 +271,23 @@ class ModelServer:
             return None
         return self._json(404, {"error": f"unknown model {name!r}; this server serves {self.model_name!r}"})
 
+    def _unknown_version(self, version: Optional[str]) -> Any:
+        if version in (None, "1"):
+            return None
+        return self._json(404, {"error": f"model {self.model_name!r} has no version {version!r}; it has version 1"})
+
     async def _infer(self, http, protocol: str) -> Any:
         """Runs the model on one request of the simple JSON form or the v2 protocol; every outcome is counted."""
-        started = time.perf_counter()
-        response = await self._infer_response(http, protocol)
-        self.metrics.answered(protocol, response.status_code, time.perf_counter() - started)
+        started = time.perf_counter_ns()
+        response, input_ns, output_ns = await self._infer_response(http, protocol)
+        seconds = time.perf_counter_ns() - started
+        self.metrics.answered(protocol, response.status_code, seconds / 1e9)
+        self._record(response.status_code == 200, seconds, input_ns, output_ns)
         return response
 
-    async def _infer_response(self, http, protocol: str) -> Any:
+    async def _infer_response(self, http, protocol: str) -> tuple[Any, int, int]:
+        """The answer, and the nanoseconds spent reading the request and writing the answer."""
+        started = time.perf_counter_ns()
         try:
             body = await self._read_body(http)
             if protocol == "v2":
@@ -270,38 +299,95 @@ class ModelServer:
         except BodyTooLarge:
             self.counts.refused += 1
             return self._json(413, {"error": f"the body is over this server's limit of {self.max_body_bytes} bytes; "
-                                             "send fewer rows per request (or raise max_body_bytes)"})
+                                             "send fewer rows per request (or raise max_body_bytes)"}), 0, 0
         except InputError as err:
             self.counts.refused += 1
-            return self._json(400, {"error": str(err)})
+            return self._json(400, {"error": messages.refused(str(err))}), 0, 0
+        input_ns = time.perf_counter_ns() - started
         try:
             outputs = await self._answer(request)
+            writing = time.perf_counter_ns()
             if protocol == "v2":
                 body, headers = v2.write_infer(self.model_name, wanted, outputs)
-                return self._response(body, status_code=200, headers=headers)
-            return self._json(200, {"outputs": encode(outputs, request.reply)})
+                response = self._response(body, status_code=200, headers=headers)
+            else:
+                response = self._json(200, {"outputs": encode(outputs, request.reply)})
+            return response, input_ns, time.perf_counter_ns() - writing
         except Jit2TritonError as err:
-            return self._json(500, {"error": f"the model failed on this request: {err}"})
+            log.warning("jit2triton serving: the model failed on a request: %s", err)  # the operator's full message
+            return self._json(500, {"error": messages.failed(str(err), self.input_names)}), input_ns, 0
         except Exception as err:  # noqa: BLE001 — a client gets a message, the replica's log the traceback
             log.exception("jit2triton serving: a model call failed")
-            return self._json(500, {"error": f"internal error ({type(err).__name__}); the replica's log has it"})
+            return self._json(500, {"error": f"internal error ({type(err).__name__}); the replica's log has it"}), \
+                input_ns, 0
 
     async def predict(self, *inputs: Any, **named: Any) -> Any:
         """The Python handle: `handle.predict.remote(x)` returns what the loaded module returns, on the CPU."""
-        started = time.perf_counter()
+        started = time.perf_counter_ns()
         try:
             request = self.reader.from_values(inputs, named)
         except InputError:
             self.counts.refused += 1
-            self.metrics.answered("handle", 400, time.perf_counter() - started)
+            self._handled(400, started)
             raise
         try:
             outputs = await self._answer(request)
         except Exception:
-            self.metrics.answered("handle", 500, time.perf_counter() - started)
+            self._handled(500, started)
             raise
-        self.metrics.answered("handle", 200, time.perf_counter() - started)
+        self._handled(200, started)
         return map_tensors(_owned, outputs)
+
+    def _handled(self, code: int, started_ns: int) -> None:
+        seconds = time.perf_counter_ns() - started_ns
+        self.metrics.answered("handle", code, seconds / 1e9)
+        self._record(code == 200, seconds)
+
+    def _record(self, ok: bool, total_ns: int, input_ns: int = 0, output_ns: int = 0) -> None:
+        self.statistics.request(ok, total_ns, input_ns, output_ns)
+        if self._publisher is None:  # started with the first request: the event loop is Serve's, running here
+            self._publisher = asyncio.get_running_loop().create_task(self._publish_every(PUBLISH_EVERY_S))
+
+    async def _publish_every(self, seconds: float) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            await self._publish()
+
+    async def _publish(self) -> bool:
+        """This replica's statistics on the board, where they changed since last time; False: the board is gone."""
+        changes = self.statistics.changes
+        try:
+            if self._board is None:
+                self._board = board()
+            if changes == self._published:
+                return True
+            await self._board.publish.remote(self.model_name, self.counts.replica, self.statistics.snapshot())
+        except Exception as err:  # noqa: BLE001 — statistics of this replica alone are still an answer
+            log.warning("jit2triton serving: the statistics board did not answer (%s)", err)
+            self._board = None
+            return False
+        self._published = changes
+        return True
+
+    async def model_statistics(self) -> dict:
+        """This model's statistics in Triton's schema, summed over its replicas (this one published first, so
+        what it answered is in; the others publish theirs every PUBLISH_EVERY_S)."""
+        snapshot = self.statistics.snapshot()
+        if await self._publish() and self._board is not None:
+            try:
+                snapshot = (await self._board.read.remote([self.model_name]))[self.model_name]
+            except Exception as err:  # noqa: BLE001
+                log.warning("jit2triton serving: the statistics board did not answer (%s)", err)
+        return as_triton(self.model_name, "1", snapshot)
+
+    def describe(self) -> dict:
+        """For the repository's server: what GET / shows of this model."""
+        return self.info
+
+    async def json_request(self, body: bytes) -> tuple[int, bytes]:
+        """For the repository's server: the simple JSON form's answer to a body POSTed to / (one model loaded)."""
+        response = await self._infer(_ForwardedBody(body), "json")
+        return response.status_code, bytes(response.body)
 
     def stats(self) -> dict:
         return {**self.counts.as_dict(), "batch_dim": self.batching.dim, "max_rows_per_call": self.batching.max_rows}
@@ -347,12 +433,17 @@ class ModelServer:
     async def _call(self, members: list[Request]) -> list[Any]:
         rows = [m.rows for m in members]
         try:
-            started = time.perf_counter()
-            outputs = await asyncio.get_running_loop().run_in_executor(self._model_thread, self._run_model,
-                                                                       concat_inputs(members))
-            self.metrics.called([started - m.received for m in members], sum(rows), time.perf_counter() - started)
+            started = time.perf_counter_ns()
+            inputs = concat_inputs(members)
+            joined = time.perf_counter_ns()
+            outputs = await asyncio.get_running_loop().run_in_executor(self._model_thread, self._run_model, inputs)
+            ran = time.perf_counter_ns()
+            answers = split_rows(outputs, rows) if len(members) > 1 else [outputs]
+            queued = [started - round(m.received * 1e9) for m in members]  # perf_counter and _ns share one clock
+            self.metrics.called([q / 1e9 for q in queued], sum(rows), (ran - joined) / 1e9)
+            self.statistics.call(queued, sum(rows), joined - started, ran - joined, time.perf_counter_ns() - ran)
             self.counts.called(len(members), sum(rows))
-            return split_rows(outputs, rows) if len(members) > 1 else [outputs]
+            return answers
         except Exception as err:  # noqa: BLE001 — handed to the requests of this call only
             return [err] * len(members)
 
@@ -363,9 +454,22 @@ class ModelServer:
         return map_tensors(torch.Tensor.cpu, self.model(*inputs))
 
 
-MODEL_PATH = re.compile(r"/v2/models/(?P<name>[^/]+)(?:/versions/[^/]+)?(?P<action>/ready|/infer)?/?")
+MODEL_PATH = re.compile(r"/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/]+))?"
+                        r"(?P<action>/ready|/infer|/config|/stats)?/?")
 ENDPOINTS = ("POST / (JSON), POST /v2/models/NAME/infer (KServe v2), GET /, /stats, /metrics, /v2, /v2/health/live, "
-             "/v2/health/ready, /v2/models/NAME, /v2/models/NAME/ready")
+             "/v2/health/ready, /v2/models/stats, /v2/models/NAME, /v2/models/NAME/ready, /v2/models/NAME/config, "
+             "/v2/models/NAME/stats")
+PUBLISH_EVERY_S = 0.5  # how stale a statistics request may find the counts of a model's other replicas
+
+
+class _ForwardedBody:
+    """A body handed over by the repository's server, read as a request's."""
+
+    def __init__(self, body: bytes) -> None:
+        self.body, self.headers = body, {}
+
+    async def stream(self):
+        yield self.body
 
 
 def _path_under_route(http) -> str:
@@ -422,14 +526,16 @@ def _owned(tensor: torch.Tensor) -> torch.Tensor:
 def app(package: str, *, runtime: str = "auto", max_batch_size: int = 32, batch_wait_timeout_s: float = 0.005,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, num_replicas: int = 1, num_cpus: float = 1,
         num_gpus: float = 0, num_threads: Optional[int] = None, trusted_keys: Sequence[str] = (),
-        name: str = "jit2triton", model_name: Optional[str] = None, **deployment_options: Any) -> Any:
+        name: str = "jit2triton", model_name: Optional[str] = None, mount: str = "",
+        **deployment_options: Any) -> Any:
     """A bound Ray Serve deployment of a package, ready for `serve.run(app(...))` on any Ray cluster.
 
     Each replica loads the package from `package` (a path every node can read) with `runtime` ("auto", "cpp",
     "python"), on `num_gpus` GPUs (Ray picks which), and batches concurrent requests up to `max_batch_size` rows of
     the package's batch dim, waiting at most `batch_wait_timeout_s` for a batch to fill. The KServe v2 protocol
-    serves it as `model_name` (default: the package's file name without .j2t). Other keyword arguments go to the
-    deployment's options (autoscaling_config, max_queued_requests, ...)."""
+    serves it as `model_name` (default: the package's file name without .j2t); `mount`: the model's path
+    (/v2/models/NAME) where the app is deployed at that route prefix, as a model repository deploys it. Other
+    keyword arguments go to the deployment's options (autoscaling_config, max_queued_requests, ...)."""
     serve = _ray_serve()
     if max_batch_size < 1:
         raise ValueError(f"max_batch_size must be at least 1 (1: no batching), not {max_batch_size}")
@@ -439,25 +545,8 @@ def app(package: str, *, runtime: str = "auto", max_batch_size: int = 32, batch_
         options["num_replicas"] = num_replicas
     deployment = serve.deployment(ModelServer, name=name).options(**options)
     return deployment.bind(os.path.abspath(package), runtime, max_batch_size, batch_wait_timeout_s, max_body_bytes,
-                           num_threads, trusted_key_paths(trusted_keys), model_name)
-
-
-def start_local(host: str = "127.0.0.1", port: int = 8000, num_cpus: Optional[int] = None,
-                log_to_driver: bool = True) -> None:
-    """A new local Ray instance with Serve's HTTP proxy on `host:port`, for a quick start; to serve on an existing
-    cluster, serve.run(app(...)) there instead. With a loopback `host`, Ray's own processes (GCS, raylet, dashboard
-    agent, workers) listen on loopback too; with another, on every interface, as a node of a cluster does."""
-    if host in LOOPBACK:
-        _ray_on_loopback()
-    serve = _ray_serve()
-    import ray
-    # metrics reach Ray's export every second, not every ten: GET /metrics shows a request soon after its answer
-    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=log_to_driver,
-             _system_config={"metrics_report_interval_ms": 1000})
-    serve.start(http_options={"host": host, "port": port})
-
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+                           num_threads, trusted_key_paths(trusted_keys), model_name,
+                           None if "autoscaling_config" in options else options["num_replicas"], mount)
 
 
 def _replica_grpc_on_loopback() -> None:
@@ -468,20 +557,10 @@ def _replica_grpc_on_loopback() -> None:
     from ray.serve._private import replica
 
     bind = getattr(replica, "add_port_to_grpc_server", None)
-    if bind is None or ray.util.get_node_ip_address() not in LOOPBACK:
+    if bind is None or not is_loopback(ray.util.get_node_ip_address()):
         return
 
     def bind_on_loopback(server, address: str):
         return bind(server, address.replace("[::]", "127.0.0.1", 1))
 
     replica.add_port_to_grpc_server = bind_on_loopback
-
-
-def _ray_on_loopback() -> None:
-    """Ray's single-machine mode, where its processes bind to loopback instead of 0.0.0.0. Ray reads the switch
-    from the environment when first imported (and its processes, started from here, read it again): where ray was
-    imported already (by the CLI's check that it is installed, or by the caller), its copy is set too."""
-    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
-    constants = sys.modules.get("ray._private.ray_constants")
-    if constants is not None:
-        constants.ENABLE_RAY_CLUSTER = False

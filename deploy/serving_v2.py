@@ -43,11 +43,16 @@ def datatype_of(desc: dict) -> Optional[str]:
 
 
 def tensor_metadata(name: str, desc: dict) -> dict:
-    """An input's or output's v2 metadata: a dynamic dim is -1."""
-    shape = desc.get("shape", []) if desc["type"] == "Tensor" else []
-    sizes = desc.get("dims", shape) if desc["type"] == "Tensor" else []
-    return {"name": name, "datatype": datatype_of(desc) or "BYTES",
-            "shape": [n if isinstance(n, int) else -1 for n in sizes]}
+    """An input's or output's v2 metadata: a dim fixed at conversion is its size, a dynamic one -1. (An output's
+    "dims" name every axis, a fixed one by its size as text: "8".)"""
+    sizes = desc.get("dims", desc.get("shape", [])) if desc["type"] == "Tensor" else []
+    return {"name": name, "datatype": datatype_of(desc) or "BYTES", "shape": [_size(n) for n in sizes]}
+
+
+def _size(dim: Any) -> int:
+    if isinstance(dim, int):
+        return dim
+    return int(dim) if isinstance(dim, str) and dim.isdigit() else -1
 
 
 def output_leaves(desc: dict, path: str = "") -> Iterator[tuple[str, dict]]:
@@ -83,6 +88,27 @@ def model_metadata(name: str, signature: dict) -> dict:
     return {"name": name, "versions": ["1"], "platform": "jit2triton",
             "inputs": [tensor_metadata(d["name"], d) for d in signature["inputs"]],
             "outputs": [tensor_metadata(n, d) for n, d in output_leaves(signature["outputs"])]}
+
+
+def model_config(metadata: dict, max_batch_size: int, batch_wait_s: float, replicas: Optional[int],
+                 device: str) -> dict:
+    """The model's configuration in the Triton Inference Server's form (GET /v2/models/NAME/config): with
+    max_batch_size > 0 (the package batches along axis 0 of every input and output), dims leave the batch axis
+    out, as Triton's do."""
+    skip = 1 if max_batch_size > 0 else 0
+
+    def tensors(entries: list[dict]) -> list[dict]:
+        return [{"name": t["name"], "data_type": f"TYPE_{'STRING' if t['datatype'] == 'BYTES' else t['datatype']}",
+                 "dims": t["shape"][skip:] or [1]} for t in entries]
+
+    config = {"name": metadata["name"], "platform": "jit2triton", "backend": "jit2triton",
+              "version_policy": {"latest": {"num_versions": 1}}, "max_batch_size": max_batch_size,
+              "input": tensors(metadata["inputs"]), "output": tensors(metadata["outputs"]),
+              "instance_group": [{"name": metadata["name"], "kind": "KIND_CPU" if device == "cpu" else "KIND_GPU",
+                                  **({"count": replicas} if replicas else {})}]}
+    if max_batch_size > 0:
+        config["dynamic_batching"] = {"max_queue_delay_microseconds": round(batch_wait_s * 1e6)}
+    return config
 
 
 def read_infer(body: bytes, header_length: Optional[str], inputs: list[dict], output_names: list[str]) -> InferRequest:

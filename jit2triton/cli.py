@@ -288,60 +288,73 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
     run_bench(options, read_inputs_file(inputs_file) if inputs_file else None, click.echo)
 
 
-@main.command(short_help="Serve a package over HTTP with Ray Serve: replicas, dynamic batching.")
-@click.argument("package", type=click.Path(dir_okay=False))
+@main.command(short_help="Serve packages over HTTP with Ray Serve: a model repository, replicas, dynamic batching.")
+@click.argument("packages", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--replicas", type=click.IntRange(min=1), default=1, show_default=True,
-              help="replicas, each loading the package once")
+              help="replicas of each model, each loading its package once")
 @click.option("--max-batch", type=click.IntRange(min=1), default=32, show_default=True,
-              help="most rows of the package's batch dim in one model call (1: no batching)")
-@click.option("--batch-wait-ms", default=5.0, show_default=True, help="longest wait for a batch to fill")
+              help="most rows of a package's batch dim in one model call (1: no batching)")
+@click.option("--batch-wait-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="longest wait for a batch to fill")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="address to listen on (0.0.0.0: other machines too)")
+              help="address the HTTP server listens on (0.0.0.0: every interface); Ray's own processes listen on "
+                   "loopback whatever it is")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
 @click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True,
               help="auto: the C++ runtime where it can run the package, else the Python one")
-@click.option("--num-gpus", default=0.0, show_default=True, help="GPUs per replica (a CUDA package needs 1)")
-@click.option("--threads", type=int, default=None, help="CPU threads per replica (default: torch's)")
+@click.option("--num-gpus", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="GPUs per replica (a CUDA package needs 1)")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads per replica (default: torch's)")
 @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
-              help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
-def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_gpus, threads, trusted_keys) -> None:
-    """Serve a package on a local Ray instance until Ctrl-C, over the KServe v2 / Triton Inference Server protocol
-    (POST /v2/models/NAME/infer; NAME is the package's file name without .j2t) and a simple JSON form (POST
-    {"inputs": {...}} to /); GET /metrics for Prometheus, / for the signature. Ray listens on loopback unless --host
-    says otherwise. To serve on a Ray cluster you already run, see the README."""
+              help="refuse a package unless this Ed25519 public key signed it (repeatable; see keygen)")
+def serve(packages, replicas, max_batch, batch_wait_ms, host, port, runtime, num_gpus, threads, trusted_keys) -> None:
+    """Serve packages (.j2t files, or folders of them: a model repository) on a local Ray instance until Ctrl-C or
+    SIGTERM, over the KServe v2 / Triton Inference Server protocol: each package is model NAME (its file name
+    without .j2t) at /v2/models/NAME (infer, ready, config, stats), with the repository index and load/unload at
+    /v2/repository; GET /metrics for Prometheus; GET / and POST / a simple JSON form when one model is served. To
+    serve on a Ray cluster you already run, use jit2triton.serving.app."""
     from jit2triton.deploy.package import read_package
 
-    # first, so a missing, damaged or unsigned package or a busy port is one clear line, not a failed replica or
-    # a page of Ray's logs
-    manifest = read_package(package, mmap=True, trusted_keys=trusted_keys).manifest
-    check_port(host, port)
     try:
-        from .serving import app, default_model_name, plan_batching, start_local
-        from ray import serve as ray_serve
+        from .serving import (Model, deploy_repository, plan_batching, repository_models, start_local,
+                              stop_local, stop_signals)
+        import ray  # noqa: F401
     except ImportError as err:
         raise click.ClickException(f"serving needs Ray Serve ({err}): pip install 'jit2triton[serve]'") from None
-    if not manifest["device"].startswith("cpu") and not num_gpus:
-        raise click.ClickException(f"the package runs on {manifest['device']}: give each replica a GPU (--num-gpus 1)")
-    signature = manifest["signature"]
-    batching = plan_batching(signature, max_batch)
+    options = {"runtime": runtime, "max_batch_size": max_batch, "batch_wait_timeout_s": batch_wait_ms / 1e3,
+               "num_replicas": replicas, "num_gpus": num_gpus, "num_threads": threads, "trusted_keys": trusted_keys,
+               "logging_config": {"enable_access_log": sys.stdout.isatty()}}  # a log file gets no line per request
+    try:
+        models: list[Model] = repository_models(list(packages), options)
+    except ValueError as err:
+        raise InputError(str(err)) from None
+    # first, so a missing, damaged or unsigned package or a busy port is one clear line, not a failed replica or
+    # a page of Ray's logs
+    batchings = {}
+    for model in models:
+        manifest = read_package(model.package, mmap=True, trusted_keys=trusted_keys).manifest
+        if not manifest["device"].startswith("cpu") and not num_gpus:
+            raise click.ClickException(f"{model.package} runs on {manifest['device']}: give each replica a GPU "
+                                       "(--num-gpus 1)")
+        batchings[model.name] = plan_batching(manifest["signature"], max_batch)
+    check_port(host, port)
     from ray.exceptions import RayError
 
+    stop = stop_signals()
     try:
         start_local(host, port)
-        ray_serve.run(app(package, runtime=runtime, max_batch_size=max_batch, batch_wait_timeout_s=batch_wait_ms / 1e3,
-                          num_replicas=replicas, num_gpus=num_gpus, num_threads=threads, trusted_keys=trusted_keys),
-                      name="jit2triton", route_prefix="/")
-        click.echo(f"serving {os.path.basename(package)} at http://{host}:{port}/ with {replicas} "
-                   f"replica{'s' if replicas > 1 else ''}, " + (
-                       f"batching dim {batching.dim}, up to {batching.max_rows} rows per call" if batching.dim else
-                       f"one request per call ({batching.why_not})"))
-        name = signature["inputs"][0]["name"] if signature["inputs"] else "x"
-        click.echo(f"KServe v2: http://{host}:{port}/v2/models/{default_model_name(package)}/infer; metrics: "
-                   f"http://{host}:{port}/metrics")
-        click.echo(f"try: curl -s http://{host}:{port}/ ; curl -s -X POST http://{host}:{port}/ -d "
-                   f"'{{\"inputs\": {{\"{name}\": [...]}}}}'   (Ctrl-C stops)")
-        while True:
-            time.sleep(3600)
+        deploy_repository(models, options["logging_config"])
+        base = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        for model in models:
+            batching = batchings[model.name]
+            click.echo(f"serving {os.path.basename(model.package)} at {base}/v2/models/{model.name} with {replicas} "
+                       f"replica{'s' if replicas > 1 else ''}, " + (
+                           f"batching dim {batching.dim}, up to {batching.max_rows} rows per call" if batching.dim
+                           else f"one request per call ({batching.why_not})"))
+        click.echo(f"KServe v2: {base}/v2/models/NAME/infer; repository: POST {base}/v2/repository/index; "
+                   f"statistics: {base}/v2/models/stats; metrics: {base}/metrics")
+        click.echo(f"try: curl -s {base}/v2/models/{models[0].name}   (Ctrl-C or SIGTERM stops)")
+        stop.wait()
     except KeyboardInterrupt:
         pass
     except RuntimeError as err:  # Serve's report of replicas that could not start (each replica's error is in it)
@@ -351,9 +364,8 @@ def serve(package, replicas, max_batch, batch_wait_ms, host, port, runtime, num_
         raise click.ClickException(f"Ray Serve stopped: {type(err).__name__}: {reason} (Ray's logs are under "
                                    "/tmp/ray/session_latest/logs)") from None
     finally:
-        ray_serve.shutdown()
-        import ray
-        ray.shutdown()
+        stop.ignore()  # a second signal while draining does not cut the drain short
+        stop_local()  # drains the replicas, then ends every process Ray started
     click.echo("stopped")
 
 

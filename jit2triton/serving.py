@@ -6,6 +6,8 @@ Triton Inference Server HTTP protocol, a simple JSON form, Prometheus metrics an
 
     serve.run(app("model.j2t", num_replicas=2, max_batch_size=32), route_prefix="/")
 
+`jit2triton serve DIR` serves a model repository (serving_repository.py): each package at /v2/models/NAME.
+
 The deployment itself lives in the deployment stage (deploy/serving.py); this is the name users import.
 """
 from jit2triton.deploy.serving import (  # noqa: F401
@@ -15,8 +17,15 @@ from jit2triton.deploy.serving import (  # noqa: F401
     app,
     default_model_name,
     plan_batching,
-    start_local,
+)
+from jit2triton.deploy.serving_local import start_local, stop_local, stop_signals  # noqa: F401
+from jit2triton.deploy.serving_repository import (  # noqa: F401
+    Model,
+    RepositoryServer,
+    deploy_repository,
+    repository_models,
 )
 
-__all__ = ["app", "start_local", "ModelServer", "plan_batching", "Batching", "DEFAULT_MAX_BODY_BYTES",
-           "default_model_name"]
+__all__ = ["app", "start_local", "stop_local", "ModelServer", "plan_batching", "Batching", "DEFAULT_MAX_BODY_BYTES",
+           "default_model_name", "Model", "RepositoryServer", "repository_models", "deploy_repository",
+           "stop_signals"]
