@@ -17,6 +17,7 @@ import torch
 from jit2triton.errors import ConversionError
 
 from .cache import cache_dir, write_once
+from .jobs import job_slot
 
 # The instruction-set baseline is recorded in the package; a machine without it rebuilds from the bundled source.
 ISA_FLAGS = {"x86-64-v3": ["-march=x86-64-v3"], "x86-64": ["-march=x86-64"], "native-arm": []}
@@ -65,7 +66,8 @@ def compile_library(source: str, isa: str) -> bytes:
             src, out = os.path.join(tmp, "kernels.cpp"), os.path.join(tmp, "kernels.so")
             with open(src, "w") as f:
                 f.write(source)
-            result = subprocess.run([compiler, *flags, src, "-o", out], capture_output=True, text=True)
+            with job_slot():  # one of the machine's compile jobs (emitters/jobs.py)
+                result = subprocess.run([compiler, *flags, src, "-o", out], capture_output=True, text=True)
             if result.returncode != 0:
                 raise CompileFailed(f"compiling the generated C++ failed ({compiler}):\n{result.stderr[-4000:]}")
             with open(out, "rb") as f:

@@ -32,6 +32,7 @@ from jit2triton.transpiler.symbolic import size_json
 from jit2triton.transpiler.timing import range_points
 
 from .cache import cache_dir, write_once
+from .jobs import job_slot, job_slots
 from .triton import TritonKernel
 
 TUNE_MIN_ELEMENTS = 1 << 18  # below this much work every configuration is launch-bound: take the default
@@ -149,7 +150,8 @@ def kernel_identity(r: TritonKernel) -> str:
 
 def _compile_all(jobs: list[tuple[TritonKernel, Kernel]], device: torch.device, arch: tuple[int, int]):
     """Yield (job index, (config, compiled)) as kernels are ready. Every candidate configuration of every kernel
-    is compiled first, in threads (Triton's compiler releases the GIL: about 1.9x on 2 cores); then the kernels
+    is compiled first, in threads (Triton's compiler releases the GIL: about 1.9x on 2 cores), as many at once as
+    the machine's compile slots allow; then the kernels
     with several candidates are timed one after another (timings must not overlap). A choice made before, for the
     same kernel, GPU and Triton, is read from the tuning cache, so converting a model again compiles little and
     times nothing."""
@@ -162,11 +164,12 @@ def _compile_all(jobs: list[tuple[TritonKernel, Kernel]], device: torch.device, 
         plans.append((key, [known] if known is not None else tuning_candidates(r, kernel)))
 
     def build(index: int) -> list:
-        with torch.cuda.device(device):
+        with torch.cuda.device(device), job_slot():
             return [compile_config(jobs[index][0], c, device) for c in plans[index][1]]
 
-    workers = min(32, os.cpu_count() or 1)
-    with ThreadPoolExecutor(max_workers=workers) as pool:
+    # As many threads as this process may use cores; each compiles only while it holds a machine-wide slot
+    # (emitters/jobs.py), so conversions side by side share the cores instead of each taking them all
+    with ThreadPoolExecutor(max_workers=job_slots()) as pool:
         futures = {pool.submit(build, i): i for i in range(len(jobs))}
         compiled: dict[int, list] = {}
         for future in as_completed(futures):
