@@ -39,7 +39,7 @@ from . import serving_messages as messages
 from . import serving_v2 as v2
 from .package import read_package
 from .serving_json import Request, RequestReader, encode
-from .serving_local import is_loopback, start_local  # noqa: F401 — start_local is part of this module's API
+from .serving_local import is_loopback
 from .serving_stats import ModelStatistics, as_triton, board
 from .signature import format_type
 from .signing import trusted_key_paths

@@ -27,6 +27,17 @@ def process_tree(root: int) -> set[int]:
     return tree
 
 
+def still_running(pid: int):
+    """The process's start time (clock ticks after boot), or None where it ended: with the pid, it names one
+    process even after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields[19]
+
+
 def listening(pids: set[int]) -> list[tuple[str, str, int]]:
     """(process name, address, port) of each listening TCP socket the processes hold."""
     owners = {}
