@@ -35,7 +35,7 @@ __all__ = [
     "convert", "load", "Converted", "Dim", "__version__",
     "Jit2TritonError", "ModelLoadError", "ConversionError", "PackageError", "CorruptPackageError",
     "PackageVersionError", "PackageDeviceError", "QuantizedEngineError", "SignatureError", "InputError", "StepError",
-    "ModelRaisedError", "UnsafeCacheError",
+    "ModelRaisedError", "UnsafeCacheError", "PrecisionWarning",
 ]
 _API = ("convert", "load", "Converted")
 
@@ -52,4 +52,12 @@ def __getattr__(name: str):
     if name == "Dim":
         from .dims import Dim
         return Dim
+    if name == "PrecisionWarning":  # with the precision rules, which import the transpiler: on first use
+        from .precision import PrecisionWarning
+        return PrecisionWarning
     raise AttributeError(f"module 'jit2triton' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """What `dir(jit2triton)` and tab completion show: the public API, whether or not it has been loaded yet."""
+    return sorted(set(__all__) | {name for name in globals() if not name.startswith("_")})

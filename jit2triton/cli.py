@@ -15,6 +15,7 @@ from jit2triton.emitters.backends import NAMES as BACKEND_NAMES
 
 from .cli_checks import (EXIT_CODES, OUTPUTS_DIFFER, Group, OutputsDiffer, check_output, check_port, read_input_sets,
                          read_inputs_file, set_debug)
+from .errors import InputError
 from .version import __version__
 
 # torch is imported inside the commands that need it: `--help` and `--version` answer at once.
@@ -134,7 +135,6 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, narrow_dims, i
             io_precision) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
-    from .errors import InputError
     from .inputs import dynamic_axes, parse_dim_spec, parse_input_spec
 
     output = output or os.path.splitext(model)[0] + ".j2t"
@@ -179,11 +179,53 @@ def keygen(folder, force) -> None:
     """Write a key pair: sign packages with the private key (`convert --sign DIR/jit2triton.key`), and load them
     with the public one (`load(path, trusted_keys=["DIR/jit2triton.pub"])`, `--trusted-key`, or the
     JIT2TRITON_TRUSTED_KEYS environment variable), which then refuses any package that key did not sign."""
-    from jit2triton.deploy.signing import generate_keys
+    from jit2triton.deploy.signing import PRIVATE_KEY_FILE, PUBLIC_KEY_FILE, generate_keys
 
+    existing = [os.path.join(folder, name) for name in (PRIVATE_KEY_FILE, PUBLIC_KEY_FILE)
+                if os.path.exists(os.path.join(folder, name))]
+    if existing and not force:  # in the command's words (the API's error names its `overwrite` argument)
+        raise InputError(f"{existing[0]} exists; keep it, or pass --force to replace the key pair (packages signed "
+                         "with the old key then need the old public key)")
     private, public = generate_keys(folder, overwrite=force)
     click.echo(f"wrote {private} (keep it secret: it signs packages)")
     click.echo(f"wrote {public} (give it to whoever loads them)")
+
+
+@main.command(short_help="Sign a package with an Ed25519 private key.")
+@click.argument("package", type=click.Path(dir_okay=False))
+@click.option("--key", "signing_key", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="the private key (jit2triton.key from `jit2triton keygen`)")
+@click.option("-o", "--output", type=click.Path(dir_okay=False), help="write the signed package here (default: in place)")
+def sign(package, signing_key, output) -> None:
+    """Sign a package that was saved unsigned (or re-sign it with another key): its checksums are checked first, so
+    only an undamaged package is signed. A signature replaces any signature it had."""
+    from jit2triton.deploy.package import read_package, save_package
+    from jit2triton.deploy.signing import sign as sign_bytes
+
+    output = output or package
+    check_output(output, "" if output == package else package)
+    sign_bytes(b"", signing_key)  # a public key given by mistake fails here, before the package is read
+    save_package(read_package(package), output, signing_key)
+    click.echo(f"signed {output} with {signing_key}")
+
+
+@main.command("verify", short_help="Check a package's checksums and signature (no code loaded).")
+@click.argument("package", type=click.Path(dir_okay=False))
+@click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
+              help="the package must be signed by this Ed25519 public key (repeatable; JIT2TRITON_TRUSTED_KEYS too)")
+def verify_signature(package, trusted_keys) -> None:
+    """Check every member's sha256 and, with trusted keys, that one of them signed the package, as `load` does
+    before anything in it is parsed: exit 0 when it would load, 2 with the reason when it would be refused."""
+    from jit2triton.deploy.package import read_package
+    from jit2triton.deploy.signing import trusted_key_paths
+
+    contents = read_package(package, mmap=True, trusted_keys=trusted_keys)
+    keys = trusted_key_paths(trusted_keys)
+    if keys:
+        click.echo(f"{package}: checksums hold, signed by a trusted key ({', '.join(keys)})")
+    else:
+        click.echo(f"{package}: checksums hold, {'signed' if contents.signed else 'not signed'} (signature not "
+                   "checked: pass --trusted-key or set JIT2TRITON_TRUSTED_KEYS)")
 
 
 @main.command(short_help='Run a package on random inputs (--check: vs TorchScript).')
@@ -444,8 +486,9 @@ def _signed_line(signed: bool, trusted_keys) -> str:
 @main.command("cpp-dir", short_help="Print the C++ runtime's CMake folder.")
 def cpp_dir() -> None:
     """Print the C++ runtime's CMake source folder (for add_subdirectory or cmake -S)."""
-    from jit2triton.deploy.cpp_runtime import ROOT
-    click.echo(ROOT)
+    from jit2triton import deploy  # not deploy.cpp_runtime (its ROOT), which imports torch: this answers at once
+
+    click.echo(os.path.join(os.path.dirname(os.path.abspath(deploy.__file__)), "cpp"))
 
 
 @main.command(short_help='Convert, save, load and check a bundled model.')
