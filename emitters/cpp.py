@@ -210,7 +210,7 @@ OPS = {
     "load": _load, "cast": _cast, "where": _where,
     "neg": "(-{0})", "exp": _c_math("{fn}({0})"), "exp2": _c_math("{fn}({0})"), "log": _c_math("{fn}({0})"),
     "log2": _c_math("{fn}({0})"), "log1p": _c_math("{fn}({0})"), "expm1": _c_math("{fn}({0})"),
-    "sqrt": "std::sqrt({0})", "rsqrt": _c_math("({one}1 / std::sqrt({0}))"), "sin": _c_math("{fn}({0})"),
+    "fma": "std::fma({0}, {1}, {2})", "sqrt": "std::sqrt({0})", "rsqrt": _c_math("({one}1 / std::sqrt({0}))"), "sin": _c_math("{fn}({0})"),
     "cos": _c_math("{fn}({0})"), "tan": _c_math("{fn}({0})"), "tanh": _c_math("{fn}({0})"),
     "erf": _c_math("{fn}({0})"), "abs": "std::abs({0})", "floor": "std::floor({0})", "ceil": "std::ceil({0})",
     "round": "std::nearbyint({0})", "trunc": "std::trunc({0})", "sign": "j2t_sign({0})", "not": "(!{0})",

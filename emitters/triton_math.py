@@ -146,7 +146,7 @@ def _sqrt(writer, node, args: list) -> str:
 
 
 OPS = {
-    "load": _load, "cast": _cast, "where": "tl.where({0}, {1}, {2})",
+    "load": _load, "cast": _cast, "where": "tl.where({0}, {1}, {2})", "fma": "tl.fma({0}, {1}, {2})",
     "neg": "(-{0})", "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "log": "tl.log({0})", "log2": "tl.log2({0})",
     "sin": "tl.sin({0})", "cos": "tl.cos({0})", "erf": "tl.erf({0})", "sigmoid": "tl.sigmoid({0})",
     "sqrt": _sqrt, "rsqrt": _sqrt, "abs": "tl.abs({0})", "floor": _float_only("tl.floor({0})"),

@@ -45,6 +45,8 @@ BACKENDS = ("cpp", "triton", "aten")
 # Other values the model runs on at the example's shapes where it has ops with data-dependent output sizes, each
 # moved so that masks such as `x > 0` count differently from the example and from each other
 VALUE_SHIFTS = (0.5, -0.5, 1.0)
+UNFOLDED = ("conv-BatchNorm folding left out: converted with it, the model differed from the model as loaded even "
+            "with every op through ATen (folding's rounding changed a decision: a box, a label, a count)")
 # Calls after the example's that a model with module state is observed over (state that grows over 3 calls and then
 # stays, a streaming encoder's memory up to its maximum, is seen to vary)
 LATER_CALLS = 4
@@ -117,14 +119,28 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         script = load_script(model, map_location=map_location, methods=list(method_examples))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""
     reduced = (precision, accuracy, io_precision)
-    primed = _state_after_methods(script, forward_examples, method_examples)
-    contents = _convert_method(script, forward_examples, target, backend, source, say, stopwatch, verify,
-                               full_source_paths, dynamic_shapes, reduced, narrow_dims,
-                               _user_draws(verify_inputs, script.input_names), input_ranges, primed)
-    for name, examples in method_examples.items():
-        say(f"converting method {name}")
-        add_method(contents, name, _convert_method(script.methods[name], examples, target, backend, source, say,
-                                                   stopwatch, verify, full_source_paths, None, reduced))
+
+    def convert_methods(script) -> PackageContents:
+        primed = _state_after_methods(script, forward_examples, method_examples)
+        contents = _convert_method(script, forward_examples, target, backend, source, say, stopwatch, verify,
+                                   full_source_paths, dynamic_shapes, reduced, narrow_dims,
+                                   _user_draws(verify_inputs, script.input_names), input_ranges, primed)
+        for name, examples in method_examples.items():
+            say(f"converting method {name}")
+            add_method(contents, name, _convert_method(script.methods[name], examples, target, backend, source,
+                                                       say, stopwatch, verify, full_source_paths, None, reduced))
+        return contents
+    try:
+        contents = convert_methods(script)
+    except fallbacks.Mismatch:
+        if not script.folded:
+            raise
+        say("the model folded differs from the model as loaded even through ATen: converting it again without "
+            "torch.jit.freeze's conv-BatchNorm folding")
+        with stopwatch.stage("load_unfolded"):
+            script = load_script(model, map_location=map_location, methods=list(method_examples), fold=False)
+        script.notes.append(UNFOLDED)
+        contents = convert_methods(script)
     if any(method.get("runtime") == "python" for method in contents.manifest.get("methods", {}).values()):
         contents.manifest["runtime"] = "python"  # (the C++ runtime loads the methods with forward)
     if verify and method_examples and script.state:

@@ -46,7 +46,7 @@ class ReferenceCrashed(Exception):
 
 
 class IsolatedReference:
-    """`function` (TorchScript's frozen method, or a wrapper with the same call) whose runs probe each draw in the
+    """`function` (TorchScript's method as loaded, or a wrapper with the same call) whose runs probe each draw in the
     child first. `remaining()` gives the seconds left in the conversion's time budget (None: no budget), and
     `over_budget()` raises once it is spent. `notes` (for the report) say which draws `crash` found crashing, and
     why runs are not isolated where the child cannot load the model (a custom op registered in `__main__`): those
@@ -134,7 +134,8 @@ def _saved(function: Callable) -> tuple[bytes, str, list[str]]:
     if hasattr(function, "owner"):  # a ScriptMethod
         method, owner = function.name, function.owner if owner is None else owner
     data = (function if owner is None else owner).save_to_buffer()
-    return data, method, _op_modules(function.graph)
+    graph = getattr(function, "inlined_graph", function.graph)  # (as loaded, a submodule's ops sit in its calls)
+    return data, method, _op_modules(graph)
 
 
 def _op_modules(graph) -> list[str]:

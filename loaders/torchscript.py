@@ -1,11 +1,14 @@
 """Read TorchScript and normalise its graph into the form the transpiler reads.
 
 What comes out is one frozen, inlined `torch._C.Graph` per model: weights are constants (conv+BN folded by
-`torch.jit.freeze`), calls are inlined, constants propagated, and mutation removed where TorchScript proves it
-safe. `prim::If` / `prim::Loop` stay: scripted control flow is part of the model.
+`torch.jit.freeze`, but in a model whose outputs depend discretely on its values: discrete_outputs.py), calls are
+inlined, constants propagated, and mutation removed where TorchScript proves it safe. `prim::If` / `prim::Loop`
+stay: scripted control flow is part of the model. Verification's reference is the module as the user loaded it,
+not the frozen one: the package must give the answer the user's model gives.
 """
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 import zipfile
@@ -16,6 +19,7 @@ import torch
 
 from jit2triton.errors import ConversionError, ModelLoadError
 
+from .discrete_outputs import discrete_decisions
 from .local_objects import objects_as_dicts
 from .side_effects import drop_grad_modes, refuse_effects, refuse_unsupported
 from .module_state import StateSlot, read_state, restore_state, thread_module_state
@@ -29,7 +33,7 @@ class ScriptGraph:
     input_names: list[str]
     input_defaults: list[Any]  # per input: its default value, or `NO_DEFAULT`
     name: str
-    function: Any = field(default=None, repr=False)  # runs the TorchScript (frozen): verification's reference
+    function: Any = field(default=None, repr=False)  # runs the TorchScript as loaded: verification's reference
     extra_files: dict[str, bytes] = field(default_factory=dict)  # torch.jit.save(..., _extra_files=...) of a .pt
     # Module attributes forward() reads or writes (loaders/module_state.py): the graph takes their values after the
     # model's inputs and returns the written ones' new values after its outputs
@@ -37,18 +41,20 @@ class ScriptGraph:
     notes: list[str] = field(default_factory=list)  # what loading had to work around, for the report
     methods: dict[str, "ScriptGraph"] = field(default_factory=dict)  # the other methods asked for, by name
     method_names: list[str] = field(default_factory=list)  # every method the module has (forward first)
+    folded: bool = False  # freezing ran its numerics-changing folding (conv-BatchNorm, conv-add, conv-mul) on it
 
 
 NO_DEFAULT = object()
 
 
 def load_script(source: ModelSource, map_location: Union[str, torch.device, None] = None,
-                methods: Sequence[str] = ()) -> ScriptGraph:
+                methods: Sequence[str] = (), fold: bool = True) -> ScriptGraph:
     """Accept a path to a `torch.jit.save` archive, a ScriptModule or a ScriptFunction; `methods` names the
-    module's methods besides forward to read as well (`ScriptGraph.methods`)."""
+    module's methods besides forward to read as well (`ScriptGraph.methods`). Without `fold`, freezing leaves out
+    its numerics-changing folding whatever the model (with it: where the outputs do not depend discretely on values)."""
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
-        script = load_script(_read_archive(path, map_location), methods=methods)
+        script = load_script(_read_archive(path, map_location), methods=methods, fold=fold)
         script.extra_files = _extra_files(path)
         return script
     if isinstance(source, torch.jit.ScriptFunction):
@@ -56,7 +62,7 @@ def load_script(source: ModelSource, map_location: Union[str, torch.device, None
             raise ConversionError(f"a ScriptFunction has no methods; got example inputs for {', '.join(methods)}")
         return _from_function(source)
     if isinstance(source, torch.jit.ScriptModule):
-        return _from_module(source, list(methods))
+        return _from_module(source, list(methods), fold)
     if isinstance(source, torch.nn.Module):
         raise ModelLoadError(
             f"got an eager {type(source).__name__}, not TorchScript; trace or script it first: "
@@ -112,7 +118,7 @@ def _refuse_other_archives(path: str) -> None:
             "torch.jit.save(torch.jit.trace(model, inputs), path) (or torch.jit.script(model))")
 
 
-def _from_module(module: torch.jit.ScriptModule, methods: list[str]) -> ScriptGraph:
+def _from_module(module: torch.jit.ScriptModule, methods: list[str], fold: bool = True) -> ScriptGraph:
     if not hasattr(module, "forward"):
         raise ModelLoadError("the ScriptModule has no forward method to convert")
     names = list(module._c._method_names())
@@ -121,15 +127,39 @@ def _from_module(module: torch.jit.ScriptModule, methods: list[str]) -> ScriptGr
         raise ConversionError(f"the module has no method {unknown[0]!r} to convert besides forward; its methods are "
                               f"{', '.join(names)}")
     module = module.eval()
+    decisions: set[str] = set()
+    folded = False  # the model has ops freezing's numerics-changing passes fold
     for method in ["forward", *methods]:  # before freezing runs a file read whose path it knows
         unfrozen = getattr(module, method).graph.copy()
         torch._C._jit_pass_inline(unfrozen)
         refuse_effects(unfrozen)
-    frozen, notes = _freeze(module, methods)
+        decisions.update(discrete_decisions(unfrozen))
+        folded = folded or any(unfrozen.findAllNodes(op, True) for op in _FOLDED)
+    frozen, notes, numerics_kept = _freeze(module, methods, keep_numerics=bool(decisions) or not fold)
+    if decisions and folded and fold:
+        notes.append("conv-BatchNorm folding left out: the outputs depend discretely on the model's values (at "
+                     f"{', '.join(sorted(decisions))}), where folding's rounding could pick another box, label or "
+                     "count than the model does; BatchNorm computes its own formula, after the convolution")
     script = _method(frozen, "forward", _module_name(module), notes)
     script.methods = {name: _method(frozen, name, f"{_module_name(module)}.{name}", []) for name in methods}
     script.method_names = ["forward"] + sorted(n for n in names if n != "forward")
+    script.folded = folded and not numerics_kept
+    _run_as_loaded(script, module)
     return script
+
+
+_FOLDED = ("aten::batch_norm", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution", "aten::linear")
+
+
+def _run_as_loaded(script: ScriptGraph, module: torch.jit.ScriptModule) -> None:
+    """Verification's reference for each method: the user's module as loaded (unfrozen, unfolded: its answer is the
+    one to give), or a copy of it where the methods write module state (verification restores the saved state
+    before each call), so that the user's own module is left as it was."""
+    scripts = {"forward": script, **script.methods}
+    reference = copy.deepcopy(module) if any(s.state for s in scripts.values()) else module
+    for method, each in scripts.items():
+        as_loaded = getattr(reference, method)
+        each.function = _StatefulReference(as_loaded, reference, each.state) if each.state else as_loaded
 
 
 def _method(frozen: torch.jit.ScriptModule, method: str, name: str, notes: list[str]) -> ScriptGraph:
@@ -150,21 +180,21 @@ def _method(frozen: torch.jit.ScriptModule, method: str, name: str, notes: list[
     graph.eraseInput(0)
     _normalise(graph)
     args = schema.arguments[1:]
-    reference = _StatefulReference(function, frozen, state) if state else function
-    return ScriptGraph(graph, [a.name for a in args], [_default(a) for a in args], name,
-                       function=reference, state=state, notes=notes)
+    return ScriptGraph(graph, [a.name for a in args], [_default(a) for a in args], name, state=state, notes=notes)
 
 
-def _freeze(module: torch.jit.ScriptModule, methods: list[str]) -> tuple[torch.jit.ScriptModule, list[str]]:
-    """torch.jit.freeze, and where one of its optional optimisations crashes (its conv folding has asserted on
-    timm's FastViT), freezing without them: the model's semantics do not depend on them, only its speed. -> (the
-    frozen module, notes for the report)."""
+def _freeze(module: torch.jit.ScriptModule, methods: list[str],
+            keep_numerics: bool = False) -> tuple[torch.jit.ScriptModule, list[str], bool]:
+    """torch.jit.freeze (without its numerics-changing folding where `keep_numerics`), and where one of its optional
+    optimisations crashes (its conv folding has asserted on timm's FastViT), freezing without them: the model's
+    semantics do not depend on them, only its speed. -> (the frozen module, notes for the report, whether the
+    numerics-changing folding was left out)."""
     errors = []
     attempts = [("", lambda: torch.jit.freeze(module, methods)),
                 ("without numerics-changing optimisations",
                  lambda: torch.jit.freeze(module, methods, optimize_numerics=False)),
                 ("without TorchScript's frozen-graph optimisations", lambda: _freeze_only(module, methods))]
-    for how, attempt in attempts:
+    for numerics_kept, (how, attempt) in enumerate(attempts[keep_numerics:], keep_numerics):
         try:
             with warnings.catch_warnings():  # TorchScript's own deprecation notice is noise to a user converting away
                 warnings.simplefilter("ignore", DeprecationWarning)
@@ -173,7 +203,7 @@ def _freeze(module: torch.jit.ScriptModule, methods: list[str]) -> tuple[torch.j
             errors.append(_first_line(err))
             continue
         notes = [f"torch.jit.freeze failed ({errors[0]}); froze the model {how}"] if errors else []
-        return frozen, notes
+        return frozen, notes, bool(numerics_kept)
     raise ConversionError(f"torch.jit.freeze failed on the model: {errors[-1]}") from None
 
 

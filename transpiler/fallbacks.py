@@ -14,7 +14,8 @@ fails, the conversion steps down this ladder, each rung giving up more speed tha
      out only where fusion keeps failing, or the search has no rounds left to start;
   4. the ATen graph: a pass that kernels need fails, or the rewritten graph disagrees with TorchScript even with
      every op through ATen (so a rewrite is wrong): TorchScript's graph as written, every op through ATen;
-  5. refused: TorchScript's graph through ATen fails or disagrees: a ConversionError asking for a bug report.
+  5. refused: TorchScript's graph through ATen fails or disagrees: a ConversionError asking for a bug report
+     (a Mismatch, after which a model torch.jit.freeze folded is converted once more unfolded: conversion.py).
 
 The stages themselves (prepare, build, check) are the caller's; this module knows only what each failure means.
 (Before any of this, `dynamic_shapes="auto"` converts static where the model specialises on its batch size:
@@ -35,6 +36,11 @@ MAX_VERIFY_ROUNDS = 16  # failed verifications before the conversion is refused 
 MAX_BISECT_ROUNDS = 24  # verifications the bisection (rung 3) may spend in all: a few culprits in a 600-kernel model
 MAX_FUSION_FAILURES = 64  # kernels that fail to build before fusion is given up (every kernel out)
 REPORT = "please report it with the model"
+
+
+class Mismatch(ConversionError):
+    """The ladder's end: the package does not match TorchScript even through ATen. Where the graph was folded by
+    torch.jit.freeze, the caller converts it again unfolded (jit2triton/conversion.py)."""
 
 
 @dataclass
@@ -145,7 +151,7 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
     """Rung 2 for a kernel to blame, else 3, else 4, else refused -> whether the graph must be prepared again."""
     attempt.verify_rounds += 1
     if attempt.verify_rounds >= MAX_VERIFY_ROUNDS:
-        raise ConversionError(f"verification still failed after taking {len(attempt.removed)} kernels out; please "
+        raise Mismatch(f"verification still failed after taking {len(attempt.removed)} kernels out; please "
                               "report it, or convert with backend='aten'")
     if verdict.kernel is not None:
         kernel = verdict.kernel.attrs[Attr.KERNEL]
@@ -168,7 +174,7 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
         _note(attempt, f"the rewritten model does not match TorchScript ({verdict.mismatches}); every op runs "
                        f"through ATen as TorchScript wrote it ({REPORT})", say)
         return True
-    raise ConversionError(f"the converted model does not match TorchScript ({verdict.mismatches}); this is a bug "
+    raise Mismatch(f"the converted model does not match TorchScript ({verdict.mismatches}); this is a bug "
                           f"in jit2triton: {REPORT}")
 
 

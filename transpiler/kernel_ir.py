@@ -32,7 +32,7 @@ POINTWISE_OPS = {
     "add", "sub", "mul", "truediv", "floordiv", "mod", "fmod", "pow", "maximum", "minimum", "lt", "le", "gt", "ge",
     "eq", "ne", "and", "or", "xor",
     # arity 3
-    "where",
+    "where", "fma",  # fma: a * b + c rounded once, as ATen's vectorised CPU kernels compute it (BatchNorm)
 }
 COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne", "not", "and", "or", "xor", "isnan", "isinf"}
 REDUCE_OPS = {"sum", "max", "min", "prod", "any", "all", "argmax", "argmin"}

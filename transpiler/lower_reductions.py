@@ -302,16 +302,15 @@ def batch_norm(ctx, x, weight, bias, running_mean, running_var, training, moment
     require(not training and is_box(running_mean) and is_box(running_var), "batch_norm in training mode")
     dtype = ctx.out_dtype
 
-    def fn(index):
+    def fn(index):  # ATen's CPU formula, rounded as it rounds (a score at a threshold decides as the model does)
         ch = [index[1]]
         v = K.cast(x(index), compute_dtype(dtype))
-        y = K.op("mul", K.op("sub", v, K.cast(running_mean(ch), v.dtype)),
-                 K.op("rsqrt", K.op("add", K.cast(running_var(ch), v.dtype), _c(eps, v))))
+        alpha = K.op("rsqrt", K.op("add", K.cast(running_var(ch), v.dtype), _c(eps, v)))
         if is_box(weight):
-            y = K.op("mul", y, K.cast(weight(ch), v.dtype))
-        if is_box(bias):
-            y = K.op("add", y, K.cast(bias(ch), v.dtype))
-        return y
+            alpha = K.op("mul", alpha, K.cast(weight(ch), v.dtype))
+        shift = K.cast(bias(ch), v.dtype) if is_box(bias) else _c(0.0, v)
+        beta = K.op("fma", K.op("neg", K.cast(running_mean(ch), v.dtype)), alpha, shift)
+        return K.op("fma", v, alpha, beta)
 
     return make_box(x.shape, dtype, fn, [x])
 
