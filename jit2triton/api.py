@@ -20,14 +20,17 @@ from jit2triton.deploy.signature import format_type
 from jit2triton.deploy.signing import trusted_key_paths
 
 from .errors import InputError, PackageDeviceError
+from .module_face import TorchModuleFace
 
 DEFAULT_TIMEOUT_S = 600.0  # convert's time budget: DenseNet-121 takes 25 s on an H200 alone
 
 Progress = Any  # Callable[[str], None]
 
 
-class Converted:
-    """A converted model: call it like the TorchScript model; `save` it; read its report and generated code."""
+class Converted(TorchModuleFace):
+    """A converted model: call it like the TorchScript model; `save` it; read its report and generated code. What
+    else code written for a torch.jit module calls on it (`.to`, `.half()`, `.training`, `state_dict()`, the
+    attributes the model writes) is in module_face.py."""
 
     def __init__(self, contents: Union[PackageContents, Callable[[], PackageContents]], runtime: Runtime,
                  methods: Optional[dict[str, Callable]] = None) -> None:
@@ -51,6 +54,11 @@ class Converted:
             return functools.partial(self._call_method, name)
         if name.startswith("_") or "_package" not in self.__dict__:
             raise AttributeError(name)
+        try:
+            return self._state_attribute(name)  # an attribute the model writes: `m.calls`
+        except AttributeError as err:
+            if str(err) != name:
+                raise
         skipped = self._contents.manifest.get("report", {}).get("methods_not_converted", {})
         if name in skipped:
             raise AttributeError(f"method {name!r} of the model was not converted: {skipped[name]}")
@@ -74,7 +82,7 @@ class Converted:
             raise InputError("a converted model runs inference only; it cannot be put in training mode")
         return self
 
-    def to(self, device: Union[str, torch.device]) -> "Converted":
+    def _to_device(self, device: Union[str, torch.device]) -> "Converted":
         """This module where it already runs; elsewhere, a package whose ops all run through ATen loads again
         there (as map_location would), and one with compiled kernels cannot move (convert it for that device)."""
         device = torch.device(device)
@@ -88,7 +96,7 @@ class Converted:
         runtime, methods = python_runtimes(self._contents, device)
         return Converted(self._contents, runtime, methods)
 
-    def cuda(self, device: Union[int, str, None] = None) -> "Converted":
+    def cuda(self, device: Union[int, str, torch.device, None] = None, non_blocking: bool = False) -> "Converted":
         return self.to(torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda"))
 
     def cpu(self) -> "Converted":
@@ -168,7 +176,8 @@ class Converted:
     def signature(self, method: str = "forward") -> str:
         manifest = self._contents.manifest
         sig = manifest["signature"] if method == "forward" else manifest["methods"][method]["signature"]
-        args = ", ".join(f"{d['name']}: {format_type(d)}" for d in sig["inputs"])
+        args = ", ".join(f"{d['name']}: {format_type(d)}" + (f" = {decode(d['default'])!r}" if "default" in d else "")
+                         for d in sig["inputs"])
         return f"({args}) -> {format_type(sig['outputs'])}"
 
 

@@ -47,7 +47,7 @@ EXAMPLES = {"forward": (torch.randn(4, 6),), "encode": (torch.randn(4, 6),), "de
 def test_exported_methods_match_torchscript_call_after_call(runtime, tmp_path):
     model, reference = _pair()
     converted = jit2triton.convert(model, EXAMPLES)
-    assert converted.signature("decode") == "(h: float32[4, 16], temperature: float) -> float32[4, 6]"
+    assert converted.signature("decode") == "(h: float32[4, 16], temperature: float = 2.0) -> float32[4, 6]"
     converted.save(tmp_path / "m.j2t")
     loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
     for _ in range(2):

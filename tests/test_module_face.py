@@ -1,0 +1,140 @@
+"""The loaded module against torch.jit's, for what code calls besides forward: `.to` in its forms, `.half()` /
+`.float()`, `.training`, the weights (`parameters()`, `state_dict()`), the attributes the model writes, the
+package's `dir()`, and defaults in the signature. Each is held to what `torch.jit.load`'s module does."""
+from typing import Optional
+
+import pytest
+import torch
+
+import jit2triton
+from jit2triton.errors import InputError
+
+
+class Counts(torch.nn.Module):  # state: forward writes self.calls, as a torch.jit module shows it
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.lin = torch.nn.Linear(4, 4)
+        self.table = torch.arange(4)  # an integer tensor: a buffer, not a parameter
+
+    def forward(self, x, scale: float = 2.0):
+        self.calls += 1
+        return self.lin(x) * scale + self.table * self.calls
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("face")
+    torch.manual_seed(0)
+    scripted = torch.jit.script(Counts().eval())
+    scripted.save(str(folder / "model.pt"))
+    x = torch.randn(2, 4)
+    jit2triton.convert(scripted, (x,)).save(folder / "model.j2t")
+    traced = torch.jit.trace(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval(), (x,))
+    with pytest.warns(jit2triton.PrecisionWarning) if not _native_bf16() else _nothing():  # emulated on this CPU
+        jit2triton.convert(traced, (x,), precision="bf16").save(folder / "bf16.j2t")
+    return folder
+
+
+def _native_bf16() -> bool:
+    from jit2triton.precision import cpu_supports
+    return cpu_supports("bfloat16")
+
+
+def _nothing():
+    import contextlib
+    return contextlib.nullcontext()
+
+
+def _load(folder, name="model.j2t", runtime: Optional[str] = "python"):
+    return jit2triton.load(folder / name, runtime=runtime)
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_to_takes_torch_jits_forms(packages, runtime):
+    m, t = _load(packages, runtime=runtime), torch.jit.load(str(packages / "model.pt"))
+    for args, kwargs in [((torch.float32,), {}), (("cpu", torch.float32), {}), (("cpu",), {"non_blocking": True}),
+                         ((torch.float32,), {"non_blocking": True}), ((torch.zeros(1),), {}),
+                         ((), {"device": "cpu", "dtype": torch.float32}), ((torch.device("cpu"),), {})]:
+        assert t.to(*args, **kwargs) is t  # what torch.jit's module does with each form
+        assert m.to(*args, **kwargs) is m, (args, kwargs)
+    assert m.float() is m and m.cpu() is m
+    for bad in [(torch.int64,), ("cpu", torch.int32)]:  # the same refusal as torch.jit's, of the same type
+        with pytest.raises(TypeError) as ours:
+            m.to(*bad)
+        with pytest.raises(TypeError) as theirs:
+            t.to(*bad)
+        assert str(ours.value) == str(theirs.value)
+    with pytest.raises(TypeError):
+        m.to("cpu", "not a dtype")
+
+
+def test_another_precision_is_a_clear_error(packages):
+    m = _load(packages)
+    for call in (lambda: m.to(torch.float16), m.half, lambda: m.to("cpu", torch.bfloat16, non_blocking=True)):
+        with pytest.raises(InputError, match=r"computes in torch.float32 .*precision='(fp16|bf16)'"):
+            call()
+    with pytest.raises(InputError, match="float64 model itself"):
+        m.double()
+    reduced = _load(packages, "bf16.j2t")
+    assert reduced.precision() == torch.bfloat16
+    assert reduced.bfloat16() is reduced and reduced.to(torch.bfloat16) is reduced
+    with pytest.raises(InputError, match="computes in torch.bfloat16"):
+        reduced.float()
+
+
+def test_training_is_false_as_after_eval(packages):
+    m, t = _load(packages), torch.jit.load(str(packages / "model.pt"))
+    assert m.training is False and m.training == t.training
+    assert m.eval() is m and m.train(False) is m and not m.training
+    with pytest.raises(InputError, match="inference only"):
+        m.train()
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_weights_are_copies_of_what_the_package_holds(packages, runtime):
+    m, t = _load(packages, runtime=runtime), torch.jit.load(str(packages / "model.pt"))
+    ours = dict(m.named_parameters())
+    assert sorted(ours) == ["self_lin_bias", "self_lin_weight"]  # the package's names for lin.bias, lin.weight
+    assert torch.equal(ours["self_lin_weight"], t.lin.weight) and torch.equal(ours["self_lin_bias"], t.lin.bias)
+    assert [p.shape for p in m.parameters()] == [ours[n].shape for n in ours]
+    assert dict(m.named_buffers()).keys() == {"self_table"} and torch.equal(next(m.buffers()), t.table)
+    state = m.state_dict()
+    assert list(state) == ["self_lin_bias", "self_lin_weight", "self_table"]
+    for weight in state.values():  # a copy: changing it changes nothing the package runs
+        weight.zero_()
+    for weight in m.parameters():
+        weight.fill_(7.0)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(m(x), t(x))
+    assert torch.equal(dict(m.named_parameters())["self_lin_weight"], t.lin.weight)
+    with pytest.raises(InputError, match="fixed at conversion"):
+        m.load_state_dict(state)
+
+
+def test_written_attributes_read_as_torch_jit_shows_them(packages):
+    m, t = _load(packages), torch.jit.load(str(packages / "model.pt"))
+    assert m.calls == t.calls == 0
+    for n in range(1, 4):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(m(x), t(x))
+        assert m.calls == t.calls == n
+    with pytest.raises(AttributeError, match="no method 'nothing'"):
+        m.nothing
+    cpp = _load(packages, runtime="cpp")
+    cpp(torch.randn(2, 4))
+    with pytest.raises(AttributeError, match="runtime='python'"):
+        cpp.calls
+
+
+def test_signature_shows_defaults(packages):
+    m = _load(packages)
+    assert m.signature() == "(x: float32[2, 4], scale: float = 2.0) -> float32[2, 4]"
+    torch.testing.assert_close(m(torch.ones(2, 4)), m(torch.ones(2, 4), 2.0) - torch.arange(4))
+
+
+def test_the_package_lists_its_api():
+    listed = dir(jit2triton)
+    for name in ("convert", "load", "Dim", "InputError", "ConversionError", "PrecisionWarning", "Converted"):
+        assert name in listed and name in jit2triton.__all__
+        assert getattr(jit2triton, name) is not None
