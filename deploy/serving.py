@@ -241,7 +241,7 @@ class ModelServer:
             return self._response(status_code=200)  # a replica answering is loaded: ready
         if path == "/v2":
             return self._json(200, {"name": "jit2triton", "version": jit2triton_version(),
-                                    "extensions": ["binary_tensor_data"]})
+                                    "extensions": ["binary_tensor_data", "model_configuration", "statistics"]})
         if path == "/v2/models/stats":  # this server's one model (a repository's server answers it for several)
             return self._json(200, {"model_stats": [await self.model_statistics()]})
         model = MODEL_PATH.fullmatch(path)

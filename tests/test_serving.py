@@ -1,13 +1,11 @@
 """Serving with Ray Serve (jit2triton.serving): reading requests, batching and splitting without Ray; then a local
 Ray Serve app on loopback under load from 16 clients, with a replica killed mid-load, bad bodies, the Python handle,
-a request sent before the app is up, and `jit2triton serve`. Every answer is checked against the TorchScript model
+a request sent before the app is up (`jit2triton serve` itself: test_serving_repository.py). Every answer is checked against the TorchScript model
 on the same fresh random inputs."""
 import base64
 import http.client
 import json
-import os
 import selectors
-import signal
 import socket
 import statistics
 import subprocess
@@ -27,7 +25,6 @@ from jit2triton.deploy.serving import concat_inputs, plan_batching, plan_chunks,
 from jit2triton.deploy.serving_json import Request, RequestReader, encode
 from jit2triton.errors import InputError, StepError
 from helpers import LinearGeluNorm
-from listening_sockets import LOOPBACK, listening, process_tree
 
 try:
     with warnings.catch_warnings():  # Ray's own pydantic deprecations, not ours to fix
@@ -219,7 +216,7 @@ def _free_port() -> int:
 def server(package, cpp_runtime):
     """2 replicas of the package on a local Ray (2 CPUs, no dashboard); yields the HTTP port. The C++ runtime is
     built first (cpp_runtime), so replicas only load it."""
-    from jit2triton.serving import app, start_local
+    from jit2triton.serving import app, start_local, stop_local
 
     port = _free_port()
     start_local(port=port, num_cpus=2, log_to_driver=False)
@@ -229,8 +226,7 @@ def server(package, cpp_runtime):
                       logging_config={"enable_access_log": False}), name=APP, route_prefix=ROUTE)
         yield port
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        stop_local()  # Serve, Ray and any process Ray left
 
 
 class Client:
@@ -345,54 +341,6 @@ def _totals(before: dict, after: dict) -> dict:
     keys = ("answered", "model_calls", "rows", "batched_requests")
     totals = {k: sum(s[k] for s in after.values()) - sum(before.get(r, {}).get(k, 0) for r in after) for k in keys}
     return {**totals, "largest_call_rows": max(s["largest_call_rows"] for s in after.values())}
-
-
-@needs_ray
-def test_jit2triton_serve_starts_a_local_server_and_stops_on_ctrl_c(package, cpp_runtime):
-    """Runs first, before the module's server: its own Ray instance, in its own process."""
-    port = _free_port()
-    # SIGINT as a terminal delivers it: a suite started as a background job (a script's `cmd &`) hands its
-    # children SIGINT ignored, and Python then installs no handler, so the Ctrl-C below would not reach the command
-    process = subprocess.Popen([sys.executable, "-m", "jit2triton.cli", "serve", package[0], "--port", str(port),
-                                "--max-batch", "8", "--runtime", "cpp"], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    lines: list = []
-
-    def read_output():
-        for line in process.stdout:
-            lines.append(line)
-
-    reader = threading.Thread(target=read_output, daemon=True)
-    reader.start()
-    try:
-        deadline = time.monotonic() + 180
-        while not any(line.startswith("serving ") for line in lines):  # printed once the app is up
-            assert process.poll() is None and time.monotonic() < deadline, "".join(lines)
-            time.sleep(0.5)
-        sockets = listening(process_tree(process.pid))  # the command imports ray before starting it
-        assert "gcs_server" in {name for name, _, _ in sockets}, sockets
-        assert all(address in LOOPBACK for _, address, _ in sockets), sockets
-        client = Client(port)
-        status, data = client.send("GET", "/")
-        assert json.loads(data)["max_rows_per_call"] == 8, data
-        x = torch.randn(3, 4, FEATURES)
-        status, data = client.send("POST", "/", _body(inputs=[x.tolist()]))
-        assert status == 200, data
-        assert torch.allclose(_decode_answer(data), package[1](x), rtol=1e-4, atol=1e-5)
-    finally:
-        process.send_signal(signal.SIGINT)  # Ctrl-C: the command stops Serve and the Ray instance it started
-        try:
-            process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-    reader.join(30)
-    output = "".join(lines)
-    assert process.returncode == 0, output
-    assert f"serving {os.path.basename(package[0])} at http://127.0.0.1:{port}/" in output
-    assert "batching dim batch, up to 8 rows per call" in output and "stopped" in output
-    assert f"KServe v2: http://127.0.0.1:{port}/v2/models/mlp/infer" in output
 
 
 @needs_ray

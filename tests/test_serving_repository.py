@@ -4,7 +4,6 @@ unload, statistics), errors in the client's words, Ray's processes on loopback w
 address asked for, and SIGTERM: drained, "stopped", no process left. One server for the module (Ray starts once);
 the pure parts (metadata, config, statistics, metric families, messages, naming) are tested without Ray."""
 import json
-import os
 import signal
 import socket
 import subprocess

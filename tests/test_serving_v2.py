@@ -78,7 +78,8 @@ def test_v2_metadata_names_each_output_of_the_structure():
     meta = v2.model_metadata("m", SIGNATURE)
     assert meta["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, -1, 4]},
                               {"name": "ids", "datatype": "INT64", "shape": [-1, -1]}]
-    assert [(o["name"], o["datatype"]) for o in meta["outputs"]] == [("output__0", "FP32"), ("output__1.mask", "BOOL")]
+    assert [(o["name"], o["datatype"], o["shape"]) for o in meta["outputs"]] == [
+        ("output__0", "FP32", [-1, -1, 4]), ("output__1.mask", "BOOL", [-1, -1])]  # a fixed dim keeps its size
     assert [n for n, _ in v2.flatten_outputs((torch.zeros(1), {"mask": torch.zeros(1)}))] == OUTPUTS
 
 
@@ -150,7 +151,7 @@ def server(package, cpp_runtime):
     and Ray are shut down after the module's tests, so no Ray process outlives them."""
     if ray is None:
         pytest.skip("ray[serve] is not installed")
-    from jit2triton.serving import app, start_local
+    from jit2triton.serving import app, start_local, stop_local
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -161,8 +162,7 @@ def server(package, cpp_runtime):
                       logging_config={"enable_access_log": False}), name="v2", route_prefix=ROUTE)
         yield port
     finally:
-        serve.shutdown()
-        ray.shutdown()
+        stop_local()
 
 
 def _get(port: int, path: str) -> tuple:
@@ -199,7 +199,8 @@ def test_health_and_metadata_answer_and_unknown_paths_are_404(server):
         assert _get(server, path)[0] == 200, path
     status, data, _ = _get(server, f"/v2/models/{MODEL}")
     assert status == 200 and json.loads(data)["inputs"] == [{"name": "x", "datatype": "FP32", "shape": [-1, -1, 8]}]
-    assert json.loads(_get(server, "/v2")[1])["extensions"] == ["binary_tensor_data"]
+    assert json.loads(_get(server, "/v2")[1])["extensions"] == ["binary_tensor_data", "model_configuration",
+                                                                "statistics"]
     assert "signature" in json.loads(_get(server, "")[1])  # the simple form's GET stays
     for path in ("/health", "/nope", "/v2/models/other", "/v2/models/other/ready"):
         status, data, _ = _get(server, path)
@@ -234,6 +235,7 @@ def test_prometheus_metrics_count_requests_latency_queue_and_batch_size(server, 
     from prometheus_client.parser import text_string_to_metric_families
 
     x = torch.randn(2, 3, FEATURES)
+    before = _settled_totals(server)
     for _ in range(3):
         status, doc = _post(server, "", {"inputs": x.tolist()})  # the only input, sent as its tensor
         assert status == 200 and torch.allclose(torch.tensor(doc["outputs"]), package[1](x), rtol=1e-4, atol=1e-5)
@@ -246,7 +248,9 @@ def test_prometheus_metrics_count_requests_latency_queue_and_batch_size(server, 
         answered = {(s.labels.get("protocol"), s.labels.get("code")): s.value
                     for s in getattr(families.get("ray_jit2triton_requests"), "samples", ())
                     if s.name.endswith("_total")}
-        if answered.get(("json", "200"), 0) >= 3 and answered.get(("json", "400"), 0) >= 1:
+        if answered.get(("json", "200"), 0) >= 3 and answered.get(("json", "400"), 0) >= 1 and (
+                _exact_totals(server, families)["ray_jit2triton_batch_rows_count"] >=
+                before.get("ray_jit2triton_batch_rows_count", 0) + 3):
             break
         time.sleep(0.5)
     else:
@@ -257,3 +261,32 @@ def test_prometheus_metrics_count_requests_latency_queue_and_batch_size(server, 
         counts = [s.value for s in families[name].samples if s.name.endswith("_count")]
         assert counts and sum(counts) >= 3, (name, counts)
     assert all(s.labels["model"] == MODEL for s in families["ray_jit2triton_batch_rows"].samples)
+    # exact, not Ray's bucket midpoints: 3 calls of 2 rows each (one request at a time) sum to 6 rows, not 3 x 1.5
+    totals = _exact_totals(server, families)
+    assert totals["ray_jit2triton_batch_rows_sum"] - before.get("ray_jit2triton_batch_rows_sum", 0) == 6, totals
+    assert totals["ray_jit2triton_batch_rows_count"] - before.get("ray_jit2triton_batch_rows_count", 0) == 3, totals
+
+
+def _settled_totals(port: int) -> dict:
+    """_exact_totals once the earlier tests' requests are all exported: two reads an export period apart agree."""
+    totals, deadline = _exact_totals(port), time.monotonic() + 20
+    while time.monotonic() < deadline:
+        time.sleep(1.2)  # start_local has Ray export every second
+        again = _exact_totals(port)
+        if again == totals:
+            return totals
+        totals = again
+    raise AssertionError(f"the metrics kept changing: {totals}")
+
+
+def _exact_totals(port: int, families: dict = None) -> dict:
+    """The batch_rows histogram's _sum and _count, summed over replicas."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if families is None:
+        families = {f.name: f for f in text_string_to_metric_families(_get(port, "/metrics")[1].decode())}
+    totals: dict = {}
+    for sample in getattr(families.get("ray_jit2triton_batch_rows"), "samples", ()):
+        if sample.name.endswith(("_sum", "_count")):
+            totals[sample.name] = totals.get(sample.name, 0) + sample.value
+    return totals
