@@ -34,9 +34,9 @@ def choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.dev
     try:
         with torch.no_grad():
             graphed(*inputs)  # runs step by step; the next call captures
-            timed = {label: seconds / calls for label, seconds in timing.interleaved(
-                {"graph": batch(graphed), "steps": batch(stepwise)}, rounds=10, budget_s=0.5,
-                sync=torch.cuda.synchronize).items()}
+            measured = timing.measure({"graph": batch(graphed), "steps": batch(stepwise)}, rounds=10, budget_s=0.5,
+                                      sync=torch.cuda.synchronize)
+            timed = {label: seconds / calls for label, seconds in measured.seconds.items()}
             # the host's share: queueing the calls, timed without waiting for the GPU (after it drained)
             timed["host"] = timing.best_time(batch(stepwise), runs=5, budget_s=0.2, sync=lambda: None) / calls
             torch.cuda.synchronize()
@@ -45,10 +45,14 @@ def choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.dev
         return
     if not graphed.uses_cuda_graph:
         return
+    if not measured.steady:  # a busy host: the graph, as the plan's shape decided
+        timing.take_busy(what, "graph", "graph", measured)
+        say(f"CUDA graph: kept, the machine is too busy to time it (spread {measured.spread:.0%})")
+        return
     use_graph = timed["steps"] >= GRAPH_MARGIN * timed["graph"] or timed["host"] >= HOST_HEADROOM * timed["steps"]
     contents.manifest["cuda_graph"] = use_graph
     timing.record(timing.Choice(what, "graph", "graph" if use_graph else "steps", GRAPH_MARGIN,
-                                {k: round(v * 1e6, 1) for k, v in timed.items()}))
+                                {k: round(v * 1e6, 1) for k, v in timed.items()}, **measured.steadiness()))
     contents.manifest["report"]["cuda_graph"] = dict({f"{k}_us": round(v * 1e6, 1) for k, v in timed.items()},
                                                      chosen=use_graph)
     say(f"CUDA graph: {timed['graph'] * 1e6:.0f} us a call, step by step {timed['steps'] * 1e6:.0f} us (the host "

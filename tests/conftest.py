@@ -33,3 +33,12 @@ def cpp_runtime():
         pytest.skip("no C++ compiler here: the C++ runtime cannot be built")
     from jit2triton.deploy.cpp_runtime import extension
     return extension()  # with a compiler here, a runtime that does not build is a failure, never a skip
+
+
+@pytest.fixture
+def steady_timing(monkeypatch):
+    """Every timing counts as steady: a test that decides a timed choice by its margin (0 or 1e9) gets the timed
+    answer on a busy machine too, where a timing that is not steady takes the fixed answer (transpiler/timing.py)."""
+    from jit2triton.transpiler import timing
+    monkeypatch.setattr(timing, "STEADY_SPREAD", float("inf"))
+    monkeypatch.setattr(timing, "MIN_CPU_SHARE", 0.0)

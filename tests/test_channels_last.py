@@ -85,7 +85,7 @@ def test_a_model_that_cannot_run_channels_last_keeps_its_layout(always):
     _same_with_strides(converted(x), traced(x), "output")
 
 
-def test_the_timed_choice_keeps_nchw_where_channels_last_is_not_faster(monkeypatch):
+def test_the_timed_choice_keeps_nchw_where_channels_last_is_not_faster(monkeypatch, steady_timing):
     traced = _traced(ConvNet(), torch.randn(1, 3, 12, 12))
     monkeypatch.setattr(channels_last, "MARGIN", 0.0)
     converted = jit2triton.convert(traced, (torch.randn(1, 3, 12, 12),))

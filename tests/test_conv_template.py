@@ -133,7 +133,7 @@ def test_a_template_kernel_that_disagrees_with_aten_is_taken_out(monkeypatch, tm
     assert_runtimes_match(converted, traced, make, tmp_path, tolerance=1e-4)
 
 
-def test_the_timed_choice_is_reported_with_both_times(monkeypatch, tmp_path):
+def test_the_timed_choice_is_reported_with_both_times(monkeypatch, tmp_path, steady_timing):
     """Timed (not forced), the choice is in the report with both forms' times, and the package has the template
     exactly where the choice says so; fixed choices time nothing and keep no template."""
     monkeypatch.setattr(onednn_conv, "TEMPLATE", "auto")

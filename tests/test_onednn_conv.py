@@ -149,7 +149,7 @@ def test_fixed_choices_keep_atens_convolution_without_timing(channels_last_alway
     assert len(choices) == 8 and all(c["fixed"] and c["chosen"] == "aten" for c in choices), choices
 
 
-def test_the_timed_choice_keeps_aten_where_the_fused_op_is_not_faster(channels_last_always, monkeypatch):
+def test_the_timed_choice_keeps_aten_where_the_fused_op_is_not_faster(channels_last_always, monkeypatch, steady_timing):
     """`auto` rewrites only where the fused op takes at most MARGIN of ATen's time."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU()).eval()
@@ -176,7 +176,7 @@ def test_a_torch_without_the_fused_ops_keeps_atens_convolutions(always, channels
     assert_same(converted(x), traced(x), "", {torch.float32: (1e-4, 1e-4)})
 
 
-def test_the_layout_choice_times_channels_last_as_it_will_run_fused(monkeypatch):
+def test_the_layout_choice_times_channels_last_as_it_will_run_fused(monkeypatch, steady_timing):
     """channels_last.py times the channels-last net with its convolutions fused and their weights reordered in
     advance (ATen's channels-last convolutions alone lost to the model's NCHW on transformers' ResNetModel, fused
     they won by 1.3x); that candidate computes the model's outputs, and each convolution's choice is reported once."""

@@ -145,7 +145,7 @@ def test_addmm_with_other_scales_and_gemms_by_inputs_stay_aten(always):
     assert_same(converted(x, y), traced(x, y))
 
 
-def test_the_timed_choice_keeps_aten_where_onednn_is_not_faster(monkeypatch):
+def test_the_timed_choice_keeps_aten_where_onednn_is_not_faster(monkeypatch, steady_timing):
     """`auto` rewrites only where oneDNN takes at most MARGIN of ATen's time: with a margin nothing meets, ATen's
     linear stays; with one everything meets, oneDNN's runs."""
     torch.manual_seed(0)

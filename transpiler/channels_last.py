@@ -78,10 +78,9 @@ def _choose(graph: Graph, trial: Graph, ctx) -> str:
         return timing.take_fixed(what, FIXED, "own layout").chosen
     runs = {label: _plan_run(g, ctx) for label, g in (("own layout", graph), ("channels-last", trial))}
     try:  # (the clone of the inputs is timed too, alike in both layouts)
-        seconds = timing.interleaved(runs, budget_s=0.5)
+        return timing.settle_timed(what, runs, "own layout", MARGIN, FIXED, timings=1, budget_s=0.5).chosen
     except Exception:  # noqa: BLE001 - the model's own layout failed to run (it ran in shape inference)
-        seconds = {}
-    return timing.settle(what, seconds, "own layout", MARGIN).chosen
+        return timing.settle(what, {}, "own layout", MARGIN).chosen
 
 
 def _is_conv2d(node: Node) -> bool:

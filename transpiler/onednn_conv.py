@@ -270,11 +270,12 @@ def choose(conv: Conv, graph: Graph, weights: dict[int, str], sizes: dict[str, i
     if shape is None:  # an opaque size: nothing to time at, so ATen's own
         return False
     key = (what, conv.bias is not None, tuple(conv.scalars), conv.algorithm, torch.get_num_threads())
-    if key not in _chosen:
-        _chosen[key] = timing.settle_confirmed(what, _candidates(conv, shape, weight), "aten", MARGIN)
-    else:
-        timing.record(_chosen[key])
-    return _chosen[key].chosen == "onednn"
+    if key in _chosen:
+        return timing.record(_chosen[key]).chosen == "onednn"
+    choice = timing.settle_timed(what, _candidates(conv, shape, weight), "aten", MARGIN, FIXED)
+    if not choice.busy:  # a busy machine's fixed answer is not kept: a later conversion times it again
+        _chosen[key] = choice
+    return choice.chosen == "onednn"
 
 
 def _template_kernel(conv: Conv, graph: Graph, weights: dict[int, str]) -> Optional[ConvKernel]:
@@ -311,12 +312,14 @@ def _template_wins(conv: Conv, graph: Graph, weights: dict[int, str], runners: d
     what = (f"generated or oneDNN convolution, {'x'.join(map(str, shape))} * {'x'.join(map(str, weight.shape))}"
             f" s{conv.stride} p{conv.padding} d{conv.dilation} g{conv.groups}, channels-last")
     key = (what, conv.bias is not None, torch.get_num_threads())
-    if key not in _chosen:
-        _chosen[key] = timing.settle_confirmed(what, {"onednn": _bare(conv, list(shape), weight), "generated": run},
-                                               "onednn", TEMPLATE_MARGIN)
-    else:
-        timing.record(_chosen[key])
-    return kernel if _chosen[key].chosen == "generated" else None
+    if key in _chosen:
+        choice = timing.record(_chosen[key])
+    else:  # busy: oneDNN's, as choices="fixed" has it
+        choice = timing.settle_timed(what, {"onednn": _bare(conv, list(shape), weight), "generated": run}, "onednn",
+                                     TEMPLATE_MARGIN, "onednn")
+        if not choice.busy:
+            _chosen[key] = choice
+    return kernel if choice.chosen == "generated" else None
 
 
 def _bare(conv: Conv, shape: list[int], weight: torch.Tensor):

@@ -53,7 +53,7 @@ MARGIN = 1.0
 # 0.6-2M, and 0.73-0.92x from 5M (9x768 -> 768, BERT's shapes)
 FIXED_MIN_MACS = 4 * 2 ** 20
 
-_chosen: dict[tuple, timing.Choice] = {}  # per process: (rows, in, out, dtype, bias, threads) -> the choice
+_chosen: dict[tuple, timing.Choice] = {}  # per process: (rows, in, out, dtype, bias, threads) -> the timed choice
 
 
 def onednn_linear(graph: Graph, device_type: str, sizes: Optional[dict[str, int]] = None) -> int:
@@ -130,8 +130,8 @@ def choose(x: Type, features: int, has_bias: bool, sizes: dict[str, int]) -> boo
         return False
     rows = math.prod(shape[:-1])
     what = f"oneDNN or ATen linear, {rows}x{shape[-1]} -> {features} {x.dtype}{', bias' if has_bias else ''}"
+    fixed = "onednn" if rows * shape[-1] * features >= FIXED_MIN_MACS else "aten"
     if timing.fixed():
-        fixed = "onednn" if rows * shape[-1] * features >= FIXED_MIN_MACS else "aten"
         return timing.take_fixed(what, fixed, "aten").chosen == "onednn"
     key = (rows, shape[-1], features, x.dtype, has_bias, torch.get_num_threads())
     if key in _chosen:  # timed once per shape and process; recorded in every conversion that asks
@@ -142,8 +142,10 @@ def choose(x: Type, features: int, has_bias: bool, sizes: dict[str, int]) -> boo
     packed = torch.ops.mkldnn._reorder_linear_weight(b, rows)
     candidates = {"aten": lambda: torch.nn.functional.linear(a, b, bias),
                   "onednn": lambda: torch.ops.mkldnn._linear_pointwise(a, packed, bias, "none", [], "")}
-    _chosen[key] = timing.settle_confirmed(what, candidates, "aten", MARGIN)
-    return _chosen[key].chosen == "onednn"
+    choice = timing.settle_timed(what, candidates, "aten", MARGIN, fixed)
+    if not choice.busy:  # a busy machine's fixed answer is not kept: a later conversion times it again
+        _chosen[key] = choice
+    return choice.chosen == "onednn"
 
 
 def _epilogue(node: Node, readers: dict[int, list], literals: dict[int, object]) -> Optional[tuple[Node, str, str]]:

@@ -118,7 +118,7 @@ def _format_choices(choices: list[dict[str, Any]]) -> list[str]:
     if not choices:
         return []
     counted = Counter(_choice_line(c) for c in choices)
-    fixed = all(c["fixed"] for c in choices)
+    fixed = all(c["fixed"] and not c.get("busy") for c in choices)
     head = ("choices fixed (choices='fixed': nothing timed):" if fixed else
             "timed choices (median per call; another replaces the model's own where it takes at most the margin "
             "of its time):")
@@ -126,6 +126,10 @@ def _format_choices(choices: list[dict[str, Any]]) -> list[str]:
 
 
 def _choice_line(choice: dict[str, Any]) -> str:
+    if choice.get("busy"):  # no time kept: the timing was not steady (transpiler/timing.py)
+        share = f", on a core {choice['cpu_share']:.0%} of a call" if choice.get("cpu_share") is not None else ""
+        return f"{choice['what']}: {choice['chosen']} (machine busy: spread {choice['spread']:.0%}{share}, fixed choice " \
+               "taken)"
     if choice["fixed"]:
         return f"{choice['what']}: {choice['chosen']}"
     times = ", ".join(f"{label} {us:.1f} us" for label, us in choice["times_us"].items()) or "not timed"

@@ -4,6 +4,13 @@ one CUDA graph or step by step), made one way so that a busy machine does not fl
 - The candidates take turns, call by call, for several rounds (the order rotating, so none always runs after
   another): a burst of load on the machine hits each alike, where timing one and then the other let it fall on one.
 - Each candidate's median is compared, not its best: one lucky call decides nothing.
+- A timing counts only when it is steady: each candidate's median call within STEADY_SPREAD of its fastest. On a
+  busy machine the rounds go on until it is (the load may pass), and where it never is, the choice takes the answer
+  its pass fixes for it and the report says so ("machine busy: spread X%, fixed choice taken"). On the project's
+  2-core machine with a busy process per core, a 2x256 -> 256 linear's median call took 24 ms against a fastest
+  of 32 us (two threads, each waiting for a core for the other), for ATen and oneDNN alike: their medians told
+  nothing, and one of them was chosen by chance. So a time in the report is one measured steadily, and a busy
+  machine changes no choice beyond its margin: it either times as a quiet one does or takes the fixed answer.
 - Another candidate wins only where its median is at most `margin` of the model's own form's (each choice names its
   margin); a tie keeps what the model wrote.
 - With `choices="fixed"` (`recording("fixed")`) nothing is timed: each choice takes the answer its pass fixes for
@@ -28,6 +35,18 @@ from jit2triton.errors import ConversionError
 MODES = ("timed", "fixed")
 ROUNDS = 15  # rounds of calls, each candidate once a round...
 MIN_ROUNDS = 5  # ... or, once `budget_s` is spent, at least this many
+# Steady: every candidate's median call took at most this share more than its fastest. Quiet, on the project's
+# 2-core machine (other work running), the medians of microsecond GEMMs were 10-30% above their fastest calls, and
+# of whole plans a few percent; with a busy process per core, 100x and more.
+STEADY_SPREAD = 0.5
+# ... and, timing the CPU, the process ran (on any of its threads) for at least this share of a median call's time.
+# Calls can all wait alike: on the loaded project machine a 2x288 -> 256 linear's 20 calls took 16.0 ms each (a
+# spread of 0.03) against 21 us at leisure, its process on a core for 0.14-0.43 of each call, where a call that
+# ran as it does alone was on a core for all of it (1.0-1.05).
+MIN_CPU_SHARE = 0.7
+STEADY_ROUNDS = 10  # a timing is judged steady from this many rounds on: a handful of calls may all have waited
+UNSTEADY_BUDGETS = 4  # a timing goes on until steady for up to this many times its budget...
+UNSTEADY_ROUNDS = 4 * ROUNDS  # ... and this many rounds, in all
 
 
 @dataclass
@@ -40,6 +59,9 @@ class Choice:
     margin: Optional[float] = None
     times_us: dict[str, float] = field(default_factory=dict)
     fixed: bool = False
+    spread: Optional[float] = None  # the timing's worst median over fastest, less 1 (timing.Timing)
+    cpu_share: Optional[float] = None  # timing the CPU: the share of a median call the process was on a core
+    busy: bool = False  # the timing never became steady: the fixed answer was taken, and no time is kept
 
     def as_report(self) -> dict:
         return asdict(self)
@@ -81,27 +103,37 @@ def take_fixed(what: str, answer: str, own: str) -> Choice:
     return record(Choice(what, own, answer, fixed=True))
 
 
-def settle(what: str, seconds: dict[str, float], own: str, margin: float) -> Choice:
+def take_busy(what: str, answer: str, own: str, timed: "Timing") -> Choice:
+    """The fixed answer to a choice whose timing never became steady, recorded with what showed it."""
+    return record(Choice(what, own, answer, fixed=True, busy=True, **timed.steadiness()))
+
+
+def settle(what: str, seconds: dict[str, float], own: str, margin: float,
+           timed: Optional["Timing"] = None) -> Choice:
     """The fastest of the candidates whose median is at most `margin` of `own`'s, else `own` (also when `own`
-    could not be timed); recorded."""
+    could not be timed); recorded (with how steady the timing was, given it)."""
     beating = [label for label in seconds if label != own and own in seconds
                and seconds[label] <= margin * seconds[own]]
     chosen = min(beating, key=seconds.get) if beating else own
-    return record(Choice(what, own, chosen, margin, {k: round(v * 1e6, 2) for k, v in seconds.items()}))
+    return record(Choice(what, own, chosen, margin, {k: round(v * 1e6, 2) for k, v in seconds.items()},
+                         **(timed.steadiness() if timed is not None else {})))
 
 
-def settle_confirmed(what: str, candidates: dict[str, Callable[[], object]], own: str, margin: float,
-                     timings: int = 2, budget_s: float = 0.2) -> Choice:
-    """`settle` on `interleaved` timings of the candidates, where `own` wins only if `timings` timings in a row
-    find no other within `margin` of it; the last timing is the one recorded. For choices whose other candidate
-    is the one expected to win, so that a burst of load on the machine does not keep `own` by chance: one 5-round
-    timing on the loaded project machine put transformers' ResNetModel's 2x64x32x32 * 256x64 1x1 convolution +
-    add + relu at 5.3 ms fused against 1.7 ATen (alone, at leisure: 0.75 against 0.86), and kept ATen's for three."""
+def settle_timed(what: str, candidates: dict[str, Callable[[], object]], own: str, margin: float, fixed: str,
+                 timings: int = 2, budget_s: float = 0.2) -> Choice:
+    """`settle` on a steady `measure` of the candidates, or `fixed` (the answer choices="fixed" takes) where the
+    timing is not steady. With `timings=2`, `own` wins only if two steady timings in a row find no other within
+    `margin` of it; the last timing is the one recorded. For choices whose other candidate is the one expected to
+    win, so that a burst of load on the machine does not keep `own` by chance: one 5-round timing on the loaded
+    project machine put transformers' ResNetModel's 2x64x32x32 * 256x64 1x1 convolution + add + relu at 5.3 ms
+    fused against 1.7 ATen (alone, at leisure: 0.75 against 0.86), and kept ATen's for three."""
     for _ in range(timings):
-        seconds = interleaved(candidates, budget_s=budget_s)
-        if any(label != own and seconds[label] <= margin * seconds[own] for label in seconds):
+        timed = measure(candidates, budget_s=budget_s)
+        if not timed.steady:
+            return take_busy(what, fixed, own, timed)
+        if any(label != own and timed.seconds[label] <= margin * timed.seconds[own] for label in timed.seconds):
             break
-    return settle(what, seconds, own, margin)
+    return settle(what, timed.seconds, own, margin, timed)
 
 
 def range_points(dims: Optional[dict[str, tuple]]) -> list[dict[str, int]]:
@@ -132,30 +164,67 @@ def settle_over(what: str, seconds_at: list[dict[str, float]], own: str, margin:
     return record(Choice(what, own, chosen, margin, times))
 
 
-def interleaved(candidates: dict[str, Callable[[], object]], rounds: int = ROUNDS, budget_s: float = 0.05,
-                sync: Optional[Callable[[], None]] = None) -> dict[str, float]:
-    """Median seconds per call of each candidate, taking turns: one warm call each (first-call allocations and
-    setup), then up to `rounds` rounds of one call each, stopping after MIN_ROUNDS once they took `budget_s`.
-    `sync` (a device's synchronize) brackets each timed call, so queued device work counts."""
+@dataclass
+class Timing:
+    """Each candidate's median seconds per call; the spread, the largest of (median / fastest call - 1) over the
+    candidates; and, timing the CPU, the median over calls of the share of its time the process was on a core.
+    Steady where the spread is at most STEADY_SPREAD and the share at least MIN_CPU_SHARE."""
+    seconds: dict[str, float]
+    spread: float
+    cpu_share: Optional[float]
+    rounds: int
+
+    @property
+    def steady(self) -> bool:
+        return self.spread <= STEADY_SPREAD and (self.cpu_share is None or self.cpu_share >= MIN_CPU_SHARE)
+
+    def steadiness(self) -> dict:
+        """What the record keeps of it."""
+        return {"spread": round(self.spread, 3),
+                "cpu_share": None if self.cpu_share is None else round(self.cpu_share, 3)}
+
+
+def measure(candidates: dict[str, Callable[[], object]], rounds: int = ROUNDS, budget_s: float = 0.05,
+            sync: Optional[Callable[[], None]] = None) -> Timing:
+    """The candidates timed taking turns: one warm call each (first-call allocations and setup), then up to `rounds`
+    rounds of one call each, stopping after MIN_ROUNDS once they took `budget_s`; where the timing is not steady
+    then (or has fewer than STEADY_ROUNDS rounds to tell), rounds go on until it is, up to UNSTEADY_ROUNDS rounds
+    and UNSTEADY_BUDGETS times `budget_s`. `sync` (a device's synchronize) brackets each timed call, so queued
+    device work counts; the process's share of a core is judged only without it (a host waiting for its GPU is
+    not a busy one)."""
+    on_cpu = None if sync else time.process_time  # all the process's threads: workers of a parallel op count
     sync = sync or (lambda: None)
     for run in candidates.values():
         run()
     sync()
     labels = list(candidates)
     times: dict[str, list[float]] = {label: [] for label in labels}
-    spent = 0.0
-    for r in range(rounds):
+    shares: list[float] = []
+    spent, r = 0.0, 0
+    while True:
         for label in labels[r % len(labels):] + labels[:r % len(labels)]:
             sync()
+            cpu_start = on_cpu() if on_cpu else 0.0
             start = time.perf_counter()
             candidates[label]()
             sync()
             took = time.perf_counter() - start
+            if on_cpu:
+                shares.append((on_cpu() - cpu_start) / max(took, 1e-9))
             times[label].append(took)
             spent += took
-        if r + 1 >= MIN_ROUNDS and spent > budget_s:
-            break
-    return {label: statistics.median(t) for label, t in times.items()}
+        r += 1
+        if r >= rounds or (r >= MIN_ROUNDS and spent > budget_s):
+            timed = _timing(times, shares, r)
+            if (timed.steady and r >= min(rounds, STEADY_ROUNDS)) or r >= UNSTEADY_ROUNDS \
+                    or spent > UNSTEADY_BUDGETS * budget_s:
+                return timed
+
+
+def _timing(times: dict[str, list[float]], shares: list[float], rounds: int) -> Timing:
+    medians = {label: statistics.median(t) for label, t in times.items()}
+    spread = max((medians[label] / max(min(t), 1e-9) - 1 for label, t in times.items()), default=0.0)
+    return Timing(medians, spread, statistics.median(shares) if shares else None, rounds)
 
 
 def best_time(run: Callable[[], object], runs: int = 20, budget_s: float = 0.02,
