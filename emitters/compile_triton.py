@@ -264,9 +264,11 @@ def time_candidates(r: TritonKernel, kernel: Kernel, candidates: list[dict], dev
         if buffers is None:  # too large to time here
             continue
         args = buffers + [point[name] for name in r.size_args]
+        # the median launch, not the mean: a host that stalls (conversions side by side) or another process's
+        # kernels on the GPU lengthen some launches, and a mean takes them in
         at_points.append({i: do_bench(lambda c=c: fn[(r.grid(c, point),)](
-            *args, num_warps=c["num_warps"], enable_fp_fusion=FP_FUSION, **c["constants"]), warmup=5, rep=25)
-            for i, c in enumerate(candidates)})
+            *args, num_warps=c["num_warps"], enable_fp_fusion=FP_FUSION, **c["constants"]), warmup=5, rep=25,
+            return_mode="median") for i, c in enumerate(candidates)})
     if not at_points:
         return 0
     worst = {i: max(times[i] / min(times.values()) for times in at_points) for i in range(len(candidates))}
