@@ -26,7 +26,7 @@ from typing import Callable, Optional
 import torch
 
 from jit2triton.transpiler import kernel_ir as K
-from jit2triton.transpiler.conv_kernels import BLOCK, pack, shape_key
+from jit2triton.transpiler.conv_templates import BLOCK, pack, shape_key
 
 from .common import Scope, provenance_comment, unravel
 from .cpp import CTYPES, PARALLEL_WORK, _KernelWriter

@@ -293,3 +293,14 @@ class LinearGeluNorm(torch.nn.Module):
 
     def forward(self, x):
         return self.norm(torch.nn.functional.gelu(self.linear(x)))
+
+
+def replace_pass(monkeypatch, name: str, run: Callable, **changes) -> None:
+    """Run `run(graph, ctx)` in place of the pipeline's pass `name` (other fields of its record changed too, e.g.
+    `devices=` to force a CUDA pass on a CPU conversion), for this test."""
+    import dataclasses
+
+    from jit2triton.transpiler import pipeline
+    assert any(p.name == name for p in pipeline.PASSES), name
+    monkeypatch.setattr(pipeline, "PASSES", [dataclasses.replace(p, run=run, **changes) if p.name == name else p
+                                             for p in pipeline.PASSES])

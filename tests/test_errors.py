@@ -350,7 +350,7 @@ def test_a_rewrite_that_changes_the_model_falls_back_to_torchscript_s_own_graph(
         for node in graph.walk():
             if node.op == "aten::relu":
                 node.op, node.attrs["schema"] = "aten::neg", schema_of("aten::neg")
-    monkeypatch.setattr(pipeline, "REWRITES", [("wrong", wrong)] + pipeline.REWRITES)
+    monkeypatch.setattr(pipeline, "PASSES", [pipeline.Pass("wrong", wrong, "rewrite")] + pipeline.PASSES)
     model = torch.jit.trace(lambda x: torch.relu(x) * 2 + 1, (torch.randn(4, 8),))
     options = {"dynamic_shapes": {"x": {0: jit2triton.Dim("n", min=1, max=16)}}} if dynamic else {}
     converted = jit2triton.convert(model, (torch.randn(4, 8),), **options)
@@ -371,7 +371,7 @@ def test_a_pass_that_crashes_costs_speed_not_the_conversion(where, monkeypatch, 
     """An internal error in a pass before fusion never reaches the user (a TypeError in onednn_linear's timing,
     found on wav2vec2 with a dynamic length): a rewrite that only speeds the graph up is skipped, and the kernels
     stay; any other pass costs the kernels. The report says which pass failed."""
-    from jit2triton.transpiler import pipeline
+    from helpers import replace_pass
 
     def crash(graph, ctx):  # a deliberately broken pass, after half rewriting the graph
         for node in graph.walk():
@@ -379,9 +379,7 @@ def test_a_pass_that_crashes_costs_speed_not_the_conversion(where, monkeypatch, 
                 node.op = "aten::neg"
         raise TypeError("can't multiply sequence by non-int of type 'str'")
     name = "gemm_forms" if where == "optional rewrite" else "check_indices"
-    rewrites = [(n, crash if n == name else run) for n, run in pipeline.REWRITES]
-    assert rewrites != pipeline.REWRITES
-    monkeypatch.setattr(pipeline, "REWRITES", rewrites)
+    replace_pass(monkeypatch, name, crash)
     model = torch.jit.trace(lambda x: torch.relu(x) * 2 + 1, (torch.randn(4, 8),))
     converted = jit2triton.convert(model, (torch.randn(4, 8),))
     notes = converted.manifest["report"]["verification"]["notes"]
@@ -397,11 +395,11 @@ def test_a_pass_that_crashes_costs_speed_not_the_conversion(where, monkeypatch, 
 
 
 def test_a_pass_that_crashes_with_every_op_through_aten_is_a_clear_bug_report(monkeypatch):
-    from jit2triton.transpiler import pipeline
+    from helpers import replace_pass
 
     def crash(graph, ctx):
         raise KeyError(7)
-    monkeypatch.setattr(pipeline, "PREPARE", [("observe", crash)])
+    replace_pass(monkeypatch, "observe", crash)
     model = torch.jit.trace(lambda x: x + 1, (torch.randn(4),))
     with pytest.raises(jit2triton.ConversionError, match=r"pass observe failed \(KeyError: 7\).*a bug in jit2triton"):
         jit2triton.convert(model, (torch.randn(4),), backend="aten")

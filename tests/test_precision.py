@@ -71,7 +71,7 @@ def _on(backend: str, x: torch.Tensor) -> torch.Tensor:
 
 
 def _reduced_graph(model, example, dtype: str, keep=None):
-    """The model's graph through PREPARE with a precision plan: typed after the rewrite."""
+    """The model's graph through the prepare passes with a precision plan: typed after the rewrite."""
     script = load_script(model)
     graph = from_torchscript(script.graph, script.input_names, script.name, False)
     ctx = pipeline.Context(torch.device("cpu"), list(example), _run_plan(torch.device("cpu")))

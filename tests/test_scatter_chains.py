@@ -17,8 +17,7 @@ import torch
 
 from bounds_checked_triton import checked_loads
 from fallback_models import FALLBACK_MODELS, ShiftedWindowMask, region_read_back
-from helpers import BACKENDS, TRITON_ON_CPU, assert_matches_torchscript, convert_for
-from jit2triton.transpiler import pipeline
+from helpers import BACKENDS, TRITON_ON_CPU, assert_matches_torchscript, convert_for, replace_pass
 from jit2triton.transpiler.lowering import CannotLower
 from jit2triton.transpiler.op_table import OP_TABLE
 from jit2triton.transpiler.place_on_device import place_on_device
@@ -45,7 +44,7 @@ def counts_on_the_host(monkeypatch):
             if node.op == "prim::Constant" and graph.weights.get(node.attrs.get("weight"), SIZED).dim() == 0:
                 node.output.type = dataclasses.replace(node.output.type, device="host")
 
-    monkeypatch.setattr(pipeline, "PREPARE", [("place_on_device", place), *pipeline.PREPARE[1:]])
+    replace_pass(monkeypatch, "place_on_device", place)
 
 
 SIZED = torch.empty(1)

@@ -11,7 +11,7 @@ import jit2triton
 from jit2triton.transpiler import pipeline, pixel_convs
 from jit2triton.transpiler.split_conv_bias import split_conv_bias
 
-from helpers import assert_same_outputs, build, copied, fresh_calls
+from helpers import assert_same_outputs, build, copied, fresh_calls, replace_pass
 from models import MODELS
 
 CNN = next(s for s in MODELS if s.name == "small_cnn_bn_se")
@@ -19,9 +19,8 @@ CNN = next(s for s in MODELS if s.name == "small_cnn_bn_se")
 
 def test_conv_bias_moves_into_the_kernel_after_it(monkeypatch, tmp_path) -> None:
     counts = []
-    forced = ("split_conv_bias", lambda graph, ctx: counts.append(split_conv_bias(graph, "cuda")))
-    monkeypatch.setattr(pipeline, "REWRITES", [forced if name == "split_conv_bias" else (name, run)
-                                               for name, run in pipeline.REWRITES])
+    replace_pass(monkeypatch, "split_conv_bias", lambda graph, ctx: counts.append(split_conv_bias(graph, "cuda")),
+                 devices=pipeline.ALL_DEVICES)
     monkeypatch.setattr(pixel_convs, "MODE", "never")  # CUDA's form: its one-pixel convolutions stay convolutions
     source, reference, example = build(CNN, tmp_path)
     converted = jit2triton.convert(source, example_inputs=example, choices="fixed")  # no timed oneDNN conv
@@ -42,9 +41,8 @@ def test_on_the_cpu_the_bias_stays_in_the_convolution(tmp_path) -> None:
 
 def test_an_unbatched_convolution_keeps_its_bias(monkeypatch) -> None:
     counts = []
-    forced = ("split_conv_bias", lambda graph, ctx: counts.append(split_conv_bias(graph, "cuda")))
-    monkeypatch.setattr(pipeline, "REWRITES", [forced if name == "split_conv_bias" else (name, run)
-                                               for name, run in pipeline.REWRITES])
+    replace_pass(monkeypatch, "split_conv_bias", lambda graph, ctx: counts.append(split_conv_bias(graph, "cuda")),
+                 devices=pipeline.ALL_DEVICES)
     torch.manual_seed(0)
     conv = torch.jit.script(torch.nn.Conv2d(3, 6, 3).eval())  # called on (C, H, W): no batch dim
     converted = jit2triton.convert(conv, example_inputs=(torch.randn(3, 8, 8),))

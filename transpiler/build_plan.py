@@ -18,8 +18,7 @@ from typing import Any
 
 import torch
 
-from .fuse import KERNEL_OP
-from .ir import Attr, Block, Graph, Node, Type, Value, readers
+from .ir import KERNEL_OP, Attr, Block, Graph, Node, Type, Value, readers
 from .op_table import EXTERN, lookup, writes_in_place
 from .packed_params import AT_LOAD
 from .assign_slots import Slots, assign_slots

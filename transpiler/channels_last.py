@@ -25,16 +25,13 @@ from typing import Callable, Optional
 
 import torch
 
-from .build_plan import build_plan
-from .fuse import clone_graph
-from .ir import Attr, Graph, Node, Type, Value, literals, readers
+from .ir import CHANNELS_LAST_FORMAT, CONTIGUOUS_FORMAT, Attr, Graph, Node, Type, Value, clone_graph, literals, readers
 from .lowering import strides_in_order
 from .op_table import lookup, schema_of
 from .symbolic import at_example
 from . import timing
 
 CONTIGUOUS_SCHEMA = "aten::contiguous(Tensor(a) self, *, MemoryFormat memory_format=contiguous_format) -> Tensor(a)"
-CONTIGUOUS_FORMAT, CHANNELS_LAST = 0, 2  # torch.memory_format as TorchScript's graphs hold it (an int)
 FLOATS = ("float32", "float16", "bfloat16", "float64")
 MODE = "auto"  # "auto": where timing says channels-last is faster; "always"; "never"
 MARGIN = 0.95  # channels-last must take at most this share of the model's time in its own layout
@@ -55,7 +52,7 @@ def channels_last(graph: Graph, ctx, then: Optional[Callable[[Graph, object], Gr
     trial = clone_graph(graph)
     if not _rewrite(trial, ctx.example_sizes):
         return False
-    if not runs_at_every_draw(trial, ctx, [(ctx.example_sizes, ctx.example_inputs)]):
+    if not ctx.runs_at_every_draw(trial, [(ctx.example_sizes, ctx.example_inputs)]):
         return False  # the model does not run in the new layout
     # On CUDA the plan's run through ATen here is bound by the host (a Python step costs more than a convolution
     # of resnet18 on an H100), so its time hides the GPU's: resnet18's choice flipped from run to run. cuDNN's
@@ -89,25 +86,8 @@ def _is_conv2d(node: Node) -> bool:
 
 
 def _plan_run(graph: Graph, ctx):
-    """A call of the graph's plan through ATen on copies of the example inputs."""
-    sched = build_plan(graph)
-    return lambda: ctx.run_plan(sched, _copies(ctx.example_inputs), None)
-
-
-def runs_at_every_draw(graph: Graph, ctx, draws: Optional[list] = None) -> bool:
-    """Whether the graph runs at the example and the other sizes conversion observes (dynamic dims; other input
-    values): a view the new strides allow at one size may not at another."""
-    sched = build_plan(graph)
-    try:
-        for _, inputs in (draws or []) + list(ctx.draws):
-            ctx.run_plan(sched, _copies(inputs), None)
-    except Exception:
-        return False
-    return True
-
-
-def _copies(inputs: list) -> list:
-    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    """A call of the graph's plan through ATen on copies of the example inputs (a seam the tests spy on)."""
+    return ctx.trial_run(graph)
 
 
 def _rewrite(graph: Graph, sizes: dict[str, int]) -> bool:
@@ -120,7 +100,7 @@ def _rewrite(graph: Graph, sizes: dict[str, int]) -> bool:
     if restores is None:
         return False
     head, swap = [], {}
-    fmt = _constant(head, "channels_last_format", CHANNELS_LAST)
+    fmt = _constant(head, "channels_last_format", CHANNELS_LAST_FORMAT)
     for x in images:
         converted = Value(f"{x.name}_channels_last", x.type)
         head.append(Node("aten::contiguous", [x, fmt], [converted], attrs={Attr.SCHEMA: CONTIGUOUS_SCHEMA,
@@ -200,7 +180,7 @@ def _layout(t: Type, sizes: dict[str, int]) -> Optional[int]:
     if list(strides_in_order(shape, [0, 1, 2, 3])) == strides:
         return CONTIGUOUS_FORMAT
     if list(strides_in_order(shape, [0, 2, 3, 1])) == strides:
-        return CHANNELS_LAST
+        return CHANNELS_LAST_FORMAT
     return None
 
 

@@ -15,7 +15,6 @@ residual add, each becomes one kernel.
 """
 from __future__ import annotations
 
-import copy
 import itertools
 from collections import Counter
 from typing import Any, Optional
@@ -25,13 +24,14 @@ import torch
 from . import kernel_ir as K
 from .alias_analysis import fixed_tensor_lists, mutated_views, writes
 from .drop_unread import drop_unread
-from .ir import Attr, KERNEL_OP, QUANTIZED_DTYPES, Block, Graph, Node, Type, Value, defined, walk_block
+from .ir import (Attr, KERNEL_OP, QUANTIZED_DTYPES, Block, Graph, Node, Type, Value, clone_graph,
+                 provenance_line, walk_block)
 from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, RunsAsExtern, TensorBox, contiguous_strides,
                        get_lowering, realized_box, strides_in_order)
 from .op_table import is_view, lookup
 from .symbolic import SymSize
 
-__all__ = ["KERNEL_OP", "FusionFailed", "clone_graph", "fuse"]
+__all__ = ["KERNEL_OP", "FusionFailed", "fuse"]
 RECOMPUTE_LIMIT = 3  # a value of this many fused nodes or more is stored once rather than recomputed per user
 
 
@@ -59,30 +59,6 @@ def fuse(graph: Graph, device_type: str, refused: Optional[dict[int, str]] = Non
     _Fuser(work, device_type, refused or {}, dims is not None).block(work.body, top=True)
     drop_unread(work)
     return work
-
-
-_IMMUTABLE = (str, int, float, bool, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
-
-
-def clone_graph(graph: Graph) -> Graph:
-    """A copy to rewrite: new blocks, nodes and values that keep their value ids and node uids (so a refusal names
-    the same node in every copy). What no pass changes in place is shared: types and sources (frozen), the weights
-    (never written), attrs' immutable values (the rest, literal lists, are deep-copied). copy.deepcopy of the whole
-    graph took most of fusion's time (1.2 million calls for a chain of 1,000 layers)."""
-    values = {id(v): Value(v.name, v.type, v.id) for v in defined(graph)}
-    memo: dict[int, Any] = {id(w): w for w in graph.weights.values()}
-    memo.update(values)
-
-    def block(b: Block) -> Block:
-        return Block([values[id(v)] for v in b.inputs], [node(n) for n in b.nodes],
-                     [values.get(id(v), v) for v in b.outputs])
-
-    def node(n: Node) -> Node:
-        attrs = {k: v if isinstance(v, _IMMUTABLE) else copy.deepcopy(v, memo) for k, v in n.attrs.items()}
-        return Node(n.op, [values.get(id(v), v) for v in n.inputs], [values[id(v)] for v in n.outputs], attrs,
-                    [block(b) for b in n.blocks], n.source, n.uid)
-
-    return Graph(block(graph.body), dict(graph.weights), graph.name, returns=graph.returns)
 
 
 _CARRIED_SCALARS = {"int": "int64", "float": "float64", "bool": "bool"}  # runtime scalar -> its 0-d tensor's dtype
@@ -500,9 +476,3 @@ def _short_name(nodes: list[Node]) -> str:
                                                   "ListConstruct")]
     chosen = (interesting or names)[-3:]
     return "_".join(dict.fromkeys(chosen)) or "copy"
-
-
-def provenance_line(node: Node) -> str:
-    """A kernel's provenance line for a node it computes: the op and its source line."""
-    where = f"  {node.source}" if node.source else ""
-    return f"{node.op}{where}"

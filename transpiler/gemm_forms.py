@@ -27,13 +27,14 @@ from typing import Callable, Optional
 import torch
 
 from .constant_gemm import ConstantGemm, constant_gemm, features, transposed_weight
-from .ir import Attr, Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
+from .ir import (GENERATED_GEMM, Attr, Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of,
+                 weight_names)
 from .op_table import POINTWISE, lookup
 from .symbolic import at_example
 from . import timing
 
 FORMS = ("linear", "linear_add", "kn")
-GENERATED = "skinny"
+GENERATED = GENERATED_GEMM
 DTYPES = ("float32", "float16", "bfloat16")
 MODE = "auto"  # "auto": timed on CUDA; "never"; or a form name: every GEMM takes it, on any device (for tests)
 # The generated form's hook: (rows, k, n, dtype, has_bias, timed) -> (seconds or None, launch configuration), or None

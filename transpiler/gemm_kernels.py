@@ -10,9 +10,7 @@ The template computes an epilogue on the product's tile, rounded first as ATen's
 """
 from __future__ import annotations
 
-from .fuse import provenance_line
-from .gemm_forms import GENERATED
-from .ir import KERNEL_OP, Attr, Graph, Node, blocks
+from .ir import GENERATED_GEMM, KERNEL_OP, Attr, Graph, Node, blocks, provenance_line
 from .kernel_ir import GemmKernel, KernelBuffer
 from .lowering import contiguous_strides
 
@@ -23,7 +21,7 @@ def gemm_kernels(graph: Graph, refused: dict[int, str]) -> int:
     for block in blocks(graph):
         nodes = []
         for node in block.nodes:
-            taken = node.attrs.get(Attr.GEMM_FORM) == GENERATED and node.uid not in refused
+            taken = node.attrs.get(Attr.GEMM_FORM) == GENERATED_GEMM and node.uid not in refused
             kernel = _kernel(node, made) if taken else None
             if kernel is None:
                 nodes.append(node)

@@ -25,16 +25,16 @@ left to fusion (the template's epilogue), stored once.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-from .channels_last import CHANNELS_LAST, runs_at_every_draw
-from .conv_kernels import shape_key, template_kernel
-from .fuse import clone_graph
+from .conv_templates import shape_key, template_kernel
+from .convs import Conv, as_conv
 from .packed_params import AT_LOAD
-from .ir import Attr, Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
+from .ir import (CHANNELS_LAST_FORMAT, Attr, Graph, Node, Type, Value, blocks, clone_graph, literals as literals_of,
+                 readers as readers_of, weight_names)
 from .kernel_ir import ConvKernel
 from .symbolic import at_example
 from . import timing
@@ -48,7 +48,6 @@ BINARY_SCHEMA = ("mkldnn::_convolution_pointwise.binary(Tensor X, Tensor other, 
 REORDER_OP = "mkldnn::_reorder_convolution_weight"
 REORDER_SCHEMA = ("mkldnn::_reorder_convolution_weight(Tensor self, int[2] padding=0, int[2] stride=1, "
                   "int[2] dilation=1, int groups=1, int[]? input_size=None) -> Tensor Y")
-DTYPES = ("float32", "bfloat16")
 # activation op -> oneDNN's post-op name (hardtanh, ReLU6 in a trace, takes its bounds as scalars; gelu its
 # `approximate` as the algorithm)
 ACTIVATIONS = {"aten::relu": "relu", "aten::sigmoid": "sigmoid", "aten::tanh": "tanh", "aten::hardswish": "hardswish",
@@ -72,25 +71,6 @@ FIXED = "aten"  # choices="fixed": ATen's convolution, as the model wrote it
 _chosen: dict[tuple, timing.Choice] = {}  # per process: the convolution's shapes and epilogue -> the choice
 
 
-@dataclass
-class Conv:
-    """A 2-d convolution by a constant weight and what it folds in."""
-    node: Node
-    x: Value
-    weight: Value
-    bias: Optional[Value]
-    stride: list[int]
-    padding: list[int]
-    dilation: list[int]
-    groups: int
-    other: Optional[Value] = None  # a residual added to its output
-    activation: str = ""  # oneDNN's post-op name
-    scalars: list = field(default_factory=list)
-    algorithm: str = ""
-    folded: list[Node] = field(default_factory=list)  # the add and activation nodes it takes in, in order
-    sizes: Optional[dict[str, int]] = None  # the example's dynamic dims
-
-
 def onednn_conv(graph: Graph, ctx, offer_template: bool = True) -> int:
     """Rewrite in place; returns how many convolutions now run through oneDNN's fused op or are marked for the
     generated template (conv_kernels.py: where the face generates C++ kernels, `ctx.generated_conv`, and timing
@@ -102,7 +82,7 @@ def onednn_conv(graph: Graph, ctx, offer_template: bool = True) -> int:
     trial = clone_graph(graph)
     template = getattr(ctx, "generated_conv", None) if offer_template else None
     done = _rewrite_graph(trial, ctx.example_sizes or {}, template)
-    if not done or not runs_at_every_draw(trial, ctx, [(ctx.example_sizes, ctx.example_inputs)]):
+    if not done or not ctx.runs_at_every_draw(trial, [(ctx.example_sizes, ctx.example_inputs)]):
         return 0
     graph.body, graph.weights = trial.body, trial.weights
     return done
@@ -131,7 +111,7 @@ def as_it_will_run(graph: Graph, ctx) -> Graph:
 def _runs_channels_last(graph: Graph) -> bool:
     consts = literals_of(graph)
     return any(n.op == "aten::contiguous" and n.attrs.get(Attr.SYNTHETIC) and len(n.inputs) == 2
-               and consts.get(n.inputs[1].id) == CHANNELS_LAST for n in graph.body.nodes)
+               and consts.get(n.inputs[1].id) == CHANNELS_LAST_FORMAT for n in graph.body.nodes)
 
 
 def _rewrite_graph(graph: Graph, sizes: dict[str, int], template=None) -> int:
@@ -170,40 +150,6 @@ def available() -> bool:
     ops = torch.ops.mkldnn
     return torch.backends.mkldnn.is_available() and all(hasattr(ops, op) for op in (
         "_convolution_pointwise", "_reorder_convolution_weight")) and hasattr(ops._convolution_pointwise, "binary")
-
-
-def as_conv(node: Node, weights: dict[int, str], literals: dict[int, object]) -> Optional[Conv]:
-    """The convolution `node` computes, when oneDNN's fused op can run it: 2-d, batched, a constant weight and
-    bias, float32 or bfloat16 on the CPU, not transposed, numeric padding."""
-    ins = node.inputs
-    if node.op == "aten::conv2d" and len(ins) == 7:
-        params = [literals.get(v.id) for v in ins[3:7]]
-    elif node.op == "aten::_convolution" and len(ins) >= 12 and literals.get(ins[6].id) is False:
-        params = [literals.get(v.id) for v in (ins[3], ins[4], ins[5], ins[8])]
-    else:
-        return None
-    x, weight, bias = ins[0], ins[1], ins[2]
-    stride, padding, dilation, groups = params
-    if not (all(_pair(p) for p in (stride, padding, dilation)) and isinstance(groups, int)):
-        return None
-    dtype = x.type.dtype
-    if (dtype not in DTYPES or x.type.device != "cpu" or weight.id not in weights or weight.type.dtype != dtype
-            or x.type.shape is None or len(x.type.shape) != 4 or weight.type.shape is None
-            or len(weight.type.shape) != 4 or node.output.type.dtype != dtype):
-        return None
-    if bias.type.kind == "None":
-        bias = None
-    elif bias.id not in weights or bias.type.dtype != dtype:
-        return None
-    return Conv(node, x, weight, bias, _two(stride), _two(padding), _two(dilation), groups)
-
-
-def _pair(p) -> bool:
-    return isinstance(p, list) and len(p) in (1, 2) and all(isinstance(i, int) for i in p)
-
-
-def _two(p: list[int]) -> list[int]:
-    return p * 2 if len(p) == 1 else list(p)
 
 
 def _epilogue(conv: Conv, block, readers: dict[int, list], literals: dict[int, object], before) -> None:

@@ -1,17 +1,17 @@
-"""The conversion pipeline, in order: every pass the transpiler runs, each a function `(graph, context) -> graph`.
+"""The conversion pipeline, in order: every pass the transpiler runs, each a record in `PASSES`.
 
-    TorchScript graph ─▶ from_torchscript ─▶ PREPARE ─▶ (REWRITES, when kernels are generated) ─▶ fuse
-                      ─▶ merge_kernels ─▶ gemm_kernels, conv_kernels ─▶ epilogues ─▶ build_plan
-                      ─▶ plan_arena (CPU)
+    TorchScript graph ─▶ from_torchscript ─▶ prepare ─▶ (rewrite, when kernels are generated) ─▶ lower ─▶ plan
 
-PREPARE types every value (by running the plan once on the example inputs) and, for a reduced-precision package,
-rewrites the graph to float16/bfloat16 where the rules allow (precision.py) and types it again; REWRITES reshape
-the graph for fusion and must each leave a graph that still runs through ATen alone (the plan before fusion is
-verification's reference). `fuse` lowers and fuses what it can into kernels, `merge_kernels` joins sibling
-kernels, the GEMMs and convolutions timed faster as templates become template kernels, each taking the pointwise
-kernel after it, and `build_plan` turns the result into the plan the runtimes run. The face
-(`jit2triton/conversion.py`) supplies the one thing the transpiler cannot: an interpreter to run a plan with
-(`Context.run_plan`, the runtime's executor), so no stage imports a later one.
+The prepare passes type every value (by running the plan once on the example inputs) and, for a reduced-precision
+package, rewrite the graph to float16/bfloat16 where the rules allow (precision.py) and type it again; the rewrites
+reshape the graph for fusion and must each leave a graph that still runs through ATen alone (the plan before
+fusion is verification's reference). Lowering fuses what it can into kernels, joins sibling kernels, makes the
+GEMMs and convolutions timed faster as templates into template kernels, each taking the pointwise kernel after it,
+and planning turns the result into the plan the runtimes run. The face (`jit2triton/conversion.py`) supplies the
+one thing the transpiler cannot: an interpreter to run a plan with (`Context.run_plan`, the runtime's executor).
+A pass imports no other pass (tests/test_structure.py): what two passes share lives in ir, kernel_ir, or a module
+of shapes and forms (conv_templates, convs), and a rewrite that tries a candidate graph runs it through the context
+(`Context.trial_run`).
 """
 from __future__ import annotations
 
@@ -161,6 +161,24 @@ class Context:
     # first): such a draw is skipped, not run here
     crashes: Callable[[list, str], Optional[str]] = lambda inputs, name: None
 
+    # Trial runs of a candidate graph through ATen, for the rewrites that try one and keep it where it runs (and
+    # runs faster): here, so that a rewrite needs no planner of its own (a pass imports no other pass)
+    def trial_run(self, graph: Graph) -> Callable[[], list]:
+        """A call of the graph's plan through ATen on copies of the example inputs."""
+        sched = build_plan(graph)
+        return lambda: self.run_plan(sched, _copied(self.example_inputs), None)
+
+    def runs_at_every_draw(self, graph: Graph, draws: Optional[list] = None) -> bool:
+        """Whether the graph runs at the example and the other sizes conversion observes (dynamic dims; other input
+        values): a view the new strides allow at one size may not at another."""
+        sched = build_plan(graph)
+        try:
+            for _, inputs in (draws or []) + list(self.draws):
+                self.run_plan(sched, _copied(inputs), None)
+        except Exception:  # noqa: BLE001 - any failure means it does not run there
+            return False
+        return True
+
 
 def observe(graph: Graph, ctx: Context) -> Graph:
     """Run the graph on the example inputs (and on each draw of the dynamic dims) through ATen and write every
@@ -268,41 +286,76 @@ def _reduce_precision(graph: Graph, ctx: Context) -> Graph:
     return observe(graph, ctx)
 
 
-Pass = Callable[[Graph, Context], Any]
+ALL_DEVICES = ("cpu", "cuda")
 
-PREPARE: list[tuple[str, Pass]] = [
-    ("place_on_device", lambda g, c: place_on_device(g, c.device)),
-    ("observe", observe),
+
+@dataclass(frozen=True)
+class Pass:
+    """One stage of the conversion. `run(graph, ctx)` rewrites the graph in place, or returns the graph that takes
+    its place (fusion works on a copy; planning turns the graph into a Plan). `stage` says which part of the pipeline
+    runs it:
+
+      prepare  types every value (the graph still runs through ATen alone: verification's reference);
+      rewrite  reshapes the graph for fusion, when kernels are generated (the graph still runs through ATen alone);
+      lower    fuses what can be generated into kernels, and gives template kernels their epilogues;
+      plan     the plan the runtimes run.
+
+    `optional`: the pass only makes the graph faster, so one that fails is skipped (fallbacks.py's first rung); the
+    others type the graph or keep generated kernels safe. `devices`: the device types it runs for (a pass that can
+    be forced on elsewhere by its MODE switch, for tests, decides for itself)."""
+    name: str
+    run: Callable[[Any, "Context"], Any]
+    stage: str
+    optional: bool = False
+    devices: tuple[str, ...] = ALL_DEVICES
+
+
+PASSES: list[Pass] = [
+    Pass("place_on_device", lambda g, c: place_on_device(g, c.device), "prepare"),
+    Pass("observe", observe, "prepare"),
     # a reduced-precision package: float16/bfloat16 but where float32 is kept, then typed again
-    ("reduce_precision", lambda g, c: _reduce_precision(g, c)),
-]
-REWRITES: list[tuple[str, Pass]] = [
-    ("fold_shapes", lambda g, c: fold_shapes(g, c.recorder)),  # shape arithmetic becomes constants
-    ("unpack_splits", lambda g, c: unpack_splits(g)),  # chunk/split/unbind into one view per piece
-    ("fuse_attention", lambda g, c: fuse_attention(g)),  # written-out softmax attention into one ATen call
-    ("decompose_mha", lambda g, c: decompose_mha(g)),  # nn.MultiheadAttention's fast path into linear + SDPA
-    ("functionalize", lambda g, c: functionalize(g)),  # in-place writes nothing else sees become functional
-    ("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type)),  # on CUDA the bias fuses after the conv
-    ("split_norms", lambda g, c: split_norms(g, c.device.type)),  # CUDA: norms of few huge rows in parallel pieces
-    ("gemm_forms", lambda g, c: gemm_forms(g, c.device.type, c.kernel_dims, c.generated_gemm)),  # CUDA: each GEMM's fastest form
-    ("pixel_convs", lambda g, c: pixel_convs(g, c.device.type)),  # CPU: 1x1 convs of one pixel as GEMMs, gate stored
-    ("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes)),  # CPU: where oneDNN is faster
-    ("check_indices", lambda g, c: check_indices(g)),  # generated gathers clamp: a bad index must still raise
+    Pass("reduce_precision", _reduce_precision, "prepare"),
+    Pass("fold_shapes", lambda g, c: fold_shapes(g, c.recorder), "rewrite", optional=True),  # shape arithmetic
+    Pass("unpack_splits", lambda g, c: unpack_splits(g), "rewrite", optional=True),  # chunk/split: a view per piece
+    Pass("fuse_attention", lambda g, c: fuse_attention(g), "rewrite", optional=True),  # softmax attention: one call
+    Pass("decompose_mha", lambda g, c: decompose_mha(g), "rewrite", optional=True),  # MHA fast path: linear + SDPA
+    Pass("functionalize", lambda g, c: functionalize(g), "rewrite", optional=True),  # unseen in-place writes
+    Pass("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type), "rewrite", optional=True,
+         devices=("cuda",)),  # the bias fuses after the convolution
+    Pass("split_norms", lambda g, c: split_norms(g, c.device.type), "rewrite", optional=True),  # CUDA: few huge rows
+    Pass("gemm_forms", lambda g, c: gemm_forms(g, c.device.type, c.kernel_dims, c.generated_gemm), "rewrite",
+         optional=True),  # CUDA: each GEMM's fastest form
+    Pass("pixel_convs", lambda g, c: pixel_convs(g, c.device.type), "rewrite", optional=True,
+         devices=("cpu",)),  # 1x1 convolutions of one pixel as GEMMs, gate stored
+    Pass("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes), "rewrite", optional=True,
+         devices=("cpu",)),  # where oneDNN is faster
+    Pass("check_indices", lambda g, c: check_indices(g), "rewrite"),  # generated gathers clamp: bad indices raise
     # conv nets: channels-last activations, where timing says faster (timed with the convolutions fused as the next
     # pass fuses them: channels-last through ATen's convolutions alone can be the slower, fused the faster)
-    ("channels_last", lambda g, c: channels_last(g, c, then=as_it_will_run)),
-    ("onednn_conv", onednn_conv),  # CPU, channels-last nets: fused oneDNN convolutions, where timing says faster
-    ("reobserve", observe),  # the rewrites made new values (a fused attention's output has its own strides)
-    ("infer_unobserved", lambda g, c: infer_unobserved(g)),  # branches the example inputs did not take
-    ("bind_sizes", lambda g, c: bind_opaque_sizes(g, c.recorder, c.kernel_dims)),  # opaque sizes read at run time
+    Pass("channels_last", lambda g, c: channels_last(g, c, then=as_it_will_run), "rewrite", optional=True),
+    Pass("onednn_conv", onednn_conv, "rewrite", optional=True, devices=("cpu",)),  # fused oneDNN convolutions
+    Pass("reobserve", observe, "rewrite"),  # the rewrites made new values (a fused attention's output's strides)
+    Pass("infer_unobserved", lambda g, c: infer_unobserved(g), "rewrite"),  # branches the example did not take
+    Pass("bind_sizes", lambda g, c: bind_opaque_sizes(g, c.recorder, c.kernel_dims), "rewrite",
+         optional=True),  # opaque sizes read at run time
+    Pass("fuse", lambda g, c: fuse(g, c.device.type, c.refused, c.kernel_dims), "lower"),  # returns a fused copy
+    Pass("merge_kernels", lambda g, c: merge_kernels(g), "lower"),  # siblings over one iteration space
+    Pass("gemm_kernels", lambda g, c: gemm_kernels(g, c.refused), "lower"),  # the GEMMs given the generated form
+    Pass("conv_kernels", lambda g, c: conv_kernels(g, c.refused), "lower"),  # the convolutions onednn_conv marked
+    Pass("epilogues", lambda g, c: take_epilogues(g), "lower"),  # each template kernel computes the pointwise kernel after it
+    Pass("build_plan", lambda g, c: build_plan(g), "plan"),  # the graph becomes a Plan
+    Pass("plan_arena", lambda sched, c: plan_arena(sched.plan, sched.nodes), "plan", devices=("cpu",)),
 ]
-
+STAGES = ("prepare", "rewrite", "lower", "plan")
 
 # Rewrites that only make the graph faster: one that fails is skipped (its bug costs speed, never the conversion).
-# The others type the graph or keep generated kernels safe, so without them no kernels are generated.
-OPTIONAL_REWRITES = frozenset({"bind_sizes", "fold_shapes", "unpack_splits", "fuse_attention", "decompose_mha",
-                               "functionalize", "split_conv_bias", "split_norms", "gemm_forms", "pixel_convs",
-                               "onednn_linear", "channels_last", "onednn_conv"})
+OPTIONAL_REWRITES = frozenset(p.name for p in PASSES if p.optional)
+
+
+def passes(stage: str, device_type: Optional[str]) -> list[Pass]:
+    """The passes of one stage that run for this device type (None: those that run for every device), in order."""
+    return [p for p in PASSES if p.stage == stage and (device_type in p.devices if device_type else
+                                                        p.devices == ALL_DEVICES)]
 
 
 class PassFailed(Exception):
@@ -317,41 +370,40 @@ def prepare(graph: Graph, ctx: Context, generate_kernels: bool, skip: frozenset 
     """Every pass before fusion, in order, but those in `skip`; the graph they leave still runs through ATen alone.
     A pass that fails with anything but a jit2triton error (which says what the user can do) raises PassFailed:
     the graph may be half rewritten, so the caller starts again from TorchScript's graph."""
-    passes = [(name, run) for name, run in PREPARE + (REWRITES if generate_kernels else []) if name not in skip]
-    for done, (name, run) in enumerate(passes, 1):
-        ctx.stopwatch.say(f"pass {name} {done}/{len(passes)}")
+    stages = ("prepare", "rewrite") if generate_kernels else ("prepare",)
+    todo = [p for stage in stages for p in passes(stage, ctx.device.type) if p.name not in skip]
+    for done, step in enumerate(todo, 1):
+        ctx.stopwatch.say(f"pass {step.name} {done}/{len(todo)}")
         try:
-            with ctx.stopwatch.stage(name):
-                run(graph, ctx)
+            with ctx.stopwatch.stage(step.name):
+                step.run(graph, ctx)
         except Jit2TritonError:
             raise
         except Exception as err:  # noqa: BLE001 - any bug in a pass
-            raise PassFailed(name, err) from err
+            raise PassFailed(step.name, err) from err
     return graph
 
 
 def lower(graph: Graph, ctx: Context) -> Graph:
-    """A copy of the prepared graph with its lowerable nodes fused into kernels (`ctx.refused` stay ATen), and
-    sibling kernels over one iteration space merged into one."""
-    with ctx.stopwatch.stage("fuse"):
-        fused = fuse(graph, ctx.device.type, ctx.refused, ctx.kernel_dims)
-    with ctx.stopwatch.stage("merge_kernels"):
-        merged = merge_kernels(fused)
-    with ctx.stopwatch.stage("gemm_kernels"):
-        gemm_kernels(merged, ctx.refused)  # the GEMMs gemm_forms gave the generated form
-    with ctx.stopwatch.stage("conv_kernels"):
-        conv_kernels(merged, ctx.refused)  # the convolutions onednn_conv gave the generated form
-    with ctx.stopwatch.stage("epilogues"):
-        take_epilogues(merged)  # each template kernel computes the pointwise kernel after it
-    return merged
+    """A copy of the prepared graph with its lowerable nodes fused into kernels (`ctx.refused` stay ATen), sibling
+    kernels over one iteration space merged into one, and the template kernels with their epilogues."""
+    for step in passes("lower", ctx.device.type):
+        with ctx.stopwatch.stage(step.name):
+            graph = _replaced(graph, step.run(graph, ctx))
+    return graph
 
 
 def plan(graph: Graph, device: Optional[torch.device] = None, stopwatch: Optional[Stopwatch] = None) -> Plan:
-    """The plan the runtimes run; for a CPU target, with its kernels' intermediate outputs in one arena."""
+    """The plan the runtimes run; for a CPU target, with its kernels' intermediate outputs in one arena. (No
+    context: the planning passes read nothing but the graph, and verification plans graphs of its own.)"""
     stopwatch = stopwatch or Stopwatch()
-    with stopwatch.stage("build_plan"):
-        sched = build_plan(graph)
-    if device is not None and device.type == "cpu":
-        with stopwatch.stage("plan_arena"):
-            plan_arena(sched.plan, sched.nodes)
+    sched: Any = graph
+    for step in passes("plan", device.type if device is not None else None):
+        with stopwatch.stage(step.name):
+            sched = _replaced(sched, step.run(sched, None))
     return sched
+
+
+def _replaced(current: Any, result: Any) -> Any:
+    """What a pass leaves: the graph or plan it returned, else the one it rewrote in place."""
+    return result if isinstance(result, (Graph, Plan)) else current

@@ -20,7 +20,7 @@ whose output is larger is marked `store` (fuse.py writes it out once).
 from __future__ import annotations
 
 from .ir import Attr, Graph, Node, Type, Value, blocks, literals as literals_of, readers as readers_of, weight_names
-from .onednn_conv import Conv, as_conv
+from .convs import Conv, as_conv
 from .op_table import schema_of
 
 MODE = "auto"  # "auto": on the CPU; "never"
