@@ -88,3 +88,17 @@ def test_the_cpp_policy_header_is_generated_from_the_python_policy() -> None:
     header = (ROOT / "deploy" / "cpp" / "src" / "policy.h").read_text()
     assert header == policy.cpp_header(), (
         "deploy/cpp/src/policy.h is stale: run `python -m jit2triton.deploy.policy > deploy/cpp/src/policy.h`")
+
+
+def test_a_pass_imports_no_other_pass() -> None:
+    """The pipeline's order is read in one file (transpiler/pipeline.py's PASSES): a pass that imported another
+    would hide a second order (and the transpiler stood ten imports deep). What passes share lives in ir, kernel_ir
+    or a module of shapes and forms; a rewrite that tries a candidate graph runs it through the context."""
+    from jit2triton.transpiler import pipeline
+    folder = ROOT / "transpiler"
+    passes = {p.name for p in pipeline.PASSES} & {path.stem for path in folder.glob("*.py")}
+    assert len(passes) > 15, passes  # the records name their modules
+    wrong = [f"{name} imports {module}" for name in sorted(passes)
+             for module in sorted(_imports(folder / f"{name}.py", "jit2triton.transpiler"))
+             if module.split(".")[2:3] and module.split(".")[2] in passes - {name}]
+    assert not wrong, "; ".join(wrong)
