@@ -240,7 +240,25 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
                                               precision=precision, accuracy=accuracy, io_precision=io_precision,
                                               budget=budget, input_ranges=input_ranges, verify_inputs=verify_inputs)
     contents.manifest["report"]["timed_choices"] = [choice.as_report() for choice in made]
+    _training_mode_hint(model, contents.manifest["nodes"])
     return Converted(contents, *python_runtimes(contents, target))
+
+
+def _training_mode_hint(model: Any, nodes: list[dict]) -> None:
+    """A warning where the model was traced or saved in training mode: torch.jit.trace records dropout and batch norm
+    as they ran, so the package does what the model did in training (random dropout, batch statistics), which is
+    seldom what an inference package is for."""
+    in_training = [n for n in nodes if "training mode" in str(n.get("why", ""))]
+    if not in_training and not getattr(model, "training", False):
+        return
+    where = (f": {in_training[0]['op']} at {in_training[0].get('source') or 'an unknown line'} runs as in training"
+             if in_training else " (its `training` is True)")
+    warnings.warn(f"the model was traced or saved in training mode{where}; for inference, call model.eval() before "
+                  "torch.jit.trace (or torch.jit.script) and convert again", TrainingModeWarning, stacklevel=3)
+
+
+class TrainingModeWarning(UserWarning):
+    """The model converted was in training mode: dropout and batch norm as in training."""
 
 
 RUNTIMES = ("auto", "cpp", "python")
@@ -289,9 +307,10 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
                 if runtime == "cpp":
                     raise
                 why = str(err)  # the Python runtime may run it (rebuilding kernels, or under Triton's interpreter)
-        _python_fallback_notice(why)
     contents = read_package(path, mmap=mmap, trusted_keys=trusted_keys)
     module = Converted(contents, *python_runtimes(contents, map_location, num_threads, cuda_graphs, alias_outputs))
+    if runtime == "auto":  # only once it runs there: a package neither runtime can run gets its one error alone
+        _python_fallback_notice(why)
     return _fill_extra_files(module, _extra_files)
 
 

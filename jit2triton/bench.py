@@ -84,7 +84,7 @@ def _run_bench(options: Bench, inputs: Optional[list], echo: Callable[[str], Non
         "inputs": "given (--inputs-file)" if given else f"random, seed {o.seed}", "versions": versions()}
     echo(f"{o.package}: {module.signature()} on {module.device} ({results['device_name']}), {module.runtime} runtime"
          + (f", CUDA graphs {'on' if o.cuda_graphs else 'off'}" if cuda else "")
-         + f", {results['threads']} threads, timed under {MODE}")
+         + f", {results['threads']} thread{'s' if results['threads'] > 1 else ''}, timed under {MODE}")
     with torch.inference_mode():
         if scripted is not None:
             call_reference(scripted, inputs, o.against, module.signature())  # another model's inputs: one line
@@ -249,7 +249,7 @@ def format_stats(label: str, s: dict[str, float]) -> str:
 def format_profile(rows: list[dict], limit: int = 30) -> list[str]:
     lines = [f"{'share':>6s} {'ms/call':>9s}  {'step':40s} source"]
     for row in rows[:limit]:
-        where = "; ".join(" ".join(src.split())[:60] for src in row["sources"][:3])
+        where = "; ".join(_source_cell(src) for src in row["sources"][:3])
         where += " ..." if len(row["sources"]) > 3 else ""
         what = row["what"] + (f" x{row['count']}" if row["count"] > 1 else "")
         lines.append(f"{row['share'] * 100:5.1f}% {row['ms_per_call']:9.4f}  {what[:40]:40s} {where}")
@@ -258,6 +258,13 @@ def format_profile(rows: list[dict], limit: int = 30) -> list[str]:
         steps = sum(r["count"] for r in rows[limit:])
         lines.append(f"{rest * 100:5.1f}% in {steps} more steps ({len(rows) - limit} rows)")
     return lines
+
+
+def _source_cell(source: str, code_chars: int = 60) -> str:
+    """`path:line code` with the path and line whole and the code cut at `code_chars` (a long path must not leave the
+    code a dozen characters, as one cut over both did)."""
+    location, _, code = " ".join(source.split()).partition(" ")
+    return f"{location} {code[:code_chars - 3] + '...' if len(code) > code_chars else code}".rstrip()
 
 
 def _profile(o: Bench, inputs: list, timed_calls: int, runtime: str,

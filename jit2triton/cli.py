@@ -7,14 +7,15 @@ import re
 import statistics
 import sys
 import time
+import warnings
 from typing import Optional
 
 import click
 
 from jit2triton.emitters.backends import NAMES as BACKEND_NAMES
 
-from .cli_checks import (EXIT_CODES, OUTPUTS_DIFFER, Group, OutputsDiffer, check_output, check_port, read_input_sets,
-                         read_inputs_file, set_debug)
+from .cli_checks import (EXIT_CODES, OUTPUTS_DIFFER, Group, OutputsDiffer, check_output, check_port,
+                         check_precision_options, read_input_sets, read_inputs_file, set_debug)
 from .errors import InputError
 from .version import __version__
 
@@ -139,6 +140,7 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, narrow_dims, i
 
     output = output or os.path.splitext(model)[0] + ".j2t"
     check_output(output, model)
+    check_precision_options(precision, rtol, atol, io_precision)
     if signing_key:  # a public key given by mistake fails here, not after the whole conversion
         from jit2triton.deploy.signing import sign
         sign(b"", signing_key)
@@ -159,12 +161,16 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, narrow_dims, i
         dynamic_shapes = "auto"
     if inputs_file:
         inputs += read_inputs_file(inputs_file)
-    converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
-                              progress=_Progress(quiet), verify=not no_verify, full_source_paths=full_source_paths,
-                              dynamic_shapes=dynamic_shapes or None, choices=choices, narrow_dims=narrow_dims,
-                              precision=precision, accuracy=_accuracy(rtol, atol), io_precision=io_precision,
-                              timeout=timeout or None,
-                              verify_inputs=read_input_sets(verify_inputs_file) if verify_inputs_file else None)
+    with warnings.catch_warnings():
+        if not quiet:  # the progress lines say it already: once is enough
+            from .precision import PrecisionWarning
+            warnings.simplefilter("ignore", PrecisionWarning)
+        converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
+                                  progress=_Progress(quiet), verify=not no_verify, full_source_paths=full_source_paths,
+                                  dynamic_shapes=dynamic_shapes or None, choices=choices, narrow_dims=narrow_dims,
+                                  precision=precision, accuracy=_accuracy(rtol, atol), io_precision=io_precision,
+                                  timeout=timeout or None,
+                                  verify_inputs=read_input_sets(verify_inputs_file) if verify_inputs_file else None)
     converted.save(output, signing_key=signing_key)
     if not quiet:
         click.echo(converted.report())
@@ -246,9 +252,14 @@ def verify_signature(package, trusted_keys) -> None:
               help="auto: the C++ runtime where it can run the package, else the Python one")
 @click.option("--shape", "shape_specs", multiple=True,
               help="sizes of the package's dynamic dims: DIM=N[,DIM=N] (B=4,S=128); default: the example's")
+@click.option("--inputs-file", type=click.Path(exists=True, dir_okay=False),
+              help="run on these inputs (a tuple of tensors saved with torch.save) instead of random ones")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="CPU threads: torch's (torch.set_num_threads) and the generated kernels' (default: torch's)")
 @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
               help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
-def run(package, reference, rtol, atol, runs, seed, device, runtime, shape_specs, trusted_keys) -> None:
+def run(package, reference, rtol, atol, runs, seed, device, runtime, shape_specs, inputs_file, threads,
+        trusted_keys) -> None:
     """Run a package on random inputs; compare with the TorchScript model when --check is given. Both run under
     torch.inference_mode()."""
     import torch
@@ -259,10 +270,19 @@ def run(package, reference, rtol, atol, runs, seed, device, runtime, shape_specs
 
     if reference is None and (rtol is not None or atol is not None):
         raise click.UsageError("--rtol and --atol are the tolerance of --check: give --check MODEL.pt too")
-    module = load(package, map_location=device, runtime=runtime, trusted_keys=trusted_keys)
+    if inputs_file and shape_specs:
+        raise click.UsageError("--shape sizes the random inputs; --inputs-file gives the inputs: give one of them")
+    given = read_inputs_file(inputs_file) if inputs_file else None
+    if threads:
+        torch.set_num_threads(threads)  # ATen's ops in the plan and the TorchScript model, as bench's --threads
+    module = load(package, map_location=device, runtime=runtime, num_threads=threads, trusted_keys=trusted_keys)
     scripted = load_reference(reference, module.device) if reference else None
     signature = module.manifest["signature"]
-    inputs = random_inputs(signature["inputs"], module.device, seed, parse_sizes(shape_specs, signature.get("dims", {})))
+    if given is not None:
+        inputs = [x.to(module.device) if isinstance(x, torch.Tensor) else x for x in given]
+    else:
+        inputs = random_inputs(signature["inputs"], module.device, seed,
+                               parse_sizes(shape_specs, signature.get("dims", {})))
     with torch.inference_mode():
         if scripted is not None:  # first, on inputs of its own (a model may change its inputs in place)
             copies = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
@@ -276,7 +296,8 @@ def run(package, reference, rtol, atol, runs, seed, device, runtime, shape_specs
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
     click.echo(f"signature: {module.signature()}")
-    click.echo(f"median time per call: {statistics.median(times) * 1e3:.3f} ms over {runs} runs")
+    click.echo(f"median time per call: {statistics.median(times) * 1e3:.3f} ms over {runs} run{'s' if runs > 1 else ''}, "
+               f"{torch.get_num_threads()} thread{'s' if torch.get_num_threads() > 1 else ''}")
     if scripted is not None:
         checks = check_outputs(outputs, expected, rtol, atol)
         click.echo(f"max abs error against {reference}: {max(check.error for check in checks):.3e}")
@@ -310,8 +331,8 @@ def run(package, reference, rtol, atol, runs, seed, device, runtime, shape_specs
               help="time on these inputs (a tuple of tensors saved with torch.save) instead of random ones")
 @click.option("--against", type=click.Path(exists=True, dir_okay=False),
               help="a TorchScript .pt timed in turn with the package, call by call, on the same inputs")
-@click.option("--profile", is_flag=True, help="time each plan step (Python runtime, synchronised, no CUDA graphs) "
-                                              "and show where the time goes, by TorchScript source line")
+@click.option("--profile", is_flag=True, help="then time each plan step in the runtime benchmarked (synchronised, no "
+                                              "CUDA graphs) and show where the time goes, by TorchScript source line")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="also write the results, every call's time and the machine's facts as JSON here")
 @click.option("--seed", default=0, show_default=True, help="seed of the random inputs")
@@ -414,7 +435,7 @@ def serve(packages, replicas, max_batch, batch_wait_ms, host, port, runtime, num
 @main.command(short_help="Show a package's signature, report and kernels.")
 @click.argument("package", type=click.Path(dir_okay=False))
 @click.option("--kernels", is_flag=True, help="print the generated kernel sources")
-@click.option("--plan", is_flag=True, help="print the execution plan as JSON")
+@click.option("--plan", is_flag=True, help="print the execution plan as JSON, alone (for jq or json.load)")
 @click.option("--ir", is_flag=True, help="print the typed IR the package was made from")
 @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
               help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
@@ -426,6 +447,12 @@ def inspect(package, kernels, plan, ir, trusted_keys) -> None:
     # read only: no library opened, nothing run
     module = Converted(read_package(package, mmap=True, trusted_keys=trusted_keys), runtime=None)
     manifest = module.manifest
+    if plan:
+        if kernels or ir:
+            raise click.UsageError("--plan prints the plan as JSON alone: give --kernels or --ir in another call")
+        from jit2triton.deploy.literals import encode, map_plan_literals
+        click.echo(json.dumps(map_plan_literals(manifest["plan"], encode), indent=1, allow_nan=False))  # as stored
+        return
     producer = manifest["producer"]
     click.echo(f"package {package}: format v{manifest['format_version']}, device {manifest['device']}, "
                f"backend {manifest['backend']}")
@@ -443,8 +470,6 @@ def inspect(package, kernels, plan, ir, trusted_keys) -> None:
     click.echo(module.report())
     if ir:
         click.echo(manifest["ir"])
-    if plan:
-        click.echo(json.dumps(manifest["plan"], indent=1, default=str))
     if kernels:
         click.echo(module.code)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 
 import click
 
@@ -33,18 +34,20 @@ class Group(click.Group):
         if not standalone_mode:  # a caller that handles click's exceptions itself
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         Group.debug = False
-        try:
-            code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-        except _NO_ARGS as err:  # `jit2triton` alone: its help, as before click 8.2
-            click.echo(err.ctx.get_help())
-            sys.exit(0)
-        except Exception as err:  # noqa: BLE001 - each kind gets its one line below
-            if Group.debug:
-                raise
-            sys.exit(_one_line(err))
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
+        with warnings.catch_warnings():  # restores the caller's warning display when the command ends
+            warnings.showwarning = _one_line_warning
+            try:
+                code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            except _NO_ARGS as err:  # `jit2triton` alone: its help, as before click 8.2
+                click.echo(err.ctx.get_help())
+                sys.exit(0)
+            except Exception as err:  # noqa: BLE001 - each kind gets its one line below
+                if Group.debug:
+                    raise
+                sys.exit(_one_line(err))
+            except KeyboardInterrupt:
+                click.echo("error: interrupted", err=True)
+                sys.exit(130)
         sys.exit(code if isinstance(code, int) else 0)
 
 
@@ -57,8 +60,8 @@ def _one_line(err: Exception) -> int:
         message, code = err.format_message() + where, 2
     elif isinstance(err, (click.ClickException, Jit2TritonError)):
         message, code = (err.format_message() if isinstance(err, click.ClickException) else str(err)), 2
-    elif isinstance(err, click.Abort):
-        message, code = "aborted", 1
+    elif isinstance(err, click.Abort):  # click's form of Ctrl-C (KeyboardInterrupt): the shell's code for SIGINT
+        message, code = "interrupted", 130
     else:
         message, code = (f"internal error, a bug in jit2triton: {type(err).__name__}: {err} (`jit2triton --debug "
                          "...` shows the traceback; please report it)"), 1
@@ -66,6 +69,22 @@ def _one_line(err: Exception) -> int:
     click.echo(f"error: {message if len(message) <= MESSAGE_LIMIT else message[:MESSAGE_LIMIT] + ' ...'}", err=True)
     return code
 
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as the CLI's errors are: one line on stderr in the user's words, without Python's source line."""
+    text = " ".join(str(message).split())
+    click.echo(f"warning: {text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + ' ...'}", err=True)
+
+
+def check_precision_options(precision, rtol, atol, io_precision) -> None:
+    """convert's precision options in the command's words, before any work (the API names its arguments)."""
+    reduced = precision in ("fp16", "bf16")
+    if not reduced and (rtol is not None or atol is not None):
+        raise click.UsageError("--rtol and --atol are the accuracy a reduced-precision package must meet: give them "
+                               "with --precision fp16 or bf16")
+    if io_precision not in (None, "model") and io_precision != precision:
+        raise click.UsageError(f"--io-precision {io_precision} needs --precision {io_precision} (inputs and outputs "
+                               "either keep the model's dtypes, 'model', or take the package's precision)")
 
 
 def set_debug(ctx, param, value) -> None:

@@ -64,7 +64,7 @@ def test_torchscript_is_timed_in_inference_mode_after_its_warm_up_with_the_threa
     assert torch.get_num_threads() == threads  # restored
     # (the first bench of a fresh machine builds the C++ runtime first, and says so on stderr)
     header = next(line for line in result.output.splitlines() if not line.startswith("jit2triton: building"))
-    assert "1 threads" in header and "torch.inference_mode()" in header and "CUDA graphs" not in header
+    assert "1 thread," in header and "torch.inference_mode()" in header and "CUDA graphs" not in header
     data = json.loads(out.read_text())
     assert data["mode"] == "torch.inference_mode()" and data["threads"] == 1 and data["cuda_graphs"] is None
     assert data["versions"]["torch"] == torch.__version__ and data["device_name"]
