@@ -62,6 +62,8 @@ def repository_models(paths: list[str], options: dict) -> list[Model]:
             raise ValueError(f"{package}: a model may not be named {name!r} (the server's own name for "
                              f"{'the statistics of every model' if name == 'stats' else 'the repository'}); rename "
                              "the file")
+        if name in models and models[name].package == os.path.abspath(package):
+            continue  # named twice (alone and in its folder): served once
         if name in models:
             raise ValueError(f"two packages would be served as model {name!r}: {models[name].package} and "
                              f"{package}; rename one")

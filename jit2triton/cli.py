@@ -386,7 +386,8 @@ def serve(packages, replicas, max_batch, batch_wait_ms, host, port, runtime, num
         raise click.ClickException(f"serving needs Ray Serve ({err}): pip install 'jit2triton[serve]'") from None
     options = {"runtime": runtime, "max_batch_size": max_batch, "batch_wait_timeout_s": batch_wait_ms / 1e3,
                "num_replicas": replicas, "num_gpus": num_gpus, "num_threads": threads, "trusted_keys": trusted_keys,
-               "logging_config": {"enable_access_log": sys.stdout.isatty()}}  # a log file gets no line per request
+               "logging_config": {"enable_access_log": sys.stdout.isatty()},  # a log file gets no line per request
+               "graceful_shutdown_wait_loop_s": 0.5}  # a stopping replica checks every 0.5 s that its requests are done
     try:
         models: list[Model] = repository_models(list(packages), options)
     except ValueError as err:
