@@ -37,6 +37,12 @@ class Backend:
     generated_gemm: Optional[Callable[..., Any]] = None
     # The convolutions it generates for transpiler/onednn_conv.py to time (ConvKernels -> calls to time), if any
     generated_conv: Optional[Callable[..., Any]] = None
+    devices: tuple[str, ...] = ("cpu", "cuda")  # the device types its packages run on
+    default_on: tuple[str, ...] = ()  # the device types it is the default backend for
+    hint: str = ""  # what to do instead, where it does not support a device
+
+    def supports(self, device: torch.device) -> bool:
+        return device.type in self.devices
 
     @property
     def generates_kernels(self) -> bool:
@@ -87,12 +93,32 @@ def _triton_gemm(*args) -> Any:
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in [
     Backend("cpp", "cpp", _render_cpp, _compile_cpp, "jit2triton.deploy.cpp_kernels", "load_cpu_kernels",
-            generated_conv=_cpp_conv),
+            generated_conv=_cpp_conv, devices=("cpu",), default_on=("cpu",),
+            hint="the C++ backend generates CPU kernels; use device='cpu' or backend='triton'"),
+    # (on the CPU its kernels run under the Triton interpreter: for tests, slow)
     Backend("triton", "triton", _render_triton, _compile_triton, "jit2triton.deploy.triton_kernels",
-            "load_cuda_kernels", _triton_gemm),
+            "load_cuda_kernels", _triton_gemm, default_on=("cuda",)),
     Backend("aten"),  # no generated kernels: every op runs through ATen
 ]}
 NAMES = tuple(BACKENDS)
+
+
+def default_for(device: torch.device) -> Backend:
+    """The backend a conversion for `device` takes when none is named."""
+    found = [b for b in BACKENDS.values() if device.type in b.default_on]
+    if not found:
+        raise ConversionError(f"no backend generates kernels for device {device.type!r}; use device='cpu' or "
+                              "device='cuda'")
+    return found[0]
+
+
+def backend_for(name: Optional[str], device: torch.device) -> Backend:
+    """The backend `name` (None: `device`'s default), refused where its packages cannot run on `device`."""
+    backend = default_for(device) if name is None else backend_named(name)
+    if not backend.supports(device):
+        raise ConversionError(backend.hint or f"the {backend.name} backend does not run on {device.type}; choose "
+                              f"backend={default_for(device).name!r}")
+    return backend
 
 
 def backend_named(name: str) -> Backend:

@@ -18,7 +18,7 @@ from jit2triton.deploy.package import PackageContents
 from jit2triton.deploy.output_dims import with_dims
 from jit2triton.deploy.runtime import DeviceLike, placed_weights, python_runtimes
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
-from jit2triton.emitters.backends import backend_named
+from jit2triton.emitters.backends import backend_for, backend_named
 from jit2triton.loaders import load_script
 from jit2triton.loaders.module_state import restore_state, state_values
 from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource, check_model_path
@@ -41,7 +41,6 @@ from .verify import Verifier, cpp_runner, package_runner, run_where_the_weights_
 
 Progress = Any
 
-BACKENDS = ("cpp", "triton", "aten")
 # Other values the model runs on at the example's shapes where it has ops with data-dependent output sizes, each
 # moved so that masks such as `x > 0` count differently from the example and from each other
 VALUE_SHIFTS = (0.5, -0.5, 1.0)
@@ -101,11 +100,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     target = torch.device(device or "cpu")
     if target.type == "cuda" and not torch.cuda.is_available():
         raise PackageDeviceError("device='cuda' was asked for but this machine has no CUDA device; use device='cpu'")
-    backend = backend or ("triton" if target.type == "cuda" else "cpp")
-    if backend not in BACKENDS:
-        raise ConversionError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    if backend == "cpp" and target.type != "cpu":
-        raise ConversionError("the C++ backend generates CPU kernels; use device='cpu' or backend='triton'")
+    backend = backend_for(backend, target).name
     if backend == "triton":  # before loading the model: a process that cannot build the kernels says so at once
         from jit2triton.emitters.compile_triton import check_triton_target
         check_triton_target(target)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import jit2triton
-from jit2triton.emitters.backends import BACKENDS, NAMES, backend_named
+from jit2triton.emitters.backends import BACKENDS, NAMES, backend_for, backend_named, default_for
 from jit2triton.errors import ConversionError
 
 from package_tools import rewrite_package
@@ -53,6 +53,19 @@ def test_the_cli_offers_the_backends() -> None:
 def test_an_unknown_backend_is_refused_by_name() -> None:
     with pytest.raises(ConversionError, match="unknown backend 'cuda'.*cpp, triton, aten"):
         backend_named("cuda")
+
+
+def test_each_device_has_one_default_backend_and_a_backend_refuses_a_device_it_cannot_run_on() -> None:
+    """The records answer which backend a device takes and which devices a backend supports: conversion asks them
+    (no second list or if-chain in the face)."""
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert (default_for(cpu).name, default_for(cuda).name) == ("cpp", "triton")
+    assert [b.name for b in BACKENDS.values() if b.supports(cuda)] == ["triton", "aten"]
+    assert backend_for(None, cpu).name == "cpp" and backend_for("aten", cuda).name == "aten"
+    with pytest.raises(ConversionError, match=r"C\+\+ backend generates CPU kernels; use device='cpu'"):
+        backend_for("cpp", cuda)
+    with pytest.raises(ConversionError, match="no backend generates kernels for device 'meta'"):
+        backend_for(None, torch.device("meta"))
 
 
 @pytest.mark.parametrize("runtime", ["python", "cpp"])
