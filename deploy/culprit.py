@@ -4,6 +4,7 @@ with the value ATen computed for the same IR value. Conversion only: the runtime
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -17,6 +18,11 @@ from .executor import Executor
 from .runtime import load_kernels, placed_weights
 
 ErrorOf = Callable[[torch.Tensor, torch.Tensor], float]  # (actual, expected) -> 0 where they agree to rounding
+Trace = dict[tuple[int, int], torch.Tensor]  # (IR value id, which time the plan made it) -> the tensor, in order
+# A loop's iterations compared apart, up to this many per value (each a copy kept while the search runs): where only
+# the last is kept, a decision rounding flipped in an earlier iteration (a detector's top-k per feature level) goes
+# unseen, and a kernel after the loop takes the blame
+MAX_OCCURRENCES = 16
 
 
 @dataclass
@@ -53,15 +59,17 @@ def find_culprit(graph, sched: pipeline.Plan, contents, failed_inputs: list[list
 
 
 def observed_values(plan: dict, weights: dict, node_table: list, nodes: list, inputs: list, device: torch.device,
-                    kernels: Optional[dict] = None) -> dict[int, torch.Tensor]:
-    """Run a plan on `inputs` and keep every tensor it makes, by IR value id (the last one, in loops). A run that
-    fails keeps what it made before the failure."""
-    seen: dict[int, torch.Tensor] = {}
+                    kernels: Optional[dict] = None) -> Trace:
+    """Run a plan on `inputs` and keep every tensor it makes, by IR value id and occurrence (a loop's iterations
+    apart, up to MAX_OCCURRENCES), in the order made. A run that fails keeps what it made before the failure."""
+    seen: Trace = {}
+    made: Counter = Counter()
 
     def observe(index: int, outputs: tuple) -> None:
         for value, obj in zip(nodes[index].outputs, outputs):
-            if isinstance(obj, torch.Tensor):
-                seen[value.id] = obj.detach().clone()
+            if isinstance(obj, torch.Tensor) and made[value.id] < MAX_OCCURRENCES:
+                seen[(value.id, made[value.id])] = obj.detach().clone()
+            made[value.id] += 1
 
     executor = Executor(plan, weights, node_table, observe=observe, kernels=kernels, device=device)
     try:
@@ -71,31 +79,29 @@ def observed_values(plan: dict, weights: dict, node_table: list, nodes: list, in
     return seen
 
 
-def fused_values(contents, plan: dict, nodes: list, inputs: list, device: torch.device) -> dict[int, torch.Tensor]:
-    """Every tensor the package makes on `inputs`, its kernels' and its ATen steps', by IR value id, in order."""
+def fused_values(contents, plan: dict, nodes: list, inputs: list, device: torch.device) -> Trace:
+    """Every tensor the package makes on `inputs`, its kernels' and its ATen steps', as observed_values keeps them."""
     weights = placed_weights(contents.weights, plan, device)
     kernels = load_kernels(contents, None, device)
     return observed_values(plan, weights, contents.manifest["nodes"], nodes, inputs, device, kernels)
 
 
-def divergent_kernel(reference: dict[int, torch.Tensor], fused: dict[int, torch.Tensor], nodes: list,
-                     error_of: ErrorOf) -> Optional[Culprit]:
+def divergent_kernel(reference: Trace, fused: Trace, nodes: list, error_of: ErrorOf) -> Optional[Culprit]:
     """The first kernel node (in execution order) whose output differs from ATen's value for it, with its error."""
     return first_divergence(reference, fused, [node for node in nodes if node.op == KERNEL_OP], error_of)
 
 
-def first_divergence(reference: dict[int, torch.Tensor], actual: dict[int, torch.Tensor], nodes: list,
-                     error_of: ErrorOf) -> Optional[Culprit]:
+def first_divergence(reference: Trace, actual: Trace, nodes: list, error_of: ErrorOf) -> Optional[Culprit]:
     """The node that made the first value (in the order the package made them) differing from ATen's, with its
     error: there the package and the model first part. Everything before it agreed, so where that node is a
     discontinuous op (a comparison, an argsort, NMS: the op table's `discontinuous`), nearly equal inputs decided
     differently, which rounding alone does; where it is a kernel, the kernel is wrong."""
     producer = {v.id: node for node in nodes for v in node.outputs}
-    for value_id, value in actual.items():
-        expected = reference.get(value_id)
-        if expected is None or value_id not in producer:
+    for key, value in actual.items():
+        expected = reference.get(key)
+        if expected is None or key[0] not in producer:
             continue
         error = error_of(value, expected)
         if error:
-            return Culprit("kernel", producer[value_id], error)
+            return Culprit("kernel", producer[key[0]], error)
     return None

@@ -31,23 +31,28 @@ class WrongKernels:
     """A build of `count` kernels (one per node uid 0..count-1) differs from TorchScript while it keeps a kernel of
     `wrong` (or always, where `rewrite_wrong`); the culprit search never names one."""
 
-    def __init__(self, count: int, wrong: set[int], rewrite_wrong: bool = False):
-        self.count, self.wrong, self.rewrite_wrong = count, wrong, rewrite_wrong
+    def __init__(self, count: int, wrong: set[int], rewrite_wrong: bool = False, optional_wrong: bool = False,
+                 blame_innocent: bool = False):
+        self.count, self.wrong, self.rewrite_wrong, self.optional_wrong = count, wrong, rewrite_wrong, optional_wrong
+        self.blame_innocent = blame_innocent  # the culprit search names the last kernel kept, never the wrong one
         self.checks = 0
 
     def prepare(self, attempt):
         return "graph"
 
     def build(self, prepared, attempt):
+        self.optional_on = not fallbacks.OPTIONAL_REWRITES <= attempt.skipped
         if not attempt.kernels:
             return []
         return [_kernel(i) for i in range(self.count) if i not in attempt.refused]
 
     def check(self, kept):
         self.checks += 1
-        differs = self.rewrite_wrong or any(k.attrs[Attr.FUSED][0].uid in self.wrong for k in kept)
-        return Verdict(not differs, worst=0.5, mismatches="output: max error 0.5", has_kernels=bool(kept),
-                       kernels=kept)
+        differs = (self.rewrite_wrong or self.optional_wrong and self.optional_on
+                   or any(k.attrs[Attr.FUSED][0].uid in self.wrong for k in kept))
+        blamed = kept[-1] if differs and self.blame_innocent and kept[-1].attrs[Attr.FUSED][0].uid != 0 else None
+        return Verdict(not differs, kernel=blamed, error=0.5, worst=0.5, mismatches="output: max error 0.5",
+                       has_kernels=bool(kept), kernels=kept)
 
 
 def _ladder(stages):
@@ -77,7 +82,22 @@ def test_a_rewrite_that_is_wrong_still_leaves_torchscript_s_graph():
     stages = WrongKernels(8, set(), rewrite_wrong=True)
     with pytest.raises(conversion.ConversionError, match="converted model does not match TorchScript"):
         _ladder(stages)
-    assert stages.checks <= 1 + 3 + 1 + 1 + 1  # the failed build, 3 halvings, every kernel out, rung 4, refused
+    # the failed build, 3 halvings, every kernel out; the same without the optional rewrites; rung 4, refused
+    assert stages.checks <= 2 * (1 + 3 + 1) + 1
+
+
+def test_a_culprit_search_that_keeps_blaming_the_wrong_kernels_ends_in_every_kernel_out_not_a_refusal():
+    stages = WrongKernels(100, {0}, blame_innocent=True)
+    kept, attempt = _ladder(stages)
+    assert kept == [] and len(attempt.removed) == fallbacks.MAX_VERIFY_ROUNDS - 1
+    assert any("verification still failed after taking 15 kernels out; every op runs through ATen" in note
+               for note in attempt.notes)
+
+
+def test_a_wrong_optional_rewrite_costs_the_optional_rewrites_not_the_kernels():
+    kept, attempt = _ladder(WrongKernels(8, set(), optional_wrong=True))
+    assert len(kept) == 8 and attempt.rewrites and attempt.skipped == fallbacks.OPTIONAL_REWRITES
+    assert attempt.removed == [] and any("converted without the optional rewrites" in n for n in attempt.notes)
 
 
 # --- a model whose one wrong kernel the culprit search cannot name ------------------------------------------------

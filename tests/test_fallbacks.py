@@ -1,6 +1,7 @@
 """The fallback ladder (transpiler/fallbacks.py) on scripted failures: each failure steps down to the rung its
-kind names, in the order optional rewrites off -> kernels out one by one -> every kernel out -> TorchScript's graph
-through ATen -> refused, and prepares the graph again only where the graph itself changes."""
+kind names, in the order optional rewrites off -> kernels out one by one -> every kernel out -> optional rewrites
+off -> TorchScript's graph through ATen -> refused, and prepares the graph again only where the graph itself
+changes."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -87,6 +88,8 @@ def test_kernels_come_out_one_by_one_then_all_then_the_rewrites():
                       check=[Verdict(False, kernel=_kernel("k1_softmax", b), error=0.5, has_kernels=True),
                              Verdict(False, worst=0.3, mismatches="output: max error 0.3", has_kernels=True),
                              Verdict(False, worst=0.3, mismatches="output: max error 0.3"),
+                             Verdict(False, worst=0.3, mismatches="output: max error 0.3", has_kernels=True),
+                             Verdict(False, worst=0.3, mismatches="output: max error 0.3"),
                              Verdict(False, worst=0.3, mismatches="output: max error 0.3")])
     with pytest.raises(ConversionError, match="converted model does not match TorchScript"):
         _run(stages)
@@ -99,7 +102,12 @@ def test_kernels_come_out_one_by_one_then_all_then_the_rewrites():
         ("build", True, True, {1, 2}),
         ("check", True, True, {1, 2}),  # no kernel to blame: every kernel out
         ("build", True, False, {1, 2}),
-        ("check", True, False, {1, 2}),  # the rewritten graph disagrees through ATen: TorchScript's graph
+        ("check", True, False, {1, 2}),  # the rewritten graph disagrees through ATen: optional rewrites off
+        ("prepare", True, True, {1, 2}),
+        ("build", True, True, {1, 2}),
+        ("check", True, True, {1, 2}),  # no kernel to blame again: every kernel out
+        ("build", True, False, {1, 2}),
+        ("check", True, False, {1, 2}),  # and still disagreeing: TorchScript's graph
         ("prepare", False, False, {1, 2}),
         ("build", False, False, {1, 2}),
         ("check", False, False, {1, 2}),  # and that disagrees too: refused
@@ -116,7 +124,7 @@ def test_the_report_keeps_the_kernels_taken_out_and_why():
 
 def test_a_rewrite_that_is_wrong_leaves_torchscript_s_graph_with_the_reason():
     stages = Scripted(check=[Verdict(False, worst=0.3, mismatches="output: max error 0.3", has_kernels=True),
-                             Verdict(False, worst=0.3, mismatches="output: max error 0.3")])
+                             Verdict(False, worst=0.3, mismatches="output: max error 0.3")] * 2)
     attempt = _run(stages)
     assert not attempt.rewrites and not attempt.kernels and attempt.removed == []
     assert any("the rewritten model does not match TorchScript" in note for note in attempt.notes)

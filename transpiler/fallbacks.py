@@ -11,9 +11,12 @@ fails, the conversion steps down this ladder, each rung giving up more speed tha
      bisected in the order the plan runs them (keep the first half, verify, recurse) to the first one the package
      cannot keep, which is taken out as in rung 2 and the rest verified again; the search is bounded
      (MAX_BISECT_ROUNDS), and where it runs out only the kernels not yet seen to match go out. Every kernel goes
-     out only where fusion keeps failing, or the search has no rounds left to start;
+     out only where fusion keeps failing, the search has no rounds left to start, or MAX_VERIFY_ROUNDS
+     verifications failed with kernels in;
   4. the ATen graph: a pass that kernels need fails, or the rewritten graph disagrees with TorchScript even with
-     every op through ATen (so a rewrite is wrong): TorchScript's graph as written, every op through ATen;
+     every kernel out (so a rewrite is wrong): first the optional rewrites go, kernels back in (a scripted SSD on
+     CUDA failed after the rewrites with no kernel to blame), then the rest: TorchScript's graph as written, every
+     op through ATen;
   5. refused: TorchScript's graph through ATen fails or disagrees: a ConversionError asking for a bug report
      (a Mismatch, after which a model torch.jit.freeze folded is converted once more unfolded: conversion.py).
 
@@ -32,7 +35,7 @@ from .ir import Attr
 from .fuse import FusionFailed
 from .pipeline import OPTIONAL_REWRITES, PassFailed
 
-MAX_VERIFY_ROUNDS = 16  # failed verifications before the conversion is refused (each takes a kernel out)
+MAX_VERIFY_ROUNDS = 16  # failed verifications with kernels in before every kernel goes out (each takes one out)
 MAX_BISECT_ROUNDS = 24  # verifications the bisection (rung 3) may spend in all: a few culprits in a 600-kernel model
 MAX_FUSION_FAILURES = 64  # kernels that fail to build before fusion is given up (every kernel out)
 REPORT = "please report it with the model"
@@ -54,6 +57,7 @@ class Attempt:
     notes: list[str] = field(default_factory=list)  # why each step down was taken, for the report
     fusion_failures: int = 0
     verify_rounds: int = 0
+    kernels_given_up: bool = False  # verification failed MAX_VERIFY_ROUNDS times with kernels in: none come back
     bisection: Optional["Bisection"] = None  # rung 3's search, while it runs
     bisect_rounds: int = 0
     trusted: set[int] = field(default_factory=set)  # node uids whose kernels were kept in a build that matched
@@ -150,9 +154,14 @@ def _fusion_failed(attempt: Attempt, failure: FusionFailed, say: Callable[[str],
 def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str], None]) -> bool:
     """Rung 2 for a kernel to blame, else 3, else 4, else refused -> whether the graph must be prepared again."""
     attempt.verify_rounds += 1
+    if attempt.verify_rounds >= MAX_VERIFY_ROUNDS and attempt.kernels:  # the bound: the rungs below, not a refusal
+        attempt.kernels, attempt.kernels_given_up, attempt.verify_rounds = False, True, 0
+        _note(attempt, f"verification still failed after taking {len(attempt.removed)} kernels out; every op runs "
+                       f"through ATen ({REPORT})", say)
+        return False
     if attempt.verify_rounds >= MAX_VERIFY_ROUNDS:
-        raise Mismatch(f"verification still failed after taking {len(attempt.removed)} kernels out; please "
-                              "report it, or convert with backend='aten'")
+        raise Mismatch(f"verification still failed after {MAX_VERIFY_ROUNDS} rounds; please report it, or convert "
+                       "with backend='aten'")
     if verdict.kernel is not None:
         kernel = verdict.kernel.attrs[Attr.KERNEL]
         why = f"verification: max rel. error {verdict.error:.3g} against ATen (kernel {kernel.name})"
@@ -169,13 +178,22 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
         attempt.removed.append({"kernel": "*", "error": verdict.worst, "ops": []})
         attempt.kernels = False
         return False
+    if attempt.rewrites and not OPTIONAL_REWRITES <= attempt.skipped:  # a rewrite is wrong: an optional one?
+        attempt.skipped |= OPTIONAL_REWRITES
+        attempt.kernels = attempt.fusion_failures < MAX_FUSION_FAILURES and not attempt.kernels_given_up
+        attempt.removed = [r for r in attempt.removed if r["kernel"] != "*"]
+        attempt.trusted.clear()
+        _note(attempt, f"the rewritten model does not match TorchScript ({verdict.mismatches}) with every kernel "
+                       f"out: converted without the optional rewrites ({', '.join(sorted(OPTIONAL_REWRITES))}; "
+                       f"{REPORT})", say)
+        return True
     if attempt.rewrites:  # the rewritten graph, every op through ATen, disagrees: a rewrite is wrong
         attempt.rewrites, attempt.removed, attempt.verify_rounds = False, [], 0
         _note(attempt, f"the rewritten model does not match TorchScript ({verdict.mismatches}); every op runs "
                        f"through ATen as TorchScript wrote it ({REPORT})", say)
         return True
-    raise Mismatch(f"the converted model does not match TorchScript ({verdict.mismatches}); this is a bug "
-                          f"in jit2triton: {REPORT}")
+    raise Mismatch(f"the converted model does not match TorchScript ({verdict.mismatches}); this is a bug in "
+                   f"jit2triton: {REPORT}")
 
 
 def _start_bisection(attempt: Attempt, verdict: Verdict, say: Callable[[str], None]) -> None:
