@@ -33,14 +33,15 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from jit2triton.errors import InputError, Jit2TritonError, PackageDeviceError, StepError
+from jit2triton.errors import InputError, Jit2TritonError, PackageDeviceError
 
 from . import serving_messages as messages
 from . import serving_v2 as v2
 from .package import read_package
+from .serving_batching import Batching, concat_inputs, plan_batching, plan_chunks, split_rows  # noqa: F401
 from .serving_json import Request, RequestReader, encode
 from .serving_local import is_loopback
-from .serving_stats import ModelStatistics, as_triton, board
+from .serving_stats import ModelStatistics, Publisher, as_triton
 from .signature import format_type
 from .signing import trusted_key_paths
 
@@ -50,85 +51,6 @@ log = logging.getLogger("jit2triton.serving")
 
 class BodyTooLarge(Exception):
     """A request body over the replica's limit (answered 413)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Batching:
-    """How a replica batches, decided once from the package's signature."""
-    dim: Optional[str]  # the batch dim; None: one request per model call
-    max_rows: int  # rows of the batch dim in one model call
-    why_not: str = ""  # when dim is None: why requests are not batched
-
-
-def plan_batching(signature: dict, max_batch_size: int) -> Batching:
-    """The batch dim is a dynamic dim on axis 0 of every input and every output, and on no other axis: requests
-    then concatenate along axis 0 and each gets its rows back. Anything else is served one request per call."""
-    inputs, dims = signature["inputs"], signature.get("dims") or {}
-    shapes = [d["shape"] for d in inputs if d["type"] == "Tensor"]
-    dim = shapes[0][0] if shapes and shapes[0] else None
-    if not isinstance(dim, str) or len(shapes) != len(inputs) or any(
-            not s or s[0] != dim or dim in s[1:] for s in shapes):
-        return Batching(None, 1, "the package has no dynamic dim on axis 0 of every input")
-    if not _splits_by_rows(signature["outputs"], dim):
-        return Batching(None, 1, f"an output does not have dim {dim} on axis 0 (only), so its rows cannot be handed "
-                                 "back per request")
-    high = dims[dim].get("max")
-    max_rows = min(max_batch_size, high) if high else max_batch_size
-    if max_rows < 2:
-        return Batching(None, 1, f"at most {max_rows} row of dim {dim} per call")
-    return Batching(dim, max_rows)
-
-
-def _splits_by_rows(desc: dict, dim: str) -> bool:
-    kind = desc["type"]
-    if kind == "Tensor":
-        named = desc.get("dims") or []
-        return bool(named) and named[0] == dim and dim not in named[1:]
-    if kind in ("Tuple", "List"):
-        return all(_splits_by_rows(d, dim) for d in desc["items"])
-    if kind == "Dict":
-        return all(_splits_by_rows(d, dim) for d in desc["items"].values())
-    return False
-
-
-def plan_chunks(requests: Sequence[Request], max_rows: int) -> list[list[int]]:
-    """Model calls for a batch of requests: each a list of request indices of one group (equal shapes past axis
-    0, so they concatenate), of at most `max_rows` rows, in arrival order. A request larger than `max_rows` (but in
-    the dim's range) runs alone."""
-    chunks: list[list[int]] = []
-    open_chunk: dict[tuple, tuple[int, int]] = {}  # group -> (its chunk being filled, rows in it)
-    for index, request in enumerate(requests):
-        at = open_chunk.get(request.group)
-        if at is None or at[1] + request.rows > max_rows:
-            chunks.append([])
-            at = (len(chunks) - 1, 0)
-        chunks[at[0]].append(index)
-        open_chunk[request.group] = (at[0], at[1] + request.rows)
-    return chunks
-
-
-def concat_inputs(requests: Sequence[Request]) -> list:
-    if len(requests) == 1:
-        return requests[0].inputs
-    return [torch.cat(column) for column in zip(*(r.inputs for r in requests))]
-
-
-def split_rows(outputs: Any, rows: list[int]) -> list[Any]:
-    """A batch's outputs, handed back per request: every tensor split along axis 0 into `rows`."""
-    if isinstance(outputs, torch.Tensor):
-        if outputs.dim() == 0 or outputs.shape[0] != sum(rows):
-            raise StepError(f"the model returned {outputs.shape[0] if outputs.dim() else 'no'} rows for a batch of "
-                            f"{sum(rows)}, so they cannot be handed back per request; serve this package with "
-                            "max_batch_size=1")
-        return list(outputs.split(rows))
-    if isinstance(outputs, (tuple, list)):
-        per_item = [split_rows(v, rows) for v in outputs]
-        return [type(outputs)(parts[i] for parts in per_item) for i in range(len(rows))]
-    if isinstance(outputs, dict):
-        per_key = {k: split_rows(v, rows) for k, v in outputs.items()}
-        return [{k: parts[i] for k, parts in per_key.items()} for i in range(len(rows))]
-    raise StepError(f"the model returned a {type(outputs).__name__}, which cannot be split per request; serve this "
-                    "package with max_batch_size=1")
 
 
 def load_for_serving(path: str, runtime: str = "auto", num_threads: Optional[int] = None,
@@ -217,7 +139,8 @@ class ModelServer:
         self.output_names = [o["name"] for o in self.metadata["outputs"]]
         self.input_names = [d["name"] for d in signature["inputs"]]
         self.metrics, self._export = ServingMetrics(self.model_name), NodeExport()
-        self.statistics, self._published, self._publisher, self._board = ModelStatistics(), 0, None, None
+        self.statistics = ModelStatistics()
+        self._publisher = Publisher(self.model_name, self.counts.replica, self.statistics)
         self.mount = mount  # "": paths are read under the app's route; else the app is mounted at this model path
 
     async def __call__(self, http) -> Any:
@@ -345,40 +268,11 @@ class ModelServer:
 
     def _record(self, ok: bool, total_ns: int, input_ns: int = 0, output_ns: int = 0) -> None:
         self.statistics.request(ok, total_ns, input_ns, output_ns)
-        if self._publisher is None:  # started with the first request: the event loop is Serve's, running here
-            self._publisher = asyncio.get_running_loop().create_task(self._publish_every(PUBLISH_EVERY_S))
-
-    async def _publish_every(self, seconds: float) -> None:
-        while True:
-            await asyncio.sleep(seconds)
-            await self._publish()
-
-    async def _publish(self) -> bool:
-        """This replica's statistics on the board, where they changed since last time; False: the board is gone."""
-        changes = self.statistics.changes
-        try:
-            if self._board is None:
-                self._board = board()
-            if changes == self._published:
-                return True
-            await self._board.publish.remote(self.model_name, self.counts.replica, self.statistics.snapshot())
-        except Exception as err:  # noqa: BLE001 — statistics of this replica alone are still an answer
-            log.warning("jit2triton serving: the statistics board did not answer (%s)", err)
-            self._board = None
-            return False
-        self._published = changes
-        return True
+        self._publisher.changed()
 
     async def model_statistics(self) -> dict:
-        """This model's statistics in Triton's schema, summed over its replicas (this one published first, so
-        what it answered is in; the others publish theirs every PUBLISH_EVERY_S)."""
-        snapshot = self.statistics.snapshot()
-        if await self._publish() and self._board is not None:
-            try:
-                snapshot = (await self._board.read.remote([self.model_name]))[self.model_name]
-            except Exception as err:  # noqa: BLE001
-                log.warning("jit2triton serving: the statistics board did not answer (%s)", err)
-        return as_triton(self.model_name, "1", snapshot)
+        """This model's statistics in Triton's schema, summed over its replicas."""
+        return as_triton(self.model_name, "1", await self._publisher.read())
 
     def describe(self) -> dict:
         """For the repository's server: what GET / shows of this model."""
@@ -459,7 +353,6 @@ MODEL_PATH = re.compile(r"/v2/models/(?P<name>[^/]+)(?:/versions/(?P<version>[^/
 ENDPOINTS = ("POST / (JSON), POST /v2/models/NAME/infer (KServe v2), GET /, /stats, /metrics, /v2, /v2/health/live, "
              "/v2/health/ready, /v2/models/stats, /v2/models/NAME, /v2/models/NAME/ready, /v2/models/NAME/config, "
              "/v2/models/NAME/stats")
-PUBLISH_EVERY_S = 0.5  # how stale a statistics request may find the counts of a model's other replicas
 
 
 class _ForwardedBody:

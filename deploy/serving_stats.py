@@ -1,6 +1,7 @@
 """The KServe v2 statistics extension for a served model, in the Triton Inference Server's schema (what
 `tritonclient`'s get_inference_statistics() reads): counts and nanoseconds kept exactly, per request and per batch
-size. Plain code, tested without Ray; `StatisticsBoard` sums the replicas of a model.
+size. Plain code, tested without Ray; `StatisticsBoard` (a Ray actor) sums the replicas of a model, each replica's
+`Publisher` keeping its counts there.
 
 Per request (inference_stats): success and fail (arrival to answer; a refused body is a failure), queue (validated
 to its model call's start), compute_input (reading and checking the body), compute_infer (its model call, the whole
@@ -11,9 +12,13 @@ model calls.
 """
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 from typing import Any
 
+log = logging.getLogger("jit2triton.serving")
+PUBLISH_EVERY_S = 0.5  # how stale a statistics request may find the counts of a model's other replicas
 REQUEST_KINDS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit",
                  "cache_miss")
 BATCH_KINDS = ("compute_input", "compute_infer", "compute_output")
@@ -122,3 +127,45 @@ def board() -> Any:
     actor = ray.remote(num_cpus=0)(StatisticsBoard)
     return actor.options(name=BOARD_NAME, namespace=BOARD_NAMESPACE, get_if_exists=True,
                          lifetime="detached").remote()
+
+
+class Publisher:
+    """A replica's statistics of one model on the board: published every PUBLISH_EVERY_S while they change, and
+    before each read, so a read answered by this replica has every request it answered."""
+
+    def __init__(self, model: str, replica: str, statistics: ModelStatistics) -> None:
+        self.model, self.replica, self.statistics = model, replica, statistics
+        self.published, self.board, self.task = 0, None, None
+
+    def changed(self) -> None:
+        if self.task is None:  # started with the first request: the event loop is Serve's, running here
+            self.task = asyncio.get_running_loop().create_task(self._every(PUBLISH_EVERY_S))
+
+    async def _every(self, seconds: float) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            await self.publish()
+
+    async def publish(self) -> bool:
+        """Publishes what changed since last time; False: the board did not answer."""
+        changes = self.statistics.changes
+        try:
+            if self.board is None:
+                self.board = board()
+            if changes != self.published:
+                await self.board.publish.remote(self.model, self.replica, self.statistics.snapshot())
+        except Exception as err:  # noqa: BLE001 — statistics of this replica alone are still an answer
+            log.warning("jit2triton serving: the statistics board did not answer (%s)", err)
+            self.board = None
+            return False
+        self.published = changes
+        return True
+
+    async def read(self) -> dict:
+        """The model's snapshot summed over its replicas; this replica's alone where the board does not answer."""
+        if await self.publish():
+            try:
+                return (await self.board.read.remote([self.model]))[self.model]
+            except Exception as err:  # noqa: BLE001
+                log.warning("jit2triton serving: the statistics board did not answer (%s)", err)
+        return self.statistics.snapshot()
