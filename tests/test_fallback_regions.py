@@ -134,3 +134,33 @@ def test_a_wrong_kernel_nobody_names_costs_only_its_own_nodes(monkeypatch):
     assert {"aten::relu", "aten::tanh"} <= kept_ops and "aten::softmax.int" not in kept_ops
     assert "found by bisection" in converted.report()
     assert_matches_torchscript(converted, model, lambda: (torch.randn(4, 8), torch.randn(4, 8)))
+
+
+def doubling_loop(x):
+    for _ in range(3):
+        x = torch.sin(x) * 2
+    return x
+
+
+def test_the_culprit_search_compares_a_loop_s_iterations_apart():
+    """A value made in a loop is kept per iteration, and the first that differs is found even where the last
+    iteration agrees (a top-k that rounding flipped in a detector's first feature level, not a kernel after the
+    loop that the last iteration's values would have blamed)."""
+    from jit2triton.deploy.culprit import first_divergence, observed_values
+    from jit2triton.deploy.runtime import placed_weights
+    from jit2triton.loaders import load_script
+    from jit2triton.transpiler import pipeline
+    from jit2triton.transpiler.from_torchscript import from_torchscript
+
+    script = load_script(torch.jit.script(doubling_loop))
+    sched = pipeline.plan(from_torchscript(script.graph, script.input_names, script.name, False))
+    cpu = torch.device("cpu")
+    trace = observed_values(sched.plan, placed_weights(sched.weights, sched.plan, cpu), sched.node_table,
+                            sched.nodes, [torch.randn(4)], cpu)
+    sin = next(n for n in sched.nodes if n.op == "aten::sin")
+    assert [k for k in trace if k[0] == sin.outputs[0].id] == [(sin.outputs[0].id, i) for i in range(3)]
+    actual = dict(trace)
+    first = (sin.outputs[0].id, 0)
+    actual[first] = trace[first] + 1  # the first iteration differs; the last agrees
+    found = first_divergence(trace, actual, sched.nodes, lambda a, e: float((a - e).abs().max()))
+    assert found.node is sin
