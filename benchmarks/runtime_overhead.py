@@ -1,12 +1,17 @@
 """Per-call overhead of the runtimes, side by side in one process: torch.jit (traced, frozen, warmed up), our
 Python runtime and our C++ runtime (`jit2triton.load(..., runtime="cpp")`), on a tiny model (sin+cos of a 0-d
 tensor, where the call is all overhead) and on BERT base at batch 1 x seq 9 (transformers; a BERT-like layer
-when transformers is missing).
+when transformers is missing); and (`--programs host`) on programs that are mostly host steps
+(benchmarks/host_programs.py: an NMS post-process, a loop over a List[Tensor] input, a scripted refinement loop in a
+traced model, a beam search, a KV-cache decode step), the TorchScript model as the user holds it (not frozen).
 
 Per path: back-to-back wall time per call (median over runs of 200 calls; on CUDA synchronised at the end of each
-run) and, on CUDA, the CUDA-event time of a single call (median of many). Also the load time of each runtime.
+run) and, on CUDA, the CUDA-event time of a single call (median of many). Also the load time of each runtime. The
+host programs' paths take turns run by run (a run: `--calls` calls, after the program's reset method if it has
+one), so that a shared machine's drift falls on every path alike; the median over `--runs` runs is reported.
 
-    python benchmarks/runtime_overhead.py [--device cpu|cuda] [--json out.json] [--keep DIR]
+    python benchmarks/runtime_overhead.py [--device cpu|cuda] [--programs overhead|host|all] [--json out.json]
+                                          [--keep DIR] [--runs 41] [--calls 20]
 
 --keep saves each workload's package and frozen TorchScript file in DIR, for `j2t-run PKG --torchscript PT`, which
 times the C++ runtime against torch::jit::load with no Python in the process.
@@ -26,6 +31,7 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 import jit2triton  # noqa: E402
 from gpu_bench import cuda_time_us, extra_workloads  # noqa: E402
+from host_programs import HOST_PROGRAMS, Program  # noqa: E402
 from workloads import WORKLOADS, Workload  # noqa: E402
 
 
@@ -84,21 +90,77 @@ def measure(workload: Workload, device: str, folder: str, keep: str = "") -> dic
         return row
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--json")
-    parser.add_argument("--keep", default="")
-    args = parser.parse_args()
-    from jit2triton.deploy.cpp_runtime import extension
-    extension()  # built (or found in the cache) before anything is timed
-    rows = []
-    with tempfile.TemporaryDirectory() as folder:
-        for workload in (WORKLOADS["sin+cos 0-d"], bert_1x9()):
-            rows.append(measure(workload, args.device, folder, args.keep))
-    name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+def max_error(got, want) -> float:
+    """Largest absolute difference over a nested output; inf where the structure differs."""
+    if isinstance(want, torch.Tensor):
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            return float("inf")
+        return (got.double() - want.double()).abs().max().item() if want.numel() else 0.0
+    if isinstance(want, (list, tuple)):
+        if not isinstance(got, (list, tuple)) or len(got) != len(want):
+            return float("inf")
+        return max([max_error(g, w) for g, w in zip(got, want)] or [0.0])
+    return 0.0 if got == want else float("inf")
+
+
+def interleaved_wall_us(paths: dict, program: Program, device: str, runs: int, calls: int) -> dict:
+    """Median wall time per call of each path, the paths taking turns run by run."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    times: dict = {label: [] for label in paths}
+    for turn in range(runs + 2):  # the first two turns warm up (TorchScript's profiling executor optimises then)
+        for label, fn in paths.items():
+            if program.reset:
+                getattr(fn, program.reset)()
+            sync()
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn(*program.inputs)
+            sync()
+            if turn >= 2:
+                times[label].append((time.perf_counter() - start) / calls * 1e6)
+    return {label: statistics.median(t) for label, t in times.items()}
+
+
+def measure_host_program(name: str, device: str, folder: str, runs: int, calls: int) -> dict:
+    with torch.no_grad():
+        program = HOST_PROGRAMS[name](device)
+        path = os.path.join(folder, "program.j2t")
+        converted = jit2triton.convert(program.model, program.example, device=device)
+        converted.save(path)
+        nodes = converted.summary()
+        paths = {"torch.jit": program.model}
+        for runtime in ("python", "cpp"):
+            paths[f"jit2triton {runtime}"] = jit2triton.load(path, runtime=runtime)
+        row = {"workload": name, "kernel_nodes": nodes["native_nodes"], "host_nodes": nodes["host_nodes"],
+               "aten_nodes": nodes["fallback_nodes"] + nodes["extern_nodes"]}
+        for label, fn in paths.items():
+            if program.reset:
+                getattr(fn, program.reset)()
+        expected = program.model(*program.inputs)
+        for label, fn in paths.items():
+            row[label] = {"max_abs_error": max_error(fn(*program.inputs), expected)} if label != "torch.jit" else {}
+        for label, us in interleaved_wall_us(paths, program, device, runs, calls).items():
+            row[label]["wall_us"] = us
+        return row
+
+
+def print_host_table(rows: list) -> None:
+    print("\n| program | kernel / host / ATen nodes | torch.jit | jit2triton python | jit2triton cpp | "
+          "cpp vs torch.jit | python vs torch.jit |")
+    print("|---|---|---|---|---|---|---|")
+    for row in rows:
+        jit, py, cpp = (row[p]["wall_us"] for p in ("torch.jit", "jit2triton python", "jit2triton cpp"))
+        print(f"| {row['workload']} | {row['kernel_nodes']} / {row['host_nodes']} / {row['aten_nodes']} | "
+              f"{jit:.1f} | {py:.1f} | {cpp:.1f} | {jit / cpp:.2f}x | {jit / py:.2f}x |")
+    for row in rows:
+        errors = {p: row[p]["max_abs_error"] for p in ("jit2triton python", "jit2triton cpp")}
+        if any(e > 1e-4 for e in errors.values()):
+            print(f"{row['workload']}: outputs differ from TorchScript's: {errors}")
+
+
+def print_overhead_table(rows: list, name: str, device: str) -> None:
     print(f"\n{name}, torch {torch.__version__}: microseconds per call (back-to-back wall"
-          f"{'; CUDA events of one call' if args.device == 'cuda' else ''})\n")
+          f"{'; CUDA events of one call' if device == 'cuda' else ''})\n")
     paths = ["torch.jit", "jit2triton python", "jit2triton cpp"]
     print("| workload | " + " | ".join(paths) + " | cpp vs python | cpp vs torch.jit |")
     print("|---|" + "---|" * (len(paths) + 2))
@@ -116,9 +178,42 @@ def main() -> None:
         print(f"{row['workload']}: load ms python {row['jit2triton python']['load_ms']:.1f}, "
               f"cpp {row['jit2triton cpp']['load_ms']:.1f}; max abs error python "
               f"{row['jit2triton python']['max_abs_error']:.2e}, cpp {row['jit2triton cpp']['max_abs_error']:.2e}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json")
+    parser.add_argument("--keep", default="")
+    parser.add_argument("--programs", choices=["overhead", "host", "all"], default="all")
+    parser.add_argument("--runs", type=int, default=41, help="host programs: timed turns per path")
+    parser.add_argument("--calls", type=int, default=20, help="host programs: calls per turn")
+    parser.add_argument("--threads", type=int, default=0, help="torch's CPU threads (0: torch's default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from jit2triton.deploy.cpp_runtime import extension
+    extension()  # built (or found in the cache) before anything is timed
+    rows, host_rows = [], []
+    with tempfile.TemporaryDirectory() as folder:
+        if args.programs in ("overhead", "all"):
+            for workload in (WORKLOADS["sin+cos 0-d"], bert_1x9()):
+                rows.append(measure(workload, args.device, folder, args.keep))
+        if args.programs in ("host", "all"):
+            for program in HOST_PROGRAMS:
+                host_rows.append(measure_host_program(program, args.device, folder, args.runs, args.calls))
+                print(f"timed {program}", flush=True)
+    name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    if host_rows:
+        print(f"\n{name}, torch {torch.__version__}: host programs, microseconds per call (wall, median of "
+              f"{args.runs} interleaved turns of {args.calls} calls)")
+        print_host_table(host_rows)
+    if rows:
+        print_overhead_table(rows, name, args.device)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": name, "torch": torch.__version__, "rows": rows}, f, indent=1)
+            json.dump({"device": name, "torch": torch.__version__, "rows": rows, "host_programs": host_rows}, f,
+                      indent=1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,213 @@
+"""Programs that are mostly host steps (ATen calls, list/dict/int ops, control flow, data-dependent size reads),
+where a runtime's per-step cost decides the speed: issue 46's classes that ran slower than TorchScript. Each builder
+returns (TorchScript model, example inputs, a function that makes the inputs of call i, or None to reuse the
+example); `reset` names a method called before every timed run (a cache that grows call by call).
+
+Used by benchmarks/runtime_overhead.py (--programs host).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable, List, NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
+from call_programs import KVCache  # noqa: E402
+
+
+def box_iou(a: Tensor, b: Tensor) -> Tensor:
+    lt = torch.max(a[:, None, :2], b[None, :, :2])
+    rb = torch.min(a[:, None, 2:], b[None, :, 2:])
+    inter = (rb - lt).clamp(min=0).prod(2)
+    area_a = (a[:, 2:] - a[:, :2]).prod(1)
+    area_b = (b[:, 2:] - b[:, :2]).prod(1)
+    return inter / (area_a[:, None] + area_b[None, :] - inter)
+
+
+class NmsPostprocess(torch.nn.Module):
+    """A detection head's post-process in TorchScript: threshold, sort, keep the best 50, pairwise IoU, greedy
+    suppression in a loop of size reads and boolean reads."""
+
+    def forward(self, boxes: Tensor, scores: Tensor):
+        keep = scores > 0.3
+        boxes, scores = boxes[keep], scores[keep]
+        order = scores.argsort(descending=True)[:50]
+        boxes, scores = boxes[order], scores[order]
+        iou = box_iou(boxes, boxes)
+        suppressed = torch.zeros(boxes.shape[0], dtype=torch.bool, device=boxes.device)
+        for i in range(boxes.shape[0]):
+            if not bool(suppressed[i]):
+                suppressed = suppressed | ((iou[i] > 0.5) & (torch.arange(boxes.shape[0], device=boxes.device) > i))
+        return boxes[~suppressed] * 2.0, scores[~suppressed].sqrt()
+
+
+class ListLoop(torch.nn.Module):
+    """A scripted loop over a List[Tensor] input: per item a few pointwise ops and a reduction, results collected in
+    a list and stacked."""
+
+    def forward(self, xs: List[Tensor]) -> Tensor:
+        outs: List[Tensor] = []
+        total = torch.zeros_like(xs[0])
+        for x in xs:
+            y = torch.tanh(x * 1.5 + 0.5) - x.mean()
+            total = total + y
+            outs.append(y.sum(0))
+        return torch.stack(outs) * 2.0 + total.sum()
+
+
+class Refine(torch.nn.Module):
+    """An iterative refinement: a small update applied until it stops changing much, at most `steps` times."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.update = torch.nn.Linear(dim, dim)
+
+    def forward(self, x: Tensor, steps: int) -> Tensor:
+        for _ in range(steps):
+            delta = torch.tanh(self.update(x)) * 0.1
+            x = x + delta
+            if bool(delta.abs().max() < 1e-4):
+                break
+        return x
+
+
+class TracedWithRefinement(torch.nn.Module):
+    """A traced model around a scripted refinement loop (tracing keeps the scripted part's control flow)."""
+
+    def __init__(self, dim: int = 16) -> None:
+        super().__init__()
+        self.encode = torch.nn.Linear(dim, dim)
+        self.refine = torch.jit.script(Refine(dim))
+        self.head = torch.nn.Linear(dim, 4)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.head(self.refine(torch.relu(self.encode(x)), 6)).softmax(-1)
+
+
+class BeamSearch(torch.nn.Module):
+    """tests/call_programs.py's scripted beam search (a GRU cell, top-k over beam x vocab, finished hypotheses in
+    lists, a data-dependent break), with its new tensors made on the input's device so that it runs on CUDA too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cell = torch.nn.GRUCell(8, 16)
+        self.embed = torch.nn.Embedding(20, 8)
+        self.project = torch.nn.Linear(16, 20)
+
+    def forward(self, h0: Tensor, bos: int):
+        beam = 4
+        h = h0.expand(beam, 16)
+        tokens = torch.full([beam], bos, dtype=torch.long, device=h0.device)
+        scores = torch.zeros(beam, device=h0.device)
+        finished: List[Tensor] = []
+        finished_scores: List[float] = []
+        step = 0
+        while True:
+            h = self.cell(self.embed(tokens), h)
+            log_probs = torch.log_softmax(self.project(h) * 4, -1)
+            total = log_probs[0] if step == 0 else (scores.unsqueeze(1) + log_probs).view(-1)
+            top, index = total.topk(beam)
+            tokens = index % 20
+            h = h[torch.div(index, 20, rounding_mode="floor")]
+            scores = top
+            step += 1
+            ended = tokens == 3
+            if bool(ended.any()):
+                for i in range(beam):
+                    if bool(ended[i]):
+                        finished.append(h[i])
+                        finished_scores.append(float(scores[i]) / step)
+                scores = scores.masked_fill(ended, -1e9)
+            if len(finished) >= beam or bool((scores <= -1e9).all()) or step > 60:
+                break
+        if len(finished) == 0:
+            return torch.zeros(1, device=h0.device), torch.zeros(1, 16, device=h0.device), step
+        return torch.tensor(finished_scores, device=h0.device), torch.stack(finished), step
+
+
+class IntAndListOps(torch.nn.Module):
+    """Host steps only: int arithmetic, a branch and a list append per iteration (TorchScript's interpreter runs each
+    in tens of nanoseconds, so any per-step cost of a runtime shows here first)."""
+
+    def forward(self, x: Tensor, n: int) -> Tensor:
+        values: List[int] = []
+        total = 0
+        for i in range(n):
+            v = (i * 7 + total) % 13
+            if v > 6:
+                total += v
+            else:
+                total -= 1
+            values.append(v)
+        return x * float(total) + float(len(values))
+
+
+class Program(NamedTuple):
+    model: torch.jit.ScriptModule
+    example: object  # convert's example_inputs (a dict per method for a model with several)
+    inputs: tuple  # the timed call's inputs
+    reset: Optional[str] = None
+
+
+def _boxes(n: int, generator: torch.Generator) -> Tensor:
+    corner = torch.rand(n, 2, generator=generator) * 100
+    return torch.cat([corner, corner + 5 + torch.rand(n, 2, generator=generator) * 30], 1)
+
+
+def _scripted(cls, device: str = "cpu") -> torch.jit.ScriptModule:
+    torch.manual_seed(0)
+    return torch.jit.script(cls().eval().to(device))
+
+
+def nms_postprocess(device: str) -> Program:
+    g = torch.Generator().manual_seed(0)
+    inputs = (_boxes(160, g).to(device), torch.rand(160, generator=g).to(device))
+    return Program(_scripted(NmsPostprocess, device), inputs, inputs)
+
+
+def list_loop(device: str) -> Program:
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(4, 16, generator=g).to(device) for _ in range(8)]
+    return Program(_scripted(ListLoop, device), (xs,), (xs,))
+
+
+def traced_refinement(device: str) -> Program:
+    torch.manual_seed(0)
+    model = TracedWithRefinement().eval().to(device)
+    x = torch.randn(8, 16, device=device)
+    with torch.no_grad():
+        traced = torch.jit.trace(model, (x,))
+    return Program(traced, (x,), (x,))
+
+
+def beam_search(device: str) -> Program:
+    model = _scripted(BeamSearch, device)
+    h0 = torch.randn(1, 16, generator=torch.Generator().manual_seed(4)).to(device)
+    return Program(model, (h0, 1), (h0, 1))
+
+
+def kv_cache_decode(device: str) -> Program:
+    torch.manual_seed(0)
+    eager = KVCache().eval().to(device)
+    eager.k_cache, eager.v_cache = eager.k_cache.to(device), eager.v_cache.to(device)  # (attributes, not buffers)
+    model = torch.jit.script(eager)
+    x = torch.randn(1, 1, 16, device=device)
+    return Program(model, {"forward": (x,), "reset": ()}, (x,), reset="reset")
+
+
+def int_and_list_ops(device: str) -> Program:
+    x = torch.randn(4, device=device)
+    return Program(_scripted(IntAndListOps, device), (x, 200), (x, 200))
+
+
+HOST_PROGRAMS: dict[str, Callable[[str], Program]] = {
+    "NMS post-process": nms_postprocess,
+    "loop over List[Tensor]": list_loop,
+    "traced + scripted refinement": traced_refinement,
+    "beam search": beam_search,
+    "KV-cache decode step": kv_cache_decode,
+    "int and list ops (200 iterations)": int_and_list_ops,
+}
