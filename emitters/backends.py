@@ -69,8 +69,11 @@ def _compile_cpp(source: str, kernels: list[Kernel], device: Optional[torch.devi
 
 
 def _render_triton(kernels: list[Kernel]) -> list:
+    from jit2triton.transpiler.kernel_ir import GemmKernel
+
     from .triton import render_kernel
-    return [render_kernel(k) for k in kernels]
+    from .triton_gemm import render_gemm  # a template, not expressions
+    return [render_gemm(k) if isinstance(k, GemmKernel) else render_kernel(k) for k in kernels]
 
 
 def _compile_triton(rendered: list, kernels: list[Kernel], device: Optional[torch.device],
@@ -82,7 +85,7 @@ def _compile_triton(rendered: list, kernels: list[Kernel], device: Optional[torc
 
 
 def _cpp_conv(*args) -> Any:
-    from .cpp_conv import conv_templates
+    from .conv_timing import conv_templates
     return conv_templates(*args)
 
 

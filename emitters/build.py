@@ -6,7 +6,7 @@ from typing import Any
 from jit2triton.transpiler.kernel_ir import Kernel
 from jit2triton.transpiler.symbolic import size_json
 
-from . import cpp
+from . import cpp, cpp_conv
 from .cpp_shared import count_bodies
 from .compile_cpp import (BASE_FLAGS, ISA_FLAGS, compile_library, compiler_version, find_compiler, host_isa,
                           vector_math_functions)
@@ -27,7 +27,8 @@ def kernel_index(kernels: list[Kernel], backend: str) -> list[dict[str, Any]]:
 
 def render_cpp(kernels: list[Kernel]) -> str:
     """The model's one C++ translation unit, calling the vector math this host's libmvec has."""
-    return cpp.render_module(kernels, vector_math_functions(host_isa(), cpp.VECTOR_MATH))
+    return cpp.render_module(kernels, vector_math_functions(host_isa(), cpp.VECTOR_MATH), cpp_conv.render_template,
+                             cpp_conv.PRELUDE)
 
 
 def compile_cpp(source: str) -> tuple[dict[str, bytes], dict[str, Any]]:

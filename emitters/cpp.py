@@ -14,7 +14,7 @@ zero.
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Callable, Optional
 
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import compute_dtype
@@ -484,23 +484,26 @@ def render_kernel(kernel: K.Kernel) -> str:
 
 
 def render_with_placeholders(kernel: K.Kernel) -> Rendered:
-    if isinstance(kernel, K.ConvKernel):  # a template, not expressions (its sizes are template arguments)
-        from .cpp_conv import render_conv
-        return Rendered(kernel.name, render_conv(kernel), [])
     writer = _KernelWriter(kernel)
     writer.ints = []
     return Rendered(kernel.name, writer.render(), writer.ints)
 
 
-def render_module(kernels: list[K.Kernel], vector_math: tuple[tuple[str, str], ...] = ()) -> str:
+def render_module(kernels: list[K.Kernel], vector_math: tuple[tuple[str, str], ...] = (),
+                  template: Optional[Callable[[K.Kernel], Optional[str]]] = None, template_prelude: str = "") -> str:
     """One translation unit holding every kernel of a model; `vector_math` lists the C math functions
     ((name, C type): ("sinf", "float"), ("exp", "double")) that have vector variants here, declared as such so
     loops calling them still vectorize. Kernels that differ only in integer constants (DenseNet's ReLUs at every
-    channel count) share one body (cpp_shared.py)."""
+    channel count) share one body (cpp_shared.py). `template` renders the kernels made from a fixed template
+    (cpp_conv.py's convolutions, whose sizes are template arguments), None for the others; `template_prelude` is
+    the templates' shared code, included where one is used (build.py passes both: this module imports no template)."""
     declarations = "".join(f'extern "C" __attribute__((simd("notinbranch"))) {t} {name}({t});\n'
                            for name, t in vector_math)
-    functions = share_bodies([render_with_placeholders(k) for k in kernels])
-    templates = ""
-    if any(isinstance(k, K.ConvKernel) for k in kernels):
-        from .cpp_conv import PRELUDE as templates
+    rendered, templated = [], False
+    for kernel in kernels:
+        source = template(kernel) if template is not None else None
+        templated |= source is not None
+        rendered.append(Rendered(kernel.name, source, []) if source is not None else render_with_placeholders(kernel))
+    functions = share_bodies(rendered)
+    templates = template_prelude if templated else ""
     return PRELUDE + declarations + templates + "\n\n" + "\n\n".join(functions) + "\n"

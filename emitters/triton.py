@@ -406,7 +406,5 @@ def _dedupe(configs: list[dict]) -> list[dict]:
 
 
 def render_kernel(kernel: K.Kernel) -> TritonKernel:
-    if isinstance(kernel, K.GemmKernel):  # a template, not expressions
-        from .triton_gemm import render_gemm
-        return render_gemm(kernel)
+    """A kernel of expressions (a GEMM template is triton_gemm.py's: backends.py picks the renderer)."""
     return _KernelWriter(kernel).render()

@@ -258,9 +258,9 @@ def compile_for_hopper(kernel):
     from triton import compile as triton_compile
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from jit2triton.emitters.backends import BACKENDS
     from jit2triton.emitters.compile_triton import FP_FUSION, kernel_function
-    from jit2triton.emitters.triton import render_kernel
-    rendered = render_kernel(kernel)
+    rendered = BACKENDS["triton"].render([kernel])[0]  # a GEMM template's renderer, or the expressions'
     fn = kernel_function(rendered.source, rendered.name)
     config = rendered.configs[0]
     signature = dict(zip(fn.arg_names, rendered.arg_types)) | {c: "constexpr" for c in config["constants"]}

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import jit2triton
-from jit2triton.emitters import cpp_conv
+from jit2triton.emitters import conv_timing, cpp_conv
 from jit2triton.transpiler import channels_last, onednn_conv, pixel_convs
 from helpers import assert_ran_in_a_kernel, assert_runtimes_match, assert_same
 
@@ -122,7 +122,7 @@ def test_a_template_kernel_that_disagrees_with_aten_is_taken_out(monkeypatch, tm
     convolution runs as ATen's, right."""
     render = cpp_conv.render_conv
     monkeypatch.setattr(cpp_conv, "render_conv", lambda k: render(k).replace("] + in_", "] - in_"))
-    monkeypatch.setattr(cpp_conv, "conv_templates", lambda kernels: [lambda: None for _ in kernels])
+    monkeypatch.setattr(conv_timing, "conv_templates", lambda kernels: [lambda: None for _ in kernels])
     torch.manual_seed(2)
     model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.Conv2d(16, 32, 1), nn.ReLU())
     make = lambda: torch.randn(2, 3, 8, 8)  # noqa: E731
