@@ -337,6 +337,14 @@ def _replica_stats(port: int, replicas: int) -> dict:
     raise AssertionError(f"GET /stats reached {len(seen)} replicas of {replicas}")
 
 
+def _model_statistics(port: int) -> dict:
+    status, data = Client(port).send("GET", f"{ROUTE}/v2/models/mlp/stats")
+    assert status == 200, data
+    stats = json.loads(data)["model_stats"][0]
+    return {"inference_count": stats["inference_count"], "execution_count": stats["execution_count"],
+            "success": stats["inference_stats"]["success"]["count"]}
+
+
 def _totals(before: dict, after: dict) -> dict:
     keys = ("answered", "model_calls", "rows", "batched_requests")
     totals = {k: sum(s[k] for s in after.values()) - sum(before.get(r, {}).get(k, 0) for r in after) for k in keys}
@@ -345,7 +353,7 @@ def _totals(before: dict, after: dict) -> dict:
 
 @needs_ray
 def test_2000_requests_from_16_clients_are_all_answered_correctly_in_batches(server, package):
-    before = _replica_stats(server, 2)
+    before, model_before = _replica_stats(server, 2), _model_statistics(server)
     outcomes, seconds = _load(server, 2000, 16)
     after = _replica_stats(server, 2)
     wrong = _wrong_answers(outcomes, package[1])
@@ -361,6 +369,15 @@ def test_2000_requests_from_16_clients_are_all_answered_correctly_in_batches(ser
     assert totals["answered"] == 2000 and totals["rows"] == rows
     assert totals["largest_call_rows"] <= MAX_BATCH
     assert totals["model_calls"] < 2000  # concurrent requests shared model calls
+    # the v2 statistics extension counts both replicas (each publishes its counts every 0.5 s)
+    deadline = time.monotonic() + 30
+    while True:
+        model = _model_statistics(server)
+        counted = {k: model[k] - model_before[k] for k in ("inference_count", "execution_count", "success")}
+        if counted == {"inference_count": rows, "execution_count": totals["model_calls"], "success": 2000}:
+            break
+        assert time.monotonic() < deadline, counted
+        time.sleep(0.2)
 
 
 @needs_ray
