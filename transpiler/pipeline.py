@@ -341,8 +341,8 @@ PASSES: list[Pass] = [
     Pass("fuse", lambda g, c: fuse(g, c.device.type, c.refused, c.kernel_dims), "lower"),  # returns a fused copy
     Pass("merge_kernels", lambda g, c: merge_kernels(g), "lower"),  # siblings over one iteration space
     Pass("gemm_kernels", lambda g, c: gemm_kernels(g, c.refused), "lower"),  # the GEMMs given the generated form
-    Pass("conv_kernels", lambda g, c: conv_kernels(g, c.refused), "lower"),  # the convolutions onednn_conv marked
-    Pass("epilogues", lambda g, c: take_epilogues(g), "lower"),  # each template kernel computes the pointwise kernel after it
+    Pass("conv_kernels", lambda g, c: conv_kernels(g, c.refused), "lower"),  # convolutions onednn_conv marked
+    Pass("epilogues", lambda g, c: take_epilogues(g), "lower"),  # a template kernel takes the pointwise one after it
     Pass("build_plan", lambda g, c: build_plan(g), "plan"),  # the graph becomes a Plan
     Pass("plan_arena", lambda sched, c: plan_arena(sched.plan, sched.nodes), "plan", devices=("cpu",)),
 ]
