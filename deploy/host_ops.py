@@ -81,10 +81,22 @@ def _format(fmt: str, *args: Any) -> str:
 _SCALAR_TYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
                  torch.float64, torch.complex32, torch.complex64, torch.complex128, torch.bool, torch.qint8,
                  torch.quint8, torch.qint32, torch.bfloat16)
+_SCALAR_CODES = {dtype: code for code, dtype in enumerate(_SCALAR_TYPES)}
 
 
 def _dtype(dtype: Any) -> Any:
     return _SCALAR_TYPES[dtype] if isinstance(dtype, int) and not isinstance(dtype, bool) else dtype
+
+
+def _same_int(a: Any, b: Any) -> bool:
+    """aten::eq.int as TorchScript runs it, where a dtype is an int: prim::dtype gives torch's dtype here, and a
+    scripted `mask.dtype != torch.bool` compares it with the constant 11 (MultiheadAttention's key_padding_mask
+    check raised on a bool mask)."""
+    return _dtype_code(a) == _dtype_code(b)
+
+
+def _dtype_code(x: Any) -> Any:
+    return _SCALAR_CODES.get(x, x) if isinstance(x, torch.dtype) else x
 
 
 def _warn(message: Any, stacklevel: int = 2) -> None:
@@ -193,8 +205,8 @@ HOST_OPS: dict[str, Callable] = {
     "aten::div.float": operator.truediv,
     "aten::floordiv.int": _int_floordiv,
     "aten::neg.int": operator.neg,
-    "aten::eq.int": operator.eq,
-    "aten::ne.int": operator.ne,
+    "aten::eq.int": _same_int,
+    "aten::ne.int": lambda a, b: not _same_int(a, b),
     "aten::lt.int": operator.lt,
     "aten::le.int": operator.le,
     "aten::gt.int": operator.gt,
