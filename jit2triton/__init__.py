@@ -36,6 +36,7 @@ __all__ = [
     "Jit2TritonError", "ModelLoadError", "ConversionError", "PackageError", "CorruptPackageError",
     "PackageVersionError", "PackageDeviceError", "QuantizedEngineError", "SignatureError", "InputError", "StepError",
     "ModelRaisedError", "UnsafeCacheError", "PrecisionWarning",
+    "SlowerPrecisionWarning",
 ]
 _API = ("convert", "load", "Converted")
 
@@ -52,9 +53,9 @@ def __getattr__(name: str):
     if name == "Dim":
         from .dims import Dim
         return Dim
-    if name == "PrecisionWarning":  # with the precision rules, which import the transpiler: on first use
-        from .precision import PrecisionWarning
-        return PrecisionWarning
+    if name in ("PrecisionWarning", "SlowerPrecisionWarning"):  # with the precision rules (they import the
+        from . import precision                                  # transpiler): on first use
+        return getattr(precision, name)
     raise AttributeError(f"module 'jit2triton' has no attribute {name!r}")
 
 

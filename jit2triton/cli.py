@@ -164,7 +164,7 @@ def convert(model, output, input_specs, dim_specs, dynamic_batch, narrow_dims, i
     with warnings.catch_warnings():
         if not quiet:  # the progress lines say it already: once is enough
             from .precision import PrecisionWarning
-            warnings.simplefilter("ignore", PrecisionWarning)
+            warnings.filterwarnings("ignore", message=r"precision=.* on a CPU without", category=PrecisionWarning)
         converted = convert_model(model, example_inputs=tuple(inputs), device=device, backend=backend,
                                   progress=_Progress(quiet), verify=not no_verify, full_source_paths=full_source_paths,
                                   dynamic_shapes=dynamic_shapes or None, choices=choices, narrow_dims=narrow_dims,
