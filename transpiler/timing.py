@@ -4,8 +4,8 @@ one CUDA graph or step by step), made one way so that a busy machine does not fl
 - The candidates take turns, call by call, for several rounds (the order rotating, so none always runs after
   another): a burst of load on the machine hits each alike, where timing one and then the other let it fall on one.
 - Each candidate's median is compared, not its best: one lucky call decides nothing.
-- A timing counts only when it is steady: each candidate's median call within STEADY_SPREAD of its fastest. On a
-  busy machine the rounds go on until it is (the load may pass), and where it never is, the choice takes the answer
+- A timing counts only when it is steady: each candidate's median call within STEADY_SPREAD of its fastest, and,
+  timing the CPU, the process on a core for most of a median call (calls can all wait alike). On a busy machine the rounds go on until it is (the load may pass), and where it never is, the choice takes the answer
   its pass fixes for it and the report says so ("machine busy: spread X%, fixed choice taken"). On the project's
   2-core machine with a busy process per core, a 2x256 -> 256 linear's median call took 24 ms against a fastest
   of 32 us (two threads, each waiting for a core for the other), for ATen and oneDNN alike: their medians told
@@ -37,7 +37,7 @@ ROUNDS = 15  # rounds of calls, each candidate once a round...
 MIN_ROUNDS = 5  # ... or, once `budget_s` is spent, at least this many
 # Steady: every candidate's median call took at most this share more than its fastest. Quiet, on the project's
 # 2-core machine (other work running), the medians of microsecond GEMMs were 10-30% above their fastest calls, and
-# of whole plans a few percent; with a busy process per core, 100x and more.
+# a 2x64x32x32 3x3 convolution's 10-16%; with a busy process per core, 100x and more.
 STEADY_SPREAD = 0.5
 # ... and, timing the CPU, the process ran (on any of its threads) for at least this share of a median call's time.
 # Calls can all wait alike: on the loaded project machine a 2x288 -> 256 linear's 20 calls took 16.0 ms each (a
