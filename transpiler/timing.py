@@ -5,8 +5,9 @@ one CUDA graph or step by step), made one way so that a busy machine does not fl
   another): a burst of load on the machine hits each alike, where timing one and then the other let it fall on one.
 - Each candidate's median is compared, not its best: one lucky call decides nothing.
 - A timing counts only when it is steady: each candidate's median call within STEADY_SPREAD of its fastest, and,
-  timing the CPU, the process on a core for most of a median call (calls can all wait alike). On a busy machine the rounds go on until it is (the load may pass), and where it never is, the choice takes the answer
-  its pass fixes for it and the report says so ("machine busy: spread X%, fixed choice taken"). On the project's
+  timing the CPU, the process on a core for most of a median call (calls can all wait alike). On a busy machine
+  the rounds go on until it is (the load may pass), and where it never is, the choice takes the answer its pass
+  fixes for it and the report says so ("machine busy: spread X%, fixed choice taken"). On the project's
   2-core machine with a busy process per core, a 2x256 -> 256 linear's median call took 24 ms against a fastest
   of 32 us (two threads, each waiting for a core for the other), for ATen and oneDNN alike: their medians told
   nothing, and one of them was chosen by chance. So a time in the report is one measured steadily, and a busy
