@@ -62,7 +62,8 @@ def plan_for(precision: Optional[str], accuracy: Optional[dict], io_precision: O
     if target.type == "cpu" and not cpu_supports(dtype):
         message = (f"precision={precision!r} on a CPU without {' or '.join(CPU_FEATURES[dtype])}: ATen and the "
                    f"generated kernels emulate {dtype} there (converting every value to float32 and back), so "
-                   "the package is correct but slower than the float32 one; convert with precision='fp32' for speed")
+                   "the package is correct but slower than the float32 one; convert with precision='fp32' (CLI: "
+                   "--precision fp32) for speed")
         warnings.warn(message, PrecisionWarning, stacklevel=5)  # (the caller of jit2triton.convert)
         say(message)
     return PrecisionPlan(dtype, io_reduced=io_precision == precision), _tolerance(dtype, accuracy)
@@ -194,8 +195,8 @@ def _warn_if_slower(run: Callable, verifier: Verifier, budget_s: float = 0.5, ro
     if reduced > full:
         warnings.warn(f"on this CPU the reduced-precision package took {reduced:.3f} ms a call and the float32 "
                       f"TorchScript model {full:.3f} ms (medians of {len(times['package'])}, taking turns): reduced "
-                      "precision is slower here; convert with precision='fp32' for speed", SlowerPrecisionWarning,
-                      stacklevel=2)
+                      "precision is slower here; convert with precision='fp32' (CLI: --precision fp32) for speed",
+                      SlowerPrecisionWarning, stacklevel=2)
 
 
 def _leaves(actual: Any, expected: Any, where: str):
