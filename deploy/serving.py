@@ -40,7 +40,7 @@ from . import serving_v2 as v2
 from .package import read_package
 from .serving_batching import Batching, concat_inputs, plan_batching, plan_chunks, split_rows  # noqa: F401
 from .serving_json import Request, RequestReader, encode
-from .serving_local import is_loopback
+from .serving_local import is_loopback, ray_serve as _ray_serve
 from .serving_stats import ModelStatistics, Publisher, as_triton
 from .signature import format_type
 from .signing import trusted_key_paths
@@ -389,15 +389,6 @@ def _batch_options(max_rows: int, wait_s: float) -> dict:
         # a request over max_rows (still in the dim's range) counts as max_rows: it runs alone, never refused
         options["batch_size_fn"] = lambda batch: sum(min(r.rows, max_rows) for r in batch)
     return options
-
-
-def _ray_serve() -> Any:
-    """Ray Serve, or an ImportError that says how to install it (it is an optional extra)."""
-    try:
-        from ray import serve
-    except ImportError as err:
-        raise ImportError(f"jit2triton.serving needs Ray Serve ({err}): pip install 'jit2triton[serve]'") from None
-    return serve
 
 
 def map_tensors(fn: Any, value: Any) -> Any:

@@ -11,7 +11,7 @@ import os
 import signal
 import sys
 import time
-from typing import Optional
+from typing import Any, Optional
 
 
 def is_loopback(host: str) -> bool:
@@ -24,6 +24,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def ray_serve() -> Any:
+    """Ray Serve, or an ImportError that says how to install it (it is an optional extra)."""
+    try:
+        from ray import serve
+    except ImportError as err:
+        raise ImportError(f"jit2triton.serving needs Ray Serve ({err}): pip install 'jit2triton[serve]'") from None
+    return serve
+
+
 def start_local(host: str = "127.0.0.1", port: int = 8000, num_cpus: Optional[int] = None,
                 log_to_driver: bool = True) -> None:
     """A new local Ray instance with Serve's HTTP proxy on `host:port`, for a quick start; to serve on an existing
@@ -32,9 +41,7 @@ def start_local(host: str = "127.0.0.1", port: int = 8000, num_cpus: Optional[in
     _ray_on_loopback()
     if not sys.stdout.isatty():
         os.environ.setdefault("RAY_COLOR_PREFIX", "0")  # a log file or a pipe gets no colour codes
-    from .serving import _ray_serve
-
-    serve = _ray_serve()
+    serve = ray_serve()
     import ray
     # metrics reach Ray's export every second, not every ten: GET /metrics shows a request soon after its answer
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=log_to_driver,

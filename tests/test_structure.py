@@ -102,3 +102,68 @@ def test_a_pass_imports_no_other_pass() -> None:
              for module in sorted(_imports(folder / f"{name}.py", "jit2triton.transpiler"))
              if module.split(".")[2:3] and module.split(".")[2] in passes - {name}]
     assert not wrong, "; ".join(wrong)
+
+
+FOLDERS = {"jit2triton": "jit2triton", **{stage: f"jit2triton.{stage}" for stage in STAGES}}
+
+
+def _module_imports() -> dict[str, set[str]]:
+    """module -> the package's modules it imports (lazy imports inside functions included)."""
+    files = {}
+    for folder, package in FOLDERS.items():
+        for path in (ROOT / folder).glob("*.py"):
+            files[package if path.stem == "__init__" else f"{package}.{path.stem}"] = (path, package)
+    return {module: {m for m in _imports(path, package)
+                     if m in files and m != module and not module.startswith(m + ".")}  # (a package's own root)
+            for module, (path, package) in files.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iteratively)."""
+    index, low, stack, on_stack, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(root: str) -> None:
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            for nxt in edges:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter[0]
+                    counter[0] += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(sorted(graph[nxt]))))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    group = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        group.append(member)
+                        if member == node:
+                            break
+                    if len(group) > 1:
+                        found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_import_circle_anywhere() -> None:
+    """Two modules that import each other (even lazily, inside a function) are one module in two files: neither
+    can be read, tested or moved alone. What both need goes below them; a dispatcher goes above."""
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the finder finds
+    circles = _circles(_module_imports())
+    assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
