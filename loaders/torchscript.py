@@ -129,17 +129,22 @@ def _from_module(module: torch.jit.ScriptModule, methods: list[str], fold: bool 
     module = module.eval()
     decisions: set[str] = set()
     folded = False  # the model has ops freezing's numerics-changing passes fold
+    normed = False  # ... and BatchNorms among them
     for method in ["forward", *methods]:  # before freezing runs a file read whose path it knows
         unfrozen = getattr(module, method).graph.copy()
         torch._C._jit_pass_inline(unfrozen)
         refuse_effects(unfrozen)
         decisions.update(discrete_decisions(unfrozen))
         folded = folded or any(unfrozen.findAllNodes(op, True) for op in _FOLDED)
+        normed = normed or bool(unfrozen.findAllNodes("aten::batch_norm", True))
     frozen, notes, numerics_kept = _freeze(module, methods, keep_numerics=bool(decisions) or not fold)
     if decisions and folded and fold:
-        notes.append("conv-BatchNorm folding left out: the outputs depend discretely on the model's values (at "
+        what = ("conv-BatchNorm folding" if normed else
+                "torch.jit.freeze's folding of constant adds and multiplies into convolutions and linears")
+        notes.append(f"{what} left out: the outputs depend discretely on the model's values (at "
                      f"{', '.join(sorted(decisions))}), where folding's rounding could pick another box, label or "
-                     "count than the model does; BatchNorm computes its own formula, after the convolution")
+                     "count than the model does" + ("; BatchNorm computes its own formula, after the convolution"
+                                                    if normed else ""))
     script = _method(frozen, "forward", _module_name(module), notes)
     script.methods = {name: _method(frozen, name, f"{_module_name(module)}.{name}", []) for name in methods}
     script.method_names = ["forward"] + sorted(n for n in names if n != "forward")
