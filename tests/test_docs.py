@@ -161,5 +161,20 @@ def test_blocks_are_found():
     assert any(b.kind == "shell" and b.skip and "pytest" in b.code for b in readme)
 
 
+def test_relative_links_resolve():
+    """Every relative link of the README and the pages names a file that exists, and an anchor a heading it has."""
+    for path in [ROOT / "README.md", *PAGES]:
+        for target in re.findall(r"\]\(([^)\s]+)\)", path.read_text()):
+            if re.match(r"^[a-z]+://", target):
+                continue
+            file, _, anchor = target.partition("#")
+            linked = (path.parent / file).resolve() if file else path
+            assert linked.exists(), f"{path.name}: link to {target}, which does not exist"
+            if anchor and linked.suffix == ".md":
+                headings = {re.sub(r"[^\w\- ]", "", h.strip("# ").lower()).replace(" ", "-")
+                            for h in linked.read_text().split("\n") if h.startswith("#")}
+                assert anchor in headings, f"{path.name}: link to {target}: no such heading"
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-q", "-s"]))
