@@ -5,12 +5,26 @@
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <algorithm>
+
 #include "jit2triton/jit2triton.h"
 
 namespace py = pybind11;
 using jit2triton::Error;
 
 namespace {
+
+// A Python list's element type as TorchScript declares it: Tensor for a list of tensors (of any shapes: a tensor's
+// own type() carries its sizes, which made lists of differently sized tensors List[Any], and cost an allocation per
+// item), the one type of its items otherwise, Any for a mixed list.
+c10::TypePtr list_element_type(const std::vector<c10::IValue>& items) {
+  if (items.empty() || std::all_of(items.begin(), items.end(), [](const c10::IValue& x) { return x.isTensor(); }))
+    return c10::TensorType::get();
+  c10::TypePtr elem = items[0].type();
+  for (const auto& x : items)
+    if (*x.type() != *elem) return c10::AnyType::get();
+  return elem;
+}
 
 c10::IValue to_ivalue(py::handle obj, size_t index) {
   if (THPVariable_Check(obj.ptr())) return THPVariable_Unpack(obj.ptr());
@@ -27,9 +41,7 @@ c10::IValue to_ivalue(py::handle obj, size_t index) {
   if (PyList_Check(obj.ptr())) {
     std::vector<c10::IValue> items;
     for (auto x : obj) items.push_back(to_ivalue(x, index));
-    c10::TypePtr elem = items.empty() ? c10::TensorType::get() : items[0].type();
-    for (const auto& x : items)
-      if (*x.type() != *elem) elem = c10::AnyType::get();
+    c10::TypePtr elem = list_element_type(items);
     c10::impl::GenericList list(elem);
     for (auto& x : items) list.push_back(std::move(x));
     return list;
@@ -83,7 +95,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     }
   });
 
-  py::class_<jit2triton::Module>(m, "Module")
+  // module-local: two builds of the runtime in one process (another jit2triton's, a benchmark's before and after)
+  // each keep their own class, which pybind11 would otherwise refuse to register twice
+  py::class_<jit2triton::Module>(m, "Module", py::module_local())
       .def(py::init([](const std::string& path, const std::string& device, int num_threads, bool cuda_graphs,
                        bool alias_outputs, bool mmap, std::vector<std::string> trusted_keys) {
              jit2triton::LoadOptions options;

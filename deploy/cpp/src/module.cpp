@@ -1,5 +1,6 @@
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <set>
 
 #include "jit2triton/jit2triton.h"
@@ -98,7 +99,15 @@ void check_finite_nesting(const c10::IValue& v, std::set<const void*>& open, std
   done.insert(key);
 }
 
+bool is_container(const c10::IValue& v) { return v.isTuple() || v.isList() || v.isGenericDict(); }
+
 c10::IValue checked(c10::IValue out) {
+  // a tensor, or a tuple of tensors and numbers (most models' outputs), holds nothing that could hold itself
+  if (!is_container(out)) return out;
+  if (out.isTuple()) {
+    const auto& items = out.toTupleRef().elements();
+    if (std::none_of(items.begin(), items.end(), is_container)) return out;
+  }
   std::set<const void*> open, done;
   check_finite_nesting(out, open, done, 0);
   return out;

@@ -135,7 +135,9 @@ using BufferCounts = std::map<std::string, KernelArity>;
 // A call's size table: every dynamic dim, resolved once at the start of the call (bound ones when the step that
 // makes them runs), in one CPU int64 tensor every step reads in place.
 at::Tensor size_table(const std::vector<int64_t>& dims) {
-  return at::tensor(dims, at::TensorOptions().dtype(at::kLong));
+  at::Tensor table = at::empty({static_cast<int64_t>(dims.size())}, at::TensorOptions().dtype(at::kLong));
+  std::copy(dims.begin(), dims.end(), table.mutable_data_ptr<int64_t>());  // (at::tensor deduces a type and copies through a temporary)
+  return table;
 }
 
 // A shape or strides list of a plan: fixed (evaluated once, at load), or evaluated at each call's dims.
@@ -318,6 +320,7 @@ class Builder {
     std::vector<Binding> binds = bindings(s, outs);
     int sizes_slot = plan_.num_slots_;
     if (auto native = host_op(op, s, args, outs)) {
+      if (free.empty() && binds.empty()) return native;
       return [native, free, binds, sizes_slot](Env& env) {
         native(env);
         bind(env, sizes_slot, binds);
@@ -342,19 +345,49 @@ class Builder {
       if (args[i].slot < 0) args[i].constant = coerce(args[i].constant, schema.arguments()[i].type());
     bool vararg = schema.is_vararg();  // its argument count goes on the stack after them, as the interpreter's OPN
     torch::jit::Operation operation = handle->getOperation();
-    return [operation, args, outs, free, vararg, op, binds, sizes_slot](Env& env) mutable {
-      torch::jit::Stack stack;
-      stack.reserve(args.size() + 1);
-      for (const auto& a : args) stack.push_back(a.get(env));
-      if (vararg) stack.emplace_back(static_cast<int64_t>(args.size()));
+    std::vector<Arg> pushed = last_uses(args, outs, free);
+    return [operation, pushed, outs, free, vararg, op, binds, sizes_slot](Env& env) mutable {
+      torch::jit::Stack& stack = env.stack;
+      stack.clear();  // (a step that threw may have left its arguments)
+      for (const auto& a : pushed) {
+        if (a.move) stack.push_back(std::move(env[a.ref.slot]));
+        else stack.push_back(a.ref.get(env));
+      }
+      if (vararg) stack.emplace_back(static_cast<int64_t>(pushed.size()));
       operation(stack);
       if (stack.size() != outs.size())
         throw std::runtime_error(op + " returned " + std::to_string(stack.size()) + " values, the plan expects " +
                                  std::to_string(outs.size()));
       for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(stack[i]);
+      stack.clear();
       bind(env, sizes_slot, binds);
       release(env, free);
     };
+  }
+
+  // An argument as a step pushes it: moved out of its slot where this step is the slot's last use (the step frees
+  // it, reads it once and does not write it), as TorchScript's MOVE does, which saves a reference count up and
+  // down per tensor; else copied. Decided at load; `free` loses the slots moved (they are empty already).
+  struct Arg {
+    Ref ref;
+    bool move = false;
+  };
+
+  static std::vector<Arg> last_uses(const std::vector<Ref>& args, const std::vector<int>& outs,
+                                    std::vector<int>& free) {
+    auto count = [](const auto& list, int slot) { return std::count(list.begin(), list.end(), slot); };
+    std::vector<Arg> pushed;
+    for (const auto& r : args) pushed.push_back({r, false});
+    for (auto& a : pushed) {
+      int slot = a.ref.slot;
+      if (slot < 0 || !count(free, slot) || count(outs, slot)) continue;
+      size_t reads = 0;
+      for (const auto& r : args) reads += r.slot == slot;
+      a.move = reads == 1;
+    }
+    for (const auto& a : pushed)
+      if (a.move) free.erase(std::find(free.begin(), free.end(), a.ref.slot));
+    return pushed;
   }
 
   [[noreturn]] static void interpreter_only(const std::string& op) {
@@ -581,8 +614,17 @@ class Builder {
       const int64_t* d = dynamic ? env[sizes_slot].toTensor().const_data_ptr<int64_t>() : nullptr;
       // shapes over the dims are evaluated into these, which keep their capacity from step to step
       thread_local std::vector<int64_t> scratch_shape, scratch_strides;
-      std::vector<at::Tensor> outputs, inputs;
-      outputs.reserve(specs.size());
+      // the launch's tensors, in vectors that keep their capacity from step to step and are emptied when the step
+      // ends, however it ends (they must not keep a tensor alive past it)
+      thread_local std::vector<at::Tensor> outputs, inputs;
+      struct Emptied {
+        ~Emptied() {
+          outputs.clear();
+          inputs.clear();
+        }
+      } emptied;
+      outputs.clear();
+      inputs.clear();
       for (size_t i = 0; i < specs.size(); ++i) {
         const auto& spec = specs[i];
         if (!in_arena.empty() && in_arena[i] >= 0)
@@ -590,7 +632,6 @@ class Builder {
         else
           outputs.push_back(at::empty_strided(spec.shape.at(d, scratch_shape), spec.strides.at(d, scratch_strides), spec.options));
       }
-      inputs.reserve(args.size());
       for (const auto& a : args) inputs.push_back(a.get(env).toTensor());
       for (const auto& c : checked) {
         at::Tensor& x = inputs[c.index];
@@ -638,7 +679,8 @@ class Builder {
     return [plan, cond, then, otherwise, outs, free](Env& env) {
       const Sub& branch = cond.get(env).toBool() ? *then : *otherwise;
       plan->run_steps(branch.steps, env);
-      std::vector<IValue> values;
+      // all results read before any is written (a result may be read from a slot another one goes to)
+      c10::SmallVector<IValue, 4> values;
       for (const auto& r : branch.results) values.push_back(r.get(env));
       for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(values[i]);
       release(env, free);
@@ -709,7 +751,8 @@ class Builder {
       int index_slot = body->inputs.at(0);
       for (int64_t i = 0; go && i < n; ++i) {
         env[index_slot] = i;
-        for (size_t k = 0; k < carried.size(); ++k) env[body->inputs[k + 1]] = carried[k];
+        // (moved: each is read back from the body's results before the next iteration)
+        for (size_t k = 0; k < carried.size(); ++k) env[body->inputs[k + 1]] = std::move(carried[k]);
         plan->run_steps(body->steps, env);
         go = body->results[0].get(env).toBool();
         for (size_t k = 0; k < carried.size(); ++k) carried[k] = body->results[k + 1].get(env);

@@ -4,6 +4,7 @@
 
 #include <ATen/core/List.h>
 #include <ATen/core/ivalue.h>
+#include <ATen/core/stack.h>
 #include <c10/core/Device.h>
 
 #include <algorithm>
@@ -23,7 +24,16 @@
 
 namespace jit2triton {
 
-using Env = std::vector<c10::IValue>;
+// A call's values: the plan's numbered slots, and one operand stack that its op steps share, as TorchScript's
+// interpreter keeps one per frame: a step pushes its arguments, the op pops them and pushes its results, and no step
+// allocates a stack of its own.
+struct Env {
+  explicit Env(size_t num_slots) : slots(num_slots) { stack.reserve(8); }
+  c10::IValue& operator[](size_t slot) { return slots[slot]; }
+  const c10::IValue& operator[](size_t slot) const { return slots[slot]; }
+  std::vector<c10::IValue> slots;
+  torch::jit::Stack stack;  // empty between steps
+};
 // A generated kernel: reads `inputs`, writes `outputs` (allocated by the caller in the planned shape and dtype);
 // `sizes` are the call's values of the dynamic dims it takes (the kernel's manifest "sizes"), or null.
 using Launcher = std::function<void(std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs,

@@ -171,9 +171,9 @@ void Plan::build_input_checks() {
       bool one_value = kind == "int" && fixed && fixed->kind == Value::Kind::Bool && fixed->boolean && example &&
                        example->kind == Value::Kind::Int;
       int64_t only = one_value ? example->integer : 0;
+      bool is_int = kind == "int", is_float = kind == "float", is_bool = kind == "bool";  // (decided once, here)
       checks_.push_back([=](IValue& v, Bound&) {
-        bool ok = kind == "int" ? v.isInt() : kind == "float" ? (v.isDouble() || v.isInt())
-                : kind == "bool" ? v.isBool() : v.isString();
+        bool ok = is_int ? v.isInt() : is_float ? (v.isDouble() || v.isInt()) : is_bool ? v.isBool() : v.isString();
         if (!ok) throw Error(Error::Kind::Input, label + ": expected " + kind + ", got " + python_type_name(v));
         if (one_value && v.toInt() != only)
           throw Error(Error::Kind::Input, label + ": the package serves only the value " + std::to_string(only) +
@@ -181,7 +181,7 @@ void Plan::build_input_checks() {
                                               "conversion, so a size it sets is fixed); got " +
                                               std::to_string(v.toInt()) + ". Convert again with that value in the "
                                               "example inputs");
-        if (kind == "float" && v.isInt()) v = static_cast<double>(v.toInt());
+        if (is_float && v.isInt()) v = static_cast<double>(v.toInt());
       });
     } else {
       checks_.push_back([](IValue&, Bound&) {});
