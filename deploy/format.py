@@ -68,6 +68,8 @@ MANIFEST = Section("manifest", (
     Field("plan", "object", doc="the execution plan (PLAN)"),
     Field("nodes", "list", doc="the node table: op and source line of each IR node a step names"),
     Field("kernels", "list", doc="the kernel index: name, buffers, sizes, inputs and outputs of each kernel"),
+    # (optional to the schema: a method's manifest and a loaded package's hold none, their weights read already)
+    Field("weights", "object", False, None, "the weights index: where each weight's bytes are in weights.bin"),
     Field("report", "object", False, {}, "the conversion report"),
     Field("ir", "str", False, "", "the IR the plan came from, as text"),
     Field("cuda_graph", "bool", False, None, "whether a straight-line CUDA plan runs as one graph (decided at "

@@ -274,10 +274,18 @@ class _MemoryFile:
         return True
 
 
+def _int64(text: str) -> int:
+    """A manifest's integer, refused (as the C++ runtime's JSON reader refuses it) past int64."""
+    value = int(text)
+    if not -2**63 <= value < 2**63:
+        raise ValueError(f"integer out of range: {text[:40]}")
+    return value
+
+
 def _contents(path: str, members: dict[str, memoryview]) -> PackageContents:
     _verify(path, members)
     try:
-        manifest = json.loads(bytes(members.pop("manifest.json")))
+        manifest = json.loads(bytes(members.pop("manifest.json")), parse_int=_int64)
     except (ValueError, RecursionError):
         raise CorruptPackageError(message("manifest_unreadable", path=repr(path))) from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:

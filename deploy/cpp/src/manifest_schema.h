@@ -103,6 +103,7 @@ inline void check_manifest(const json::Value& value, const Limits& limits = {}) 
     {"plan", Type::Object, true, "", 0, {}, "", ""},
     {"nodes", Type::List, true, "", 0, {}, "", ""},
     {"kernels", Type::List, true, "", 0, {}, "", ""},
+    {"weights", Type::Object, false, "", 0, {}, "", ""},
     {"report", Type::Object, false, "", 0, {}, "", ""},
     {"ir", Type::Str, false, "", 0, {}, "", ""},
     {"cuda_graph", Type::Bool, false, "", 0, {}, "", ""},
