@@ -189,6 +189,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=41, help="host programs: timed turns per path")
     parser.add_argument("--calls", type=int, default=20, help="host programs: calls per turn")
     parser.add_argument("--threads", type=int, default=0, help="torch's CPU threads (0: torch's default)")
+    parser.add_argument("--only", default="", help="host programs whose names contain this text")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -200,9 +201,10 @@ def main() -> None:
             for workload in (WORKLOADS["sin+cos 0-d"], bert_1x9()):
                 rows.append(measure(workload, args.device, folder, args.keep))
         if args.programs in ("host", "all"):
-            for program in HOST_PROGRAMS:
+            for program in (p for p in HOST_PROGRAMS if args.only in p):
                 host_rows.append(measure_host_program(program, args.device, folder, args.runs, args.calls))
-                print(f"timed {program}", flush=True)
+                print_host_table(host_rows[-1:])  # as it comes, so a run cut short still says something
+                sys.stdout.flush()
     name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     if host_rows:
         print(f"\n{name}, torch {torch.__version__}: host programs, microseconds per call (wall, median of "
