@@ -92,6 +92,10 @@ SIGNATURE = Section("signature", (
     Field("outputs", "object", doc="the type of what the model returns"),
     Field("dims", "object", False, None, "each dynamic dim's range: {name: {min, max}}"),
 ))
+SIGNATURE_INPUT = Section("signature", (
+    Field("name", "str", doc="the input's name, as the model's forward takes it"),
+    Field("type", "str", doc="its TorchScript type: Tensor, int, float, bool, a container..."),
+))
 PLAN = Section("plan", (
     Field("num_slots", "count", most=MAX_SLOTS, damaged="num_slots"),
     Field("inputs", "slots", doc="the slot of each input"),
@@ -131,6 +135,8 @@ def read_manifest(manifest: Any) -> "Manifest":
     check_fields(MANIFEST, manifest)
     check_fields(PRODUCER, manifest.get("producer") or {})
     check_fields(SIGNATURE, manifest["signature"])
+    for entry in manifest["signature"]["inputs"]:
+        check_fields(SIGNATURE_INPUT, entry)
     for kernel in manifest["kernels"]:
         check_fields(KERNEL, kernel)
     return Manifest(**{f.name: _value(manifest, f) for f in MANIFEST.fields})
@@ -317,7 +323,8 @@ def cpp_header() -> str:
         CPP_CHECK,
     ]
     for function, section in (("check_manifest", MANIFEST), ("check_producer", PRODUCER),
-                              ("check_signature", SIGNATURE), ("check_plan", PLAN), ("check_step", STEP),
+                              ("check_signature", SIGNATURE), ("check_signature_input", SIGNATURE_INPUT),
+                              ("check_plan", PLAN), ("check_step", STEP),
                               ("check_kernel", KERNEL)):
         lines += _cpp_section(function, section)
     lines += [
@@ -327,6 +334,7 @@ def cpp_header() -> str:
         "  if (const json::Value* producer = manifest.find(\"producer\"); producer && !producer->is_null())",
         "    check_producer(*producer);",
         "  check_signature(manifest.at(\"signature\"));",
+        "  for (const auto& entry : manifest.at(\"signature\").at(\"inputs\").items) check_signature_input(entry);",
         "  for (const auto& kernel : manifest.at(\"kernels\").items) check_kernel(kernel);",
         "}",
         "",

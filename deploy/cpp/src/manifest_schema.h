@@ -133,6 +133,14 @@ inline void check_signature(const json::Value& value, const Limits& limits = {})
   check("signature", fields, value, limits);
 }
 
+inline void check_signature_input(const json::Value& value, const Limits& limits = {}) {
+  static const std::vector<Field> fields = {
+    {"name", Type::Str, true, "", 0, {}, "", ""},
+    {"type", Type::Str, true, "", 0, {}, "", ""},
+  };
+  check("signature", fields, value, limits);
+}
+
 inline void check_plan(const json::Value& value, const Limits& limits = {}) {
   static const std::vector<Field> fields = {
     {"num_slots", Type::Count, true, "num_slots", 16777216, {}, "", ""},
@@ -172,6 +180,7 @@ inline void check_all(const json::Value& manifest) {
   if (const json::Value* producer = manifest.find("producer"); producer && !producer->is_null())
     check_producer(*producer);
   check_signature(manifest.at("signature"));
+  for (const auto& entry : manifest.at("signature").at("inputs").items) check_signature_input(entry);
   for (const auto& kernel : manifest.at("kernels").items) check_kernel(kernel);
 }
 
