@@ -78,6 +78,7 @@ def __getattr__(name: str):
         """The model itself raised (a `raise` or `assert` in its TorchScript source)."""
 
     ModelRaisedError.__module__ = __name__
+    ModelRaisedError.__qualname__ = "ModelRaisedError"  # (not __getattr__.<locals>.ModelRaisedError in tracebacks)
     globals()["ModelRaisedError"] = ModelRaisedError
     return ModelRaisedError
 
