@@ -55,7 +55,7 @@ def check(name: str, device: str, count: int, counts_only: bool, timeout: float)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = torchvision.models.get_model(name, weights=None, weights_backbone=None, **OPTIONS.get(name, {}))
-        spread_scores(model)
+        spread_scores(model, only=("cls",) if name.startswith("maskrcnn") else ())
         model = torch.jit.script(model.eval().to(device))
         started = time.perf_counter()
         converted = jit2triton.convert(model, (images(0, device),), device=device, timeout=timeout)

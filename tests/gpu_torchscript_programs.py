@@ -61,12 +61,15 @@ def shapes(x) -> str:
     return type(x).__name__
 
 
-def spread_scores(model: torch.nn.Module) -> None:
+def spread_scores(model: torch.nn.Module, only: tuple[str, ...] = ()) -> None:
     """Random heads score every box nearly alike, and boxes whose scores tie within rounding come out in either
-    order (TorchScript against itself on the GPU too): spread the heads' weights so that scores are far apart."""
+    order (TorchScript against itself on the GPU too): spread the heads' weights so that scores are far apart.
+    `only`: spread just the layers whose names hold one of these (("cls",): the classifiers, so that box regression
+    keeps its small deltas and boxes keep their size: Mask R-CNN's spread regressors collapsed every box)."""
     generator = torch.Generator().manual_seed(1)
     for name, module in model.named_modules():
-        if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)) and ("head" in name or "predictor" in name):
+        if isinstance(module, (torch.nn.Conv2d, torch.nn.Linear)) and ("head" in name or "predictor" in name) \
+                and (not only or any(part in name for part in only)):
             with torch.no_grad():
                 module.weight.copy_(torch.randn(module.weight.shape, generator=generator) * 0.3)
                 if module.bias is not None:
