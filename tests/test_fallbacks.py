@@ -122,6 +122,19 @@ def test_the_report_keeps_the_kernels_taken_out_and_why():
     assert "verification: max rel. error 0.5 against ATen (kernel k1_softmax)" == attempt.refused[2]
 
 
+def test_a_kernel_taken_out_takes_the_kernels_fusing_the_same_ops_with_it():
+    """Kernels of the same ops compute the same function at other places (a detector's BatchNorm+ReLU kernels, each
+    flipping a box by rounding): one round takes them all out, not one round each; other kernels stay."""
+    norms = [_kernel(f"k{i}_batch_norm_relu", _node(10 + 2 * i, "aten::batch_norm"), _node(11 + 2 * i))
+             for i in range(3)]
+    other = _kernel("k9_batch_norm", _node(40, "aten::batch_norm"))
+    blamed = Verdict(False, kernel=norms[1], error=0.5, has_kernels=True, kernels=[*norms, other])
+    attempt = _run(Scripted(check=[blamed]))
+    assert set(attempt.refused) == {10, 11, 12, 13, 14, 15}
+    assert [r["kernel"] for r in attempt.removed] == ["k1_batch_norm_relu", "k0_batch_norm_relu", "k2_batch_norm_relu"]
+    assert attempt.refused[10].endswith("fuses the same ops as kernel k1_batch_norm_relu, which differed from ATen")
+
+
 def test_a_rewrite_that_is_wrong_leaves_torchscript_s_graph_with_the_reason():
     stages = Scripted(check=[Verdict(False, worst=0.3, mismatches="output: max error 0.3", has_kernels=True),
                              Verdict(False, worst=0.3, mismatches="output: max error 0.3")] * 2)

@@ -169,6 +169,7 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
         fused = verdict.kernel.attrs[Attr.FUSED]
         attempt.removed.append({"kernel": kernel.name, "error": verdict.error, "ops": [n.op for n in fused]})
         attempt.refused.update((node.uid, why) for node in fused)
+        _take_out_siblings(attempt, verdict, [n.op for n in fused], kernel.name, say)
         return False
     if verdict.has_kernels and verdict.kernels and attempt.bisect_rounds < MAX_BISECT_ROUNDS:
         _start_bisection(attempt, verdict, say)
@@ -194,6 +195,23 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
         return True
     raise Mismatch(f"the converted model does not match TorchScript ({verdict.mismatches}); this is a bug in "
                    f"jit2triton: {REPORT}")
+
+
+def _take_out_siblings(attempt: Attempt, verdict: Verdict, ops: list[str], name: str,
+                       say: Callable[[str], None]) -> None:
+    """The kernels of the build that fuse the same ops as the one taken out go with it: they compute the same
+    function elsewhere in the model, and the rounds after would find them one by one (a detector's fourteen
+    BatchNorm+ReLU kernels, each flipping a box by rounding, took all 16 verification rounds, and then every kernel
+    went out)."""
+    why = f"verification: fuses the same ops as kernel {name}, which differed from ATen"
+    for node in verdict.kernels or []:
+        fused = node.attrs[Attr.FUSED]
+        if [n.op for n in fused] != ops or all(n.uid in attempt.refused for n in fused):
+            continue
+        say(f"taking kernel {node.attrs[Attr.KERNEL].name} out with it: {why}")
+        attempt.removed.append({"kernel": node.attrs[Attr.KERNEL].name, "error": verdict.error, "ops": ops,
+                                "with": name})
+        attempt.refused.update((n.uid, why) for n in fused)
 
 
 def _start_bisection(attempt: Attempt, verdict: Verdict, say: Callable[[str], None]) -> None:
