@@ -140,7 +140,8 @@ class InputChecker:
         if n < self.required or n > len(self.names):
             expected = (f"{len(self.names)}" if self.required == len(self.names)
                         else f"{self.required} to {len(self.names)}")
-            raise InputError(f"expected {expected} inputs ({', '.join(self.names)}), got {n}; pass them in that order")
+            noun = "input" if len(self.names) == 1 else "inputs"  # (as plan.cpp words it)
+            raise InputError(f"expected {expected} {noun} ({', '.join(self.names)}), got {n}; pass them in that order")
         return tuple(args) + tuple(self.defaults[n:])
 
     def _check_for(self, index: int, desc: dict) -> Callable[[Any], Any]:

@@ -116,6 +116,14 @@ def test_wrong_number_of_inputs(small_package):
         module(torch.randn(2, 4))
 
 
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_one_input_is_one_input_in_the_count_message(runtime, tmp_path):
+    model = torch.jit.trace(lambda x: x.relu(), (torch.randn(3),))
+    jit2triton.convert(model, (torch.randn(3),)).save(tmp_path / "one.j2t")
+    with pytest.raises(jit2triton.InputError, match=r"^expected 1 input \(x\), got 2; pass them in that order$"):
+        jit2triton.load(tmp_path / "one.j2t", runtime=runtime)(torch.randn(3), torch.randn(3))
+
+
 def test_wrong_shape_names_the_input(small_package):
     module = jit2triton.load(small_package[0])
     with pytest.raises(jit2triton.InputError, match=r"input 1 \('y'\): expected float32\[2, 3\] on cpu, got float32\[5, 3\]"):

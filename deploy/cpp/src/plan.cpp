@@ -889,7 +889,8 @@ IValue Plan::call(std::vector<IValue> inputs) const {
       std::string names;
       for (size_t i = 0; i < total; ++i) names += (i ? ", " : "") + input_names_[i];
       std::string expected = required_ == total ? std::to_string(total) : std::to_string(required_) + " to " + std::to_string(total);
-      throw Error(Error::Kind::Input, "expected " + expected + " inputs (" + names + "), got " + std::to_string(n) +
+      const char* noun = total == 1 ? " input (" : " inputs (";  // (as signature.py words it)
+      throw Error(Error::Kind::Input, "expected " + expected + noun + names + "), got " + std::to_string(n) +
                                           "; pass them in that order");
     }
     for (size_t i = n; i < total; ++i) inputs.push_back(defaults_[i]);
