@@ -26,6 +26,11 @@ NOT_FACTS = {
                                                 "op table",
     ("loaders/torchscript.py", "_REMOTE_FUTURES"): "the ops whose futures no fork made, which the fork/wait "
                                                    "inlining leaves for the refusal",
+    # The freezing decision reads TorchScript's graph before freezing, so before our IR and its op table exist
+    ("loaders/torchscript.py", "_FOLDED"): "the ops torch.jit.freeze's numerics-changing passes fold",
+    **{("loaders/discrete_outputs.py", name): "which TorchScript ops decide discretely, read before freezing (the "
+                                              "loader runs before the op table)"
+       for name in ("CHOOSING", "CHOOSING_BY_INDICES", "COMPARISONS", "MASK_DECIDES", "MASK_KEEPS", "SIZE_ONLY")},
 }
 
 
