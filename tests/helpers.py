@@ -36,6 +36,11 @@ TRITON_ON_CPU = INTERPRETED
 TRITON_ON_GPU = HAS_GPU and not INTERPRETED
 GPU_TOLERANCE = 2e-5  # tl.exp is the GPU's fast exp (about 7 ulp); TorchScript's reference runs on the CPU
 
+# Long tests (the sanitized fuzz's builds and mutations, serving under load, the rest of the fuzz seeds, the Triton
+# interpreter's fallback models) run with JIT2TRITON_LONG_TESTS=1: CI's 20 minutes on two cores hold the rest
+LONG_TESTS = os.environ.get("JIT2TRITON_LONG_TESTS") == "1"
+long_test = pytest.mark.skipif(not LONG_TESTS, reason="a long test: set JIT2TRITON_LONG_TESTS=1 to run it")
+
 on_cpu = pytest.mark.skipif(not INTERPRETED, reason="Triton kernels run on the CPU only under its interpreter: "
                                                     "start Python with TRITON_INTERPRET=1")
 

@@ -22,12 +22,15 @@ from jit2triton.deploy.cpp_runtime import ROOT
 from jit2triton.emitters.compile_cpp import BASE_FLAGS, ISA_FLAGS, find_compiler
 
 from fuzz_packages import containers_package, damageable_package, looped_package, small_package
+from helpers import long_test
 from package_tools import read_members, write_members
 
 MUTATE = os.path.join(os.path.dirname(__file__), "mutate_packages.py")
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined", "-fno-omit-frame-pointer"]
 # allocator_may_return_null: a damaged shape asking for 64 GB gets torch's out-of-memory error, as without ASan
 ASAN_OPTIONS = "detect_leaks=0:abort_on_error=0:allocator_may_return_null=1"
+pytestmark = long_test  # (two sanitized builds and 8,200 mutations: about 170 s; the same mutations run unsanitized
+#                          in test_package_hardening.py)
 
 
 @pytest.fixture(scope="module")

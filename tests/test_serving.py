@@ -24,7 +24,7 @@ from jit2triton.deploy.literals import encode as encode_literal
 from jit2triton.deploy.serving import concat_inputs, plan_batching, plan_chunks, split_rows
 from jit2triton.deploy.serving_json import Request, RequestReader, encode
 from jit2triton.errors import InputError, StepError
-from helpers import LinearGeluNorm
+from helpers import LinearGeluNorm, long_test
 
 try:
     with warnings.catch_warnings():  # Ray's own pydantic deprecations, not ours to fix
@@ -352,6 +352,7 @@ def _totals(before: dict, after: dict) -> dict:
 
 
 @needs_ray
+@long_test
 def test_2000_requests_from_16_clients_are_all_answered_correctly_in_batches(server, package):
     before, model_before = _replica_stats(server, 2), _model_statistics(server)
     outcomes, seconds = _load(server, 2000, 16)
@@ -381,6 +382,7 @@ def test_2000_requests_from_16_clients_are_all_answered_correctly_in_batches(ser
 
 
 @needs_ray
+@long_test
 def test_a_replica_killed_mid_load_loses_no_request_and_is_replaced(server, package):
     done, killed_at = [0], threading.Event()
     lock = threading.Lock()
