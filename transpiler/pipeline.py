@@ -287,6 +287,7 @@ def _reduce_precision(graph: Graph, ctx: Context) -> Graph:
 
 
 ALL_DEVICES = ("cpu", "cuda")
+STAGES = ("prepare", "rewrite", "lower", "plan")
 
 
 @dataclass(frozen=True)
@@ -308,6 +309,10 @@ class Pass:
     stage: str
     optional: bool = False
     devices: tuple[str, ...] = ALL_DEVICES
+
+    def __post_init__(self) -> None:
+        if self.stage not in STAGES:  # (a misspelt stage would never run)
+            raise ValueError(f"pass {self.name}: stage {self.stage!r} is not one of {STAGES}")
 
 
 PASSES: list[Pass] = [
@@ -346,8 +351,6 @@ PASSES: list[Pass] = [
     Pass("build_plan", lambda g, c: build_plan(g), "plan"),  # the graph becomes a Plan
     Pass("plan_arena", lambda sched, c: plan_arena(sched.plan, sched.nodes), "plan", devices=("cpu",)),
 ]
-STAGES = ("prepare", "rewrite", "lower", "plan")
-
 # Rewrites that only make the graph faster: one that fails is skipped (its bug costs speed, never the conversion).
 OPTIONAL_REWRITES = frozenset(p.name for p in PASSES if p.optional)
 
