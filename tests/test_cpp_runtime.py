@@ -23,7 +23,7 @@ from jit2triton.inputs import random_inputs
 
 from package_tools import (format_1_package, manifest_of, read_members, rewrite_package, torchscript_file,
                            write_members)
-from helpers import (INTERPRETED, assert_matches_on_cuda, assert_same_outputs, build, copied, cuda_zoo, fresh_calls,
+from helpers import (INTERPRETED, LONG_TESTS, assert_matches_on_cuda, assert_same_outputs, build, copied, cuda_zoo, fresh_calls,
                      on_gpu, to_device)
 from models import MODELS, ModelSpec
 from check_models import two_models_one_signature
@@ -200,6 +200,8 @@ def test_a_scalar_input_that_sets_a_kernel_input_shape_is_served(tmp_path, cpp_r
 @pytest.fixture(scope="session")
 def cmake_build(tmp_path_factory):
     """The README's example project, built with CMake: it builds the runtime library and j2t-run as a subproject."""
+    if not LONG_TESTS and not torch.cuda.is_available():  # (80 s of CI's 20 minutes; the GPU checks always build it)
+        pytest.skip("a long test (the CMake build): set JIT2TRITON_LONG_TESTS=1 to run it")
     if shutil.which("cmake") is None:
         pytest.skip("CMake is not installed: the C++ loader's CMake build cannot be tested here")
     build_dir = tmp_path_factory.mktemp("cpp_build")

@@ -24,7 +24,7 @@ from jit2triton.deploy.literals import encode as encode_literal
 from jit2triton.deploy.serving import concat_inputs, plan_batching, plan_chunks, split_rows
 from jit2triton.deploy.serving_json import Request, RequestReader, encode
 from jit2triton.errors import InputError, StepError
-from helpers import LinearGeluNorm, long_test
+from helpers import LONG_TESTS, LinearGeluNorm, long_test
 
 try:
     with warnings.catch_warnings():  # Ray's own pydantic deprecations, not ours to fix
@@ -215,7 +215,10 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(package, cpp_runtime):
     """2 replicas of the package on a local Ray (2 CPUs, no dashboard); yields the HTTP port. The C++ runtime is
-    built first (cpp_runtime), so replicas only load it."""
+    built first (cpp_runtime), so replicas only load it. A long test (test_serving_repository.py and
+    test_serving_v2.py serve through Ray in CI)."""
+    if not LONG_TESTS:
+        pytest.skip("a long test (a local Ray with two replicas): set JIT2TRITON_LONG_TESTS=1 to run it")
     from jit2triton.serving import app, start_local, stop_local
 
     port = _free_port()
