@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
-from call_programs import KVCache  # noqa: E402
+from call_programs import BeamSearch, KVCache  # noqa: E402
 
 
 def box_iou(a: Tensor, b: Tensor) -> Tensor:
@@ -85,47 +85,6 @@ class TracedWithRefinement(torch.nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.head(self.refine(torch.relu(self.encode(x)), 6)).softmax(-1)
-
-
-class BeamSearch(torch.nn.Module):
-    """tests/call_programs.py's scripted beam search (a GRU cell, top-k over beam x vocab, finished hypotheses in
-    lists, a data-dependent break), with its new tensors made on the input's device so that it runs on CUDA too."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.cell = torch.nn.GRUCell(8, 16)
-        self.embed = torch.nn.Embedding(20, 8)
-        self.project = torch.nn.Linear(16, 20)
-
-    def forward(self, h0: Tensor, bos: int):
-        beam = 4
-        h = h0.expand(beam, 16)
-        tokens = torch.full([beam], bos, dtype=torch.long, device=h0.device)
-        scores = torch.zeros(beam, device=h0.device)
-        finished: List[Tensor] = []
-        finished_scores: List[float] = []
-        step = 0
-        while True:
-            h = self.cell(self.embed(tokens), h)
-            log_probs = torch.log_softmax(self.project(h) * 4, -1)
-            total = log_probs[0] if step == 0 else (scores.unsqueeze(1) + log_probs).view(-1)
-            top, index = total.topk(beam)
-            tokens = index % 20
-            h = h[torch.div(index, 20, rounding_mode="floor")]
-            scores = top
-            step += 1
-            ended = tokens == 3
-            if bool(ended.any()):
-                for i in range(beam):
-                    if bool(ended[i]):
-                        finished.append(h[i])
-                        finished_scores.append(float(scores[i]) / step)
-                scores = scores.masked_fill(ended, -1e9)
-            if len(finished) >= beam or bool((scores <= -1e9).all()) or step > 60:
-                break
-        if len(finished) == 0:
-            return torch.zeros(1, device=h0.device), torch.zeros(1, 16, device=h0.device), step
-        return torch.tensor(finished_scores, device=h0.device), torch.stack(finished), step
 
 
 class IntAndListOps(torch.nn.Module):

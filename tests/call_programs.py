@@ -77,8 +77,8 @@ class Bag(torch.nn.Module):
 class BeamSearch(torch.nn.Module):
     """A scripted beam search: a GRU cell over an expanded initial state, top-k over beam x vocab, finished
     hypotheses and their length-normalised scores appended to lists, a break when enough are finished or every beam
-    is dead, the step count returned. How many steps it takes, and so every size after the loop, depends on the
-    values."""
+    is dead, the step count returned (new tensors on the input's device: it runs on CUDA too). How many steps it
+    takes, and so every size after the loop, depends on the values."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -89,8 +89,8 @@ class BeamSearch(torch.nn.Module):
     def forward(self, h0, bos: int):
         beam = 4
         h = h0.expand(beam, 16)
-        tokens = torch.full([beam], bos, dtype=torch.long)
-        scores = torch.zeros(beam)
+        tokens = torch.full([beam], bos, dtype=torch.long, device=h0.device)
+        scores = torch.zeros(beam, device=h0.device)
         finished: List[torch.Tensor] = []
         finished_scores: List[float] = []
         step = 0
@@ -113,8 +113,8 @@ class BeamSearch(torch.nn.Module):
             if len(finished) >= beam or bool((scores <= -1e9).all()) or step > 60:
                 break
         if len(finished) == 0:
-            return torch.zeros(1), torch.zeros(1, 16), step
-        return torch.tensor(finished_scores), torch.stack(finished), step
+            return torch.zeros(1, device=h0.device), torch.zeros(1, 16, device=h0.device), step
+        return torch.tensor(finished_scores, device=h0.device), torch.stack(finished), step
 
 
 class RowsByValue(torch.nn.Module):
