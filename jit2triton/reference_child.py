@@ -156,19 +156,21 @@ class _Child:
 
     def __init__(self) -> None:
         self.process: Optional[subprocess.Popen] = None
-        self.loaded: Optional[int] = None  # id of the model bytes the child holds
+        # the model bytes the child holds, kept (not their id: once freed, another model's bytes can take that id,
+        # and the child would probe a draw on the wrong model)
+        self.loaded: Optional[bytes] = None
         self.lock = threading.Lock()
 
     def run(self, model: tuple, calls: list[list], limit: float) -> tuple:
         import torch
         with self.lock:
-            if self.loaded != id(model[0]) or self.process is None or self.process.poll() is not None:
+            if self.loaded is not model[0] or self.process is None or self.process.poll() is not None:
                 self.start()
                 libraries = sorted(getattr(torch.ops, "loaded_libraries", ()))
                 reply = self._request(("load", model[0], model[1], model[2], list(sys.path), libraries), limit)
                 if reply[0] != "loaded":
                     return reply
-                self.loaded = id(model[0])
+                self.loaded = model[0]
             return self._request(("run", [_to_cpu(call) for call in calls]), limit)
 
     def start(self) -> None:

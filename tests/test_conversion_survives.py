@@ -160,3 +160,36 @@ def test_the_command_line_takes_a_timeout_and_input_sets(tmp_path):
     counts = [jit2triton.load(tmp_path / f"{n}.j2t", runtime="python").summary()["verification"]["input_sets"]
               for n in "ab"]
     assert counts[1] == counts[0] + 1
+
+
+class _Adds(torch.nn.Module):
+    def forward(self, x):
+        return x + 1
+
+
+class _Refuses(torch.nn.Module):
+    def forward(self, x):
+        if bool(x.sum() > -1e30):
+            raise RuntimeError("refuses every input")
+        return x
+
+
+def test_the_child_probes_the_model_it_is_given_when_another_took_its_memory():
+    """A model's bytes freed and another's allocated at the same address (so with the same id()) must not leave the
+    child probing the first model: CI's run of the budget test above ran a model for minutes in this process because
+    the child had answered for a model freed before it."""
+    from jit2triton import reference_child
+    runs, refuses = torch.jit.script(_Adds()).save_to_buffer(), torch.jit.script(_Refuses()).save_to_buffer()
+    size = max(len(runs), len(refuses))  # the same size, so that malloc hands the freed block to the next model
+    runs, refuses = runs.ljust(size, b"\0"), refuses.ljust(size, b"\0")  # (a zip reader skips what follows it)
+    child, calls = reference_child._Child(), [[torch.ones(3)]]
+    try:
+        for _ in range(3):
+            first = bytes(memoryview(runs))
+            assert child.run((first, "forward", []), calls, 60)[0] == "ran"
+            del first
+            second = bytes(memoryview(refuses))
+            assert child.run((second, "forward", []), calls, 60)[0] == "raised"
+            del second
+    finally:
+        child.close()
