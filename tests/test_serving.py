@@ -110,6 +110,11 @@ def test_inputs_with_defaults_may_be_left_out():
     assert _reader(signature).from_json(_body(inputs={"x": [1.0, 2.0], "alpha": 2})).inputs[1] == 2
 
 
+def _fixed(*shape: int) -> torch.Tensor:
+    """Values from a fixed seed: they name the tests below, which must be the same in every pytest-xdist worker."""
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(0))
+
+
 @pytest.mark.parametrize("body, message", [
     (b"{not json", "the body is not JSON"),
     (b"\xff\xfe", "the body is not JSON"),
@@ -126,16 +131,16 @@ def test_inputs_with_defaults_may_be_left_out():
     (_body(inputs=[[[[1.0] * 3]], [[1]]]), "input 0 ('x'): expected float32[batch, seq, 4]"),
     (_body(inputs=[[[[1.0] * 4]] * 17, [[1]] * 17]), "axis 0 is dim batch, whose range is 1..16; got 17"),
     (_body(inputs=[[[[1.0] * 4]] * 2, [[1]] * 3]), "which is 2 in input 0 ('x') axis 0; got 3"),
-    (_body(inputs=[_b64(torch.randn(1, 1, 4).double()), [[1]]]), "input 0 ('x'): expected float32 data, got "
+    (_body(inputs=[_b64(_fixed(1, 1, 4).double()), [[1]]]), "input 0 ('x'): expected float32 data, got "
                                                                   "\"dtype\": \"float64\"; send the tensor as float32"),
-    (_body(inputs=[{**_b64(torch.randn(1, 1, 4)), "dtype": "float99"}, [[1]]]), "expected float32 data"),
+    (_body(inputs=[{**_b64(_fixed(1, 1, 4)), "dtype": "float99"}, [[1]]]), "expected float32 data"),
     (_body(inputs=[[[[1.0] * 4]], _b64(torch.zeros(1, 1, dtype=torch.int8), "qint8")]), "expected int64 data"),
-    (_body(inputs=[{**_b64(torch.randn(1, 1, 4)), "dtype": None}, [[1]]]), "got \"dtype\": null"),
-    (_body(inputs=[{**_b64(torch.randn(1, 1, 4)), "shape": [1, -1, 4]}, [[1]]]), "\"shape\" must be a list of sizes"),
+    (_body(inputs=[{**_b64(_fixed(1, 1, 4)), "dtype": None}, [[1]]]), "got \"dtype\": null"),
+    (_body(inputs=[{**_b64(_fixed(1, 1, 4)), "shape": [1, -1, 4]}, [[1]]]), "\"shape\" must be a list of sizes"),
     (_body(inputs=[{"dtype": "float32", "shape": [0, 2 ** 63, 4], "data": ""}, [[1]]]), "\"shape\" must be a list"),
     (_body(inputs=[json.loads("[" * 500 + "1.0" + "]" * 500), [[1]]]), "input 0 ('x'): expected a nested list"),
-    (_body(inputs=[{**_b64(torch.randn(1, 1, 4)), "data": "!!"}, [[1]]]), "\"data\" is not base64"),
-    (_body(inputs=[{**_b64(torch.randn(1, 1, 4)), "shape": [1, 2, 4]}, [[1]]]), "is 32 bytes, \"data\" holds 16"),
+    (_body(inputs=[{**_b64(_fixed(1, 1, 4)), "data": "!!"}, [[1]]]), "\"data\" is not base64"),
+    (_body(inputs=[{**_b64(_fixed(1, 1, 4)), "shape": [1, 2, 4]}, [[1]]]), "is 32 bytes, \"data\" holds 16"),
     (_body(inputs=[{"dtype": "float32", "shape": [1, 1, 4]}, [[1]]]), "\"data\" must be the tensor's bytes"),
     (_body(inputs=[{"dtype": "float32", "shape": [1, 1, 4], "data": 5}, [[1]]]), "\"data\" must be the tensor's"),
     (_body(inputs=[[[[1.0] * 4]], [[1]]], outputs="xml"), "\"outputs\" must be \"list\" or \"base64\""),
