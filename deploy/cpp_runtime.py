@@ -212,6 +212,10 @@ class CppRuntime:
         """(node, exclusive seconds, runs) of each step timed since profiling was turned on."""
         return [(node, seconds, runs) for node, _op, _source, seconds, runs in self.module.step_times()]
 
+    def attribute(self, name: str) -> Any:
+        """A copy of the current value of an attribute the model writes (`m.calls`)."""
+        return self.module.attribute(name)
+
     def methods(self) -> dict:
         """The model's other methods, each called like forward (they share the module's state)."""
         return {name: _returning_named_tuples(self.module.method(name), self.rebuilders.get(name))

@@ -114,16 +114,44 @@ class TorchModuleFace:
     def _state_attribute(self, name: str) -> Any:
         """The current value of an attribute the model writes (`self.calls`), as torch.jit's module shows it; an
         AttributeError where the package has no such state."""
-        entries = self._contents.manifest.get("state") or ()
-        if not any(isinstance(e, dict) and e.get("name") == name for e in entries):
+        names = {e.get("name") for e in self._contents.manifest.get("state") or () if isinstance(e, dict)}
+        if name not in names:
+            if any(isinstance(n, str) and n.startswith(name + ".") for n in names):
+                return _Submodule(self, name)  # `m.decoder.steps`: state of a submodule, named "decoder.steps"
             raise AttributeError(name)
         state = getattr(self._runtime, "state", None)
-        if state is None:
-            raise AttributeError(f"the model's attribute {name!r} is held inside the C++ runtime, which does not hand "
-                                 "it to Python; load the package with runtime='python' to read it")
+        if state is None:  # the C++ runtime holds it, and hands out a copy
+            return self._runtime.attribute(name)
         with state.store.lock:
             value = state.store.values[name]
         return _copied(value)
+
+
+class _Submodule:
+    """A submodule of the converted model as far as its written attributes go: `m.decoder.steps` reads the state
+    the package holds as "decoder.steps" (deeper submodules nest the same way)."""
+
+    def __init__(self, owner: TorchModuleFace, path: str) -> None:
+        self._owner, self._path = owner, path
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return self._owner._state_attribute(f"{self._path}.{name}")
+        except AttributeError as err:
+            if str(err) != f"{self._path}.{name}":
+                raise
+        raise AttributeError(f"the converted model's submodule {self._path!r} has no attribute {name!r} that the "
+                             "model writes (a package keeps only those; its other attributes were folded in)")
+
+    def __dir__(self) -> list[str]:
+        prefix = self._path + "."
+        return sorted({e["name"][len(prefix):].split(".")[0] for e in self._owner._contents.manifest.get("state") or ()
+                       if isinstance(e, dict) and str(e.get("name", "")).startswith(prefix)})
+
+    def __repr__(self) -> str:
+        return f"<submodule {self._path!r} of a converted model: written attributes {', '.join(dir(self))}>"
 
 
 def _copied(value: Any) -> Any:

@@ -1,8 +1,16 @@
 """Fixtures shared by the tests: a small converted package."""
+import os
 import shutil
 
 import pytest
 import torch
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (the README's test command, with `--dist loadfile`: a test file runs whole in one worker, so module
+    fixtures such as a Ray server are made once): a worker per core this process may use, at most 4, since each
+    holds torch and the models it converts."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """The loaded module against torch.jit's, for what code calls besides forward: `.to` in its forms, `.half()` /
 `.float()`, `.training`, the weights (`parameters()`, `state_dict()`), the attributes the model writes, the
 package's `dir()`, and defaults in the signature. Each is held to what `torch.jit.load`'s module does."""
-from typing import Optional
+from typing import List, Optional
 
 import pytest
 import torch
@@ -112,8 +112,9 @@ def test_weights_are_copies_of_what_the_package_holds(packages, runtime):
         m.load_state_dict(state)
 
 
-def test_written_attributes_read_as_torch_jit_shows_them(packages):
-    m, t = _load(packages), torch.jit.load(str(packages / "model.pt"))
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_written_attributes_read_as_torch_jit_shows_them(packages, runtime):
+    m, t = _load(packages, runtime=runtime), torch.jit.load(str(packages / "model.pt"))
     assert m.calls == t.calls == 0
     for n in range(1, 4):
         x = torch.randn(2, 4)
@@ -121,10 +122,70 @@ def test_written_attributes_read_as_torch_jit_shows_them(packages):
         assert m.calls == t.calls == n
     with pytest.raises(AttributeError, match="no method 'nothing'"):
         m.nothing
-    cpp = _load(packages, runtime="cpp")
-    cpp(torch.randn(2, 4))
-    with pytest.raises(AttributeError, match="runtime='python'"):
-        cpp.calls
+
+
+class Remembers(torch.nn.Module):  # tensor state, and a list of tensors: the values read back are copies
+    seen: List[torch.Tensor]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = torch.zeros(2, 4)
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append(x.sum(0))
+        out = x + self.last
+        self.last = x * 2
+        return out
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_tensor_state_reads_back_as_a_copy(tmp_path, runtime):
+    torch.jit.script(Remembers()).save(str(tmp_path / "m.pt"))
+    jit2triton.convert(str(tmp_path / "m.pt"), (torch.randn(2, 4),)).save(tmp_path / "m.j2t")
+    m, t = jit2triton.load(tmp_path / "m.j2t", runtime=runtime), torch.jit.load(str(tmp_path / "m.pt"))
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        torch.testing.assert_close(m(x), t(x))
+        torch.testing.assert_close(m.last, t.last)
+        assert len(m.seen) == len(t.seen)
+        for ours, theirs in zip(m.seen, t.seen):
+            torch.testing.assert_close(ours, theirs)
+    m.last.fill_(100.0)  # changing the copy changes nothing the module runs
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(m(x), t(x))
+
+
+class Steps(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = 0
+
+    def forward(self, x):
+        self.steps += 1
+        return x * 2
+
+
+class Outer(torch.nn.Module):  # state in a submodule: torch.jit shows it as m.inner.steps
+    def __init__(self) -> None:
+        super().__init__()
+        self.inner = Steps()
+
+    def forward(self, x):
+        return self.inner(x) + 1
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_submodules_written_attribute_reads_through_the_submodule(tmp_path, runtime):
+    jit2triton.convert(torch.jit.script(Outer()), (torch.randn(3),)).save(tmp_path / "m.j2t")
+    m, t = jit2triton.load(tmp_path / "m.j2t", runtime=runtime), torch.jit.script(Outer())
+    for n in range(1, 3):
+        x = torch.randn(3)
+        torch.testing.assert_close(m(x), t(x))
+        assert m.inner.steps == t.inner.steps == n
+    assert dir(m.inner) == ["steps"]
+    with pytest.raises(AttributeError, match="submodule 'inner' has no attribute 'missing'"):
+        m.inner.missing
 
 
 def test_signature_shows_defaults(packages):

@@ -382,6 +382,14 @@ def writes_in_place(schema: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def stores_argument(schema: str) -> bool:
+    """Whether the op keeps an argument inside a container (`aten::append.t(t[](a!) self, t(c -> *) el)`: the
+    element joins the list's contents, the wildcard set), where it outlives the op and the call."""
+    return bool(schema) and "*" in schema and any(
+        a.alias_info is not None and "*" in a.alias_info.after_set for a in torch._C.parse_schema(schema).arguments)
+
+
+@functools.lru_cache(maxsize=None)
 def returns_alias(schema: str) -> bool:
     """Whether the op's result shares memory with an input by its schema (`-> Tensor(a)`: a view such as diagonal;
     `-> Tensor(a!)`: an in-place op's result is its input)."""

@@ -8,7 +8,8 @@ once here, so the arena is no larger than the most bytes alive at once needs (up
 Which kernel outputs may live in the arena: those whose memory nothing outside this call can see, and whose last
 reader is known. So the plan's top level only (a branch or loop body runs a variable number of times), static
 shapes only (their byte size is known now), and a value is refused when it, or anything that may alias it, is
-returned, read by a control-flow step, or read by an op that is not ATen's (containers hold on to tensors). An
+returned, read by a control-flow step, read by an op that is not ATen's (containers hold on to tensors), or kept
+by an ATen op in a container (`aten::append.t`'s `t(c -> *) el`: a list of module state outlives the call). An
 ATen op that may return its input or a view of it (`may_alias`, schema annotations, in-place writes) joins its
 outputs to its inputs' family: the family lives until its last member's last reader.
 
@@ -27,7 +28,7 @@ from typing import Iterator, Optional
 import torch
 
 from .ir import Attr, Node
-from .op_table import may_alias, returns_alias, writes_in_place
+from .op_table import may_alias, returns_alias, stores_argument, writes_in_place
 
 ALIGN = 64  # bytes: a cache line, and more than any dtype's alignment
 Key = tuple[int, int]  # (defining step's position, output index): one value, whatever slot it lives in
@@ -48,7 +49,9 @@ def plan_arena(plan: dict, nodes: list[Node]) -> None:
         outputs = [(position, j) for j in range(len(step.get("outs", ())))]
         if step["kind"] == "call" and step["op"].startswith("aten::"):
             schema = nodes[step["node"]].attrs.get(Attr.SCHEMA, "")
-            if may_alias(step["op"]) or returns_alias(schema) or writes_in_place(schema):
+            if stores_argument(schema):  # `self.seen.append(y)`: y lives on in the list, past this call
+                escaped.update(read)
+            elif may_alias(step["op"]) or returns_alias(schema) or writes_in_place(schema):
                 for key in read:
                     for out in outputs:
                         families.join(key, out)

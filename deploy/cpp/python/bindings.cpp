@@ -155,6 +155,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              return out;
            })
       .def("signature", &jit2triton::Module::signature)
+      .def("attribute_names", &jit2triton::Module::attribute_names)
+      .def("attribute", [](const jit2triton::Module& self, const std::string& name) {
+        return torch::jit::toPyObject(self.attribute(name));
+      })
       .def("set_profiling", &jit2triton::Module::set_profiling)
       .def("step_times", [](const jit2triton::Module& self) {
         py::list out;  // (node, op, source, seconds, runs) per step that ran

@@ -73,7 +73,7 @@ Module load_module(const std::string& path, const LoadOptions& options) {
     for (const auto& [name, own] : listed->members)
       (*methods)[name] = std::make_shared<Plan>(method_package(pkg, name, own), options, state);
   }
-  return Module(std::make_shared<Plan>(std::move(pkg), options, state), methods);
+  return Module(std::make_shared<Plan>(std::move(pkg), options, state), methods, state);
 }
 
 // A container that holds itself, or nests past any model's depth, is refused before anything walks it (flatten
@@ -159,11 +159,28 @@ std::vector<std::string> Module::method_names() const {
 Module Module::method(const std::string& name) const {
   if (methods_) {
     auto found = methods_->find(name);
-    if (found != methods_->end()) return Module(found->second, methods_);
+    if (found != methods_->end()) return Module(found->second, methods_, state_);
   }
   std::string names = "forward";
   for (const auto& other : method_names()) names += ", " + other;
   throw Error(Error::Kind::Input, "the converted model has no method " + repr(name) + "; its methods are " + names);
+}
+
+std::vector<std::string> Module::attribute_names() const {
+  std::vector<std::string> names;
+  if (!state_) return names;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  for (const auto& [name, _] : state_->values) names.push_back(name);
+  return names;
+}
+
+c10::IValue Module::attribute(const std::string& name) const {
+  if (state_) {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    auto found = state_->values.find(name);
+    if (found != state_->values.end()) return found->second.deepcopy();
+  }
+  throw Error(Error::Kind::Input, "the converted model has no attribute " + repr(name) + " it writes");
 }
 
 std::string Module::signature() const { return plan_->signature(); }

@@ -56,6 +56,7 @@ struct LoadOptions {
 };
 
 class Plan;  // the loaded plan (internal)
+struct StateStore;  // the attributes the model writes, shared by its methods (internal)
 
 // One plan step's time in a profile (Module::set_profiling): wall time exclusive of the steps it holds (a loop, a
 // branch, a region is charged only for what its inner steps do not account for), summed over the profiled calls.
@@ -101,13 +102,21 @@ class Module {
   void set_profiling(bool on) const;
   std::vector<StepTime> step_times() const;  // since profiling was turned on, in plan order
 
+  // The attributes the model writes (`self.calls`, a cache), as torch.jit's module shows them between calls: the
+  // names, and a copy of one's current value (tensors cloned: changing it changes nothing in the module). Throws
+  // Error(Input) for a name the package holds no state under.
+  std::vector<std::string> attribute_names() const;
+  c10::IValue attribute(const std::string& name) const;
+
   using Methods = std::map<std::string, std::shared_ptr<Plan>>;
-  explicit Module(std::shared_ptr<Plan> plan, std::shared_ptr<const Methods> methods = nullptr)
-      : plan_(std::move(plan)), methods_(std::move(methods)) {}
+  explicit Module(std::shared_ptr<Plan> plan, std::shared_ptr<const Methods> methods = nullptr,
+                  std::shared_ptr<StateStore> state = nullptr)
+      : plan_(std::move(plan)), methods_(std::move(methods)), state_(std::move(state)) {}
 
  private:
   std::shared_ptr<Plan> plan_;
   std::shared_ptr<const Methods> methods_;
+  std::shared_ptr<StateStore> state_;
 };
 
 Module load(const std::string& path, const LoadOptions& options = {});
