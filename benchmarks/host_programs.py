@@ -1,9 +1,10 @@
 """Programs that are mostly host steps (ATen calls, list/dict/int ops, control flow, data-dependent size reads),
 where a runtime's per-step cost decides the speed: issue 46's classes that ran slower than TorchScript. Each builder
-returns (TorchScript model, example inputs, a function that makes the inputs of call i, or None to reuse the
-example); `reset` names a method called before every timed run (a cache that grows call by call).
+returns a Program: the TorchScript model, convert's example inputs and the timed call's inputs; `reset` names a method
+called before every timed run (a cache that grows call by call); `eager` is the module the TorchScript model was made
+from (for torch.compile), `fresh` makes a new random input set of the same shapes (to check a package against).
 
-Used by benchmarks/runtime_overhead.py (--programs host).
+Used by benchmarks/runtime_overhead.py (--programs host) and benchmarks/torchscript_programs.py.
 """
 from __future__ import annotations
 
@@ -109,6 +110,8 @@ class Program(NamedTuple):
     example: object  # convert's example_inputs (a dict per method for a model with several)
     inputs: tuple  # the timed call's inputs
     reset: Optional[str] = None
+    eager: Optional[torch.nn.Module] = None  # the module before scripting or tracing, sharing its weights
+    fresh: Optional[Callable[[], tuple]] = None  # a new random input set like `inputs`
 
 
 def _boxes(n: int, generator: torch.Generator) -> Tensor:
@@ -116,50 +119,61 @@ def _boxes(n: int, generator: torch.Generator) -> Tensor:
     return torch.cat([corner, corner + 5 + torch.rand(n, 2, generator=generator) * 30], 1)
 
 
-def _scripted(cls, device: str = "cpu") -> torch.jit.ScriptModule:
+def _eager(cls, device: str = "cpu") -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.jit.script(cls().eval().to(device))
+    return cls().eval().to(device)
+
+
+def _scripted_program(eager: torch.nn.Module, example: object, inputs: tuple, **more) -> Program:
+    return Program(torch.jit.script(eager), example, inputs, eager=eager, **more)
+
+
+def _nms_inputs(device: str, seed: int) -> tuple:
+    g = torch.Generator().manual_seed(seed)
+    return _boxes(160, g).to(device), torch.rand(160, generator=g).to(device)
 
 
 def nms_postprocess(device: str) -> Program:
-    g = torch.Generator().manual_seed(0)
-    inputs = (_boxes(160, g).to(device), torch.rand(160, generator=g).to(device))
-    return Program(_scripted(NmsPostprocess, device), inputs, inputs)
+    inputs = _nms_inputs(device, 0)
+    return _scripted_program(_eager(NmsPostprocess, device), inputs, inputs, fresh=lambda: _nms_inputs(device, 1))
+
+
+def _list_inputs(device: str, seed: int) -> tuple:
+    g = torch.Generator().manual_seed(seed)
+    return ([torch.randn(4, 16, generator=g).to(device) for _ in range(8)],)
 
 
 def list_loop(device: str) -> Program:
-    g = torch.Generator().manual_seed(0)
-    xs = [torch.randn(4, 16, generator=g).to(device) for _ in range(8)]
-    return Program(_scripted(ListLoop, device), (xs,), (xs,))
+    inputs = _list_inputs(device, 0)
+    return _scripted_program(_eager(ListLoop, device), inputs, inputs, fresh=lambda: _list_inputs(device, 1))
 
 
 def traced_refinement(device: str) -> Program:
-    torch.manual_seed(0)
-    model = TracedWithRefinement().eval().to(device)
+    model = _eager(TracedWithRefinement, device)
     x = torch.randn(8, 16, device=device)
     with torch.no_grad():
         traced = torch.jit.trace(model, (x,))
-    return Program(traced, (x,), (x,))
+    return Program(traced, (x,), (x,), eager=model, fresh=lambda: (torch.randn(8, 16, device=device),))
 
 
 def beam_search(device: str) -> Program:
-    model = _scripted(BeamSearch, device)
     h0 = torch.randn(1, 16, generator=torch.Generator().manual_seed(4)).to(device)
-    return Program(model, (h0, 1), (h0, 1))
+    return _scripted_program(_eager(BeamSearch, device), (h0, 1), (h0, 1),
+                             fresh=lambda: (torch.randn(1, 16, device=device), 1))
 
 
 def kv_cache_decode(device: str) -> Program:
-    torch.manual_seed(0)
-    eager = KVCache().eval().to(device)
+    eager = _eager(KVCache, device)
     eager.k_cache, eager.v_cache = eager.k_cache.to(device), eager.v_cache.to(device)  # (attributes, not buffers)
-    model = torch.jit.script(eager)
     x = torch.randn(1, 1, 16, device=device)
-    return Program(model, {"forward": (x,), "reset": ()}, (x,), reset="reset")
+    return _scripted_program(eager, {"forward": (x,), "reset": ()}, (x,), reset="reset",
+                             fresh=lambda: (torch.randn(1, 1, 16, device=device),))
 
 
 def int_and_list_ops(device: str) -> Program:
     x = torch.randn(4, device=device)
-    return Program(_scripted(IntAndListOps, device), (x, 200), (x, 200))
+    return _scripted_program(_eager(IntAndListOps, device), (x, 200), (x, 200),
+                             fresh=lambda: (torch.randn(4, device=device), 200))
 
 
 HOST_PROGRAMS: dict[str, Callable[[str], Program]] = {
