@@ -280,8 +280,15 @@ class ModelServer:
 
     async def json_request(self, body: bytes) -> tuple[int, bytes]:
         """For the repository's server: the simple JSON form's answer to a body POSTed to / (one model loaded)."""
-        response = await self._infer(_ForwardedBody(body), "json")
+        response = await self._infer(Forwarded("POST", "/", body), "json")
         return response.status_code, bytes(response.body)
+
+    async def forwarded(self, method: str, path: str, body: bytes = b"",
+                        headers: Optional[dict] = None) -> tuple[int, bytes, dict]:
+        """For the gRPC endpoint (serving_grpc.py): the answer to a request for `path` (from /v2 on) handed over by
+        another process, as (status, body, headers), through the same routes, checks and counts as HTTP's."""
+        response = await self(Forwarded(method, path, body, headers or {}, root=self.mount))
+        return response.status_code, bytes(response.body), dict(response.headers)
 
     def stats(self) -> dict:
         return {**self.counts.as_dict(), "batch_dim": self.batching.dim, "max_rows_per_call": self.batching.max_rows}
@@ -355,14 +362,22 @@ ENDPOINTS = ("POST / (JSON), POST /v2/models/NAME/infer (KServe v2), GET /, /sta
              "/v2/models/NAME/stats")
 
 
-class _ForwardedBody:
-    """A body handed over by the repository's server, read as a request's."""
+class Forwarded:
+    """A request handed over by another process (the repository's server, the gRPC endpoint), read as an HTTP
+    request is: its method, path (`root`: the app's route prefix, as Serve gives it), headers and body."""
 
-    def __init__(self, body: bytes) -> None:
-        self.body, self.headers = body, {}
+    def __init__(self, method: str, path: str, body: bytes = b"", headers: Optional[dict] = None,
+                 root: str = "") -> None:
+        self.method, self.body, self.headers = method, body, headers or {}
+        self.url, self.scope = _Url(path), {"root_path": root}
 
     async def stream(self):
         yield self.body
+
+
+@dataclasses.dataclass(frozen=True)
+class _Url:
+    path: str
 
 
 def _path_under_route(http) -> str:

@@ -102,8 +102,7 @@ class RepositoryServer:
         if path == "/v2":
             return self._json(200, {"name": "jit2triton", "version": jit2triton_version(), "extensions": EXTENSIONS})
         if path == "/v2/models/stats":
-            names = [name for name, state in (await self._states()).items() if state[0] == "READY"]
-            return self._json(200, {"model_stats": await self._statistics(names)})
+            return self._json(200, {"model_stats": await self.statistics()})
         if path == "/metrics":
             try:
                 text = await asyncio.get_running_loop().run_in_executor(None, self._export.text)
@@ -121,12 +120,11 @@ class RepositoryServer:
 
     async def _post(self, path: str, http) -> Any:
         if path == "/v2/repository/index":
-            states = await self._states()
-            return self._json(200, [{"name": n, "version": "1", "state": s[0], "reason": s[1]}
-                                    for n, s in states.items()])
+            return self._json(200, await self.index())
         parts = path.split("/")
         if len(parts) == 6 and parts[:4] == ["", "v2", "repository", "models"] and parts[5] in ("load", "unload"):
-            return await self._change(parts[4], parts[5])
+            await self._change(parts[4], parts[5])
+            return self._json(200, {})
         if path == "":
             ready = await self._ready()
             if len(ready) != 1:
@@ -142,14 +140,36 @@ class RepositoryServer:
         model = MODEL_PATH.fullmatch(path)
         if not model:
             return
-        name = model["name"]
-        if name not in self.models:
-            raise _Refused(404, f"unknown model {name!r}; this server serves {', '.join(map(repr, self.models))}")
-        state, reason = (await self._states())[name]
-        raise _Refused(404 if state == "UNAVAILABLE" else 503, f"model {name!r} is {state.lower()}"
-                       f"{f' ({reason})' if reason else ''}; POST /v2/repository/models/{name}/load loads it")
+        state, message = await self.refusal(model["name"], f"POST /v2/repository/models/{model['name']}/load")
+        raise _Refused(404 if state in ("UNKNOWN", "UNAVAILABLE") else 503, message)
 
-    async def _change(self, name: str, action: str) -> Any:
+    # ---- also called through the app's handle, by the gRPC endpoint (serving_grpc.py) ----
+
+    async def index(self) -> list[dict]:
+        """The repository index: each model, its state (READY, LOADING or UNAVAILABLE) and the reason."""
+        return [{"name": n, "version": "1", "state": s[0], "reason": s[1]} for n, s in (await self._states()).items()]
+
+    async def statistics(self) -> list[dict]:
+        """The statistics of every loaded model, in Triton's schema."""
+        return await self._statistics(await self._ready())
+
+    async def refusal(self, name: str, load: str) -> tuple[str, str]:
+        """Why model `name` is not served: ("UNKNOWN", ...) or its state and reason, in one line that says how to
+        load it (`load`: the request that does, in the client's protocol)."""
+        if name not in self.models:
+            return "UNKNOWN", f"unknown model {name!r}; this server serves {', '.join(map(repr, self.models))}"
+        state, reason = (await self._states())[name]
+        return state, f"model {name!r} is {state.lower()}{f' ({reason})' if reason else ''}; {load} loads it"
+
+    async def change(self, name: str, action: str) -> tuple[int, str]:
+        """Loads or unloads model `name`: (200, "") or the HTTP status and message of the refusal."""
+        try:
+            await self._change(name, action)
+        except _Refused as refusal:
+            return refusal.status, refusal.message
+        return 200, ""
+
+    async def _change(self, name: str, action: str) -> None:
         if name not in self.models:
             raise _Refused(404, f"unknown model {name!r}; the repository has {', '.join(map(repr, self.models))}")
         if name in self._changing:
@@ -167,7 +187,6 @@ class RepositoryServer:
             raise _Refused(400, f"model {name!r} did not {action}: {reason}") from None
         finally:
             del self._changing[name]
-        return self._json(200, {})
 
     async def _states(self) -> dict[str, tuple[str, str]]:
         """Each model's (state, reason), from Serve's controller."""

@@ -363,6 +363,9 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
               help="address the HTTP server listens on (0.0.0.0: every interface); Ray's own processes listen on "
                    "loopback whatever it is")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
+@click.option("--grpc-port", type=click.IntRange(1, 65535), default=None,
+              help="also serve the KServe v2 gRPC protocol (tritonclient.grpc) on this port, at --host as HTTP is "
+                   "(needs grpcio and tritonclient[grpc])")
 @click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True,
               help="auto: the C++ runtime where it can run the package, else the Python one")
 @click.option("--num-gpus", type=click.FloatRange(min=0), default=0.0, show_default=True,
@@ -370,12 +373,14 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads per replica (default: torch's)")
 @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
               help="refuse a package unless this Ed25519 public key signed it (repeatable; see keygen)")
-def serve(packages, replicas, max_batch, batch_wait_ms, host, port, runtime, num_gpus, threads, trusted_keys) -> None:
+def serve(packages, replicas, max_batch, batch_wait_ms, host, port, grpc_port, runtime, num_gpus, threads,
+          trusted_keys) -> None:
     """Serve packages (.j2t files, or folders of them: a model repository) on a local Ray instance until Ctrl-C or
     SIGTERM, over the KServe v2 / Triton Inference Server protocol: each package is model NAME (its file name
     without .j2t) at /v2/models/NAME (infer, ready, config, stats), with the repository index and load/unload at
-    /v2/repository; GET /metrics for Prometheus; GET / and POST / a simple JSON form when one model is served. To
-    serve on a Ray cluster you already run, use jit2triton.serving.app."""
+    /v2/repository; GET /metrics for Prometheus; GET / and POST / a simple JSON form when one model is served. With
+    --grpc-port, the same protocol over gRPC too (GRPCInferenceService, as tritonclient.grpc calls it). To serve on
+    a Ray cluster you already run, use jit2triton.serving.app."""
     from jit2triton.deploy.package import read_package
 
     try:
@@ -384,6 +389,13 @@ def serve(packages, replicas, max_batch, batch_wait_ms, host, port, runtime, num
         import ray  # noqa: F401
     except ImportError as err:
         raise click.ClickException(f"serving needs Ray Serve ({err}): pip install 'jit2triton[serve]'") from None
+    if grpc_port is not None:
+        from jit2triton.deploy import serving_grpc
+
+        if serving_grpc.MISSING:
+            raise click.ClickException(serving_grpc.MISSING)
+        if grpc_port == port:
+            raise click.UsageError(f"--grpc-port and --port are both {port}: give gRPC a port of its own")
     options = {"runtime": runtime, "max_batch_size": max_batch, "batch_wait_timeout_s": batch_wait_ms / 1e3,
                "num_replicas": replicas, "num_gpus": num_gpus, "num_threads": threads, "trusted_keys": trusted_keys,
                "logging_config": {"enable_access_log": sys.stdout.isatty()},  # a log file gets no line per request
@@ -402,13 +414,19 @@ def serve(packages, replicas, max_batch, batch_wait_ms, host, port, runtime, num
                                        "(--num-gpus 1)")
         batchings[model.name] = plan_batching(manifest["signature"], max_batch)
     check_port(host, port)
+    if grpc_port is not None:
+        check_port(host, grpc_port)
     from ray.exceptions import RayError
 
     stop = stop_signals()
+    grpc_server = None
     try:
         start_local(host, port)
         deploy_repository(models, options["logging_config"])
-        base = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        if grpc_port is not None:
+            grpc_server = serving_grpc.start([m.name for m in models], host, grpc_port)
+        address = host if ":" not in host else f"[{host}]"
+        base = f"http://{address}:{port}"
         for model in models:
             batching = batchings[model.name]
             click.echo(f"serving {os.path.basename(model.package)} at {base}/v2/models/{model.name} with {replicas} "
@@ -417,6 +435,8 @@ def serve(packages, replicas, max_batch, batch_wait_ms, host, port, runtime, num
                            else f"one request per call ({batching.why_not})"))
         click.echo(f"KServe v2: {base}/v2/models/NAME/infer; repository: POST {base}/v2/repository/index; "
                    f"statistics: {base}/v2/models/stats; metrics: {base}/metrics")
+        if grpc_server is not None:
+            click.echo(f"KServe v2 over gRPC: {address}:{grpc_port} (tritonclient.grpc.InferenceServerClient)")
         click.echo(f"try: curl -s {base}/v2/models/{models[0].name}   (Ctrl-C or SIGTERM stops)")
         stop.wait()
     except KeyboardInterrupt:
@@ -429,6 +449,8 @@ def serve(packages, replicas, max_batch, batch_wait_ms, host, port, runtime, num
                                    "/tmp/ray/session_latest/logs)") from None
     finally:
         stop.ignore()  # a second signal while draining does not cut the drain short
+        if grpc_server is not None:
+            grpc_server.stop(grace=10).wait()  # refuses new RPCs, finishes those it holds, before Serve drains
         stop_local()  # drains the replicas, then ends every process Ray started
     click.echo("stopped")
 
