@@ -239,6 +239,7 @@ def test_statistics_and_the_repository_index_through_grpc(server):
     assert (stats.name, stats.version) == ("emb", "1") and stats.inference_count == before.inference_count + 2
     assert stats.inference_stats.success.count == before.inference_stats.success.count + 1
     assert stats.inference_stats.success.ns > before.inference_stats.success.ns
+    assert [s.name for s in client.get_inference_statistics("two").model_stats] == ["two"]
     assert {s.name for s in client.get_inference_statistics().model_stats} == {"emb", "two"}
 
 
@@ -296,8 +297,21 @@ def test_sigterm_stops_grpc_with_http_and_grpc_listens_where_asked(server):
     assert all(address in LOOPBACK for _, address, port in sockets if port not in (grpc_port, server["port"])), \
         sockets
     assert f"KServe v2 over gRPC: {HOST}:{grpc_port}" in "".join(server["lines"])
+    answers = []
+
+    def send():
+        try:
+            answers.append(_infer_emb(server["client"], torch.randint(0, VOCAB, (1, 3))).shape)
+        except InferenceServerException as err:  # not taken before the server closed: refused, never half-answered
+            answers.append(err.status())
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    time.sleep(0.05)  # the call on its way: the gRPC server finishes what it holds before Serve drains
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=90)
+    sender.join(60)
+    assert answers in ([torch.Size([1, 8])], ["StatusCode.UNAVAILABLE"]), answers
     output = "".join(server["lines"])
     assert process.returncode == 0 and output.rstrip().endswith("stopped"), output[-2000:]
     assert "Traceback" not in output, output[-2000:]
