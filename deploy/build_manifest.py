@@ -80,6 +80,8 @@ def state_section(slots: list) -> tuple[list[dict], dict[str, torch.Tensor]]:
             entry["weights"] = [f"state/{slot.name}/{i}" for i in range(len(slot.initial))]  # anchors cached per size
             tensors.update(zip(entry["weights"], slot.initial))
         else:
+            if isinstance(slot.initial, (list, dict)) and slot.type:  # (an empty one says nothing of its items,
+                entry["type"] = type_tag(slot.type)                     # which the C++ runtime's ops need)
             try:
                 entry["value"] = encode(slot.initial)
             except TypeError:
@@ -87,6 +89,28 @@ def state_section(slots: list) -> tuple[list[dict], dict[str, torch.Tensor]]:
                                       f"{type(slot.initial).__name__}, which a package cannot store") from None
         entries.append(entry)
     return entries, tensors
+
+
+def type_tag(text: str) -> list:
+    """A TorchScript type as written (`Dict[str, List[Tensor]]`) as the nested lists a plan's container steps record
+    (transpiler/build_plan.py): ["Dict", ["str"], ["List", ["Tensor"]]]."""
+    def parse(at: int) -> tuple[list, int]:
+        end = at
+        while end < len(text) and text[end] not in "[],":
+            end += 1
+        tag = [text[at:end].strip()]
+        if end < len(text) and text[end] == "[":
+            end += 1
+            while True:
+                inner, end = parse(end)
+                tag.append(inner)
+                while end < len(text) and text[end] == " ":
+                    end += 1
+                end += 1  # past "," or "]"
+                if text[end - 1] == "]":
+                    break
+        return tag, end
+    return parse(0)[0]
 
 
 def model_outputs(outputs: list, written_state: int) -> list:

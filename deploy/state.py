@@ -37,12 +37,12 @@ class StateStore:
         with self.lock:
             if name not in self.initial:
                 self.initial[name] = initial
-                self.values[name] = _copy(initial)
+                self.values[name] = copy_value(initial)
 
     def reset(self) -> None:
         """Back to the saved values (verification runs every case from there)."""
         with self.lock:
-            self.values = {name: _copy(value) for name, value in self.initial.items()}
+            self.values = {name: copy_value(value) for name, value in self.initial.items()}
 
 
 class ModelState:
@@ -98,8 +98,14 @@ def model_state(entries: Optional[list], weights: dict[str, torch.Tensor], devic
     return ModelState(entries, weights, device, store)
 
 
-def _copy(value: Any) -> Any:
-    return value.clone() if isinstance(value, torch.Tensor) else value  # the model may write a tensor in place
+def copy_value(value: Any) -> Any:
+    """A copy of a state value that the model may write in place (a tensor's `add_`, a list's `append`, a dict's
+    item) leaving the original as it was: tensors cloned, lists and dicts made anew, other values shared."""
+    if isinstance(value, list):
+        return [copy_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: copy_value(v) for k, v in value.items()}
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
 
 
 def _initial(entry: dict, weights: dict[str, torch.Tensor], device: torch.device) -> Any:

@@ -519,6 +519,7 @@ def _run_plan(target: torch.device, stopwatch: Optional[pipeline.Stopwatch] = No
 
     def run(sched: Plan, inputs: list, observer) -> list:
         weights = placed_weights(sched.weights, sched.plan, target)
+        inputs = [_fresh_containers(x) for x in inputs]  # (the plan may append to a list it is given: module state)
 
         def observe(node, values) -> None:
             stopwatch.check()
@@ -529,6 +530,17 @@ def _run_plan(target: torch.device, stopwatch: Optional[pipeline.Stopwatch] = No
         except StepError as err:
             raise ConversionError(f"running the model failed: {err}") from None
     return run
+
+
+def _fresh_containers(value: Any) -> Any:
+    """`value` with new lists and dicts (the tensors in them shared): a plan that appends to a list it was given
+    (`self.seen.append(y)` on the state) must leave the caller's list as it was, since passes run the example's inputs
+    again and each run starts from the saved state."""
+    if isinstance(value, list):
+        return [_fresh_containers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _fresh_containers(v) for k, v in value.items()}
+    return value
 
 
 def build_kernels(kernels: list, backend: str, say: Progress,

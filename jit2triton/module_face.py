@@ -14,6 +14,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
+from .deploy.state import copy_value
 from .errors import InputError
 
 _PRECISION_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -124,7 +125,7 @@ class TorchModuleFace:
             return self._runtime.attribute(name)
         with state.store.lock:
             value = state.store.values[name]
-        return _copied(value)
+        return copy_value(value)
 
 
 class _Submodule:
@@ -152,12 +153,3 @@ class _Submodule:
 
     def __repr__(self) -> str:
         return f"<submodule {self._path!r} of a converted model: written attributes {', '.join(dir(self))}>"
-
-
-def _copied(value: Any) -> Any:
-    """A state value the caller may change without changing the module's (tensors, and lists of them)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, list):
-        return [_copied(v) for v in value]
-    return value

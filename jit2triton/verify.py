@@ -14,6 +14,7 @@ import torch
 
 from jit2triton.deploy.policy import CHECK_ABSOLUTE_TOLERANCE, CHECK_EXACT_FRACTION, CHECK_RELATIVE_TOLERANCE
 from jit2triton.deploy.runtime import Runtime
+from jit2triton.deploy.state import copy_value
 
 from .draw_rules import DrawRules
 from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, SizeChangedError, TimeBudgetError
@@ -133,7 +134,7 @@ def _with_example_integers(fresh: list, example: list) -> Optional[list]:
 
 
 def _copies(inputs: list) -> list:
-    return [_copied(x) for x in inputs]
+    return [copy_value(x) for x in inputs]
 
 
 def run_where_the_weights_are(reference: Callable, inputs: list) -> tuple[Any, bool]:
@@ -361,7 +362,7 @@ class _StatefulRunner:
         for inputs in calls:
             before = self.current()
             output = self.runtime(*inputs)
-            written = {name: _copied(value) for name, value in self.state.written_values().items()}
+            written = {name: copy_value(value) for name, value in self.state.written_values().items()}
             results.append(((output, written), before))  # (copies: the next call may write a tensor in place)
         return results
 
@@ -373,7 +374,7 @@ class _StatefulRunner:
     def current(self) -> list:
         """The state the plan takes next, in its order (copies: the plan may write a tensor in place)."""
         with self.state.store.lock:
-            return [_copied(self.state.store.values[name]) for name in self.state.names]
+            return [copy_value(self.state.store.values[name]) for name in self.state.names]
 
 
 def cpp_runner(contents, device: torch.device, folder: str) -> tuple[Optional[Callable], str]:
@@ -413,10 +414,3 @@ class _CppRunner:
     def sequence(self, calls: list[list]) -> list[tuple]:
         module = self.fresh()
         return [((module(*inputs), None), None) for inputs in calls]
-
-
-def _copied(value: Any) -> Any:
-    """A tensor, or a list of them, copied; other values as they are."""
-    if isinstance(value, list):
-        return [_copied(v) for v in value]
-    return value.clone() if isinstance(value, torch.Tensor) else value

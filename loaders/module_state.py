@@ -22,7 +22,7 @@ from jit2triton.errors import ConversionError
 class StateSlot:
     name: str  # the attribute's path from the module: "roi_heads._has_warned"
     initial: Any  # its value in the saved module
-    written: bool  # forward() assigns it, or it is a tensor (else it is only read: one freezing could not fold)
+    written: bool  # forward() assigns it, or it is a tensor, list or dict (else only read: one freezing left)
     # verification compares its new value with TorchScript's: not for an object the model made (local_objects.py),
     # which TorchScript cannot hand to Python when its class is not importable
     compared: bool = True
@@ -50,9 +50,11 @@ def thread_module_state(graph: torch._C.Graph, module: torch.jit.ScriptModule) -
     slots = []
     for key in keys:
         initial = _read_attribute(module, key)
-        # a tensor may be written in place (`self.seen.add_(1)`) with no assignment: it is returned as well, so the
-        # new value is kept wherever the plan ran (a CUDA graph writes a copy of its inputs)
-        slots.append(StateSlot(".".join(key), initial, key in assigned or isinstance(initial, torch.Tensor),
+        # a tensor may be written in place (`self.seen.add_(1)`) with no assignment, and so may a list or a dict
+        # (`self.seen.append(y)`): such a value is returned as well, so the new value is kept wherever the plan ran
+        # (a CUDA graph writes a copy of its inputs) and conversion observes it over calls (a list that grows)
+        slots.append(StateSlot(".".join(key), initial,
+                               key in assigned or isinstance(initial, (torch.Tensor, list, dict)),
                                compared="Dict[str, Any]" not in str(types.get(key, ""))))
     env = {}
     for key, slot in zip(keys, slots):

@@ -1,6 +1,6 @@
 """A differential fuzzer for programs with module state: random scripted modules whose forward reads and writes
 their own attributes (caches grown by `cat` and trimmed to a maximum, counters, buffers updated in place, running
-means, lists appended and trimmed) beside random pointwise work, with a `reset` method. Each is converted (forward
+means, lists appended and trimmed, lists and dicts changed in place) beside random pointwise work, with a `reset` method. Each is converted (forward
 and reset), saved, loaded in both runtimes and called over a sequence (forward x3, reset, forward x3) of fresh
 inputs beside the TorchScript module called the same way; the outputs after every call must match. A kernel that
 convert-time verification had to take out is a failure too (it names a kernel that was wrong over calls).
@@ -39,6 +39,13 @@ STATE_KINDS = {  # (tensors are buffers, so that the module moves to the GPU who
     "list": ("self.l{i} = []", "self.l{i} = []",
              ["self.l{i} = self.l{i} + [{h}.sum(0)]", "if len(self.l{i}) > {m}:", "    self.l{i} = self.l{i}[1:]"],
              "{h} + torch.stack(self.l{i}).mean(0)"),
+    # containers changed in place: no assignment says they are state that changes (their sizes grow call by call)
+    "list_in_place": ("self.a{i} = []", "self.a{i}.clear()",
+                      ["self.a{i}.append({h}.sum(0))", "if len(self.a{i}) > {m}:", "    self.a{i}.pop(0)"],
+                      "{h} + torch.stack(self.a{i}).mean(0)"),
+    "dict_in_place": ("self.d{i} = {{}}", "self.d{i}.clear()",
+                      ["self.d{i}['k' + str(len(self.d{i}) % {m})] = {h}.amax(0)"],
+                      "{h} * torch.stack(list(self.d{i}.values())).sum(0).sigmoid()"),
 }
 CALLS = ["forward", "forward", "forward", "reset", "forward", "forward", "forward"]
 
@@ -54,14 +61,16 @@ def draw_module(seed: int) -> str:
         fresh = f"h{i + 1}"
         body.append(f"{fresh} = " + rnd.choice(POINTWISE).format(a=value))
         init.append(declare.format(i=i, f=FEATURES))
-        if kind == "list":  # (TorchScript types an empty list attribute from its class annotation)
-            annotations.append(f"l{i}: List[torch.Tensor]")
+        if kind in ("list", "list_in_place"):  # (TorchScript types an empty container from its annotation)
+            annotations.append(f"{'l' if kind == 'list' else 'a'}{i}: List[torch.Tensor]")
+        if kind == "dict_in_place":
+            annotations.append(f"d{i}: Dict[str, torch.Tensor]")
         reset.append(clear.format(i=i, f=FEATURES))
         body += [line.format(i=i, m=rnd.randint(2, 4), h=fresh) for line in update]
         value = f"u{i}"
         body.append(f"{value} = " + use.format(i=i, h=fresh))
     body.append("return " + rnd.choice(POINTWISE).format(a=value))
-    lines = ["from typing import List", "import torch", "",
+    lines = ["from typing import Dict, List", "import torch", "",
              "class Program(torch.nn.Module):"] + [f"    {line}" for line in annotations] + [
              "    def __init__(self):", "        super().__init__()"]
     lines += [f"        {line}" for line in init]

@@ -164,10 +164,12 @@ def test_the_call_order_calls_each_method_then_forward():
     assert len(call_order([])) >= 6
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", [0, 1, 2, 5, 7, 10])  # (between them, every kind of state the fuzzer draws)
 def test_stateful_fuzz(seed):
-    """Random modules with caches, counters, in-place buffers, running means and lists as state, and a reset
-    (tests/fuzz_stateful.py; a longer run: `python tests/fuzz_stateful.py --seeds 200`)."""
+    """Random modules with caches, counters, in-place buffers, running means, lists and dicts as state, and a reset
+    (tests/fuzz_stateful.py; a longer run: `python tests/fuzz_stateful.py --seeds 200`). Lists and dicts changed in
+    place (`self.seen.append(y)`, seeds 5 and 10) once kept the example's size, aliased the arena and lost their
+    type in the C++ runtime."""
     from fuzz_stateful import failure_of
     report = failure_of(seed)
     assert report is None, report

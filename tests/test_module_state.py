@@ -1,7 +1,7 @@
 """Module state: a scripted model that reads and writes its own attributes (a warned-once flag, a call counter, a
 cached tensor, state written in branches and loops) converts, and the package's calls see the same state as
 TorchScript's, call after call, in both runtimes."""
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 import torch
@@ -50,7 +50,23 @@ class Caches(torch.nn.Module):  # a running tensor (an EMA of the inputs), writt
         return (self.counter(x) - self.ema).sigmoid() * self.seen, self.ema
 
 
-MODELS = [Warns, Counts, Caches]
+class Grows(torch.nn.Module):  # a list and a dict changed in place, never assigned: their sizes grow call by call
+    seen: List[torch.Tensor]
+    by_parity: Dict[int, torch.Tensor]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = []
+        self.by_parity = {}
+
+    def forward(self, x):
+        self.seen.append(x.sum(0))
+        self.by_parity[len(self.seen) % 2] = x.amax(0)
+        history = torch.stack(self.seen)  # (n calls so far, 8): a size no call before conversion fixes
+        return history.mean(0) * torch.stack(list(self.by_parity.values())).sum(0), history.shape[0]
+
+
+MODELS = [Warns, Counts, Caches, Grows]
 
 
 @pytest.mark.parametrize("runtime", ["python", "cpp"])
@@ -65,7 +81,8 @@ def test_state_follows_torchscript_call_after_call(model, runtime, tmp_path):
     assert converted.summary()["verification"]["status"] == "passed"
     converted.save(tmp_path / "m.j2t")
     loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
-    for call in range(4):  # the first call takes the other branch, later ones see the written state
+    for call in range(12):  # the first call takes the other branch, later ones see the written state (Grows: past
+        # the calls conversion and verification made)
         x = torch.randn(3, 8)
         assert_close(loaded(x), reference(x))
 

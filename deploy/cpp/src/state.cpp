@@ -34,6 +34,38 @@ c10::IValue initial_value(const json::Value& entry, const std::string& name, con
   damaged(name + " has no value");
 }
 
+c10::TypePtr declared_type(const json::Value& entry, const std::string& name) {
+  const json::Value* type = entry.find("type");
+  if (!type) return nullptr;
+  if (type->kind != json::Value::Kind::Array || type->items.empty() ||
+      type->items[0].kind != json::Value::Kind::String)
+    damaged(name + "'s type");
+  c10::TypePtr parsed = parse_type(*type);  // (a malformed tag: CorruptPackage from the json reader)
+  if (parsed->kind() != c10::TypeKind::ListType && parsed->kind() != c10::TypeKind::DictType) return nullptr;
+  return parsed;
+}
+
+// `value` as a container of the declared type, where its own items are untyped (Any); else `value` itself
+c10::IValue typed(const c10::IValue& value, const c10::TypePtr& declared) {
+  if (declared->kind() == c10::TypeKind::ListType && value.isList()) {
+    auto list = value.toList();
+    if (list.elementType()->kind() != c10::TypeKind::AnyType) return value;
+    c10::impl::GenericList out(declared->expectRef<c10::ListType>().getElementType());
+    for (const auto& item : list) out.push_back(item);
+    return out;
+  }
+  if (declared->kind() == c10::TypeKind::DictType && value.isGenericDict()) {
+    auto dict = value.toGenericDict();
+    if (dict.keyType()->kind() != c10::TypeKind::AnyType && dict.valueType()->kind() != c10::TypeKind::AnyType)
+      return value;
+    const auto& type = declared->expectRef<c10::DictType>();
+    c10::impl::GenericDict out(type.getKeyType(), type.getValueType());
+    for (const auto& kv : dict) out.insert_or_assign(kv.key(), kv.value());
+    return out;
+  }
+  return value;
+}
+
 }  // namespace
 
 ModelState::ModelState(const json::Value& entries, const Package& pkg, const std::string& built_for,
@@ -47,6 +79,10 @@ ModelState::ModelState(const json::Value& entries, const Package& pkg, const std
       damaged("an entry without its name");
     const std::string& key = name->as_string();
     c10::IValue initial = initial_value(entry, key, pkg, built_for, device);
+    if (c10::TypePtr declared = declared_type(entry, key)) {
+      containers_[key] = declared;
+      initial = typed(initial, declared);
+    }
     {
       std::lock_guard<std::mutex> lock(store_->mutex);
       store_->values.emplace(key, std::move(initial));
@@ -64,6 +100,7 @@ ModelState::ModelState(const json::Value& entries, const Package& pkg, const std
 c10::IValue ModelState::as_declared(const std::string& name, const c10::IValue& value) const {
   // A list of tensors stays one: a plan may return a constant empty list (`self.cache = []` in a reset method),
   // which a literal decodes as a list of no declared type, and aten::stack then refuses it on the next call.
+  if (auto found = containers_.find(name); found != containers_.end()) return typed(value, found->second);
   if (!value.isList() || value.isTensorList() || !tensor_lists_.count(name)) return value;
   c10::List<at::Tensor> tensors;
   for (const auto& item : value.toListRef()) tensors.push_back(item.toTensor());

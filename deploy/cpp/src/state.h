@@ -45,6 +45,9 @@ class ModelState {
 
   std::vector<std::string> names_, written_;
   std::set<std::string> tensor_lists_;  // attributes of type List[Tensor] (stored as "weights")
+  // lists and dicts by their declared TorchScript type ("Dict[str, Tensor]"): an empty one decodes, and a reset
+  // returns one, with items of no type, which ops such as aten::stack over its values refuse
+  std::map<std::string, c10::TypePtr> containers_;
   std::shared_ptr<StateStore> store_;
 };
 
