@@ -129,6 +129,17 @@ def _sort_in_place(items: list, reverse: bool = False) -> None:
     items.sort(reverse=reverse)
 
 
+def _from_tensor(convert: Callable[[torch.Tensor], Any]) -> Callable[[Any], Any]:
+    """aten::Int.Tensor and its kin, which take a Tensor only (as the C++ runtime's TorchScript operators do):
+    Python's `bool(None)` is False and `int(3)` is 3, so a plan that passes another value would run here and fail
+    there."""
+    def scalar(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"Expected Tensor but got {type(t).__name__}")
+        return convert(t)
+    return scalar
+
+
 def _int_floordiv(a, b):
     return a // b
 
@@ -189,9 +200,9 @@ HOST_OPS: dict[str, Callable] = {
     "aten::size.int": lambda t, dim: t.shape[dim],
     "aten::dim": lambda t: t.dim(),
     "aten::numel": lambda t: t.numel(),
-    "aten::Int.Tensor": int,
-    "aten::Float.Tensor": float,
-    "aten::Bool.Tensor": bool,
+    "aten::Int.Tensor": _from_tensor(int),
+    "aten::Float.Tensor": _from_tensor(float),
+    "aten::Bool.Tensor": _from_tensor(bool),
     "aten::Int.float": int,
     "aten::Float.int": float,
     "aten::item": lambda t: t.item(),

@@ -39,6 +39,15 @@ def check_plan(plan: dict, num_nodes: int, kernels: list[dict],
         _bad("a step lacks a field it needs")
 
 
+def check_inputs(plan: dict, signature: dict, state: Optional[list]) -> None:
+    """The plan takes a slot per input of the signature and then per value of the module state (deploy/state.py):
+    with another count a slot is never set, or an input is dropped, and the call runs on None where the model had
+    a value (plan.cpp's Plan checks the same)."""
+    expected = len(signature["inputs"]) + len(state or ())
+    if len(plan["inputs"]) != expected:
+        _bad(f"{len(plan['inputs'])} input slots where its signature and module state give {expected}")
+
+
 def check_dims(plan: dict, signature: dict) -> None:
     """Each dynamic dim the plan reads at call time comes from an axis of a tensor input, and each dim's range is
     one a call can meet (the C++ runtime checks the same when it reads the plan's and the signature's dims)."""

@@ -21,7 +21,7 @@ from .literals import map_plan_literals
 from .methods import method_contents, method_names
 from .package import PackageContents
 from .policy import message
-from .plan_check import check_dims, check_finite_nesting, check_plan
+from .plan_check import check_dims, check_finite_nesting, check_inputs, check_plan
 from .signature import NO_DEFAULT, InputChecker, output_rebuilder
 from .state import StateStore, model_state
 
@@ -51,6 +51,7 @@ class Runtime:
         manifest = read_manifest(contents.manifest)
         check_compatible(manifest)
         check_plan(manifest.plan, len(manifest.nodes), manifest.kernels, contents.weights)
+        check_inputs(manifest.plan, manifest.signature, manifest.state)
         check_dims(manifest.plan, manifest.signature)
         self.device = target_device(manifest, map_location)
         self.contents = contents

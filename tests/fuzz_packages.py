@@ -86,6 +86,7 @@ def small_package(folder) -> str:
 def looped_package(folder) -> str:
     path = str(folder / "looped.j2t")
     batch = jit2triton.Dim("b", min=1, max=64)
+    torch.manual_seed(0)  # the plan depends on the example's values (seed 3 gives other slots): one seed, one mutation
     jit2triton.convert(torch.jit.script(Looped()), (torch.randn(4, 8), 3),
                        dynamic_shapes=[{0: batch}, None]).save(path)
     return path

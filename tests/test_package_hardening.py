@@ -42,6 +42,11 @@ EDITS = {
     "kernel_step_with_40_arguments": (lambda m: _first_kernel_step(m).update(args=[["s", 0]] * 40),
                                       "passes another number of buffers"),
     "node_index_past_the_table": (lambda m: _first_kernel_step(m).update(node=10 ** 6), "not in the node table"),
+    # a slot the call never sets: Python's runtime ran on None where the C++ one refused (issue 45)
+    "input_dropped_from_the_signature": (lambda m: m["signature"]["inputs"].pop(),
+                                         "2 input slots where its signature and module state give 1"),
+    "plan_input_past_the_signature": (lambda m: m["plan"]["inputs"].append(0),
+                                      "3 input slots where its signature and module state give 2"),
 }
 
 

@@ -830,6 +830,13 @@ Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> 
   check_structure(manifest, pkg_.weights);
   num_slots_ = static_cast<int>(plan.at("num_slots").as_int());
   input_slots_ = ints(&plan.at("inputs"));
+  {  // a slot per signature input, then per module state value (plan_check.check_inputs in the Python runtime)
+    const Value* state = manifest.find("state");
+    size_t expected = manifest.at("signature").at("inputs").size() + (state ? state->size() : 0);
+    if (input_slots_.size() != expected)
+      bad_plan(std::to_string(input_slots_.size()) + " input slots where its signature and module state give " +
+               std::to_string(expected));
+  }
   if (const Value* dims = plan.find("dims")) {
     for (const auto& d : dims->items) {
       int64_t at = d[1].as_int(), axis = d[2].as_int();
