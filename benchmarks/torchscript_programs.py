@@ -166,7 +166,9 @@ PROGRAMS: dict[str, Entry] = {
 
 def one_line(err: BaseException) -> str:
     lines = [line.strip() for line in str(err).splitlines() if line.strip()]
-    return f"{type(err).__name__}: {lines[0][:120] if lines else ''}"
+    first = lines[0] if lines else ""
+    sentence_end = first.find(". ", 40)  # (torch's messages run on with a stack trace on the same line)
+    return f"{type(err).__name__}: {first[:sentence_end + 1 if 0 < sentence_end < 160 else 120]}"
 
 
 class Contender(NamedTuple):
@@ -372,7 +374,7 @@ def main() -> int:
                 with open(args.json, "w") as f:
                     json.dump({"setting": setting, "rows": rows}, f, indent=1)
     setting["load_average_after"] = os.getloadavg()[0]
-    print(f"\n{setting['device']}; torch {setting['torch']}, triton {setting['triton']}; jit2triton {setting['commit']}; "
+    print(f"\n{setting['device']}; torch {setting['torch']}, triton {setting['triton']}; git HEAD {setting['commit']}; "
           f"{setting['date']}; load average {setting['load_average_before']:.1f} before, "
           f"{setting['load_average_after']:.1f} after\nmedian wall µs per call over {args.rounds} rounds x "
           f"{args.calls} calls, contenders in turns, after {args.warmup} warm-up rounds, under torch.inference_mode()"
