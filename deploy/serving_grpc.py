@@ -144,7 +144,7 @@ class InferenceService(_Servicer):
 
     def ModelReady(self, request, context):
         ready = request.name in self.models and request.version in ("", "1") and any(
-            m["name"] == request.name and m["state"] == "READY" for m in self._repository("index"))
+            m["name"] == request.name and m["state"] == "READY" for m in self._repository(context, "index"))
         return service_pb2.ModelReadyResponse(ready=ready)  # an unknown model is not ready, as Triton answers
 
     def ModelMetadata(self, request, context):
@@ -169,7 +169,7 @@ class InferenceService(_Servicer):
             stats = json.loads(self._forward(context, request.name, request.version, "GET", "/stats")[0])
             stats = stats["model_stats"]
         else:
-            stats = self._repository("statistics")
+            stats = self._repository(context, "statistics")
         response = service_pb2.ModelStatisticsResponse()
         for entry in stats:
             json_format.ParseDict(entry, response.model_stats.add(), ignore_unknown_fields=True)
@@ -179,7 +179,7 @@ class InferenceService(_Servicer):
 
     def RepositoryIndex(self, request, context):
         return service_pb2.RepositoryIndexResponse(models=[
-            service_pb2.RepositoryIndexResponse.ModelIndex(**m) for m in self._repository("index")
+            service_pb2.RepositoryIndexResponse.ModelIndex(**m) for m in self._repository(context, "index")
             if not request.ready or m["state"] == "READY"])
 
     def RepositoryModelLoad(self, request, context):
@@ -194,7 +194,7 @@ class InferenceService(_Servicer):
         return service_pb2.RepositoryModelUnloadResponse()
 
     def _change(self, context, name: str, action: str) -> None:
-        status, message = self._repository("change", name, action)
+        status, message = self._repository(context, "change", name, action)
         if status != 200:
             context.abort(STATUS_CODES.get(status, grpc.StatusCode.INTERNAL), message)
 
@@ -215,16 +215,21 @@ class InferenceService(_Servicer):
                 break
             except self._gone:
                 self._forget(name)
+            except Exception as err:  # noqa: BLE001 — a replica that died, Serve shutting down: said in one line
+                context.abort(grpc.StatusCode.INTERNAL, f"model {name!r} did not answer: {_one_line(err)}")
         if answer is None:
-            state, message = self._repository("refusal", name, LOAD)
+            state, message = self._repository(context, "refusal", name, LOAD)
             context.abort(grpc.StatusCode.NOT_FOUND if state == "UNKNOWN" else grpc.StatusCode.UNAVAILABLE, message)
         status, answer_body, answer_headers = answer
         if status != 200:
             context.abort(STATUS_CODES.get(status, grpc.StatusCode.INTERNAL), json.loads(answer_body)["error"])
         return answer_body, answer_headers
 
-    def _repository(self, method: str, *args: Any) -> Any:
-        return getattr(self._handle(REPOSITORY_APP), method).remote(*args).result()
+    def _repository(self, context, method: str, *args: Any) -> Any:
+        try:
+            return getattr(self._handle(REPOSITORY_APP), method).remote(*args).result()
+        except Exception as err:  # noqa: BLE001
+            context.abort(grpc.StatusCode.INTERNAL, f"the model repository did not answer: {_one_line(err)}")
 
     def _handle(self, app: str) -> Any:
         """The application's handle, or None where it is not deployed."""
@@ -239,6 +244,11 @@ class InferenceService(_Servicer):
     def _forget(self, app: str) -> None:
         with self._lock:
             self._handles.pop(app, None)
+
+
+def _one_line(err: Exception) -> str:
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[-1]}" if lines else type(err).__name__
 
 
 STATUS_CODES = {} if MISSING else {
