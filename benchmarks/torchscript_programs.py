@@ -184,19 +184,17 @@ def contender(fn, program: Program) -> Contender:
 def torchscript_contender(program: Program) -> tuple[Contender, str]:
     """TorchScript as the user runs it; where its profiling executor's fuser fails on the optimised (2nd, 3rd) call
     (NNC's "Global alloc not supported yet" on Faster R-CNN, CUDA), its plain interpreter, and a note saying so."""
-    model = program.model
+    model = contender(program.model, program)
     try:
         for _ in range(3):
-            if program.reset:
-                getattr(model, program.reset)()
-            model(*program.inputs)
-        return contender(model, program), ""
+            model.reset()
+            model.call(*program.inputs)
+        return model, ""
     except Exception as err:  # noqa: BLE001 - the note names it
         def plain(*inputs):
             with torch.jit.optimized_execution(False):
-                return model(*inputs)
-        reset = getattr(model, program.reset) if program.reset else (lambda: None)
-        return Contender(plain, reset), f"TorchScript's optimised executor fails ({one_line(err)}): plain interpreter"
+                return program.model(*inputs)
+        return Contender(plain, model.reset), f"TorchScript's optimised executor fails ({one_line(err)}): plain interpreter"
 
 
 def timed_rounds(contenders: dict[str, Contender], program: Program, device: str, rounds: int, calls: int,
@@ -267,7 +265,9 @@ def measure(name: str, args, folder: str) -> dict:
             summary = converted.summary()
             row.update(kernel_nodes=summary["native_nodes"], fallback_nodes=summary["fallback_nodes"],
                        vendor_nodes=summary["extern_nodes"], host_nodes=summary["host_nodes"],
-                       kernels=len(summary["kernels"]), verification=summary["verification"]["status"])
+                       kernels=len(summary["kernels"]), verification=summary["verification"]["status"],
+                       kernel_share=round(summary["native_nodes"] / max(1, summary["native_nodes"]
+                                          + summary["fallback_nodes"] + summary["extern_nodes"]), 3))
             path = os.path.join(folder, f"{name}.j2t")
             converted.save(path)
             package = jit2triton.load(path)
@@ -334,7 +334,8 @@ def environment(args) -> dict:
     device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
     return {"device": device, "torch": torch.__version__, "triton": triton_version, "commit": commit,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": args.rounds, "calls": args.calls,
-            "warmup_rounds": args.warmup, "quick": args.quick, "load_average_before": os.getloadavg()[0]}
+            "warmup_rounds": args.warmup, "quick": args.quick, "torch.compile": not args.no_compile,
+            "load_average_before": os.getloadavg()[0]}
 
 
 def main() -> int:
@@ -361,7 +362,12 @@ def main() -> int:
     from jit2triton.deploy.cpp_runtime import extension
     extension()  # built (or found in the cache) before anything is timed
     setting = environment(args)
-    rows = []
+    rows: list = []
+
+    def write_json() -> None:
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"setting": setting, "rows": rows}, f, indent=1)
     with tempfile.TemporaryDirectory() as folder:
         for name in names:
             print(f"{name} ...", file=sys.stderr, flush=True)
@@ -370,15 +376,14 @@ def main() -> int:
             except Exception as err:  # noqa: BLE001 - building or TorchScript itself failed: say so, go on
                 rows.append({"program": name, "title": PROGRAMS[name].title, "package": f"fails: {one_line(err)}"})
             print(table_line(rows[-1]), file=sys.stderr, flush=True)
-            if args.json:
-                with open(args.json, "w") as f:
-                    json.dump({"setting": setting, "rows": rows}, f, indent=1)
+            write_json()  # as it goes: a run cut short still leaves its rows
     setting["load_average_after"] = os.getloadavg()[0]
     print(f"\n{setting['device']}; torch {setting['torch']}, triton {setting['triton']}; git HEAD {setting['commit']}; "
           f"{setting['date']}; load average {setting['load_average_before']:.1f} before, "
           f"{setting['load_average_after']:.1f} after\nmedian wall µs per call over {args.rounds} rounds x "
           f"{args.calls} calls, contenders in turns, after {args.warmup} warm-up rounds, under torch.inference_mode()"
-          f"{'; CUDA synchronised per call' if args.device == 'cuda' else ''}; vs TorchScript: TorchScript µs over "
+          f"{'; CUDA synchronised per call' if args.device == 'cuda' else ''}"
+          f"{'; torch.compile left out' if args.no_compile else ''}; vs TorchScript: TorchScript µs over "
           f"the package's; max rel. error: the package against TorchScript on a fresh random input\n")
     print(HEADER)
     for row in rows:
@@ -386,9 +391,7 @@ def main() -> int:
     for row in rows:
         if "note" in row:
             print(f"{row['title']}: {row['note']}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"setting": setting, "rows": rows}, f, indent=1)
+    write_json()
     return 0
 
 
