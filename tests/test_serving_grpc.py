@@ -178,6 +178,23 @@ def server(repository):
         reader.join(30)
 
 
+def test_a_grpc_port_taken_is_one_line_before_anything_starts(repository):
+    from click.testing import CliRunner
+
+    from jit2triton.cli import main
+
+    done = CliRunner().invoke(main, ["serve", repository[0], "--port", "8500", "--grpc-port", "8500"])
+    assert done.exit_code == 2 and "--grpc-port and --port are both 8500: give gRPC a port of its own" in \
+        done.output, done.output
+    with socket.socket() as taken:
+        taken.bind((HOST, 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = CliRunner().invoke(main, ["serve", repository[0], "--host", HOST, "--port", str(_free_port()),
+                                         "--grpc-port", str(port)])
+    assert done.exit_code == 2 and f"cannot listen on {HOST}:{port}" in done.output, done.output
+
+
 def _refused(call, *args, **kwargs) -> tuple[str, str]:
     with pytest.raises(InferenceServerException) as refusal:
         call(*args, **kwargs)
