@@ -19,6 +19,7 @@ from jit2triton.emitters.compile_cpp import CompileFailed, compile_library, find
 from jit2triton.errors import CorruptPackageError, PackageDeviceError
 
 from .package import PackageContents
+from .policy import RECONVERT
 from .sizes import is_dynamic, positional_size_function
 from .verified_library import open_verified
 
@@ -31,7 +32,7 @@ def load_kernels(contents: PackageContents, num_threads: Optional[int], device: 
     """The package's kernels on the CPU (the library runs nowhere else: `device` is the caller's to check)."""
     files = contents.files
     if "binaries/kernels.so" not in files or "kernels/kernels.cpp" not in files:
-        raise CorruptPackageError("the package lists C++ kernels but holds no kernel library; re-run convert")
+        raise CorruptPackageError("the package lists C++ kernels but holds no kernel library; " + RECONVERT)
     return load_cpp_kernels(files["binaries/kernels.so"], files["kernels/kernels.cpp"].decode(),
                             contents.manifest["cpp"]["isa"], contents.manifest["kernels"], num_threads)
 
@@ -55,7 +56,7 @@ def load_cpp_kernels(library: bytes, source: str, isa: str, kernels: list[dict],
             fn = getattr(lib, meta["name"])
         except AttributeError:
             raise CorruptPackageError(f"the package's kernel library has no kernel {meta['name']!r}: it is not the "
-                                      "library this package was built with; re-run `jit2triton convert`") from None
+                                      "library this package was built with; " + RECONVERT) from None
         fn.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.c_int)
         fn.restype = ctypes.c_int
         launchers[meta["name"]] = _launcher(fn, meta, threads)
@@ -101,15 +102,14 @@ def _input_check(meta: dict) -> Callable[[list, list], None]:
                     n > 1 and s != t for n, s, t in zip(shape, x.stride(), strides))):
                 raise ValueError(f"kernel {name} input {i} is {str(x.dtype).removeprefix('torch.')}{list(x.shape)} "
                                  f"with strides {list(x.stride())}; it was built for {str(dtype).removeprefix('torch.')}"
-                                 f"{list(shape)} with strides {list(strides)}: the package is damaged, re-run "
-                                 "`jit2triton convert`")
+                                 f"{list(shape)} with strides {list(strides)}: the package is damaged: {RECONVERT}")
 
     return check
 
 
 def _usable_library(library: bytes, source: str, isa: str) -> bytes:
     if library[:4] != b"\x7fELF":
-        raise CorruptPackageError("the package's kernel library is not a shared library (ELF); re-run convert")
+        raise CorruptPackageError("the package's kernel library is not a shared library (ELF); " + RECONVERT)
     machine = int.from_bytes(library[18:20], "little")
     expected = _ELF_MACHINE.get(platform.machine())
     here = host_isa()

@@ -26,6 +26,7 @@ from jit2triton.errors import (CorruptPackageError, InputError, ModelRaisedError
                                PackageVersionError, QuantizedEngineError, SignatureError, SizeChangedError, StepError)
 
 from .package import PackageContents, package_from_members
+from .policy import RECONVERT
 from .signature import output_rebuilder
 from .verified_library import open_verified
 
@@ -230,8 +231,8 @@ def named_tuple_rebuilders(manifest: bytes) -> dict:
                       **{name: own["signature"] for name, own in (parsed.get("methods") or {}).items()}}
         rebuilders = {name: output_rebuilder(sig["outputs"]) for name, sig in signatures.items()}
     except (KeyError, TypeError, AttributeError, ValueError) as err:
-        raise CorruptPackageError(f"the package's signature is damaged ({type(err).__name__}: {err}); re-run "
-                                  "`jit2triton convert`") from None
+        raise CorruptPackageError(f"the package's signature is damaged "
+                                  f"({type(err).__name__}: {err}); {RECONVERT}") from None
     return {name: rebuild for name, rebuild in rebuilders.items() if rebuild is not None}
 
 

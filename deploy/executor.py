@@ -16,7 +16,7 @@ from jit2triton.errors import CorruptPackageError, Jit2TritonError, SizeChangedE
 from .cuda_graph import RegionGraphs
 from .op_facts import UNPACKS
 from .packed import build_packed, packed_constant
-from .policy import MAX_ARENA_BYTES
+from .policy import MAX_ARENA_BYTES, RECONVERT
 from .resolve import resolve_op
 from .sizes import is_dynamic, shape_function
 
@@ -223,7 +223,7 @@ class Executor:
     def kernel_launcher(self, step: dict) -> Callable[[list, list], None]:
         launch = self.kernels.get(step["kernel"])
         if launch is None:
-            raise Jit2TritonError(f"kernel {step['kernel']!r} is missing from the package; re-run the conversion")
+            raise Jit2TritonError(f"kernel {step['kernel']!r} is missing from the package; {RECONVERT}")
         return launch
 
     def output_allocator(self, step: dict) -> Callable[[Optional[dict]], list]:
@@ -430,7 +430,7 @@ def _arena_bytes(plan: dict) -> int:
 
 
 def _bad_arena() -> None:
-    raise CorruptPackageError("the package's plan is damaged (its arena); re-run `jit2triton convert`")
+    raise CorruptPackageError("the package's plan is damaged (its arena); " + RECONVERT)
 
 
 def _dynamic_kernel(step: dict) -> bool:

@@ -244,7 +244,7 @@ struct Limits {
 };
 
 [[noreturn]] inline void damaged(const std::string& section, const std::string& what) {
-  throw Error(Error::Kind::CorruptPackage, "the package's " + section + " is damaged (" + what + "); " + kReconvert);
+  throw Error(Error::Kind::CorruptPackage, "the package's " + section + " is damaged (" + what + "); " + policy::kReconvert);
 }
 
 inline bool in_range(const json::Value& v, int64_t limit) {
@@ -315,10 +315,9 @@ def cpp_header() -> str:
         "#include \"jit2triton/jit2triton.h\"",
         "#include \"json.h\"",
         "#include \"package.h\"",
+        "#include \"policy.h\"",
         "",
         "namespace jit2triton::manifest_schema {",
-        "",
-        f"constexpr const char* kReconvert = {_cpp_string(RECONVERT)};",
         "",
         CPP_CHECK,
     ]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from jit2triton.errors import CorruptPackageError
 
 from .package import PackageContents
-from .policy import METHOD_PREFIX, METHOD_SHARED_FIELDS
+from .policy import METHOD_PREFIX, METHOD_SHARED_FIELDS, RECONVERT
 
 
 def add_method(contents: PackageContents, name: str, method: PackageContents) -> None:
@@ -22,7 +22,7 @@ def add_method(contents: PackageContents, name: str, method: PackageContents) ->
 def method_names(manifest: dict) -> list[str]:
     methods = manifest.get("methods") or {}
     if not isinstance(methods, dict):
-        raise CorruptPackageError("the package's methods are damaged; re-run `jit2triton convert`")
+        raise CorruptPackageError("the package's methods are damaged; " + RECONVERT)
     return list(methods)
 
 
@@ -30,7 +30,7 @@ def method_contents(contents: PackageContents, name: str) -> PackageContents:
     """Method `name` of a loaded package, as a package of its own that the runtimes load like forward's."""
     own = contents.manifest["methods"][name]
     if not isinstance(own, dict):
-        raise CorruptPackageError(f"the package's method {name!r} is damaged; re-run `jit2triton convert`")
+        raise CorruptPackageError(f"the package's method {name!r} is damaged; {RECONVERT}")
     prefix = f"{METHOD_PREFIX}{name}/"
     manifest = {k: contents.manifest[k] for k in METHOD_SHARED_FIELDS if k in contents.manifest}
     manifest.update(own)

@@ -39,7 +39,7 @@ from jit2triton.errors import CorruptPackageError, PackageError, PackageVersionE
 
 from .format import read_manifest, written_fields
 from .literals import decode, encode, map_manifest_plans
-from .policy import DTYPES, FORMAT, FORMAT_VERSION, REQUIRED_MEMBERS, SIGNATURE_MEMBER, message
+from .policy import DTYPES, FORMAT, FORMAT_VERSION, RECONVERT, REQUIRED_MEMBERS, SIGNATURE_MEMBER, message
 from .signing import KeyPaths, check_signature, sign, trusted_key_paths
 ALIGN = 64
 TORCH_RECORDS = frozenset({"version", ".data/version", "byteorder", ".data/serialization_id"})
@@ -300,8 +300,8 @@ def _contents(path: str, members: dict[str, memoryview]) -> PackageContents:
         weights = _unpack_weights(manifest.pop("weights"), members.pop("weights.bin"))
         manifest = map_manifest_plans(manifest, decode)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as err:  # a field missing or mistyped
-        raise CorruptPackageError(f"{path!r}: the manifest is damaged ({type(err).__name__}: {err}); re-run "
-                                  "`jit2triton convert`") from None
+        raise CorruptPackageError(f"{path!r}: the manifest is damaged "
+                                  f"({type(err).__name__}: {err}); {RECONVERT}") from None
     members.pop("checksums.json")
     signed = members.pop(SIGNATURE_MEMBER, None) is not None  # it signs these bytes only: a re-save signs anew
     return PackageContents(manifest, weights, {name: bytes(data) for name, data in members.items()}, signed)

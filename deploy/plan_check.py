@@ -13,6 +13,7 @@ from jit2triton.errors import CorruptPackageError
 
 from .format import PLAN, STEP, check_fields
 from .op_facts import FORBIDDEN
+from .policy import RECONVERT
 from .resolve import interpreter_only
 from .sizes import is_dynamic, shape_function
 
@@ -62,16 +63,15 @@ def check_dims(plan: dict, signature: dict) -> None:
         _bad("a dynamic dim's source")
     dims = signature.get("dims") or {}
     if not isinstance(dims, dict):
-        raise CorruptPackageError("the package's signature is damaged (its dims); re-run `jit2triton convert`")
+        raise CorruptPackageError("the package's signature is damaged (its dims); " + RECONVERT)
     for name, limits in dims.items():
         low, high = (limits.get("min"), limits.get("max")) if isinstance(limits, dict) else (None, None)
         if type(low) is not int or low < 0 or not (high is None or (type(high) is int and high >= low)):
-            raise CorruptPackageError(f"the package's signature is damaged (dim {name!r}'s range); re-run "
-                                      "`jit2triton convert`")
+            raise CorruptPackageError(f"the package's signature is damaged (dim {name!r}'s range); {RECONVERT}")
 
 
 def _bad(what: str) -> None:
-    raise CorruptPackageError(f"the package's plan is damaged ({what}); re-run `jit2triton convert`")
+    raise CorruptPackageError(f"the package's plan is damaged ({what}); {RECONVERT}")
 
 
 def _slot(value: Any, num_slots: int) -> None:
@@ -93,12 +93,12 @@ def _steps(steps: list, num_slots: int, num_nodes: int, table: dict[str, dict], 
         if kind == "call" and step.get("op") in FORBIDDEN:
             raise CorruptPackageError(
                 f"the package's plan calls {step['op']}, which reaches outside the model (files, global state); a "
-                "converted model never does, so the package was edited: re-run `jit2triton convert`")
+                "converted model never does, so the package was edited: " + RECONVERT)
         if kind == "call" and interpreter_only(step.get("op", "")):
             raise CorruptPackageError(
                 f"the package's plan calls {step['op']}, which TorchScript runs only inside its interpreter (with the "
                 "graph node or the interpreter's stack it needs) and no runtime can call as a plan step; a converted "
-                "model never does, so the package was edited or is damaged: re-run `jit2triton convert`")
+                "model never does, so the package was edited or is damaged: " + RECONVERT)
         if kind == "kernel":
             _kernel_step(step, table.get(step["kernel"]), weights, dims)
         if kind in ("if", "loop"):
@@ -238,7 +238,7 @@ def _walk(value: Any, depth: int, open_: set, done: set) -> None:
         return
     if id(value) in open_ or depth > MAX_OUTPUT_DEPTH:
         raise CorruptPackageError("the model's output holds a list, tuple or dict inside itself, which no TorchScript "
-                                  "model can return: the package's plan is damaged; re-run `jit2triton convert`")
+                                  "model can return: the package's plan is damaged; " + RECONVERT)
     open_.add(id(value))
     for item in value.values() if isinstance(value, dict) else value:
         _walk(item, depth + 1, open_, done)

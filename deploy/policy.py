@@ -185,6 +185,8 @@ def cpp_header() -> str:
         "  return table;",
         "}",
         "",
+        f"constexpr const char* kReconvert = {_cpp_string(RECONVERT)};",
+        "",
         "namespace message {",
         *(_cpp_message(key, template) for key, template in MESSAGES.items()),
         "}  // namespace message",

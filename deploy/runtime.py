@@ -20,7 +20,7 @@ from .graph_regions import capturable, worth_capturing
 from .literals import map_plan_literals
 from .methods import method_contents, method_names
 from .package import PackageContents
-from .policy import message
+from .policy import RECONVERT, message
 from .plan_check import check_dims, check_finite_nesting, check_inputs, check_plan
 from .signature import NO_DEFAULT, InputChecker, output_rebuilder
 from .state import StateStore, model_state
@@ -43,8 +43,8 @@ class Runtime:
             # a manifest field missing or of the wrong type, a device name torch does not know: the checks that
             # name their own problem raise our errors; only a damaged or hand-edited package gets here (found by
             # the mutation fuzz, tests/mutate_packages.py)
-            raise CorruptPackageError(f"the package's manifest is damaged ({type(err).__name__}: {err}); re-run "
-                                      "`jit2triton convert`") from None
+            raise CorruptPackageError(f"the package's manifest is damaged "
+                                      f"({type(err).__name__}: {err}); {RECONVERT}") from None
 
     def _load(self, contents: PackageContents, map_location: DeviceLike, num_threads: Optional[int],
               cuda_graphs: bool, alias_outputs: bool, state: Optional[StateStore]) -> None:

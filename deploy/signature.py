@@ -12,6 +12,8 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, InputError
 
+from .policy import RECONVERT
+
 # an input's declared "layout": "channels_last", by rank (the example's layout, where the caller keeps images so)
 CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 
@@ -84,7 +86,7 @@ def output_rebuilder(desc: Optional[dict]) -> Optional[Callable[[Any], Any]]:
             return None
         if len(value) != count:
             raise CorruptPackageError(f"the plan returned a tuple of {len(value)} items where the signature says "
-                                      f"{format_type(desc)}: the package is damaged; re-run `jit2triton convert`")
+                                      f"{format_type(desc)}: the package is damaged; {RECONVERT}")
         return make(value)
 
     return rebuild
@@ -178,11 +180,11 @@ class InputChecker:
             layout = CHANNELS_LAST.get(len(desc["shape"])) if desc["layout"] == "channels_last" else None
             if layout is None:
                 raise CorruptPackageError(f"{label} declares layout {desc['layout']!r} for a {len(desc['shape'])}-d "
-                                          "tensor, which this runtime does not know; re-run `jit2triton convert`")
+                                          "tensor, which this runtime does not know; " + RECONVERT)
         undeclared = [d for d in desc["shape"] if isinstance(d, str) and d not in self.dims]
         if undeclared:
-            raise CorruptPackageError(f"{label} names dim {undeclared[0]!r}, which the signature does not declare; "
-                                      "re-run `jit2triton convert`")
+            raise CorruptPackageError(f"{label} names dim {undeclared[0]!r}, which the signature does not "
+                                      f"declare; {RECONVERT}")
         dynamic = [(axis, d, self.dims[d]["min"], self.dims[d]["max"]) for axis, d in enumerate(desc["shape"])
                    if isinstance(d, str)]
         fixed = None if dynamic else torch.Size(desc["shape"])  # a static shape: one comparison per call

@@ -21,6 +21,7 @@ import torch
 from jit2triton.errors import CorruptPackageError
 
 from .literals import decode
+from .policy import RECONVERT
 
 
 class StateStore:
@@ -94,7 +95,7 @@ def model_state(entries: Optional[list], weights: dict[str, torch.Tensor], devic
     if not entries:
         return None
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise CorruptPackageError("the package's module state is damaged; re-run `jit2triton convert`")
+        raise CorruptPackageError("the package's module state is damaged; " + RECONVERT)
     return ModelState(entries, weights, device, store)
 
 
@@ -119,6 +120,6 @@ def _initial(entry: dict, weights: dict[str, torch.Tensor], device: torch.device
 def _weight(entry: dict, name: str, weights: dict[str, torch.Tensor], device: torch.device) -> torch.Tensor:
     tensor = weights.get(name)
     if tensor is None:
-        raise CorruptPackageError(f"the package's module state {entry['name']!r} names a tensor it does not hold; "
-                                  "re-run `jit2triton convert`")
+        raise CorruptPackageError(f"the package's module state {entry['name']!r} names a tensor it does "
+                                  f"not hold; {RECONVERT}")
     return tensor.to(device)

@@ -18,6 +18,7 @@ import torch
 from jit2triton.errors import CorruptPackageError, PackageDeviceError
 
 from .package import PackageContents
+from .policy import RECONVERT
 from .sizes import positional_size_function
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -34,16 +35,15 @@ def load_kernels(contents: PackageContents, num_threads: Optional[int], device: 
 def load_triton_kernels(files: dict[str, bytes], section: Optional[dict], kernels: list[dict],
                         device: torch.device) -> dict[str, Callable]:
     if not section or "kernels" not in section:
-        raise CorruptPackageError("the package lists Triton kernels but has no 'triton' manifest section; "
-                                  "re-run `jit2triton convert`")
+        raise CorruptPackageError("the package lists Triton kernels but has no 'triton' manifest section; " + RECONVERT)
     entries = {}
     for meta in kernels:
         entry = section["kernels"].get(meta["name"])
         if entry is None or entry["source"] not in files:
-            raise CorruptPackageError(f"the package has no Triton kernel {meta['name']!r}; re-run `jit2triton convert`")
+            raise CorruptPackageError(f"the package has no Triton kernel {meta['name']!r}; {RECONVERT}")
         if list(entry.get("size_args", ())) != list(meta.get("sizes", ())):
-            raise CorruptPackageError(f"Triton kernel {meta['name']!r} takes other sizes than the manifest says; "
-                                      "re-run `jit2triton convert`")
+            raise CorruptPackageError(f"Triton kernel {meta['name']!r} takes other sizes than the manifest "
+                                      f"says; {RECONVERT}")
         entries[meta["name"]] = entry
     if device.type == "cuda":
         return _load_cuda(files, entries, device)
@@ -76,8 +76,7 @@ def _grid_function(entry: dict) -> Callable[[list], int]:
         return lambda sizes: programs
     names = {d for _, dims in entry["grid_items"] for d in dims}
     if not names <= set(entry.get("size_args", ())):
-        raise CorruptPackageError(f"kernel {entry['function']!r}'s grid names dims it is not given; re-run "
-                                  "`jit2triton convert`")
+        raise CorruptPackageError(f"kernel {entry['function']!r}'s grid names dims it is not given; {RECONVERT}")
     items, block = positional_size_function(entry["grid_items"], entry["size_args"]), entry["constants"]["XBLOCK"]
     return lambda sizes: -(-items(sizes) // block)
 
@@ -179,7 +178,7 @@ def _load_cuda(files: dict[str, bytes], entries: dict[str, dict], device: torch.
         for name, entry in entries.items():
             binary = entry.get("cubin") or files.get(entry.get("binary", ""))
             if binary is None:
-                raise CorruptPackageError(f"the package has no compiled binary for kernel {name!r}; re-run convert")
+                raise CorruptPackageError(f"the package has no compiled binary for kernel {name!r}; {RECONVERT}")
             function = driver.function(binary, entry["function"], entry["shared"])
             launchers[name] = _cuda_launcher(driver, function, entry, index)
     return launchers

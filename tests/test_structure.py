@@ -4,6 +4,7 @@ conversion). Checked on the source, lazy imports inside functions included, so a
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -88,6 +89,19 @@ def test_the_cpp_policy_header_is_generated_from_the_python_policy() -> None:
     header = (ROOT / "deploy" / "cpp" / "src" / "policy.h").read_text()
     assert header == policy.cpp_header(), (
         "deploy/cpp/src/policy.h is stale: run `python -m jit2triton.deploy.policy > deploy/cpp/src/policy.h`")
+
+
+def test_the_reconvert_advice_is_written_once_for_both_runtimes() -> None:
+    """The advice to re-run the conversion is policy.RECONVERT, and policy.h's kReconvert generated from it (the
+    test above holds the two equal): a message that types it again drifts when the advice changes (issue 45 found
+    it typed 47 times in 17 files, in three wordings)."""
+    typed = re.compile(r"re-run (`jit2triton convert`|convert\b|the conversion)")
+    definitions = {ROOT / "deploy" / "policy.py", ROOT / "deploy" / "cpp" / "src" / "policy.h"}
+    copies = [f"{path.relative_to(ROOT)}:{number}"
+              for folder in ("jit2triton", *STAGES) for path in sorted((ROOT / folder).rglob("*"))
+              if path.suffix in (".py", ".cpp", ".h") and path not in definitions
+              for number, line in enumerate(path.read_text().splitlines(), 1) if typed.search(line)]
+    assert not copies, f"use policy.RECONVERT (Python) or policy::kReconvert (C++) at: {', '.join(copies)}"
 
 
 def test_a_pass_imports_no_other_pass() -> None:

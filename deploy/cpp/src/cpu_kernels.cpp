@@ -71,7 +71,7 @@ void* open_verified(std::string_view library, const std::string& sha) {
 
 void check_cpu(std::string_view library, const std::string& isa) {
   if (library.size() < 20 || library.substr(0, 4) != "\x7f" "ELF")
-    throw Error(Error::Kind::CorruptPackage, "the package's kernel library is not a shared library (ELF); re-run convert");
+    throw Error(Error::Kind::CorruptPackage, std::string("the package's kernel library is not a shared library (ELF); ") + policy::kReconvert);
   unsigned machine = static_cast<unsigned char>(library[18]) | (static_cast<unsigned char>(library[19]) << 8);
 #if defined(__x86_64__)
   bool foreign = machine != 62;
@@ -109,7 +109,7 @@ std::vector<InputSpec> input_specs(const json::Value& meta) {
     for (const auto& buffer : inputs->items) {
       InputSpec spec{parse_dtype(buffer[0].as_string()), {}, {}};
       if (buffer[1].size() != buffer[2].size())
-        throw Error(Error::Kind::CorruptPackage, "the package's kernel index is damaged (an input's strides); re-run `jit2triton convert`");
+        throw Error(Error::Kind::CorruptPackage, std::string("the package's kernel index is damaged (an input's strides); ") + policy::kReconvert);
       for (const auto& n : buffer[1].items) spec.shape.push_back(parse_size(n, dims));
       for (const auto& n : buffer[2].items) spec.strides.push_back(parse_size(n, dims));
       specs.push_back(std::move(spec));
@@ -121,7 +121,7 @@ void check_inputs(const std::string& name, const std::vector<InputSpec>& specs, 
                   const int64_t* sizes) {
   if (!specs.empty() && specs.size() != inputs.size())
     throw std::invalid_argument("kernel " + name + " reads " + std::to_string(specs.size()) + " inputs, the plan passes " +
-                                std::to_string(inputs.size()) + ": the package is damaged; re-run `jit2triton convert`");
+                                std::to_string(inputs.size()) + ": the package is damaged; " + policy::kReconvert);
   for (size_t i = 0; i < specs.size(); ++i) {
     const at::Tensor& x = inputs[i];
     const InputSpec& spec = specs[i];
@@ -134,7 +134,7 @@ void check_inputs(const std::string& name, const std::vector<InputSpec>& specs, 
       throw std::invalid_argument("kernel " + name + " input " + std::to_string(i) + " is " +
                                   std::string(c10::toString(x.scalar_type())) + "[" + join_dims(x.sizes()) +
                                   "], not the dtype, shape and layout the kernel was built for: the package is "
-                                  "damaged; re-run `jit2triton convert`");
+                                  "damaged; " + policy::kReconvert);
   }
 }
 
@@ -153,7 +153,7 @@ Launchers load_cpu_kernels(const Package& pkg, c10::Device, int num_threads) {
     auto fn = reinterpret_cast<KernelFn>(dlsym(handle, name.c_str()));
     if (!fn)
       throw Error(Error::Kind::CorruptPackage, "the package's kernel library has no kernel " + repr(name) +
-                                                   ": it is not the library this package was built with; re-run `jit2triton convert`");
+                                                   ": it is not the library this package was built with; " + policy::kReconvert);
     size_t num_buffers = static_cast<size_t>(meta.at("num_buffers").as_int());
     std::vector<InputSpec> specs = input_specs(meta);
     launchers[name] = [fn, num_buffers, threads, name, specs](std::vector<at::Tensor>& inputs,

@@ -94,7 +94,7 @@ at::Tensor aligned_copy(const at::Tensor& t) {
 Launchers load_cubins(const Package& pkg, c10::Device device) {
   const json::Value* section = pkg.manifest.find("triton");
   if (!section || !section->find("kernels"))
-    throw Error(Error::Kind::CorruptPackage, "the package lists Triton kernels but has no 'triton' manifest section; re-run `jit2triton convert`");
+    throw Error(Error::Kind::CorruptPackage, std::string("the package lists Triton kernels but has no 'triton' manifest section; ") + policy::kReconvert);
   c10::cuda::CUDAGuard guard(device.index());
   cudaFree(nullptr);  // makes the device's primary context current on this thread
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(device.index());
@@ -104,7 +104,7 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
   for (const auto& meta : pkg.manifest.at("kernels").items) {
     const std::string& name = meta.at("name").as_string();
     const json::Value* entry = section->at("kernels").find(name);
-    if (!entry) throw Error(Error::Kind::CorruptPackage, "the package has no Triton kernel " + repr(name) + "; re-run `jit2triton convert`");
+    if (!entry) throw Error(Error::Kind::CorruptPackage, "the package has no Triton kernel " + repr(name) + "; " + policy::kReconvert);
     const json::Value* built = entry->find("arch");
     if (!built || built->is_null() || built->as_int() != arch)
       throw Error(Error::Kind::PackageDevice,
@@ -141,14 +141,14 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
     if (const json::Value* names = meta.find("sizes"))
       for (const auto& n : names->items) listed.push_back(n.as_string());
     if (size_args != listed || size_args.size() > num_args)
-      throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + " takes other sizes than the manifest says; re-run `jit2triton convert`");
+      throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + " takes other sizes than the manifest says; " + policy::kReconvert);
     size_t first_size = num_args - size_args.size();
     std::optional<Size> grid_items;
     int64_t block = 1;
     if (const json::Value* items = entry->find("grid_items")) {
       grid_items = parse_size(*items, size_args);
       block = entry->at("constants").at("XBLOCK").as_int();
-      if (block <= 0) throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + " has a block size below 1; re-run `jit2triton convert`");
+      if (block <= 0) throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + " has a block size below 1; " + policy::kReconvert);
     }
     c10::DeviceIndex index = device.index();
     launchers[name] = [=, &cu](std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs, const int64_t* sizes) {

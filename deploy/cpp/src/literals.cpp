@@ -218,7 +218,7 @@ c10::IValue run_packing_op(const std::string& op, std::vector<c10::IValue> args)
   if (args.size() != schema.arguments().size())
     throw Error(Error::Kind::CorruptPackage, "the package's plan packs a constant with " + op + " and " +
                                                  std::to_string(args.size()) + " arguments where it takes " +
-                                                 std::to_string(schema.arguments().size()) + "; re-run `jit2triton convert`");
+                                                 std::to_string(schema.arguments().size()) + "; " + policy::kReconvert);
   torch::jit::Stack stack;
   for (size_t i = 0; i < args.size(); ++i) stack.push_back(coerce(std::move(args[i]), schema.arguments()[i].type()));
   found->getOperation()(stack);

@@ -9,10 +9,9 @@
 #include "jit2triton/jit2triton.h"
 #include "json.h"
 #include "package.h"
+#include "policy.h"
 
 namespace jit2triton::manifest_schema {
-
-constexpr const char* kReconvert = "re-run `jit2triton convert`";
 
 enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node };
 
@@ -37,7 +36,7 @@ struct Limits {
 };
 
 [[noreturn]] inline void damaged(const std::string& section, const std::string& what) {
-  throw Error(Error::Kind::CorruptPackage, "the package's " + section + " is damaged (" + what + "); " + kReconvert);
+  throw Error(Error::Kind::CorruptPackage, "the package's " + section + " is damaged (" + what + "); " + policy::kReconvert);
 }
 
 inline bool in_range(const json::Value& v, int64_t limit) {

@@ -28,7 +28,7 @@ void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
 Package method_package(const Package& pkg, const std::string& name, const json::Value& own) {
   if (!own.is_object())
     throw Error(Error::Kind::CorruptPackage,
-                "the package's method " + repr(name) + " is damaged; re-run `jit2triton convert`");
+                "the package's method " + repr(name) + " is damaged; " + policy::kReconvert);
   Package sub;
   sub.path = pkg.path;
   sub.file = pkg.file;
@@ -69,7 +69,7 @@ Module load_module(const std::string& path, const LoadOptions& options) {
   auto methods = std::make_shared<Module::Methods>();
   if (const json::Value* listed = pkg.manifest.find("methods")) {
     if (!listed->is_object())
-      throw Error(Error::Kind::CorruptPackage, "the package's methods are damaged; re-run `jit2triton convert`");
+      throw Error(Error::Kind::CorruptPackage, std::string("the package's methods are damaged; ") + policy::kReconvert);
     for (const auto& [name, own] : listed->members)
       (*methods)[name] = std::make_shared<Plan>(method_package(pkg, name, own), options, state);
   }
@@ -86,8 +86,9 @@ void check_finite_nesting(const c10::IValue& v, std::set<const void*>& open, std
   const void* key = v.internalToPointer();
   if (done.count(key)) return;
   if (open.count(key) || depth > kMaxOutputDepth)
-    throw Error(Error::Kind::CorruptPackage, "the model's output holds a list, tuple or dict inside itself, which no "
-                                             "TorchScript model can return: the package's plan is damaged; re-run `jit2triton convert`");
+    throw Error(Error::Kind::CorruptPackage, std::string("the model's output holds a list, tuple or dict inside itself, "
+                                                         "which no TorchScript model can return: the package's plan "
+                                                         "is damaged; ") + policy::kReconvert);
   open.insert(key);
   if (v.isTuple())
     for (const auto& x : v.toTupleRef().elements()) check_finite_nesting(x, open, done, depth + 1);
@@ -125,7 +126,7 @@ Module load(const std::string& path, const LoadOptions& options) {
     // name their own problem throw Error; only a damaged or hand-edited package gets here (the mutation fuzz,
     // tests/mutate_packages.py, found these reaching Python as raw RuntimeErrors)
     throw Error(Error::Kind::CorruptPackage, std::string("the package's manifest is damaged (") + err.what() +
-                                                 "); re-run `jit2triton convert`");
+                                                 "); " + policy::kReconvert);
   }
 }
 

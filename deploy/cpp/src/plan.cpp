@@ -68,7 +68,7 @@ void release(Env& env, const std::vector<int>& slots) {
 
 [[noreturn]] void bad_plan(const std::string& what) {
   throw Error(Error::Kind::CorruptPackage,
-              "the package's plan is damaged (" + what + "); re-run `jit2triton convert`");
+              "the package's plan is damaged (" + what + "); " + policy::kReconvert);
 }
 
 // tensor.tolist() as TorchScript's prim::tolist gives it: `dim` nested lists of the `elem` type the model annotated
@@ -172,7 +172,7 @@ void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const
       if (const Value* op = s.find("op"); op && op->is_string() && op_facts::forbidden(op->as_string()))
         throw Error(Error::Kind::CorruptPackage,
                     "the package's plan calls " + op->as_string() + ", which reaches outside the model (files, global "
-                    "state); a converted model never does, so the package was edited: re-run `jit2triton convert`");
+                    "state); a converted model never does, so the package was edited: " + policy::kReconvert);
     if (kind == "kernel") {
       auto it = buffers.find(s.at("kernel").as_string());
       if (it == buffers.end() || it->second.buffers != int64_t(s.at("args").size() + s.at("outs").size()))
@@ -277,7 +277,7 @@ class Builder {
     if (it != moved_.end()) return it->second;
     auto w = plan_.pkg_.weights.find(name);
     if (w == plan_.pkg_.weights.end())
-      throw Error(Error::Kind::CorruptPackage, "the plan uses weight " + repr(name) + ", which the package lacks; re-run `jit2triton convert`");
+      throw Error(Error::Kind::CorruptPackage, "the plan uses weight " + repr(name) + ", which the package lacks; " + policy::kReconvert);
     bool host = plan_.host_weights_.count(name) > 0;  // kept on the CPU (the plan's "host_weights")
     return moved_[name] = w->second.to(host ? c10::Device(c10::kCPU) : device_);
   }
@@ -340,7 +340,7 @@ class Builder {
       throw Error(Error::Kind::CorruptPackage, "the package's plan calls " + op + " with " +
                                                    std::to_string(args.size()) + " arguments where it takes " +
                                                    std::to_string(schema.arguments().size()) +
-                                                   "; the package is damaged: re-run `jit2triton convert`");
+                                                   "; the package is damaged: " + policy::kReconvert);
     for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i)
       if (args[i].slot < 0) args[i].constant = coerce(args[i].constant, schema.arguments()[i].type());
     bool vararg = schema.is_vararg();  // its argument count goes on the stack after them, as the interpreter's OPN
@@ -394,7 +394,7 @@ class Builder {
     throw Error(Error::Kind::CorruptPackage,
                 "the package's plan calls " + op + ", which TorchScript runs only inside its interpreter (with the "
                 "graph node or the interpreter's stack it needs) and no runtime can call as a plan step; a converted "
-                "model never does, so the package was edited or is damaged: re-run `jit2triton convert`");
+                "model never does, so the package was edited or is damaged: " + policy::kReconvert);
   }
 
   static std::shared_ptr<torch::jit::Operator> find_operator(const std::string& op) {
@@ -567,7 +567,7 @@ class Builder {
     const std::string& name = s.at("kernel").as_string();
     auto found = plan_.kernels_.find(name);
     if (found == plan_.kernels_.end())
-      throw Error(Error::Kind::Package, "kernel " + repr(name) + " is missing from the package; re-run the conversion");
+      throw Error(Error::Kind::Package, "kernel " + repr(name) + " is missing from the package; " + policy::kReconvert);
     Launcher launch = found->second;
     std::vector<Ref> args = refs(s.at("args"));
     std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
@@ -847,7 +847,7 @@ Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> 
           inputs[position].at("type").as_string() != "Tensor" || axis < 0 ||
           axis >= static_cast<int64_t>(inputs[position].at("shape").size()))
         throw Error(Error::Kind::CorruptPackage, "the package's plan is damaged (a dynamic dim read from input " +
-                                                     std::to_string(at) + "); re-run `jit2triton convert`");
+                                                     std::to_string(at) + "); " + policy::kReconvert);
       plan_dims_.push_back(d[0].as_string());
       dim_sources_.push_back({position, d[2].as_int()});
     }

@@ -20,6 +20,7 @@
 #include "json.h"
 #include "literals.h"
 #include "package.h"
+#include "policy.h"
 #include "state.h"
 
 namespace jit2triton {
@@ -66,7 +67,7 @@ inline size_t dim_index(const std::vector<std::string>& dims, const std::string&
   auto it = std::find(dims.begin(), dims.end(), name);
   if (it == dims.end())
     throw Error(Error::Kind::CorruptPackage, "the package's plan is damaged (a kernel size names dim " + repr(name) +
-                                                 ", which the plan does not read); re-run `jit2triton convert`");
+                                                 ", which the plan does not read); " + policy::kReconvert);
   return static_cast<size_t>(it - dims.begin());
 }
 

@@ -18,7 +18,7 @@ constexpr int64_t kArenaAlign = 64;
 constexpr int64_t kSampleDims[] = {2, 3};  // sizes a dynamic layout is checked dense at (SAMPLE_DIMS in Python)
 
 [[noreturn]] void bad(const std::string& what) {
-  throw Error(Error::Kind::CorruptPackage, "the package's plan is damaged (" + what + "); re-run `jit2triton convert`");
+  throw Error(Error::Kind::CorruptPackage, "the package's plan is damaged (" + what + "); " + policy::kReconvert);
 }
 
 bool equal(const Value& a, const Value& b) {
@@ -177,14 +177,14 @@ void steps(const Value& list, Context& c) {
 void check_dims(const Value& signature) {
   const Value* dims = signature.find("dims");
   if (!dims || dims->is_null()) return;
-  if (!dims->is_object()) throw Error(Error::Kind::CorruptPackage, "the package's signature is damaged (its dims); re-run `jit2triton convert`");
+  if (!dims->is_object()) throw Error(Error::Kind::CorruptPackage, std::string("the package's signature is damaged (its dims); ") + policy::kReconvert);
   for (const auto& [name, limits] : dims->members) {
     const Value *low = limits.is_object() ? limits.find("min") : nullptr, *high = limits.is_object() ? limits.find("max") : nullptr;
     bool good = low && low->kind == Value::Kind::Int && low->integer >= 0 &&
                 (!high || high->is_null() || (high->kind == Value::Kind::Int && high->integer >= low->integer));
     if (!good)
       throw Error(Error::Kind::CorruptPackage,
-                  "the package's signature is damaged (dim " + repr(name) + "'s range); re-run `jit2triton convert`");
+                  "the package's signature is damaged (dim " + repr(name) + "'s range); " + policy::kReconvert);
   }
 }
 

@@ -69,6 +69,8 @@ inline const std::map<std::string, int>& quantized_engines() {
   return table;
 }
 
+constexpr const char* kReconvert = "re-run `jit2triton convert`";
+
 namespace message {
 inline std::string not_found(const std::string& path) { return std::string("package not found: ") + path + std::string("; check the path or convert the model first"); }
 inline std::string torchscript_file(const std::string& path) { return path + std::string(" is a TorchScript archive (or a torch.save file), not a jit2triton package; convert it with `jit2triton convert`"); }

@@ -109,7 +109,7 @@ void Plan::build_input_checks() {
         size_t rank = d.at("shape").size();
         if (declared->as_string() != "channels_last" || (rank != 4 && rank != 5))
           throw Error(Error::Kind::CorruptPackage, label + " declares layout " + repr(declared->as_string()) + " for a " +
-                                                       std::to_string(rank) + "-d tensor, which this runtime does not know; re-run `jit2triton convert`");
+                                                       std::to_string(rank) + "-d tensor, which this runtime does not know; " + policy::kReconvert);
         layout = rank == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d;
       }
       c10::DeviceType type = device.type();
@@ -124,7 +124,7 @@ void Plan::build_input_checks() {
         if (x.is_string()) {
           auto it = std::find(dim_names_.begin(), dim_names_.end(), x.as_string());
           if (it == dim_names_.end())
-            throw Error(Error::Kind::CorruptPackage, label + " names dim " + repr(x.as_string()) + ", which the signature does not declare; re-run `jit2triton convert`");
+            throw Error(Error::Kind::CorruptPackage, label + " names dim " + repr(x.as_string()) + ", which the signature does not declare; " + policy::kReconvert);
           size_t dim = static_cast<size_t>(it - dim_names_.begin());
           dynamic.push_back({shape.size(), dim, ranges[dim]});
           shape.push_back(-1);
@@ -220,7 +220,7 @@ std::vector<IValue> Plan::random_inputs(uint64_t seed, const std::map<std::strin
     throw Error(Error::Kind::CorruptPackage,
                 std::string("cannot draw inputs from the package's signature (") +
                     (torch_error ? torch_error->what_without_backtrace() : err.what()) +
-                    "); the package is damaged: re-run `jit2triton convert`");
+                    "); the package is damaged: " + policy::kReconvert);
   }
 }
 

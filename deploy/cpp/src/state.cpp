@@ -4,6 +4,7 @@
 
 #include "jit2triton/jit2triton.h"
 #include "literals.h"
+#include "policy.h"
 
 namespace jit2triton {
 
@@ -11,7 +12,7 @@ namespace {
 
 [[noreturn]] void damaged(const std::string& what) {
   throw Error(Error::Kind::CorruptPackage, "the package's module state is damaged (" + what +
-                                               "); re-run `jit2triton convert`");
+                                               "); " + policy::kReconvert);
 }
 
 at::Tensor weight(const json::Value& ref, const std::string& name, const Package& pkg, c10::Device device) {
