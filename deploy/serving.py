@@ -55,23 +55,11 @@ class BodyTooLarge(Exception):
 
 def load_for_serving(path: str, runtime: str = "auto", num_threads: Optional[int] = None,
                      trusted_keys: Sequence[str] = ()) -> tuple[Any, dict]:
-    """The package loaded as jit2triton.load loads it (the C++ runtime, else the Python one), and its manifest."""
-    if runtime not in ("auto", "cpp", "python"):
-        raise ValueError(f"runtime must be auto, cpp or python, not {runtime!r}")
-    keys = trusted_key_paths(trusted_keys)
-    if runtime != "python":
-        from . import cpp_runtime
-        why = cpp_runtime.unavailable() if runtime == "auto" else None
-        if why is None:
-            manifest = read_package(path, mmap=True, trusted_keys=keys).manifest
-            try:
-                return cpp_runtime.CppRuntime(path, None, num_threads, trusted_keys=keys), manifest
-            except PackageDeviceError:
-                if runtime == "cpp":
-                    raise
-    from .runtime import Runtime
-    contents = read_package(path, trusted_keys=keys)
-    return Runtime(contents, None, num_threads), contents.manifest
+    """The package loaded as jit2triton.load loads it (runtime_choice.load_runtime: the C++ runtime, else the
+    Python one, with its warning), and its manifest."""
+    from .runtime_choice import load_runtime
+    loaded = load_runtime(path, runtime, num_threads=num_threads, trusted_keys=trusted_keys)
+    return loaded.runtime, loaded.manifest
 
 
 @dataclasses.dataclass

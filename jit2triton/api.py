@@ -14,10 +14,10 @@ from typing import Any, Callable, Optional, Sequence, Union
 import torch
 
 from jit2triton.deploy.literals import decode
-from jit2triton.deploy.package import PackageContents, read_package, save_package
-from jit2triton.deploy.runtime import DeviceLike, Runtime, python_runtimes, resolve_map_location
+from jit2triton.deploy.package import PackageContents, save_package
+from jit2triton.deploy.runtime import DeviceLike, Runtime, python_runtimes
+from jit2triton.deploy.runtime_choice import load_runtime
 from jit2triton.deploy.signature import format_type
-from jit2triton.deploy.signing import trusted_key_paths
 
 from .errors import InputError, PackageDeviceError
 from .module_face import TorchModuleFace
@@ -261,9 +261,6 @@ class TrainingModeWarning(UserWarning):
     """The model converted was in training mode: dropout and batch norm as in training."""
 
 
-RUNTIMES = ("auto", "cpp", "python")
-
-
 def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_threads: Optional[int] = None,
          cuda_graphs: bool = True, alias_outputs: bool = False, runtime: Optional[str] = None,
          mmap: bool = False, _extra_files: Optional[dict[str, Any]] = None,
@@ -286,45 +283,8 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
     `trusted_keys` (paths of Ed25519 public keys, `jit2triton keygen`; also read from JIT2TRITON_TRUSTED_KEYS)
     makes load refuse, with a SignatureError, a package that none of them signed, before reading anything from
     it. A package holds native code: load only packages you trust as you would a shared library."""
-    path = os.fspath(path)
-    trusted_keys = trusted_key_paths(trusted_keys)
-    runtime = runtime or os.environ.get("JIT2TRITON_RUNTIME") or "auto"
-    if runtime not in RUNTIMES:
-        raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
-    if runtime != "python":
-        from jit2triton.deploy import cpp_runtime
-        why = cpp_runtime.unavailable() if runtime == "auto" else None  # "cpp": build it or say why it cannot
-        if why is None:
-            if isinstance(map_location, dict):  # which entry applies depends on the device the package was built for
-                map_location = resolve_map_location(
-                    map_location, read_package(path, mmap=True, trusted_keys=trusted_keys).manifest["device"])
-            try:
-                loaded = cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap,
-                                                trusted_keys)
-                # its manifest, when asked, from the bytes the runtime read: one file, read once
-                return _fill_extra_files(Converted(loaded.contents, loaded, loaded.methods()), _extra_files)
-            except PackageDeviceError as err:
-                if runtime == "cpp":
-                    raise
-                why = str(err)  # the Python runtime may run it (rebuilding kernels, or under Triton's interpreter)
-    contents = read_package(path, mmap=mmap, trusted_keys=trusted_keys)
-    module = Converted(contents, *python_runtimes(contents, map_location, num_threads, cuda_graphs, alias_outputs))
-    if runtime == "auto":  # only once it runs there: a package neither runtime can run gets its one error alone
-        _python_fallback_notice(why)
-    return _fill_extra_files(module, _extra_files)
-
-
-_noticed: set[str] = set()
-
-
-def _python_fallback_notice(why: str) -> None:
-    """Once per reason and process: the default fell back to the Python runtime, and what that costs."""
-    if why in _noticed:
-        return
-    _noticed.add(why)
-    warnings.warn(f"jit2triton: running the package in the Python runtime, which adds a few microseconds of Python "
-                  f"per plan step to every call (the C++ runtime adds none): {why}. Pass runtime='python' (or set "
-                  "JIT2TRITON_RUNTIME=python) to choose it and silence this", stacklevel=3)
+    loaded = load_runtime(path, runtime, map_location, num_threads, cuda_graphs, alias_outputs, mmap, trusted_keys)
+    return _fill_extra_files(Converted(loaded.contents, loaded.runtime, loaded.methods), _extra_files)
 
 
 def _fill_extra_files(module: Converted, wanted: Optional[dict[str, Any]]) -> Converted:

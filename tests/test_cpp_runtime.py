@@ -416,10 +416,9 @@ def test_the_default_load_runs_the_cpp_runtime_and_the_environment_can_choose(sm
 
 def test_without_the_cpp_runtime_the_default_load_falls_back_to_python_saying_so_once(small_package,
                                                                                       monkeypatch) -> None:
-    from jit2triton import api
-    from jit2triton.deploy import cpp_runtime
+    from jit2triton.deploy import cpp_runtime, runtime_choice
     monkeypatch.setattr(cpp_runtime, "unavailable", lambda: "no C++ compiler on this machine")
-    monkeypatch.setattr(api, "_noticed", set())
+    monkeypatch.setattr(runtime_choice, "_noticed", set())
     path, traced = small_package
     with pytest.warns(UserWarning, match="Python runtime.*no C\\+\\+ compiler on this machine"):
         module = jit2triton.load(path)
@@ -431,10 +430,31 @@ def test_without_the_cpp_runtime_the_default_load_falls_back_to_python_saying_so
         assert jit2triton.load(path).runtime == "python"
 
 
+def test_serving_chooses_the_runtime_as_load_does(small_package, monkeypatch) -> None:
+    """One choice (deploy/runtime_choice.py) for jit2triton.load and serving's replicas: the same fallback, the
+    same warning, the same refusal of an unknown runtime."""
+    from jit2triton.deploy import cpp_runtime, runtime_choice
+    from jit2triton.deploy.serving import load_for_serving
+    monkeypatch.setattr(cpp_runtime, "unavailable", lambda: "no C++ compiler on this machine")
+    monkeypatch.setattr(runtime_choice, "_noticed", set())
+    path = small_package[0]
+    with pytest.warns(UserWarning, match="Python runtime.*no C\\+\\+ compiler on this machine"):
+        model, manifest = load_for_serving(path)
+    assert model.name == "python" and manifest["signature"]["inputs"][0]["name"] == "x"
+    with pytest.raises(ValueError, match="runtime must be one of auto, cpp, python"):
+        load_for_serving(path, runtime="rust")
+
+
+def test_serving_in_the_cpp_runtime_reads_the_manifest_it_loaded(small_package, cpp_runtime) -> None:
+    from jit2triton.deploy.serving import load_for_serving
+    model, manifest = load_for_serving(small_package[0], runtime="cpp")
+    assert model.name == "cpp" and manifest == manifest_of(small_package[0])
+
+
 @pytest.mark.skipif(not INTERPRETED, reason="a Triton package on the CPU runs under Triton's interpreter")
 def test_a_package_only_the_python_runtime_can_run_falls_back_by_default(tmp_path, cpp_runtime, monkeypatch) -> None:
-    from jit2triton import api
-    monkeypatch.setattr(api, "_noticed", set())  # another test may have heard this reason already
+    from jit2triton.deploy import runtime_choice
+    monkeypatch.setattr(runtime_choice, "_noticed", set())  # another test may have heard this reason already
     example = (torch.randn(3, 5),)
     model = torch.jit.trace(lambda x: torch.sin(x) * 2, example)
     path = tmp_path / "interpreted.j2t"

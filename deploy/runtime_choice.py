@@ -1,0 +1,84 @@
+"""Which runtime runs a package: `jit2triton.load` and serving's replicas load through `load_runtime`, so both choose
+alike.
+
+"auto" (the default, or the JIT2TRITON_RUNTIME environment variable) takes the C++ runtime and falls back to the
+Python one, with a one-time warning, where the C++ one cannot be built on this machine (no compiler: the user gets
+the Python runtime, a few microseconds of Python per plan step slower) or cannot run the package (a Triton package on
+the CPU runs under Triton's interpreter, which only Python has). "cpp" and "python" insist on one.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import warnings
+from typing import Any, Callable, Optional, Sequence, Union
+
+from jit2triton.errors import PackageDeviceError
+
+from .package import PackageContents, read_package
+from .runtime import DeviceLike, python_runtimes, resolve_map_location
+from .signing import trusted_key_paths
+
+RUNTIMES = ("auto", "cpp", "python")
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadedRuntime:
+    """A package in the runtime chosen for it: forward's runtime, one per other method, and the package (the C++
+    runtime's as it read it, built when first asked: `contents()` copies the weights)."""
+    runtime: Any
+    methods: dict
+    contents: Union[PackageContents, Callable[[], PackageContents]]
+
+    @property
+    def manifest(self) -> dict:
+        if isinstance(self.contents, PackageContents):
+            return self.contents.manifest
+        return json.loads(self.runtime.module.member("manifest.json"))  # the bytes the C++ runtime read
+
+
+def load_runtime(path: Union[str, os.PathLike], runtime: Optional[str] = None, map_location: DeviceLike = None,
+                 num_threads: Optional[int] = None, cuda_graphs: bool = True, alias_outputs: bool = False,
+                 mmap: bool = False, trusted_keys: Optional[Sequence[Union[str, os.PathLike]]] = None
+                 ) -> LoadedRuntime:
+    """The package at `path` in the runtime `runtime` names (None: JIT2TRITON_RUNTIME, else "auto")."""
+    path = os.fspath(path)
+    trusted_keys = trusted_key_paths(trusted_keys)
+    runtime = runtime or os.environ.get("JIT2TRITON_RUNTIME") or "auto"
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
+    why = None
+    if runtime != "python":
+        from . import cpp_runtime
+        why = cpp_runtime.unavailable() if runtime == "auto" else None  # "cpp": build it or say why it cannot
+        if why is None:
+            if isinstance(map_location, dict):  # which entry applies depends on the device the package was built for
+                map_location = resolve_map_location(
+                    map_location, read_package(path, mmap=True, trusted_keys=trusted_keys).manifest["device"])
+            try:
+                loaded = cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap,
+                                                trusted_keys)
+                return LoadedRuntime(loaded, loaded.methods(), loaded.contents)
+            except PackageDeviceError as err:
+                if runtime == "cpp":
+                    raise
+                why = str(err)  # the Python runtime may run it (rebuilding kernels, or under Triton's interpreter)
+    contents = read_package(path, mmap=mmap, trusted_keys=trusted_keys)
+    forward, methods = python_runtimes(contents, map_location, num_threads, cuda_graphs, alias_outputs)
+    if runtime == "auto":  # only once it runs there: a package neither runtime can run gets its one error alone
+        _python_fallback_notice(why)
+    return LoadedRuntime(forward, methods, contents)
+
+
+_noticed: set[str] = set()
+
+
+def _python_fallback_notice(why: str) -> None:
+    """Once per reason and process: the default fell back to the Python runtime, and what that costs."""
+    if why in _noticed:
+        return
+    _noticed.add(why)
+    warnings.warn(f"jit2triton: running the package in the Python runtime, which adds a few microseconds of Python "
+                  f"per plan step to every call (the C++ runtime adds none): {why}. Pass runtime='python' (or set "
+                  "JIT2TRITON_RUNTIME=python) to choose it and silence this", stacklevel=4)
