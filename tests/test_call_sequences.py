@@ -3,6 +3,8 @@
 reset the state. Each is converted and called over a sequence of fresh inputs in both runtimes, beside the
 TorchScript module called the same way; and verification itself must catch a package that is right on the first
 call and wrong on the second."""
+from typing import Optional
+
 import pytest
 import torch
 
@@ -226,3 +228,35 @@ def test_a_forward_that_needs_another_method_first(runtime, tmp_path):
         x, y = torch.randn(3, 4), torch.randn(3, 4)
         assert_same(loaded.encode(x), reference.encode(x))
         assert_same(loaded(y), reference(y))
+
+
+class TrimmedCache(torch.nn.Module):
+    """A streaming cache, None until the first call, trimmed once it passes 20 rows: with a few rows per call, no
+    call conversion makes reaches 20, and every run answers `c.shape[0] > 20` alike (False)."""
+    cache: Optional[torch.Tensor]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cache = None
+
+    def forward(self, x):
+        c = self.cache
+        if c is None:
+            c = x
+        else:
+            c = torch.cat([c, x], 0)
+        if c.shape[0] > 20:
+            c = c[-20:]
+        self.cache = c
+        return torch.softmax(x @ c.t(), -1) @ c
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_condition_on_a_size_no_conversion_run_reached_stays_a_condition(runtime, tmp_path):
+    scripted, reference = _scripted_twice(TrimmedCache)
+    converted = jit2triton.convert(scripted, (torch.randn(3, 8),),
+                                   dynamic_shapes={"x": {0: jit2triton.Dim("rows", min=1, max=16)}})
+    loaded = _loaded(converted, tmp_path, runtime)
+    for rows in [2, 1, 5, 3, 4, 2, 6, 1, 9]:  # 23 rows at the seventh call: the first trim
+        x = torch.randn(rows, 8)
+        assert_same(loaded(x), reference(x))

@@ -149,28 +149,61 @@ class _Folder:
 
 
 def _value_dependent(graph: Graph) -> set[int]:
-    """The ids of host values that may differ between calls at the same input shapes: the model's non-tensor
-    inputs, numbers read out of tensors (`item`, `int(t)`), random draws, and whatever is computed from them,
-    written into a list by them, or decided under a condition on them."""
+    """The ids of host values that may differ between calls: the model's non-tensor inputs, numbers read out of
+    tensors (`item`, `int(t)`), random draws, sizes of dims that are not fixed (_Sizes), and whatever is computed
+    from them, written into a list by them, or decided under a condition on them."""
     tainted = {v.id for v in graph.inputs if not v.type.is_tensor}
+    sizes = _Sizes(literals(graph))
     changed = True
     while changed:  # a loop carries values back to its start, and a list written late taints earlier reads
         before = len(tainted)
-        _taint_block(graph.body, tainted, under_taint=False)
+        _taint_block(graph.body, tainted, under_taint=False, sizes=sizes)
         changed = len(tainted) != before
     return tainted
 
 
-def _taint_block(block: Block, tainted: set[int], under_taint: bool) -> None:
+class _Sizes:
+    """Which size reads give a number that can change between calls: a dim that is not an int in the IR (a dynamic
+    dim, a size the state or the data sets) may take values no observed run had, so a condition on it that every run
+    answered alike (`if cache.size(0) > 20`, first true on the seventh call) must stay a condition."""
+
+    def __init__(self, literal: dict) -> None:
+        self.literal = literal
+        self.lists: dict[int, tuple] = {}  # an `aten::size(t)` list's id -> t's IR shape
+
+    def varying(self, node: Node, kind: str) -> bool:
+        t = node.inputs[0].type if node.inputs else None
+        shape = t.shape if t is not None and t.is_tensor else None
+        if kind == "meta":  # rank, dtype, device: no dim changes them
+            return False
+        if kind == "size":
+            dim = self.literal.get(node.inputs[1].id) if len(node.inputs) > 1 else None
+            return not (shape is not None and isinstance(dim, int) and -len(shape) <= dim < len(shape)
+                        and isinstance(shape[dim], int))
+        if node.op == "aten::size" and shape is not None:
+            self.lists[node.output.id] = shape
+        return shape is None or not all(isinstance(d, int) for d in shape)
+
+    def static_item(self, node: Node) -> bool:
+        """`x.shape[i]` of a dim that is an int, read out of a list of sizes some of which vary."""
+        if node.op != "aten::__getitem__.t" or node.inputs[0].id not in self.lists:
+            return False
+        shape, index = self.lists[node.inputs[0].id], self.literal.get(node.inputs[1].id)
+        return isinstance(index, int) and -len(shape) <= index < len(shape) and isinstance(shape[index], int)
+
+
+def _taint_block(block: Block, tainted: set[int], under_taint: bool, sizes: _Sizes) -> None:
     for node in block.nodes:
         info = lookup(node.op, node.attrs.get(Attr.SCHEMA, ""))
-        source = info.data_dependent_size or info.impure or info.reads_values
-        dirty = under_taint or source or any(v.id in tainted for v in node.inputs if not v.type.is_tensor)
+        source = info.data_dependent_size or info.impure or info.reads_values or (
+            info.reads_shape and sizes.varying(node, info.reads_shape))
+        dirty = under_taint or source or (
+            any(v.id in tainted for v in node.inputs if not v.type.is_tensor) and not sizes.static_item(node))
         if dirty:
             tainted.update(v.id for v in node.outputs)
             if node.inputs and "!" in node.attrs.get(Attr.SCHEMA, "").split("->")[0]:
                 tainted.add(node.inputs[0].id)  # a list written with such a value, or under such a condition
         for sub in node.blocks:
-            _taint_block(sub, tainted, dirty)
+            _taint_block(sub, tainted, dirty, sizes)
             if any(v.id in tainted for v in sub.outputs):
                 tainted.update(v.id for v in node.outputs)
