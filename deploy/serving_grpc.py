@@ -206,7 +206,7 @@ class InferenceService(_Servicer):
         the RPC with its status and message."""
         path = model_route(name) + (f"/versions/{version}" if version else "") + action
         answer = None
-        for _ in range(2):  # a handle of an application deployed again since it was made fails once
+        for _ in range(2):  # a handle kept from before the model was unloaded fails: asked again, once
             handle = self._handle(name) if name in self.models else None
             if handle is None:
                 break

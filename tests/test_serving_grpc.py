@@ -232,6 +232,25 @@ def test_tritonclient_grpc_serves_both_models_with_real_dims_and_their_answers(s
     assert answer.get_response().id == "r1"
     assert torch.allclose(torch.from_numpy(answer.as_numpy("output__0").copy()), models["two"](x, y), atol=1e-6)
 
+    calls, answers, done = [], {}, threading.Semaphore(0)  # both models at once, the calls interleaved
+    for i in range(8):
+        name, tensors = ("emb", (torch.randint(0, VOCAB, (1 + i % 3, 3)),)) if i % 2 else ("two", (
+            torch.randn(2, 4), torch.randn(2, 3)))
+        given = [grpcclient.InferInput(n, list(t.shape), "INT64" if name == "emb" else "FP32")
+                 for n, t in zip(("ids",) if name == "emb" else ("x", "y"), tensors)]
+        for g, t in zip(given, tensors):
+            g.set_data_from_numpy(t.numpy())
+        calls.append((name, tensors))
+        client.async_infer(name, given, lambda result, error, i=i: (answers.__setitem__(i, (result, error)),
+                                                                    done.release()), client_timeout=60)
+    for _ in calls:
+        assert done.acquire(timeout=90)
+    for i, (name, tensors) in enumerate(calls):
+        result, error = answers[i]
+        assert error is None, error
+        assert torch.allclose(torch.from_numpy(result.as_numpy("output__0").copy()), models[name](*tensors),
+                              atol=1e-5), name
+
     typed = _request(x=("FP32", [2, 4], "fp32_contents", x.flatten().tolist()),
                      y=("FP32", [2, 3], "fp32_contents", y.flatten().tolist()))
     typed.model_name = "two"
