@@ -16,7 +16,8 @@ HTTP, under the app's route prefix:
 A bad body gets 400 with the InputError's message, a body over the limit 413, an unknown path 404.
 
 Served from a model repository (serving_repository.py), each model is an application of its own at
-/v2/models/NAME (`mount`), and the repository's server answers the paths above it.
+/v2/models/NAME (`mount`), and the repository's server answers the paths above it. The gRPC endpoint
+(serving_grpc.py) hands a model's calls to its application as the HTTP requests they stand for (`forwarded`).
 """
 from __future__ import annotations
 

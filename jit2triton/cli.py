@@ -360,8 +360,8 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
 @click.option("--batch-wait-ms", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="longest wait for a batch to fill")
 @click.option("--host", default="127.0.0.1", show_default=True,
-              help="address the HTTP server listens on (0.0.0.0: every interface); Ray's own processes listen on "
-                   "loopback whatever it is")
+              help="address the HTTP (and gRPC) server listens on (0.0.0.0: every interface); Ray's own processes "
+                   "listen on loopback whatever it is")
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True)
 @click.option("--grpc-port", type=click.IntRange(1, 65535), default=None,
               help="also serve the KServe v2 gRPC protocol (tritonclient.grpc) on this port, at --host as HTTP is "
