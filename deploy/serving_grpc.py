@@ -263,6 +263,10 @@ def start(models: list[str], host: str, port: int, workers: int = 64) -> Any:
         ("grpc.so_reuseport", 0),  # a port in use is an error, never shared with another server
         ("grpc.max_receive_message_length", DEFAULT_MAX_BODY_BYTES), ("grpc.max_send_message_length", -1)])
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceService(models), server)
-    server.add_insecure_port(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+    address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    try:
+        server.add_insecure_port(address)
+    except RuntimeError as err:  # taken since the CLI's check of the port
+        raise InputError(f"cannot listen on {address} for gRPC ({err}); pick another --grpc-port") from None
     server.start()
     return server
