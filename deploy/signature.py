@@ -191,9 +191,14 @@ class InputChecker:
         rank = len(desc["shape"])
         static = [(axis, d) for axis, d in enumerate(desc["shape"]) if isinstance(d, int)]
 
+        takes_none = desc.get("optional") is True  # an Optional[Tensor] the model tests for None
+
         def check_tensor(x: Any, bound: Any = None) -> Any:
             if not isinstance(x, torch.Tensor):
-                raise InputError(f"{label}: expected a tensor {expected}, got {type(x).__name__}")
+                if x is None and takes_none:
+                    return None
+                raise InputError(f"{label}: expected a tensor {expected}{' or None' if takes_none else ''}, got "
+                                 f"{type(x).__name__}")
             if x.layout is not torch.strided:
                 raise InputError(f"{label}: expected a dense tensor {expected}, got a {x.layout} tensor; pass "
                                  "x.to_dense()")

@@ -250,7 +250,12 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
     say("inferring shapes and dtypes from the example inputs" + (", rewriting for fusion" if backend != "aten" else ""))
     precision_plan, tolerance = precision.plan_for(*reduced, target, say)
     taken = precision.package_inputs(precision_plan, inputs)  # as the package takes them (io_precision)
+    takes_none = _inputs_that_take_none(script, isolated, inputs)
     signature = {"inputs": _input_signature(script.input_names, script.input_defaults, taken, dynamic)}
+    for position in takes_none:
+        signature["inputs"][position]["optional"] = True
+    if takes_none:
+        user_draws = [*user_draws, [None if i in takes_none else x for i, x in enumerate(taken)]]
     if dynamic:
         signature["dims"] = dynamic.signature()
     verifier = None
@@ -267,6 +272,7 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
                            precision_plan, verifier, signature, {"name": script.name, "source": source,
                                                                  "state": script.state})
     stages.rules, stages.isolated = rules, isolated
+    stages.none_draws = [[None if i in takes_none else x for i, x in enumerate(inputs)]] if takes_none else []
     if primed is not None:  # (the package still starts from the saved state, as TorchScript's module does)
         stages.inputs = inputs + [_on_device(primed[slot.name], target) for slot in script.state]
     attempt = fallbacks.Attempt(kernels=backend != "aten", rewrites=backend != "aten")
@@ -354,6 +360,7 @@ class _MethodStages:
         self.runtimes_verified: list[str] = []  # "python", and "cpp" where the C++ runtime matched too
         self.cpp_note = ""  # why the C++ runtime was not verified, or where it differed
         self.bisecting = False  # the build under check is a round of the ladder's bisection (rung 3)
+        self.none_draws: list[list] = []  # the example with Optional[Tensor] inputs None (pipeline.Context's)
 
     def prepare(self, attempt: fallbacks.Attempt) -> tuple[Any, pipeline.Context]:
         graph, ctx = self.prepared(attempt.rewrites, attempt.skipped, self.stopwatch)
@@ -383,6 +390,7 @@ class _MethodStages:
             graph = from_torchscript(self.script.graph, names, self.script.name, self.full_source_paths)
         ctx = _context(self.target, self.inputs, self.dynamic, stopwatch, self.rules)
         ctx.crashes = self.isolated.crash
+        ctx.none_draws = [draw + self.inputs[len(draw):] for draw in self.none_draws]  # (then the state)
         ctx.vary_values = any(type(x) is int for x in self.inputs)  # `range(n)`: a size an input's value may set
         own = len(self.inputs) - len(self.script.state)
         written = [position for position, slot in enumerate(self.script.state, own) if slot.written]
@@ -530,6 +538,23 @@ def _run_plan(target: torch.device, stopwatch: Optional[pipeline.Stopwatch] = No
         except StepError as err:
             raise ConversionError(f"running the model failed: {err}") from None
     return run
+
+
+def _inputs_that_take_none(script, isolated, inputs: list) -> set[int]:
+    """The positions of Optional[Tensor] inputs given a tensor in the example that TorchScript also runs with None
+    there (the model's `if mask is not None:`): the package takes None for them as well. One run of the model on
+    the example with all of them None decides it; a model that refuses None there keeps them tensors."""
+    graph_inputs = list(script.graph.inputs())[:len(script.input_names)]
+    optional = {i for i, (v, x) in enumerate(zip(graph_inputs, inputs))
+                if isinstance(x, torch.Tensor) and isinstance(v.type(), torch._C.OptionalType)
+                and isinstance(v.type().getElementType(), torch._C.TensorType)}
+    if not optional:
+        return set()
+    try:
+        run_where_the_weights_are(isolated, [None if i in optional else x for i, x in enumerate(inputs)])
+    except Exception:  # noqa: BLE001 - the model refuses None there, or TorchScript crashed on it: tensors only
+        return set()
+    return optional
 
 
 def _fresh_containers(value: Any) -> Any:

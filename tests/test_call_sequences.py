@@ -3,7 +3,7 @@
 reset the state. Each is converted and called over a sequence of fresh inputs in both runtimes, beside the
 TorchScript module called the same way; and verification itself must catch a package that is right on the first
 call and wrong on the second."""
-from typing import Optional
+from typing import List, Optional
 
 import pytest
 import torch
@@ -260,3 +260,47 @@ def test_a_condition_on_a_size_no_conversion_run_reached_stays_a_condition(runti
     for rows in [2, 1, 5, 3, 4, 2, 6, 1, 9]:  # 23 rows at the seventh call: the first trim
         x = torch.randn(rows, 8)
         assert_same(loaded(x), reference(x))
+
+
+class SplitBySizes(torch.nn.Module):
+    """Jagged rows: a split by a list the caller gives, one row per part, stacked (as many rows as parts)."""
+
+    def forward(self, x, n: int, splits: List[int]):
+        parts = torch.split(x, splits)
+        return torch.stack([p.sum(0) * n for p in parts]).relu() + torch.arange(n).float().sum()
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_sizes_set_by_a_list_input_follow_each_calls_list(runtime, tmp_path):
+    scripted, reference = _scripted_twice(SplitBySizes)
+    loaded = _loaded(jit2triton.convert(scripted, (torch.randn(10, 4), 3, [4, 6])), tmp_path, runtime)
+    for n, splits in [(5, [2, 3, 5]), (2, [10]), (4, [1, 1, 1, 7]), (3, [4, 6])]:  # (the example's: 2 parts)
+        x = torch.randn(10, 4)
+        assert_same(loaded(x, n, splits), reference(x, n, splits))
+
+
+class MaskedSoftmax(torch.nn.Module):
+    def forward(self, x, mask: Optional[torch.Tensor] = None, scale: float = 1.0):
+        if mask is not None:
+            x = x.masked_fill(mask, -1e4)
+        return (x * scale).softmax(-1)
+
+
+class NeedsMask(torch.nn.Module):  # typed Optional, but refuses None: the package keeps taking tensors only
+    def forward(self, x, mask: Optional[torch.Tensor] = None):
+        assert mask is not None, "a mask is required"
+        return x.masked_fill(mask, 0.0).relu()
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_an_optional_tensor_given_in_the_example_takes_none_as_torchscript_does(runtime, tmp_path):
+    scripted, reference = _scripted_twice(MaskedSoftmax)
+    converted = jit2triton.convert(scripted, (torch.randn(3, 5), torch.rand(3, 5) > 0.5, 2.0))
+    assert converted.summary()["verification"]["status"] == "passed"
+    loaded = _loaded(converted, tmp_path, runtime)
+    for call in [(torch.randn(3, 5),), (torch.randn(3, 5), torch.rand(3, 5) > 0.5), (torch.randn(3, 5), None, 3.0)]:
+        assert_same(loaded(*call), reference(*call))
+    strict = _loaded(jit2triton.convert(torch.jit.script(NeedsMask()), (torch.randn(3, 5), torch.rand(3, 5) > 0.5)),
+                     tmp_path, runtime)
+    with pytest.raises(jit2triton.InputError, match=r"input 1 \('mask'\): expected a tensor bool\[3, 5\] on cpu, got"):
+        strict(torch.randn(3, 5), None)

@@ -1,6 +1,6 @@
 """Sizes computed from data: every value that flows from an op whose output size depends on its inputs' values
-(boolean-mask indexing, nonzero, unique, NMS) gets opaque sizes, and no number read from such a value is folded
-into a constant.
+(boolean-mask indexing, nonzero, unique, NMS), or from an input that is a list or dict of numbers (split sizes),
+gets opaque sizes, and no number read from such a value is folded into a constant.
 
 Shape inference runs the model on other values at the example's shapes, so a count usually varies and becomes
 opaque on its own; but a count can come out the same in every run (`argsort(...)[:50]` over more than 50
@@ -23,7 +23,7 @@ _symbols = (f"u{i}" for i in itertools.count())  # opaque, like shape inference'
 
 def mark_data_dependent(graph: Graph, recorder: ShapeRecorder) -> set[int]:
     """Give every value computed from a data-dependent size opaque sizes; -> the ids of those values."""
-    tainted: set[int] = set()
+    tainted: set[int] = {v.id for v in graph.inputs if _numbers_container(v.type)}
     producers = {v.id: node for node in graph.walk() for v in node.outputs}
     weights = graph.weights
     changed = True
@@ -57,6 +57,21 @@ def mark_data_dependent(graph: Graph, recorder: ShapeRecorder) -> set[int]:
         recorder.varying.add(value_id)  # a number read from it is not a constant
         value.type = _opaque(value.type)
     return tainted
+
+
+def _numbers_container(t: Type) -> bool:
+    """A list, tuple or dict input of numbers (`splits: List[int]`, lengths, a config dict): sizes computed from
+    its values or its length (a split into len(splits) parts, stacked) are set by each call's values, which value
+    draws cannot vary as they vary an int (a list's items must fit the tensor they split), so they count as data."""
+    if t.kind not in ("List", "Tuple", "Dict"):
+        return False
+    inner = list(t.elems)
+    while inner:
+        e = inner.pop()
+        if e.kind in ("Tensor", "Any") or e.kind.startswith("__torch__"):
+            return False
+        inner += e.elems
+    return True
 
 
 def _spreads(node: Node, tainted: set[int], producers: dict, weights: dict) -> bool:

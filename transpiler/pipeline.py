@@ -138,6 +138,9 @@ class Context:
     # The example inputs' shapes with other values: run where the model has ops whose output sizes depend on data
     # (a mask's count), so that those sizes are seen to vary and no kernel is fitted to the example's count
     value_draws: list[list] = field(default_factory=list)
+    # The example's inputs with each Optional[Tensor] input the model also takes as None set to None: the branches
+    # that run then are observed too (the package takes None there, as TorchScript's method does)
+    none_draws: list[list] = field(default_factory=list)
     # ... also run where values other than data may set sizes: an integer input (`for _ in range(n)`)
     vary_values: bool = False
     value_draws_ran: int = 0  # how many of them the model ran on (the others it refused)
@@ -206,6 +209,16 @@ def observe(graph: Graph, ctx: Context) -> Graph:
                 raise
             except Jit2TritonError:  # the model refuses these values (an assert on them): nothing learnt
                 recorder.drop_draw()
+    for inputs in ctx.none_draws:
+        recorder.next_draw(ctx.example_sizes)  # (a None is not a type of the input: the example's tensor is)
+        recorder.observe_values([v for v, x in zip(graph.inputs, inputs) if x is not None],
+                                [x for x in inputs if x is not None])
+        try:
+            ctx.draw_outputs.append((ctx.example_sizes, ctx.run_plan(sched, inputs, recorder)))
+        except TimeBudgetError:
+            raise
+        except Jit2TritonError:  # (TorchScript ran it before it was drawn: no draw is made the model refuses)
+            recorder.drop_draw()
     _observe_later_calls(graph, sched, ctx, recorder)
     for sizes, inputs in ctx.draws + ([ctx.largest] if ctx.largest is not None else []):
         at = ", ".join(f"{name}={n}" for name, n in sizes.items())

@@ -133,8 +133,11 @@ void Plan::build_input_checks() {
         }
       }
       std::vector<std::string> names = dim_names_;
+      const Value* optional = d.find("optional");  // an Optional[Tensor] the model tests for None
+      bool takes_none = optional && optional->kind == Value::Kind::Bool && optional->as_bool();
       checks_.push_back([=](IValue& v, Bound& bound) {
-        if (!v.isTensor()) throw Error(Error::Kind::Input, label + ": expected a tensor " + expected + ", got " + python_type_name(v));
+        if (takes_none && v.isNone()) return;
+        if (!v.isTensor()) throw Error(Error::Kind::Input, label + ": expected a tensor " + expected + (takes_none ? " or None" : "") + ", got " + python_type_name(v));
         const at::Tensor& x = v.toTensor();
         if (x.layout() != at::kStrided)
           throw Error(Error::Kind::Input, label + ": expected a dense tensor " + expected + ", got a " +
