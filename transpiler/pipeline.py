@@ -296,6 +296,7 @@ def _reduce_precision(graph: Graph, ctx: Context) -> Graph:
         ctx.example_inputs = to_reduced(ctx.example_inputs)
         ctx.draws = [(sizes, to_reduced(inputs)) for sizes, inputs in ctx.draws]
         ctx.value_draws = [to_reduced(inputs) for inputs in ctx.value_draws]
+        ctx.none_draws = [to_reduced(inputs) for inputs in ctx.none_draws]
         ctx.later_calls = [to_reduced(inputs) for inputs in ctx.later_calls]
         ctx.largest = ctx.largest and (ctx.largest[0], to_reduced(ctx.largest[1]))
     ctx.draw_outputs.clear()
