@@ -14,10 +14,22 @@ from mutate_structure import steps_of
 from package_tools import rewrite_package
 
 
+class Planned(torch.nn.Module):
+    """Static shapes and an intermediate two kernels read: a plan with an arena (the other packages have none: a
+    dynamic batch, or kernel outputs kept in containers, which outlive the call)."""
+
+    def forward(self, x, y):
+        a = torch.sin(x) * y
+        return (a @ y.t()).relu() + 1
+
+
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
     folder = tmp_path_factory.mktemp("damaged")
-    return {"damageable": damageable_package(folder), "containers": containers_package(folder)}
+    jit2triton.convert(torch.jit.script(Planned()), (torch.randn(3, 5), torch.randn(3, 5)),
+                       backend="cpp").save(folder / "planned.j2t")
+    return {"damageable": damageable_package(folder), "containers": containers_package(folder),
+            "planned": str(folder / "planned.j2t")}
 
 
 def _step(manifest: dict, **match) -> dict:
@@ -70,7 +82,7 @@ CASES = {  # name: (package, edit, error, what the message says)
         "damageable", _edit_step({"op": "aten::_set_item.str"}, lambda s: s["args"].__setitem__(2, s["args"][0])),
         jit2triton.CorruptPackageError, "inside itself"),
     "an_arena_of_64_GiB": (
-        "containers", _set(["plan", "arena", "bytes"], 1 << 36),
+        "planned", _set(["plan", "arena", "bytes"], 1 << 36),
         jit2triton.CorruptPackageError, "arena is larger than the outputs planned into it"),
 }
 
