@@ -34,11 +34,10 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from jit2triton.errors import InputError, Jit2TritonError, PackageDeviceError
+from jit2triton.errors import InputError, Jit2TritonError
 
 from . import serving_messages as messages
 from . import serving_v2 as v2
-from .package import read_package
 from .serving_batching import Batching, concat_inputs, plan_batching, plan_chunks, split_rows  # noqa: F401
 from .serving_json import Request, RequestReader, encode
 from .serving_local import is_loopback, ray_serve as _ray_serve
