@@ -42,7 +42,7 @@ from .serving_batching import Batching, concat_inputs, plan_batching, plan_chunk
 from .serving_json import Request, RequestReader, encode
 from .serving_local import is_loopback, ray_serve as _ray_serve
 from .serving_stats import ModelStatistics, Publisher, as_triton
-from .signature import format_type
+from .signature import format_input, format_type
 from .signing import trusted_key_paths
 
 DEFAULT_MAX_BODY_BYTES = 64 << 20  # a batch of 32 224x224 RGB images is 25 MB as base64, ~60 MB as JSON lists
@@ -115,7 +115,7 @@ class ModelServer:
         context = serve.get_replica_context()
         replica = getattr(context, "replica_id", None) or getattr(context, "replica_tag", "")
         self.counts = Counts(replica=str(getattr(replica, "unique_id", replica)))
-        args = ", ".join(f"{d['name']}: {format_type(d)}" for d in signature["inputs"])
+        args = ", ".join(f"{d['name']}: {format_input(d)}" for d in signature["inputs"])
         self.info = {"package": os.path.basename(package), "signature": f"({args}) -> "
                      f"{format_type(signature['outputs'])}", "runtime": self.model.name,
                      "device": str(self.model.device), "batch_dim": self.batching.dim,

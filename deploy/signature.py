@@ -92,6 +92,11 @@ def output_rebuilder(desc: Optional[dict]) -> Optional[Callable[[Any], Any]]:
     return rebuild
 
 
+def format_input(desc: dict) -> str:
+    """An input's type as a signature shows it: `Optional[bool[3, 5]]` for a tensor input that also takes None."""
+    return f"Optional[{format_type(desc)}]" if desc.get("optional") is True else format_type(desc)
+
+
 def format_type(desc: dict) -> str:
     kind = desc["type"]
     if kind == "Tensor":  # an output's dynamic sizes are named in "dims" ("12*batch"), its example's in "shape"

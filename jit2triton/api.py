@@ -17,7 +17,7 @@ from jit2triton.deploy.literals import decode
 from jit2triton.deploy.package import PackageContents, save_package
 from jit2triton.deploy.runtime import DeviceLike, Runtime, python_runtimes
 from jit2triton.deploy.runtime_choice import load_runtime
-from jit2triton.deploy.signature import format_type
+from jit2triton.deploy.signature import format_input, format_type
 
 from .errors import InputError, PackageDeviceError
 from .module_face import TorchModuleFace
@@ -176,7 +176,7 @@ class Converted(TorchModuleFace):
     def signature(self, method: str = "forward") -> str:
         manifest = self._contents.manifest
         sig = manifest["signature"] if method == "forward" else manifest["methods"][method]["signature"]
-        args = ", ".join(f"{d['name']}: {format_type(d)}" + (f" = {decode(d['default'])!r}" if "default" in d else "")
+        args = ", ".join(f"{d['name']}: {format_input(d)}" + (f" = {decode(d['default'])!r}" if "default" in d else "")
                          for d in sig["inputs"])
         return f"({args}) -> {format_type(sig['outputs'])}"
 

@@ -298,6 +298,7 @@ def test_an_optional_tensor_given_in_the_example_takes_none_as_torchscript_does(
     converted = jit2triton.convert(scripted, (torch.randn(3, 5), torch.rand(3, 5) > 0.5, 2.0))
     assert converted.summary()["verification"]["status"] == "passed"
     loaded = _loaded(converted, tmp_path, runtime)
+    assert "mask: Optional[bool[3, 5]] = None" in loaded.signature()
     for call in [(torch.randn(3, 5),), (torch.randn(3, 5), torch.rand(3, 5) > 0.5), (torch.randn(3, 5), None, 3.0)]:
         assert_same(loaded(*call), reference(*call))
     strict = _loaded(jit2triton.convert(torch.jit.script(NeedsMask()), (torch.randn(3, 5), torch.rand(3, 5) > 0.5)),

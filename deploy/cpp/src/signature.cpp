@@ -195,8 +195,13 @@ void Plan::build_input_checks() {
 std::string Plan::signature() const {
   const Value& sig = pkg_.manifest.at("signature");
   std::string args;
-  for (size_t i = 0; i < sig.at("inputs").size(); ++i)
-    args += (i ? ", " : "") + sig.at("inputs")[i].at("name").as_string() + ": " + format_type(sig.at("inputs")[i]);
+  for (size_t i = 0; i < sig.at("inputs").size(); ++i) {
+    const Value& d = sig.at("inputs")[i];
+    const Value* optional = d.find("optional");  // (deploy/signature.py's format_input)
+    bool takes_none = optional && optional->kind == Value::Kind::Bool && optional->as_bool();
+    args += (i ? ", " : "") + d.at("name").as_string() + ": " +
+            (takes_none ? "Optional[" + format_type(d) + "]" : format_type(d));
+  }
   return "(" + args + ") -> " + format_type(sig.at("outputs"));
 }
 
