@@ -17,7 +17,7 @@ import warnings
 import pytest
 import torch
 
-import jit2triton
+from serving_models import VOCAB, write_repository
 from jit2triton.deploy import serving_messages as messages
 from jit2triton.deploy import serving_v2 as v2
 from jit2triton.deploy.serving_local import is_loopback
@@ -32,7 +32,7 @@ try:
         import ray  # noqa: F401
 except ImportError:
     ray = None
-HOST, VOCAB, WIDTH = "127.0.0.2", 10, 8  # a loopback address other than 127.0.0.1: Ray's must not follow it
+HOST = "127.0.0.2"  # a loopback address other than 127.0.0.1: Ray's must not follow it
 
 
 # ---- without Ray ----
@@ -122,37 +122,10 @@ def test_loopback_is_all_of_127_8_and_ipv6s_one():
 
 # ---- one `jit2triton serve DIR` for the module ----
 
-class Embed(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.embedding = torch.nn.Embedding(VOCAB, WIDTH)
-
-    def forward(self, ids):
-        return torch.tanh(self.embedding(ids)).sum(1)  # float32[batch, 8]: a fixed dim after a dynamic one
-
-
-class TwoInputs(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 3)
-
-    def forward(self, x, y):
-        return torch.relu(self.linear(x)) + y
-
-
 @pytest.fixture(scope="module")
 def repository(tmp_path_factory):
     """emb (dynamic batch, batched) and two (static, two inputs), and their TorchScript models."""
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("repository")
-    ids = torch.randint(0, VOCAB, (2, 3))
-    emb = torch.jit.trace(Embed().eval(), (ids,))
-    jit2triton.convert(emb, example_inputs=(ids,),
-                       dynamic_shapes={"ids": {0: jit2triton.Dim("batch", min=1, max=16)}}).save(folder / "emb.j2t")
-    example = (torch.randn(2, 4), torch.randn(2, 3))
-    two = torch.jit.trace(TwoInputs().eval(), example)
-    jit2triton.convert(two, example_inputs=example).save(folder / "two.j2t")
-    return str(folder), {"emb": emb, "two": two}
+    return write_repository(tmp_path_factory.mktemp("repository"))
 
 
 class Server:
