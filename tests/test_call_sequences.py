@@ -14,7 +14,7 @@ from helpers import assert_same
 from jit2triton import conversion, verify
 from jit2triton.method_sequences import call_order, check_methods_in_order
 
-RUNTIMES = ["python", "cpp"]
+RUNTIMES = ["cpp", "python"]  # (the one load() takes by default first)
 
 
 def _loaded(converted, tmp_path, runtime: str):
@@ -274,7 +274,7 @@ class SplitBySizes(torch.nn.Module):
 def test_sizes_set_by_a_list_input_follow_each_calls_list(runtime, tmp_path):
     scripted, reference = _scripted_twice(SplitBySizes)
     loaded = _loaded(jit2triton.convert(scripted, (torch.randn(10, 4), 3, [4, 6])), tmp_path, runtime)
-    for n, splits in [(5, [2, 3, 5]), (2, [10]), (4, [1, 1, 1, 7]), (3, [4, 6])]:  # (the example's: 2 parts)
+    for n, splits in [(5, [2, 3, 5]), (2, [10]), (4, [1, 1, 1, 7]), (3, [4, 6]), (1, [9, 1]), (6, [1] * 10)]:
         x = torch.randn(10, 4)
         assert_same(loaded(x, n, splits), reference(x, n, splits))
 
@@ -299,7 +299,8 @@ def test_an_optional_tensor_given_in_the_example_takes_none_as_torchscript_does(
     assert converted.summary()["verification"]["status"] == "passed"
     loaded = _loaded(converted, tmp_path, runtime)
     assert "mask: Optional[bool[3, 5]] = None" in loaded.signature()
-    for call in [(torch.randn(3, 5),), (torch.randn(3, 5), torch.rand(3, 5) > 0.5), (torch.randn(3, 5), None, 3.0)]:
+    for call in [(torch.randn(3, 5),), (torch.randn(3, 5), torch.rand(3, 5) > 0.5), (torch.randn(3, 5), None, 3.0),
+                 (torch.randn(3, 5), torch.rand(3, 5) > 0.2, 0.5), (torch.randn(3, 5), None), (torch.randn(3, 5),)]:
         assert_same(loaded(*call), reference(*call))
     strict = _loaded(jit2triton.convert(torch.jit.script(NeedsMask()), (torch.randn(3, 5), torch.rand(3, 5) > 0.5)),
                      tmp_path, runtime)
