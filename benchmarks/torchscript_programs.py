@@ -331,7 +331,7 @@ def environment(args) -> dict:
         triton_version = "not installed"
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True,
                             text=True).stdout.strip()
-    device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} thread{'s' if torch.get_num_threads() != 1 else ''}"
     return {"device": device, "torch": torch.__version__, "triton": triton_version, "commit": commit,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rounds": args.rounds, "calls": args.calls,
             "warmup_rounds": args.warmup, "quick": args.quick, "torch.compile": not args.no_compile,
