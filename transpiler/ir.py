@@ -7,6 +7,7 @@ named symbol (a str) so dynamic dims fit without changing the IR.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
@@ -269,7 +270,10 @@ def clone_graph(graph: Graph) -> Graph:
         return Node(n.op, [values.get(id(v), v) for v in n.inputs], [values[id(v)] for v in n.outputs], attrs,
                     [block(b) for b in n.blocks], n.source, n.uid)
 
-    return Graph(block(graph.body), dict(graph.weights), graph.name, returns=graph.returns)
+    # (every other field copied as it is: a field left out here is lost by every rewrite that works on a copy, as
+    # host_weights once was, which put a GPU SSD's CPU anchor sizes on the GPU beside its CPU anchors)
+    return dataclasses.replace(graph, body=block(graph.body), weights=dict(graph.weights),
+                               host_weights=set(graph.host_weights))
 
 
 def provenance_line(node: Node) -> str:
