@@ -1,8 +1,14 @@
 """What each kernel-IR op means in Triton: the op table, the ops decomposed in the kernel IR first (expm1, log1p,
 tanh, round, trunc, sign, tan, pow: decompose.py), literals, reductions' neutral elements, and the small
 `@triton.jit` helpers for what neither triton.language nor a decomposition gives (Python's integer floor division and
-remainder, bfloat16 rounding, NaN-propagating row max/min, first-index argmax). Only `triton.language` is used, never libdevice: the
-same source compiles on Triton 3.6 and 3.9 and runs under the Triton interpreter, which has no libdevice.
+remainder, bfloat16 rounding, NaN-propagating row max/min, first-index argmax).
+
+On the GPU, ops round as ATen's CUDA kernels do, bit for bit, where a cheap form does: float32 division and
+reciprocal IEEE-rounded (`tl.math.div_rn`; Triton's `/` is the approximate div.full), exp, sigmoid and rsqrt
+through libdevice (as nvcc compiles ATen's; `tl.exp` is the approximate ex2). A detector's top-k or NMS turns a
+last-bit difference into another box (issue 46: FCOS and Mask R-CNN lost every kernel to verification). libdevice
+is reached only through the helpers below, whose `J2T_LIBDEVICE` switch takes triton.language's forms under the
+Triton interpreter (which has no libdevice), so one source compiles on Triton 3.6 and 3.9 and runs there too.
 """
 from __future__ import annotations
 
@@ -71,7 +77,40 @@ def j2t_row_argmin(values, positions):
     return tl.min(tl.where(is_best, positions, 2147483647), 1, keep_dims=True)
 ''',
 }
-HELPER_NEEDS = {"j2t_row_argmax": ["j2t_row_max"], "j2t_row_argmin": ["j2t_row_min"]}
+# ATen's CUDA rounding (the module docstring): libdevice on the GPU, triton.language's forms under the interpreter.
+# J2T_LIBDEVICE is a module constant (a constexpr, as Triton requires of a global a kernel reads), decided when the
+# module is imported: the interpreter is chosen by TRITON_INTERPRET before any kernel is made
+HELPERS["j2t_libdevice"] = '''
+import os
+from triton.language.extra import libdevice
+J2T_LIBDEVICE = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
+'''
+HELPERS["j2t_exp"] = '''
+@triton.jit
+def j2t_exp(x):
+    if J2T_LIBDEVICE:
+        y = libdevice.exp(x)
+    else:
+        y = tl.exp(x)
+    return y
+'''
+HELPERS["j2t_rsqrt"] = '''
+@triton.jit
+def j2t_rsqrt(x):
+    if J2T_LIBDEVICE:
+        y = libdevice.rsqrt(x)
+    else:
+        y = 1.0 / tl.sqrt_rn(x)
+    return y
+'''
+HELPERS["j2t_sigmoid"] = '''
+@triton.jit
+def j2t_sigmoid(x):
+    # ATen's 1 / (1 + exp(-x)) in float32, each step rounded as it rounds
+    return tl.math.div_rn(1.0, 1.0 + j2t_exp(-x))
+'''
+HELPER_NEEDS = {"j2t_row_argmax": ["j2t_row_max"], "j2t_row_argmin": ["j2t_row_min"], "j2t_exp": ["j2t_libdevice"],
+                "j2t_rsqrt": ["j2t_libdevice"], "j2t_sigmoid": ["j2t_exp", "j2t_libdevice"]}
 
 # Ops triton.language lacks, rewritten in the kernel IR before rendering (decompose.py)
 DECOMPOSE = frozenset({"expm1", "log1p", "tanh", "round", "trunc", "sign", "tan", "pow"})
@@ -130,8 +169,22 @@ def _extremum(writer, node, args: list) -> str:
 
 
 def _truediv(writer, node, args: list) -> str:
-    # integer operands: C's truncating division, as in the C++ renderer
-    return f"({args[0]} / {args[1]})" if _is_float(node) else f"({args[0]} // {args[1]})"
+    # integer operands: C's truncating division, as in the C++ renderer; float32 IEEE-rounded, as ATen's
+    if not _is_float(node):
+        return f"({args[0]} // {args[1]})"
+    return f"tl.math.div_rn({args[0]}, {args[1]})" if _is_float32(node) else f"({args[0]} / {args[1]})"
+
+
+def _reciprocal(writer, node, args: list) -> str:
+    return f"tl.math.div_rn(1.0, {args[0]})" if _is_float32(node) else f"(1.0 / {args[0]})"
+
+
+def _sigmoid(writer, node, args: list) -> str:
+    return _helper("j2t_sigmoid({0})")(writer, node, args) if _is_float32(node) else f"tl.sigmoid({args[0]})"
+
+
+def _is_float32(node) -> bool:
+    return compute_dtype(node.dtype) == "float32"
 
 
 def _floordiv(writer, node, args: list) -> str:
@@ -141,16 +194,19 @@ def _floordiv(writer, node, args: list) -> str:
 
 
 def _sqrt(writer, node, args: list) -> str:
-    root = f"tl.sqrt_rn({args[0]})" if compute_dtype(node.dtype) == "float32" else f"tl.sqrt({args[0]})"
+    if node.op == "rsqrt" and _is_float32(node):
+        return _helper("j2t_rsqrt({0})")(writer, node, args)
+    root = f"tl.sqrt_rn({args[0]})" if _is_float32(node) else f"tl.sqrt({args[0]})"
     return root if node.op == "sqrt" else f"(1.0 / {root})"
 
 
 OPS = {
     "load": _load, "cast": _cast, "where": "tl.where({0}, {1}, {2})", "fma": "tl.fma({0}, {1}, {2})",
-    "neg": "(-{0})", "exp": "tl.exp({0})", "exp2": "tl.exp2({0})", "log": "tl.log({0})", "log2": "tl.log2({0})",
-    "sin": "tl.sin({0})", "cos": "tl.cos({0})", "erf": "tl.erf({0})", "sigmoid": "tl.sigmoid({0})",
+    "neg": "(-{0})", "exp": _helper("j2t_exp({0})"), "exp2": "tl.exp2({0})", "log": "tl.log({0})",
+    "log2": "tl.log2({0})",
+    "sin": "tl.sin({0})", "cos": "tl.cos({0})", "erf": "tl.erf({0})", "sigmoid": _sigmoid,
     "sqrt": _sqrt, "rsqrt": _sqrt, "abs": "tl.abs({0})", "floor": _float_only("tl.floor({0})"),
-    "ceil": _float_only("tl.ceil({0})"), "reciprocal": "(1.0 / {0})", "isnan": "({0} != {0})",
+    "ceil": _float_only("tl.ceil({0})"), "reciprocal": _reciprocal, "isnan": "({0} != {0})",
     "isinf": '(tl.abs({0}) == float("inf"))', "not": "({0} == 0)",
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "truediv": _truediv, "floordiv": _floordiv,
     "mod": _helper("j2t_mod({0}, {1})"), "fmod": "({0} % {1})", "maximum": _extremum, "minimum": _extremum,

@@ -302,6 +302,9 @@ def batch_norm(ctx, x, weight, bias, running_mean, running_var, training, moment
     require(not training and is_box(running_mean) and is_box(running_var), "batch_norm in training mode")
     dtype = ctx.out_dtype
 
+    if ctx.device_type == "cuda":
+        return make_box(x.shape, dtype, _batch_norm_cuda(x, weight, bias, running_mean, running_var, eps), [x])
+
     def fn(index):  # ATen's CPU formula, rounded as it rounds (a score at a threshold decides as the model does)
         ch = [index[1]]
         v = K.cast(x(index), compute_dtype(dtype))
@@ -313,6 +316,22 @@ def batch_norm(ctx, x, weight, bias, running_mean, running_var, training, moment
         return K.op("fma", v, alpha, beta)
 
     return make_box(x.shape, dtype, fn, [x])
+
+
+def _batch_norm_cuda(x, weight, bias, running_mean, running_var, eps):
+    """ATen's CUDA formula in eval over a contiguous input (batch_norm_transform_input_kernel), rounded as it
+    rounds: invstd = rsqrt(var + eps) in the accumulate type (CUDA's rsqrtf: libdevice's, emitters/triton_math.py),
+    then gamma * (x - mean) * invstd + beta, the last multiply and add contracted into an fma as nvcc compiles it."""
+    def fn(index):
+        ch = [index[1]]
+        v = K.cast(x(index), compute_dtype(x.dtype))  # (float32 for float16 and bfloat16: ATen's accumulate type)
+        invstd = K.op("rsqrt", K.op("add", K.cast(running_var(ch), v.dtype), _c(eps, v)))
+        centred = K.op("sub", v, K.cast(running_mean(ch), v.dtype))
+        if is_box(weight):
+            centred = K.op("mul", K.cast(weight(ch), v.dtype), centred)
+        shift = K.cast(bias(ch), v.dtype) if is_box(bias) else _c(0.0, v)
+        return K.op("fma", centred, invstd, shift)
+    return fn
 
 
 # --- vector norms (F.normalize: norm, then clamp_min, expand_as and div) ------------------------------------------
