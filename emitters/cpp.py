@@ -23,6 +23,7 @@ from jit2triton.transpiler.symbolic import at_least_one
 
 from .common import (KernelWriter, ReductionLoop, Scope, provenance_comment, reduction_size, row_major, size_code,
                      store_index, unravel, variables_size)
+from .cpp_scatter import ScatterLoops
 from .cpp_shared import Rendered, placeholder, share_bodies
 from . import cpp_channels_inner as channels_inner
 
@@ -479,11 +480,19 @@ def _reduction_init(op: str, dtype: str) -> str:
 
 
 
+class _ScatterWriter(ScatterLoops, _KernelWriter):
+    """A scatter kernel: its loops are cpp_scatter.py's, its expressions this module's."""
+    CTYPES, PARALLEL_WORK = CTYPES, PARALLEL_WORK
+    identity, value_type = staticmethod(_reduction_init), staticmethod(ctype)
+
+
 def render_kernel(kernel: K.Kernel) -> str:
     return _KernelWriter(kernel).render()
 
 
 def render_with_placeholders(kernel: K.Kernel) -> Rendered:
+    if isinstance(kernel, K.ScatterKernel):
+        return Rendered(kernel.name, _ScatterWriter(kernel).render(), [])
     writer = _KernelWriter(kernel)
     writer.ints = []
     return Rendered(kernel.name, writer.render(), writer.ints)

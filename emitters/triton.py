@@ -24,6 +24,7 @@ from jit2triton.transpiler.kernel_ir import compute_dtype
 
 from .common import (KernelWriter, LoopNest, ReductionLoop, Scope, provenance_comment, reduction_size, row_major,
                      size_code, store_index, unravel)
+from .triton_scatter import ScatterSweep
 from .triton_math import DECOMPOSE, HELPER_NEEDS, HELPERS, OPS, TL_TYPES, literal, neutral, ordered
 
 POINTER_TYPES = {"float32": "*fp32", "float64": "*fp64", "float16": "*fp16", "bfloat16": "*bf16", "int64": "*i64",
@@ -405,6 +406,14 @@ def _dedupe(configs: list[dict]) -> list[dict]:
     return out
 
 
+class _ScatterWriter(ScatterSweep, _KernelWriter):
+    """A scatter kernel: its sweeps are triton_scatter.py's, its expressions this module's."""
+    POINTER_TYPES, RENDERED = POINTER_TYPES, TritonKernel
+    next_power_of_2 = staticmethod(next_power_of_2)
+
+
 def render_kernel(kernel: K.Kernel) -> TritonKernel:
     """A kernel of expressions (a GEMM template is triton_gemm.py's: backends.py picks the renderer)."""
+    if isinstance(kernel, K.ScatterKernel):
+        return _ScatterWriter(kernel).render()
     return _KernelWriter(kernel).render()

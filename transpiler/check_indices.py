@@ -1,7 +1,9 @@
-"""Index bounds: a generated gather clamps its index so that a bad one never reads outside the tensor, where ATen
-raises "index out of range". So before each embedding, index_select, gather and integer-tensor indexing
-(`x[i, j]`, where a negative index counts from the end) this pass inserts `all(low <= index < size)` (ordinary
-pointwise and reduction ops: fusion makes them one small kernel) and an `aten::_assert_async.msg` on the result.
+"""Index bounds: a generated gather clamps its index so that a bad one never reads outside the tensor, and a generated
+scatter so that it never writes outside it, where ATen raises "index out of range". So before each embedding,
+index_select, gather, scatter (scatter_add, index_add, scatter_reduce: into [0, size), as ATen's, which count no
+index from the end) and integer-tensor indexing (`x[i, j]`, where a negative index counts from the end) this pass
+inserts `all(low <= index < size)` (ordinary pointwise and reduction ops: fusion makes them one small kernel) and
+an `aten::_assert_async.msg` on the result.
 On the CPU a bad index then raises as ATen's does; on CUDA it is a device-side assert, as in ATen's own index
 kernels, with no host sync (so CUDA graphs keep it).
 
@@ -17,7 +19,7 @@ from typing import Any, Optional
 import torch
 
 from .ir import Attr, Block, Graph, Node, Type, Value, literals as literals_of, weight_names
-from .op_table import is_view, lookup, schema_of
+from .op_table import is_view, lookup, schema_of, writes_in_place
 
 MESSAGE_LIMIT = 250
 
@@ -28,22 +30,32 @@ def check_indices(graph: Graph) -> Graph:
     producers = {v.id: n for n in graph.walk() for v in n.outputs}
     lists = {n.outputs[0].id: n for n in graph.walk() if n.op == "prim::ListConstruct"}
 
-    def check(node: Node, index: Value, dim: Any, low: Optional[int]) -> list[Node]:
+    def check(node: Node, index: Value, dim: Any, low: Optional[int], done: set) -> list[Node]:
         if _known_in_range(node, index, dim, low, constants, weights, producers):
             return []
+        index = _covered(index, producers)
+        shape = node.inputs[0].type.shape
+        size = shape[dim] if shape and isinstance(dim, int) and -len(shape) <= dim < len(shape) else None
+        key = (index.id, low, size)
+        if isinstance(size, int) and key in done:  # (a graph network reads one edge list five times)
+            return []
+        done.add(key)
         return _bounds_check(node, index, dim, low)
 
     for block in _blocks(graph.body):
         out: list[Node] = []
+        done: set = set()  # (index, low, size) checked earlier in this block
         for node in block.nodes:
+            if writes_in_place(node.attrs.get(Attr.SCHEMA, "")):
+                done = set()  # (it may have written an index checked before)
             if lookup(node.op).gather:
                 index_at, dim_at = lookup(node.op).gather  # the indexed tensor is the first input
                 dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
-                out += check(node, node.inputs[index_at], dim, 0)
+                out += check(node, node.inputs[index_at], dim, 0, done)
             elif node.op == "aten::index.Tensor" and node.inputs[1].id in lists:
                 for dim, index in enumerate(lists[node.inputs[1].id].inputs):
                     if index.type.is_tensor and index.type.dtype in ("int64", "int32"):
-                        out += check(node, index, dim, None)
+                        out += check(node, index, dim, None, done)
             out.append(node)
         block.nodes = out
     return graph
@@ -85,6 +97,18 @@ def _known_bounds(value: Value, constants: dict[int, Any], weights: dict[int, to
     if weight.is_floating_point() or weight.is_complex():
         return None
     return (int(weight.min()), int(weight.max())) if weight.numel() else ()
+
+
+def _covered(index: Value, producers: dict[int, Node]) -> Value:
+    """The smallest tensor holding exactly the values `index` holds: through reshapes and expands (a graph network's
+    `edge_index[1].view(-1, 1).expand_as(messages)` is checked on its E values, not on E x features)."""
+    while True:
+        producer = producers.get(index.id)
+        shape = index.type.shape
+        if (producer is None or not lookup(producer.op).covers_input or not producer.inputs
+                or not producer.inputs[0].type.is_tensor or not shape or 0 in shape):  # (an expand to 0 elements)
+            return index
+        index = producer.inputs[0]
 
 
 def _holds_its_input(op: str) -> bool:

@@ -16,6 +16,7 @@ residual add, each becomes one kernel.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter
 from typing import Any, Optional
 
@@ -28,6 +29,7 @@ from .ir import (Attr, KERNEL_OP, QUANTIZED_DTYPES, Block, Graph, Node, Type, Va
                  provenance_line, walk_block)
 from .lowering import (RUNTIME_SIZE, CannotLower, LowerContext, RunsAsExtern, TensorBox, contiguous_strides,
                        get_lowering, realized_box, strides_in_order)
+from .lower_scatter import ScatterBox
 from .op_table import is_view, lookup
 from .symbolic import SymSize
 
@@ -139,7 +141,9 @@ class _Fuser:
         self.literals: dict[int, Any] = {}
         self.buffers: dict[str, Value] = {}  # buffer name -> the runtime value it is
         self.box_value: dict[int, Value] = {}  # box id -> the IR value it computes
-        self.users = Counter(v.id for n in graph.walk() for v in n.inputs)
+        # (a tensor read for its shape only, expand_as's second, is no user: it is never recomputed for that read)
+        self.users = Counter(v.id for n in graph.walk() for i, v in enumerate(n.inputs)
+                             if not (v.type.is_tensor and i in lookup(n.op).size_args))
         self.users.update(v.id for n in graph.walk() for b in n.blocks for v in b.outputs)
         self.users.update(v.id for v in graph.outputs)
         self.gemm_only = _read_only_as_gemm_rows(graph)
@@ -264,6 +268,7 @@ class _Fuser:
                 raise CannotLower("its result is mutated in place later, so it must stay an ATen view")
             if any(not _static_tensor(v.type, self.device_type, self.symbolic) for v in node.outputs):
                 raise CannotLower(_why_not_static([v.type for v in node.outputs], self.device_type, self.symbolic))
+            self.store_gathered_reduction(node, out)
             ctx = LowerContext(node.op, [v.type.dtype for v in node.outputs], [v.type.shape for v in node.outputs],
                                self.device_type)
             result = fn(ctx, *[self.shape_argument(node, i, v) if i in lookup(node.op).size_args else
@@ -283,6 +288,9 @@ class _Fuser:
             self.forget_uncommitted()
             return False
         self.emit_carriers(out)
+        if isinstance(result, ScatterBox):
+            self.build_scatter(node, result, out)
+            return True
         absorbed = [self.lists[v.id] for v in node.inputs if v.id in self.unbuilt]
         for box, v in zip(boxes, node.outputs):
             for n in absorbed + [node]:
@@ -297,6 +305,18 @@ class _Fuser:
             elif node.attrs.get(Attr.STORE):
                 self.realize(v, out)  # a pass asked for it stored (transpiler/split_norms.py: partial sums)
         return True
+
+    def store_gathered_reduction(self, node: Node, out: list[Node]) -> None:
+        """A gather that reads more elements than its source holds, from a source holding a reduction, would redo
+        the reduction at every read: the source is stored first. (GAT's per-node attention scores, gathered per
+        edge, were summed again for every edge: 4x the work on a Cora-sized graph.)"""
+        source = node.inputs[0] if lookup(node.op).gather and node.inputs else None
+        box = self.boxes.get(source.id) if source is not None else None
+        shape = node.outputs[0].type.shape if node.outputs and node.outputs[0].type.is_tensor else None
+        if (box is None or box.realized or not shape or not all(isinstance(n, int) for n in (*shape, *box.shape))
+                or math.prod(shape) <= box.numel or not _has_reduction(box)):
+            return
+        self.realize(source, out)
 
     def forget_uncommitted(self) -> None:
         for v, box in self.uncommitted:
@@ -375,6 +395,46 @@ class _Fuser:
         self.buffers[name] = v
         v.type = Type("Tensor", box.dtype, box.shape, self.device_type, strides=strides)
         self.pending.pop(v.id, None)
+
+    def build_scatter(self, node: Node, box: ScatterBox, out: list[Node]) -> None:
+        """A scatter's kernel, stored at once: its values are no index function a reader could take in. An input
+        holding a reduction is stored first (a scatter's loop has no place for one); a mean's kernel also writes
+        the count per element, into a value nothing reads."""
+        for v in node.inputs:
+            if v.id in self.boxes and not self.boxes[v.id].realized and _has_reduction(self.boxes[v.id]):
+                self.realize(v, out)
+        v = node.output
+        box.nodes = []
+        for read in node.inputs:
+            source = self.boxes.get(read.id)
+            if source is not None and not source.realized:
+                box.nodes.extend(n for n in source.nodes if n not in box.nodes)
+        box.nodes.append(node)
+        number = next(self.kernel_names)
+        shape, strides = box.shape, contiguous_strides(box.shape)
+        out_vars = tuple(K.var(f"o{number}_{d}", n) for d, n in enumerate(shape))
+        sources = tuple(K.var(f"e{number}_{d}", n) for d, n in enumerate(box.source_shape))
+        values = [box.init(list(out_vars)), box.update(list(sources)), K.cast(box.target(list(sources)), K.INT)]
+        inputs = sorted(set().union(*(K.loads_in(x) for x in values)), key=lambda b: self.buffers[b].id)
+        name = f"buf{v.id}"
+        outputs, results = [K.KernelBuffer(name, box.dtype, shape, strides)], [v]
+        if box.reduce == "mean":
+            count = Value(f"{v.name}_count", Type("Tensor", "int32", shape, self.device_type, strides=strides))
+            outputs.append(K.KernelBuffer(f"buf{count.id}", "int32", shape, strides))
+            results.append(count)
+        flat = K.var(f"scatter{number}", math.prod(shape))
+        kernel = K.ScatterKernel(
+            name=f"k{number}_{_short_name(box.nodes)}", ranges=(flat,), index=(flat,),
+            inputs=[self.kernel_buffer(b) for b in inputs], outputs=outputs, values=values,
+            provenance=[provenance_line(n) for n in box.nodes], dims=K.dims(), out_vars=out_vars, sources=sources,
+            dim=box.dim, reduce=box.reduce, include_self=box.include_self)
+        out.append(Node(KERNEL_OP, [self.buffers[b] for b in inputs], results,
+                        attrs={Attr.KERNEL: kernel, Attr.FUSED: box.nodes}))
+        box.realize_as(name, strides)
+        self.boxes[v.id] = box
+        self.box_value[box.id] = v
+        self.buffers[name] = v
+        v.type = Type("Tensor", box.dtype, shape, self.device_type, strides=strides)
 
     def memory_order_for(self, box: TensorBox, inputs: list[str]) -> list[int]:
         """The dims of a kernel's output, outermost first in memory: the layout of an input of the same shape in a

@@ -538,6 +538,36 @@ class Kernel:
 
 
 @dataclass
+class ScatterKernel(Kernel):
+    """A scatter: the output starts as `init` (over `out_vars`, one per output dim), then every point of the
+    scattered space (`sources`, one var per dim of the index or source) combines `update` into the output element
+    at the same coordinates but for `dim`, where it is at `target` (an int64 position, already clamped into the
+    dim: a kernel never writes outside its output). `reduce` is sum, mean, max or min; without `include_self` an
+    element that receives anything starts from the reduction's identity instead of `init`. A mean's kernel has a
+    second output, the int32 count per element, which nothing reads. `values` holds [init, update, target] so that
+    decompositions and analyses see every expression; `ranges` and `index` are one flat variable over the output,
+    named for this kernel, so a pass that matches kernels by iteration space (merge_kernels, epilogues) never takes
+    a scatter for a pointwise kernel. The scattered dims other than `dim` have the output's sizes."""
+    out_vars: tuple[KExpr, ...] = ()
+    sources: tuple[KExpr, ...] = ()
+    dim: int = 0
+    reduce: str = "sum"
+    include_self: bool = True
+
+    @property
+    def init(self) -> KExpr:
+        return self.values[0]
+
+    @property
+    def update(self) -> KExpr:
+        return self.values[1]
+
+    @property
+    def target(self) -> KExpr:
+        return self.values[2]
+
+
+@dataclass
 class TemplateKernel(Kernel):
     """A kernel generated from a fixed template rather than from expressions (a GEMM, a convolution). Without an
     epilogue, outputs[0] is the template's product; with one, the pointwise kernel that read the product (the

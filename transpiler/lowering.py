@@ -136,7 +136,7 @@ _reduction_names = itertools.count()
 
 
 LOWERING_MODULES = ("lower_pointwise", "lower_views", "lower_reductions", "lower_pooling", "lower_cat", "lower_padding",
-                    "lower_writes", "lower_gates")
+                    "lower_writes", "lower_gates", "lower_scatter")
 _loaded = False
 
 

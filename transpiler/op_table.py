@@ -107,6 +107,9 @@ class OpInfo:
     indexes: Optional[tuple[int, Optional[int]]] = None
     keeps_index_values: bool = False  # its output holds its first input's values (a cast, a view): indices stay so
     keeps_sizes: str = ""  # "all": its output has its first input's size along every dim; "rows": along dim 0
+    # its output holds every value of its first input (a reshape, a permutation, an expand; never a slice): the
+    # bounds of an index made so are checked on its input, the smaller tensor (check_indices.py)
+    covers_input: bool = False
 
     def __post_init__(self) -> None:
         if self.data_dependent_size:
@@ -175,6 +178,7 @@ register(REDUCTION, """
     aten::std aten::std.dim aten::std.correction aten::prod aten::prod.dim_int aten::any aten::any.dim
     aten::all aten::all.dim aten::norm.ScalarOpt_dim aten::linalg_vector_norm aten::logsumexp
     aten::cumsum aten::adaptive_avg_pool2d aten::adaptive_avg_pool1d aten::avg_pool2d aten::max_pool2d
+    aten::scatter_add aten::index_add aten::scatter_reduce.two
 """)
 
 register(VIEW, """
@@ -239,7 +243,8 @@ facts("aten::softmax.int aten::log_softmax.int aten::logsumexp", keeps_fp32="sum
 facts("aten::layer_norm aten::group_norm aten::batch_norm", keeps_fp32="normalization statistics (mean, variance)")
 facts("""aten::sum aten::sum.dim_IntList aten::mean aten::mean.dim aten::var aten::var.dim aten::var.correction
     aten::std aten::std.dim aten::std.correction aten::prod aten::prod.dim_int aten::cumsum aten::norm.ScalarOpt_dim
-    aten::linalg_vector_norm""", keeps_fp32="a large sum or product")
+    aten::linalg_vector_norm aten::scatter_add aten::index_add aten::scatter_reduce.two""",
+      keeps_fp32="a large sum or product")
 facts("""aten::exp aten::expm1 aten::log aten::log1p aten::pow.Tensor_Scalar aten::pow.Tensor_Tensor aten::pow.Scalar
     aten::reciprocal aten::rsqrt""", keeps_fp32="overflows or loses its range in float16")
 
@@ -294,6 +299,7 @@ facts("aten::view aten::reshape aten::expand", size_args=(1,), size_is_output_sh
 facts("aten::arange aten::zeros aten::ones aten::full", size_args=(0,))
 facts("aten::arange.start aten::arange.start_step aten::new_zeros aten::new_ones aten::new_full", size_args=(1,))
 facts("aten::slice.Tensor", size_args=(3,))
+facts("aten::expand_as aten::view_as aten::reshape_as", size_args=(1,))  # (a tensor read for its shape)
 facts("aten::embedding", gather=(1, None))
 facts("prim::MKLDNNClamp prim::MKLDNNClamp_ prim::MKLDNNHardTanh prim::MKLDNNHardTanh_", reads_node=True)
 facts("aten::embedding aten::embedding_bag", indexes=(1, None))
@@ -306,7 +312,12 @@ facts("""aten::zeros_like aten::ones_like aten::empty_like aten::full_like aten:
          aten::gelu aten::dropout aten::to aten::contiguous aten::clone aten::detach aten::layer_norm aten::softmax""",
       keeps_sizes="all")
 facts("aten::linear", keeps_sizes="rows")
+facts("""aten::view aten::reshape aten::expand aten::expand_as aten::unsqueeze aten::squeeze aten::squeeze.dim
+         aten::flatten.using_ints aten::unflatten.int aten::view_as aten::reshape_as aten::permute aten::transpose.int
+         aten::t aten::contiguous aten::clone""", covers_input=True)
 facts("aten::index_select aten::gather", gather=(2, 1))
+# a scatter's index names positions of its destination (its first input) along dim: checked the same way
+facts("aten::scatter_add aten::index_add aten::scatter_reduce.two", gather=(2, 1))
 facts("aten::zeros aten::zeros_like aten::new_zeros", fills=-1)
 facts("aten::full aten::full_like", fills=1)
 facts("aten::new_full", fills=2)

@@ -17,10 +17,11 @@ from .kit import Sample
 from .pointwise import BACKSLASH_CONTINUED_SOURCE, POINTWISE_SAMPLES
 from .reductions import NARROW_INTEGER_MAX_MIN, REDUCTION_SAMPLES
 from .padding import PADDING_SAMPLES
+from .scatter import SCATTER_SAMPLES
 from .views import VIEW_SAMPLES
 from .writes import WRITES_SAMPLES
 
 SAMPLES: dict[str, list[Sample]] = {**POINTWISE_SAMPLES, **REDUCTION_SAMPLES, **VIEW_SAMPLES, **CAT_SAMPLES,
-                                    **PADDING_SAMPLES, **WRITES_SAMPLES, **GATES_SAMPLES}
+                                    **PADDING_SAMPLES, **WRITES_SAMPLES, **GATES_SAMPLES, **SCATTER_SAMPLES}
 
 __all__ = ["BACKSLASH_CONTINUED_SOURCE", "NARROW_INTEGER_MAX_MIN", "SAMPLES", "Sample"]

@@ -1,0 +1,98 @@
+"""Lowerings of scatters: scatter_add, index_add and scatter_reduce (sum, mean, amax, amin; with or without the
+destination's own values), what graph networks aggregate their messages with.
+
+A scatter is no index function of its inputs (an output element is the reduction of however many updates its index
+sends there), so its box is a `ScatterBox`: the output's first values, and per point of the scattered space the
+update and the position it goes to along `dim`. fuse.py stores it at once as one `K.ScatterKernel`; the update is a
+virtual expression, so the message computed for each edge (a gather by the edge list, scaled) runs inside the
+scatter's kernel and is never stored. The target is clamped into the dim, so a kernel never writes outside its
+output; check_indices.py asserts before the scatter that every index is in [0, size), so a bad one raises as ATen's
+does (a negative one too: ATen's scatters do not count from the end).
+
+The renderers keep one owner per output element (emitters/cpp_scatter.py, emitters/triton_scatter.py): C++ gives
+each thread whole columns, and adds in index order as ATen's CPU kernels do; Triton gives each program whole
+columns and combines with atomics. Triton has atomic max and min only for 32- and 64-bit numbers and adds in
+float16/bfloat16 with a rounding per add, so scatters of other dtypes run through ATen (reduced-precision packages
+keep scatters in float32: op_table's keeps_fp32).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+from . import kernel_ir as K
+from .lower_views import in_bounds
+from .lowering import TensorBox, compute_dtype, is_box, lowering, normalize_dim, require
+
+REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min"}  # scatter_reduce's names -> the kernel's
+SCATTERED_DTYPES = ("float32", "float64", "int32", "int64")  # those every renderer's atomics take
+
+
+@dataclass(eq=False)
+class ScatterBox(TensorBox):
+    """A scatter's result: `init` at every output index, then each point of `source_shape` combines `update(point)`
+    into the output at the point's coordinates with `dim` replaced by `target(point)` (K.ScatterKernel). fuse.py
+    gives it its nodes (those of its inputs still virtual when it is stored)."""
+    init: Optional[Callable] = None
+    source_shape: tuple = ()
+    dim: int = 0
+    target: Optional[Callable] = None
+    update: Optional[Callable] = None
+    reduce: str = "sum"
+    include_self: bool = True
+
+
+def _scatter(ctx, x: TensorBox, dim: int, source_shape: tuple, target: Callable, update: Callable,
+             reduce: str = "sum", include_self: bool = True) -> ScatterBox:
+    shape = tuple(ctx.out_shape)
+    require(all(isinstance(n, int) for n in (*shape, *source_shape)), "a scatter over a dynamic dim")
+    require(x.dtype in SCATTERED_DTYPES, f"a scatter of {x.dtype}: Triton has no atomic {reduce} of it")
+    require(len(shape) >= 1 and len(source_shape) == len(shape), "a scatter of a 0-d tensor")
+    require(all(s == n for d, (s, n) in enumerate(zip(source_shape, shape)) if d != dim),
+            "a scatter whose index is smaller than its destination along another dim")
+    kind = compute_dtype(x.dtype)
+
+    def unused(index):
+        raise AssertionError("a scatter is read only once stored (fuse.py stores it as it is lowered)")
+
+    return ScatterBox(shape, x.dtype, fn=unused, init=lambda index: K.cast(x(index), kind),
+                      source_shape=tuple(source_shape), dim=dim, target=target,
+                      update=lambda point: K.cast(update(point), kind), reduce=reduce, include_self=include_self)
+
+
+def _index_of(index: TensorBox, size: int) -> Callable:
+    return lambda point: in_bounds(index(point), size)
+
+
+@lowering("aten::scatter_add")
+def scatter_add(ctx, x, dim, index, src):
+    return scatter_reduce(ctx, x, dim, index, src, "sum", True)
+
+
+@lowering("aten::scatter_reduce.two")
+def scatter_reduce(ctx, x, dim, index, src, reduce, include_self=True):
+    require(is_box(index) and is_box(src) and not is_box(dim) and not is_box(include_self),
+            "a scatter's dim or include_self computed at run time")
+    require(reduce in REDUCTIONS, f"scatter_reduce {reduce!r}")
+    require(index.dtype == "int64" and src.dtype == x.dtype, "a scatter's index not int64, or its source of another dtype")
+    require(len(index.shape) == len(src.shape) and all(i <= s for i, s in zip(index.shape, src.shape)),
+            "a scatter's index larger than its source")
+    dim = normalize_dim(dim, len(x.shape))
+    return _scatter(ctx, x, dim, tuple(index.shape), _index_of(index, x.shape[dim]) if x.shape else None, src,
+                    REDUCTIONS[reduce], bool(include_self))
+
+
+@lowering("aten::index_add")
+def index_add(ctx, x, dim, index, source, alpha: Any = 1):
+    require(is_box(index) and is_box(source) and not is_box(dim) and not is_box(alpha),
+            "index_add's dim or alpha computed at run time")
+    require(len(index.shape) == 1 and index.dtype in ("int64", "int32") and source.dtype == x.dtype,
+            "index_add's index not a 1-d integer tensor, or its source of another dtype")
+    dim = normalize_dim(dim, len(x.shape))
+    position = _index_of(index, x.shape[dim]) if x.shape else None
+
+    def update(point):
+        value = source(point)
+        return value if alpha == 1 else K.op("mul", value, K.const(alpha, value.dtype))
+
+    return _scatter(ctx, x, dim, tuple(source.shape), lambda point: position([point[dim]]), update)
