@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Optional
 
+import numpy
+
 from . import kernel_ir as K
 from .symbolic import SymSize
 from .lowering import (RUNTIME_SIZE, LowerContext, TensorBox, broadcast_shapes, compute_dtype, is_box, lowering,
@@ -67,6 +69,15 @@ def mul(ctx, a, b):
 
 @lowering("aten::div.Tensor", "aten::div.Scalar")
 def div(ctx, a, b):
+    if ctx.device_type == "cuda" and is_box(a) and isinstance(b, (int, float)) and not isinstance(b, bool) \
+            and compute_dtype(ctx.out_dtype).startswith("float"):
+        # ATen's CUDA division by a scalar multiplies by its reciprocal, rounded in the math type (a last bit
+        # apart from dividing: a detector's box decode `dx / wx` must round as the model does)
+        math_dtype = compute_dtype(ctx.out_dtype)
+        inverse = 1.0 / b if b else math.copysign(math.inf, b)
+        if math_dtype == "float32":
+            inverse = float(numpy.float32(1.0) / numpy.float32(b)) if b else inverse
+        return pointwise(ctx, lambda x: K.op("mul", x, c(inverse, x)), a)
     return pointwise(ctx, binary("truediv"), a, b)
 
 
