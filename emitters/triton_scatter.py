@@ -25,8 +25,10 @@ from jit2triton.transpiler.kernel_ir import compute_dtype
 from .common import Scope, provenance_comment, unravel
 from .triton_math import HELPERS, TL_TYPES, neutral, ordered
 
-EDGE_BLOCK = 64  # updates per tile
-COLUMN_BLOCK = 32  # columns per program: more programs, each sweeping every update
+# (columns per program, updates per tile): each program sweeps every update, so its time is the number of tiles it
+# takes; narrow column blocks make more programs, tall tiles fewer steps. The first is the default, the others
+# are timed against it on a GPU where the kernel is large enough (compile_triton.tuning_candidates).
+BLOCKS = ((16, 256), (8, 512), (32, 128))
 
 
 class ScatterSweep:
@@ -83,10 +85,14 @@ class ScatterSweep:
                            + [HELPERS[h].rstrip() + "\n" for h in ordered(self.helpers)]
                            + ["", "@triton.jit", f"def {kernel.name}({', '.join(params)}):"] + body) + "\n"
         arg_types = [self.POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
-        config = {"constants": {"XBLOCK": min(COLUMN_BLOCK, self.next_power_of_2(columns)),
-                                "EBLOCK": min(EDGE_BLOCK, self.next_power_of_2(max(self.rows, kernel.sources[dim].arg[1])))},
-                  "num_warps": 4}
-        return self.RENDERED(kernel.name, source, arg_types, columns, [config], (), kernel.dims)
+        longest = self.next_power_of_2(max(self.rows, kernel.sources[dim].arg[1]))
+        configs = []
+        for width, height in BLOCKS:
+            config = {"constants": {"XBLOCK": min(width, self.next_power_of_2(columns)),
+                                    "EBLOCK": min(height, longest)}, "num_warps": 4}
+            if config not in configs:
+                configs.append(config)
+        return self.RENDERED(kernel.name, source, arg_types, columns, configs, (), kernel.dims)
 
     def first_values(self, program: Scope) -> list[str]:
         kernel, out = self.kernel, self.kernel.outputs[0]
