@@ -15,6 +15,8 @@
 #include <c10/cuda/CUDAGuard.h>
 
 #include <algorithm>
+#include <atomic>
+#include <charconv>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -36,6 +38,15 @@ using policy::kReplayLaunches;
 // their bits). False when a value must not be captured: a CPU tensor (a graph reads its values on the host once,
 // at capture) or a container (its tensors would not be copied into static buffers). Built with string appends:
 // iostreams in an extension module can meet another libstdc++'s locale (a crash seen on the GPU machine).
+// (each number written in place: a key is built every time a region or plan runs, so no temporary strings)
+void append(std::string& key, char tag, int64_t n, char end) {
+  char digits[24];
+  auto written = std::to_chars(digits, digits + sizeof digits, n).ptr;
+  key += tag;
+  key.append(digits, written);
+  key += end;
+}
+
 bool graph_key(const std::vector<c10::IValue>& values, bool layouts, std::string& key) {
   key.clear();
   for (const auto& v : values) {
@@ -43,18 +54,19 @@ bool graph_key(const std::vector<c10::IValue>& values, bool layouts, std::string
       const at::Tensor& t = v.toTensor();
       if (!t.is_cuda()) return false;
       if (!layouts) continue;
-      key += "T" + std::to_string(static_cast<int>(t.scalar_type())) + "@" + std::to_string(t.get_device()) + "[";
-      for (auto d : t.sizes()) key += std::to_string(d) + ",";
-      key += "/";
-      for (auto d : t.strides()) key += std::to_string(d) + ",";
-      key += "]";
+      append(key, 'T', static_cast<int>(t.scalar_type()), '@');
+      append(key, '@', t.get_device(), '[');
+      for (auto d : t.sizes()) append(key, ',', d, ',');
+      key += '/';
+      for (auto d : t.strides()) append(key, ',', d, ',');
+      key += ']';
     } else if (v.isDouble()) {
       double d = v.toDouble();
-      uint64_t bits;
+      int64_t bits;
       std::memcpy(&bits, &d, sizeof bits);
-      key += "D" + std::to_string(bits) + ";";
+      append(key, 'D', bits, ';');
     } else if (v.isInt()) {
-      key += "I" + std::to_string(v.toInt()) + ";";
+      append(key, 'I', v.toInt(), ';');
     } else if (v.isBool()) {
       key += v.toBool() ? "B1;" : "B0;";
     } else if (v.isNone()) {
@@ -327,8 +339,13 @@ class RegionGraphs {
  public:
   RegionGraphs(RegionRun run, int launches) : run_(std::move(run)), launches_(launches) {}
 
+  // False once a warm-up found that the region's steps sync with the host (an index by a mask, a nonzero): they do
+  // whatever the key, so from then on it runs step by step with no key built, as a whole plan does (GraphRunner).
+  bool may_replay() const { return !syncs_.load(std::memory_order_relaxed); }
+
   bool operator()(const std::vector<c10::IValue>& inputs, std::vector<c10::IValue>& outputs) {
-    std::string key;
+    if (!may_replay()) return false;
+    thread_local std::string key;  // (keeps its capacity from run to run)
     if (!graph_key(inputs, /*layouts=*/true, key)) return false;
     std::lock_guard<std::mutex> lock(mutex_);
     admission_.sighted(key);
@@ -366,7 +383,10 @@ class RegionGraphs {
     auto g = std::make_unique<Captured>();
     for (const auto& x : inputs) g->inputs.push_back(x.isTensor() ? c10::IValue(static_copy(x.toTensor())) : x);
     std::lock_guard<std::mutex> lock(capturing());
-    if (!warm_up([&] { run_(g->inputs); }, 1)) return nullptr;
+    if (!warm_up([&] { run_(g->inputs); }, 1)) {
+      syncs_ = true;
+      return nullptr;
+    }
     if (!pool_set_) {
       pool_ = at::cuda::graph_pool_handle();  // shared by this region's graphs: they never run at once
       pool_set_ = true;
@@ -379,6 +399,7 @@ class RegionGraphs {
 
   RegionRun run_;
   int launches_;
+  std::atomic<bool> syncs_{false};
   std::mutex mutex_;
   std::map<std::string, std::unique_ptr<Captured>> graphs_;
   Admission admission_;
@@ -402,6 +423,8 @@ bool replay_region(RegionGraphs& region, const std::vector<c10::IValue>& inputs,
   return region(inputs, outputs);
 }
 
+bool region_may_replay(const RegionGraphs& region) { return region.may_replay(); }
+
 }  // namespace jit2triton
 
 #else
@@ -414,6 +437,8 @@ class RegionGraphs {};
 std::shared_ptr<RegionGraphs> make_region_graphs(RegionRun, int) { return nullptr; }
 
 bool replay_region(RegionGraphs&, const std::vector<c10::IValue>&, std::vector<c10::IValue>&) { return false; }
+
+bool region_may_replay(const RegionGraphs&) { return false; }
 
 std::shared_ptr<GraphRunner> make_graph_runner(std::function<c10::IValue(std::vector<c10::IValue>)>, bool, bool) {
   return nullptr;  // built without CUDA: there are no GPU plans to capture

@@ -24,6 +24,7 @@ Launchers load_cuda_kernels(const Package& pkg, c10::Device device, int) {
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
+#include <c10/util/SmallVector.h>
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
@@ -155,9 +156,10 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
       unsigned programs = grid_items ? static_cast<unsigned>(((*grid_items)(sizes) + block - 1) / block) : gx;
       if (!programs) return;
       int64_t scratch = scratch_per_program * programs * gy * gz;
-      std::vector<uint64_t> values(num_args + kScratchPointers, 0);
-      std::vector<void*> params(values.size());
-      std::vector<at::Tensor> keep;  // aligned copies and scratch, alive until the launch is queued
+      // (on the stack for any kernel of up to 16 arguments: a launch allocates nothing of its own)
+      c10::SmallVector<uint64_t, 16> values(num_args + kScratchPointers, 0);
+      c10::SmallVector<void*, 16> params(values.size());
+      c10::SmallVector<at::Tensor, 2> keep;  // aligned copies and scratch, alive until the launch is queued
       size_t i = 0;
       for (auto& t : inputs) {
         auto pointer = reinterpret_cast<uintptr_t>(t.data_ptr());

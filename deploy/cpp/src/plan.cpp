@@ -2,6 +2,7 @@
 #include "manifest_schema.h"
 #include "op_facts.h"
 #include "plan_check.h"
+#include "scalar_ops.h"
 #include "policy.h"
 
 #include <ATen/ATen.h>
@@ -9,7 +10,9 @@
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
 #include <ATen/ScalarOps.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
 #include <torch/csrc/jit/runtime/operator.h>
@@ -54,13 +57,6 @@ std::vector<int> ints(const Value* v) {
     for (const auto& x : v->items) out.push_back(static_cast<int>(x.as_int()));
   return out;
 }
-
-// An argument: a slot read at run time, or a value fixed at load (a literal or a weight).
-struct Ref {
-  int slot = -1;
-  IValue constant;
-  const IValue& get(const Env& env) const { return slot >= 0 ? env[slot] : constant; }
-};
 
 void release(Env& env, const std::vector<int>& slots) {
   for (int s : slots) env[s] = IValue();
@@ -343,6 +339,15 @@ class Builder {
                                                    "; the package is damaged: " + policy::kReconvert);
     for (size_t i = 0; i < args.size() && i < schema.arguments().size(); ++i)
       if (args[i].slot < 0) args[i].constant = coerce(args[i].constant, schema.arguments()[i].type());
+    if (outs.size() == 1)
+      if (auto scalar = scalar_ops::step(op, args, outs[0])) {
+        if (free.empty() && binds.empty()) return scalar;
+        return [scalar, free, binds, sizes_slot](Env& env) {
+          scalar(env);
+          bind(env, sizes_slot, binds);
+          release(env, free);
+        };
+      }
     bool vararg = schema.is_vararg();  // its argument count goes on the stack after them, as the interpreter's OPN
     torch::jit::Operation operation = handle->getOperation();
     std::vector<Arg> pushed = last_uses(args, outs, free);
@@ -718,6 +723,10 @@ class Builder {
     if (!graphs) return [plan, steps](Env& env) { plan->run_steps(*steps, env); };
     int sizes_slot = plan_.num_slots_;
     return [plan, steps, graphs, ins, outs, free, dims, sizes_slot](Env& env) {
+      if (!region_may_replay(*graphs)) {
+        plan->run_steps(*steps, env);
+        return;
+      }
       std::vector<IValue> inputs, results;
       inputs.reserve(ins.size());
       for (int slot : ins) inputs.push_back(env[slot]);
@@ -890,6 +899,11 @@ Plan::~Plan() = default;
 
 
 IValue Plan::call(std::vector<IValue> inputs) const {
+  // A package is for inference: its outputs carry no autograd graph (docs/torch-jit.md). So no step records one,
+  // and every ATen op skips its autograd kernels, as under torch.inference_mode(), once per call rather than a
+  // dispatch per op; the tensors made stay ordinary ones (an inference tensor would refuse later in-place use).
+  c10::AutoGradMode no_grad(false);
+  c10::impl::ExcludeDispatchKeyGuard below_autograd(c10::autograd_dispatch_keyset);
   size_t n = inputs.size(), total = input_names_.size();
   if (n != total) {
     if (n < required_ || n > total) {

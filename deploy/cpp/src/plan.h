@@ -35,6 +35,13 @@ struct Env {
   std::vector<c10::IValue> slots;
   torch::jit::Stack stack;  // empty between steps
 };
+// An argument: a slot read at run time, or a value fixed at load (a literal or a weight).
+struct Ref {
+  int slot = -1;
+  c10::IValue constant;
+  const c10::IValue& get(const Env& env) const { return slot >= 0 ? env[slot] : constant; }
+};
+
 // A generated kernel: reads `inputs`, writes `outputs` (allocated by the caller in the planned shape and dtype);
 // `sizes` are the call's values of the dynamic dims it takes (the kernel's manifest "sizes"), or null.
 using Launcher = std::function<void(std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs,
@@ -193,6 +200,7 @@ class RegionGraphs;
 using RegionRun = std::function<std::vector<c10::IValue>(const std::vector<c10::IValue>&)>;
 std::shared_ptr<RegionGraphs> make_region_graphs(RegionRun run, int launches);
 bool replay_region(RegionGraphs& region, const std::vector<c10::IValue>& inputs, std::vector<c10::IValue>& outputs);
+bool region_may_replay(const RegionGraphs& region);  // false: its steps sync with the host, so it never will
 
 std::string join_dims(at::IntArrayRef dims);  // "2, 3"
 
