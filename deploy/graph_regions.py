@@ -81,19 +81,64 @@ def _launches(step: dict, nodes: list[dict]) -> int:
     return 1 if step["kind"] == "kernel" or nodes[step["node"]]["category"] not in NO_LAUNCH else 0
 
 
-def _group_block(steps: list[dict], results: list, nodes: list[dict], on_host: frozenset) -> list[dict]:
-    steps = [dict(s, blocks=[dict(b, steps=_group_block(b["steps"], b["outputs"], nodes, on_host))
-                             for b in s["blocks"]]) if s.get("blocks") else s for s in steps]
+# ---- scalars that change from one iteration of a loop to the next -------------------------------------------------
+# A graph bakes in the scalars it reads, so a region reading one of these would be a graph per value: NMS's
+# `arange(n) > i` was a graph per box, each captured once (syncing the device), replayed at most once a call, the
+# rest run step by step after building a key, and a held graph evicted and captured again whenever the counts aged.
+# Such a step stays out of regions. The varying slots are the loop's counter, the numbers and flags it carries, and
+# what host steps compute from them; tracked step by step, as a slot is written again by later steps. (A tensor a
+# host step makes of such a number, aten::scalar_tensor's, counts too, though a region could take it as an input:
+# the plan does not say which host ops make tensors.)
+
+def _group_block(steps: list[dict], results: list, nodes: list[dict], on_host: frozenset,
+                 varying: frozenset = frozenset()) -> list[dict]:
+    return _group(steps, results, nodes, on_host, set(varying))
+
+
+def _group(steps: list[dict], results: list, nodes: list[dict], on_host: frozenset, varying: set) -> list[dict]:
+    """`varying`: the slots that hold such scalars as the block starts; left as they are when it ends."""
+    safe: list[bool] = []
+    inner_steps: list[dict] = []
+    for step in steps:
+        reads_varying = any(ref[0] == "s" and ref[1] in varying for ref in step["args"])
+        if step.get("blocks"):
+            step, outs_vary = _group_inner(step, nodes, on_host, varying)
+        else:
+            outs_vary = reads_varying and step["kind"] == "call" and nodes[step["node"]]["category"] == "host"
+        inner_steps.append(step)
+        safe.append(_graph_safe(step, on_host) and not reads_varying)
+        (varying.update if outs_vary else varying.difference_update)(step["outs"])
     grouped: list[dict] = []
     start = 0
-    for end in range(len(steps) + 1):
-        if end < len(steps) and _graph_safe(steps[end], on_host):
+    for end in range(len(inner_steps) + 1):
+        if end < len(inner_steps) and safe[end]:
             continue
-        grouped.extend(_region(steps, start, end, results, nodes))
-        if end < len(steps):
-            grouped.append(steps[end])
+        grouped.extend(_region(inner_steps, start, end, results, nodes))
+        if end < len(inner_steps):
+            grouped.append(inner_steps[end])
         start = end + 1
     return grouped
+
+
+def _group_inner(step: dict, nodes: list[dict], on_host: frozenset, varying: set) -> tuple[dict, bool]:
+    """The control-flow step with its blocks grouped, and whether its outputs hold varying scalars."""
+    if step["kind"] == "loop":
+        body = step["blocks"][0]
+        carried = list(zip(body["inputs"][1:], step["args"][2:], body["outputs"][1:]))
+        start = set(varying) | {body["inputs"][0]} | {
+            slot for slot, first, _ in carried if first[0] == "c" and isinstance(first[1], (int, float))}
+        for _ in range(2):  # a value carried round the loop varies if the body hands back a varying one
+            end = set(start)
+            _group(body["steps"], body["outputs"], nodes, on_host, end)
+            start |= {slot for slot, _, result in carried if result[0] == "s" and result[1] in end}
+        grouped = dict(body, steps=_group(body["steps"], body["outputs"], nodes, on_host, start))
+        return dict(step, blocks=[grouped]), any(ref[0] == "s" and ref[1] in varying for ref in step["args"])
+    blocks, outs_vary = [], False
+    for block in step["blocks"]:
+        end = set(varying)
+        blocks.append(dict(block, steps=_group(block["steps"], block["outputs"], nodes, on_host, end)))
+        outs_vary |= any(ref[0] == "s" and ref[1] in end for ref in block["outputs"])
+    return dict(step, blocks=blocks), outs_vary
 
 
 def _region(steps: list[dict], start: int, end: int, results: list, nodes: list[dict]) -> list[dict]:
