@@ -105,6 +105,19 @@ class IntAndListOps(torch.nn.Module):
         return x * float(total) + float(len(values))
 
 
+class AtenChain(torch.nn.Module):
+    """200 ATen calls in a row on an 8-element tensor, none of which becomes a generated kernel (flip and cummax
+    fall back, sort and topk are vendor calls): the runtime's cost per ATen step, and little else."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        for _ in range(50):
+            x = x.flip(0)
+            x = x.cummax(0)[0]
+            x = x.sort()[0]
+            x = x.topk(8)[0]
+        return x
+
+
 class Program(NamedTuple):
     model: torch.jit.ScriptModule
     example: object  # convert's example_inputs (a dict per method for a model with several)
@@ -176,6 +189,14 @@ def int_and_list_ops(device: str) -> Program:
                              fresh=lambda: (torch.randn(4, device=device), 200))
 
 
+def aten_chain(device: str) -> Program:
+    model = _eager(AtenChain, device)
+    x = torch.randn(8, device=device)
+    with torch.no_grad():
+        traced = torch.jit.trace(model, (x,))  # (the loop unrolled: 200 nodes)
+    return Program(traced, (x,), (x,), eager=model, fresh=lambda: (torch.randn(8, device=device),))
+
+
 HOST_PROGRAMS: dict[str, Callable[[str], Program]] = {
     "NMS post-process": nms_postprocess,
     "loop over List[Tensor]": list_loop,
@@ -183,4 +204,5 @@ HOST_PROGRAMS: dict[str, Callable[[str], Program]] = {
     "beam search": beam_search,
     "KV-cache decode step": kv_cache_decode,
     "int and list ops (200 iterations)": int_and_list_ops,
+    "ATen chain (200 ops)": aten_chain,
 }

@@ -3,7 +3,9 @@ Python runtime and our C++ runtime (`jit2triton.load(..., runtime="cpp")`), on a
 tensor, where the call is all overhead) and on BERT base at batch 1 x seq 9 (transformers; a BERT-like layer
 when transformers is missing); and (`--programs host`) on programs that are mostly host steps
 (benchmarks/host_programs.py: an NMS post-process, a loop over a List[Tensor] input, a scripted refinement loop in a
-traced model, a beam search, a KV-cache decode step), the TorchScript model as the user holds it (not frozen).
+traced model, a beam search, a KV-cache decode step, int and list ops, a chain of 200 ATen calls no kernel replaces),
+the TorchScript model as the user holds it (not frozen), each with its cost per plan step (the call's wall time over
+the steps it runs, counted by the C++ runtime's step timers; TorchScript's interpreter runs a node per step).
 
 Per path: back-to-back wall time per call (median over runs of 200 calls; on CUDA synchronised at the end of each
 run) and, on CUDA, the CUDA-event time of a single call (median of many). Also the load time of each runtime. The
@@ -121,6 +123,18 @@ def interleaved_wall_us(paths: dict, program: Program, device: str, runs: int, c
     return {label: statistics.median(t) for label, t in times.items()}
 
 
+def steps_per_call(loaded, program: Program) -> int:
+    """How many plan steps one call runs (each control-flow step and each step inside it, every time it runs), from
+    the C++ runtime's step timers: the same count serves TorchScript's interpreter, one node per step."""
+    if program.reset:
+        getattr(loaded, program.reset)()
+    loaded._runtime.set_profiling(True)
+    loaded(*program.inputs)
+    steps = sum(runs for _node, _seconds, runs in loaded._runtime.step_times())
+    loaded._runtime.set_profiling(False)
+    return steps
+
+
 def measure_host_program(name: str, device: str, folder: str, runs: int, calls: int) -> dict:
     with torch.no_grad():
         program = HOST_PROGRAMS[name](device)
@@ -132,7 +146,8 @@ def measure_host_program(name: str, device: str, folder: str, runs: int, calls: 
         for runtime in ("python", "cpp"):
             paths[f"jit2triton {runtime}"] = jit2triton.load(path, runtime=runtime)
         row = {"workload": name, "kernel_nodes": nodes["native_nodes"], "host_nodes": nodes["host_nodes"],
-               "aten_nodes": nodes["fallback_nodes"] + nodes["extern_nodes"]}
+               "aten_nodes": nodes["fallback_nodes"] + nodes["extern_nodes"],
+               "steps": steps_per_call(jit2triton.load(path, runtime="cpp"), program)}
         for label, fn in paths.items():
             if program.reset:
                 getattr(fn, program.reset)()
@@ -145,13 +160,15 @@ def measure_host_program(name: str, device: str, folder: str, runs: int, calls: 
 
 
 def print_host_table(rows: list) -> None:
-    print("\n| program | kernel / host / ATen nodes | torch.jit | jit2triton python | jit2triton cpp | "
-          "cpp vs torch.jit | python vs torch.jit |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| program | kernel / host / ATen nodes | steps per call | torch.jit | jit2triton python | jit2triton cpp "
+          "| µs per step: torch.jit / cpp | cpp vs torch.jit | python vs torch.jit |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for row in rows:
         jit, py, cpp = (row[p]["wall_us"] for p in ("torch.jit", "jit2triton python", "jit2triton cpp"))
+        steps = max(row["steps"], 1)
         print(f"| {row['workload']} | {row['kernel_nodes']} / {row['host_nodes']} / {row['aten_nodes']} | "
-              f"{jit:.1f} | {py:.1f} | {cpp:.1f} | {jit / cpp:.2f}x | {jit / py:.2f}x |")
+              f"{row['steps']} | {jit:.1f} | {py:.1f} | {cpp:.1f} | {jit / steps:.3f} / {cpp / steps:.3f} | "
+              f"{jit / cpp:.2f}x | {jit / py:.2f}x |")
     for row in rows:
         errors = {p: row[p]["max_abs_error"] for p in ("jit2triton python", "jit2triton cpp")}
         if any(e > 1e-4 for e in errors.values()):
@@ -205,7 +222,8 @@ def main() -> None:
                 host_rows.append(measure_host_program(program, args.device, folder, args.runs, args.calls))
                 print_host_table(host_rows[-1:])  # as it comes, so a run cut short still says something
                 sys.stdout.flush()
-    name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {threads} thread{'s' if threads != 1 else ''}"
     if host_rows:
         print(f"\n{name}, torch {torch.__version__}: host programs, microseconds per call (wall, median of "
               f"{args.runs} interleaved turns of {args.calls} calls)")
