@@ -261,6 +261,7 @@ class _Fuser:
         if fn is None:
             return False
         self.current_out, self.uncommitted = out, []
+        self.store_gathered_reduction(node, out)
         try:
             if node.uid in self.refused:
                 raise CannotLower(self.refused[node.uid])
@@ -268,7 +269,6 @@ class _Fuser:
                 raise CannotLower("its result is mutated in place later, so it must stay an ATen view")
             if any(not _static_tensor(v.type, self.device_type, self.symbolic) for v in node.outputs):
                 raise CannotLower(_why_not_static([v.type for v in node.outputs], self.device_type, self.symbolic))
-            self.store_gathered_reduction(node, out)
             ctx = LowerContext(node.op, [v.type.dtype for v in node.outputs], [v.type.shape for v in node.outputs],
                                self.device_type)
             result = fn(ctx, *[self.shape_argument(node, i, v) if i in lookup(node.op).size_args else
