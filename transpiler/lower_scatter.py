@@ -46,7 +46,8 @@ def _scatter(ctx, x: TensorBox, dim: int, source_shape: tuple, target: Callable,
              reduce: str = "sum", include_self: bool = True) -> ScatterBox:
     shape = tuple(ctx.out_shape)
     require(all(isinstance(n, int) for n in (*shape, *source_shape)), "a scatter over a dynamic dim")
-    require(x.dtype in SCATTERED_DTYPES, f"a scatter of {x.dtype}: Triton has no atomic {reduce} of it")
+    require(x.dtype in SCATTERED_DTYPES, f"a scatter of {x.dtype}: generated scatters take 32- and 64-bit numbers "
+            "(Triton's atomics have no max or min of narrower ones, and round a float16/bfloat16 sum at every add)")
     require(len(shape) >= 1 and len(source_shape) == len(shape), "a scatter of a 0-d tensor")
     require(all(s == n for d, (s, n) in enumerate(zip(source_shape, shape)) if d != dim),
             "a scatter whose index is smaller than its destination along another dim")
