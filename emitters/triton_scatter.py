@@ -8,8 +8,8 @@ hold the whole scatter: the program writes its columns' first values, waits for 
 by the counts it kept, read past the L1 cache (`volatile`): the atomics wrote them in L2.
 
 The atomics decide what is generated (lower_scatter.py refuses the rest): add, max and min of 32- and 64-bit
-numbers. Float max and min are Triton's sign-split integer atomics; a -0.0 update is made +0.0 first, since 3.6
-sends it down the non-negative path (a signed max of its bits loses to any negative number). Float sums land in
+numbers. Float max and min are Triton's integer atomics split by the update's sign bit (3.6 and 3.9 alike: a signed
+max of the bits where it is clear, an unsigned min where it is set), right for -0.0 and negatives. Float sums land in
 whatever order the atomics meet, so they agree with ATen to rounding, not to the bit; integer sums, max and min are
 exact. Parallelism is the number of column blocks: a graph network's 128 features are a few programs, each
 sweeping every edge (an init launch before an edge-parallel atomic launch would need a step writing into its input,
@@ -133,8 +133,6 @@ class ScatterSweep:
         if kernel.reduce in ("sum", "mean"):
             lines = [f"tl.atomic_add({out} + {at}, {update}, mask=emask & xmask)"]
         else:
-            if self.kind.startswith("float"):
-                update = f"({update} + 0.0)"  # -0.0 -> +0.0 (see the module's note)
             lines = [f"tl.atomic_{kernel.reduce}({out} + {at}, {update}, mask=emask & xmask)"]
         if kernel.reduce == "mean":
             lines.append(f"tl.atomic_add(out_{kernel.outputs[1].name} + {at}, "
