@@ -34,11 +34,8 @@ using policy::kMaxGraphs;
 using policy::kMaxSeen;
 using policy::kReplayLaunches;
 
-// What a graph is specialised to: each tensor's layout (when `layouts`) and each other value, exactly (doubles by
-// their bits). False when a value must not be captured: a CPU tensor (a graph reads its values on the host once,
-// at capture) or a container (its tensors would not be copied into static buffers). Built with string appends:
-// iostreams in an extension module can meet another libstdc++'s locale (a crash seen on the GPU machine).
-// (each number written in place: a key is built every time a region or plan runs, so no temporary strings)
+// `n` after `tag`, then `end`, written in place: a key is built every time a region or a plan runs, so no
+// temporary strings
 void append(std::string& key, char tag, int64_t n, char end) {
   char digits[24];
   auto written = std::to_chars(digits, digits + sizeof digits, n).ptr;
@@ -47,6 +44,10 @@ void append(std::string& key, char tag, int64_t n, char end) {
   key += end;
 }
 
+// What a graph is specialised to: each tensor's layout (when `layouts`) and each other value, exactly (doubles by
+// their bits). False when a value must not be captured: a CPU tensor (a graph reads its values on the host once,
+// at capture) or a container (its tensors would not be copied into static buffers). Built with string appends:
+// iostreams in an extension module can meet another libstdc++'s locale (a crash seen on the GPU machine).
 bool graph_key(const std::vector<c10::IValue>& values, bool layouts, std::string& key) {
   key.clear();
   for (const auto& v : values) {

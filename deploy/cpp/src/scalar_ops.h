@@ -80,6 +80,11 @@ inline Step step(const std::string& op, const std::vector<Ref>& args, int out) {
       env[out] = c10::IValue(std::move(items));
     };
   }
+  if (op == "aten::__is__" || op == "aten::__isnot__") {  // `x is None`: identity, as IValue::is has it
+    Ref a = args[0], b = args[1];
+    bool is = op == "aten::__is__";
+    return [a, b, is, out](Env& env) { env[out] = c10::IValue(a.get(env).is(b.get(env)) == is); };
+  }
   if (op == "aten::__getitem__.t") {  // TorchScript's getItem: a negative index counts from the end
     Ref list = args[0], index = args[1];
     return [list, index, out](Env& env) {
@@ -94,11 +99,13 @@ inline Step step(const std::string& op, const std::vector<Ref>& args, int out) {
     if (name == "add") return binary<int64_t>(args, out, [](int64_t a, int64_t b) { return wrap(uint64_t(a) + uint64_t(b)); });
     if (name == "sub") return binary<int64_t>(args, out, [](int64_t a, int64_t b) { return wrap(uint64_t(a) - uint64_t(b)); });
     if (name == "mul") return binary<int64_t>(args, out, [](int64_t a, int64_t b) { return wrap(uint64_t(a) * uint64_t(b)); });
-    // Python's modulo, as TorchScript computes it; only by a constant that cannot trap (0, and -1 with the least
+    // Python's modulo and floor division, as TorchScript computes them; only by a constant that cannot trap (0, and -1 with the least
     // int, which TorchScript's operator does not survive either: those go through it)
-    if (name == "remainder" && args[1].slot < 0 && args[1].constant.isInt()) {
+    if ((name == "remainder" || name == "floordiv") && args[1].slot < 0 && args[1].constant.isInt()) {
       int64_t b = args[1].constant.toInt();
       if (b == 0 || b == -1) return nullptr;
+      if (name == "floordiv")  // rounding down, where C++ rounds toward zero
+        return binary<int64_t>(args, out, [](int64_t a, int64_t b) { return a / b - (a % b != 0 && (a < 0) != (b < 0)); });
       return binary<int64_t>(args, out, [](int64_t a, int64_t b) { return wrap(uint64_t(b) + uint64_t(a % b)) % b; });
     }
     return compare<int64_t>(name, args, out);
