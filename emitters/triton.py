@@ -8,9 +8,10 @@ the inner dims are swept in [XBLOCK, YBLOCK] tiles. As in the C++ renderer, each
 outermost scope where its variables are bound, so row values are hoisted out of the sweep.
 
 Loads and stores are masked where an index can run past its range, and masked-off lanes hold the reduction's
-neutral element. Values are computed in float32 for float16/bfloat16 and rounded when stored. Only `triton.language`
-is used (no libdevice), so one source compiles on Triton 3.6 and 3.9 and also runs under the Triton interpreter;
-the few functions Triton lacks are small `@triton.jit` helpers (`triton_math.py`) copied into the modules using them.
+neutral element. Values are computed in float32 for float16/bfloat16 and rounded when stored. One source compiles on
+Triton 3.6 and 3.9 and also runs under the Triton interpreter: what triton.language lacks (and ATen's CUDA rounding,
+through libdevice on the GPU only) are small `@triton.jit` helpers (`triton_math.py`) copied into the modules using
+them.
 """
 from __future__ import annotations
 
