@@ -13,7 +13,8 @@ host programs' paths take turns run by run (a run: `--calls` calls, after the pr
 one), so that a shared machine's drift falls on every path alike; the median over `--runs` runs is reported.
 
     python benchmarks/runtime_overhead.py [--device cpu|cuda] [--programs overhead|host|all] [--json out.json]
-                                          [--keep DIR] [--runs 41] [--calls 20]
+                                          [--keep DIR] [--runs 41] [--calls 20] [--threads N] [--only TEXT]
+                                          [--no-cuda-graphs] [--no-torchscript-fuser]
 
 --keep saves each workload's package and frozen TorchScript file in DIR, for `j2t-run PKG --torchscript PT`, which
 times the C++ runtime against torch::jit::load with no Python in the process.
@@ -135,7 +136,7 @@ def steps_per_call(loaded, program: Program) -> int:
     return steps
 
 
-def measure_host_program(name: str, device: str, folder: str, runs: int, calls: int) -> dict:
+def measure_host_program(name: str, device: str, folder: str, runs: int, calls: int, cuda_graphs: bool = True) -> dict:
     with torch.no_grad():
         program = HOST_PROGRAMS[name](device)
         path = os.path.join(folder, "program.j2t")
@@ -144,7 +145,7 @@ def measure_host_program(name: str, device: str, folder: str, runs: int, calls: 
         nodes = converted.summary()
         paths = {"torch.jit": program.model}
         for runtime in ("python", "cpp"):
-            paths[f"jit2triton {runtime}"] = jit2triton.load(path, runtime=runtime)
+            paths[f"jit2triton {runtime}"] = jit2triton.load(path, runtime=runtime, cuda_graphs=cuda_graphs)
         row = {"workload": name, "kernel_nodes": nodes["native_nodes"], "host_nodes": nodes["host_nodes"],
                "aten_nodes": nodes["fallback_nodes"] + nodes["extern_nodes"],
                "steps": steps_per_call(jit2triton.load(path, runtime="cpp"), program)}
@@ -207,9 +208,16 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=20, help="host programs: calls per turn")
     parser.add_argument("--threads", type=int, default=0, help="torch's CPU threads (0: torch's default)")
     parser.add_argument("--only", default="", help="host programs whose names contain this text")
+    parser.add_argument("--no-cuda-graphs", action="store_true",
+                        help="host programs: load the packages with cuda_graphs=False (their regions step by step)")
+    parser.add_argument("--no-torchscript-fuser", action="store_true",
+                        help="TorchScript without its fuser (NNC fuses pointwise runs on CUDA): what its interpreter "
+                             "alone costs per node")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.no_torchscript_fuser:
+        torch._C._jit_set_texpr_fuser_enabled(False)
     from jit2triton.deploy.cpp_runtime import extension
     extension()  # built (or found in the cache) before anything is timed
     rows, host_rows = [], []
@@ -219,14 +227,16 @@ def main() -> None:
                 rows.append(measure(workload, args.device, folder, args.keep))
         if args.programs in ("host", "all"):
             for program in (p for p in HOST_PROGRAMS if args.only in p):
-                host_rows.append(measure_host_program(program, args.device, folder, args.runs, args.calls))
+                host_rows.append(measure_host_program(program, args.device, folder, args.runs, args.calls,
+                                                      cuda_graphs=not args.no_cuda_graphs))
                 print_host_table(host_rows[-1:])  # as it comes, so a run cut short still says something
                 sys.stdout.flush()
     threads = torch.get_num_threads()
     name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {threads} thread{'s' if threads != 1 else ''}"
     if host_rows:
         print(f"\n{name}, torch {torch.__version__}: host programs, microseconds per call (wall, median of "
-              f"{args.runs} interleaved turns of {args.calls} calls)")
+              f"{args.runs} interleaved turns of {args.calls} calls){'; packages without CUDA graphs' * args.no_cuda_graphs}"
+              f"{'; TorchScript without its fuser' * args.no_torchscript_fuser}")
         print_host_table(host_rows)
     if rows:
         print_overhead_table(rows, name, args.device)
