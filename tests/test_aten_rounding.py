@@ -57,7 +57,9 @@ def test_kernels_equal_aten_bit_for_bit_on_the_gpu():
     model, converted = _converted("cuda")
     for seed in (1, 2, 3):
         inputs = _inputs(seed, "cuda")
-        with torch.no_grad():
+        # (TorchScript's plain interpreter: ATen's kernels, as verification runs it; after two calls its profiling
+        # executor would fuse this chain with NNC, which rounds its own way)
+        with torch.no_grad(), torch.jit.optimized_execution(False):
             expected = model(*inputs)
         for name, got, want in zip(("batch_norm+relu", "sigmoid", "exp/div", "div", "rsqrt+reciprocal"),
                                    converted(*inputs), expected):
