@@ -12,7 +12,9 @@ import pytest
 import torch
 
 import jit2triton
-from helpers import BACKENDS, assert_matches_torchscript, convert_for
+from jit2triton.transpiler import lower_scatter
+
+from helpers import BACKENDS, assert_matches_torchscript, convert_for, on_gpu
 
 NODES, EDGES, FEATURES = 12, 40, 8
 
@@ -125,9 +127,16 @@ def traced(name: str):
     return torch.jit.trace(model, graph(), check_trace=False)
 
 
+@pytest.fixture
+def any_columns(monkeypatch):
+    """On the GPU a scatter over fewer than MIN_GPU_COLUMNS columns stays ATen's (the faster there): these small
+    graphs take the generated kernel anyway, so that its correctness is tested on the GPU too."""
+    monkeypatch.setattr(lower_scatter, "MIN_GPU_COLUMNS", 0)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", list(MODELS))
-def test_scatters_run_in_kernels_and_match_torchscript(name: str, backend: str) -> None:
+def test_scatters_run_in_kernels_and_match_torchscript(name: str, backend: str, any_columns) -> None:
     model = traced(name)
     torch.manual_seed(1)
     converted = convert_for(model, graph(), backend)
@@ -140,8 +149,19 @@ def test_scatters_run_in_kernels_and_match_torchscript(name: str, backend: str) 
     assert_matches_torchscript(converted, model, graph, calls=3)
 
 
+@on_gpu
+def test_a_narrow_scatter_stays_atens_on_the_gpu() -> None:
+    """A graph network's few feature columns give the column-owner kernel a handful of programs: ATen's scatter
+    runs instead, and the report says why."""
+    converted = convert_for(traced("gcn"), graph(), "cuda")
+    reasons = converted.summary()["fallback_reasons"]
+    assert "columns on the GPU" in reasons.get("aten::scatter_add", ""), converted.report()
+    torch.manual_seed(2)
+    assert_matches_torchscript(converted, traced("gcn"), graph, calls=2)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_the_gcn_message_runs_inside_the_scatters_kernel(backend: str) -> None:
+def test_the_gcn_message_runs_inside_the_scatters_kernel(backend: str, any_columns) -> None:
     """gather -> scale -> scatter_add is one kernel: the messages [edges, features] are never stored."""
     converted = convert_for(traced("gcn"), graph(), backend)
     kernels = [kernel["ops"] for kernel in converted.summary()["kernels"]]
