@@ -279,6 +279,32 @@ class Verifier:
             found += self.check_sequence(run)
         return found
 
+    def drop_unsteady(self, runs: int = 2) -> list[str]:
+        """The failed cases on which TorchScript itself gives other outputs when run again on the same inputs (on
+        the GPU, a top-k or sort among tied scores, or atomics, and a detector's box count moves between runs):
+        taken out of the cases and named in the notes; -> their names. No package can be held to an answer
+        TorchScript does not give twice, and failing there cost kernels, or the conversion, for nothing."""
+        unsteady = []
+        for name, inputs, expected in self.cases:
+            if name not in self.failed:
+                continue
+            for _ in range(runs):
+                try:
+                    again = self.run_reference(inputs)
+                except TimeBudgetError:
+                    raise
+                except Exception:  # noqa: BLE001 - a run that raises says nothing of the outputs
+                    continue
+                if compare(again, expected, slack=self.slack, tolerance=self.tolerance):
+                    unsteady.append(name)
+                    break
+        if unsteady:
+            self.cases = [case for case in self.cases if case[0] not in unsteady]
+            self.failed = [name for name in self.failed if name not in unsteady]
+            self.notes.append(f"TorchScript's own outputs on {', '.join(unsteady)} differ between runs on the same "
+                              "inputs (on the GPU: a top-k or sort among tied values, atomics): not compared there")
+        return unsteady
+
     def check_sequence(self, run: Callable) -> list[Mismatch]:
         """Mismatches over the sequence of calls, up to the first call that differs: its outputs or the state it
         leaves (the state it started from matched)."""
