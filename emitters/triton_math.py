@@ -203,8 +203,7 @@ def _sqrt(writer, node, args: list) -> str:
 OPS = {
     "load": _load, "cast": _cast, "where": "tl.where({0}, {1}, {2})", "fma": "tl.fma({0}, {1}, {2})",
     "neg": "(-{0})", "exp": _helper("j2t_exp({0})"), "exp2": "tl.exp2({0})", "log": "tl.log({0})",
-    "log2": "tl.log2({0})",
-    "sin": "tl.sin({0})", "cos": "tl.cos({0})", "erf": "tl.erf({0})", "sigmoid": _sigmoid,
+    "log2": "tl.log2({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})", "erf": "tl.erf({0})", "sigmoid": _sigmoid,
     "sqrt": _sqrt, "rsqrt": _sqrt, "abs": "tl.abs({0})", "floor": _float_only("tl.floor({0})"),
     "ceil": _float_only("tl.ceil({0})"), "reciprocal": _reciprocal, "isnan": "({0} != {0})",
     "isinf": '(tl.abs({0}) == float("inf"))', "not": "({0} == 0)",

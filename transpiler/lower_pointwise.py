@@ -73,10 +73,9 @@ def div(ctx, a, b):
             and compute_dtype(ctx.out_dtype).startswith("float"):
         # ATen's CUDA division by a scalar multiplies by its reciprocal, rounded in the math type (a last bit
         # apart from dividing: a detector's box decode `dx / wx` must round as the model does)
-        math_dtype = compute_dtype(ctx.out_dtype)
-        inverse = 1.0 / b if b else math.copysign(math.inf, b)
-        if math_dtype == "float32":
-            inverse = float(numpy.float32(1.0) / numpy.float32(b)) if b else inverse
+        kind = numpy.float32 if compute_dtype(ctx.out_dtype) == "float32" else numpy.float64
+        with numpy.errstate(over="ignore", divide="ignore"):  # (1 / 0 is inf, as in ATen)
+            inverse = float(kind(1.0) / kind(b))
         return pointwise(ctx, lambda x: K.op("mul", x, c(inverse, x)), a)
     return pointwise(ctx, binary("truediv"), a, b)
 
