@@ -119,6 +119,48 @@ KERNEL = Section("manifest", (
     Field("num_buffers", "int", doc="how many buffers a step passes it: its inputs, then its outputs"),
 ))
 
+# Every other key a runtime reads, by the part of the package it sits in. The sections above are checked at load
+# by both runtimes from this file; these are checked where they are read (plan_check, signature, the kernel and
+# weight loaders), and are named here so that the package is described in one place: tests/test_manifest_schema.py
+# scans both runtimes' sources and fails on a key read that neither a section nor this table declares. (Moving each
+# part into a checked Section, with the C++ reader generated from it, is issue 45's next step.)
+DECLARED: dict[str, dict[str, str]] = {
+    "the package's envelope": {
+        "format": "'jit2triton': what the file is", "format_version": "the package format's version"},
+    "a plan step": {
+        "args": "its argument references (a call's, a kernel's input slots)", "kernel": "the kernel a step launches",
+        "sizes": "the dynamic dims a kernel step passes, in the kernel's order", "op": "a call step's ATen op",
+        "blocks": "an if's two branches, a loop's body", "binds": "sizes a step binds from its outputs",
+        "out_types": "the types a call's outputs must have", "in_shapes": "a kernel's input shapes, checked per call",
+        "in_strides": "a kernel's input strides, checked per call", "launches": "a graph step's captured launches",
+        "kwnames": "a call's keyword arguments, by name"},
+    "a node table entry": {"source": "the model source line a node came from (op: its op)"},
+    "a kernel index entry": {
+        "sizes": "the dynamic dims it takes", "function": "its symbol in the library or binary",
+        "arg_types": "each argument's type, as the launcher passes it", "grid": "its launch grid",
+        "grid_items": "items its grid covers, from the dims (a dynamic grid)", "size_args": "the dims it is given",
+        "constants": "compile-time constants", "num_warps": "warps per program",
+        "num_ctas": "CTAs per cluster (1)", "shared": "dynamic shared memory bytes", "binary": "its cubin's member",
+        "cubin": "the compiled binary, in a loaded package", "arch": "the GPU architecture it was built for",
+        "global_scratch_size": "global scratch bytes per program", "XBLOCK": "(in constants) items per program"},
+    "the backend sections": {"isa": "(cpp) the instruction set the C++ kernels were compiled for"},
+    "a signature entry": {
+        "dtype": "a tensor's dtype", "shape": "sizes and dim names", "default": "a default value",
+        "example": "the example's value", "fixed": "a value the package serves only at the example's",
+        "optional": "an Optional[Tensor] that takes None", "items": "a tuple's item types",
+        "fields": "a NamedTuple's field names", "element": "a list's or dict's element type",
+        "layout": "a declared memory layout (channels_last)", "range": "a number's accepted range",
+        "min": "a dim's least size", "max": "a dim's largest size (null: none)"},
+    "a state entry": {
+        "value": "the attribute's initial value, a literal", "weight": "the attribute's initial tensor, a weight",
+        "written": "whether forward assigns it", "compared": "whether verification compares it"},
+    "a weights index entry": {
+        "offset": "where its bytes start in weights.bin", "nbytes": "how many", "shape": "its sizes",
+        "dtype": "its dtype", "memory_order": "its dims outermost first, when not row-major"},
+    "the arena": {"bytes": "the one buffer's size"},
+    "a packed constant": {"op": "the packing op", "args": "its arguments", "engine": "the quantized engine"},
+}
+
 DAMAGED = "the package's {section} is damaged ({what}); " + RECONVERT
 PYTHON_TYPES = {"str": str, "int": int, "bool": bool, "list": list, "object": dict, "strs": list[str], "count": int,
                 "slots": list[int], "node": int}

@@ -126,3 +126,39 @@ def test_a_package_written_before_the_field_still_loads(runtime, small_package, 
     module = jit2triton.load(older, runtime=runtime)
     x, y = torch.randn(2, 4), torch.randn(2, 3)
     torch.testing.assert_close(module(x, y), traced(x, y))
+
+
+# Both runtimes' package readers: the C++ sources, and the Python runtime's modules
+RUNTIME_PY = ("executor", "runtime", "signature", "state", "package", "literals", "cuda_graph", "host_ops",
+              "triton_kernels", "cpp_kernels", "methods", "packed", "sizes", "plan_check")
+NOT_KEYS = {"_CapturedRegion": "a class named in a string annotation",
+            "synchroniz": "a piece of CUDA's error message, matched in it"}
+
+
+def _keys_read() -> dict[str, set[str]]:
+    """Every string key either runtime reads: C++ `at("k")` / `find("k")`, Python `x["k"]` / `.get("k")`."""
+    import re
+    patterns = [(ROOT / "deploy" / "cpp" / "src", "*.cpp", r'(?:\.|->)(?:at|find)\("([A-Za-z_]\w*)"\)'),
+                (ROOT / "deploy", "*.py", r'\[\s*"([A-Za-z_]\w*)"\s*\]|\.get\("([A-Za-z_]\w*)"')]
+    found: dict[str, set[str]] = {}
+    for folder, glob, pattern in patterns:
+        for path in sorted(folder.glob(glob)):
+            if path.suffix == ".py" and path.stem not in RUNTIME_PY:
+                continue
+            for match in re.finditer(pattern, path.read_text()):
+                key = next(g for g in match.groups() if g)
+                found.setdefault(key, set()).add(path.name)
+    return found
+
+
+def test_every_key_a_runtime_reads_is_declared_in_the_schema() -> None:
+    """The package is described in one place (deploy/format.py): a key either runtime reads is a field of a checked
+    section or declared in its DECLARED table, so a key added to one runtime alone fails here."""
+    from jit2triton.deploy import format
+    declared = {f.name for section in vars(format).values() if isinstance(section, format.Section)
+                for f in section.fields}
+    declared |= {key for part in format.DECLARED.values() for key in part}
+    read = _keys_read()
+    assert len(read) > 60 and "grid" in read and "num_slots" in read  # (the scan reads both languages)
+    undeclared = {key: sorted(files) for key, files in read.items() if key not in declared and key not in NOT_KEYS}
+    assert not undeclared, f"keys read but declared in no section or DECLARED of deploy/format.py: {undeclared}"
