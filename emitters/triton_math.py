@@ -85,24 +85,23 @@ import os
 from triton.language.extra import libdevice
 J2T_LIBDEVICE = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") != "1")
 '''
-HELPERS["j2t_exp"] = '''
+
+
+def _libdevice_or(name: str, call: str, interpreted: str) -> str:
+    """A helper taking libdevice's `call` on the GPU and `interpreted` under the interpreter."""
+    return f'''
 @triton.jit
-def j2t_exp(x):
+def {name}(x):
     if J2T_LIBDEVICE:
-        y = libdevice.exp(x)
+        y = libdevice.{call}(x)
     else:
-        y = tl.exp(x)
+        y = {interpreted}
     return y
 '''
-HELPERS["j2t_rsqrt"] = '''
-@triton.jit
-def j2t_rsqrt(x):
-    if J2T_LIBDEVICE:
-        y = libdevice.rsqrt(x)
-    else:
-        y = 1.0 / tl.sqrt_rn(x)
-    return y
-'''
+
+
+HELPERS["j2t_exp"] = _libdevice_or("j2t_exp", "exp", "tl.exp(x)")
+HELPERS["j2t_rsqrt"] = _libdevice_or("j2t_rsqrt", "rsqrt", "1.0 / tl.sqrt_rn(x)")
 HELPERS["j2t_sigmoid"] = '''
 @triton.jit
 def j2t_sigmoid(x):

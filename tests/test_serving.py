@@ -25,6 +25,7 @@ from jit2triton.deploy.serving import concat_inputs, plan_batching, plan_chunks,
 from jit2triton.deploy.serving_json import Request, RequestReader, encode
 from jit2triton.errors import InputError, StepError
 from helpers import LONG_TESTS, LinearGeluNorm, long_test
+from serving_models import TwoInputs
 
 try:
     with warnings.catch_warnings():  # Ray's own pydantic deprecations, not ours to fix
@@ -509,15 +510,6 @@ def test_the_python_handle_batches_and_refuses_like_http(server, package):
         assert torch.allclose(response.result(timeout_s=60), package[1](x), rtol=1e-4, atol=1e-5)
     with pytest.raises(InputError, match="expected float32\\[batch, seq, 16\\]"):
         handle.predict.remote(torch.randn(2, 3)).result(timeout_s=60)
-
-
-class TwoInputs(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.linear = torch.nn.Linear(4, 3)
-
-    def forward(self, x, y):
-        return torch.relu(self.linear(x)) + y
 
 
 @needs_ray
