@@ -71,8 +71,7 @@ _SCALAR_TENSOR_SCHEMA = ("aten::scalar_tensor(Scalar s, *, ScalarType? dtype=Non
 def _static_tensor(t: Type, device_type: str, symbolic: bool = False) -> bool:
     """A tensor a kernel can index: known dtype and device, every dim an int (or, with `symbolic`, a polynomial
     over the dynamic dims; an opaque size never)."""
-    return (t.is_tensor and t.dtype is not None and t.shape is not None and t.device == device_type
-            and t.dtype not in QUANTIZED_DTYPES
+    return (t.is_tensor and t.dtype in K.DTYPES and t.shape is not None and t.device == device_type
             and all(isinstance(d, int) or (symbolic and isinstance(d, SymSize)) for d in t.shape))
 
 
@@ -81,8 +80,8 @@ def _why_not_static(types: list[Type], device_type: str, symbolic: bool) -> str:
     for t in types:
         if not t.is_tensor or t.dtype is None or t.shape is None:
             return "an output's type or shape is not known (a value no run produced)"
-        if t.dtype in QUANTIZED_DTYPES:
-            return f"an output is a quantized tensor ({t.dtype}): quantized ops run through ATen's quantized kernels"
+        if t.dtype not in K.DTYPES:
+            return f"an output is {_no_kernel_dtype(t.dtype)}"
         if t.device != device_type:
             return f"an output is on {t.device}, not on the package's device ({device_type})"
         if any(isinstance(d, str) for d in t.shape):
@@ -91,6 +90,13 @@ def _why_not_static(types: list[Type], device_type: str, symbolic: bool) -> str:
         if not symbolic and any(isinstance(d, SymSize) for d in t.shape):
             return "an output's size depends on a dynamic dim, and this backend's kernels take none"
     return "an output has no static shape on this device"
+
+
+def _no_kernel_dtype(dtype: str) -> str:
+    """A tensor of a dtype no kernel holds, in the report's words."""
+    if dtype in QUANTIZED_DTYPES:
+        return f"a quantized tensor ({dtype}): quantized ops run through ATen's quantized kernels"
+    return f"a {dtype} tensor, which no generated kernel holds: its ops run through ATen"
 
 
 def _read_only_as_gemm_rows(graph: Graph) -> set[int]:
@@ -182,9 +188,8 @@ class _Fuser:
             if v.type.kind == "List":
                 raise CannotLower(f"its list %{v.name} is not a prim::ListConstruct that nothing changes later (it is "
                                   "appended to, passed into a loop or a container, or made by another op)")
-            if v.type.is_tensor and v.type.dtype in QUANTIZED_DTYPES:
-                raise CannotLower(f"input %{v.name} is a quantized tensor ({v.type.dtype}): quantized ops run through "
-                                  "ATen's quantized kernels")
+            if v.type.is_tensor and v.type.dtype is not None and v.type.dtype not in K.DTYPES:
+                raise CannotLower(f"input %{v.name} is {_no_kernel_dtype(v.type.dtype)}")
             raise CannotLower(f"input %{v.name} is not a static tensor or a constant")
         return box
 

@@ -38,6 +38,9 @@ COMPARISONS = {"lt", "le", "gt", "ge", "eq", "ne", "not", "and", "or", "xor", "i
 REDUCE_OPS = {"sum", "max", "min", "prod", "any", "all", "argmax", "argmin"}
 
 INT = "int64"
+# The dtypes a kernel's buffers and values hold: every renderer has a type for each (tests/test_kernel_ir.py).
+# A tensor of any other (complex64, a quantized dtype) is never a kernel's input or output: its ops run through ATen
+DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"})
 
 
 def compute_dtype(dtype: str) -> str:
