@@ -45,6 +45,8 @@ class Executor:
         # Dynamic dims: read from the inputs once per call, into the slot after the plan's own (kernels take them)
         self.dim_sources = [(name, position, axis) for name, position, axis in plan.get("dims", ())]
         self.sizes_slot = self.num_slots
+        # a size table per call also where no dim comes from the inputs but steps bind some (a count read from data)
+        self.has_sizes = bool(self.dim_sources or plan.get("bound_dims"))
         # The arena (transpiler/plan_arena.py): planned kernel outputs as fixed views into one buffer, made once
         # per thread (concurrent calls never share one) and found by kernel steps in the slot after the dims'.
         # CPU plans only (as planned). Off while observed: an observer keeps the values it is shown, which the
@@ -66,7 +68,7 @@ class Executor:
             env[slot] = value
         if self.arena_bytes:
             env[self.arena_slot] = getattr(self.arena_local, "views", None) or self.make_arena()
-        if self.dim_sources:
+        if self.has_sizes:
             env[self.sizes_slot] = self.sizes_of(inputs)
         self.run_steps(self.steps, env)
         return [get(env) for get in self.output_getters]
@@ -400,7 +402,7 @@ class Executor:
             self.graph_pool = torch.cuda.graph_pool_handle()
         # its scratch env has the dims slot too, where its kernels find the call's dims
         return RegionGraphs(step, steps, run, self.num_slots + 1, self.graph_pool,
-                            self.sizes_slot if self.dim_sources else None)
+                            self.sizes_slot if self.has_sizes else None)
 
     def compile_subblock(self, block: dict) -> tuple[list[tuple[Step, int]], list[Callable]]:
         return self.compile_block(block["steps"]), [self.getter(r) for r in block["outputs"]]

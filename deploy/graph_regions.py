@@ -25,10 +25,10 @@ MIN_REGION_LAUNCHES = 4  # a region's replay costs three launches (copy in, grap
 NO_LAUNCH = ("host", "view", "alias")  # node categories that launch no GPU work
 
 
-def capturable(plan: dict, on_host: frozenset = frozenset()) -> bool:
-    """Whether every step of the plan can live inside one CUDA graph (`on_host`: see group_regions)."""
+def capturable(plan: dict, on_host: frozenset = frozenset(), counts: frozenset = frozenset()) -> bool:
+    """Whether every step of the plan can live inside one CUDA graph (`on_host`, `counts`: see group_regions)."""
     return all(step["kind"] in ("call", "kernel") and step.get("op") not in SYNCS_HOST and step["node"] not in on_host
-               for step in plan["steps"])
+               and not counts & set(step.get("sizes", ())) for step in plan["steps"])
 
 
 def worth_capturing(plan: dict, signature: dict) -> bool:
@@ -53,14 +53,22 @@ def _bytes(desc: dict, sizes: dict[str, int]) -> int:
 
 # ---- regions of plans with control flow ---------------------------------------------------------------------------
 
-def group_regions(plan: dict, nodes: list[dict], on_host: frozenset = frozenset()) -> dict:
+def group_regions(plan: dict, nodes: list[dict], on_host: frozenset = frozenset(),
+                  counts: frozenset = frozenset()) -> dict:
     """The plan with its runs of graph-safe steps wrapped in `graph` steps. `on_host` holds the nodes that make CPU
-    tensors: a graph would run their work once, when captured, and never again. A plan that writes a tensor in place
+    tensors: a graph would run their work once, when captured, and never again. `counts` holds the bound dims that
+    are counts read from data (transpiler/data_sizes.py): a region is a graph per size it runs at, and a count
+    takes a new size call after call, so a kernel over one stays out (a graph per count, each a capture). A plan that writes a tensor in place
     anywhere is left as it is: a region's outputs are copies of the graph's memory, so a view that escapes a region
     no longer aliases its base, and a later in-place write through it would not reach the base."""
     if any(step.get("mutates") == "tensor" for step in _walk(plan["steps"])):
         return plan
-    return dict(plan, steps=_group_block(plan["steps"], plan["outputs"], nodes, on_host))
+    return dict(plan, steps=_group_block(plan["steps"], plan["outputs"], nodes, on_host | _over_counts(plan, counts)))
+
+
+def _over_counts(plan: dict, counts: frozenset) -> frozenset:
+    """The nodes of the kernel steps that take a count read from data."""
+    return frozenset(step["node"] for step in _walk(plan["steps"]) if counts & set(step.get("sizes", ())))
 
 
 def _walk(steps: list[dict]) -> Iterator[dict]:

@@ -9,6 +9,8 @@ import torch
 
 import jit2triton
 
+from jit2triton.deploy.graph_regions import group_regions
+
 from helpers import BACKENDS, assert_same, convert_for, to_cpu, to_device
 
 
@@ -182,3 +184,59 @@ def test_an_integer_index_frozen_into_a_constant_leaves_sizes_known() -> None:
     assert converted.summary()["fallback_nodes"] == 0, converted.report()
     table = torch.randn(9, 3)
     torch.testing.assert_close(converted(table), model(table))
+
+
+# --- what follows a mask runs in generated kernels, over the count read at run time -------------------------------
+
+KERNEL_OPS = ("aten::sub.Tensor", "aten::div.Tensor", "aten::clamp", "aten::prod.dim_int", "aten::__and__.Tensor",
+              "aten::mul.Scalar", "aten::sqrt")
+
+
+def _scores_above(n: int, seed: int) -> tuple:
+    """Boxes with exactly `n` scores above the threshold (0 and 160 included)."""
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.rand(160, generator=g) * 0.3
+    scores[torch.randperm(160, generator=g)[:n]] += 0.31
+    return _boxes(160, g), scores
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_what_follows_a_mask_runs_in_kernels_over_the_count(backend, runtime, tmp_path, request):
+    """The box arithmetic after `boxes[scores > t]`, the best 50 and the suppression loop's comparisons are
+    generated kernels taking the counts the runtime reads from the ATen tensors that carry them (conversion's draws
+    thinned the mask, so it saw which sizes are counts and which, the 4 and 2 coordinates, are not); every count
+    from none to all 160, and fewer or more than 50, gives TorchScript's answer, in both runtimes."""
+    if runtime == "cpp":
+        if backend == "triton":
+            pytest.skip("Triton kernels on the CPU run under Triton's interpreter, in the Python runtime only")
+        request.getfixturevalue("cpp_runtime")
+    converted = convert_for(postprocess, _inputs("postprocess", 0), backend)
+    summary = converted.summary()
+    assert summary["verification"]["status"] == "passed" and not summary["verification"]["kernels_removed"]
+    fallen = {op: summary["fallback_reasons"][op] for op in KERNEL_OPS if op in summary["fallback_ops"]}
+    assert not fallen, fallen
+    assert converted.manifest["plan"].get("bound_dims"), "no count was read at run time"
+    path = tmp_path / "postprocess.j2t"
+    converted.save(path)
+    package = jit2triton.load(path, runtime=runtime)
+    for n in (0, 1, 7, 49, 50, 51, 160):
+        inputs = _scores_above(n, seed=n)
+        expected = postprocess(*inputs)
+        assert_same(to_cpu(package(*to_device(inputs, converted.device))), expected, f"{n} above the threshold")
+
+
+def test_a_kernel_over_a_count_stays_out_of_cuda_graph_regions():
+    """A region is a CUDA graph per size it runs at, and a count takes a new size call after call: the kernels
+    over a count read from data stay out of regions, and out of a whole-plan graph; other kernels group as before."""
+    from jit2triton.deploy.graph_regions import capturable
+    kernel = lambda node, sizes=(): {"kind": "kernel", "kernel": f"k{node}", "args": [["s", node]],  # noqa: E731
+                                     "outs": [node + 1], "node": node, **({"sizes": list(sizes)} if sizes else {})}
+    plan = {"inputs": [0], "steps": [kernel(i, ("s1",) if i == 5 else ()) for i in range(11)],
+            "outputs": [["s", 11]], "num_slots": 12}
+    nodes = [{"op": "kernel", "category": "pointwise"}] * 11
+    grouped = group_regions(plan, nodes, counts=frozenset({"s1"}))
+    regions = [[s["node"] for s in step["steps"]] for step in grouped["steps"] if step["kind"] == "graph"]
+    assert regions == [[0, 1, 2, 3, 4], [6, 7, 8, 9, 10]], grouped["steps"]
+    assert capturable(plan) and not capturable(plan, counts=frozenset({"s1"}))
+    assert [s["kind"] for s in group_regions(plan, nodes)["steps"]] == ["graph"]  # (without counts: one region)

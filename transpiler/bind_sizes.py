@@ -8,7 +8,9 @@ and kernels take it as they take an input's dim.
 
 A symbol is bound where it first appears, if that is a tensor a node that never lowers (a convolution, a GEMM, a
 fallback op) makes at the top level of the graph: such a node runs once per call, before every value computed from
-that size. Symbols first seen elsewhere (inside a branch or a loop, or on a value a kernel may make) stay opaque.
+that size. Symbols first seen elsewhere (inside a branch or a loop, or on a value a kernel may make) stay opaque;
+but a count read from data (data_sizes.py) is bound wherever the top level first makes it, and the node that makes
+it then runs through ATen (fuse.py), so the kernels after a mask, a slice of the best 50 or an NMS take it.
 Shape inference gave two sizes one symbol when they agreed at every draw; the runtime checks that what it binds and
 the shapes of the ATen tensors kernels read agree with the table (SizeChangedError otherwise), and verification runs
 the package at the ranges' ends and at draws between them.
@@ -28,42 +30,48 @@ BOUND_MIN = 1  # a bound size's least value: a tensor with an empty dim gives no
 def bind_opaque_sizes(graph: Graph, recorder: ShapeRecorder, dims: Optional[dict[str, tuple]]) -> dict[str, tuple]:
     """Bind what can be bound: each binding node gets `attrs["binds"]` ([(output index, axis, name)]), every type
     in the graph spells the bound symbols as dims, and `dims` (name -> (min, max, example)) gains them; -> the new
-    dims. Without dynamic dims (`dims` None) there is nothing opaque to bind."""
-    if dims is None:
-        return {}
+    dims. Without dynamic dims (`dims` None) only counts read from data are opaque (graph.data_sizes), and only
+    those are bound; the caller then passes the new dims on to fusion."""
+    bindable = set(recorder.opaque_examples) if dims is not None else graph.data_sizes & set(recorder.opaque_examples)
     first: dict[str, Optional[tuple]] = {}  # symbol -> (node, output index, axis) of its first carrier, or None
-    _first_carriers(graph.body, first, top=True)
-    bound = {name: where for name, where in first.items() if where is not None and name in recorder.opaque_examples}
+    _first_carriers(graph.body, first, top=True, counts=graph.data_sizes)
+    bound = {name: where for name, where in first.items() if where is not None and name in bindable}
     for name, (node, index, axis) in bound.items():
         node.attrs.setdefault(Attr.BINDS, []).append((index, axis, name))
     if not bound:
         return {}
     for value in defined(graph):
         value.type = _with_bound(value.type, bound, recorder.dense_orders.get(value.id))
-    added = {name: (BOUND_MIN, None, recorder.opaque_examples[name]) for name in bound}
-    dims.update(added)
+    # a count may be 0 (no box passes): a kernel over it launches no program
+    added = {name: (0 if name in graph.data_sizes else BOUND_MIN, None, recorder.opaque_examples[name])
+             for name in bound}
+    if dims is not None:
+        dims.update(added)
     return added
 
 
-def _first_carriers(block: Block, first: dict[str, Optional[tuple]], top: bool) -> None:
+def _first_carriers(block: Block, first: dict[str, Optional[tuple]], top: bool, counts: set[str]) -> None:
     """Each symbol's first carrier in run order (a node's blocks run before its outputs exist), as a binding place
-    when a top-level node that never lowers makes it, else None."""
+    when a top-level node that runs through ATen makes it, else None. A count read from data is bound where it is
+    first made at the top level whatever the node (fusion then leaves that node to ATen: a slice `[:50]` of the
+    sorted candidates is a view, no launch), so that the kernels after it can take it."""
     for name in (n for v in block.inputs for n in _opaque(v.type)):
         first.setdefault(name, None)
     for node in block.nodes:
         for inner in node.blocks:
-            _first_carriers(inner, first, top=False)
-        binds = top and not node.blocks and _never_lowers(node.op)
+            _first_carriers(inner, first, top=False, counts=counts)
+        binds = top and not node.blocks and lookup(node.op).category != HOST
         for index, value in enumerate(node.outputs):
             for axis, name in _opaque_axes(value.type):
-                first.setdefault(name, (node, index, axis) if binds else None)
+                first.setdefault(name, (node, index, axis) if binds and (_never_lowers(node.op) or name in counts)
+                                 else None)
             for name in _opaque(value.type):  # a container's tensors: not bound from it
                 first.setdefault(name, None)
 
 
 def _never_lowers(op: str) -> bool:
     info = lookup(op)
-    return info.lowering is None and info.category != HOST and not info.data_dependent_size
+    return info.lowering is None and info.category != HOST
 
 
 def _opaque_axes(t: Type) -> list[tuple[int, str]]:

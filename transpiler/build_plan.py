@@ -31,6 +31,7 @@ class Plan:
     node_table: list[dict[str, Any]]  # per planned node: op, category, source; stored for reports and errors
     nodes: list[Node]  # the IR node behind each node_table entry (step["node"] indexes both)
     weights: dict[str, torch.Tensor]  # what the plan's ["w", name] references name
+    counts: frozenset = frozenset()  # the bound dims that are counts read from data (kept out of CUDA graphs)
 
 
 def build_plan(graph: Graph) -> Plan:
@@ -54,7 +55,7 @@ def build_plan(graph: Graph) -> Plan:
     weights = _read_weights(graph)
     if graph.host_weights & weights.keys():
         plan["host_weights"] = sorted(graph.host_weights & weights.keys())  # they stay on the CPU at load
-    return Plan(plan, builder.node_table, builder.nodes, weights)
+    return Plan(plan, builder.node_table, builder.nodes, weights, frozenset(bound) & frozenset(graph.data_sizes))
 
 
 def _dim_sources(graph: Graph) -> list[list]:

@@ -1,16 +1,19 @@
 """Sizes computed from data: every value that flows from an op whose output size depends on its inputs' values
 (boolean-mask indexing, nonzero, unique, NMS), or from an input that is a list or dict of numbers (split sizes),
-gets opaque sizes, and no number read from such a value is folded into a constant.
+is marked, and no number read from it is folded into a constant.
 
-Shape inference runs the model on other values at the example's shapes, so a count usually varies and becomes
-opaque on its own; but a count can come out the same in every run (`argsort(...)[:50]` over more than 50
+Shape inference runs the model on other values at the example's shapes, so a count usually varies and becomes a
+symbol on its own; but a count can come out the same in every run (`argsort(...)[:50]` over more than 50
 candidates, a threshold every draw passes), and a kernel fitted to it would refuse the first input where it
-differs. Opaque sizes keep those ops on ATen, which takes any size; a size mistaken for data-dependent (a box's 4
-coordinates) costs only a kernel, never a wrong answer.
+differs. So a value computed from a count gets opaque sizes (ATen, which takes any size, runs what reads it),
+unless the count is a mask's: count_draws.py's draws thin every such mask, so that shape inference saw those
+counts, and the sizes computed from them, change; there the observed sizes stand (a count a symbol, bound at run
+time by bind_sizes.py where ATen makes it, and a box's 4 coordinates a constant), and kernels take them.
 """
 from __future__ import annotations
 
 import itertools
+from typing import Optional
 
 import torch
 
@@ -21,16 +24,38 @@ from .op_table import lookup, schema_of, writes_in_place
 _symbols = (f"u{i}" for i in itertools.count())  # opaque, like shape inference's own: only their identity matters
 
 
-def mark_data_dependent(graph: Graph, recorder: ShapeRecorder) -> set[int]:
-    """Give every value computed from a data-dependent size opaque sizes; -> the ids of those values."""
-    tainted: set[int] = {v.id for v in graph.inputs if _numbers_container(v.type)}
+def mark_data_dependent(graph: Graph, recorder: ShapeRecorder, counted: frozenset = frozenset()) -> set[int]:
+    """Mark every value computed from a data-dependent size: no number read from it is folded into a constant, and
+    its sizes are opaque, but where its only data-dependent sizes are counts that `counted` nodes set (the masks
+    count_draws.py thinned, so shape inference saw each count and every size computed from one vary): there the
+    observed type stands, its counts the symbols shape inference gave them (one symbol for sizes equal at every
+    draw) and its other sizes constants. -> the ids of the marked values; `graph.data_sizes` gains the symbols
+    that are counts."""
+    values = {v.id: v for node in graph.walk() for v in node.outputs} | {
+        v.id: v for node in graph.walk() for b in node.blocks for v in b.inputs}
+    opaque = _tainted(graph, {v.id for v in graph.inputs if _numbers_container(v.type)}, counted)
+    observed = _tainted(graph, set(), frozenset(), only=counted) - opaque
+    for value_id in opaque | observed:
+        value = values.get(value_id)
+        if value is None:
+            continue
+        recorder.varying.add(value_id)  # a number read from it is not a constant
+        if value_id in opaque:
+            value.type = _opaque(value.type)
+        graph.data_sizes.update(_symbols_of(value.type))
+    return opaque | observed
+
+
+def _tainted(graph: Graph, tainted: set[int], counted: frozenset, only: Optional[frozenset] = None) -> set[int]:
+    """The ids of the values computed from a data-dependent size, starting from `tainted`: the outputs of the
+    data-dependent nodes (but `counted` ones; with `only`, just those), and what is computed from them."""
     producers = {v.id: node for node in graph.walk() for v in node.outputs}
     weights = graph.weights
     changed = True
     while changed:  # a loop carries a value back to its start: go round until nothing new is found
         changed = False
         for node in graph.walk():
-            if _spreads(node, tainted, producers, weights):
+            if _spreads(node, tainted, producers, weights, counted, only):
                 for value in _written(node):
                     if value.id not in tainted:
                         tainted.add(value.id)
@@ -48,14 +73,6 @@ def mark_data_dependent(graph: Graph, recorder: ShapeRecorder) -> set[int]:
                     if out.id not in tainted and any(b.outputs[i + offset].id in tainted for b in node.blocks):
                         tainted.add(out.id)
                         changed = True
-    values = {v.id: v for node in graph.walk() for v in node.outputs} | {
-        v.id: v for node in graph.walk() for b in node.blocks for v in b.inputs}
-    for value_id in tainted:
-        value = values.get(value_id)
-        if value is None:
-            continue
-        recorder.varying.add(value_id)  # a number read from it is not a constant
-        value.type = _opaque(value.type)
     return tainted
 
 
@@ -74,12 +91,13 @@ def _numbers_container(t: Type) -> bool:
     return True
 
 
-def _spreads(node: Node, tainted: set[int], producers: dict, weights: dict) -> bool:
+def _spreads(node: Node, tainted: set[int], producers: dict, weights: dict, counted: frozenset,
+             only: Optional[frozenset]) -> bool:
     """Whether the node's outputs (and what it writes in place) carry a data-dependent size."""
     if any(v.id in tainted for v in node.inputs):
         return True
     kind = lookup(node.op).data_dependent_size
-    if kind != "tensor":
+    if kind != "tensor" or node.uid in counted or (only is not None and node.uid not in only):
         return False
     if node.op == "aten::index.Tensor":  # only a boolean mask's count is data; integer indices give their own size
         indices = producers.get(node.inputs[1].id) if len(node.inputs) > 1 else None
@@ -97,6 +115,13 @@ def _written(node: Node) -> list:
     if node.inputs and writes_in_place(schema_of(node.op)):
         outs.append(node.inputs[0])
     return outs
+
+
+def _symbols_of(t: Type) -> set[str]:
+    found = {n for n in t.shape if isinstance(n, str)} if t.is_tensor and t.shape is not None else set()
+    for e in t.elems:
+        found |= _symbols_of(e)
+    return found
 
 
 def _opaque(t: Type) -> Type:

@@ -270,6 +270,8 @@ class _Fuser:
         try:
             if node.uid in self.refused:
                 raise CannotLower(self.refused[node.uid])
+            if node.attrs.get(Attr.BINDS):
+                raise CannotLower("the runtime reads a count from its output (bind_sizes.py), so ATen makes it")
             if node.uid in self.pinned:
                 raise CannotLower("its result is mutated in place later, so it must stay an ATen view")
             if any(not _static_tensor(v.type, self.device_type, self.symbolic) for v in node.outputs):

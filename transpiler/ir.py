@@ -154,6 +154,9 @@ class Graph:
     # the NamedTuples in TorchScript's type of what the function returns (from_torchscript.py `named_tuples`),
     # which the package's signature names so that a runtime returns them as TorchScript does; None: none
     returns: Optional[dict] = None
+    # the size symbols that are counts read from data (data_sizes.py): a kernel over one is not replayed from a
+    # CUDA graph, which would bake the count in
+    data_sizes: set[str] = field(default_factory=set)
 
     @property
     def inputs(self) -> list[Value]:
@@ -273,7 +276,7 @@ def clone_graph(graph: Graph) -> Graph:
     # (every other field copied as it is: a field left out here is lost by every rewrite that works on a copy, as
     # host_weights once was, which put a GPU SSD's CPU anchor sizes on the GPU beside its CPU anchors)
     return dataclasses.replace(graph, body=block(graph.body), weights=dict(graph.weights),
-                               host_weights=set(graph.host_weights))
+                               host_weights=set(graph.host_weights), data_sizes=set(graph.data_sizes))
 
 
 def provenance_line(node: Node) -> str:

@@ -26,6 +26,7 @@ from jit2triton.errors import ConversionError, Jit2TritonError, TimeBudgetError
 
 from .bind_sizes import bind_opaque_sizes
 from .check_indices import check_indices
+from .count_draws import KEEP_FRACTIONS, Thinner, counted_only_by_masks, mask_values
 from .data_sizes import mark_data_dependent
 from .decompose_mha import decompose_mha
 from .fold_shapes import fold_shapes
@@ -250,9 +251,46 @@ def observe(graph: Graph, ctx: Context) -> Graph:
             at = ", ".join(f"{name}={n}" for name, n in sizes.items())
             raise ConversionError(f"each dim's range runs on its own, but with every dim at its largest ({at}) the "
                                   f"model fails: {err}. Narrow one of the ranges") from None
+    counted = _thinned_draws(graph, sched, ctx, recorder)
     recorder.annotate()
-    mark_data_dependent(graph, recorder)  # sizes computed from data stay opaque even where no draw varied them
+    mark_data_dependent(graph, recorder, counted)  # sizes computed from data: opaque but where the draws saw them
     ctx.recorder = recorder
+    return graph
+
+
+def _thinned_draws(graph: Graph, sched: Plan, ctx: Context, recorder: ShapeRecorder) -> frozenset:
+    """Run the example again with the masks that set counts thinned (count_draws.py), for shapes only; -> the uids of
+    the nodes whose counts every such draw changed (none when a draw failed: the model would not take a thinner
+    mask, and the sizes after those nodes stay opaque)."""
+    masks = mask_values(graph)
+    if not masks:
+        return frozenset()
+    thinned = set(masks)
+    for number, keep in enumerate(KEEP_FRACTIONS):
+        thinner = Thinner(recorder, sched.nodes, masks, keep, seed=number)
+        inputs = thinner.inputs(graph.inputs, _copied(ctx.example_inputs))
+        recorder.next_draw(ctx.example_sizes)
+        recorder.observe_values(graph.inputs, inputs)
+        try:
+            ctx.run_plan(sched, inputs, thinner)
+        except TimeBudgetError:
+            raise
+        except Exception:  # noqa: BLE001 - any failure: the counts stay opaque
+            recorder.drop_draw()
+            return frozenset()
+        if not thinner.changed:
+            return frozenset()
+        thinned &= thinner.thinned  # (a mask inside a branch one draw did not take is not known to be thinned)
+    return frozenset(counted_only_by_masks(graph, thinned))
+
+
+def _bind_sizes(graph: Graph, ctx: Context) -> Graph:
+    """Opaque sizes read at run time (bind_sizes.py); in a package without dynamic dims, the counts read from data,
+    which then make the dims kernels take."""
+    if ctx.example_sizes:
+        bind_opaque_sizes(graph, ctx.recorder, ctx.kernel_dims)
+    else:  # (set again at each build: a build after verification took kernels out may bind none)
+        ctx.kernel_dims = bind_opaque_sizes(graph, ctx.recorder, None) or None
     return graph
 
 
@@ -358,8 +396,7 @@ PASSES: list[Pass] = [
     Pass("onednn_conv", onednn_conv, "rewrite", optional=True, devices=("cpu",)),  # fused oneDNN convolutions
     Pass("reobserve", observe, "rewrite"),  # the rewrites made new values (a fused attention's output's strides)
     Pass("infer_unobserved", lambda g, c: infer_unobserved(g), "rewrite"),  # branches the example did not take
-    Pass("bind_sizes", lambda g, c: bind_opaque_sizes(g, c.recorder, c.kernel_dims), "rewrite",
-         optional=True),  # opaque sizes read at run time
+    Pass("bind_sizes", _bind_sizes, "rewrite", optional=True),  # opaque sizes read at run time
     Pass("fuse", lambda g, c: fuse(g, c.device.type, c.refused, c.kernel_dims), "lower"),  # returns a fused copy
     Pass("merge_kernels", lambda g, c: merge_kernels(g), "lower"),  # siblings over one iteration space
     Pass("gemm_kernels", lambda g, c: gemm_kernels(g, c.refused), "lower"),  # the GEMMs given the generated form

@@ -1,0 +1,105 @@
+"""Draws that change the counts a boolean mask sets, so that shape inference sees which sizes are counts.
+
+A size computed from data (a mask's count, and whatever follows from it: a slice of the first 50, a pairwise
+matrix, `arange(n)`) can come out the same at every value draw: a threshold every random draw passes, more than
+50 candidates at every draw. Such a size is a count all the same, and a kernel fitted to it would refuse the first
+input where it differs; while a size beside it (a box's 4 coordinates, the 2 of `[:, :2]`) is a constant, and a
+kernel may be fitted to it. Telling the two apart by rules would take a shape rule per op. Here the run tells:
+these draws run the example again with each mask that sets a count (the boolean index of `x[mask]`, the input of
+`nonzero`, `where(c)`, `masked_select`) thinned as it is made (most of its true entries set false), so every count
+set by a mask changes, and every size computed from one changes with it; a size that stays put at every draw is
+not a count. The draws are for shapes only: their outputs are not the model's answer for those inputs.
+
+Counts set otherwise (NMS's, unique's, a number read out of a tensor) are not changed here: data_sizes.py keeps
+every size computed from them opaque.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+
+from .ir import Graph, Node
+
+# per op: the input positions of the masks that set its output's count (index.Tensor's: in its index list)
+MASK_INPUTS = {"aten::nonzero": (0,), "aten::nonzero_numpy": (0,), "aten::argwhere": (0,), "aten::where": (0,),
+               "aten::masked_select": (1,)}
+KEEP_FRACTIONS = (0.5, 0.1)  # of a mask's true entries, one draw each: counts at about half, and near none
+
+
+def mask_values(graph: Graph) -> dict[int, Node]:
+    """The value ids of the boolean tensors that set a count -> a node that counts them; empty when none does."""
+    producers = {v.id: n for n in graph.walk() for v in n.outputs}
+    found: dict[int, Node] = {}
+    for node in graph.walk():
+        if node.op == "aten::index.Tensor" and len(node.inputs) > 1:
+            listed = producers.get(node.inputs[1].id)
+            candidates = listed.inputs if listed is not None and listed.op == "prim::ListConstruct" else []
+        elif node.op in MASK_INPUTS and (node.op != "aten::where" or len(node.inputs) == 1):
+            candidates = [node.inputs[i] for i in MASK_INPUTS[node.op] if i < len(node.inputs)]
+        else:
+            continue
+        for v in candidates:  # (before the first run types the graph, a mask's dtype may not be known)
+            if v.type.is_tensor and v.type.dtype in ("bool", None):
+                found.setdefault(v.id, node)
+    return found
+
+
+def counted_only_by_masks(graph: Graph, thinned: set[int]) -> set[int]:
+    """The uids of the data-dependent nodes whose count these draws changed: each mask op whose masks were all
+    boolean tensors, thinned (a boolean index beside integer ones is one; `where(c, x, y)` sets no count)."""
+    producers = {v.id: n for n in graph.walk() for v in n.outputs}
+    covered = set()
+    for node in graph.walk():
+        if node.op == "aten::index.Tensor" and len(node.inputs) > 1:
+            listed = producers.get(node.inputs[1].id)
+            if listed is None or listed.op != "prim::ListConstruct":
+                continue
+            tensors = [v for v in listed.inputs if v.type.is_tensor]
+            if any(v.id in thinned for v in tensors) and all(v.id in thinned or v.type.dtype in ("int64", "int32")
+                                                             for v in tensors):
+                covered.add(node.uid)
+        elif node.op in MASK_INPUTS and (node.op != "aten::where" or len(node.inputs) == 1) and all(
+                node.inputs[i].id in thinned for i in MASK_INPUTS[node.op] if i < len(node.inputs)):
+            covered.add(node.uid)
+    return covered
+
+
+class Thinner:
+    """An observer that thins each counted mask as the run makes it (in place: every op reading the mask sees the
+    same count) and then passes the values on to `observer`. `thinned` holds the ids of the boolean masks it met
+    (a mask with no true entry stays as it is), `changed` whether it thinned any."""
+
+    def __init__(self, observer: Callable, nodes: list[Node], masks: dict[int, Node], keep: float, seed: int) -> None:
+        self.observer, self.nodes, self.masks, self.keep = observer, nodes, masks, keep
+        self.generator = torch.Generator().manual_seed(seed)
+        self.thinned: set[int] = set()
+        self.changed = False
+
+    def thin(self, value_id: int, mask: object) -> None:
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            return
+        if mask.any():
+            drop = torch.rand(mask.shape, generator=self.generator) >= self.keep
+            try:
+                mask.masked_fill_(drop.to(mask.device), False)
+            except RuntimeError:  # (an expanded view cannot be written: its count is not changed)
+                return
+            self.changed = True
+        self.thinned.add(value_id)
+
+    def inputs(self, values: list, inputs: list) -> list:
+        """The inputs with each input mask thinned, on copies."""
+        out = []
+        for value, x in zip(values, inputs):
+            if value.id in self.masks and isinstance(x, torch.Tensor):
+                x = x.clone()
+                self.thin(value.id, x)
+            out.append(x)
+        return out
+
+    def __call__(self, node_index: int, outputs: tuple) -> Optional[object]:
+        for value, x in zip(self.nodes[node_index].outputs, outputs):
+            if value.id in self.masks:
+                self.thin(value.id, x)
+        return self.observer(node_index, outputs)
