@@ -8,7 +8,8 @@ step); the C++ runtime includes `deploy/cpp/src/manifest_schema.h`, generated fr
 
 (tests/test_manifest_schema.py fails while the checked-in header differs from what this file generates). A field
 added here is checked by both runtimes at load, read by the Python runtime as an attribute of `Manifest`, and, where
-it has a `write`, recorded by save_package (deploy/package.py) from the manifest deploy/build_manifest.py built.
+it has a `write`, recorded by save_package (deploy/package.py) from the manifest that
+deploy/packaging/build_manifest.py built.
 """
 from __future__ import annotations
 

@@ -390,10 +390,10 @@ def serve(packages, replicas, max_batch, batch_wait_ms, host, port, grpc_port, r
     except ImportError as err:
         raise click.ClickException(f"serving needs Ray Serve ({err}): pip install 'jit2triton[serve]'") from None
     if grpc_port is not None:
-        from jit2triton.deploy import serving_grpc
+        from jit2triton.deploy.serving import grpc_endpoint
 
-        if serving_grpc.MISSING:
-            raise click.ClickException(serving_grpc.MISSING)
+        if grpc_endpoint.MISSING:
+            raise click.ClickException(grpc_endpoint.MISSING)
         if grpc_port == port:
             raise click.UsageError(f"--grpc-port and --port are both {port}: give gRPC a port of its own")
     options = {"runtime": runtime, "max_batch_size": max_batch, "batch_wait_timeout_s": batch_wait_ms / 1e3,
@@ -424,7 +424,7 @@ def serve(packages, replicas, max_batch, batch_wait_ms, host, port, grpc_port, r
         start_local(host, port)
         deploy_repository(models, options["logging_config"])
         if grpc_port is not None:
-            grpc_server = serving_grpc.start([m.name for m in models], host, grpc_port)
+            grpc_server = grpc_endpoint.start([m.name for m in models], host, grpc_port)
         address = host if ":" not in host else f"[{host}]"
         base = f"http://{address}:{port}"
         for model in models:

@@ -8,14 +8,14 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
-from jit2triton.deploy.culprit import find_culprit
-from jit2triton.deploy.cuda_graph_choice import choose_cuda_graph
-from jit2triton.deploy.build_manifest import BuiltKernels, build_package, model_outputs
 from jit2triton.deploy.executor import Executor
 from jit2triton.deploy.literals import encode
 from jit2triton.deploy.methods import add_method
 from jit2triton.deploy.package import PackageContents
-from jit2triton.deploy.output_dims import with_dims
+from jit2triton.deploy.packaging.build_manifest import BuiltKernels, build_package, model_outputs
+from jit2triton.deploy.packaging.cuda_graph_choice import choose_cuda_graph
+from jit2triton.deploy.packaging.culprit import find_culprit
+from jit2triton.deploy.packaging.output_dims import with_dims
 from jit2triton.deploy.runtime import DeviceLike, placed_weights, python_runtimes
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.backends import backend_for, backend_named

@@ -6,11 +6,11 @@ Triton Inference Server HTTP protocol, a simple JSON form, Prometheus metrics an
 
     serve.run(app("model.j2t", num_replicas=2, max_batch_size=32), route_prefix="/")
 
-`jit2triton serve DIR` serves a model repository (serving_repository.py): each package at /v2/models/NAME.
+`jit2triton serve DIR` serves a model repository (deploy/serving/repository.py): each package at /v2/models/NAME.
 
-The deployment itself lives in the deployment stage (deploy/serving.py); this is the name users import.
+The deployment itself lives in the deployment stage (deploy/serving/server.py); this is the name users import.
 """
-from jit2triton.deploy.serving import (  # noqa: F401
+from jit2triton.deploy.serving.server import (  # noqa: F401
     DEFAULT_MAX_BODY_BYTES,
     Batching,
     ModelServer,
@@ -18,8 +18,8 @@ from jit2triton.deploy.serving import (  # noqa: F401
     default_model_name,
     plan_batching,
 )
-from jit2triton.deploy.serving_local import start_local, stop_local, stop_signals  # noqa: F401
-from jit2triton.deploy.serving_repository import (  # noqa: F401
+from jit2triton.deploy.serving.local_ray import start_local, stop_local, stop_signals  # noqa: F401
+from jit2triton.deploy.serving.repository import (  # noqa: F401
     Model,
     RepositoryServer,
     deploy_repository,

@@ -1,7 +1,7 @@
 """Convert-time verification: a package is run on the example inputs and on a fresh random draw of its signature
 and compared with the TorchScript model itself, so a wrong kernel is found before a user ships it.
 
-When the outputs disagree, deploy/culprit.py finds the generated kernel to take out.
+When the outputs disagree, deploy/packaging/culprit.py finds the generated kernel to take out.
 """
 from __future__ import annotations
 

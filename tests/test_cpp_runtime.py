@@ -434,7 +434,7 @@ def test_serving_chooses_the_runtime_as_load_does(small_package, monkeypatch) ->
     """One choice (deploy/runtime_choice.py) for jit2triton.load and serving's replicas: the same fallback, the
     same warning, the same refusal of an unknown runtime."""
     from jit2triton.deploy import cpp_runtime, runtime_choice
-    from jit2triton.deploy.serving import load_for_serving
+    from jit2triton.deploy.serving.server import load_for_serving
     monkeypatch.setattr(cpp_runtime, "unavailable", lambda: "no C++ compiler on this machine")
     monkeypatch.setattr(runtime_choice, "_noticed", set())
     path = small_package[0]
@@ -446,7 +446,7 @@ def test_serving_chooses_the_runtime_as_load_does(small_package, monkeypatch) ->
 
 
 def test_serving_in_the_cpp_runtime_reads_the_manifest_it_loaded(small_package, cpp_runtime) -> None:
-    from jit2triton.deploy.serving import load_for_serving
+    from jit2triton.deploy.serving.server import load_for_serving
     model, manifest = load_for_serving(small_package[0], runtime="cpp")
     assert model.name == "cpp" and manifest == manifest_of(small_package[0])
 

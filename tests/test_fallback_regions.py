@@ -146,7 +146,7 @@ def test_the_culprit_search_compares_a_loop_s_iterations_apart():
     """A value made in a loop is kept per iteration, and the first that differs is found even where the last
     iteration agrees (a top-k that rounding flipped in a detector's first feature level, not a kernel after the
     loop that the last iteration's values would have blamed)."""
-    from jit2triton.deploy.culprit import first_divergence, observed_values
+    from jit2triton.deploy.packaging.culprit import first_divergence, observed_values
     from jit2triton.deploy.runtime import placed_weights
     from jit2triton.loaders import load_script
     from jit2triton.transpiler import pipeline

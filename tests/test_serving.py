@@ -21,8 +21,8 @@ import torch
 
 import jit2triton
 from jit2triton.deploy.literals import encode as encode_literal
-from jit2triton.deploy.serving import concat_inputs, plan_batching, plan_chunks, split_rows
-from jit2triton.deploy.serving_json import Request, RequestReader, encode
+from jit2triton.deploy.serving.batching import concat_inputs, plan_batching, plan_chunks, split_rows
+from jit2triton.deploy.serving.json_form import Request, RequestReader, encode
 from jit2triton.errors import InputError, StepError
 from helpers import LONG_TESTS, LinearGeluNorm, long_test
 from serving_models import TwoInputs

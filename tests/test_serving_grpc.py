@@ -21,8 +21,7 @@ grpcclient = pytest.importorskip("tritonclient.grpc", reason="pip install 'trito
 from tritonclient.grpc import service_pb2, service_pb2_grpc  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-from jit2triton.deploy import serving_grpc  # noqa: E402
-from jit2triton.deploy import serving_v2 as v2  # noqa: E402
+from jit2triton.deploy.serving import grpc_endpoint, v2  # noqa: E402
 from jit2triton.errors import InputError  # noqa: E402
 
 try:
@@ -49,7 +48,7 @@ def _request(**inputs) -> service_pb2.ModelInferRequest:
 def test_an_infer_request_becomes_the_http_protocols_binary_body():
     request = _request(x=("FP32", [1, 2], "fp32_contents", [0.5, -1.0]), ids=("INT64", [2], "int64_contents", [3, 4]))
     request.outputs.add(name="output__0")
-    body, length = serving_grpc.infer_body(request)
+    body, length = grpc_endpoint.infer_body(request)
     read = v2.read_infer(body, length, [{"name": "x", "type": "Tensor", "dtype": "float32"},
                                         {"name": "ids", "type": "Tensor", "dtype": "int64"}], ["output__0"])
     assert torch.equal(read.named["x"], torch.tensor([[0.5, -1.0]])) and torch.equal(read.named["ids"],
@@ -58,7 +57,7 @@ def test_an_infer_request_becomes_the_http_protocols_binary_body():
     raw = service_pb2.ModelInferRequest(inputs=[request.inputs[0]], raw_input_contents=[
         torch.tensor([[0.5, -1.0]]).numpy().tobytes()])
     raw.inputs[0].ClearField("contents")
-    read = v2.read_infer(*serving_grpc.infer_body(raw), [{"name": "x", "type": "Tensor", "dtype": "float32"}],
+    read = v2.read_infer(*grpc_endpoint.infer_body(raw), [{"name": "x", "type": "Tensor", "dtype": "float32"}],
                          ["output__0"])
     assert torch.equal(read.named["x"], torch.tensor([[0.5, -1.0]]))
     assert read.outputs is None and read.binary_default  # every output, as raw_output_contents
@@ -67,7 +66,7 @@ def test_an_infer_request_becomes_the_http_protocols_binary_body():
 def test_an_answer_becomes_raw_output_contents():
     outputs = (torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.tensor([1, 2]))
     wanted = v2.InferRequest({}, id="7", binary_default=True)
-    response = serving_grpc.infer_response(*v2.write_infer("m", wanted, outputs))
+    response = grpc_endpoint.infer_response(*v2.write_infer("m", wanted, outputs))
     assert (response.model_name, response.model_version, response.id) == ("m", "1", "7")
     assert [(o.name, o.datatype, list(o.shape)) for o in response.outputs] == [
         ("output__0", "FP32", [2, 3]), ("output__1", "INT64", [2])]
@@ -89,7 +88,7 @@ def test_an_answer_becomes_raw_output_contents():
 ], ids=["raw count", "raw size", "typed count", "typed overflow", "fp16 typed"])
 def test_a_malformed_request_is_refused_in_grpcs_words(request_, message):
     with pytest.raises(InputError) as refusal:
-        serving_grpc.infer_body(request_)
+        grpc_endpoint.infer_body(request_)
     assert str(refusal.value).startswith(message), refusal.value
 
 

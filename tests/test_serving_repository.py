@@ -18,12 +18,11 @@ import pytest
 import torch
 
 from serving_models import VOCAB, write_repository
-from jit2triton.deploy import serving_messages as messages
-from jit2triton.deploy import serving_v2 as v2
-from jit2triton.deploy.serving_local import is_loopback
-from jit2triton.deploy.serving_metrics import serving_families
-from jit2triton.deploy.serving_repository import repository_models
-from jit2triton.deploy.serving_stats import ModelStatistics, as_triton, merged
+from jit2triton.deploy.serving import messages, v2
+from jit2triton.deploy.serving.local_ray import is_loopback
+from jit2triton.deploy.serving.metrics import serving_families
+from jit2triton.deploy.serving.repository import repository_models
+from jit2triton.deploy.serving.stats import ModelStatistics, as_triton, merged
 from listening_sockets import LOOPBACK, listening, process_tree, still_running
 
 try:

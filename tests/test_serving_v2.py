@@ -14,9 +14,9 @@ import pytest
 import torch
 
 import jit2triton
-from jit2triton.deploy import serving_v2 as v2
-from jit2triton.deploy.serving import plan_batching
-from jit2triton.deploy.serving_json import RequestReader
+from jit2triton.deploy.serving import v2
+from jit2triton.deploy.serving.batching import plan_batching
+from jit2triton.deploy.serving.json_form import RequestReader
 from jit2triton.errors import InputError
 from helpers import LinearGeluNorm
 from listening_sockets import LOOPBACK, listening, process_tree

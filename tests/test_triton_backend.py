@@ -458,7 +458,7 @@ def test_a_launch_bound_plan_runs_as_one_cuda_graph(tmp_path, monkeypatch):
 @pytest.mark.parametrize("graph_wins", [True, False])
 def test_conversion_times_the_cuda_graph_and_the_runtimes_follow_its_choice(graph_wins, tmp_path, monkeypatch,
                                                                              cpp_runtime, steady_timing):
-    from jit2triton.deploy import cuda_graph_choice
+    from jit2triton.deploy.packaging import cuda_graph_choice
     # the margins force the choice either way, whatever the timings (steps >= 0 * graph; steps < 1e9 * graph and
     # host < 1e9 * steps)
     monkeypatch.setattr(cuda_graph_choice, "GRAPH_MARGIN", 0.0 if graph_wins else 1e9)

@@ -9,7 +9,7 @@ import torch
 
 import jit2triton
 from jit2triton.deploy import runtime as runtime_module
-from jit2triton.deploy import culprit as culprit_module
+from jit2triton.deploy.packaging import culprit as culprit_module
 
 from helpers import FRESH_SEED, assert_same
 

@@ -9,8 +9,8 @@ import torch
 
 from jit2triton.transpiler import timing
 
-from .package import PackageContents
-from .runtime import Runtime
+from ..package import PackageContents
+from ..runtime import Runtime
 
 GRAPH_MARGIN = 0.97  # the graph stays unless the plan step by step takes under this share of its time...
 HOST_HEADROOM = 0.75  # ... and the host queues a step-by-step call in under this share of it (the GPU is the limit)

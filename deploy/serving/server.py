@@ -5,19 +5,19 @@ Ray is imported only by what needs it (`ModelServer`, `app`, `start_local`): rea
 batches and handing outputs back are plain functions, tested without Ray.
 
 HTTP, under the app's route prefix:
-- the KServe v2 / Triton Inference Server protocol (serving_v2.py): GET /v2/health/live, /v2/health/ready, /v2,
-  /v2/models/NAME[/versions/1], its /ready, /config and /stats (the statistics extension, serving_stats.py), and
+- the KServe v2 / Triton Inference Server protocol (v2.py): GET /v2/health/live, /v2/health/ready, /v2,
+  /v2/models/NAME[/versions/1], its /ready, /config and /stats (the statistics extension, stats.py), and
   /v2/models/stats; POST /v2/models/NAME[/versions/1]/infer with typed tensors, as JSON or binary data.
 - a simple JSON form: POST / {"inputs": {name: tensor, ...} or [tensor, ...] or the only input's tensor,
   "outputs": "list" | "base64"}, where a tensor is a nested list or {"dtype": "float32", "shape": [2, 16], "data":
   base64 of its little-endian bytes}; the answer is {"outputs": ...} in the same structure as the model's (encoded
   the way the inputs came unless "outputs" says otherwise). GET / answers the signature and batching.
-- GET /metrics: Prometheus metrics (serving_metrics.py); GET /stats: the answering replica's counters.
+- GET /metrics: Prometheus metrics (metrics.py); GET /stats: the answering replica's counters.
 A bad body gets 400 with the InputError's message, a body over the limit 413, an unknown path 404.
 
-Served from a model repository (serving_repository.py), each model is an application of its own at
+Served from a model repository (repository.py), each model is an application of its own at
 /v2/models/NAME (`mount`), and the repository's server answers the paths above it. The gRPC endpoint
-(serving_grpc.py) hands a model's calls to its application as the HTTP requests they stand for (`forwarded`).
+(grpc_endpoint.py) hands a model's calls to its application as the HTTP requests they stand for (`forwarded`).
 """
 from __future__ import annotations
 
@@ -36,14 +36,13 @@ import torch
 
 from jit2triton.errors import InputError, Jit2TritonError
 
-from . import serving_messages as messages
-from . import serving_v2 as v2
-from .serving_batching import Batching, concat_inputs, plan_batching, plan_chunks, split_rows  # noqa: F401
-from .serving_json import Request, RequestReader, encode
-from .serving_local import is_loopback, ray_serve as _ray_serve
-from .serving_stats import ModelStatistics, Publisher, as_triton
-from .signature import format_input, format_type
-from .signing import trusted_key_paths
+from ..signature import format_input, format_type
+from ..signing import trusted_key_paths
+from . import messages, v2
+from .batching import Batching, concat_inputs, plan_batching, plan_chunks, split_rows  # noqa: F401
+from .json_form import Request, RequestReader, encode
+from .local_ray import is_loopback, ray_serve as _ray_serve
+from .stats import ModelStatistics, Publisher, as_triton
 
 DEFAULT_MAX_BODY_BYTES = 64 << 20  # a batch of 32 224x224 RGB images is 25 MB as base64, ~60 MB as JSON lists
 log = logging.getLogger("jit2triton.serving")
@@ -57,7 +56,7 @@ def load_for_serving(path: str, runtime: str = "auto", num_threads: Optional[int
                      trusted_keys: Sequence[str] = ()) -> tuple[Any, dict]:
     """The package loaded as jit2triton.load loads it (runtime_choice.load_runtime: the C++ runtime, else the
     Python one, with its warning), and its manifest."""
-    from .runtime_choice import load_runtime
+    from ..runtime_choice import load_runtime
     loaded = load_runtime(path, runtime, num_threads=num_threads, trusted_keys=trusted_keys)
     return loaded.runtime, loaded.manifest
 
@@ -96,7 +95,7 @@ class ModelServer:
                  num_threads: Optional[int] = None, trusted_keys: Sequence[str] = (),
                  model_name: Optional[str] = None, replicas: Optional[int] = None, mount: str = "") -> None:
         serve = _ray_serve()
-        from .serving_metrics import NodeExport, ServingMetrics
+        from .metrics import NodeExport, ServingMetrics
         _replica_grpc_on_loopback()
         from starlette.responses import Response  # a dependency of Ray Serve
 
@@ -273,7 +272,7 @@ class ModelServer:
 
     async def forwarded(self, method: str, path: str, body: bytes = b"",
                         headers: Optional[dict] = None) -> tuple[int, bytes, dict]:
-        """For the gRPC endpoint (serving_grpc.py): the answer to a request for `path` (from /v2 on) handed over by
+        """For the gRPC endpoint (grpc_endpoint.py): the answer to a request for `path` (from /v2 on) handed over by
         another process, as (status, body, headers), through the same routes, checks and counts as HTTP's."""
         response = await self(Forwarded(method, path, body, headers or {}, root=self.mount))
         return response.status_code, bytes(response.body), dict(response.headers)

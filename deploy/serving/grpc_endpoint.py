@@ -25,9 +25,9 @@ import numpy as np
 
 from jit2triton.errors import InputError
 
-from . import serving_v2 as v2
-from .serving import DEFAULT_MAX_BODY_BYTES, _ray_serve, jit2triton_version
-from .serving_repository import EXTENSIONS, REPOSITORY_APP, model_route
+from . import v2
+from .repository import EXTENSIONS, REPOSITORY_APP, model_route
+from .server import DEFAULT_MAX_BODY_BYTES, _ray_serve, jit2triton_version
 
 try:  # optional: where they are missing, `--grpc-port` says what to install and nothing else changes
     import grpc

@@ -14,8 +14,8 @@ from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.ir import KERNEL_OP
 from jit2triton.transpiler.op_table import lookup
 
-from .executor import Executor
-from .runtime import load_kernels, placed_weights
+from ..executor import Executor
+from ..runtime import load_kernels, placed_weights
 
 ErrorOf = Callable[[torch.Tensor, torch.Tensor], float]  # (actual, expected) -> 0 where they agree to rounding
 Trace = dict[tuple[int, int], torch.Tensor]  # (IR value id, which time the plan made it) -> the tensor, in order

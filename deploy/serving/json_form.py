@@ -18,8 +18,8 @@ import torch
 
 from jit2triton.errors import InputError
 
-from .literals import decode
-from .signature import NO_DEFAULT, InputChecker
+from ..literals import decode
+from ..signature import NO_DEFAULT, InputChecker
 
 ENCODINGS = ("list", "base64")
 BODY_EXAMPLE = '{"inputs": {"x": [[0.5, 1.0]]}}'

@@ -18,9 +18,9 @@ import logging
 import os
 from typing import Any, Optional
 
-from .serving import (ENDPOINTS, MODEL_PATH, _ray_serve, _replica_grpc_on_loopback, app, default_model_name,
+from .server import (ENDPOINTS, MODEL_PATH, _ray_serve, _replica_grpc_on_loopback, app, default_model_name,
                       jit2triton_version)
-from .serving_stats import as_triton, board
+from .stats import as_triton, board
 
 log = logging.getLogger("jit2triton.serving")
 EXTENSIONS = ["binary_tensor_data", "model_repository", "model_configuration", "statistics"]
@@ -82,7 +82,7 @@ class RepositoryServer:
         self.models = {m.name: m for m in models}
         self._response, self.route = Response, route
         self._changing: dict[str, str] = {}  # model -> "LOADING" or "UNLOADING" while its change runs
-        from .serving_metrics import NodeExport
+        from .metrics import NodeExport
         self._export = NodeExport()
 
     async def __call__(self, http) -> Any:
@@ -143,7 +143,7 @@ class RepositoryServer:
         state, message = await self.refusal(model["name"], f"POST /v2/repository/models/{model['name']}/load")
         raise _Refused(404 if state in ("UNKNOWN", "UNAVAILABLE") else 503, message)
 
-    # ---- also called through the app's handle, by the gRPC endpoint (serving_grpc.py) ----
+    # ---- also called through the app's handle, by the gRPC endpoint (grpc_endpoint.py) ----
 
     async def index(self) -> list[dict]:
         """The repository index: each model, its state (READY, LOADING or UNAVAILABLE) and the reason."""
@@ -236,7 +236,7 @@ class _Refused(Exception):
 
 
 def _no_statistics() -> dict:
-    from .serving_stats import ModelStatistics
+    from .stats import ModelStatistics
     return ModelStatistics().snapshot()
 
 

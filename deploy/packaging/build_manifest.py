@@ -15,10 +15,10 @@ from jit2triton.transpiler.ir import Attr
 from jit2triton.transpiler.report import packed_summary, summarize
 from jit2triton.version import __version__
 
-from .graph_regions import capturable, group_regions, worth_capturing
-from .literals import encode
-from .package import PackageContents
-from .signature import with_named_tuples
+from ..graph_regions import capturable, group_regions, worth_capturing
+from ..literals import encode
+from ..package import PackageContents
+from ..signature import with_named_tuples
 
 
 @dataclass
@@ -58,10 +58,10 @@ def build_package(sched, plan_graph, built: BuiltKernels, signature: dict, model
     # (on CUDA, nodes that make CPU tensors: a graph would run their work once, when captured)
     on_host = frozenset(i for i, node in enumerate(sched.nodes) if target.type == "cuda"
                         and any(v.type.is_tensor and v.type.device == "cpu" for v in node.outputs))
-    manifest["cuda_graph"] = (capturable(sched.plan, on_host)
+    manifest["cuda_graph"] = (capturable(sched.plan, on_host, sched.counts)
                               and worth_capturing(sched.plan, manifest["signature"]))
     if not manifest["cuda_graph"] and target.type == "cuda":  # then its straight-line runs may, one by one
-        manifest["plan"] = group_regions(sched.plan, sched.node_table, on_host)
+        manifest["plan"] = group_regions(sched.plan, sched.node_table, on_host, sched.counts)
     weights = {name: w.to("cpu") for name, w in {**sched.weights, **state_weights}.items()}
     return PackageContents(manifest, weights, built.files)
 

@@ -10,7 +10,7 @@ import torch
 
 from jit2triton.errors import StepError
 
-from .serving_json import Request
+from .json_form import Request
 
 
 @dataclasses.dataclass(frozen=True)
