@@ -1,6 +1,8 @@
 """The data flows one way: loaders -> transpiler -> emitters -> deploy. A stage imports only itself, earlier stages
 and the leaf modules every stage may use (errors, version); no stage imports the public face (api, cli,
-conversion). Checked on the source, lazy imports inside functions included, so a violation cannot hide."""
+conversion). Within deploy/, folders say when code runs: the runtime (deploy/*.py) imports neither convert-time
+packaging (deploy/packaging/) nor serving (deploy/serving/). Checked on the source, lazy imports inside functions
+included, so a violation cannot hide."""
 from __future__ import annotations
 
 import ast
@@ -45,12 +47,73 @@ def _violation(module: str, allowed: set[str]) -> str:
     return ""
 
 
+def _modules(folder: str, package: str) -> list[tuple[str, Path, str]]:
+    """(module, file, the package its relative imports start from) for a folder and its subpackages."""
+    found = []
+    for path in sorted((ROOT / folder).rglob("*.py")):
+        inside = ".".join((package, *path.relative_to(ROOT / folder).parent.parts))
+        found.append((inside if path.stem == "__init__" else f"{inside}.{path.stem}", path, inside))
+    return found
+
+
 @pytest.mark.parametrize("stage", STAGES)
 def test_a_stage_imports_only_earlier_stages(stage: str) -> None:
     allowed = set(STAGES[:STAGES.index(stage) + 1])
-    wrong = [f"{path.name} imports {why}" for path in sorted((ROOT / stage).glob("*.py"))
-             for why in (_violation(m, allowed) for m in sorted(_imports(path, f"jit2triton.{stage}"))) if why]
+    wrong = [f"{path.relative_to(ROOT / stage)} imports {why}"
+             for _, path, package in _modules(stage, f"jit2triton.{stage}")
+             for why in (_violation(m, allowed) for m in sorted(_imports(path, package))) if why]
     assert not wrong, f"{stage}: " + "; ".join(wrong)
+
+
+# deploy/ by when its code runs: the runtime (deploy/*.py, what `jit2triton.load` imports), convert-time packaging
+# (deploy/packaging/) and serving (deploy/serving/). Each later time may import the runtime; the runtime imports
+# neither, nor the converter's stages.
+CONVERT_TIME = ("jit2triton.deploy.packaging", "jit2triton.transpiler", "jit2triton.loaders", "jit2triton.emitters")
+# What the runtime still takes from emitters/, each for a reason of load time. Moving these below the runtime is
+# the next step (compile_triton and triton import the transpiler's kernel IR); this list may only shrink.
+RUNTIME_USES_FROM_EMITTERS = {
+    "jit2triton.emitters.backends": "the backend records: which loader reads a manifest's kernels",
+    "jit2triton.emitters.cache": "the private cache folder the C++ runtime's extension is built in",
+    "jit2triton.emitters.compile_cpp": "a package's C++ kernels rebuilt for this CPU's instruction set",
+    "jit2triton.emitters.compile_triton": "Triton's interpreter on the CPU; GPU kernels rebuilt for another GPU",
+    "jit2triton.emitters.triton": "the kernel record such a rebuild compiles",
+}
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def _imports_from(package: str, forbidden: tuple[str, ...],
+                  excepted: dict[str, str]) -> tuple[list[str], set[str]]:
+    """-> (each import of `forbidden` by a file directly in `package`, the `excepted` modules it imports)."""
+    files = [path for _, path, inside in _modules("deploy", "jit2triton.deploy") if inside == package]
+    assert len(files) > 4, package  # (the scan finds the folder)
+    wrong, used = [], set()
+    for path in files:
+        for module in sorted(_imports(path, package)):
+            exception = next((e for e in excepted if _within(module, (e,))), None)
+            if exception:
+                used.add(exception)
+            elif _within(module, forbidden):
+                wrong.append(f"{path.relative_to(ROOT)} imports {module}")
+    return wrong, used
+
+
+def test_the_runtime_imports_nothing_convert_time() -> None:
+    """A loaded package needs neither the converter nor the server (lazy imports inside functions count), so the
+    runtime can be read, tested and started alone."""
+    wrong, used = _imports_from("jit2triton.deploy", CONVERT_TIME + ("jit2triton.deploy.serving",),
+                                RUNTIME_USES_FROM_EMITTERS)
+    assert not wrong, "the runtime imports convert- or serve-time code: " + "; ".join(wrong)
+    assert used == set(RUNTIME_USES_FROM_EMITTERS), (
+        f"no runtime module imports {sorted(set(RUNTIME_USES_FROM_EMITTERS) - used)} now: take it off the list")
+
+
+def test_serving_imports_nothing_convert_time() -> None:
+    """A server loads packages through the runtime; converting is not its business."""
+    wrong, _ = _imports_from("jit2triton.deploy.serving", CONVERT_TIME, {})
+    assert not wrong, "serving imports convert-time code: " + "; ".join(wrong)
 
 
 def test_importing_errors_loads_no_stage_and_no_torch() -> None:
@@ -123,10 +186,8 @@ FOLDERS = {"jit2triton": "jit2triton", **{stage: f"jit2triton.{stage}" for stage
 
 def _module_imports() -> dict[str, set[str]]:
     """module -> the package's modules it imports (lazy imports inside functions included)."""
-    files = {}
-    for folder, package in FOLDERS.items():
-        for path in (ROOT / folder).glob("*.py"):
-            files[package if path.stem == "__init__" else f"{package}.{path.stem}"] = (path, package)
+    files = {module: (path, package) for folder, root in FOLDERS.items() for module, path, package in
+             _modules(folder, root)}
     return {module: {m for m in _imports(path, package)
                      if m in files and m != module and not module.startswith(m + ".")}  # (a package's own root)
             for module, (path, package) in files.items()}
@@ -181,3 +242,13 @@ def test_no_import_circle_anywhere() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]  # the finder finds
     circles = _circles(_module_imports())
     assert not circles, "import circles: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_every_subpackage_ships() -> None:
+    """An editable install finds any folder; a wheel holds only the packages pyproject.toml lists."""
+    tomllib = pytest.importorskip("tomllib")
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {module for folder, package in FOLDERS.items() for module, path, _ in _modules(folder, package)
+             if path.stem == "__init__"}
+    assert found == listed, f"packages not in pyproject.toml: {sorted(found - listed)}; listed, not found: " \
+                            f"{sorted(listed - found)}"
