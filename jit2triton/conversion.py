@@ -27,6 +27,7 @@ from jit2triton.transpiler.from_torchscript import from_torchscript
 from jit2triton.transpiler.fuse import KERNEL_OP, FusionFailed
 from jit2triton.transpiler.ir import Attr
 from jit2triton.transpiler.build_plan import Plan
+from jit2triton.transpiler.decompositions import undecomposed
 from jit2triton.transpiler.precision import PrecisionPlan
 
 from . import dims, precision
@@ -495,7 +496,8 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
     """Fuse (unless every op runs through ATen), generate and compile kernels, and package the plan.
     -> (contents, the plan it holds, with its IR nodes)."""
     target = ctx.device
-    built, plan_graph = BuiltKernels(backend), graph
+    # (without kernels, each op a rewrite wrote as pieces for them runs whole: transpiler/decompositions.py)
+    built, plan_graph = BuiltKernels(backend), undecomposed(graph) if backend == "aten" else graph
     if backend != "aten":
         say(f"fusing and generating {backend} kernels")
         try:
@@ -509,7 +511,7 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
         except Exception as err:  # a bug in fusion or a renderer that no single node explains: no kernels at all
             failure = f"generating kernels failed ({type(err).__name__}: {err}); every op runs through ATen"
             say(failure)
-            built, plan_graph = BuiltKernels("aten", failure=failure), graph
+            built, plan_graph = BuiltKernels("aten", failure=failure), undecomposed(graph)
     sched = pipeline.plan(plan_graph, target, ctx.stopwatch)
     return build_package(sched, plan_graph, built, signature, model_info, target), sched
 

@@ -24,6 +24,7 @@ import torch
 
 from . import kernel_ir as K
 from .alias_analysis import fixed_tensor_lists, mutated_views, writes
+from .decompositions import kernel_pieces_outside_kernels, undo_refused
 from .drop_unread import drop_unread
 from .ir import (Attr, KERNEL_OP, QUANTIZED_DTYPES, Block, Graph, Node, Type, Value, clone_graph,
                  provenance_line, walk_block)
@@ -55,12 +56,21 @@ def fuse(graph: Graph, device_type: str, refused: Optional[dict[int, str]] = Non
     them and fuses again, so a bug in one lowering costs that node its kernel, never the conversion.
 
     `dims` (name -> (min, max, example size)) lets kernels take dynamic dims as arguments: values whose sizes are
-    polynomials over them lower like static ones. Without it only static shapes lower."""
-    work = clone_graph(graph)
-    K.fresh_scope(dims)
-    _Fuser(work, device_type, refused or {}, dims is not None).block(work.body, top=True)
-    drop_unread(work)
-    return work
+    polynomials over them lower like static ones. Without it only static shapes lower.
+
+    An op a rewrite wrote as pieces for kernels (decompositions.py) whose pieces do not all reach kernels (refused,
+    or not lowered) runs through ATen as the one op it was: fused again with it put back."""
+    refused = dict(refused or {})
+    while True:
+        work = clone_graph(graph)
+        refused.update(undo_refused(work, refused))
+        K.fresh_scope(dims)
+        _Fuser(work, device_type, refused, dims is not None).block(work.body, top=True)
+        drop_unread(work)
+        outside = kernel_pieces_outside_kernels(work, refused)
+        if not outside:
+            return work
+        refused.update(outside)
 
 
 _CARRIED_SCALARS = {"int": "int64", "float": "float64", "bool": "bool"}  # runtime scalar -> its 0-d tensor's dtype

@@ -35,6 +35,7 @@ class Attr:
     STORE = "store"  # a rewrite asks fusion to store the value rather than recompute it in each reader
     SYNTHETIC = "synthetic"  # made by a pass, not by TorchScript: the report does not count it
     FROM_OPS = "from_ops"  # a rewrite's node: the TorchScript ops it stands for (the report counts them)
+    DECOMPOSES = "decomposes"  # a rewrite's piece of an op written as pieces for kernels: its Decomposition
     GEMM_FORM = "gemm_form"  # gemm_forms: the form a GEMM took, read by gemm_kernels for the generated one
     GEMM_CONFIG = "gemm_config"  # gemm_forms: the generated form's launch configuration, timed fastest
     FOLDED_FROM = "folded_from"  # fold_shapes: the op a constant was computed from

@@ -7,10 +7,12 @@ the relu / residual add kernel that follows, which reads the output anyway:
 
     y = _convolution(x, w, b, ...)   ->   c = _convolution(x, w, None, ...); y = c + b.view(C, 1, 1)
 
-On the CPU the bias stays in the convolution (oneDNN adds it in the convolution's own epilogue, for free).
+On the CPU the bias stays in the convolution (oneDNN adds it in the convolution's own epilogue, for free). Where the
+add does not reach a kernel, fusion puts the bias back into the convolution (decompositions.py).
 """
 from __future__ import annotations
 
+from .decompositions import constant_nodes, decomposition
 from .ir import Attr, Graph, Node, Type, Value, blocks, weight_names
 from .op_table import lookup
 
@@ -23,7 +25,7 @@ def split_conv_bias(graph: Graph, device_type: str) -> int:
     """Rewrite in place; returns how many convolutions gave up their bias."""
     if device_type != "cuda":
         return 0
-    weights = weight_names(graph)
+    weights, constants = weight_names(graph), constant_nodes(graph)
     split = 0
     for block in blocks(graph):
         out: list[Node] = []
@@ -41,8 +43,9 @@ def split_conv_bias(graph: Graph, device_type: str) -> int:
             convolved = Value(f"{result.name}_convolved", result.type)
             per_channel = Value(f"{bias.name}_per_channel", Type("Tensor", bias.type.dtype, None, bias.type.device))
             alpha = Value(f"{result.name}_alpha", Type("int"))
+            record = decomposition(node, "split_conv_bias", constants)
             node.inputs[BIAS], node.outputs[0] = none, convolved
-            out[-1:] = [
+            out[-1:] = pieces = [
                 Node("prim::Constant", [], [none], attrs={Attr.VALUE: None}),
                 node,
                 Node("prim::Constant", [], [size], attrs={Attr.VALUE: [-1] + [1] * (rank - 2)}),
@@ -52,6 +55,7 @@ def split_conv_bias(graph: Graph, device_type: str) -> int:
                 Node("aten::add.Tensor", [convolved, per_channel, alpha], [result], source=node.source,
                      attrs={Attr.SCHEMA: _ADD_SCHEMA, Attr.SYNTHETIC: True}),
             ]
+            record.mark(pieces, pieces[-1:])
             split += 1
         block.nodes = out
     return split

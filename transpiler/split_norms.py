@@ -13,7 +13,8 @@ same reason), 47 of them in a call. Each such norm is written instead as
 
 with the partial sums and the two statistics stored (`attrs["store"]`: fusion writes them out instead of inlining
 them into the kernels that read them, where each program would recompute them). Three reads of the input instead of
-one, all at full parallelism.
+one, all at full parallelism. Through ATen those pieces are a dozen launches where the norm was one: where they do
+not all reach kernels, fusion puts the norm back, and it runs through ATen (decompositions.py).
 
 Only float32 norms over static shapes are rewritten; on the CPU, where a row per thread already fills the cores,
 nothing is (MODE says so; tests force it).
@@ -23,8 +24,9 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
+from .decompositions import constant_nodes, decomposition
 from .ir import Attr, Graph, Node, Type, Value, blocks, literals as literals_of
-from .op_table import schema_of
+from .op_table import is_view, schema_of
 
 MODE = "auto"  # "auto": on CUDA only; "always" (tests); "never"
 MAX_ROWS = 128  # fewer rows than this leaves SMs idle...
@@ -37,7 +39,7 @@ def split_norms(graph: Graph, device_type: str) -> int:
     """Rewrite in place; returns how many norms were split."""
     if MODE == "never" or (MODE == "auto" and device_type != "cuda"):
         return 0
-    constants = literals_of(graph)
+    constants, constant_producers = literals_of(graph), constant_nodes(graph)
     count = 0
     for block in blocks(graph):
         out: list[Node] = []
@@ -46,7 +48,9 @@ def split_norms(graph: Graph, device_type: str) -> int:
             if plan is None:
                 out.append(node)
                 continue
-            out += _rewrite(node, *plan)
+            pieces = _rewrite(node, *plan)
+            out += decomposition(node, "split_norms", constant_producers).mark(
+                pieces, [n for n in pieces if n.op != "prim::Constant" and not is_view(n.op)])
             count += 1
         block.nodes = out
     return count
