@@ -21,7 +21,8 @@ from .infer_shapes import ShapeRecorder
 from .ir import Attr, Graph, Node, Type
 from .op_table import lookup, schema_of, writes_in_place
 
-_symbols = (f"u{i}" for i in itertools.count())  # opaque, like shape inference's own: only their identity matters
+_symbols = (f"u{i}" for i in itertools.count())
+META_KINDS = ("Device", "ScalarType", "Layout", "str", "None")  # opaque, like shape inference's own: only their identity matters
 
 
 def mark_data_dependent(graph: Graph, recorder: ShapeRecorder, counted: frozenset = frozenset()) -> set[int]:
@@ -37,7 +38,7 @@ def mark_data_dependent(graph: Graph, recorder: ShapeRecorder, counted: frozense
     observed = _tainted(graph, set(), frozenset(), only=counted) - opaque
     for value_id in opaque | observed:
         value = values.get(value_id)
-        if value is None:
+        if value is None or value.type.kind in META_KINDS:  # (a tensor's device or dtype is no count)
             continue
         recorder.varying.add(value_id)  # a number read from it is not a constant
         if value_id in opaque:

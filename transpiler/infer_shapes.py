@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from .ir import Node, Type, Value, tensor_type
+from .ir import Graph, Node, Type, Value, tensor_type
 from .symbolic import fit
 
 
@@ -126,6 +126,19 @@ class ShapeRecorder:
                 self.opaque_examples[name] = values[0]  # the first draw observed is the example
             return self.opaque_sizes[key]
         return found
+
+
+def type_carried_values(graph: Graph) -> None:
+    """Type each value a loop carries, as its body sees it (no run observes a block's inputs): the type of what
+    enters the loop, when what each iteration hands on and what leaves the loop have that same type (the same
+    shape, dtype, device and strides), so that ops on a carried tensor (NMS's `suppressed`) may become kernels."""
+    for node in graph.walk():
+        if node.op != "prim::Loop":
+            continue
+        body = node.blocks[0]
+        for inner, initial, result, out in zip(body.inputs[1:], node.inputs[2:], body.outputs[1:], node.outputs):
+            if initial.type.is_tensor and initial.type.shape is not None and initial.type == result.type == out.type:
+                inner.type = initial.type
 
 
 def _dense_order(t: Type):

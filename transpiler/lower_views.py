@@ -91,8 +91,8 @@ def slice_(ctx, x, dim=0, start=None, end=None, step=1):
     if isinstance(ctx.out_shape[dim], SymSize) and not is_box(start) and not is_box(step):
         # a length that follows a dynamic dim (x[:, :seq], or any slice of a dynamic dim) is shape inference's
         # (fitted): the end decides nothing else
-        if isinstance(n, SymSize):
-            first = _dynamic_position(n, start or 0, "slice start")
+        if isinstance(n, SymSize):  # (a start from the front is inside the dim whenever the slice is not empty)
+            first = start or 0 if (start or 0) >= 0 else _dynamic_position(n, start, "slice start")
         else:  # a dynamic length out of a static dim must fit it at the range's largest size
             first = range(n)[slice(start, None, step)].start if n else 0
             longest = K.bounds(K.size(ctx.out_shape[dim]))[1]
@@ -206,7 +206,6 @@ def index_tensor(ctx, x, indices):
     require(len(indices) <= len(x.shape) and tensors and
             all(is_box(t) and t.dtype in ("int64", "int32") for t in tensors.values()),
             "an index that is not an integer tensor")
-    require(all(isinstance(x.shape[d], int) for d in tensors), "an indexed dim of dynamic size")
     dims = sorted(tensors)
     batch = broadcast_shapes(*(t.shape for t in tensors.values()))
     rest = [d for d in range(len(x.shape)) if d not in tensors]
@@ -220,7 +219,7 @@ def index_tensor(ctx, x, indices):
         at = index[len(before):len(before) + len(batch)]
         for d, t in tensors.items():
             position = K.cast(t(broadcast_index(t, at, batch)), K.INT)
-            wrapped = K.op("where", K.op("lt", position, K.const(0, K.INT)), position + x.shape[d], position)
+            wrapped = K.op("where", K.op("lt", position, K.const(0, K.INT)), position + K.size(x.shape[d]), position)
             full[d] = in_bounds(wrapped, x.shape[d])
         return x(full)
 
@@ -228,7 +227,8 @@ def index_tensor(ctx, x, indices):
     return make_box(shape, x.dtype, fn, [x, *tensors.values()])
 
 
-def in_bounds(position: K.KExpr, size: int) -> K.KExpr:
-    """A loaded index clamped into [0, size): a bad index must never read outside the tensor."""
+def in_bounds(position: K.KExpr, size) -> K.KExpr:
+    """A loaded index clamped into [0, size) (an int, or a SymSize: a dynamic dim or a count read from data): a bad
+    index must never read outside the tensor."""
     position = K.cast(position, K.INT)
-    return K.op("minimum", K.op("maximum", position, K.const(0, K.INT)), K.const(size - 1, K.INT))
+    return K.op("minimum", K.op("maximum", position, K.const(0, K.INT)), K.size(size) + (-1))

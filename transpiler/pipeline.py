@@ -33,7 +33,7 @@ from .fold_shapes import fold_shapes
 from .functionalize import functionalize
 from .fuse import fuse
 from .fuse_attention import fuse_attention
-from .infer_shapes import ShapeRecorder
+from .infer_shapes import ShapeRecorder, type_carried_values
 from .infer_unobserved import infer_unobserved
 from .ir import Graph
 from .op_table import lookup
@@ -253,6 +253,7 @@ def observe(graph: Graph, ctx: Context) -> Graph:
                                   f"model fails: {err}. Narrow one of the ranges") from None
     counted = _thinned_draws(graph, sched, ctx, recorder)
     recorder.annotate()
+    type_carried_values(graph)
     mark_data_dependent(graph, recorder, counted)  # sizes computed from data: opaque but where the draws saw them
     ctx.recorder = recorder
     return graph
