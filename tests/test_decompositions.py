@@ -147,3 +147,21 @@ def test_split_conv_bias_with_kernels_adds_the_bias_in_one(block, monkeypatch):
     assert steps["aten::add.Tensor"] == 0 and "aten::group_norm" not in steps, steps
     assert _kernel_ops(converted).count("aten::add.Tensor") >= 3  # two biases and the residual
     assert_matches_torchscript(converted, block, _draw)
+
+
+def test_a_convolution_whose_bias_add_does_not_lower_takes_its_bias_back(block, monkeypatch):
+    """The bias split out as on CUDA, and adds that do not lower: each convolution adds its bias itself again (one
+    ATen add, the residual's, not three), and still counts as a vendor call (it has no lowering to refuse)."""
+    monkeypatch.setattr(split_norms, "MODE", "never")
+    replace_pass(monkeypatch, "split_conv_bias", lambda g, c: split_conv_bias(g, "cuda"), devices=("cpu", "cuda"))
+    load_lowerings()
+    original = OP_TABLE["aten::add.Tensor"]
+
+    def raises(ctx, *args):
+        raise KeyError("an injected bug")
+    monkeypatch.setitem(OP_TABLE, "aten::add.Tensor", dataclasses.replace(original, lowering=raises))
+    converted = convert_for(block, _draw(), "cpp")
+    steps = _aten_steps(converted)
+    assert steps["aten::add.Tensor"] == 1 and steps["aten::_convolution"] == 2, steps
+    assert converted.summary()["extern_nodes"] == 2, converted.summary()
+    assert_matches_torchscript(converted, block, _draw)
