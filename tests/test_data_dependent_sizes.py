@@ -240,3 +240,53 @@ def test_a_kernel_over_a_count_stays_out_of_cuda_graph_regions():
     assert regions == [[0, 1, 2, 3, 4], [6, 7, 8, 9, 10]], grouped["steps"]
     assert capturable(plan) and not capturable(plan, counts=frozenset({"s1"}))
     assert [s["kind"] for s in group_regions(plan, nodes)["steps"]] == ["graph"]  # (without counts: one region)
+
+
+def _greedy_nms(boxes: torch.Tensor, scores: torch.Tensor, threshold: float) -> torch.Tensor:
+    order = scores.argsort(descending=True)
+    iou = box_iou(boxes, boxes)
+    kept: list[int] = []
+    for i in order.tolist():
+        if all(float(iou[i, j]) <= threshold for j in kept):
+            kept.append(i)
+    return torch.tensor(kept, dtype=torch.int64, device=boxes.device)
+
+
+def _nms_op():
+    """torchvision's NMS, or (where torchvision is not installed) an op of its name and schema doing the same."""
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        if not hasattr(torch.ops.torchvision, "nms"):
+            library = torch.library.Library("torchvision", "DEF")
+            library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+            library.impl("nms", _greedy_nms, "CPU")
+            _nms_op.library = library  # (kept alive: the op goes with it)
+    return torch.ops.torchvision.nms
+
+
+def test_what_follows_nms_runs_in_kernels_over_its_count(request):
+    """NMS's kept boxes are a count too: conversion's draws cut them to their best few, so what follows (the kept
+    boxes scaled, their scores' sigmoid, the best 10 of them) is kernels over counts, right at every count."""
+    _nms_op()
+
+    @torch.jit.script
+    def detect(boxes, scores):
+        keep = torch.ops.torchvision.nms(boxes, scores, 0.3)[:10]
+        return boxes[keep] * 0.5 + 1.0, torch.sigmoid(scores[keep]) * 2.0
+
+    converted = jit2triton.convert(detect, _inputs("postprocess", 0), backend="cpp")
+    summary = converted.summary()
+    assert summary["verification"]["status"] == "passed" and not summary["verification"]["kernels_removed"]
+    assert "aten::sigmoid" not in summary["fallback_ops"] and "aten::mul.Scalar" not in summary["fallback_ops"], \
+        summary["fallback_reasons"]
+    counts = set()
+    for seed, spread in enumerate((0.02, 0.1, 1.0, 50.0)):  # boxes on top of each other .. far apart
+        g = torch.Generator().manual_seed(seed)
+        boxes = _boxes(160, g)
+        boxes = boxes - boxes[:, :2].repeat(1, 2) * (1 - spread)
+        inputs = (boxes, torch.rand(160, generator=g))
+        expected = detect(*inputs)
+        counts.add(expected[0].shape[0])
+        assert_same(converted(*inputs), expected, f"boxes spread {spread}")
+    assert len(counts) > 1, counts

@@ -6,11 +6,11 @@ matrix, `arange(n)`) can come out the same at every value draw: a threshold ever
 input where it differs; while a size beside it (a box's 4 coordinates, the 2 of `[:, :2]`) is a constant, and a
 kernel may be fitted to it. Telling the two apart by rules would take a shape rule per op. Here the run tells:
 these draws run the example again with each mask that sets a count (the boolean index of `x[mask]`, the input of
-`nonzero`, `where(c)`, `masked_select`) thinned as it is made (most of its true entries set false), so every count
-set by a mask changes, and every size computed from one changes with it; a size that stays put at every draw is
+`nonzero`, `where(c)`, `masked_select`) thinned as it is made (most of its true entries set false), and the boxes
+NMS keeps cut to their best few, so every such count changes, and every size computed from one changes with it; a size that stays put at every draw is
 not a count. The draws are for shapes only: their outputs are not the model's answer for those inputs.
 
-Counts set otherwise (NMS's, unique's, a number read out of a tensor) are not changed here: data_sizes.py keeps
+Counts set otherwise (unique's, a number read out of a tensor) are not changed here: data_sizes.py keeps
 every size computed from them opaque.
 """
 from __future__ import annotations
@@ -24,6 +24,9 @@ from .ir import Graph, Node
 # per op: the input positions of the masks that set its output's count (index.Tensor's: in its index list)
 MASK_INPUTS = {"aten::nonzero": (0,), "aten::nonzero_numpy": (0,), "aten::argwhere": (0,), "aten::where": (0,),
                "aten::masked_select": (1,)}
+# ops whose first output is a list of kept indices, best first: a draw keeps its front (resized in place, so every
+# reader sees the one shorter list), as if fewer had survived
+TRUNCATED = frozenset({"torchvision::nms"})
 KEEP_FRACTIONS = (0.5, 0.1)  # of a mask's true entries, one draw each: counts at about half, and near none
 
 
@@ -74,6 +77,7 @@ class Thinner:
         self.observer, self.nodes, self.masks, self.keep = observer, nodes, masks, keep
         self.generator = torch.Generator().manual_seed(seed)
         self.thinned: set[int] = set()
+        self.truncated: set[int] = set()  # uids of the TRUNCATED nodes whose output it shortened
         self.changed = False
 
     def thin(self, value_id: int, mask: object) -> None:
@@ -98,8 +102,22 @@ class Thinner:
             out.append(x)
         return out
 
+    def truncate(self, node: Node, kept: object) -> None:
+        if not isinstance(kept, torch.Tensor) or kept.dim() != 1:
+            return
+        if kept.numel():
+            try:
+                kept.resize_(int(kept.numel() * self.keep))
+            except RuntimeError:  # (a tensor that shares its storage cannot be resized: its count is not changed)
+                return
+            self.changed = True
+        self.truncated.add(node.uid)
+
     def __call__(self, node_index: int, outputs: tuple) -> Optional[object]:
-        for value, x in zip(self.nodes[node_index].outputs, outputs):
+        node = self.nodes[node_index]
+        if node.op in TRUNCATED and outputs:
+            self.truncate(node, outputs[0])
+        for value, x in zip(node.outputs, outputs):
             if value.id in self.masks:
                 self.thin(value.id, x)
         return self.observer(node_index, outputs)

@@ -26,7 +26,7 @@ from jit2triton.errors import ConversionError, Jit2TritonError, TimeBudgetError
 
 from .bind_sizes import bind_opaque_sizes
 from .check_indices import check_indices
-from .count_draws import KEEP_FRACTIONS, Thinner, counted_only_by_masks, mask_values
+from .count_draws import KEEP_FRACTIONS, TRUNCATED, Thinner, counted_only_by_masks, mask_values
 from .data_sizes import mark_data_dependent
 from .decompose_mha import decompose_mha
 from .fold_shapes import fold_shapes
@@ -260,11 +260,12 @@ def observe(graph: Graph, ctx: Context) -> Graph:
 
 
 def _thinned_draws(graph: Graph, sched: Plan, ctx: Context, recorder: ShapeRecorder) -> frozenset:
-    """Run the example again with the masks that set counts thinned (count_draws.py), for shapes only; -> the uids of
-    the nodes whose counts every such draw changed (none when a draw failed: the model would not take a thinner
-    mask, and the sizes after those nodes stay opaque)."""
+    """Run the example again with the masks that set counts thinned and NMS's kept boxes cut (count_draws.py), for
+    shapes only; -> the uids of the nodes whose counts every such draw changed (none when a draw failed: the model
+    would not take a thinner mask, and the sizes after those nodes stay opaque)."""
     masks = mask_values(graph)
-    if not masks:
+    truncated = {node.uid for node in graph.walk() if node.op in TRUNCATED}
+    if not masks and not truncated:
         return frozenset()
     thinned = set(masks)
     for number, keep in enumerate(KEEP_FRACTIONS):
@@ -282,7 +283,8 @@ def _thinned_draws(graph: Graph, sched: Plan, ctx: Context, recorder: ShapeRecor
         if not thinner.changed:
             return frozenset()
         thinned &= thinner.thinned  # (a mask inside a branch one draw did not take is not known to be thinned)
-    return frozenset(counted_only_by_masks(graph, thinned))
+        truncated &= thinner.truncated
+    return frozenset(counted_only_by_masks(graph, thinned) | truncated)
 
 
 def _bind_sizes(graph: Graph, ctx: Context) -> Graph:
