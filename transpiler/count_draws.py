@@ -20,13 +20,8 @@ from typing import Callable, Optional
 import torch
 
 from .ir import Graph, Node
+from .op_table import lookup
 
-# per op: the input positions of the masks that set its output's count (index.Tensor's: in its index list)
-MASK_INPUTS = {"aten::nonzero": (0,), "aten::nonzero_numpy": (0,), "aten::argwhere": (0,), "aten::where": (0,),
-               "aten::masked_select": (1,)}
-# ops whose first output is a list of kept indices, best first: a draw keeps its front (resized in place, so every
-# reader sees the one shorter list), as if fewer had survived
-TRUNCATED = frozenset({"torchvision::nms"})
 KEEP_FRACTIONS = (0.5, 0.1)  # of a mask's true entries, one draw each: counts at about half, and near none
 
 
@@ -38,8 +33,8 @@ def mask_values(graph: Graph) -> dict[int, Node]:
         if node.op == "aten::index.Tensor" and len(node.inputs) > 1:
             listed = producers.get(node.inputs[1].id)
             candidates = listed.inputs if listed is not None and listed.op == "prim::ListConstruct" else []
-        elif node.op in MASK_INPUTS and (node.op != "aten::where" or len(node.inputs) == 1):
-            candidates = [node.inputs[i] for i in MASK_INPUTS[node.op] if i < len(node.inputs)]
+        elif _counts_masks(node):
+            candidates = [node.inputs[i] for i in lookup(node.op).count_masks if i < len(node.inputs)]
         else:
             continue
         for v in candidates:  # (before the first run types the graph, a mask's dtype may not be known)
@@ -62,10 +57,15 @@ def counted_only_by_masks(graph: Graph, thinned: set[int]) -> set[int]:
             if any(v.id in thinned for v in tensors) and all(v.id in thinned or v.type.dtype in ("int64", "int32")
                                                              for v in tensors):
                 covered.add(node.uid)
-        elif node.op in MASK_INPUTS and (node.op != "aten::where" or len(node.inputs) == 1) and all(
-                node.inputs[i].id in thinned for i in MASK_INPUTS[node.op] if i < len(node.inputs)):
+        elif _counts_masks(node) and all(node.inputs[i].id in thinned for i in lookup(node.op).count_masks
+                                         if i < len(node.inputs)):
             covered.add(node.uid)
     return covered
+
+
+def _counts_masks(node: Node) -> bool:
+    """Whether the node's count is its masks' (`where(c, x, y)`, with three inputs, has no count)."""
+    return bool(lookup(node.op).count_masks) and (node.op != "aten::where" or len(node.inputs) == 1)
 
 
 class Thinner:
@@ -77,7 +77,7 @@ class Thinner:
         self.observer, self.nodes, self.masks, self.keep = observer, nodes, masks, keep
         self.generator = torch.Generator().manual_seed(seed)
         self.thinned: set[int] = set()
-        self.truncated: set[int] = set()  # uids of the TRUNCATED nodes whose output it shortened
+        self.truncated: set[int] = set()  # uids of the nodes whose kept list (`keeps_best`) it cut
         self.changed = False
 
     def thin(self, value_id: int, mask: object) -> None:
@@ -115,7 +115,7 @@ class Thinner:
 
     def __call__(self, node_index: int, outputs: tuple) -> Optional[object]:
         node = self.nodes[node_index]
-        if node.op in TRUNCATED and outputs:
+        if lookup(node.op).keeps_best and outputs:  # (its first output resized in place: every reader sees it cut)
             self.truncate(node, outputs[0])
         for value, x in zip(node.outputs, outputs):
             if value.id in self.masks:

@@ -6,7 +6,7 @@ fails, the conversion steps down this ladder, each rung giving up more speed tha
   1. optional rewrites off: a rewrite that only makes the graph faster (pipeline.OPTIONAL_REWRITES) raises an
      internal error: the graph is prepared again from TorchScript's, without it;
   2. kernels out one by one: a kernel fails to build (fuse.FusionFailed), or verification finds the first kernel
-     that differs from ATen (deploy/culprit.py): its nodes run through ATen, and the package is built again;
+     that differs from ATen (deploy/packaging/culprit.py): its nodes run through ATen, and the package is built again;
   3. the region that disagrees out: verification fails and the culprit search names no kernel; the kernels are
      bisected in the order the plan runs them (keep the first half, verify, recurse) to the first one the package
      cannot keep, which is taken out as in rung 2 and the rest verified again; the search is bounded

@@ -35,9 +35,13 @@ class OpInfo:
     # tensor output's size does (every size computed from it is opaque: transpiler/data_sizes.py), "scalar" for ops
     # that read a number out of a tensor; shape inference runs such models on other values too
     data_dependent_size: str = ""
+    # the input positions of the boolean masks whose true entries set its output's count (nonzero's input), which
+    # conversion's count draws thin (transpiler/count_draws.py); boolean indexing's masks sit in its index list
+    count_masks: tuple[int, ...] = ()
+    keeps_best: bool = False  # its first output lists the kept items, best first (NMS): the count draws cut it
     # nearly equal inputs can give it different outputs (a comparison, an argmax, a sort's order, NMS, a floor):
     # where a package first differs from TorchScript at such an op, rounding decided it, not a wrong kernel
-    # (deploy/culprit.py first_divergence); every op with a data-dependent size is
+    # (deploy/packaging/culprit.py first_divergence); every op with a data-dependent size is
     discontinuous: bool = False
     # why the op computes in float32 when a package runs in reduced precision (transpiler/precision.py): its
     # statistics or accumulators overflow or lose their range in float16/bfloat16 (autocast's float32 list); "" runs
@@ -224,6 +228,9 @@ facts("""
 """, data_dependent_size="tensor")
 facts("aten::item aten::Int.Tensor aten::Float.Tensor aten::ScalarImplicit aten::IntImplicit aten::tolist",
       data_dependent_size="scalar")
+facts("aten::nonzero aten::nonzero_numpy aten::argwhere aten::where", count_masks=(0,))  # (where: its one-argument form)
+facts("aten::masked_select", count_masks=(1,))
+facts("torchvision::nms", keeps_best=True)
 
 # Outputs that jump where their inputs cross a boundary: comparisons, arg-reductions, orders, roundings, casts to
 # integers (and every op whose output size depends on data: OpInfo sets it)

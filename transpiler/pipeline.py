@@ -26,7 +26,7 @@ from jit2triton.errors import ConversionError, Jit2TritonError, TimeBudgetError
 
 from .bind_sizes import bind_opaque_sizes
 from .check_indices import check_indices
-from .count_draws import KEEP_FRACTIONS, TRUNCATED, Thinner, counted_only_by_masks, mask_values
+from .count_draws import KEEP_FRACTIONS, Thinner, counted_only_by_masks, mask_values
 from .data_sizes import mark_data_dependent
 from .decompose_mha import decompose_mha
 from .fold_shapes import fold_shapes
@@ -264,7 +264,7 @@ def _thinned_draws(graph: Graph, sched: Plan, ctx: Context, recorder: ShapeRecor
     shapes only; -> the uids of the nodes whose counts every such draw changed (none when a draw failed: the model
     would not take a thinner mask, and the sizes after those nodes stay opaque)."""
     masks = mask_values(graph)
-    truncated = {node.uid for node in graph.walk() if node.op in TRUNCATED}
+    truncated = {node.uid for node in graph.walk() if lookup(node.op).keeps_best}
     if not masks and not truncated:
         return frozenset()
     thinned = set(masks)
