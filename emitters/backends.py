@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from jit2triton.errors import ConversionError
+from jit2triton.errors import ConversionError, Jit2TritonError
 
 if TYPE_CHECKING:  # (the CLI lists the backends' names without importing torch: `--help` answers at once)
     import torch
@@ -52,8 +52,39 @@ class Backend:
               say: Progress) -> tuple[Files, dict[str, Any]]:
         """-> (package files, {section: its manifest section}) for the kernels; `device` is the conversion target,
         without it the device this process can build for (for Triton, the CPU under the interpreter)."""
-        files, section = self.compile(self.render(kernels), kernels, device, say)
+        try:
+            rendered = self.render(kernels)
+        except Jit2TritonError:
+            raise
+        except Exception:  # a renderer bug: the kernels that fail alone are to blame, if some render
+            failing = _failing_alone(self.render, kernels)
+            if failing and len(failing) < len(kernels):
+                raise KernelsFailed(failing) from None
+            raise
+        files, section = self.compile(rendered, kernels, device, say)
         return files, {self.section: section}
+
+
+class KernelsFailed(Exception):
+    """Rendering these kernels raised, while the model's other kernels rendered (a bug in a renderer, not in the
+    model): `failures` maps each one's name to why. Conversion runs their nodes through ATen and builds again
+    (transpiler/fallbacks.py, rung 2), so one kernel's bug costs only that kernel."""
+
+    def __init__(self, failures: dict[str, str]) -> None:
+        super().__init__("; ".join(f"kernel {name} {why}" for name, why in failures.items()))
+        self.failures = failures
+
+
+def _failing_alone(render: Callable[[list[Kernel]], Any], kernels: list[Kernel]) -> dict[str, str]:
+    """{name: why} of the kernels that fail to render on their own (each a renderer's work alone: cheap beside
+    compiling them)."""
+    failing = {}
+    for kernel in kernels:
+        try:
+            render([kernel])
+        except Exception as err:  # noqa: BLE001 - whatever the renderer raised is the reason, for the report
+            failing[kernel.name] = f"failed to render ({type(err).__name__}: {err})"
+    return failing
 
 
 def _render_cpp(kernels: list[Kernel]) -> str:

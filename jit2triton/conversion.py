@@ -18,7 +18,7 @@ from jit2triton.deploy.packaging.culprit import find_culprit
 from jit2triton.deploy.packaging.output_dims import with_dims
 from jit2triton.deploy.runtime import DeviceLike, placed_weights, python_runtimes
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
-from jit2triton.emitters.backends import backend_for, backend_named
+from jit2triton.emitters.backends import KernelsFailed, backend_for, backend_named
 from jit2triton.loaders import load_script
 from jit2triton.loaders.module_state import restore_state, state_values
 from jit2triton.loaders.torchscript import NO_DEFAULT, ModelSource, check_model_path
@@ -506,6 +506,8 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
             with ctx.stopwatch.stage("kernels"):
                 files, section = build_kernels(kernels, backend, say, target)
             built = BuiltKernels(backend, kernels, files, section)
+        except KernelsFailed as failed:  # a renderer bug in some kernels costs those kernels, not the others
+            raise _render_failed(plan_graph, failed) from None
         except (Jit2TritonError, FusionFailed):  # (FusionFailed: transpiler/fallbacks.py takes its nodes out)
             raise
         except Exception as err:  # a bug in fusion or a renderer that no single node explains: no kernels at all
@@ -514,6 +516,22 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
             built, plan_graph = BuiltKernels("aten", failure=failure), undecomposed(graph)
     sched = pipeline.plan(plan_graph, target, ctx.stopwatch)
     return build_package(sched, plan_graph, built, signature, model_info, target), sched
+
+
+def _render_failed(plan_graph, failed: KernelsFailed) -> fallbacks.RenderFailed:
+    """The nodes of the kernels that failed to render, each with its kernel's reason, for the ladder to run through
+    ATen in the next build."""
+    nodes, reasons, named = [], {}, []
+    for node in plan_graph.walk():
+        why = failed.failures.get(node.attrs[Attr.KERNEL].name) if node.op == KERNEL_OP else None
+        if why is None:
+            continue
+        fused = node.attrs[Attr.FUSED]
+        name = node.attrs[Attr.KERNEL].name
+        named.append(f"kernel {name} ({', '.join(sorted({n.op for n in fused}))}) {why}")
+        nodes += fused
+        reasons.update((n.uid, f"kernel {name} {why}") for n in fused)
+    return fallbacks.RenderFailed(nodes, reasons, "; ".join(named))
 
 
 def _on_device(value, target: torch.device):

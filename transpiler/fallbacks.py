@@ -38,7 +38,17 @@ from .pipeline import OPTIONAL_REWRITES, PassFailed
 MAX_VERIFY_ROUNDS = 16  # failed verifications with kernels in before every kernel goes out (each takes one out)
 MAX_BISECT_ROUNDS = 24  # verifications the bisection (rung 3) may spend in all: a few culprits in a 600-kernel model
 MAX_FUSION_FAILURES = 64  # kernels that fail to build before fusion is given up (every kernel out)
+MAX_RENDER_ROUNDS = 3  # builds whose kernels partly failed to render before every kernel goes out (each renders all)
 REPORT = "please report it with the model"
+
+
+class RenderFailed(FusionFailed):
+    """Some of a build's kernels failed to render while the others rendered (a renderer bug): `reasons` maps each of
+    their nodes' uids to why, naming its kernel; `reason` names them all, for the report."""
+
+    def __init__(self, nodes: list, reasons: dict[int, str], reason: str) -> None:
+        super().__init__(nodes, reason)
+        self.reasons = reasons
 
 
 class Mismatch(ConversionError):
@@ -56,6 +66,7 @@ class Attempt:
     removed: list[dict[str, Any]] = field(default_factory=list)  # kernels verification took out (2, 3)
     notes: list[str] = field(default_factory=list)  # why each step down was taken, for the report
     fusion_failures: int = 0
+    render_rounds: int = 0
     verify_rounds: int = 0
     kernels_given_up: bool = False  # verification failed MAX_VERIFY_ROUNDS times with kernels in: none come back
     bisection: Optional["Bisection"] = None  # rung 3's search, while it runs
@@ -141,10 +152,17 @@ def _pass_failed(attempt: Attempt, failure: PassFailed, say: Callable[[str], Non
 
 
 def _fusion_failed(attempt: Attempt, failure: FusionFailed, say: Callable[[str], None]) -> None:
-    """Rung 2: the nodes of the kernel that failed to build; rung 3 when it names none not already out."""
+    """Rung 2: the nodes of the kernels that failed to build; every kernel out when it names none not already out,
+    or past the bounds."""
     fresh = [n for n in failure.nodes if n.uid not in attempt.refused]
     attempt.fusion_failures += 1
-    if fresh and attempt.fusion_failures < MAX_FUSION_FAILURES:
+    if isinstance(failure, RenderFailed):
+        attempt.render_rounds += 1
+        if fresh and attempt.render_rounds <= MAX_RENDER_ROUNDS:
+            attempt.refused.update((node.uid, failure.reasons[node.uid]) for node in fresh)
+            _note(attempt, f"{failure.reason}: their ops run through ATen, the other kernels stay ({REPORT})", say)
+            return
+    elif fresh and attempt.fusion_failures < MAX_FUSION_FAILURES:
         attempt.refused.update((node.uid, failure.reason) for node in fresh)
         return
     attempt.kernels = False
@@ -181,7 +199,8 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
         return False
     if attempt.rewrites and not OPTIONAL_REWRITES <= attempt.skipped:  # a rewrite is wrong: an optional one?
         attempt.skipped |= OPTIONAL_REWRITES
-        attempt.kernels = attempt.fusion_failures < MAX_FUSION_FAILURES and not attempt.kernels_given_up
+        attempt.kernels = (attempt.fusion_failures < MAX_FUSION_FAILURES
+                           and attempt.render_rounds <= MAX_RENDER_ROUNDS and not attempt.kernels_given_up)
         attempt.removed = [r for r in attempt.removed if r["kernel"] != "*"]
         attempt.trusted.clear()
         _note(attempt, f"the rewritten model does not match TorchScript ({verdict.mismatches}) with every kernel "
