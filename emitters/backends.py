@@ -66,9 +66,9 @@ class Backend:
 
 
 class KernelsFailed(Exception):
-    """Rendering these kernels raised, while the model's other kernels rendered (a bug in a renderer, not in the
-    model): `failures` maps each one's name to why. Conversion runs their nodes through ATen and builds again
-    (transpiler/fallbacks.py, rung 2), so one kernel's bug costs only that kernel."""
+    """Rendering or compiling these kernels failed, while the model's other kernels rendered and compiled (a bug in
+    a renderer, not in the model): `failures` maps each one's name to why. Conversion runs their nodes through
+    ATen and builds again (transpiler/fallbacks.py, rung 2), so one kernel's bug costs only that kernel."""
 
     def __init__(self, failures: dict[str, str]) -> None:
         super().__init__("; ".join(f"kernel {name} {why}" for name, why in failures.items()))
@@ -94,9 +94,17 @@ def _render_cpp(kernels: list[Kernel]) -> str:
 
 def _compile_cpp(source: str, kernels: list[Kernel], device: Optional[torch.device],
                  say: Progress) -> tuple[Files, dict[str, Any]]:
-    from .build import compile_cpp
+    from .build import compile_cpp, kernels_that_fail_to_compile
+    from .compile_cpp import CompileFailed
     say(f"compiling {len(kernels)} C++ kernels")
-    return compile_cpp(source)
+    try:
+        return compile_cpp(source)
+    except CompileFailed:  # one translation unit for every kernel: the kernels to blame are searched for in halves
+        say("the C++ kernels did not compile: compiling parts of them for the kernels to blame")
+        failing = kernels_that_fail_to_compile(kernels)
+        if failing and len(failing) < len(kernels):
+            raise KernelsFailed(failing) from None
+        raise
 
 
 def _render_triton(kernels: list[Kernel]) -> list:

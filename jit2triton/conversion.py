@@ -507,7 +507,7 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
                 files, section = build_kernels(kernels, backend, say, target)
             built = BuiltKernels(backend, kernels, files, section)
         except KernelsFailed as failed:  # a renderer bug in some kernels costs those kernels, not the others
-            raise _render_failed(plan_graph, failed) from None
+            raise _generation_failed(plan_graph, failed) from None
         except (Jit2TritonError, FusionFailed):  # (FusionFailed: transpiler/fallbacks.py takes its nodes out)
             raise
         except Exception as err:  # a bug in fusion or a renderer that no single node explains: no kernels at all
@@ -518,7 +518,7 @@ def _build_package(graph, backend: str, ctx: pipeline.Context, signature: dict, 
     return build_package(sched, plan_graph, built, signature, model_info, target), sched
 
 
-def _render_failed(plan_graph, failed: KernelsFailed) -> fallbacks.RenderFailed:
+def _generation_failed(plan_graph, failed: KernelsFailed) -> fallbacks.GenerationFailed:
     """The nodes of the kernels that failed to render, each with its kernel's reason, for the ladder to run through
     ATen in the next build."""
     nodes, reasons, named = [], {}, []
@@ -531,7 +531,7 @@ def _render_failed(plan_graph, failed: KernelsFailed) -> fallbacks.RenderFailed:
         named.append(f"kernel {name} ({', '.join(sorted({n.op for n in fused}))}) {why}")
         nodes += fused
         reasons.update((n.uid, f"kernel {name} {why}") for n in fused)
-    return fallbacks.RenderFailed(nodes, reasons, "; ".join(named))
+    return fallbacks.GenerationFailed(nodes, reasons, "; ".join(named))
 
 
 def _on_device(value, target: torch.device):

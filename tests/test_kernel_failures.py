@@ -1,7 +1,7 @@
 """A renderer bug in one kernel costs that kernel, never the model's others (issue 46): the kernel that fails to
-render alone has its ops run through ATen, named with the failure in the report, and the package is built again
-with every other kernel; only where every kernel fails, or rounds of failures pass MAX_RENDER_ROUNDS, does every op
-run through ATen."""
+render (or, for C++, to compile) alone has its ops run through ATen, named with the failure in the report, and the
+package is built again with every other kernel; only where every kernel fails, or rounds of failures pass
+MAX_GENERATION_ROUNDS, does every op run through ATen."""
 from __future__ import annotations
 
 import pytest
@@ -50,6 +50,20 @@ def test_a_kernel_that_fails_to_render_alone_costs_only_that_kernel(backend, mon
     assert_matches_torchscript(converted, model, _draw)
 
 
+def test_a_kernel_whose_cpp_does_not_compile_costs_only_that_kernel(monkeypatch):
+    """The model's kernels are one C++ translation unit: halves of them are compiled to find the one to blame."""
+    monkeypatch.setitem(cpp.OPS, "sin", "j2t_no_such_function({0})")
+    model = torch.jit.script(three_regions)
+    converted = convert_for(model, _draw(), "cpp")
+    summary = converted.summary()
+    assert converted.manifest["backend"] == "cpp" and "generation_failed" not in summary, summary
+    kernel_ops = {op for kernel in summary["kernels"] for op in kernel["ops"]}
+    assert "aten::relu" in kernel_ops and "aten::sin" not in kernel_ops, summary
+    why = summary["fallback_reasons"]["aten::sin"]
+    assert "failed to compile" in why and "j2t_no_such_function" in why, why
+    assert_matches_torchscript(converted, model, _draw)
+
+
 def test_a_renderer_failing_for_every_kernel_leaves_every_op_to_aten(monkeypatch):
     """No single kernel to blame: one round, then the model's ops all run through ATen, as before."""
     def broken(*args):
@@ -64,9 +78,9 @@ def test_a_renderer_failing_for_every_kernel_leaves_every_op_to_aten(monkeypatch
 
 
 def test_render_failures_are_bounded_in_rounds(monkeypatch):
-    """Each round of render failures is a fusion and a rendering of the whole model: past MAX_RENDER_ROUNDS every
+    """Each round of render failures is a fusion and a rendering of the whole model: past MAX_GENERATION_ROUNDS every
     kernel goes out instead of another round."""
-    monkeypatch.setattr(fallbacks, "MAX_RENDER_ROUNDS", 0)
+    monkeypatch.setattr(fallbacks, "MAX_GENERATION_ROUNDS", 0)
     _break_sin(monkeypatch, "cpp")
     model = torch.jit.script(three_regions)
     converted = convert_for(model, _draw(), "cpp")

@@ -5,8 +5,10 @@ fails, the conversion steps down this ladder, each rung giving up more speed tha
 
   1. optional rewrites off: a rewrite that only makes the graph faster (pipeline.OPTIONAL_REWRITES) raises an
      internal error: the graph is prepared again from TorchScript's, without it;
-  2. kernels out one by one: a kernel fails to build (fuse.FusionFailed), or verification finds the first kernel
-     that differs from ATen (deploy/packaging/culprit.py): its nodes run through ATen, and the package is built again;
+  2. kernels out one by one: a kernel fails to build (fuse.FusionFailed), or to render or compile while the others
+     do (GenerationFailed: at most MAX_GENERATION_ROUNDS builds, each taking out every kernel that failed alone), or
+     verification finds the first kernel that differs from ATen (deploy/packaging/culprit.py): its nodes run
+     through ATen, and the package is built again;
   3. the region that disagrees out: verification fails and the culprit search names no kernel; the kernels are
      bisected in the order the plan runs them (keep the first half, verify, recurse) to the first one the package
      cannot keep, which is taken out as in rung 2 and the rest verified again; the search is bounded
@@ -38,13 +40,13 @@ from .pipeline import OPTIONAL_REWRITES, PassFailed
 MAX_VERIFY_ROUNDS = 16  # failed verifications with kernels in before every kernel goes out (each takes one out)
 MAX_BISECT_ROUNDS = 24  # verifications the bisection (rung 3) may spend in all: a few culprits in a 600-kernel model
 MAX_FUSION_FAILURES = 64  # kernels that fail to build before fusion is given up (every kernel out)
-MAX_RENDER_ROUNDS = 3  # builds whose kernels partly failed to render before every kernel goes out (each renders all)
+MAX_GENERATION_ROUNDS = 3  # builds with kernels that failed to render or compile before every kernel goes out
 REPORT = "please report it with the model"
 
 
-class RenderFailed(FusionFailed):
-    """Some of a build's kernels failed to render while the others rendered (a renderer bug): `reasons` maps each of
-    their nodes' uids to why, naming its kernel; `reason` names them all, for the report."""
+class GenerationFailed(FusionFailed):
+    """Some of a build's kernels failed to render or to compile while the others did (a renderer bug): `reasons` maps
+    each of their nodes' uids to why, naming its kernel; `reason` names them all, for the report."""
 
     def __init__(self, nodes: list, reasons: dict[int, str], reason: str) -> None:
         super().__init__(nodes, reason)
@@ -66,7 +68,7 @@ class Attempt:
     removed: list[dict[str, Any]] = field(default_factory=list)  # kernels verification took out (2, 3)
     notes: list[str] = field(default_factory=list)  # why each step down was taken, for the report
     fusion_failures: int = 0
-    render_rounds: int = 0
+    generation_rounds: int = 0
     verify_rounds: int = 0
     kernels_given_up: bool = False  # verification failed MAX_VERIFY_ROUNDS times with kernels in: none come back
     bisection: Optional["Bisection"] = None  # rung 3's search, while it runs
@@ -156,9 +158,9 @@ def _fusion_failed(attempt: Attempt, failure: FusionFailed, say: Callable[[str],
     or past the bounds."""
     fresh = [n for n in failure.nodes if n.uid not in attempt.refused]
     attempt.fusion_failures += 1
-    if isinstance(failure, RenderFailed):
-        attempt.render_rounds += 1
-        if fresh and attempt.render_rounds <= MAX_RENDER_ROUNDS:
+    if isinstance(failure, GenerationFailed):
+        attempt.generation_rounds += 1
+        if fresh and attempt.generation_rounds <= MAX_GENERATION_ROUNDS:
             attempt.refused.update((node.uid, failure.reasons[node.uid]) for node in fresh)
             _note(attempt, f"{failure.reason}: their ops run through ATen, the other kernels stay ({REPORT})", say)
             return
@@ -200,7 +202,7 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
     if attempt.rewrites and not OPTIONAL_REWRITES <= attempt.skipped:  # a rewrite is wrong: an optional one?
         attempt.skipped |= OPTIONAL_REWRITES
         attempt.kernels = (attempt.fusion_failures < MAX_FUSION_FAILURES
-                           and attempt.render_rounds <= MAX_RENDER_ROUNDS and not attempt.kernels_given_up)
+                           and attempt.generation_rounds <= MAX_GENERATION_ROUNDS and not attempt.kernels_given_up)
         attempt.removed = [r for r in attempt.removed if r["kernel"] != "*"]
         attempt.trusted.clear()
         _note(attempt, f"the rewritten model does not match TorchScript ({verdict.mismatches}) with every kernel "
