@@ -7,8 +7,10 @@ input where it differs; while a size beside it (a box's 4 coordinates, the 2 of 
 kernel may be fitted to it. Telling the two apart by rules would take a shape rule per op. Here the run tells:
 these draws run the example again with each mask that sets a count (the boolean index of `x[mask]`, the input of
 `nonzero`, `where(c)`, `masked_select`) thinned as it is made (most of its true entries set false), and the boxes
-NMS keeps cut to their best few, so every such count changes, and every size computed from one changes with it; a size that stays put at every draw is
-not a count. The draws are for shapes only: their outputs are not the model's answer for those inputs.
+NMS keeps cut to their best few, so every such count changes, and every size computed from one changes with it; a
+size that stays put at every draw is not a count. The draws are for shapes only: their outputs are not the model's
+answer for those inputs. (A model that holds its own invariant between a mask and a number it counted apart, and
+fails when the mask alone is thinned, fails the draw: its counts then stay opaque, as before these draws.)
 
 Counts set otherwise (unique's, a number read out of a tensor) are not changed here: data_sizes.py keeps
 every size computed from them opaque.

@@ -21,8 +21,8 @@ from .infer_shapes import ShapeRecorder
 from .ir import Attr, Graph, Node, Type
 from .op_table import lookup, schema_of, writes_in_place
 
-_symbols = (f"u{i}" for i in itertools.count())
-META_KINDS = ("Device", "ScalarType", "Layout", "str", "None")  # opaque, like shape inference's own: only their identity matters
+_symbols = (f"u{i}" for i in itertools.count())  # opaque, like shape inference's own: only their identity matters
+META_KINDS = ("Device", "ScalarType", "Layout", "str", "None")  # what a value computed from data may be and no count
 
 
 def mark_data_dependent(graph: Graph, recorder: ShapeRecorder, counted: frozenset = frozenset()) -> set[int]:
