@@ -90,7 +90,7 @@ def run(name: str, args, folder: str) -> dict:
         row["verification"] = summary["verification"]["status"]
         path = os.path.join(folder, f"{name}.j2t")
         converted.save(path)
-        package = jit2triton.load(path)
+        package = jit2triton.load(path, cuda_graphs=not args.no_cuda_graphs)
         with torch.inference_mode():
             ts, note = torchscript_contender(program)
             ours = contender(package, program)
@@ -132,6 +132,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--steps", action="store_true")
+    parser.add_argument("--no-cuda-graphs", action="store_true", help="load the package with cuda_graphs=False")
     parser.add_argument("--json")
     args = parser.parse_args()
     rows = []
