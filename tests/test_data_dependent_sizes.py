@@ -122,11 +122,14 @@ def test_data_dependent_sizes_follow_the_data(name, backend):
 
 
 def test_a_size_fixed_at_conversion_fails_verification(monkeypatch):
-    """Without the other values shape inference runs on, `int(mask.sum())` is the example's count, and topk's size
-    with it: verification must catch that on the fresh draw (a refused or differently sized draw is a failure, not a
-    note) and leave a package that follows the data."""
+    """Without the other values shape inference runs on, and were the number `int(mask.sum())` not known to be read
+    out of data (data_sizes.py, switched off here), topk's size would be the example's count: verification must
+    catch that on the fresh draw (a refused or differently sized draw is a failure, not a note) and leave a package
+    that follows the data."""
     from jit2triton import conversion
+    from jit2triton.transpiler import data_sizes
     monkeypatch.setattr(conversion, "VALUE_SHIFTS", ())
+    monkeypatch.setattr(data_sizes, "_reads_a_number", lambda node, numbers: False)
     converted = jit2triton.convert(top_by_count, _inputs("top_by_count", 0))
     verification = converted.summary()["verification"]
     assert verification["kernels_removed"], verification
@@ -290,3 +293,26 @@ def test_what_follows_nms_runs_in_kernels_over_its_count(request):
         counts.add(expected[0].shape[0])
         assert_same(converted(*inputs), expected, f"boxes spread {spread}")
     assert len(counts) > 1, counts
+
+
+@torch.jit.script
+def few_positives(x):
+    # (fuzz seeds 21074 and 31245: three elements, so the value draws may all count as many positives)
+    top = torch.topk(x.reshape(-1), int((x > 0.0).sum()) + 1).values
+    return torch.exp(top.clamp(-8.0, 8.0))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_size_set_by_a_number_read_out_of_data_follows_it(backend, monkeypatch):
+    """topk's k is `int(count) + 1`, a number read out of the data: the size it sets follows each call's data even
+    when every draw during conversion counted the same (here forced: no other values are drawn), and no kernel was
+    fitted to the example's count for verification to take out."""
+    from jit2triton import conversion
+    monkeypatch.setattr(conversion, "VALUE_SHIFTS", ())
+    example = (torch.tensor([[0.5], [-1.0], [2.0]]),)
+    converted = convert_for(few_positives, example, backend)
+    verification = converted.summary()["verification"]
+    assert verification["status"] == "passed" and not verification["kernels_removed"], verification
+    for x in ([[-0.5], [-1.0], [-2.0]], [[0.3], [-1.0], [-2.0]], [[0.5], [1.0], [-2.0]]):  # 0, 1, 2 positive
+        x = torch.tensor(x) * (1 + torch.rand(3, 1))
+        assert_same(to_cpu(converted(*to_device((x,), converted.device))), few_positives(x))

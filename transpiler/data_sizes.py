@@ -52,11 +52,18 @@ def _tainted(graph: Graph, tainted: set[int], counted: frozenset, only: Optional
     data-dependent nodes (but `counted` ones; with `only`, just those), and what is computed from them."""
     producers = {v.id: node for node in graph.walk() for v in node.outputs}
     weights = graph.weights
+    numbers: set[int] = set()  # numbers read out of tensors, and host arithmetic on them (`int(mask.sum()) + 1`)
     changed = True
     while changed:  # a loop carries a value back to its start: go round until nothing new is found
         changed = False
         for node in graph.walk():
-            if _spreads(node, tainted, producers, weights, counted, only):
+            if only is None and _reads_a_number(node, numbers):
+                for value in node.outputs:
+                    if value.id not in numbers:
+                        numbers.add(value.id)
+                        changed = True
+            if _spreads(node, tainted, producers, weights, counted, only) or (
+                    only is None and _sized_by(node, numbers)):
                 for value in _written(node):
                     if value.id not in tainted:
                         tainted.add(value.id)
@@ -108,6 +115,22 @@ def _spreads(node: Node, tainted: set[int], producers: dict, weights: dict, coun
         return not listed or any(v.type.dtype in ("bool", "uint8") or v.type.dtype is None for v in listed
                                  if v.type.is_tensor)
     return True
+
+
+def _reads_a_number(node: Node, numbers: set[int]) -> bool:
+    """Whether the node's outputs are numbers read out of data: a read itself (`int(t)`, `t.item()`), or host
+    arithmetic and lists on such numbers. A number read so sets the size of what takes it as a size
+    (`topk(x, int((x > 0).sum()) + 1)`): value draws need not vary it (three elements, the same count at each)."""
+    if lookup(node.op).data_dependent_size == "scalar":
+        return True
+    return not node.blocks and any(v.id in numbers for v in node.inputs) and all(
+        not v.type.is_tensor for v in node.outputs)
+
+
+def _sized_by(node: Node, numbers: set[int]) -> bool:
+    """Whether a number read out of data sets the size of the node's output (its `size_args` or `sized_by`)."""
+    info = lookup(node.op)
+    return any(i < len(node.inputs) and node.inputs[i].id in numbers for i in (*info.size_args, *info.sized_by))
 
 
 def _written(node: Node) -> list:

@@ -38,6 +38,9 @@ class OpInfo:
     # the input positions of the boolean masks whose true entries set its output's count (nonzero's input), which
     # conversion's count draws thin (transpiler/count_draws.py); boolean indexing's masks sit in its index list
     count_masks: tuple[int, ...] = ()
+    # argument positions whose number sets its output's size besides `size_args` (topk's k, a slice's or narrow's
+    # bounds, a split's sizes): a number read out of data there makes a data-dependent size (data_sizes.py)
+    sized_by: tuple[int, ...] = ()
     keeps_best: bool = False  # its first output lists the kept items, best first (NMS): the count draws cut it
     # nearly equal inputs can give it different outputs (a comparison, an argmax, a sort's order, NMS, a floor):
     # where a package first differs from TorchScript at such an op, rounding decided it, not a wrong kernel
@@ -231,6 +234,9 @@ facts("aten::item aten::Int.Tensor aten::Float.Tensor aten::ScalarImplicit aten:
 facts("aten::nonzero aten::nonzero_numpy aten::argwhere aten::where", count_masks=(0,))  # (where: its one-argument form)
 facts("aten::masked_select", count_masks=(1,))
 facts("torchvision::nms", keeps_best=True)
+facts("aten::topk aten::split.Tensor aten::split_with_sizes aten::split.sizes aten::chunk aten::repeat "
+      "aten::tensor_split.sections aten::repeat_interleave.self_int", sized_by=(1,))
+facts("aten::slice.Tensor aten::narrow", sized_by=(2, 3))
 
 # Outputs that jump where their inputs cross a boundary: comparisons, arg-reductions, orders, roundings, casts to
 # integers (and every op whose output size depends on data: OpInfo sets it)
