@@ -16,7 +16,9 @@ had it, the constants it read, and which pieces must run in kernels for the rewr
   - a plan built without kernels (the ladder's every-kernel-out rungs, or kernel generation failing) undoes them
     all (`undecomposed`).
 
-A decomposition is undone only while every one of its pieces is still in the graph as the rewrite left it.
+A decomposition is undone only while every one of its pieces, and every node it names as an anchor, is still in
+the graph as the rewrite left it. A rewrite that renamed values (functionalize: later reads of a tensor written in
+place read the scatter's result) records the renaming to take back and the types its original's outputs had.
 """
 from __future__ import annotations
 
@@ -24,19 +26,25 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .ir import Attr, Graph, Node, blocks, clone_graph, defined
+from .ir import Attr, Graph, Node, Type, Value, blocks, clone_graph, defined
 
 
 @dataclass(eq=False)
 class Decomposition:
     """One op a rewrite wrote as pieces: `original` as the model had it (a copy, with the node's uid), the constant
     nodes it read (put back where the graph no longer has them), the uids of all pieces and of those that must run
-    in generated kernels, and the rewrite's name for the report."""
+    in generated kernels, and the rewrite's name for the report. `anchors`: uids of nodes outside the pieces that
+    the original needs as the rewrite found them (the view an in-place write goes through, the tensor it writes);
+    `renames`: value id -> the value its readers read once undone; `output_types`: value id -> the type the
+    original's output had, where the rewrite retyped it."""
     original: Node
     constants: list[Node]
     rewrite: str
     pieces: set[int] = field(default_factory=set)
     kernel_pieces: set[int] = field(default_factory=set)
+    anchors: set[int] = field(default_factory=set)
+    renames: dict[int, Value] = field(default_factory=dict)
+    output_types: dict[int, Type] = field(default_factory=dict)
 
     def mark(self, pieces: list[Node], kernel_pieces: list[Node]) -> list[Node]:
         """Record `pieces` (every node the rewrite made or changed in the op's place, constants included) as this
@@ -66,6 +74,7 @@ def undo(graph: Graph, which: Callable[[Decomposition], bool]) -> list[Decomposi
     """Put back, in place, the original node of each intact decomposition `which` picks (at its first piece's place,
     after the constants it reads that the graph no longer gives), its pieces removed. -> those undone."""
     found: dict[int, set[int]] = {}
+    present = {node.uid for node in graph.walk()}
     for node in graph.walk():
         record = node.attrs.get(Attr.DECOMPOSES)
         if record is not None:
@@ -73,7 +82,8 @@ def undo(graph: Graph, which: Callable[[Decomposition], bool]) -> list[Decomposi
     chosen: dict[int, Decomposition] = {}
     for node in graph.walk():
         record = node.attrs.get(Attr.DECOMPOSES)
-        if record is not None and found[record.original.uid] == record.pieces and which(record):
+        if (record is not None and found[record.original.uid] == record.pieces and record.anchors <= present
+                and which(record)):
             chosen[record.original.uid] = record
     if not chosen:
         return []
@@ -90,7 +100,27 @@ def undo(graph: Graph, which: Callable[[Decomposition], bool]) -> list[Decomposi
                 placed.add(record.original.uid)
                 out += [c for c in record.constants if c.outputs[0].id not in given] + [record.original]
         block.nodes = out
+    renames = {old: new for record in chosen.values() for old, new in record.renames.items()}
+    for record in chosen.values():
+        for v in record.original.outputs:
+            v.type = record.output_types.get(v.id, v.type)
+    if renames:
+        _read_instead(graph, renames)
     return list(chosen.values())
+
+
+def _read_instead(graph: Graph, renames: dict[int, Value]) -> None:
+    """Every read of a renamed value (nodes' inputs, blocks' outputs) reads its new value, followed to the end of a
+    chain of renames (two writes to one tensor: the second's scatter read the first's)."""
+    def final(v: Value) -> Value:
+        while v.id in renames:
+            v = renames[v.id]
+        return v
+
+    for block in blocks(graph):
+        for node in block.nodes:
+            node.inputs = [final(v) for v in node.inputs]
+        block.outputs[:] = [final(v) for v in block.outputs]
 
 
 def undo_refused(graph: Graph, refused: dict[int, str]) -> dict[int, str]:

@@ -10,6 +10,12 @@ kernel writes fresh outputs) and pins the view it writes through to ATen. Here, 
     v.op_(args)                ->  s = v.op(args); x2 = x.select_scatter(s, d, i); later reads of x read x2
                                    (slice / slice_scatter too, and chains of them: x[:, 1:3] is two slices)
 
+A write through views pays only where its scatters run in generated kernels: through ATen each scatter copies the
+whole tensor for every write. So that rewrite is a recorded decomposition (decompositions.py): where a scatter does
+not reach a kernel, fusion puts the in-place write back, and later reads of x read x again. Only views with literal
+arguments into a tensor of static shape are rewritten at all: bounds read at run time (`im[y0:y1, x0:x1] = m`, y0
+from a box) keep the write in place.
+
 A fill of a fixed number (zero_, or fill_ from a 0-d constant tensor) becomes fill.Scalar of that number.
 Anything else (a graph input or weight written in place, a tensor with other views, a write inside a loop to a
 tensor made outside it, a result whose dtype would differ) stays as it was and runs through ATen.
@@ -20,6 +26,7 @@ from typing import Any, Optional
 
 import torch
 
+from .decompositions import constant_nodes, decomposition
 from .ir import Attr, Block, Graph, Node, Type, Value, blocks
 from .lowering import get_lowering
 from .op_table import lookup, may_alias, returns_alias, schema_of
@@ -73,16 +80,20 @@ def _rewrite(graph: Graph, block: Block, position: int) -> bool:
     number = _fill_number(graph, node)
     if number is None and _result_dtype(name, schema, node, graph) != target.type.dtype:
         return False
+    record = decomposition(node, "functionalize", constant_nodes(graph)) if chain else None
+    pieces = [node]
     if number is not None:  # fill(x, number): its dtype is x's
         name, schema = "aten::fill.Scalar", schema_of("aten::fill.Scalar")
         filler = Value(f"{target.name}_fill", Type(type(number).__name__))
         node.inputs[1:] = [filler]
-        block.nodes.insert(position, Node("prim::Constant", [], [filler], attrs={Attr.VALUE: number}))
+        pieces.insert(0, Node("prim::Constant", [], [filler], attrs={Attr.VALUE: number}))
+        block.nodes.insert(position, pieces[0])
         position += 1
     node.op, node.attrs[Attr.SCHEMA] = name, schema
     if not chain:
         _read_instead(block, position + 1, target, node.outputs[0])
         return True
+    record.output_types = {node.outputs[0].id: node.outputs[0].type}
     node.outputs[0].type = target.type  # now the view's new values, no longer an alias of it
     src, inserted = node.outputs[0], []
     for view, args in zip(chain, constants):
@@ -97,6 +108,11 @@ def _rewrite(graph: Graph, block: Block, position: int) -> bool:
         src = written
     block.nodes[position + 1:position + 1] = inserted
     _read_instead(block, position + 1 + len(inserted), base, src)
+    # Undoable: where a scatter does not reach a kernel, ATen's scatter copies the whole tensor for each write; the
+    # in-place write (safe here, as checked above) writes only the view.
+    record.anchors = {made[base.id].uid, *(view.uid for view in chain)}
+    record.renames = {src.id: base}
+    record.mark(pieces + inserted, [n for n in inserted if n.op != "prim::Constant"])
     return True
 
 
