@@ -129,7 +129,7 @@ def test_a_size_fixed_at_conversion_fails_verification(monkeypatch):
     from jit2triton import conversion
     from jit2triton.transpiler import data_sizes
     monkeypatch.setattr(conversion, "VALUE_SHIFTS", ())
-    monkeypatch.setattr(data_sizes, "_reads_a_number", lambda node, numbers: False)
+    monkeypatch.setattr(data_sizes, "_reads_a_number", lambda *args: False)
     converted = jit2triton.convert(top_by_count, _inputs("top_by_count", 0))
     verification = converted.summary()["verification"]
     assert verification["kernels_removed"], verification

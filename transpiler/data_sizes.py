@@ -19,7 +19,7 @@ import torch
 
 from .infer_shapes import ShapeRecorder
 from .ir import Attr, Graph, Node, Type
-from .op_table import lookup, schema_of, writes_in_place
+from .op_table import HOST, lookup, schema_of, writes_in_place
 
 _symbols = (f"u{i}" for i in itertools.count())  # opaque, like shape inference's own: only their identity matters
 META_KINDS = ("Device", "ScalarType", "Layout", "str", "None")  # what a value computed from data may be and no count
@@ -53,11 +53,12 @@ def _tainted(graph: Graph, tainted: set[int], counted: frozenset, only: Optional
     producers = {v.id: node for node in graph.walk() for v in node.outputs}
     weights = graph.weights
     numbers: set[int] = set()  # numbers read out of tensors, and host arithmetic on them (`int(mask.sum()) + 1`)
+    from_sizes: dict[int, bool] = {}  # tensor value id -> whether only sizes make its value (a trace's shapes)
     changed = True
     while changed:  # a loop carries a value back to its start: go round until nothing new is found
         changed = False
         for node in graph.walk():
-            if only is None and _reads_a_number(node, numbers):
+            if only is None and _reads_a_number(node, numbers, producers, from_sizes):
                 for value in node.outputs:
                     if value.id not in numbers:
                         numbers.add(value.id)
@@ -117,14 +118,30 @@ def _spreads(node: Node, tainted: set[int], producers: dict, weights: dict, coun
     return True
 
 
-def _reads_a_number(node: Node, numbers: set[int]) -> bool:
+def _reads_a_number(node: Node, numbers: set[int], producers: dict, from_sizes: dict) -> bool:
     """Whether the node's outputs are numbers read out of data: a read itself (`int(t)`, `t.item()`), or host
     arithmetic and lists on such numbers. A number read so sets the size of what takes it as a size
-    (`topk(x, int((x > 0).sum()) + 1)`): value draws need not vary it (three elements, the same count at each)."""
+    (`topk(x, int((x > 0).sum()) + 1)`): value draws need not vary it (three elements, the same count at each).
+    A read of a tensor only sizes make (a trace's `B, N, C = x.shape`: NumToTensor, then Int) reads no data."""
     if lookup(node.op).data_dependent_size == "scalar":
-        return True
+        return not all(_made_of_sizes(v, producers, from_sizes) for v in node.inputs if v.type.is_tensor)
     return not node.blocks and any(v.id in numbers for v in node.inputs) and all(
         not v.type.is_tensor for v in node.outputs)
+
+
+def _made_of_sizes(value, producers: dict, memo: dict) -> bool:
+    """Whether a tensor's value is made of sizes and constants only: `prim::NumToTensor` of a size, a constant, and
+    arithmetic on such tensors and numbers (a trace's `C // heads`: floor_divide by the constant tensor 3)."""
+    if value.id in memo:
+        return memo[value.id]
+    memo[value.id] = False  # (a loop's carried value: not known to be sizes)
+    node = producers.get(value.id)
+    made = node is not None and not node.blocks and (node.op == "prim::Constant" or lookup(node.op).wraps_number or (
+        lookup(node.op).category != HOST and any(v.type.is_tensor for v in node.inputs) and
+        all(_made_of_sizes(v, producers, memo) for v in node.inputs if v.type.is_tensor)
+        and not lookup(node.op).data_dependent_size))
+    memo[value.id] = made
+    return made
 
 
 def _sized_by(node: Node, numbers: set[int]) -> bool:

@@ -41,6 +41,7 @@ class OpInfo:
     # argument positions whose number sets its output's size besides `size_args` (topk's k, a slice's or narrow's
     # bounds, a split's sizes): a number read out of data there makes a data-dependent size (data_sizes.py)
     sized_by: tuple[int, ...] = ()
+    wraps_number: bool = False  # a 0-d tensor of a number (a trace's NumToTensor of a size): reading it reads no data
     keeps_best: bool = False  # its first output lists the kept items, best first (NMS): the count draws cut it
     # nearly equal inputs can give it different outputs (a comparison, an argmax, a sort's order, NMS, a floor):
     # where a package first differs from TorchScript at such an op, rounding decided it, not a wrong kernel
@@ -237,6 +238,7 @@ facts("torchvision::nms", keeps_best=True)
 facts("aten::topk aten::split.Tensor aten::split_with_sizes aten::split.sizes aten::chunk aten::repeat "
       "aten::tensor_split.sections aten::repeat_interleave.self_int", sized_by=(1,))
 facts("aten::slice.Tensor aten::narrow", sized_by=(2, 3))
+facts("prim::NumToTensor.Scalar", wraps_number=True)
 
 # Outputs that jump where their inputs cross a boundary: comparisons, arg-reductions, orders, roundings, casts to
 # integers (and every op whose output size depends on data: OpInfo sets it)
