@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .infer_shapes import ShapeRecorder
-from .ir import Attr, Block, Graph, Type, defined
+from .ir import Attr, Block, Graph, Type, defined, opaque_symbols
 from .op_table import HOST, lookup
 from .symbolic import SymSize
 
@@ -55,7 +55,7 @@ def _first_carriers(block: Block, first: dict[str, Optional[tuple]], top: bool, 
     when a top-level node that runs through ATen makes it, else None. A count read from data is bound where it is
     first made at the top level whatever the node (fusion then leaves that node to ATen: a slice `[:50]` of the
     sorted candidates is a view, no launch), so that the kernels after it can take it."""
-    for name in (n for v in block.inputs for n in _opaque(v.type)):
+    for name in (n for v in block.inputs for n in opaque_symbols(v.type)):
         first.setdefault(name, None)
     for node in block.nodes:
         for inner in node.blocks:
@@ -65,7 +65,7 @@ def _first_carriers(block: Block, first: dict[str, Optional[tuple]], top: bool, 
             for axis, name in _opaque_axes(value.type):
                 first.setdefault(name, (node, index, axis) if binds and (_never_lowers(node.op) or name in counts)
                                  else None)
-            for name in _opaque(value.type):  # a container's tensors: not bound from it
+            for name in opaque_symbols(value.type):  # a container's tensors: not bound from it
                 first.setdefault(name, None)
 
 
@@ -78,13 +78,6 @@ def _opaque_axes(t: Type) -> list[tuple[int, str]]:
     if not t.is_tensor or t.shape is None:
         return []
     return [(axis, n) for axis, n in enumerate(t.shape) if isinstance(n, str)]
-
-
-def _opaque(t: Type) -> list[str]:
-    found = [n for _, n in _opaque_axes(t)]
-    for e in t.elems:
-        found += _opaque(e)
-    return found
 
 
 def _with_bound(t: Type, bound: dict, order: Optional[tuple[int, ...]]) -> Type:

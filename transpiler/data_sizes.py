@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 
 from .infer_shapes import ShapeRecorder
-from .ir import Attr, Graph, Node, Type
+from .ir import Attr, Graph, Node, Type, opaque_symbols
 from .op_table import HOST, lookup, schema_of, writes_in_place
 
 _symbols = (f"u{i}" for i in itertools.count())  # opaque, like shape inference's own: only their identity matters
@@ -43,7 +43,7 @@ def mark_data_dependent(graph: Graph, recorder: ShapeRecorder, counted: frozense
         recorder.varying.add(value_id)  # a number read from it is not a constant
         if value_id in opaque:
             value.type = _opaque(value.type)
-        graph.data_sizes.update(_symbols_of(value.type))
+        graph.data_sizes.update(opaque_symbols(value.type))
     return opaque | observed
 
 
@@ -156,13 +156,6 @@ def _written(node: Node) -> list:
     if node.inputs and writes_in_place(schema_of(node.op)):
         outs.append(node.inputs[0])
     return outs
-
-
-def _symbols_of(t: Type) -> set[str]:
-    found = {n for n in t.shape if isinstance(n, str)} if t.is_tensor and t.shape is not None else set()
-    for e in t.elems:
-        found |= _symbols_of(e)
-    return found
 
 
 def _opaque(t: Type) -> Type:

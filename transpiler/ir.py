@@ -189,6 +189,14 @@ def readers(graph: Graph) -> dict[int, list[Optional[Node]]]:
     return found
 
 
+def opaque_symbols(t: Type) -> list[str]:
+    """The opaque size symbols in a type: its tensor's, or its items' (a container's)."""
+    found = [n for n in t.shape if isinstance(n, str)] if t.is_tensor and t.shape is not None else []
+    for e in t.elems:
+        found += opaque_symbols(e)
+    return found
+
+
 def defined(graph: Graph):
     """Every value the graph defines: its inputs, nested blocks' inputs and every node's outputs."""
     yield from graph.inputs
