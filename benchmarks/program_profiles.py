@@ -28,6 +28,7 @@ sys.path.insert(0, HERE)
 import jit2triton  # noqa: E402
 from torchscript_programs import PROGRAMS, contender, torchscript_contender  # noqa: E402
 
+COPIES = ("aten::clone", "aten::copy_", "aten::fill_", "aten::contiguous", "aten::scalar_tensor")
 SYNCS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaMemcpyAsync", "cudaMemcpy", "cudaEventSynchronize")
 
 
@@ -55,7 +56,13 @@ def traced(fn, inputs, reset, calls: int, device: str) -> dict:
     kernels: dict = collections.defaultdict(lambda: [0, 0.0])
     syncs: dict = collections.Counter()
     aten: dict = collections.defaultdict(lambda: [0, 0.0])
+    copies: dict = collections.Counter()  # a copy, clone or fill, by the outermost op that made it
     for event in prof.events():
+        if event.name in COPIES:
+            outer = event
+            while outer.cpu_parent is not None:
+                outer = outer.cpu_parent
+            copies[f"{event.name} in {outer.name[:60]}"] += 1
         if event.device_type == torch.autograd.DeviceType.CUDA:
             entry = kernels[event.name[:90]]
             entry[0] += 1
@@ -73,7 +80,21 @@ def traced(fn, inputs, reset, calls: int, device: str) -> dict:
     return {"launches": launches / calls, "gpu_us": round(gpu / calls, 1),
             "syncs": {k: v / calls for k, v in syncs.items()},
             "top_kernels": [(name, n / calls, round(t / calls, 1)) for name, (n, t) in top],
-            "aten_calls": [(name, n / calls, round(t / calls, 1)) for name, (n, t) in top_aten]}
+            "aten_calls": [(name, n / calls, round(t / calls, 1)) for name, (n, t) in top_aten],
+            "copies": [(name, n / calls) for name, n in copies.most_common(12)]}
+
+
+def census(plan: dict) -> list:
+    """The plan's steps by op (a kernel step by its kind), blocks included, most common first."""
+    counts: collections.Counter = collections.Counter()
+
+    def walk(steps: list) -> None:
+        for step in steps:
+            counts[step.get("op") or step["kind"]] += 1
+            for block in step.get("blocks", ()):
+                walk(block["steps"])
+    walk(plan["steps"])
+    return counts.most_common(25)
 
 
 def run(name: str, args, folder: str) -> dict:
@@ -91,6 +112,7 @@ def run(name: str, args, folder: str) -> dict:
         path = os.path.join(folder, f"{name}.j2t")
         converted.save(path)
         package = jit2triton.load(path, cuda_graphs=not args.no_cuda_graphs)
+        row["census"] = census(converted.manifest["plan"])
         with torch.inference_mode():
             ts, note = torchscript_contender(program)
             ours = contender(package, program)
@@ -122,6 +144,10 @@ def show(row: dict) -> None:
         for kname, n, us in t["top_kernels"]:
             print(f"      {us:8.1f} µs  {n:5.1f}x  {kname}")
         print("    aten calls: " + ", ".join(f"{n.replace('aten::', '')} {c:.0f}" for n, c, _ in t["aten_calls"]))
+        print("    copies by outermost op: " + ", ".join(f"{n} {c:.0f}" for n, c in t["copies"]))
+    if "census" in row:
+        print("  plan steps by op (each step once, loops not unrolled): " +
+              ", ".join(f"{op} {n}" for op, n in row["census"]))
     if "steps" in row:
         print(row["steps"])
 
