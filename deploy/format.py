@@ -140,6 +140,7 @@ DECLARED: dict[str, dict[str, str]] = {
         "sizes": "the dynamic dims it takes", "function": "its symbol in the library or binary",
         "arg_types": "each argument's type, as the launcher passes it", "grid": "its launch grid",
         "grid_items": "items its grid covers, from the dims (a dynamic grid)", "size_args": "the dims it is given",
+        "unaligned": "(Triton) inputs compiled for any address, passed without an aligned copy",
         "constants": "compile-time constants", "num_warps": "warps per program",
         "num_ctas": "CTAs per cluster (1)", "shared": "dynamic shared memory bytes", "binary": "its cubin's member",
         "cubin": "the compiled binary, in a loaded package", "arch": "the GPU architecture it was built for",

@@ -23,7 +23,8 @@ from .sizes import positional_size_function
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 STATIC_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
-ALIGNMENT = 16  # the cubins assume every pointer 16-byte aligned (see emitters/compile_triton.compile_config)
+ALIGNMENT = 16  # the cubins assume every pointer 16-byte aligned but the entry's "unaligned" inputs
+# (see emitters/compile_triton.compile_config)
 SCRATCH_POINTERS = 2  # Triton kernels end with global and profile scratch pointers (null: our kernels use none)
 
 
@@ -202,7 +203,8 @@ def _rebuilt(files: dict[str, bytes], entries: dict[str, dict], arch: int, built
     rebuilt = {}
     with torch.cuda.device(device):
         for name, entry in entries.items():
-            r = TritonKernel(entry["function"], files[entry["source"]].decode(), entry["arg_types"], 0)
+            r = TritonKernel(entry["function"], files[entry["source"]].decode(), entry["arg_types"], 0,
+                             unaligned=tuple(entry.get("unaligned", ())))
             config = {"constants": entry["constants"], "num_warps": entry["num_warps"]}
             compiled = compile_config(r, config, device)
             fresh = {k: v for k, v in launch_entry(r, config, compiled).items() if k != "grid"}
@@ -229,6 +231,11 @@ def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, 
     first_size = num_args - len(entry.get("size_args", ()))  # a size goes in a 64-bit slot; an i32 one is read
     # as its low half, which on the little-endian hosts CUDA runs on is the value
     several_gpus = torch.cuda.device_count() > 1
+    # the inputs compiled for any address (a view that starts elsewhere each call): passed as they are
+    unaligned = entry.get("unaligned", ())
+    if not isinstance(unaligned, list) or not all(type(i) is int and 0 <= i < first_size for i in unaligned):
+        raise CorruptPackageError(f"kernel {name!r}'s unaligned inputs are not argument positions; {RECONVERT}")
+    alignment = [1 if i in unaligned else ALIGNMENT for i in range(first_size)]
 
     # Everything but the pointers and the stream is fixed at load: a call writes this call's pointers into the
     # argument buffer and the current stream into the launch configuration.
@@ -252,7 +259,7 @@ def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, 
         i = 0
         for t in inputs:
             pointer = t.data_ptr()
-            if pointer % ALIGNMENT:
+            if pointer % alignment[i]:
                 keep.append(_aligned_copy(t))
                 pointer = keep[-1].data_ptr()
             values[i] = pointer

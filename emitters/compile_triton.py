@@ -144,7 +144,8 @@ def kernel_identity(r: TritonKernel) -> str:
     code = re.sub(rf"\b{re.escape(r.name)}\b", "KERNEL", code)
     numbers: dict[str, str] = {}
     code = _NUMBERED.sub(lambda m: m.group(1) + "_" + numbers.setdefault(m.group(0), str(len(numbers))), code)
-    described = json.dumps([code, r.arg_types, r.configs, list(r.size_args), str(r.items)], sort_keys=True)
+    described = json.dumps([code, r.arg_types, r.configs, list(r.size_args), str(r.items)] +
+                           ([list(r.unaligned)] if r.unaligned else []), sort_keys=True)
     return hashlib.sha256(described.encode()).hexdigest()
 
 
@@ -220,6 +221,8 @@ def launch_entry(r: TritonKernel, config: dict, compiled=None) -> dict[str, Any]
              "grid": [r.grid(config, example), 1, 1]}
     if r.size_args:
         entry["size_args"] = list(r.size_args)
+    if r.unaligned:
+        entry["unaligned"] = list(r.unaligned)
     if not isinstance(r.items, int):
         entry["grid_items"] = size_json(r.items)
     if compiled is not None:
@@ -233,10 +236,12 @@ def launch_entry(r: TritonKernel, config: dict, compiled=None) -> dict[str, Any]
 
 def compile_config(r: TritonKernel, config: dict, device: torch.device):
     """Triton's compiled kernel for one configuration. Every pointer is specialized as 16-byte aligned (fresh
-    allocations are); the runtime copies an input that is not before launching. Size arguments are not
-    specialized (the kernel says so), so any value compiles the one binary."""
+    allocations are), but the inputs in `r.unaligned`, given a dummy that starts one element in; the runtime
+    copies any other input that is not aligned before launching. Size arguments are not specialized (the kernel
+    says so), so any value compiles the one binary."""
     fn = kernel_function(r.source, r.name)
-    dummies = [2 if t in SIZE_TYPES else torch.empty(16, dtype=_torch_dtype(t), device=device) for t in r.arg_types]
+    dummies = [2 if t in SIZE_TYPES else torch.empty(17, dtype=_torch_dtype(t), device=device)[int(i in r.unaligned):]
+               for i, t in enumerate(r.arg_types)]
     try:
         return fn.warmup(*dummies, grid=(1,), num_warps=config["num_warps"], enable_fp_fusion=FP_FUSION,
                          **config["constants"])

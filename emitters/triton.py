@@ -47,6 +47,9 @@ class TritonKernel:
     configs: list[dict] = field(default_factory=list)  # {"constants": {...}, "num_warps": n}; the default first
     size_args: tuple[str, ...] = ()  # the dynamic dims it takes, after the buffers (argument `dim_<name>`)
     dims: dict[str, tuple] = field(default_factory=dict)  # the conversion's dynamic dims (Kernel.dims)
+    # the arguments (inputs) compiled without assuming a 16-byte-aligned start (KernelBuffer.aligned): the runtime
+    # passes them as they are, where it copies any other unaligned input
+    unaligned: tuple[int, ...] = ()
 
     def grid(self, config: dict, sizes: Optional[dict] = None) -> int:
         items = self.items if isinstance(self.items, int) else self.items.evaluate(sizes)
@@ -252,8 +255,9 @@ class _KernelWriter(KernelWriter):
         arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
         arg_types += ["i64" if self.index64 else "i32"] * len(kernel.size_names)
         items = _size(nest.ranges) if self.flat else nest.outer_size
+        unaligned = tuple(i for i, b in enumerate(kernel.inputs) if not b.aligned)
         return TritonKernel(kernel.name, source, arg_types, items, self.configs(items), kernel.size_names,
-                            kernel.dims)
+                            kernel.dims, unaligned)
 
     # --- the schedule's hooks: a flat kernel is one row of XBLOCK elements; else XBLOCK rows, swept in tiles -----
 

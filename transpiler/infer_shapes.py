@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from .ir import Graph, Node, Type, Value, tensor_type
+from .kernel_ir import ALIGNMENT
 from .symbolic import fit
 
 
@@ -35,6 +36,9 @@ class ShapeRecorder:
         # value id -> its dims outermost first, for a tensor dense in that order at every draw whose strides fit no
         # polynomial (an opaque size among its dims): strides a binding of its sizes can spell out again
         self.dense_orders: dict[int, tuple[int, ...]] = {}
+        # value ids of tensors seen starting at an address that is not 16-byte aligned (a row of a matrix picked by
+        # a loop counter, a slice from 1): kernel_alignment.py compiles the kernels reading them without assuming it
+        self.misaligned: set[int] = set()
 
     def next_draw(self, sizes: dict[str, int]) -> None:
         """Types observed from here on belong to a run at these sizes of the dynamic dims."""
@@ -51,6 +55,8 @@ class ShapeRecorder:
             observed = type_of(obj, value.type)
             known = self.seen.get(value.id)
             self.seen[value.id] = (value, observed if known is None else self.merge(known[1], observed))
+            if isinstance(obj, torch.Tensor) and obj.numel() and obj.data_ptr() % ALIGNMENT:
+                self.misaligned.add(value.id)
             if _is_small(obj):
                 if value.id in self.small and not _same(self.small[value.id], obj):
                     self.varying.add(value.id)

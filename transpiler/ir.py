@@ -158,6 +158,8 @@ class Graph:
     # the size symbols that are counts read from data (data_sizes.py): a kernel over one is not replayed from a
     # CUDA graph, which would bake the count in
     data_sizes: set[str] = field(default_factory=set)
+    # value ids of tensors observed starting at an address not kernel_ir.ALIGNMENT-aligned (kernel_alignment.py)
+    misaligned: set[int] = field(default_factory=set)
 
     @property
     def inputs(self) -> list[Value]:
@@ -285,7 +287,8 @@ def clone_graph(graph: Graph) -> Graph:
     # (every other field copied as it is: a field left out here is lost by every rewrite that works on a copy, as
     # host_weights once was, which put a GPU SSD's CPU anchor sizes on the GPU beside its CPU anchors)
     return dataclasses.replace(graph, body=block(graph.body), weights=dict(graph.weights),
-                               host_weights=set(graph.host_weights), data_sizes=set(graph.data_sizes))
+                               host_weights=set(graph.host_weights), data_sizes=set(graph.data_sizes),
+                               misaligned=set(graph.misaligned))
 
 
 def provenance_line(node: Node) -> str:

@@ -43,6 +43,11 @@ INT = "int64"
 DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"})
 
 
+# Bytes: a GPU kernel is compiled assuming each buffer starts at such an address (vector loads), unless the buffer
+# says it may not (`KernelBuffer.aligned`); the runtime copies an input that breaks the assumption
+ALIGNMENT = 16
+
+
 def compute_dtype(dtype: str) -> str:
     """The dtype values are computed in inside a kernel: float16 and bfloat16 in float32, rounded when stored."""
     return "float32" if dtype in ("float16", "bfloat16") else dtype
@@ -500,6 +505,7 @@ class KernelBuffer:
     dtype: str
     shape: tuple[int, ...]
     strides: tuple[int, ...] = ()
+    aligned: bool = True  # an input always starts ALIGNMENT-aligned: false for one seen elsewhere (kernel_alignment.py)
 
 
 @dataclass

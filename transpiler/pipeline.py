@@ -35,6 +35,7 @@ from .fuse import fuse
 from .fuse_attention import fuse_attention
 from .infer_shapes import ShapeRecorder, type_carried_values
 from .infer_unobserved import infer_unobserved
+from .kernel_alignment import mark_misaligned_inputs
 from .ir import Graph
 from .op_table import lookup
 from .merge_kernels import merge_kernels
@@ -255,6 +256,7 @@ def observe(graph: Graph, ctx: Context) -> Graph:
     recorder.annotate()
     type_carried_values(graph)
     mark_data_dependent(graph, recorder, counted)  # sizes computed from data: opaque but where the draws saw them
+    graph.misaligned = set(recorder.misaligned)
     ctx.recorder = recorder
     return graph
 
@@ -405,6 +407,7 @@ PASSES: list[Pass] = [
     Pass("gemm_kernels", lambda g, c: gemm_kernels(g, c.refused), "lower"),  # the GEMMs given the generated form
     Pass("conv_kernels", lambda g, c: conv_kernels(g, c.refused), "lower"),  # convolutions onednn_conv marked
     Pass("epilogues", lambda g, c: take_epilogues(g), "lower"),  # a template kernel takes the pointwise one after it
+    Pass("kernel_alignment", lambda g, c: mark_misaligned_inputs(g), "lower"),  # inputs seen unaligned: no vector loads
     Pass("build_plan", lambda g, c: build_plan(g), "plan"),  # the graph becomes a Plan
     Pass("plan_arena", lambda sched, c: plan_arena(sched.plan, sched.nodes), "plan", devices=("cpu",)),
 ]

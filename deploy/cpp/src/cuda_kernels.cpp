@@ -144,6 +144,15 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
     if (size_args != listed || size_args.size() > num_args)
       throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + " takes other sizes than the manifest says; " + policy::kReconvert);
     size_t first_size = num_args - size_args.size();
+    // the inputs compiled for any address (a view that starts elsewhere each call) are passed as they are
+    std::vector<uintptr_t> alignment(first_size, kAlignment);
+    if (const json::Value* unaligned = entry->find("unaligned"))
+      for (const auto& i : unaligned->items) {
+        int64_t at = i.as_int();
+        if (at < 0 || static_cast<size_t>(at) >= first_size)
+          throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + "'s unaligned inputs are not argument positions; " + policy::kReconvert);
+        alignment[at] = 1;
+      }
     std::optional<Size> grid_items;
     int64_t block = 1;
     if (const json::Value* items = entry->find("grid_items")) {
@@ -163,7 +172,7 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
       size_t i = 0;
       for (auto& t : inputs) {
         auto pointer = reinterpret_cast<uintptr_t>(t.data_ptr());
-        if (pointer % kAlignment) {
+        if (pointer % alignment[i]) {
           keep.push_back(aligned_copy(t));
           pointer = reinterpret_cast<uintptr_t>(keep.back().data_ptr());
         }
