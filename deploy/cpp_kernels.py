@@ -57,6 +57,9 @@ def load_cpp_kernels(library: bytes, source: str, isa: str, kernels: list[dict],
         except AttributeError:
             raise CorruptPackageError(f"the package's kernel library has no kernel {meta['name']!r}: it is not the "
                                       "library this package was built with; " + RECONVERT) from None
+        if meta.get("by_value"):  # (C++ kernels read every input through a pointer)
+            raise CorruptPackageError(f"C++ kernel {meta['name']!r} is listed as taking numbers by value, which C++ "
+                                      f"kernels never do; {RECONVERT}")
         fn.argtypes = (ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_int64), ctypes.c_int)
         fn.restype = ctypes.c_int
         launchers[meta["name"]] = _launcher(fn, meta, threads)

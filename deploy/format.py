@@ -56,6 +56,9 @@ FEATURES: dict[str, Callable[[dict], bool]] = {
     "methods": lambda m: bool(m.get("methods")),  # methods besides forward (deploy/methods.py)
     "bound_dims": lambda m: bool(m["plan"].get("bound_dims")),  # sizes bound from tensors a step makes
     "host_weights": lambda m: bool(m["plan"].get("host_weights")),  # weights a GPU plan keeps on the CPU
+    # kernels that take host numbers as arguments (KernelBuffer.by_value): a reader without it would pass a number
+    # where a kernel reads a pointer
+    "scalar_arguments": lambda m: any(k.get("by_value") for k in m.get("kernels", ())),
 }
 
 STEP_KINDS = ("call", "kernel", "if", "loop", "graph")
@@ -134,10 +137,12 @@ DECLARED: dict[str, dict[str, str]] = {
         "blocks": "an if's two branches, a loop's body", "binds": "sizes a step binds from its outputs",
         "out_types": "the types a call's outputs must have", "in_shapes": "a kernel's input shapes, checked per call",
         "in_strides": "a kernel's input strides, checked per call", "launches": "a graph step's captured launches",
-        "kwnames": "a call's keyword arguments, by name"},
+        "kwnames": "a call's keyword arguments, by name",
+        "by_value": "a kernel step's args that are host numbers, passed by value (its kernel's by_value)"},
     "a node table entry": {"source": "the model source line a node came from (op: its op)"},
     "a kernel index entry": {
         "sizes": "the dynamic dims it takes", "function": "its symbol in the library or binary",
+        "by_value": "its inputs that are host numbers (int64, float64) it takes by value",
         "arg_types": "each argument's type, as the launcher passes it", "grid": "its launch grid",
         "grid_items": "items its grid covers, from the dims (a dynamic grid)", "size_args": "the dims it is given",
         "unaligned": "(Triton) inputs compiled for any address, passed without an aligned copy",

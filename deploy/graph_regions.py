@@ -28,7 +28,7 @@ NO_LAUNCH = ("host", "view", "alias")  # node categories that launch no GPU work
 def capturable(plan: dict, on_host: frozenset = frozenset(), counts: frozenset = frozenset()) -> bool:
     """Whether every step of the plan can live inside one CUDA graph (`on_host`, `counts`: see group_regions)."""
     return all(step["kind"] in ("call", "kernel") and step.get("op") not in SYNCS_HOST and step["node"] not in on_host
-               and not counts & set(step.get("sizes", ())) for step in plan["steps"])
+               and not counts & set(step.get("sizes", ())) and not step.get("by_value") for step in plan["steps"])
 
 
 def worth_capturing(plan: dict, signature: dict) -> bool:
@@ -80,9 +80,10 @@ def _walk(steps: list[dict]) -> Iterator[dict]:
 
 
 def _graph_safe(step: dict, on_host: frozenset) -> bool:
-    """(A step that binds sizes stays out: a replay would skip the binding the steps after the region read.)"""
+    """(A step that binds sizes stays out: a replay would skip the binding the steps after the region read. So does
+    a kernel taking host numbers by value: a graph would replay the numbers it was captured with.)"""
     return (step["kind"] in ("call", "kernel") and step.get("op") not in SYNCS_HOST and not step.get("mutates")
-            and step["node"] not in on_host and not step.get("binds"))
+            and step["node"] not in on_host and not step.get("binds") and not step.get("by_value"))
 
 
 def _launches(step: dict, nodes: list[dict]) -> int:

@@ -129,6 +129,9 @@ def _kernel_step(step: dict, kernel: Optional[dict], weights: dict, dims: list) 
         _bad(f"kernel step {name} passes another number of buffers than its kernel takes")
     if list(step.get("sizes", ())) != list(kernel.get("sizes", ())):
         _bad(f"kernel step {name} passes other sizes than its kernel takes")
+    # (a number where a kernel reads a pointer, or the reverse, would send it through memory it does not own)
+    if list(step.get("by_value", ())) != list(kernel.get("by_value", ())):
+        _bad(f"kernel step {name} passes other arguments by value than its kernel takes")
     # the outputs the step allocates are the ones its kernel writes (an emptied list made a kernel write through a
     # pointer never passed; found by tests/mutate_packages.py), in a dense layout of their own
     types, written = step["out_types"], kernel.get("outputs")

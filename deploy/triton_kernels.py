@@ -10,6 +10,7 @@ interpreter.
 from __future__ import annotations
 
 import ctypes
+import struct
 import warnings
 from typing import Any, Callable, Optional
 
@@ -25,6 +26,9 @@ CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 STATIC_SHARED_LIMIT = 48 * 1024  # above this a kernel must opt in to dynamic shared memory
 ALIGNMENT = 16  # the cubins assume every pointer 16-byte aligned but the entry's "unaligned" inputs
 # (see emitters/compile_triton.compile_config)
+# a host number a kernel takes by value (emitters/triton.py SCALAR_TYPES) -> its bits in a 64-bit argument slot
+NUMBER_BITS = {"i64": lambda n: int(n) & 0xFFFF_FFFF_FFFF_FFFF,
+               "fp64": lambda x: struct.unpack("<Q", struct.pack("<d", float(x)))[0]}
 SCRATCH_POINTERS = 2  # Triton kernels end with global and profile scratch pointers (null: our kernels use none)
 
 
@@ -45,7 +49,8 @@ def load_triton_kernels(files: dict[str, bytes], section: Optional[dict], kernel
         if list(entry.get("size_args", ())) != list(meta.get("sizes", ())):
             raise CorruptPackageError(f"Triton kernel {meta['name']!r} takes other sizes than the manifest "
                                       f"says; {RECONVERT}")
-        entries[meta["name"]] = entry
+        # (the kernel index says which inputs are host numbers the kernel takes by value; the launcher needs it)
+        entries[meta["name"]] = dict(entry, by_value=meta.get("by_value", []))
     if device.type == "cuda":
         return _load_cuda(files, entries, device)
     return _load_interpreted(files, entries)
@@ -232,10 +237,17 @@ def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, 
     # as its low half, which on the little-endian hosts CUDA runs on is the value
     several_gpus = torch.cuda.device_count() > 1
     # the inputs compiled for any address (a view that starts elsewhere each call): passed as they are
-    unaligned = entry.get("unaligned", ())
+    unaligned = entry.get("unaligned", [])
     if not isinstance(unaligned, list) or not all(type(i) is int and 0 <= i < first_size for i in unaligned):
         raise CorruptPackageError(f"kernel {name!r}'s unaligned inputs are not argument positions; {RECONVERT}")
     alignment = [1 if i in unaligned else ALIGNMENT for i in range(first_size)]
+    # inputs that are host numbers: their bits, where a pointer would go
+    numbers = entry["by_value"]
+    if (not isinstance(numbers, list) or not all(type(i) is int and 0 <= i < first_size for i in numbers)
+            or any((i in numbers) != (t in NUMBER_BITS) for i, t in enumerate(entry["arg_types"][:first_size]))):
+        raise CorruptPackageError(f"kernel {name!r} takes other arguments by value than the manifest says; "
+                                  f"{RECONVERT}")
+    bits = {i: NUMBER_BITS[entry["arg_types"][i]] for i in numbers}
 
     # Everything but the pointers and the stream is fixed at load: a call writes this call's pointers into the
     # argument buffer and the current stream into the launch configuration.
@@ -258,6 +270,10 @@ def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, 
                 values[first_size + k] = n
         i = 0
         for t in inputs:
+            if i in bits:
+                values[i] = bits[i](t)
+                i += 1
+                continue
             pointer = t.data_ptr()
             if pointer % alignment[i]:
                 keep.append(_aligned_copy(t))

@@ -40,6 +40,9 @@ class Backend:
     devices: tuple[str, ...] = ("cpu", "cuda")  # the device types its packages run on
     default_on: tuple[str, ...] = ()  # the device types it is the default backend for
     hint: str = ""  # what to do instead, where it does not support a device
+    # Whether its kernels take host numbers as arguments (KernelBuffer.by_value) and its launchers pass them; else
+    # a number a kernel reads is made a 0-d tensor first (cheap on the CPU, a fill launch on a GPU)
+    scalars_by_value: bool = False
 
     def supports(self, device: torch.device) -> bool:
         return device.type in self.devices
@@ -139,7 +142,7 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in [
             hint="the C++ backend generates CPU kernels; use device='cpu' or backend='triton'"),
     # (on the CPU its kernels run under the Triton interpreter: for tests, slow)
     Backend("triton", "triton", _render_triton, _compile_triton, "jit2triton.deploy.triton_kernels",
-            "load_cuda_kernels", _triton_gemm, default_on=("cuda",)),
+            "load_cuda_kernels", _triton_gemm, default_on=("cuda",), scalars_by_value=True),
     Backend("aten"),  # no generated kernels: every op runs through ATen
 ]}
 NAMES = tuple(BACKENDS)

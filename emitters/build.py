@@ -23,6 +23,7 @@ def kernel_index(kernels: list[Kernel], backend: str) -> list[dict[str, Any]]:
         "backend": backend,
         "num_buffers": len(k.inputs) + len(k.outputs),
         "sizes": list(k.size_names),  # the dynamic dims it takes, in its `sizes` argument's order
+        **({"by_value": by_value} if (by_value := [i for i, b in enumerate(k.inputs) if b.by_value]) else {}),
         "inputs": [[b.dtype, [size_json(n) for n in b.shape], [size_json(n) for n in b.strides]] for b in k.inputs],
         "outputs": [[b.dtype, [size_json(n) for n in b.shape]] for b in k.outputs],
         "provenance": k.provenance,

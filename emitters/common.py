@@ -172,6 +172,7 @@ class KernelWriter:
         self.counter = 0
         self.buffer_names = {b.name: f"in_{b.name}" for b in self.kernel.inputs}
         self.buffer_dtypes = {b.name: b.dtype for b in self.kernel.inputs}
+        self.by_value = {b.name for b in self.kernel.inputs if b.by_value}  # host numbers, not buffers
 
     # --- what a language defines ----------------------------------------------------------------------------
 

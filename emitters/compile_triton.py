@@ -240,7 +240,8 @@ def compile_config(r: TritonKernel, config: dict, device: torch.device):
     copies any other input that is not aligned before launching. Size arguments are not specialized (the kernel
     says so), so any value compiles the one binary."""
     fn = kernel_function(r.source, r.name)
-    dummies = [2 if t in SIZE_TYPES else torch.empty(17, dtype=_torch_dtype(t), device=device)[int(i in r.unaligned):]
+    dummies = [(2.0 if t == "fp64" else 2) if t in SIZE_TYPES else
+               torch.empty(17, dtype=_torch_dtype(t), device=device)[int(i in r.unaligned):]
                for i, t in enumerate(r.arg_types)]
     try:
         return fn.warmup(*dummies, grid=(1,), num_warps=config["num_warps"], enable_fp_fusion=FP_FUSION,
@@ -309,7 +310,7 @@ def _buffers_at(kernel: Kernel, device: torch.device, point: dict[str, int]) -> 
     return buffers + [torch.empty(shape, dtype=getattr(torch, b.dtype), device=device) for b, shape in outputs]
 
 
-SIZE_TYPES = ("i32", "i64")  # a dynamic dim's size argument (emitters/triton.py)
+SIZE_TYPES = ("i32", "i64", "fp64")  # a dynamic dim's size, or a host number passed by value (emitters/triton.py)
 _POINTER_DTYPES = {"*fp32": torch.float32, "*fp64": torch.float64, "*fp16": torch.float16, "*bf16": torch.bfloat16,
                    "*i64": torch.int64, "*i32": torch.int32, "*i16": torch.int16, "*i8": torch.int8,
                    "*u8": torch.uint8, "*i1": torch.bool}

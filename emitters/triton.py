@@ -30,6 +30,7 @@ from .triton_math import DECOMPOSE, HELPER_NEEDS, HELPERS, OPS, TL_TYPES, litera
 
 POINTER_TYPES = {"float32": "*fp32", "float64": "*fp64", "float16": "*fp16", "bfloat16": "*bf16", "int64": "*i64",
                  "int32": "*i32", "int16": "*i16", "int8": "*i8", "uint8": "*u8", "bool": "*i1"}
+SCALAR_TYPES = {"int64": "i64", "float64": "fp64"}  # a host number a kernel takes by value (KernelBuffer.by_value)
 PERSISTENT_LIMIT = 4096  # a reduction (or sweep) up to this many elements is one tile; beyond, a loop of chunks
 TILE_BUDGET = 4096  # elements in a program's widest tile (XBLOCK rows x the widest reduction or sweep)
 LOOP_BLOCK = 1024  # chunk width of a looped reduction or sweep
@@ -87,6 +88,24 @@ class _KernelWriter(KernelWriter):
 
     def literal(self, value, dtype: str) -> str:
         return literal(value, dtype)
+
+    def signature(self, size_names: tuple[str, ...]) -> tuple[list[str], list[str], str]:
+        """(parameters, their launchers' types, the decorator): a pointer per buffer, but an input that is a host
+        number, by value; then the dynamic dims' sizes. Numbers and sizes are typed arguments Triton must not
+        specialise (on 1, or on divisibility by 16): one binary serves every value, and the launchers pass each at
+        a fixed width."""
+        kernel = self.kernel
+        size_type = "tl.int64" if self.index64 else "tl.int32"
+        params = [f"{self.buffer_names[b.name]}: {TL_TYPES[b.dtype]}" if b.by_value else self.buffer_names[b.name]
+                  for b in kernel.inputs]
+        params += [f"out_{b.name}" for b in kernel.outputs] + [f"dim_{name}: {size_type}" for name in size_names]
+        params += [f"{c}: tl.constexpr" for c in self.constexprs]
+        arg_types = [SCALAR_TYPES[b.dtype] if b.by_value else POINTER_TYPES[b.dtype] for b in kernel.inputs]
+        arg_types += [POINTER_TYPES[b.dtype] for b in kernel.outputs]
+        arg_types += ["i64" if self.index64 else "i32"] * len(size_names)
+        free = [self.buffer_names[b.name] for b in kernel.inputs if b.by_value] + [f"dim_{n}" for n in size_names]
+        decorator = f"@triton.jit(do_not_specialize=[{', '.join(map(repr, free))}])" if free else "@triton.jit"
+        return params, arg_types, decorator
 
     def declare(self, scope: Scope, name: str, node: K.KExpr, code: str) -> None:
         scope.lines.append(f"{scope.indent}{name} = {code}")
@@ -240,20 +259,11 @@ class _KernelWriter(KernelWriter):
         kernel, nest = self.kernel, self.nest
         rows, sweep = self.write()
         body = self.flat_body(rows) if self.flat else self.rows_body(rows, sweep)
-        params = [self.buffer_names[b.name] for b in kernel.inputs] + [f"out_{b.name}" for b in kernel.outputs]
-        # A dynamic dim's size is a typed argument Triton must not specialise (on 1, or on divisibility by 16):
-        # one binary serves every size, and the launchers pass it at a fixed width
-        size_type = "tl.int64" if self.index64 else "tl.int32"
-        params += [f"dim_{name}: {size_type}" for name in kernel.size_names]
-        params += [f"{c}: tl.constexpr" for c in self.constexprs]
+        params, arg_types, decorator = self.signature(kernel.size_names)
         lines = [provenance_comment(kernel, "#"), "import triton", "import triton.language as tl", ""]
         lines += [HELPERS[h].rstrip() + "\n" for h in ordered(self.helpers)]
-        unspecialised = ", ".join(f'"dim_{name}"' for name in kernel.size_names)
-        decorator = f"@triton.jit(do_not_specialize=[{unspecialised}])" if kernel.size_names else "@triton.jit"
         lines += ["", decorator, f"def {kernel.name}({', '.join(params)}):"] + body
         source = "\n".join(lines) + "\n"
-        arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
-        arg_types += ["i64" if self.index64 else "i32"] * len(kernel.size_names)
         items = _size(nest.ranges) if self.flat else nest.outer_size
         unaligned = tuple(i for i, b in enumerate(kernel.inputs) if not b.aligned)
         return TritonKernel(kernel.name, source, arg_types, items, self.configs(items), kernel.size_names,
@@ -413,7 +423,7 @@ def _dedupe(configs: list[dict]) -> list[dict]:
 
 class _ScatterWriter(ScatterSweep, _KernelWriter):
     """A scatter kernel: its sweeps are triton_scatter.py's, its expressions this module's."""
-    POINTER_TYPES, RENDERED = POINTER_TYPES, TritonKernel
+    RENDERED = TritonKernel
     next_power_of_2 = staticmethod(next_power_of_2)
 
 

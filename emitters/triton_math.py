@@ -120,6 +120,10 @@ def _is_float(node) -> bool:
 
 
 def _load(writer, node, args: list) -> str:
+    if node.arg in writer.by_value:  # a host number, a one-element block of it
+        if free_vars(node):
+            raise NotImplementedError(f"a load of host number {node.arg} that varies with the loop")
+        return f"({writer.buffer_names[node.arg]} + tl.zeros({writer.unit_block()}, {TL_TYPES[node.dtype]}))"
     mask = writer.mask_for(node)
     pointer = f"{writer.buffer_names[node.arg]} + {args[0]}"
     if not free_vars(node):  # a one-element block, never a 0-d scalar (see `unit_block`)

@@ -32,8 +32,8 @@ BLOCKS = ((16, 256), (8, 512), (32, 128))
 
 
 class ScatterSweep:
-    """The scatter's sweeps, mixed into triton.py's writer (whose expressions they emit), which gives the pointer
-    types (`POINTER_TYPES`), what a rendering is (`RENDERED`: TritonKernel) and `next_power_of_2`."""
+    """The scatter's sweeps, mixed into triton.py's writer (whose expressions they emit), which gives the kernel's
+    `signature`, what a rendering is (`RENDERED`: TritonKernel) and `next_power_of_2`."""
     kernel: K.ScatterKernel
 
     def __init__(self, kernel: K.ScatterKernel) -> None:
@@ -79,12 +79,10 @@ class ScatterSweep:
             lines += [f"    {name} = {code}" for name, code in unravel("before", variables[:dim], "//")]
             lines += [f"    {name} = {code}" for name, code in unravel("after", variables[dim + 1:], "//")]
         body = lines + program.lines + phases
-        params = [self.buffer_names[b.name] for b in kernel.inputs] + [f"out_{b.name}" for b in kernel.outputs]
-        params += [f"{c}: tl.constexpr" for c in self.constexprs]
+        params, arg_types, decorator = self.signature(())
         source = "\n".join([provenance_comment(kernel, "#"), "import triton", "import triton.language as tl", ""]
                            + [HELPERS[h].rstrip() + "\n" for h in ordered(self.helpers)]
-                           + ["", "@triton.jit", f"def {kernel.name}({', '.join(params)}):"] + body) + "\n"
-        arg_types = [self.POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
+                           + ["", decorator, f"def {kernel.name}({', '.join(params)}):"] + body) + "\n"
         longest = self.next_power_of_2(max(self.rows, kernel.sources[dim].arg[1]))
         configs = []
         for width, height in BLOCKS:

@@ -402,6 +402,7 @@ class _MethodStages:
         backend = backend_named(self.backend)
         ctx.generated_gemm = backend.generated_gemm  # a GEMM over few rows may take its form
         ctx.generated_conv = backend.generated_conv  # a conv net's 1x1, depthwise, small convolutions may too
+        ctx.scalars_by_value = backend.scalars_by_value
         pipeline.prepare(graph, ctx, generate_kernels=rewrites, skip=frozenset(skipped))
         return graph, ctx
 

@@ -185,8 +185,8 @@ class _PlanBuilder:
         # and copies any that differ into that layout, so a kernel never reads memory it does not expect.
         # Their shapes are checked too: a scalar input can change the shape an ATen op returns (x.repeat(n, 1)),
         # and a kernel generated for another shape would read past the tensor; the runtime refuses instead.
-        in_strides = [None if v.id in self.made_by_kernels or v.id in self.literals else list(b.strides)
-                      for v, b in zip(node.inputs, kernel.inputs)]
+        in_strides = [None if v.id in self.made_by_kernels or v.id in self.literals or b.by_value else
+                      list(b.strides) for v, b in zip(node.inputs, kernel.inputs)]
         in_strides = [None if s is None else [size_json(n) for n in s] for s in in_strides]
         in_shapes = [None if strides is None else [size_json(n) for n in b.shape]
                      for strides, b in zip(in_strides, kernel.inputs)]
@@ -204,6 +204,9 @@ class _PlanBuilder:
         }
         if kernel.size_names:
             step["sizes"] = list(kernel.size_names)  # the dynamic dims it takes (plan["dims"] says where they are)
+        by_value = [i for i, b in enumerate(kernel.inputs) if b.by_value]
+        if by_value:
+            step["by_value"] = by_value  # the args that are host numbers, passed by value (as its kernel says)
         free = self.memory.free_after.get(id(node))
         if free:
             step["free"] = sorted(free)

@@ -64,6 +64,8 @@ def fits(kernel: K.Kernel, product: str, value: Value, inner_dim: int) -> bool:
     at the element computed."""
     if isinstance(kernel, TemplateKernel) or any(K.reductions_in(v) for v in kernel.values):
         return False
+    if any(b.by_value for b in kernel.inputs):  # (the templates' renderers take tensors only)
+        return False
     shape = tuple(value.type.shape)
     strides = tuple(value.type.strides or contiguous_strides(shape))
     order = memory_order(value)

@@ -48,7 +48,7 @@ class FusionFailed(Exception):
 
 
 def fuse(graph: Graph, device_type: str, refused: Optional[dict[int, str]] = None,
-         dims: Optional[dict[str, tuple]] = None) -> Graph:
+         dims: Optional[dict[str, tuple]] = None, scalars_by_value: bool = False) -> Graph:
     """-> a copy of `graph` in which lowered nodes have disappeared into `j2t::kernel` nodes.
 
     `refused` maps node uids to the reason they must run through ATen (a kernel that failed to build or to verify).
@@ -58,6 +58,10 @@ def fuse(graph: Graph, device_type: str, refused: Optional[dict[int, str]] = Non
     `dims` (name -> (min, max, example size)) lets kernels take dynamic dims as arguments: values whose sizes are
     polynomials over them lower like static ones. Without it only static shapes lower.
 
+    `scalars_by_value`: kernels take the host numbers they read (a loop counter, `float(total)`) as arguments (the
+    backend's launchers pass them), where otherwise an `aten::scalar_tensor` step makes each a 0-d tensor first:
+    on a GPU, a fill launch per number per call.
+
     An op a rewrite wrote as pieces for kernels (decompositions.py) whose pieces do not all reach kernels (refused,
     or not lowered) runs through ATen as the one op it was: fused again with it put back."""
     refused = dict(refused or {})
@@ -65,7 +69,7 @@ def fuse(graph: Graph, device_type: str, refused: Optional[dict[int, str]] = Non
         work = clone_graph(graph)
         refused.update(undo_refused(work, refused))
         K.fresh_scope(dims)
-        _Fuser(work, device_type, refused, dims is not None).block(work.body, top=True)
+        _Fuser(work, device_type, refused, dims is not None, scalars_by_value).block(work.body, top=True)
         drop_unread(work)
         outside = kernel_pieces_outside_kernels(work, refused)
         if not outside:
@@ -148,8 +152,11 @@ def _observed_order(v: Value, box: TensorBox) -> Optional[list[int]]:
 
 
 class _Fuser:
-    def __init__(self, graph: Graph, device_type: str, refused: dict[int, str], symbolic: bool = False) -> None:
+    def __init__(self, graph: Graph, device_type: str, refused: dict[int, str], symbolic: bool = False,
+                 scalars_by_value: bool = False) -> None:
         self.graph = graph
+        self.scalars_by_value = scalars_by_value
+        self.by_value: set[str] = set()  # the buffers that are host numbers kernels take as arguments
         self.symbolic = symbolic
         self.device_type = device_type
         self.refused = refused
@@ -219,10 +226,17 @@ class _Fuser:
         """A scalar known only at run time (an input, or computed on the host) as a 0-d tensor a kernel loads: an
         `aten::scalar_tensor` step makes it just before the kernel, once per block. It promotes as the Python
         scalar it stands for (float32 * a float stays float32)."""
+        kind = v.type.kind
+        if self.scalars_by_value and kind != "bool":  # (a kernel's argument, read wherever it is in scope)
+            box = realized_box(f"scalar{v.id}", (), _CARRIED_SCALARS[kind], ())
+            box.wrapped = kind
+            self.boxes[v.id] = box
+            self.buffers[box.buffer] = v
+            self.by_value.add(box.buffer)
+            return box
         key = (v.id, id(self.current_out))
         box = self.carried.get(key)
         if box is None:
-            kind = v.type.kind
             box = realized_box(f"scalar{v.id}_{len(self.carried)}", (), _CARRIED_SCALARS[kind], ())
             box.wrapped = kind
             self.carried[key] = box
@@ -524,7 +538,7 @@ class _Fuser:
 
     def kernel_buffer(self, name: str) -> K.KernelBuffer:
         box = self.boxes[self.buffers[name].id]
-        return K.KernelBuffer(name, box.dtype, box.shape, box.strides)
+        return K.KernelBuffer(name, box.dtype, box.shape, box.strides, by_value=name in self.by_value)
 
 
 def _has_reduction(box: TensorBox) -> bool:

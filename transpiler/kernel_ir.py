@@ -506,6 +506,9 @@ class KernelBuffer:
     shape: tuple[int, ...]
     strides: tuple[int, ...] = ()
     aligned: bool = True  # an input always starts ALIGNMENT-aligned: false for one seen elsewhere (kernel_alignment.py)
+    # an input that is a host number (int64 or float64, shape ()) the kernel takes by value, not a tensor it reads
+    # through a pointer (fuse.py: a Triton kernel takes a loop counter with no fill launch to make it a tensor)
+    by_value: bool = False
 
 
 @dataclass

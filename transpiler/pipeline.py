@@ -162,6 +162,7 @@ class Context:
     generated_gemm: Optional[Callable] = None
     # The generated convolutions' hook (onednn_conv.py times them), where the face generates C++ kernels
     generated_conv: Optional[Callable] = None
+    scalars_by_value: bool = False  # kernels take host numbers as arguments (the backend's launchers pass them)
     # Whether an invented draw (inputs, its name) crashes TorchScript itself (the face runs it in a child process
     # first): such a draw is skipped, not run here
     crashes: Callable[[list, str], Optional[str]] = lambda inputs, name: None
@@ -402,7 +403,8 @@ PASSES: list[Pass] = [
     Pass("reobserve", observe, "rewrite"),  # the rewrites made new values (a fused attention's output's strides)
     Pass("infer_unobserved", lambda g, c: infer_unobserved(g), "rewrite"),  # branches the example did not take
     Pass("bind_sizes", _bind_sizes, "rewrite", optional=True),  # opaque sizes read at run time
-    Pass("fuse", lambda g, c: fuse(g, c.device.type, c.refused, c.kernel_dims), "lower"),  # returns a fused copy
+    Pass("fuse", lambda g, c: fuse(g, c.device.type, c.refused, c.kernel_dims, c.scalars_by_value),
+         "lower"),  # returns a fused copy
     Pass("merge_kernels", lambda g, c: merge_kernels(g), "lower"),  # siblings over one iteration space
     Pass("gemm_kernels", lambda g, c: gemm_kernels(g, c.refused), "lower"),  # the GEMMs given the generated form
     Pass("conv_kernels", lambda g, c: conv_kernels(g, c.refused), "lower"),  # convolutions onednn_conv marked

@@ -155,6 +155,9 @@ Launchers load_cpu_kernels(const Package& pkg, c10::Device, int num_threads) {
       throw Error(Error::Kind::CorruptPackage, "the package's kernel library has no kernel " + repr(name) +
                                                    ": it is not the library this package was built with; " + policy::kReconvert);
     size_t num_buffers = static_cast<size_t>(meta.at("num_buffers").as_int());
+    if (const json::Value* numbers = meta.find("by_value"); numbers && numbers->size())  // (the C++ backend's
+      // kernels read every input through a pointer: a number there would be read as an address)
+      throw Error(Error::Kind::CorruptPackage, "C++ kernel " + repr(name) + " is listed as taking numbers by value, which C++ kernels never do; " + policy::kReconvert);
     std::vector<InputSpec> specs = input_specs(meta);
     launchers[name] = [fn, num_buffers, threads, name, specs](std::vector<at::Tensor>& inputs,
                                                               std::vector<at::Tensor>& outputs, const int64_t* sizes) {

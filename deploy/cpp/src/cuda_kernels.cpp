@@ -28,6 +28,8 @@ Launchers load_cuda_kernels(const Package& pkg, c10::Device device, int) {
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cstring>
 #include <optional>
 
 namespace jit2triton {
@@ -144,6 +146,22 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
     if (size_args != listed || size_args.size() > num_args)
       throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + " takes other sizes than the manifest says; " + policy::kReconvert);
     size_t first_size = num_args - size_args.size();
+    // Inputs that are host numbers (the kernel index's "by_value", typed i64 or fp64 here): their bits come after
+    // the dims in the sizes array, in order
+    std::vector<size_t> numbers;
+    if (const json::Value* by_value = meta.find("by_value"))
+      for (const auto& i : by_value->items) {
+        int64_t at = i.as_int();
+        if (at < 0 || static_cast<size_t>(at) >= first_size || (!numbers.empty() && numbers.back() >= size_t(at)))
+          throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + "'s numbers are not argument positions in order; " + policy::kReconvert);
+        numbers.push_back(static_cast<size_t>(at));
+      }
+    for (size_t k = 0; k < first_size; ++k) {
+      bool number = std::find(numbers.begin(), numbers.end(), k) != numbers.end();
+      const std::string& type = entry->at("arg_types")[k].as_string();
+      if (number != (type == "i64" || type == "fp64") || (!number && type.rfind("*", 0) != 0))
+        throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + " takes other arguments by value than the manifest says; " + policy::kReconvert);
+    }
     // the inputs compiled for any address (a view that starts elsewhere each call) are passed as they are
     std::vector<uintptr_t> alignment(first_size, kAlignment);
     if (const json::Value* unaligned = entry->find("unaligned"))
@@ -169,8 +187,12 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
       c10::SmallVector<uint64_t, 16> values(num_args + kScratchPointers, 0);
       c10::SmallVector<void*, 16> params(values.size());
       c10::SmallVector<at::Tensor, 2> keep;  // aligned copies and scratch, alive until the launch is queued
-      size_t i = 0;
+      size_t i = 0, number = 0;
       for (auto& t : inputs) {
+        if (number < numbers.size() && numbers[number] == i) {  // a host number's bits, after the sizes
+          values[i++] = static_cast<uint64_t>(sizes[size_args.size() + number++]);
+          continue;
+        }
         auto pointer = reinterpret_cast<uintptr_t>(t.data_ptr());
         if (pointer % alignment[i]) {
           keep.push_back(aligned_copy(t));

@@ -20,6 +20,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <optional>
 #include <set>
 
@@ -49,6 +50,19 @@ at::Tensor into_layout(const at::Tensor& x, at::IntArrayRef strides) {
     }
   at::Tensor dense = at::empty_strided(source.sizes(), strides, x.options()).copy_(source);
   return broadcast ? dense.as_strided(x.sizes(), strides) : dense;
+}
+
+// A host number a kernel takes by value, as the 64 bits its launcher passes: an int's, a float's (a double) IEEE
+// bits; the kernel reads them as its i64 or fp64 argument.
+int64_t number_bits(const IValue& v) {
+  if (v.isInt()) return v.toInt();
+  if (v.isDouble()) {
+    double x = v.toDouble();
+    int64_t bits;
+    std::memcpy(&bits, &x, sizeof bits);
+    return bits;
+  }
+  throw std::runtime_error("a kernel takes a number there, and the plan gave it a " + v.tagKind());
 }
 
 std::vector<int> ints(const Value* v) {
@@ -112,6 +126,7 @@ void check_refs(const Value& refs, int64_t num_slots) {
 struct KernelArity {
   int64_t buffers;
   std::vector<std::string> sizes;
+  const Value* by_value = nullptr;  // the inputs that are host numbers passed by value, from the kernel index
   const Value* outputs = nullptr;  // [dtype, shape] per output, from the kernel index
 };
 
@@ -179,6 +194,12 @@ void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const
         for (const auto& n : names->items) sizes.push_back(n.as_string());
       if (sizes != it->second.sizes)
         bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " passes other sizes than its kernel takes");
+      // (a number where a kernel reads a pointer, or the reverse, would send it through memory it does not own)
+      const Value* by_value = s.find("by_value");
+      const Value* takes = it->second.by_value;
+      bool none = !by_value || by_value->size() == 0, takes_none = !takes || takes->size() == 0;
+      if (none != takes_none || (!none && !same(*by_value, *takes)))
+        bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " passes other arguments by value than its kernel takes");
       // the outputs the step allocates are the ones its kernel writes (an emptied list made a kernel write
       // through a pointer never passed; found by tests/mutate_packages.py)
       const Value& types = s.at("out_types");
@@ -207,6 +228,7 @@ void check_plan(const Value& plan, int64_t num_nodes, const Value& kernels) {
     KernelArity& arity = buffers[k.at("name").as_string()];
     arity.buffers = k.at("num_buffers").as_int();
     arity.outputs = k.find("outputs");
+    arity.by_value = k.find("by_value");
     if (const Value* names = k.find("sizes"))
       for (const auto& n : names->items) arity.sizes.push_back(n.as_string());
   }
@@ -593,6 +615,15 @@ class Builder {
     if (const Value* names = s.find("sizes"))
       for (const auto& n : names->items) size_args.push_back(dim_index(dims, n.as_string()));
     dynamic |= !size_args.empty();
+    // Args that are host numbers the kernel takes by value: their 64 bits follow the dims in its sizes array
+    std::vector<char> by_value(args.size(), 0);
+    if (const Value* numbers = s.find("by_value"))
+      for (const auto& n : numbers->items) {
+        int64_t at = n.as_int();
+        if (at < 0 || static_cast<size_t>(at) >= args.size()) bad_plan("kernel step " + repr(name) + "'s numbers");
+        by_value[at] = 1;
+      }
+    if (std::none_of(by_value.begin(), by_value.end(), [](char c) { return c != 0; })) by_value.clear();
     // Inputs that ATen made must have the shape the kernel was generated for (a scalar input may change it: then
     // refuse) and the strides seen at convert time (the kernel indexes with them: else copy into that layout).
     struct Checked {
@@ -613,7 +644,7 @@ class Builder {
     int sizes_slot = plan_.num_slots_, arena_slot = plan_.num_slots_ + 1;
     std::vector<int64_t> in_arena = arena_indices(s, specs.size());  // per output: its arena view, or -1
     if (std::all_of(in_arena.begin(), in_arena.end(), [](int64_t i) { return i < 0; })) in_arena.clear();
-    return [launch, args, outs, free, specs, checked, dynamic, size_args, sizes_slot, arena_slot,
+    return [launch, args, outs, free, specs, checked, dynamic, size_args, by_value, sizes_slot, arena_slot,
             in_arena](Env& env) {
       // the call's size table (a static kernel reads none), read in place: no per-step copy
       const int64_t* d = dynamic ? env[sizes_slot].toTensor().const_data_ptr<int64_t>() : nullptr;
@@ -637,7 +668,23 @@ class Builder {
         else
           outputs.push_back(at::empty_strided(spec.shape.at(d, scratch_shape), spec.strides.at(d, scratch_strides), spec.options));
       }
-      for (const auto& a : args) inputs.push_back(a.get(env).toTensor());
+      c10::SmallVector<int64_t, 8> sizes;
+      for (size_t i : size_args) {
+        if (d[i] < 0) throw std::runtime_error("a size the kernel takes was not bound before it ran");
+        sizes.push_back(d[i]);
+      }
+      if (by_value.empty()) {
+        for (const auto& a : args) inputs.push_back(a.get(env).toTensor());
+      } else {
+        for (size_t k = 0; k < args.size(); ++k) {
+          if (!by_value[k]) {
+            inputs.push_back(args[k].get(env).toTensor());
+            continue;
+          }
+          inputs.emplace_back();  // (no tensor: the launcher passes the number's bits, after the sizes)
+          sizes.push_back(number_bits(args[k].get(env)));
+        }
+      }
       for (const auto& c : checked) {
         at::Tensor& x = inputs[c.index];
         if (c.has_shape) {
@@ -653,11 +700,6 @@ class Builder {
         }
         at::IntArrayRef strides = c.strides.at(d, scratch_strides);
         if (x.strides() != strides) x = into_layout(x, strides);
-      }
-      c10::SmallVector<int64_t, 8> sizes;
-      for (size_t i : size_args) {
-        if (d[i] < 0) throw std::runtime_error("a size the kernel takes was not bound before it ran");
-        sizes.push_back(d[i]);
       }
       launch(inputs, outputs, sizes.empty() ? nullptr : sizes.data());
       for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(outputs[i]);
