@@ -143,3 +143,15 @@ def test_no_fill_launch_makes_a_number_a_tensor_on_the_gpu(runtime, tmp_path, re
             torch.cuda.synchronize()
         fills = [e.name for e in prof.events() if e.name in ("aten::scalar_tensor", "aten::fill_")]
         assert not fills, (name, fills)
+
+
+def test_a_kernel_taking_numbers_stays_out_of_cuda_graph_regions():
+    """A graph replays the numbers it was captured with: a kernel step taking one runs outside, between regions."""
+    from jit2triton.deploy.graph_regions import capturable, group_regions
+    steps = [{"kind": "kernel", "kernel": f"k{i}", "args": [["s", i]], "outs": [i + 1], "node": i} for i in range(9)]
+    steps[4]["by_value"] = [0]
+    plan = {"steps": steps, "outputs": [["s", 9]], "inputs": [0]}
+    nodes = [{"op": "j2t::kernel", "category": "kernel"}] * 9
+    grouped = group_regions(plan, nodes)["steps"]
+    assert [s["kind"] for s in grouped] == ["graph", "kernel", "graph"], grouped
+    assert grouped[1] is steps[4] and not capturable(plan)
