@@ -473,3 +473,48 @@ def test_boolean_masks_combined_with_and_or_lower() -> None:
     converted = jit2triton.convert(model, make())
     assert converted.summary()["fallback_nodes"] == 0, converted.report()
     assert_matches_torchscript(converted, model, make)
+
+
+@torch.jit.script
+def read_twice(x, rows):
+    # one index read by integer indexing (a negative counts from the end) and by index_select (it may not)
+    return x[rows] * 2.0 + torch.index_select(x, 0, rows).sin()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_index_read_twice_is_checked_once_as_strictly_as_its_strictest_reader(backend: str) -> None:
+    """GCN checked each edge list once per reader (four asserts and four reductions a layer on the GPU); one check
+    at the first reader, with the least value index_select allows, raises where either reader would."""
+    make = lambda: (torch.randn(8, 3), torch.randint(0, 8, (5,)))  # noqa: E731
+    converted = convert_for(read_twice, make(), backend)
+    assert_matches_torchscript(converted, read_twice, make)
+    assert str(converted.manifest["plan"]).count("aten::_assert_async.msg") == 1
+    if backend == "cuda":
+        return
+    for bad in (8, -1):  # (-1 is a valid index for x[rows], not for index_select: TorchScript raises there)
+        x, rows = make()
+        rows[3] = bad
+        with pytest.raises(RuntimeError, match="out of (range|bounds)"):
+            read_twice(x, rows)
+        with pytest.raises(jit2triton.Jit2TritonError, match="index out of range in self: %rows"):
+            converted(x, rows)
+
+
+@torch.jit.script
+def complex_rows(x, rows):
+    return torch.view_as_real(torch.index_select(torch.view_as_complex(x), 0, rows)) * 2.0
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_index_only_aten_reads_is_left_to_aten_to_check(backend: str) -> None:
+    """A complex tensor's index_select runs through ATen, which checks its indices: no check of ours before it."""
+    make = lambda: (torch.randn(8, 3, 2), torch.randint(0, 8, (5,)))  # noqa: E731
+    converted = convert_for(complex_rows, make(), backend)
+    assert_matches_torchscript(converted, complex_rows, make)
+    assert "aten::_assert_async.msg" not in str(converted.manifest["plan"])
+    if backend == "cuda":
+        return
+    x, rows = make()
+    rows[3] = 8
+    with pytest.raises(jit2triton.Jit2TritonError, match="index out of range"):
+        converted(x, rows)

@@ -14,7 +14,8 @@ call, three of them on buffers). An index that fails that check keeps the run-ti
 where ATen raises it."""
 from __future__ import annotations
 
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -30,35 +31,57 @@ def check_indices(graph: Graph) -> Graph:
     producers = {v.id: n for n in graph.walk() for v in n.outputs}
     lists = {n.outputs[0].id: n for n in graph.walk() if n.op == "prim::ListConstruct"}
 
-    def check(node: Node, index: Value, dim: Any, low: Optional[int], done: set) -> list[Node]:
-        if _known_in_range(node, index, dim, low, constants, weights, producers):
-            return []
-        index = _covered(index, producers)
-        shape = node.inputs[0].type.shape
-        size = shape[dim] if shape and isinstance(dim, int) and -len(shape) <= dim < len(shape) else None
-        key = (index.id, low, size)
-        if isinstance(size, int) and key in done:  # (a graph network reads one edge list five times)
-            return []
-        done.add(key)
-        return _bounds_check(node, index, dim, low)
+    def indexings(node: Node) -> Iterator[tuple[Value, Any, Optional[int]]]:
+        """(index, dim, least value) of each index the node reads a tensor at."""
+        if lookup(node.op).gather:
+            index_at, dim_at = lookup(node.op).gather  # the indexed tensor is the first input
+            yield node.inputs[index_at], constants.get(node.inputs[dim_at].id) if dim_at is not None else 0, 0
+        elif node.op == "aten::index.Tensor" and node.inputs[1].id in lists:
+            for dim, index in enumerate(lists[node.inputs[1].id].inputs):
+                if index.type.is_tensor and index.type.dtype in ("int64", "int32"):
+                    yield index, dim, None
 
     for block in _blocks(graph.body):
-        out: list[Node] = []
-        done: set = set()  # (index, low, size) checked earlier in this block
+        # One check per index and size in a stretch of the block with no in-place write (a graph network reads
+        # one edge list five times): at its first reader, with the least value the strictest reader allows (0
+        # where a later one is a scatter or index_select, which would refuse a negative index there anyway:
+        # nothing between can leave the block). It guards every reader; fusion drops it where every one runs
+        # through ATen, which checks its own indices (drop_unread.py).
+        checks: dict[tuple, _Check] = {}
+        before: dict[int, list[_Check]] = {}  # id(node) -> the checks made just before it
         for node in block.nodes:
             if writes_in_place(node.attrs.get(Attr.SCHEMA, "")):
-                done = set()  # (it may have written an index checked before)
-            if lookup(node.op).gather:
-                index_at, dim_at = lookup(node.op).gather  # the indexed tensor is the first input
-                dim = constants.get(node.inputs[dim_at].id) if dim_at is not None else 0
-                out += check(node, node.inputs[index_at], dim, 0, done)
-            elif node.op == "aten::index.Tensor" and node.inputs[1].id in lists:
-                for dim, index in enumerate(lists[node.inputs[1].id].inputs):
-                    if index.type.is_tensor and index.type.dtype in ("int64", "int32"):
-                        out += check(node, index, dim, None, done)
+                checks = {}  # (it may have written an index checked before)
+            for index, dim, low in indexings(node):
+                shape = node.inputs[0].type.shape
+                if (_known_in_range(node, index, dim, low, constants, weights, producers) or not shape
+                        or not isinstance(dim, int) or not -len(shape) <= dim < len(shape)
+                        or not isinstance(shape[dim], int)):
+                    continue  # known in range, or no static size to check against (ATen's or the clamp is all)
+                covered = _covered(index, producers)
+                key = (covered.id, shape[dim])
+                if key not in checks:
+                    checks[key] = _Check(node, covered, dim, low)
+                    before.setdefault(id(node), []).append(checks[key])
+                elif low == 0:
+                    checks[key].low = 0
+                checks[key].guards.append(node.uid)
+        out: list[Node] = []
+        for node in block.nodes:
+            for check in before.get(id(node), ()):
+                out += _bounds_check(check)
             out.append(node)
         block.nodes = out
     return graph
+
+
+@dataclass
+class _Check:
+    node: Node  # the first reader: the check's source line, and where the size is read
+    index: Value
+    dim: int
+    low: Optional[int]  # None: -size (integer-tensor indexing counts from the end)
+    guards: list[int] = field(default_factory=list)  # the uids of every reader it checks for
 
 
 def _weights_by_value(graph: Graph) -> dict[int, torch.Tensor]:
@@ -123,13 +146,12 @@ def _blocks(block: Block):
             yield from _blocks(sub)
 
 
-def _bounds_check(node: Node, index: Value, dim: Any, low: Optional[int]) -> list[Node]:
+def _bounds_check(check: _Check) -> list[Node]:
     """Nodes asserting `low <= index < size` of the source's `dim` (low None: -size)."""
-    shape = node.inputs[0].type.shape
-    if not (index.type.is_tensor and shape and isinstance(dim, int) and -len(shape) <= dim < len(shape)
-            and isinstance(shape[dim], int)):
-        return []  # nothing static to check against: ATen (or the kernel's clamp) is all there is
-    size = shape[dim]
+    node, index, low = check.node, check.index, check.low
+    if not index.type.is_tensor:
+        return []
+    size = node.inputs[0].type.shape[check.dim]
     low = -size if low is None else low
     # the failing step's error names the source line; CUDA's device assert takes at most 255 characters
     message = (f"index out of range in self: %{index.name} holds an index outside [{low}, {size}) for "
@@ -151,4 +173,5 @@ def _bounds_check(node: Node, index: Value, dim: Any, low: Optional[int]) -> lis
     below = op("aten::lt.Scalar", [index, constant("size", size, "int")], "below_size")
     ok = op("aten::all", [op("aten::logical_and", [above, below], "in_range")], "all_in_range")
     op("aten::_assert_async.msg", [ok, constant("message", message, "str")], "")
+    nodes[-1].attrs[Attr.GUARDS] = list(check.guards)
     return nodes

@@ -43,6 +43,7 @@ class Attr:
     FOLDED_INTO_CONV = "folded_into_conv"  # onednn_conv: a node its fused convolution computes
     CONV_TEMPLATE = "conv_template"  # onednn_conv: the template kernel timed faster, made by conv_kernels
     BINDS = "binds"  # bind_sizes: [(output index, axis, size name)] the runtime reads from the outputs
+    GUARDS = "guards"  # check_indices: the uids of the nodes an index check's assert guards
     QUANTIZED_ENGINE = "quantized_engine"  # packed_params: the engine a packing op's weights are laid out for
 
 

@@ -87,6 +87,7 @@ def scatter_reduce(ctx, x, dim, index, src, reduce, include_self=True):
             "a scatter's dim or include_self computed at run time")
     require(reduce in REDUCTIONS, f"scatter_reduce {reduce!r}")
     require(index.dtype == "int64" and src.dtype == x.dtype, "a scatter's index not int64, or its source of another dtype")
+    require(all(isinstance(n, int) for n in (*index.shape, *src.shape)), "a scatter over a dynamic dim")
     require(len(index.shape) == len(src.shape) and all(i <= s for i, s in zip(index.shape, src.shape)),
             "a scatter's index larger than its source")
     dim = normalize_dim(dim, len(x.shape))
