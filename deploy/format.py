@@ -24,7 +24,11 @@ from .policy import MAX_SLOTS, RECONVERT
 # A field's type, and how a message names it. "slots" are integers indexing the plan's slots, a "node" one indexing
 # the node table; a "count" is an integer from 0 to the field's `most`.
 TYPES = {"str": "a string", "int": "an integer", "bool": "true or false", "list": "a list", "object": "an object",
-         "strs": "a list of strings", "count": "an integer", "slots": "a list of slots", "node": "a node"}
+         "strs": "a list of strings", "count": "an integer", "slots": "a list of slots", "node": "a node",
+         "refs": "a list of references"}
+# A "refs" item, a reference to a value: [kind, what], kind one of these ("s": a slot, "c": a literal, "w": a weight,
+# "wl": a list of weights, "p": a packed constant; transpiler/build_plan.py)
+REF_KINDS = ("s", "c", "w", "wl", "p")
 UPGRADE = "upgrade jit2triton (pip install -U jit2triton)"
 
 
@@ -103,7 +107,7 @@ SIGNATURE_INPUT = Section("signature", (
 PLAN = Section("plan", (
     Field("num_slots", "count", most=MAX_SLOTS, damaged="num_slots"),
     Field("inputs", "slots", doc="the slot of each input"),
-    Field("outputs", "list", doc="a reference per output"),
+    Field("outputs", "refs", doc="a reference per output"),
     Field("steps", "list"),
     Field("dims", "list", False, (), "where each dynamic dim is read: [name, input position, axis]"),
     Field("bound_dims", "strs", False, (), "dims bound from a tensor a step makes", damaged="its bound dims"),
@@ -117,10 +121,22 @@ STEP = Section("plan", (
     Field("node", "node", damaged="a step names a node that is not in the node table"),
     Field("outs", "slots", False, ()),
     Field("free", "slots", False, ()),
+    # (a string there read as a list of one-letter names in one runtime and as none in the other: mutation seed 602)
+    Field("kwnames", "strs", False, (), "a call's keyword-only arguments, by name"),
+    Field("args", "refs", False, (), "its argument references (a call's, a kernel's inputs, a region's reads)"),
+))
+CPP = Section("manifest's cpp section", (  # (the C++ backend's)
+    Field("isa", "str", doc="the instruction set its kernels were compiled for (x86-64-v3...)"),
+))
+BLOCK = Section("plan", (  # an if's branch, a loop's body
+    Field("inputs", "slots", doc="the slots its inputs go to (a loop's counter and carried values)"),
+    Field("steps", "list"),
+    Field("outputs", "refs", doc="a reference per output"),
 ))
 KERNEL = Section("manifest", (
     Field("name", "str"),
     Field("num_buffers", "int", doc="how many buffers a step passes it: its inputs, then its outputs"),
+    Field("sizes", "strs", False, (), "the dynamic dims it takes, in its `sizes` argument's order"),
 ))
 
 # Every other key a runtime reads, by the part of the package it sits in. The sections above are checked at load
@@ -132,16 +148,15 @@ DECLARED: dict[str, dict[str, str]] = {
     "the package's envelope": {
         "format": "'jit2triton': what the file is", "format_version": "the package format's version"},
     "a plan step": {
-        "args": "its argument references (a call's, a kernel's input slots)", "kernel": "the kernel a step launches",
+        "kernel": "the kernel a step launches",
         "sizes": "the dynamic dims a kernel step passes, in the kernel's order", "op": "a call step's ATen op",
         "blocks": "an if's two branches, a loop's body", "binds": "sizes a step binds from its outputs",
         "out_types": "the types a call's outputs must have", "in_shapes": "a kernel's input shapes, checked per call",
         "in_strides": "a kernel's input strides, checked per call", "launches": "a graph step's captured launches",
-        "kwnames": "a call's keyword arguments, by name",
         "by_value": "a kernel step's args that are host numbers, passed by value (its kernel's by_value)"},
     "a node table entry": {"source": "the model source line a node came from (op: its op)"},
     "a kernel index entry": {
-        "sizes": "the dynamic dims it takes", "function": "its symbol in the library or binary",
+        "function": "its symbol in the library or binary",
         "by_value": "its inputs that are host numbers (int64, float64) it takes by value",
         "arg_types": "each argument's type, as the launcher passes it", "grid": "its launch grid",
         "grid_items": "items its grid covers, from the dims (a dynamic grid)", "size_args": "the dims it is given",
@@ -150,7 +165,6 @@ DECLARED: dict[str, dict[str, str]] = {
         "num_ctas": "CTAs per cluster (1)", "shared": "dynamic shared memory bytes", "binary": "its cubin's member",
         "cubin": "the compiled binary, in a loaded package", "arch": "the GPU architecture it was built for",
         "global_scratch_size": "global scratch bytes per program", "XBLOCK": "(in constants) items per program"},
-    "the backend sections": {"isa": "(cpp) the instruction set the C++ kernels were compiled for"},
     "a signature entry": {
         "dtype": "a tensor's dtype", "shape": "sizes and dim names", "default": "a default value",
         "example": "the example's value", "fixed": "a value the package serves only at the example's",
@@ -188,6 +202,8 @@ def read_manifest(manifest: Any) -> "Manifest":
         check_fields(SIGNATURE_INPUT, entry)
     for kernel in manifest["kernels"]:
         check_fields(KERNEL, kernel)
+    if manifest.get("cpp") is not None:
+        check_fields(CPP, manifest["cpp"])
     return Manifest(**{f.name: _value(manifest, f) for f in MANIFEST.fields})
 
 
@@ -208,7 +224,8 @@ def check_fields(section: Section, value: Any, num_slots: int = 0, num_nodes: in
                 _refuse(section, f.damaged or f"no {f.name!r}")
             continue
         if not _IS[f.type](item, f, num_slots, num_nodes):
-            _refuse(section, f.damaged or (f"a slot outside 0..{num_slots - 1}" if f.type == "slots"
+            slot = f.type == "slots" or (f.type == "refs" and all(_is_ref(r, None) for r in item))
+            _refuse(section, f.damaged or (f"a slot outside 0..{num_slots - 1}" if slot
                                            else f"{f.name!r} is not {TYPES[f.type]}"))
         for name in (item if f.type == "strs" else [item]) if f.known else ():
             if name not in f.known:
@@ -239,7 +256,14 @@ _IS: dict[str, Callable[[Any, Field, int, int], bool]] = {
     "count": lambda v, f, slots, nodes: type(v) is int and 0 <= v <= f.most,
     "slots": lambda v, f, slots, nodes: isinstance(v, list) and all(_index(s, slots) for s in v),
     "node": lambda v, f, slots, nodes: _index(v, nodes),
+    "refs": lambda v, f, slots, nodes: isinstance(v, list) and all(_is_ref(r, slots) for r in v),
 }
+
+
+def _is_ref(r: Any, slots: Optional[int]) -> bool:
+    """Whether `r` is a reference, its slot below `slots` (None: any integer)."""
+    return (isinstance(r, list) and len(r) == 2 and isinstance(r[0], str) and r[0] in REF_KINDS
+            and (r[0] != "s" or (type(r[1]) is int if slots is None else _index(r[1], slots))))
 
 
 # --- the C++ header ------------------------------------------------------------------------------------------------
@@ -249,7 +273,7 @@ def _cpp_string(text: str) -> str:
 
 
 CPP_TYPES = {"str": "Str", "int": "Int", "bool": "Bool", "list": "List", "object": "Object", "strs": "Strs",
-             "count": "Count", "slots": "Slots", "node": "Node"}
+             "count": "Count", "slots": "Slots", "node": "Node", "refs": "Refs"}
 
 
 def _cpp_field(f: Field) -> str:
@@ -270,7 +294,7 @@ def _cpp_section(function: str, section: Section) -> list[str]:
 
 # The C++ twin of check_fields (above): what each type admits and what a refusal says.
 CPP_CHECK = """\
-enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node };
+enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs };
 
 inline const char* type_words(Type type) {
   static const char* words[] = {%(words)s};
@@ -300,6 +324,14 @@ inline bool in_range(const json::Value& v, int64_t limit) {
   return v.kind == json::Value::Kind::Int && v.integer >= 0 && v.integer < limit;
 }
 
+// A reference: [kind, what], kind one of REF_KINDS; a slot's below num_slots (negative: any integer)
+inline bool is_ref(const json::Value& r, int64_t num_slots) {
+  static const std::set<std::string> kinds = {%(ref_kinds)s};
+  if (!r.is_array() || r.size() != 2 || !r[0].is_string() || !kinds.count(r[0].as_string())) return false;
+  if (r[0].as_string() != "s") return true;
+  return num_slots < 0 ? r[1].kind == json::Value::Kind::Int : in_range(r[1], num_slots);
+}
+
 inline bool all_of(const json::Value& v, bool (*test)(const json::Value&, int64_t), int64_t limit) {
   if (!v.is_array()) return false;
   for (const auto& item : v.items)
@@ -319,6 +351,7 @@ inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
     case Type::Count: return v.kind == json::Value::Kind::Int && v.integer >= 0 && v.integer <= f.most;
     case Type::Slots: return all_of(v, in_range, limits.num_slots);
     case Type::Node: return in_range(v, limits.num_nodes);
+    case Type::Refs: return all_of(v, is_ref, limits.num_slots);
   }
   return false;
 }
@@ -333,7 +366,8 @@ inline void check(const char* section, const std::vector<Field>& fields, const j
     }
     if (!is(*v, f, limits)) {
       if (*f.damaged) damaged(section, f.damaged);
-      if (f.type == Type::Slots)
+      // (references that would be right with any slot: one of their slots is outside)
+      if (f.type == Type::Slots || (f.type == Type::Refs && all_of(*v, is_ref, -1)))
         damaged(section, "a slot outside 0.." + std::to_string(limits.num_slots - 1));
       damaged(section, repr(f.name) + " is not " + type_words(f.type));
     }
@@ -348,7 +382,8 @@ inline void check(const char* section, const std::vector<Field>& fields, const j
         throw Error(Error::Kind::PackageVersion, f.unknown_before + repr(name->as_string()) + f.unknown_after);
   }
 }
-""" % {"words": ", ".join(_cpp_string(TYPES[t]) for t in CPP_TYPES)}
+""" % {"words": ", ".join(_cpp_string(TYPES[t]) for t in CPP_TYPES),
+       "ref_kinds": ", ".join(_cpp_string(k) for k in REF_KINDS)}
 
 
 def cpp_header() -> str:
@@ -372,8 +407,8 @@ def cpp_header() -> str:
     ]
     for function, section in (("check_manifest", MANIFEST), ("check_producer", PRODUCER),
                               ("check_signature", SIGNATURE), ("check_signature_input", SIGNATURE_INPUT),
-                              ("check_plan", PLAN), ("check_step", STEP),
-                              ("check_kernel", KERNEL)):
+                              ("check_plan", PLAN), ("check_step", STEP), ("check_block", BLOCK),
+                              ("check_kernel", KERNEL), ("check_cpp", CPP)):
         lines += _cpp_section(function, section)
     lines += [
         "// The manifest, its producer, signature, plan and kernel index, as read_manifest checks them in Python.",
@@ -384,6 +419,7 @@ def cpp_header() -> str:
         "  check_signature(manifest.at(\"signature\"));",
         "  for (const auto& entry : manifest.at(\"signature\").at(\"inputs\").items) check_signature_input(entry);",
         "  for (const auto& kernel : manifest.at(\"kernels\").items) check_kernel(kernel);",
+        "  if (const json::Value* cpp = manifest.find(\"cpp\"); cpp && !cpp->is_null()) check_cpp(*cpp);",
         "}",
         "",
         "}  // namespace jit2triton::manifest_schema",

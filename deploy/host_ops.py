@@ -144,6 +144,14 @@ def _int_floordiv(a, b):
     return a // b
 
 
+def _not(x: bool) -> bool:
+    """`not x` of a bool only, as TorchScript's (and the C++ runtime's) aten::__not__ takes: Python's `not` of a
+    tensor or a list would run where they refuse."""
+    if type(x) is not bool:
+        raise TypeError(f"aten::__not__ takes a bool, and was given {type(x).__name__}")
+    return not x
+
+
 HOST_OPS: dict[str, Callable] = {
     "prim::ListConstruct": lambda *items: list(items),
     "prim::ListUnpack": lambda items: items,
@@ -189,7 +197,7 @@ HOST_OPS: dict[str, Callable] = {
     "aten::__contains__.str_list": lambda items, x: x in items,
     "aten::__is__": operator.is_,
     "aten::__isnot__": operator.is_not,
-    "aten::__not__": operator.not_,
+    "aten::__not__": _not,
     "aten::format": _format,
     "aten::warn": _warn,
     "prim::Print": _print,

@@ -11,7 +11,7 @@ import torch
 
 from jit2triton.errors import CorruptPackageError
 
-from .format import PLAN, STEP, check_fields
+from .format import BLOCK, PLAN, STEP, check_fields
 from .op_facts import FORBIDDEN
 from .policy import RECONVERT
 from .resolve import interpreter_only
@@ -30,9 +30,10 @@ def check_plan(plan: dict, num_nodes: int, kernels: list[dict],
     """`weights`: the package's, to check those a kernel reads are the dtype, shape and layout it was built for."""
     try:
         table = {k["name"]: k for k in kernels}
+        if len(table) != len(kernels):  # (one runtime read the first of two entries, the other the last)
+            _bad("the kernel index names a kernel twice")
         slots = plan.get("num_slots") if isinstance(plan, dict) else None
         check_fields(PLAN, plan, num_slots=slots if type(slots) is int else 0)
-        _refs(plan["outputs"], slots)
         dims = [d[0] for d in plan.get("dims", ())] + plan.get("bound_dims", [])
         _steps(plan["steps"], slots, num_nodes, table, weights or {}, dims)
         _arena_fits(plan)
@@ -74,17 +75,6 @@ def _bad(what: str) -> None:
     raise CorruptPackageError(f"the package's plan is damaged ({what}); {RECONVERT}")
 
 
-def _slot(value: Any, num_slots: int) -> None:
-    if type(value) is not int or not 0 <= value < num_slots:
-        _bad(f"a slot outside 0..{num_slots - 1}")
-
-
-def _refs(refs: list, num_slots: int) -> None:
-    for ref in refs:
-        if isinstance(ref, (list, tuple)) and len(ref) == 2 and ref[0] == "s":
-            _slot(ref[1], num_slots)
-
-
 def _steps(steps: list, num_slots: int, num_nodes: int, table: dict[str, dict], weights: dict, dims: list) -> None:
     """`table`: kernel name -> its entry in the manifest's kernel index (buffers, sizes, inputs, outputs)."""
     for step in steps:
@@ -109,13 +99,10 @@ def _steps(steps: list, num_slots: int, num_nodes: int, table: dict[str, dict], 
                 _bad("a step binds a size it cannot")
         if kind == "graph" and any(r[0] != "s" for r in step["args"]):
             _bad("a graph region reads a value that is not a slot")
-        _refs(step.get("args", ()), num_slots)
         if "steps" in step:
             _steps(step["steps"], num_slots, num_nodes, table, weights, dims)
         for block in step.get("blocks", ()):
-            for slot in block["inputs"]:
-                _slot(slot, num_slots)
-            _refs(block["outputs"], num_slots)
+            check_fields(BLOCK, block, num_slots, num_nodes)
             _steps(block["steps"], num_slots, num_nodes, table, weights, dims)
 
 

@@ -19,7 +19,7 @@ from .op_facts import NODE_ATTRIBUTE_OPS
 def resolve_op(op: str) -> Callable:
     """`aten::add.Tensor` -> torch.ops.aten.add.Tensor. Raises PackageError naming the op if it does not exist."""
     if op in HOST_OPS:
-        return HOST_OPS[op]
+        return _typed(op, HOST_OPS[op])
     namespace, _, rest = op.partition("::")
     name, _, overload = rest.partition(".")
     qualified = f"{namespace}::{name}"
@@ -30,7 +30,10 @@ def resolve_op(op: str) -> Callable:
             fn = None
         if isinstance(fn, torch._ops.OpOverload) and fn._schema.name == qualified \
                 and fn._schema.overload_name == overload:
-            return fn
+            # (arithmetic on numbers only: where an op takes a tensor, its dtype or layout arguments are "int" in
+            # the schema and torch objects here)
+            numbers_only = all(str(a.type) in _SCALARS for a in fn._schema.arguments)
+            return _typed(op, fn) if numbers_only else fn
     raise PackageError(
         f"op {op!r} does not exist in this torch ({torch.__version__}); the package needs a torch that has it "
         "(convert and run with the same torch version)")
@@ -51,6 +54,30 @@ def interpreter_only(op: str) -> bool:
 
 def _variadic(schema) -> bool:
     return str(schema).partition(" -> ")[0].endswith("...)")  # (the Python binding does not expose is_vararg)
+
+
+# TorchScript's scalar types, and the Python types a value of each is (a bool is no int there; a dtype, a layout
+# and a memory format are ints to TorchScript, `x.dtype != torch.bool` an aten::ne.int)
+_SCALARS = {"int": (int, torch.dtype, torch.layout, torch.memory_format), "float": (float,), "bool": (bool,)}
+
+
+def _typed(op: str, fn: Callable) -> Callable:
+    """A host op that refuses a number of another type than its schema's (a bool, a tensor or a list where it takes
+    an int), as TorchScript's operator and the C++ runtime's do, where Python's operators would compute something
+    (tests/test_runtime_parity.py: a plan edited to pass another slot there)."""
+    name, _, overload = op.partition(".")
+    schema = next((s for s in _schemas(name) if s.overload_name == overload), None)
+    checks = [(i, _SCALARS[str(a.type)], a.name) for i, a in enumerate(schema.arguments if schema else ())
+              if str(a.type) in _SCALARS and not a.kwarg_only]
+    if not checks:
+        return fn
+
+    def typed(*args, **named):
+        for i, kind, arg in checks:
+            if i < len(args) and type(args[i]) not in kind:
+                raise TypeError(f"{op} takes {kind[0].__name__} {arg}, and was given {type(args[i]).__name__}")
+        return fn(*args, **named)
+    return typed
 
 
 def _schemas(qualified: str) -> list:

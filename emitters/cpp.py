@@ -393,6 +393,8 @@ class _KernelWriter(KernelWriter):
 
     def render(self) -> str:
         kernel, nest = self.kernel, self.nest
+        if self.by_value:  # (the C++ backend's kernels read every input through `buffers`: fusion makes none)
+            raise NotImplementedError("a C++ kernel taking a host number by value")
         head = [provenance_comment(kernel, "//"),
                 f'J2T_KERNEL int {kernel.name}(void* const* buffers, const int64_t* sizes, int num_threads) {{',
                 "  int j2t_status = 0;"]

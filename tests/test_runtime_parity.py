@@ -131,3 +131,67 @@ def test_tolist_matches_torchscript(runtime, tmp_path, request) -> None:
     for _ in range(3):
         x = torch.randn(3, 4) * 3
         assert loaded_lists(x) == lists(x)
+
+
+@torch.jit.script
+def stepped(x, n: int):
+    """Kernels, a loop, a branch, list and int steps, a mask's count: most kinds of plan step."""
+    seen = torch.zeros(x.shape[0], dtype=torch.bool)
+    values: List[int] = []
+    for i in range(n):
+        if not bool(seen[i % x.shape[0]]):
+            seen = seen | (x > 0.1 * i)
+        values.append(i * 3)
+    return x[seen].sin() * 2.0 + float(len(values)), seen
+
+
+def _outcome(path: str, runtime: str) -> str:
+    """'ran', or 'refused' (a jit2triton error at load or at the call), or what else escaped."""
+    from jit2triton.inputs import random_inputs
+    try:
+        module = jit2triton.load(path, runtime=runtime)
+        signature = module.manifest["signature"]
+    except jit2triton.Jit2TritonError:
+        return "refused"
+    except Exception as err:  # noqa: BLE001 - a defect, reported as the outcome
+        return f"{type(err).__name__} at load"
+    try:
+        torch.manual_seed(0)
+        inputs = random_inputs(signature["inputs"], module.device, sizes={name: 2 for name in signature.get("dims") or {}})
+        inputs = [3 if type(x) is int and abs(x) > 64 else x for x in inputs]  # (a damaged example: an endless loop)
+    except Exception:  # noqa: BLE001 - a signature too damaged to draw inputs from: no call to compare
+        return "ran"
+    try:
+        module(*inputs)
+    except jit2triton.Jit2TritonError:
+        return "refused"
+    except Exception as err:  # noqa: BLE001
+        return f"{type(err).__name__} at call"
+    return "ran"
+
+
+@pytest.mark.parametrize("program", ["small", "stepped"])
+def test_both_runtimes_run_or_refuse_each_mutant_alike(program, small_package, tmp_path, request) -> None:
+    """Issue 45: mutated packages (tests/mutate_packages.py: damaged bytes, manifest edits with the checksums
+    recomputed, structural edits), each loaded and called by both runtimes: one running what the other refuses is a
+    disagreement, and there are none. Found this way and mended: a step's `kwnames` not a list, a reference of an
+    unknown kind, a kernel's `sizes` not a list, a kernel listed twice, a null weights index, a non-string `isa`,
+    `aten::__not__` of a tensor."""
+    request.getfixturevalue("cpp_runtime")
+    from mutate_packages import mutate
+    if program == "small":
+        path = str(small_package[0])
+    else:
+        path = str(tmp_path / "stepped.j2t")
+        jit2triton.convert(stepped, (torch.randn(12), 9)).save(path)
+    data, members = open(path, "rb").read(), read_members(path)
+    mutant = str(tmp_path / "mutant.j2t")
+    disagreements = []
+    for seed in range(300):
+        what, damaged = mutate(data, members, seed)
+        with open(mutant, "wb") as f:
+            f.write(damaged)
+        python, cpp = _outcome(mutant, "python"), _outcome(mutant, "cpp")
+        if python != cpp or python not in ("ran", "refused"):
+            disagreements.append(f"seed {seed} ({what}): python {python}, cpp {cpp}")
+    assert not disagreements, disagreements

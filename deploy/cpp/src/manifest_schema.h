@@ -13,10 +13,10 @@
 
 namespace jit2triton::manifest_schema {
 
-enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node };
+enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs };
 
 inline const char* type_words(Type type) {
-  static const char* words[] = {"a string", "an integer", "true or false", "a list", "an object", "a list of strings", "an integer", "a list of slots", "a node"};
+  static const char* words[] = {"a string", "an integer", "true or false", "a list", "an object", "a list of strings", "an integer", "a list of slots", "a node", "a list of references"};
   return words[static_cast<int>(type)];
 }
 
@@ -43,6 +43,14 @@ inline bool in_range(const json::Value& v, int64_t limit) {
   return v.kind == json::Value::Kind::Int && v.integer >= 0 && v.integer < limit;
 }
 
+// A reference: [kind, what], kind one of REF_KINDS; a slot's below num_slots (negative: any integer)
+inline bool is_ref(const json::Value& r, int64_t num_slots) {
+  static const std::set<std::string> kinds = {"s", "c", "w", "wl", "p"};
+  if (!r.is_array() || r.size() != 2 || !r[0].is_string() || !kinds.count(r[0].as_string())) return false;
+  if (r[0].as_string() != "s") return true;
+  return num_slots < 0 ? r[1].kind == json::Value::Kind::Int : in_range(r[1], num_slots);
+}
+
 inline bool all_of(const json::Value& v, bool (*test)(const json::Value&, int64_t), int64_t limit) {
   if (!v.is_array()) return false;
   for (const auto& item : v.items)
@@ -62,6 +70,7 @@ inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
     case Type::Count: return v.kind == json::Value::Kind::Int && v.integer >= 0 && v.integer <= f.most;
     case Type::Slots: return all_of(v, in_range, limits.num_slots);
     case Type::Node: return in_range(v, limits.num_nodes);
+    case Type::Refs: return all_of(v, is_ref, limits.num_slots);
   }
   return false;
 }
@@ -76,7 +85,8 @@ inline void check(const char* section, const std::vector<Field>& fields, const j
     }
     if (!is(*v, f, limits)) {
       if (*f.damaged) damaged(section, f.damaged);
-      if (f.type == Type::Slots)
+      // (references that would be right with any slot: one of their slots is outside)
+      if (f.type == Type::Slots || (f.type == Type::Refs && all_of(*v, is_ref, -1)))
         damaged(section, "a slot outside 0.." + std::to_string(limits.num_slots - 1));
       damaged(section, repr(f.name) + " is not " + type_words(f.type));
     }
@@ -144,7 +154,7 @@ inline void check_plan(const json::Value& value, const Limits& limits = {}) {
   static const std::vector<Field> fields = {
     {"num_slots", Type::Count, true, "num_slots", 16777216, {}, "", ""},
     {"inputs", Type::Slots, true, "", 0, {}, "", ""},
-    {"outputs", Type::List, true, "", 0, {}, "", ""},
+    {"outputs", Type::Refs, true, "", 0, {}, "", ""},
     {"steps", Type::List, true, "", 0, {}, "", ""},
     {"dims", Type::List, false, "", 0, {}, "", ""},
     {"bound_dims", Type::Strs, false, "its bound dims", 0, {}, "", ""},
@@ -161,6 +171,17 @@ inline void check_step(const json::Value& value, const Limits& limits = {}) {
     {"node", Type::Node, true, "a step names a node that is not in the node table", 0, {}, "", ""},
     {"outs", Type::Slots, false, "", 0, {}, "", ""},
     {"free", Type::Slots, false, "", 0, {}, "", ""},
+    {"kwnames", Type::Strs, false, "", 0, {}, "", ""},
+    {"args", Type::Refs, false, "", 0, {}, "", ""},
+  };
+  check("plan", fields, value, limits);
+}
+
+inline void check_block(const json::Value& value, const Limits& limits = {}) {
+  static const std::vector<Field> fields = {
+    {"inputs", Type::Slots, true, "", 0, {}, "", ""},
+    {"steps", Type::List, true, "", 0, {}, "", ""},
+    {"outputs", Type::Refs, true, "", 0, {}, "", ""},
   };
   check("plan", fields, value, limits);
 }
@@ -169,8 +190,16 @@ inline void check_kernel(const json::Value& value, const Limits& limits = {}) {
   static const std::vector<Field> fields = {
     {"name", Type::Str, true, "", 0, {}, "", ""},
     {"num_buffers", Type::Int, true, "", 0, {}, "", ""},
+    {"sizes", Type::Strs, false, "", 0, {}, "", ""},
   };
   check("manifest", fields, value, limits);
+}
+
+inline void check_cpp(const json::Value& value, const Limits& limits = {}) {
+  static const std::vector<Field> fields = {
+    {"isa", Type::Str, true, "", 0, {}, "", ""},
+  };
+  check("manifest's cpp section", fields, value, limits);
 }
 
 // The manifest, its producer, signature, plan and kernel index, as read_manifest checks them in Python.
@@ -181,6 +210,7 @@ inline void check_all(const json::Value& manifest) {
   check_signature(manifest.at("signature"));
   for (const auto& entry : manifest.at("signature").at("inputs").items) check_signature_input(entry);
   for (const auto& kernel : manifest.at("kernels").items) check_kernel(kernel);
+  if (const json::Value* cpp = manifest.find("cpp"); cpp && !cpp->is_null()) check_cpp(*cpp);
 }
 
 }  // namespace jit2triton::manifest_schema

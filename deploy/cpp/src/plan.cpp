@@ -112,16 +112,6 @@ IValue tensor_to_list(const at::Tensor& tensor, int64_t dim, int64_t elem) {
 
 // Every index the plan holds, checked once at load against what it indexes (the same checks as the Python
 // runtime's check_plan): a hand-edited manifest is refused here, never read out of bounds later.
-void check_slot(const Value& v, int64_t num_slots) {
-  if (v.kind != Value::Kind::Int || v.integer < 0 || v.integer >= num_slots)
-    bad_plan("a slot outside 0.." + std::to_string(num_slots - 1));
-}
-
-void check_refs(const Value& refs, int64_t num_slots) {
-  for (const auto& r : refs.items)
-    if (r.size() == 2 && r[0].is_string() && r[0].as_string() == "s") check_slot(r[1], num_slots);
-}
-
 // What a kernel step must pass: the kernel's number of buffers and the dynamic dims it takes (manifest "sizes").
 struct KernelArity {
   int64_t buffers;
@@ -211,12 +201,10 @@ void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const
       if (!agree)
         bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " allocates other outputs than its kernel writes");
     }
-    if (const Value* args = s.find("args")) check_refs(*args, num_slots);
     if (const Value* inner = s.find("steps")) check_steps(*inner, num_slots, num_nodes, buffers);
     if (const Value* blocks = s.find("blocks"))
       for (const auto& b : blocks->items) {
-        for (const auto& x : b.at("inputs").items) check_slot(x, num_slots);
-        check_refs(b.at("outputs"), num_slots);
+        manifest_schema::check_block(b, {num_slots, num_nodes});  // its inputs' slots, its outputs' references
         check_steps(b.at("steps"), num_slots, num_nodes, buffers);
       }
   }
@@ -225,6 +213,8 @@ void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const
 void check_plan(const Value& plan, int64_t num_nodes, const Value& kernels) {
   BufferCounts buffers;
   for (const auto& k : kernels.items) {
+    if (buffers.count(k.at("name").as_string()))  // (one runtime read the first of two entries, the other the last)
+      bad_plan("the kernel index names a kernel twice");
     KernelArity& arity = buffers[k.at("name").as_string()];
     arity.buffers = k.at("num_buffers").as_int();
     arity.outputs = k.find("outputs");
@@ -234,8 +224,7 @@ void check_plan(const Value& plan, int64_t num_nodes, const Value& kernels) {
   }
   const Value* slots = plan.is_object() ? plan.find("num_slots") : nullptr;
   int64_t num_slots = slots && slots->kind == Value::Kind::Int ? slots->integer : 0;
-  manifest_schema::check_plan(plan, {num_slots, num_nodes});
-  check_refs(plan.at("outputs"), num_slots);
+  manifest_schema::check_plan(plan, {num_slots, num_nodes});  // its outputs' references too
   check_steps(plan.at("steps"), num_slots, num_nodes, buffers);
 }
 
