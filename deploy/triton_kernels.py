@@ -270,7 +270,7 @@ def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, 
                 values[first_size + k] = n
         i = 0
         for t in inputs:
-            if i in bits:
+            if bits and i in bits:  # (a kernel without numbers pays no lookup)
                 values[i] = bits[i](t)
                 i += 1
                 continue

@@ -36,10 +36,13 @@ def test_a_row_picked_by_a_loop_counter_is_read_where_it_is(backend, tmp_path):
         assert len(marked[0]["unaligned"]) == 1, marked
     path = tmp_path / "rows.j2t"
     converted.save(path)
-    package = jit2triton.load(path)
-    for seed, n in ((1, 9), (2, 4), (3, 1)):
-        inputs = _inputs(seed, n)
-        assert_same(to_cpu(package(*to_device(inputs, converted.device))), rows_in_a_loop(*inputs), f"{n} rows")
+    # load()'s default runtime first, then the Python one (Triton on the CPU runs under the interpreter, in Python only)
+    for runtime in [None] if backend == "triton" else [None, "python"]:
+        package = jit2triton.load(path, runtime=runtime)
+        for seed, n in ((1, 9), (2, 4), (3, 1), (4, 0), (5, 8), (6, 2)):
+            inputs = _inputs(seed, n)
+            assert_same(to_cpu(package(*to_device(inputs, converted.device))), rows_in_a_loop(*inputs),
+                        f"{runtime}, {n} rows")
 
 
 @on_gpu

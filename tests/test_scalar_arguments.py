@@ -69,10 +69,13 @@ def test_a_kernel_takes_the_host_numbers_it_reads(name, backend, tmp_path):
     converted.save(path)
     saved = json.loads(read_members(str(path))["manifest.json"])  # (an older reader refuses what it cannot run)
     assert ("scalar_arguments" in saved.get("requires", ())) == (backend != "cpp")
-    package = jit2triton.load(path)
-    for seed, n in ((1, 9), (2, 0), (3, 5), (4, 11)):
-        inputs = make(seed, n)
-        assert_same(to_cpu(package(*to_device(inputs, converted.device))), model(*inputs), f"n={n}")
+    # load()'s default runtime first, then the Python one (Triton on the CPU runs under the interpreter, in Python only)
+    runtimes = [None] if backend == "triton" else [None, "python"]
+    for runtime in runtimes:
+        package = jit2triton.load(path, runtime=runtime)
+        for seed, n in ((1, 9), (2, 0), (3, 5), (4, 11), (5, 1), (6, 7)):
+            inputs = make(seed, n)
+            assert_same(to_cpu(package(*to_device(inputs, converted.device))), model(*inputs), f"{runtime}, n={n}")
 
 
 def _with_manifest(path, tmp_path, edit) -> str:
