@@ -63,6 +63,9 @@ FEATURES: dict[str, Callable[[dict], bool]] = {
     # kernels that take host numbers as arguments (KernelBuffer.by_value): a reader without it would pass a number
     # where a kernel reads a pointer
     "scalar_arguments": lambda m: any(k.get("by_value") for k in m.get("kernels", ())),
+    # Triton kernels whose outputs the launcher zeroes first (they add into them atomically): a reader without it
+    # would leave them uninitialised
+    "zeroed_outputs": lambda m: any(e.get("zeroed") for e in ((m.get("triton") or {}).get("kernels") or {}).values()),
 }
 
 STEP_KINDS = ("call", "kernel", "if", "loop", "graph")
@@ -161,6 +164,7 @@ DECLARED: dict[str, dict[str, str]] = {
         "arg_types": "each argument's type, as the launcher passes it", "grid": "its launch grid",
         "grid_items": "items its grid covers, from the dims (a dynamic grid)", "size_args": "the dims it is given",
         "unaligned": "(Triton) inputs compiled for any address, passed without an aligned copy",
+        "zeroed": "(Triton) outputs the launcher zeroes before each launch: the kernel adds into them atomically",
         "constants": "compile-time constants", "num_warps": "warps per program",
         "num_ctas": "CTAs per cluster (1)", "shared": "dynamic shared memory bytes", "binary": "its cubin's member",
         "cubin": "the compiled binary, in a loaded package", "arch": "the GPU architecture it was built for",

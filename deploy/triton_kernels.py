@@ -50,10 +50,21 @@ def load_triton_kernels(files: dict[str, bytes], section: Optional[dict], kernel
             raise CorruptPackageError(f"Triton kernel {meta['name']!r} takes other sizes than the manifest "
                                       f"says; {RECONVERT}")
         # (the kernel index says which inputs are host numbers the kernel takes by value; the launcher needs it)
-        entries[meta["name"]] = dict(entry, by_value=meta.get("by_value", []))
+        entries[meta["name"]] = dict(entry, by_value=meta.get("by_value", []), zeroed=_zeroed(entry, meta))
     if device.type == "cuda":
         return _load_cuda(files, entries, device)
     return _load_interpreted(files, entries)
+
+
+def _zeroed(entry: dict, meta: dict) -> tuple[int, ...]:
+    """The outputs the launcher zeroes before each launch (a kernel that adds into them atomically), checked to be
+    positions among the kernel's outputs."""
+    zeroed = entry.get("zeroed", [])
+    outputs = len(meta.get("outputs") or ())
+    if not isinstance(zeroed, list) or not all(type(i) is int and 0 <= i < outputs for i in zeroed):
+        raise CorruptPackageError(f"Triton kernel {meta['name']!r}'s zeroed outputs are not output positions; "
+                                  f"{RECONVERT}")
+    return tuple(zeroed)
 
 
 # --- the CPU: Triton's interpreter ----------------------------------------------------------------------------
@@ -88,17 +99,21 @@ def _grid_function(entry: dict) -> Callable[[list], int]:
 
 
 def _interpreted_launcher(fn, entry: dict) -> Callable:
-    grid, constants = tuple(entry["grid"]), entry["constants"]
+    grid, constants, zeroed = tuple(entry["grid"]), entry["constants"], entry["zeroed"]
     if entry.get("size_args"):
         grid_of = _grid_function(entry)
 
         def launch_dynamic(inputs: list, outputs: list, sizes: list) -> None:
+            for i in zeroed:
+                outputs[i].zero_()
             programs = grid_of(sizes)
             if programs:
                 fn[(programs,)](*inputs, *outputs, *sizes, **constants)
         return launch_dynamic
 
     def launch(inputs: list, outputs: list) -> None:
+        for i in zeroed:
+            outputs[i].zero_()
         if grid[0]:
             fn[grid](*inputs, *outputs, **constants)
 
@@ -224,8 +239,12 @@ def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, 
     grid_x, grid_y, grid_z = entry["grid"]
     dynamic = bool(entry.get("size_args"))
     grid_of = _grid_function(entry)
+    zeroed = entry["zeroed"]  # outputs the kernel adds into atomically: zeroed first, even where it has no programs
     if not grid_x and "grid_items" not in entry:
-        return lambda inputs, outputs, sizes=None: None
+        def no_programs(inputs: list, outputs: list, sizes: Optional[list] = None) -> None:
+            for k in zeroed:
+                outputs[k].zero_()
+        return no_programs
     scratch_per_program = entry.get("global_scratch_size", 0)
     scratch = scratch_per_program * grid_x * grid_y * grid_z
     num_args = len(entry["arg_types"])
@@ -260,6 +279,8 @@ def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, 
     def launch(inputs: list, outputs: list, sizes: Optional[list] = None) -> None:
         keep = []  # aligned copies and scratch memory, alive until the launch is queued
         scratch_bytes = scratch
+        for k in zeroed:  # (on torch's current stream, as the launch: ordered before it)
+            outputs[k].zero_()
         if dynamic:  # sizes (after the buffers) and the grid are the call's
             programs = grid_of(sizes)
             if not programs:

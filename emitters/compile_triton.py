@@ -145,7 +145,8 @@ def kernel_identity(r: TritonKernel) -> str:
     numbers: dict[str, str] = {}
     code = _NUMBERED.sub(lambda m: m.group(1) + "_" + numbers.setdefault(m.group(0), str(len(numbers))), code)
     described = json.dumps([code, r.arg_types, r.configs, list(r.size_args), str(r.items)] +
-                           ([list(r.unaligned)] if r.unaligned else []), sort_keys=True)
+                           ([list(r.unaligned)] if r.unaligned else []) +
+                           ([["zeroed", *r.zeroed]] if r.zeroed else []), sort_keys=True)
     return hashlib.sha256(described.encode()).hexdigest()
 
 
@@ -223,6 +224,8 @@ def launch_entry(r: TritonKernel, config: dict, compiled=None) -> dict[str, Any]
         entry["size_args"] = list(r.size_args)
     if r.unaligned:
         entry["unaligned"] = list(r.unaligned)
+    if r.zeroed:
+        entry["zeroed"] = list(r.zeroed)
     if not isinstance(r.items, int):
         entry["grid_items"] = size_json(r.items)
     if compiled is not None:

@@ -14,7 +14,7 @@ import re
 
 from jit2triton.transpiler import kernel_ir as K
 
-from .common import Scope, provenance_comment, row_major, unravel
+from .common import Scope, provenance_comment, row_major, size_code, unravel
 
 
 class ScatterLoops:
@@ -28,6 +28,8 @@ class ScatterLoops:
         head = [provenance_comment(kernel, "//"),
                 f'J2T_KERNEL int {kernel.name}(void* const* buffers, const int64_t* sizes, int num_threads) {{',
                 "  int j2t_status = 0;"]
+        # (the updates' count may be a dynamic dim: lower_scatter.py)
+        head += [f"  const int64_t dim_{name} = sizes[{i}];" for i, name in enumerate(kernel.size_names)]
         for i, b in enumerate(kernel.inputs):
             head.append(f"  const {self.CTYPES[b.dtype]}* __restrict {self.buffer_names[b.name]} = "
                         f"(const {self.CTYPES[b.dtype]}*)buffers[{i}];")
@@ -62,7 +64,7 @@ class ScatterLoops:
         before = kernel.sources[:dim]
         columns_before = math.prod(out.shape[:dim])
         first = out.shape[dim + 1] if dim + 1 < len(out.shape) else 1
-        work = math.prod(out.shape[:dim] + out.shape[dim + 1:]) * kernel.sources[dim].arg[1]
+        work = math.prod(out.shape[:dim] + out.shape[dim + 1:]) * K.hint(kernel.sources[dim].arg[1])
         parallel = work > self.PARALLEL_WORK
         column = Scope(root, frozenset(before), "    ")
         lines = [f"  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>({first}, "
@@ -119,7 +121,7 @@ class ScatterLoops:
         at = self.value(at_node, point)
         update = self.value(kernel.update, point) if with_update else ""
         name = along.arg[0]
-        lines = [f"    for (int64_t {name} = 0; {name} < {along.arg[1]}; ++{name}) {{"] + scopes[0].lines
+        lines = [f"    for (int64_t {name} = 0; {name} < {size_code(along.arg[1])}; ++{name}) {{"] + scopes[0].lines
         lines += self.after_loops([v.arg[1] for v in after], [v.arg[0] for v in after], scopes[1:])
         lines += [f"{point.indent}{line}" for line in statements(at, update)]
         return lines + self.close(len(after)) + ["    }"]

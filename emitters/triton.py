@@ -51,6 +51,9 @@ class TritonKernel:
     # the arguments (inputs) compiled without assuming a 16-byte-aligned start (KernelBuffer.aligned): the runtime
     # passes them as they are, where it copies any other unaligned input
     unaligned: tuple[int, ...] = ()
+    # the outputs the launcher zeroes before the launch: a kernel that adds into them atomically (an update-parallel
+    # scatter, triton_scatter.py) finds each element at zero however its programs are ordered
+    zeroed: tuple[int, ...] = ()
 
     def grid(self, config: dict, sizes: Optional[dict] = None) -> int:
         items = self.items if isinstance(self.items, int) else self.items.evaluate(sizes)

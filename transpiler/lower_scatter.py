@@ -9,11 +9,18 @@ scatter's kernel and is never stored. The target is clamped into the dim, so a k
 output; check_indices.py asserts before the scatter that every index is in [0, size), so a bad one raises as ATen's
 does (a negative one too: ATen's scatters do not count from the end).
 
-The renderers keep one owner per output element (emitters/cpp_scatter.py, emitters/triton_scatter.py): C++ gives
-each thread whole columns, and adds in index order as ATen's CPU kernels do; Triton gives each program whole
-columns and combines with atomics. Triton has atomic max and min only for 32- and 64-bit numbers and adds in
-float16/bfloat16 with a rounding per add, so scatters of other dtypes run through ATen (reduced-precision packages
-keep scatters in float32: op_table's keeps_fp32).
+A sum (scatter_add, index_add, scatter_reduce "sum" with the destination's values) has two forms. On the CPU
+(emitters/cpp_scatter.py) each thread owns whole columns and adds in index order, as ATen's CPU kernels do. In Triton
+(emitters/triton_scatter.py) a program takes a block of updates, as ATen's CUDA kernel does: the launcher zeroes the
+output, and the first values and the updates are atomically added into it in any order (a graph network's 16-128
+feature columns are then as many programs as its edges need, not a few sweeping every edge). Max, min, a mean, and a
+sum without the destination's values keep one owner per output element in Triton too: programs own whole columns
+and combine with atomics, so on the GPU they need many columns (MIN_GPU_COLUMNS). Triton has atomic max and min only
+for 32- and 64-bit numbers and adds in float16/bfloat16 with a rounding per add, so scatters of other dtypes run
+through ATen (reduced-precision packages keep scatters in float32: op_table's keeps_fp32).
+
+The count of updates may be a size the data sets (a graph's edges after a mask drops its self loops): the source's
+size along `dim` may be a dynamic dim; the destination's sizes, and the source's other sizes, are fixed.
 """
 from __future__ import annotations
 
@@ -26,11 +33,17 @@ from .lowering import TensorBox, compute_dtype, is_box, lowering, normalize_dim,
 
 REDUCTIONS = {"sum": "sum", "mean": "mean", "amax": "max", "amin": "min"}  # scatter_reduce's names -> the kernel's
 SCATTERED_DTYPES = ("float32", "float64", "int32", "int64")  # those every renderer's atomics take
-# On the GPU a program owns whole columns and sweeps every update, so the kernel has columns / 8..32 programs: a
+# On the GPU a column-owner kernel (max, min, mean) has columns / 8..32 programs, each sweeping every update: a
 # graph network's 64-128 features gave 4-16 programs on an H100's 132 SMs, and GraphSAGE (2708 nodes, 10556 edges)
-# ran at 0.78x TorchScript against ATen's edge-parallel scatter. Below this many columns it stays ATen's (until an
-# edge-parallel form: one launch for the first values, one of atomics over the updates)
+# ran at 0.78x TorchScript against ATen's edge-parallel scatter. Below this many columns those stay ATen's; a sum is
+# edge-parallel in Triton (update_parallel) and takes any number of columns.
 MIN_GPU_COLUMNS = 4096
+
+
+def update_parallel(reduce: str, include_self: bool) -> bool:
+    """Whether Triton renders the scatter a block of updates per program, atomically added into a zeroed output:
+    a sum that starts from the destination's values (whose order of adds does not matter)."""
+    return reduce == "sum" and include_self
 
 
 @dataclass(eq=False)
@@ -50,7 +63,9 @@ class ScatterBox(TensorBox):
 def _scatter(ctx, x: TensorBox, dim: int, source_shape: tuple, target: Callable, update: Callable,
              reduce: str = "sum", include_self: bool = True) -> ScatterBox:
     shape = tuple(ctx.out_shape)
-    require(all(isinstance(n, int) for n in (*shape, *source_shape)), "a scatter over a dynamic dim")
+    require(all(isinstance(n, int) for n in shape), "a scatter into a destination of a dynamic size")
+    require(all(isinstance(n, int) for d, n in enumerate(source_shape) if d != dim),
+            "a scatter whose source has a dynamic size along a dim other than the scattered one")
     require(x.dtype in SCATTERED_DTYPES, f"a scatter of {x.dtype}: generated scatters take 32- and 64-bit numbers "
             "(Triton's atomics have no max or min of narrower ones, and round a float16/bfloat16 sum at every add)")
     require(len(shape) >= 1 and len(source_shape) == len(shape), "a scatter of a 0-d tensor")
@@ -59,7 +74,7 @@ def _scatter(ctx, x: TensorBox, dim: int, source_shape: tuple, target: Callable,
     columns = 1
     for d, n in enumerate(shape):
         columns *= n if d != dim else 1
-    require(ctx.device_type != "cuda" or columns >= MIN_GPU_COLUMNS,
+    require(ctx.device_type != "cuda" or update_parallel(reduce, include_self) or columns >= MIN_GPU_COLUMNS,
             f"a scatter over {columns} columns on the GPU: a program per few columns sweeps every update, slower "
             f"than ATen's edge-parallel scatter below {MIN_GPU_COLUMNS} columns")
     kind = compute_dtype(x.dtype)
@@ -87,10 +102,10 @@ def scatter_reduce(ctx, x, dim, index, src, reduce, include_self=True):
             "a scatter's dim or include_self computed at run time")
     require(reduce in REDUCTIONS, f"scatter_reduce {reduce!r}")
     require(index.dtype == "int64" and src.dtype == x.dtype, "a scatter's index not int64, or its source of another dtype")
-    require(all(isinstance(n, int) for n in (*index.shape, *src.shape)), "a scatter over a dynamic dim")
-    require(len(index.shape) == len(src.shape) and all(i <= s for i, s in zip(index.shape, src.shape)),
-            "a scatter's index larger than its source")
     dim = normalize_dim(dim, len(x.shape))
+    require(len(index.shape) == len(src.shape) and all(
+        i == s or isinstance(i, int) and isinstance(s, int) and i <= s for i, s in zip(index.shape, src.shape)),
+        "a scatter's index larger than its source (or of another dynamic size)")
     return _scatter(ctx, x, dim, tuple(index.shape), _index_of(index, x.shape[dim]) if x.shape else None, src,
                     REDUCTIONS[reduce], bool(include_self))
 

@@ -171,6 +171,18 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
           throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + "'s unaligned inputs are not argument positions; " + policy::kReconvert);
         alignment[at] = 1;
       }
+    // the outputs the kernel adds into atomically (an update-parallel scatter): zeroed before each launch
+    std::vector<size_t> zeroed;
+    if (const json::Value* outputs_zeroed = entry->find("zeroed")) {
+      const json::Value* outputs = meta.find("outputs");
+      size_t num_outputs = outputs && outputs->is_array() ? outputs->size() : 0;
+      for (const auto& i : outputs_zeroed->items) {
+        int64_t at = i.as_int();
+        if (at < 0 || static_cast<size_t>(at) >= num_outputs)
+          throw Error(Error::Kind::CorruptPackage, "Triton kernel " + repr(name) + "'s zeroed outputs are not output positions; " + policy::kReconvert);
+        zeroed.push_back(static_cast<size_t>(at));
+      }
+    }
     std::optional<Size> grid_items;
     int64_t block = 1;
     if (const json::Value* items = entry->find("grid_items")) {
@@ -180,6 +192,7 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
     }
     c10::DeviceIndex index = device.index();
     launchers[name] = [=, &cu](std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs, const int64_t* sizes) {
+      for (size_t k : zeroed) outputs[k].zero_();  // (on the current stream, as the launch: ordered before it)
       unsigned programs = grid_items ? static_cast<unsigned>(((*grid_items)(sizes) + block - 1) / block) : gx;
       if (!programs) return;
       int64_t scratch = scratch_per_program * programs * gy * gz;

@@ -121,7 +121,7 @@ inline void check_manifest(const json::Value& value, const Limits& limits = {}) 
     {"runtime", Type::Str, false, "", 0, {}, "", ""},
     {"cpp", Type::Object, false, "", 0, {}, "", ""},
     {"triton", Type::Object, false, "", 0, {}, "", ""},
-    {"requires", Type::Strs, false, "", 0, {"state", "methods", "bound_dims", "host_weights", "scalar_arguments"}, "the package uses ", ", a feature of the package format this jit2triton does not know, and would run wrongly without it; upgrade jit2triton (pip install -U jit2triton)"},
+    {"requires", Type::Strs, false, "", 0, {"state", "methods", "bound_dims", "host_weights", "scalar_arguments", "zeroed_outputs"}, "the package uses ", ", a feature of the package format this jit2triton does not know, and would run wrongly without it; upgrade jit2triton (pip install -U jit2triton)"},
   };
   check("manifest", fields, value, limits);
 }
