@@ -238,4 +238,16 @@ const std::string& Value::as_string() const {
 
 Value parse(std::string_view text) { return Parser(text).document(); }
 
+bool equal(const Value& a, const Value& b) {
+  if (a.kind != b.kind || a.boolean != b.boolean || a.integer != b.integer || a.text != b.text ||
+      a.items.size() != b.items.size() || a.members.size() != b.members.size())
+    return false;
+  if (a.kind == Value::Kind::Float && !(a.number == b.number)) return false;
+  for (size_t i = 0; i < a.items.size(); ++i)
+    if (!equal(a.items[i], b.items[i])) return false;
+  for (size_t i = 0; i < a.members.size(); ++i)
+    if (a.members[i].first != b.members[i].first || !equal(a.members[i].second, b.members[i].second)) return false;
+  return true;
+}
+
 }  // namespace jit2triton::json

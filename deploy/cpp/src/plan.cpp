@@ -1,6 +1,7 @@
 #include "plan.h"
 #include "manifest_schema.h"
 #include "op_facts.h"
+#include "host_ops.h"
 #include "plan_check.h"
 #include "scalar_ops.h"
 #include "policy.h"
@@ -76,63 +77,6 @@ void release(Env& env, const std::vector<int>& slots) {
   for (int s : slots) env[s] = IValue();
 }
 
-[[noreturn]] void bad_plan(const std::string& what) {
-  throw Error(Error::Kind::CorruptPackage,
-              "the package's plan is damaged (" + what + "); " + policy::kReconvert);
-}
-
-// tensor.tolist() as TorchScript's prim::tolist gives it: `dim` nested lists of the `elem` type the model annotated
-// (0: int, 1: float, 2: bool), checked against the tensor as TorchScript checks it.
-IValue tensor_to_list(const at::Tensor& tensor, int64_t dim, int64_t elem) {
-  if (elem < 0 || elem > 2) throw std::invalid_argument("tolist() gives lists of int, float or bool only");
-  if (tensor.dim() != dim)
-    throw std::invalid_argument(
-        "Output annotation list dimension and runtime tensor dimension must match for tolist()");
-  at::ScalarType as = elem == 0 ? at::kLong : elem == 1 ? at::kDouble : at::kBool;
-  if (elem == 1 ? !tensor.is_floating_point() : tensor.scalar_type() != as)
-    throw std::invalid_argument(
-        "Output annotation element type and runtime tensor element type must match for tolist()");
-  at::Tensor t = tensor.to(at::kCPU, as).contiguous();
-  const c10::TypePtr kinds[] = {c10::IntType::get(), c10::FloatType::get(), c10::BoolType::get()};
-  std::function<IValue(int64_t, int64_t)> build = [&](int64_t depth, int64_t offset) -> IValue {
-    if (depth == dim) {
-      if (elem == 0) return t.const_data_ptr<int64_t>()[offset];
-      if (elem == 1) return t.const_data_ptr<double>()[offset];
-      return t.const_data_ptr<bool>()[offset];
-    }
-    c10::TypePtr type = kinds[elem];
-    for (int64_t d = depth + 1; d < dim; ++d) type = c10::ListType::create(type);
-    c10::impl::GenericList list(type);
-    list.reserve(t.size(depth));
-    for (int64_t i = 0; i < t.size(depth); ++i) list.push_back(build(depth + 1, offset + i * t.stride(depth)));
-    return list;
-  };
-  return build(0, 0);
-}
-
-// Every index the plan holds, checked once at load against what it indexes (the same checks as the Python
-// runtime's check_plan): a hand-edited manifest is refused here, never read out of bounds later.
-// What a kernel step must pass: the kernel's number of buffers and the dynamic dims it takes (manifest "sizes").
-struct KernelArity {
-  int64_t buffers;
-  std::vector<std::string> sizes;
-  const Value* by_value = nullptr;  // the inputs that are host numbers passed by value, from the kernel index
-  const Value* outputs = nullptr;  // [dtype, shape] per output, from the kernel index
-};
-
-bool same(const Value& a, const Value& b) {
-  if (a.kind != b.kind || a.boolean != b.boolean || a.integer != b.integer || a.text != b.text ||
-      a.items.size() != b.items.size() || a.members.size() != b.members.size())
-    return false;
-  if (a.kind == Value::Kind::Float && !(a.number == b.number)) return false;
-  for (size_t i = 0; i < a.items.size(); ++i)
-    if (!same(a.items[i], b.items[i])) return false;
-  for (size_t i = 0; i < a.members.size(); ++i)
-    if (a.members[i].first != b.members[i].first || !same(a.members[i].second, b.members[i].second)) return false;
-  return true;
-}
-using BufferCounts = std::map<std::string, KernelArity>;
-
 // A call's size table: every dynamic dim, resolved once at the start of the call (bound ones when the step that
 // makes them runs), in one CPU int64 tensor every step reads in place.
 at::Tensor size_table(const std::vector<int64_t>& dims) {
@@ -164,71 +108,6 @@ Shape parse_shape(const Value& list, const std::vector<std::string>& dims) {
     for (const auto& s : shape.sizes) shape.fixed.push_back(s(nullptr));
   return shape;
 }
-
-void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const BufferCounts& buffers) {
-  for (const auto& s : steps.items) {
-    manifest_schema::check_step(s, {num_slots, num_nodes});
-    const std::string& kind = s.at("kind").as_string();
-    if (kind == "call")
-      if (const Value* op = s.find("op"); op && op->is_string() && op_facts::forbidden(op->as_string()))
-        throw Error(Error::Kind::CorruptPackage,
-                    "the package's plan calls " + op->as_string() + ", which reaches outside the model (files, global "
-                    "state); a converted model never does, so the package was edited: " + policy::kReconvert);
-    if (kind == "kernel") {
-      auto it = buffers.find(s.at("kernel").as_string());
-      if (it == buffers.end() || it->second.buffers != int64_t(s.at("args").size() + s.at("outs").size()))
-        bad_plan("kernel step " + repr(s.at("kernel").as_string()) +
-                 " passes another number of buffers than its kernel takes");
-      std::vector<std::string> sizes;
-      if (const Value* names = s.find("sizes"))
-        for (const auto& n : names->items) sizes.push_back(n.as_string());
-      if (sizes != it->second.sizes)
-        bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " passes other sizes than its kernel takes");
-      // (a number where a kernel reads a pointer, or the reverse, would send it through memory it does not own)
-      const Value* by_value = s.find("by_value");
-      const Value* takes = it->second.by_value;
-      bool none = !by_value || by_value->size() == 0, takes_none = !takes || takes->size() == 0;
-      if (none != takes_none || (!none && !same(*by_value, *takes)))
-        bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " passes other arguments by value than its kernel takes");
-      // the outputs the step allocates are the ones its kernel writes (an emptied list made a kernel write
-      // through a pointer never passed; found by tests/mutate_packages.py)
-      const Value& types = s.at("out_types");
-      const Value* written = it->second.outputs;
-      bool agree = written && types.size() == s.at("outs").size() && types.size() == written->size();
-      for (size_t i = 0; agree && i < types.size(); ++i)
-        agree = types[i].size() == 3 && (*written)[i].size() == 2 && same(types[i][1], (*written)[i][0]) &&
-                same(types[i][0], (*written)[i][1]);
-      if (!agree)
-        bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " allocates other outputs than its kernel writes");
-    }
-    if (const Value* inner = s.find("steps")) check_steps(*inner, num_slots, num_nodes, buffers);
-    if (const Value* blocks = s.find("blocks"))
-      for (const auto& b : blocks->items) {
-        manifest_schema::check_block(b, {num_slots, num_nodes});  // its inputs' slots, its outputs' references
-        check_steps(b.at("steps"), num_slots, num_nodes, buffers);
-      }
-  }
-}
-
-void check_plan(const Value& plan, int64_t num_nodes, const Value& kernels) {
-  BufferCounts buffers;
-  for (const auto& k : kernels.items) {
-    if (buffers.count(k.at("name").as_string()))  // (one runtime read the first of two entries, the other the last)
-      bad_plan("the kernel index names a kernel twice");
-    KernelArity& arity = buffers[k.at("name").as_string()];
-    arity.buffers = k.at("num_buffers").as_int();
-    arity.outputs = k.find("outputs");
-    arity.by_value = k.find("by_value");
-    if (const Value* names = k.find("sizes"))
-      for (const auto& n : names->items) arity.sizes.push_back(n.as_string());
-  }
-  const Value* slots = plan.is_object() ? plan.find("num_slots") : nullptr;
-  int64_t num_slots = slots && slots->kind == Value::Kind::Int ? slots->integer : 0;
-  manifest_schema::check_plan(plan, {num_slots, num_nodes});  // its outputs' references too
-  check_steps(plan.at("steps"), num_slots, num_nodes, buffers);
-}
-
-
 
 }  // namespace
 
@@ -326,7 +205,7 @@ class Builder {
     std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
     std::vector<Binding> binds = bindings(s, outs);
     int sizes_slot = plan_.num_slots_;
-    if (auto native = host_op(op, s, args, outs)) {
+    if (auto native = host_ops::step(op, s, args, outs)) {
       if (free.empty() && binds.empty()) return native;
       return [native, free, binds, sizes_slot](Env& env) {
         native(env);
@@ -426,120 +305,6 @@ class Builder {
       throw Error(Error::Kind::Package, "op " + repr(op) + " does not exist in this torch (" + J2T_TORCH_VERSION +
                                             "); the package needs a torch that has it (convert and run with the same torch version)");
     return found;
-  }
-
-  // TorchScript's container and control ops that carry their types on the node, not in a schema.
-  std::function<void(Env&)> host_op(const std::string& op, const Value& s, const std::vector<Ref>& args,
-                                    const std::vector<int>& outs) {
-    if (op == "prim::ListConstruct") {
-      c10::TypePtr elem = c10::AnyType::get();
-      if (const auto* t = s.find("type")) elem = parse_type(*t)->containedTypes().at(0);
-      int out = outs.at(0);
-      return [args, elem, out](Env& env) {
-        c10::impl::GenericList list(elem);
-        list.reserve(args.size());
-        for (const auto& a : args) list.push_back(a.get(env));
-        env[out] = std::move(list);
-      };
-    }
-    if (op == "prim::TupleConstruct") {
-      int out = outs.at(0);
-      return [args, out](Env& env) {
-        std::vector<IValue> items;
-        items.reserve(args.size());
-        for (const auto& a : args) items.push_back(a.get(env));
-        env[out] = c10::ivalue::Tuple::create(std::move(items));
-      };
-    }
-    if (op == "prim::DictConstruct") {
-      c10::TypePtr key = c10::AnyType::get(), value = c10::AnyType::get();
-      if (const auto* t = s.find("type")) {
-        auto dict = parse_type(*t);
-        key = dict->containedTypes().at(0);
-        value = dict->containedTypes().at(1);
-      }
-      int out = outs.at(0);
-      return [args, key, value, out](Env& env) {
-        c10::impl::GenericDict dict(key, value);
-        for (size_t i = 0; i + 1 < args.size(); i += 2) dict.insert_or_assign(args[i].get(env), args[i + 1].get(env));
-        env[out] = std::move(dict);
-      };
-    }
-    if (op == "prim::ListUnpack" || op == "prim::TupleUnpack") {
-      Ref from = args.at(0);
-      return [from, outs](Env& env) {
-        const IValue& v = from.get(env);
-        auto n = v.isTuple() ? v.toTupleRef().elements().size() : v.toListRef().size();
-        if (n != outs.size())
-          throw std::runtime_error("cannot unpack " + std::to_string(n) + " values into " + std::to_string(outs.size()));
-        IValue keep = v;  // the slot may be one of the outputs
-        for (size_t i = 0; i < outs.size(); ++i)
-          env[outs[i]] = keep.isTuple() ? keep.toTupleRef().elements()[i] : keep.toListRef()[i];
-      };
-    }
-    if (op == "prim::TupleIndex") {
-      Ref from = args.at(0), index = args.at(1);
-      int out = outs.at(0);
-      return [from, index, out](Env& env) {
-        const auto& items = from.get(env).toTupleRef().elements();
-        int64_t i = index.get(env).toInt();
-        if (i < 0) i += static_cast<int64_t>(items.size());
-        if (i < 0 || i >= static_cast<int64_t>(items.size())) throw std::out_of_range("tuple index out of range");
-        env[out] = items[i];
-      };
-    }
-    if (op == "prim::unchecked_cast" || op == "prim::data") {
-      Ref from = args.at(0);
-      int out = outs.at(0);
-      return [from, out](Env& env) { env[out] = from.get(env); };
-    }
-    if (op == "prim::tolist") {  // tensor.tolist(): TorchScript makes its operation per node, so it is run here
-      if (args.size() != 3) bad_plan("prim::tolist takes a tensor, its dim and its element type");
-      Ref from = args[0], dim = args[1], elem = args[2];
-      int out = outs.at(0);
-      return [from, dim, elem, out](Env& env) {
-        env[out] = tensor_to_list(from.get(env).toTensor(), dim.get(env).toInt(), elem.get(env).toInt());
-      };
-    }
-    if (op == "prim::Uninitialized") {
-      int out = outs.at(0);
-      return [out](Env& env) { env[out] = IValue(); };
-    }
-    if (op == "aten::warn") {  // warnings.warn: torch's warning handler (Python's warnings, when Python loaded it)
-      Ref message = args.empty() ? Ref{} : args[0];
-      return [message](Env& env) {
-        const IValue& m = message.get(env);
-        TORCH_WARN(m.isString() ? m.toStringRef() : std::string("a warning from the model"));
-      };
-    }
-    if (op == "prim::Print") {  // print(...): the arguments' text, separated by spaces, on stdout
-      return [args](Env& env) {
-        std::string line;
-        for (size_t i = 0; i < args.size(); ++i) {
-          const IValue& v = args[i].get(env);
-          if (i) line += ' ';
-          if (v.isString()) line += v.toStringRef();
-          else if (v.isInt()) line += std::to_string(v.toInt());
-          else if (v.isDouble()) line += c10::str(v.toDouble());
-          else if (v.isBool()) line += v.toBool() ? "True" : "False";
-          else if (v.isNone()) line += "None";
-          else line += c10::str(v);
-        }
-        std::fwrite(line.data(), 1, line.size(), stdout);
-        std::fputc('\n', stdout);
-        std::fflush(stdout);
-      };
-    }
-    if (op == "prim::RaiseException") {
-      Ref message = args.empty() ? Ref{} : args[0];
-      return [message](Env& env) {
-        const IValue& m = message.get(env);
-        // (TorchScript raises with a message string; no iostreams here, see graph_key in cuda_graph.cpp)
-        std::string text = m.isString() ? m.toStringRef() : m.isNone() ? "" : "a " + m.tagKind();
-        throw Error(Error::Kind::ModelRaised, "the model raised an exception: " + text);
-      };
-    }
-    return nullptr;
   }
 
   // A kernel step's outputs planned into the arena: the index of each one's view (-1: allocated per call), each

@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "jit2triton/jit2triton.h"
+#include "manifest_schema.h"
+#include "op_facts.h"
 #include "package.h"
 #include "plan.h"
 #include "policy.h"
@@ -16,22 +18,6 @@ using json::Value;
 
 constexpr int64_t kArenaAlign = 64;
 constexpr int64_t kSampleDims[] = {2, 3};  // sizes a dynamic layout is checked dense at (SAMPLE_DIMS in Python)
-
-[[noreturn]] void bad(const std::string& what) {
-  throw Error(Error::Kind::CorruptPackage, "the package's plan is damaged (" + what + "); " + policy::kReconvert);
-}
-
-bool equal(const Value& a, const Value& b) {
-  if (a.kind != b.kind || a.boolean != b.boolean || a.integer != b.integer || a.text != b.text ||
-      a.items.size() != b.items.size() || a.members.size() != b.members.size())
-    return false;
-  if (a.kind == Value::Kind::Float && !(a.number == b.number)) return false;
-  for (size_t i = 0; i < a.items.size(); ++i)
-    if (!equal(a.items[i], b.items[i])) return false;
-  for (size_t i = 0; i < a.members.size(); ++i)
-    if (a.members[i].first != b.members[i].first || !equal(a.members[i].second, b.members[i].second)) return false;
-  return true;
-}
 
 // Whether `shape` laid out with `strides` covers exactly its elements: what a kernel writing every element assumes.
 bool dense_at(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides) {
@@ -93,12 +79,12 @@ struct Context {
 void kernel_step(const Value& s, Context& c) {
   const std::string name = repr(s.at("kernel").as_string());
   auto it = c.kernels.find(s.at("kernel").as_string());
-  if (it == c.kernels.end()) bad("kernel step " + name + " runs a kernel the package does not list");
+  if (it == c.kernels.end()) bad_plan("kernel step " + name + " runs a kernel the package does not list");
   const Value& kernel = *it->second;
   const Value &args = s.at("args"), &types = s.at("out_types");
   for (const auto& t : types.items)
     if (t.size() != 3 || !dense(t[0], t[2], c.dims))
-      bad("kernel step " + name + " allocates other outputs than its kernel writes");
+      bad_plan("kernel step " + name + " allocates other outputs than its kernel writes");
   if (const Value* offsets = s.find("arena"))
     for (size_t i = 0; i < offsets->size() && i < types.size(); ++i) {
       const Value &offset = (*offsets)[i], &shape = types[i][0], &strides = types[i][2];
@@ -110,28 +96,28 @@ void kernel_step(const Value& s, Context& c) {
       for (const auto& n : shape.items) span *= n.integer;
       int64_t bytes = int64_t(c10::elementSize(parse_dtype(types[i][1].as_string())));
       if (offset.integer < 0 || offset.integer > policy::kMaxArenaBytes || span > policy::kMaxArenaBytes / bytes)
-        bad("its arena");
+        bad_plan("its arena");
       c.arena_end = std::max(c.arena_end, offset.integer + span * bytes);
     }
   const Value* inputs = kernel.find("inputs");
   if (!inputs) return;
-  if (inputs->size() != args.size()) bad("kernel step " + name + " passes other inputs than its kernel reads");
+  if (inputs->size() != args.size()) bad_plan("kernel step " + name + " passes other inputs than its kernel reads");
   for (const char* key : {"in_strides", "in_shapes"}) {
     const Value* expected = s.find(key);
     if (!expected || expected->is_null()) continue;
     size_t part = std::string(key) == "in_strides" ? 2 : 1;
     bool agree = expected->is_array() && expected->size() == args.size();
     for (size_t i = 0; agree && i < args.size(); ++i)
-      agree = (*expected)[i].is_null() || ((*inputs)[i].size() == 3 && equal((*expected)[i], (*inputs)[i][part]));
+      agree = (*expected)[i].is_null() || ((*inputs)[i].size() == 3 && json::equal((*expected)[i], (*inputs)[i][part]));
     if (!agree)
-      bad("kernel step " + name + " checks its inputs against other layouts than its kernel reads (" + key + ")");
+      bad_plan("kernel step " + name + " checks its inputs against other layouts than its kernel reads (" + key + ")");
   }
   for (size_t i = 0; i < args.size(); ++i) {
     const Value& r = args[i];
     if (r.size() != 2 || !r[0].is_string() || r[0].as_string() != "w") continue;
     auto w = c.weights->find(r[1].as_string());
     if (!fits(w == c.weights->end() ? nullptr : &w->second, (*inputs)[i]))
-      bad("kernel step " + name + " reads weight " + repr(r[1].as_string()) +
+      bad_plan("kernel step " + name + " reads weight " + repr(r[1].as_string()) +
           ", which is not the dtype, shape and layout its kernel was built for");
   }
 }
@@ -141,13 +127,13 @@ void control_flow(const Value& s) {
   if (s.at("kind").as_string() == "if") {
     bool agree = blocks.size() == 2 && args.size() == 1;
     for (size_t b = 0; agree && b < blocks.size(); ++b) agree = blocks[b].at("outputs").size() == outs.size();
-    if (!agree) bad("an if step gives another number of values than its branches");
+    if (!agree) bad_plan("an if step gives another number of values than its branches");
     return;
   }
   size_t carried = args.size() >= 2 ? args.size() - 2 : 0;
   if (blocks.size() != 1 || args.size() < 2 || outs.size() != carried ||
       blocks[0].at("inputs").size() != carried + 1 || blocks[0].at("outputs").size() != carried + 1)
-    bad("a loop step carries another number of values than its body");
+    bad_plan("a loop step carries another number of values than its body");
 }
 
 void steps(const Value& list, Context& c) {
@@ -162,12 +148,12 @@ void steps(const Value& list, Context& c) {
                     b[1].kind == Value::Kind::Int && b[1].integer >= 0 &&
                     b[1].integer < static_cast<int64_t>(s.at("outs").size()) && b[2].kind == Value::Kind::Int &&
                     b[2].integer >= 0;
-        if (!good) bad("a step binds a size it cannot");
+        if (!good) bad_plan("a step binds a size it cannot");
       }
     if (kind == "graph")
       for (const auto& r : s.at("args").items)
         if (r.size() != 2 || !r[0].is_string() || r[0].as_string() != "s" || r[1].kind != Value::Kind::Int)
-          bad("a graph region reads a value that is not a slot");
+          bad_plan("a graph region reads a value that is not a slot");
     if (const Value* inner = s.find("steps")) steps(*inner, c);
     if (const Value* blocks = s.find("blocks"))
       for (const auto& b : blocks->items) steps(b.at("steps"), c);
@@ -188,7 +174,87 @@ void check_dims(const Value& signature) {
   }
 }
 
+// Every index the plan holds, checked once at load against what it indexes (the same checks as the Python
+// runtime's check_plan): a hand-edited manifest is refused here, never read out of bounds later.
+// What a kernel step must pass: the kernel's number of buffers and the dynamic dims it takes (manifest "sizes").
+struct KernelArity {
+  int64_t buffers;
+  std::vector<std::string> sizes;
+  const Value* by_value = nullptr;  // the inputs that are host numbers passed by value, from the kernel index
+  const Value* outputs = nullptr;  // [dtype, shape] per output, from the kernel index
+};
+
+using BufferCounts = std::map<std::string, KernelArity>;
+
+void check_steps(const Value& steps, int64_t num_slots, int64_t num_nodes, const BufferCounts& buffers) {
+  for (const auto& s : steps.items) {
+    manifest_schema::check_step(s, {num_slots, num_nodes});
+    const std::string& kind = s.at("kind").as_string();
+    if (kind == "call")
+      if (const Value* op = s.find("op"); op && op->is_string() && op_facts::forbidden(op->as_string()))
+        throw Error(Error::Kind::CorruptPackage,
+                    "the package's plan calls " + op->as_string() + ", which reaches outside the model (files, global "
+                    "state); a converted model never does, so the package was edited: " + policy::kReconvert);
+    if (kind == "kernel") {
+      auto it = buffers.find(s.at("kernel").as_string());
+      if (it == buffers.end() || it->second.buffers != int64_t(s.at("args").size() + s.at("outs").size()))
+        bad_plan("kernel step " + repr(s.at("kernel").as_string()) +
+                 " passes another number of buffers than its kernel takes");
+      std::vector<std::string> sizes;
+      if (const Value* names = s.find("sizes"))
+        for (const auto& n : names->items) sizes.push_back(n.as_string());
+      if (sizes != it->second.sizes)
+        bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " passes other sizes than its kernel takes");
+      // (a number where a kernel reads a pointer, or the reverse, would send it through memory it does not own)
+      const Value* by_value = s.find("by_value");
+      const Value* takes = it->second.by_value;
+      bool none = !by_value || by_value->size() == 0, takes_none = !takes || takes->size() == 0;
+      if (none != takes_none || (!none && !json::equal(*by_value, *takes)))
+        bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " passes other arguments by value than its kernel takes");
+      // the outputs the step allocates are the ones its kernel writes (an emptied list made a kernel write
+      // through a pointer never passed; found by tests/mutate_packages.py)
+      const Value& types = s.at("out_types");
+      const Value* written = it->second.outputs;
+      bool agree = written && types.size() == s.at("outs").size() && types.size() == written->size();
+      for (size_t i = 0; agree && i < types.size(); ++i)
+        agree = types[i].size() == 3 && (*written)[i].size() == 2 && json::equal(types[i][1], (*written)[i][0]) &&
+                json::equal(types[i][0], (*written)[i][1]);
+      if (!agree)
+        bad_plan("kernel step " + repr(s.at("kernel").as_string()) + " allocates other outputs than its kernel writes");
+    }
+    if (const Value* inner = s.find("steps")) check_steps(*inner, num_slots, num_nodes, buffers);
+    if (const Value* blocks = s.find("blocks"))
+      for (const auto& b : blocks->items) {
+        manifest_schema::check_block(b, {num_slots, num_nodes});  // its inputs' slots, its outputs' references
+        check_steps(b.at("steps"), num_slots, num_nodes, buffers);
+      }
+  }
+}
+
+
 }  // namespace
+
+[[noreturn]] void bad_plan(const std::string& what) {
+  throw Error(Error::Kind::CorruptPackage, "the package's plan is damaged (" + what + "); " + policy::kReconvert);
+}
+
+void check_plan(const Value& plan, int64_t num_nodes, const Value& kernels) {
+  BufferCounts buffers;
+  for (const auto& k : kernels.items) {
+    if (buffers.count(k.at("name").as_string()))  // (one runtime read the first of two entries, the other the last)
+      bad_plan("the kernel index names a kernel twice");
+    KernelArity& arity = buffers[k.at("name").as_string()];
+    arity.buffers = k.at("num_buffers").as_int();
+    arity.outputs = k.find("outputs");
+    arity.by_value = k.find("by_value");
+    if (const Value* names = k.find("sizes"))
+      for (const auto& n : names->items) arity.sizes.push_back(n.as_string());
+  }
+  const Value* slots = plan.is_object() ? plan.find("num_slots") : nullptr;
+  int64_t num_slots = slots && slots->kind == Value::Kind::Int ? slots->integer : 0;
+  manifest_schema::check_plan(plan, {num_slots, num_nodes});  // its outputs' references too
+  check_steps(plan.at("steps"), num_slots, num_nodes, buffers);
+}
 
 void check_structure(const Value& manifest, const std::map<std::string, at::Tensor>& weights) {
   Context c;
@@ -202,9 +268,9 @@ void check_structure(const Value& manifest, const std::map<std::string, at::Tens
   steps(plan.at("steps"), c);
   if (const Value* arena = plan.find("arena")) {
     const Value* bytes = arena->is_object() ? arena->find("bytes") : nullptr;
-    if (!bytes || bytes->kind != Value::Kind::Int) bad("its arena");
+    if (!bytes || bytes->kind != Value::Kind::Int) bad_plan("its arena");
     if (bytes->integer > (c.arena_end + kArenaAlign - 1) / kArenaAlign * kArenaAlign)
-      bad("its arena is larger than the outputs planned into it");
+      bad_plan("its arena is larger than the outputs planned into it");
   }
   check_dims(manifest.at("signature"));
 }

@@ -14,6 +14,13 @@
 
 namespace jit2triton {
 
+// Refuses a damaged plan: "the package's plan is damaged (<what>); <re-convert advice>", a CorruptPackage error.
+[[noreturn]] void bad_plan(const std::string& what);
+
+// The plan's steps against the schema and the kernel index: each step's fields, the ops a plan may call, the buffers,
+// sizes, numbers and outputs a kernel step passes its kernel.
+void check_plan(const json::Value& plan, int64_t num_nodes, const json::Value& kernels);
+
 void check_structure(const json::Value& manifest, const std::map<std::string, at::Tensor>& weights);
 
 }  // namespace jit2triton
