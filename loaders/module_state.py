@@ -27,6 +27,10 @@ class StateSlot:
     # which TorchScript cannot hand to Python when its class is not importable
     compared: bool = True
     type: str = ""  # its TorchScript type ("List[Tensor]": an empty list's elements are still tensors)
+    # the value as torch handed it to Python, for putting back: `initial` holds an object of a TorchScript class as
+    # a dict of its attributes, which the attribute's type does not take (a detector run before it was saved holds
+    # its LevelMapper; restored as a dict, every reference run raised and verification compared nothing)
+    saved: Any = None
 
 
 def thread_module_state(graph: torch._C.Graph, module: torch.jit.ScriptModule) -> list[StateSlot]:
@@ -49,13 +53,15 @@ def thread_module_state(graph: torch._C.Graph, module: torch.jit.ScriptModule) -
     assigned = _written(graph.block(), paths)
     slots = []
     for key in keys:
-        initial = _read_attribute(module, key)
+        raw = _read_attribute(module, key, as_value=False)
+        initial = _as_value(raw)
         # a tensor may be written in place (`self.seen.add_(1)`) with no assignment, and so may a list or a dict
         # (`self.seen.append(y)`): such a value is returned as well, so the new value is kept wherever the plan ran
         # (a CUDA graph writes a copy of its inputs) and conversion observes it over calls (a list that grows)
         slots.append(StateSlot(".".join(key), initial,
                                key in assigned or isinstance(initial, (torch.Tensor, list, dict)),
-                               compared="Dict[str, Any]" not in str(types.get(key, ""))))
+                               compared="Dict[str, Any]" not in str(types.get(key, "")),
+                               saved=raw if _holds_object(raw) else None))
     env = {}
     for key, slot in zip(keys, slots):
         value = graph.addInput(".".join(key).replace(".", "_"))
@@ -173,7 +179,8 @@ def _thread_loop(node, env: dict, paths: dict, types: dict) -> None:
         env[key] = out
 
 
-def _read_attribute(module: torch.jit.ScriptModule, key: tuple[str, ...]) -> Any:
+def _read_attribute(module: torch.jit.ScriptModule, key: tuple[str, ...], as_value: bool = True) -> Any:
+    """The attribute at `key`, as the plan holds it (`_as_value`), or as torch gives it (`as_value=False`)."""
     obj = module._c
     try:
         for name in key:
@@ -182,7 +189,16 @@ def _read_attribute(module: torch.jit.ScriptModule, key: tuple[str, ...]) -> Any
         raise ConversionError(f"module attribute {'.'.join(key)!r} holds an object jit2triton cannot read "
                               f"({str(err).splitlines()[0][:120]}); convert the model before running it, or "
                               "from a freshly loaded .pt") from None
-    return _as_value(obj)
+    return _as_value(obj) if as_value else obj
+
+
+def _script_object(obj: Any) -> bool:
+    """An object of a TorchScript class, as torch hands it to Python (an instance of the class's Python twin)."""
+    return hasattr(obj, "__dict__") and not isinstance(obj, (torch.nn.Module, type, torch.Tensor))
+
+
+def _holds_object(obj: Any) -> bool:
+    return _script_object(obj) or isinstance(obj, (list, tuple)) and any(_holds_object(v) for v in obj)
 
 
 def _as_value(obj: Any) -> Any:
@@ -192,7 +208,7 @@ def _as_value(obj: Any) -> Any:
         return obj.detach().clone()
     if isinstance(obj, list):
         return [_as_value(v) for v in obj]
-    if hasattr(obj, "__dict__") and not isinstance(obj, (torch.nn.Module, type)):
+    if _script_object(obj):
         return {name: _as_value(v) for name, v in vars(obj).items()}
     return obj
 
@@ -220,7 +236,10 @@ def restore_state(module: torch.jit.ScriptModule, slots: list[StateSlot]) -> Non
         owner = module._c
         for part in owner_path:
             owner = owner.getattr(part)
-        value = slot.initial.clone() if isinstance(slot.initial, torch.Tensor) else slot.initial
+        if slot.saved is not None:  # (torch makes a new object of its attributes each time it is set)
+            value = slot.saved
+        else:
+            value = slot.initial.clone() if isinstance(slot.initial, torch.Tensor) else slot.initial
         owner.setattr(name, value)
 
 
