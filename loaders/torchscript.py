@@ -141,7 +141,8 @@ def _from_module(module: torch.jit.ScriptModule, methods: list[str], fold: bool 
     if decisions and folded and fold:
         what = ("conv-BatchNorm folding" if normed else
                 "torch.jit.freeze's folding of constant adds and multiplies into convolutions and linears")
-        notes.append(f"{what} left out: the outputs depend discretely on the model's values (at "
+        notes.append(f"{what} left out, with its merging of linears that read one input: the outputs depend "
+                     f"discretely on the model's values (at "
                      f"{', '.join(sorted(decisions))}), where folding's rounding could pick another box, label or "
                      "count than the model does" + ("; BatchNorm computes its own formula, after the convolution"
                                                     if normed else ""))
@@ -190,16 +191,20 @@ def _method(frozen: torch.jit.ScriptModule, method: str, name: str, notes: list[
 
 def _freeze(module: torch.jit.ScriptModule, methods: list[str],
             keep_numerics: bool = False) -> tuple[torch.jit.ScriptModule, list[str], bool]:
-    """torch.jit.freeze (without its numerics-changing folding where `keep_numerics`), and where one of its optional
-    optimisations crashes (its conv folding has asserted on timm's FastViT), freezing without them: the model's
-    semantics do not depend on them, only its speed. -> (the frozen module, notes for the report, whether the
-    numerics-changing folding was left out)."""
+    """torch.jit.freeze, and where one of its optional optimisations crashes (its conv folding has asserted on timm's
+    FastViT), freezing without them: the model's semantics do not depend on them, only its speed. Where
+    `keep_numerics`, none of them: `optimize_numerics=False` still concatenates linears that share an input
+    (FrozenConcatLinear), and the merged GEMM rounds otherwise; in a detector whose box predictor's two linears read
+    one input, that moved scores across the threshold (Faster R-CNN on an H200: 63 boxes where TorchScript gave 62,
+    with every op through ATen, and the conversion refused). -> (the frozen module, notes for the report, whether
+    the numerics-changing optimisations were left out)."""
     errors = []
     attempts = [("", lambda: torch.jit.freeze(module, methods)),
                 ("without numerics-changing optimisations",
                  lambda: torch.jit.freeze(module, methods, optimize_numerics=False)),
                 ("without TorchScript's frozen-graph optimisations", lambda: _freeze_only(module, methods))]
-    for numerics_kept, (how, attempt) in enumerate(attempts[keep_numerics:], keep_numerics):
+    first = 2 if keep_numerics else 0
+    for numerics_kept, (how, attempt) in enumerate(attempts[first:], first):
         try:
             with warnings.catch_warnings():  # TorchScript's own deprecation notice is noise to a user converting away
                 warnings.simplefilter("ignore", DeprecationWarning)

@@ -140,3 +140,34 @@ def test_batch_norm_kernels_round_as_aten_does():
     assert converted.summary()["kernels"][0]["ops"][0] == "aten::batch_norm"
     x = torch.randn(2, 16, 4, 4)
     assert torch.equal(converted(x), model(x))
+
+
+class Predictor(nn.Module):
+    """A detector's box predictor: two linears read one input (FastRCNNPredictor), and, if `decides`, a score
+    threshold picks the boxes."""
+
+    def __init__(self, decides: bool):
+        super().__init__()
+        self.cls, self.box, self.decides = nn.Linear(64, 8), nn.Linear(64, 32), decides
+
+    def forward(self, x):
+        scores, boxes = torch.softmax(self.cls(x), -1), self.box(x)
+        if self.decides:
+            keep = scores[:, 1] > 0.125
+            return boxes[keep], scores[keep]
+        return boxes, scores
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.jit.freeze merges linears only on CUDA")
+@pytest.mark.parametrize("decides", [True, False])
+def test_linears_reading_one_input_are_merged_only_where_no_decision_follows(decides: bool):
+    """torch.jit.freeze merges linears that read one input into one GEMM (FrozenConcatLinear, also with
+    optimize_numerics=False), which rounds otherwise: Faster R-CNN's scores crossed its threshold (63 boxes where
+    TorchScript gave 62). A model that decides on values is frozen without it; any other keeps the merge."""
+    model = torch.jit.script(Predictor(decides).eval().cuda())
+    linears = load_script(model).graph.findAllNodes("aten::linear", True)
+    assert len(linears) == (2 if decides else 1)
+    x = torch.randn(256, 64, device="cuda")
+    converted = jit2triton.convert(model, (x,), device="cuda")
+    assert converted.summary()["verification"]["status"] in ("passed", "matched up to rounding"), converted.report()
