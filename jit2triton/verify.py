@@ -43,6 +43,30 @@ class Mismatch:
         return f"{self.where}: {self.detail}"
 
 
+TF32_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution", "aten::conv_transpose1d",
+            "aten::conv_transpose2d", "aten::conv_transpose3d", "aten::convolution")
+MATMUL_OPS = ("aten::linear", "aten::matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::einsum")
+
+
+def tf32_note(graph: Any, device: torch.device) -> Optional[str]:
+    """Why float32 outputs are compared at TF32's tolerance, or None: on CUDA with TF32 on (cuDNN's convolutions by
+    default, matmuls where the user allowed it), TorchScript and the package each round through TF32's 10-bit
+    mantissa, in algorithms cuDNN picks per call (by alignment, workspace), so they part by about 1e-3 a layer:
+    Mask R-CNN's mask head differed from TorchScript's by 7e-3 with every op through ATen."""
+    if device.type != "cuda":
+        return None
+    ops = []
+    if torch.backends.cudnn.allow_tf32:
+        ops += TF32_OPS
+    if torch.backends.cuda.matmul.allow_tf32:
+        ops += MATMUL_OPS
+    if not any(graph.findAllNodes(op, True) for op in ops):
+        return None
+    return (f"float32 outputs compared at {CROSS_DEVICE_SLACK:g}x float32's tolerance: TF32 is on for the model's "
+            "convolutions or matmuls (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32), "
+            "and each run rounds through it in the algorithm cuDNN or cuBLAS picks")
+
+
 def tensor_error(actual: torch.Tensor, expected: torch.Tensor, slack: float = 1.0,
                  tolerance: Optional[tuple[float, float]] = None) -> tuple[float, str]:
     """(error, what differs): 0 when they agree within the dtype's tolerance (times `slack`), or within
