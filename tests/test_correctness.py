@@ -298,6 +298,53 @@ def test_a_case_torchscript_answers_two_ways_is_not_held_against_the_package() -
     assert steady.check(lambda x: x * 3) and steady.drop_unsteady() == [] and steady.check(lambda x: x * 3)
 
 
+def _tf32_reference(noise: float, threshold_moves: bool = False):
+    """x * 2, plus `noise` * sin(x) while cuDNN's TF32 is on (TorchScript's convolutions rounding through TF32); with
+    `threshold_moves`, also the positions above a threshold TF32's rounding moves (a detector's box count)."""
+    def reference(x):
+        tf32 = torch.backends.cudnn.allow_tf32
+        y = x * 2 + (noise * torch.sin(x) if tf32 else 0.0)
+        if threshold_moves:
+            return y, (y > (0.0 if tf32 else 0.5)).nonzero()
+        return y
+    return reference
+
+
+@pytest.mark.parametrize("noise, package_noise, passes", [
+    (1e-2, -1e-2, True),   # TF32 moves TorchScript by 1e-2; the package parts by 2e-2: within 3x, rounding
+    (1e-2, 0.5, False),    # the package parts by far more than TF32 moves TorchScript: a mismatch still
+    (0.0, 1e-2, False),    # TF32 does not move TorchScript here: no widening
+])
+def test_where_tf32_runs_a_case_is_compared_at_the_distance_tf32_moves_torchscript(noise, package_noise, passes):
+    """On CUDA with TF32 convolutions, two runs part by what TF32's rounding makes, in algorithms cuDNN picks per call
+    (Mask R-CNN's masks: 7e-3 to 1e-2 with every op through ATen). A failed case is rerun in TorchScript with TF32
+    off; it is then compared at 3x the distance that moved TorchScript's own outputs."""
+    from jit2triton.verify import Verifier
+
+    example = torch.randn(64)
+    signature = [{"name": "x", "type": "Tensor", "dtype": "float32", "shape": [64]}]
+    verifier = Verifier(_tf32_reference(noise), [example], signature, torch.device("cpu"))
+    verifier.tf32 = True
+    package = lambda x: x * 2 + package_noise * torch.sin(x)  # noqa: E731
+    assert verifier.check(package)
+    verifier.calibrate_tf32()
+    assert bool(verifier.check(package)) != passes
+    assert verifier.compared == 2
+
+
+def test_where_tf32_rounding_changes_torchscripts_own_count_the_case_is_not_compared() -> None:
+    from jit2triton.verify import Verifier
+
+    example = torch.randn(64)
+    signature = [{"name": "x", "type": "Tensor", "dtype": "float32", "shape": [64]}]
+    verifier = Verifier(_tf32_reference(1e-2, threshold_moves=True), [example], signature, torch.device("cpu"))
+    package = lambda x: (x * 2, (x * 2 > 0.25).nonzero())  # noqa: E731
+    assert verifier.check(package) and verifier.calibrate_tf32() == []  # (only where TF32 runs)
+    verifier.tf32 = True
+    assert verifier.calibrate_tf32() == ["the example inputs", "fresh random inputs"]
+    assert verifier.compared == 0 and "rounding decides them" in verifier.notes[-1]
+
+
 class PermutedNormThenLinear(nn.Module):
     """ConvNeXt's block: a depthwise conv, a permute to channels-last, LayerNorm, then the MLP's linear."""
 
