@@ -1,6 +1,6 @@
 """The Triton forms of a scatter kernel (`K.ScatterKernel`: scatter_add, index_add, scatter_reduce).
 
-A sum that starts from the destination's values (lower_scatter.update_parallel) is update-parallel, as ATen's CUDA
+A sum that starts from the destination's values (kernel_ir.update_parallel) is update-parallel, as ATen's CUDA
 scatter is: the launcher zeroes the output (the kernel entry's "zeroed"), and each program takes XBLOCK points of
 the flat index space [the output's first values, then the updates], adding each into its element with a relaxed
 `tl.atomic_add`. Additions commute, so no program waits for another, and the updates' count (a graph's edges, a
@@ -28,8 +28,6 @@ import math
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import compute_dtype
 
-from jit2triton.transpiler.lower_scatter import update_parallel
-
 from .common import Scope, provenance_comment, row_major, size_code, unravel
 from .triton_math import HELPERS, TL_TYPES, neutral, ordered
 
@@ -48,7 +46,7 @@ class ScatterSweep:
     def __init__(self, kernel: K.ScatterKernel) -> None:
         super().__init__(kernel)
         kernel = self.kernel  # (decomposed)
-        self.by_updates = update_parallel(kernel.reduce, kernel.include_self)
+        self.by_updates = K.update_parallel(kernel.reduce, kernel.include_self)
         self.flat = self.by_updates
         self.constexprs = ["XBLOCK", "EBLOCK"]
         self.axis.update(e=0, x=1)

@@ -15,6 +15,7 @@ import torch
 from jit2triton.deploy.policy import CHECK_ABSOLUTE_TOLERANCE, CHECK_EXACT_FRACTION, CHECK_RELATIVE_TOLERANCE
 from jit2triton.deploy.runtime import Runtime
 from jit2triton.deploy.state import copy_value
+from jit2triton.transpiler.op_table import lookup
 
 from .draw_rules import DrawRules
 from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, SizeChangedError, TimeBudgetError
@@ -43,9 +44,11 @@ class Mismatch:
         return f"{self.where}: {self.detail}"
 
 
-TF32_OPS = ("aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::_convolution", "aten::conv_transpose1d",
-            "aten::conv_transpose2d", "aten::conv_transpose3d", "aten::convolution")
-MATMUL_OPS = ("aten::linear", "aten::matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::einsum")
+def _all_nodes(block: Any) -> Any:
+    for node in block.nodes():
+        yield node
+        for inner in node.blocks():
+            yield from _all_nodes(inner)
 
 
 def tf32_note(graph: Any, device: torch.device) -> Optional[str]:
@@ -55,12 +58,8 @@ def tf32_note(graph: Any, device: torch.device) -> Optional[str]:
     Mask R-CNN's mask head differed from TorchScript's by 7e-3 with every op through ATen."""
     if device.type != "cuda":
         return None
-    ops = []
-    if torch.backends.cudnn.allow_tf32:
-        ops += TF32_OPS
-    if torch.backends.cuda.matmul.allow_tf32:
-        ops += MATMUL_OPS
-    if not any(graph.findAllNodes(op, True) for op in ops):
+    kinds = {"conv": torch.backends.cudnn.allow_tf32, "matmul": torch.backends.cuda.matmul.allow_tf32}
+    if not any(kinds.get(lookup(node.kind()).tf32) for node in _all_nodes(graph.block())):
         return None
     return (f"float32 outputs compared at {CROSS_DEVICE_SLACK:g}x float32's tolerance: TF32 is on for the model's "
             "convolutions or matmuls (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32), "

@@ -579,6 +579,13 @@ class ScatterKernel(Kernel):
         return self.values[2]
 
 
+def update_parallel(reduce: str, include_self: bool) -> bool:
+    """Whether a scatter may be rendered a block of updates per program, atomically added into an output zeroed
+    first: a sum that starts from the destination's values (its adds may land in any order). Triton renders it so
+    (emitters/triton_scatter.py); lower_scatter.py lets such a scatter onto the GPU at any width."""
+    return reduce == "sum" and include_self
+
+
 @dataclass
 class TemplateKernel(Kernel):
     """A kernel generated from a fixed template rather than from expressions (a GEMM, a convolution). Without an

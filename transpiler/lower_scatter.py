@@ -36,14 +36,8 @@ SCATTERED_DTYPES = ("float32", "float64", "int32", "int64")  # those every rende
 # On the GPU a column-owner kernel (max, min, mean) has columns / 8..32 programs, each sweeping every update: a
 # graph network's 64-128 features gave 4-16 programs on an H100's 132 SMs, and GraphSAGE (2708 nodes, 10556 edges)
 # ran at 0.78x TorchScript against ATen's edge-parallel scatter. Below this many columns those stay ATen's; a sum is
-# edge-parallel in Triton (update_parallel) and takes any number of columns.
+# edge-parallel in Triton (kernel_ir.update_parallel) and takes any number of columns.
 MIN_GPU_COLUMNS = 4096
-
-
-def update_parallel(reduce: str, include_self: bool) -> bool:
-    """Whether Triton renders the scatter a block of updates per program, atomically added into a zeroed output:
-    a sum that starts from the destination's values (whose order of adds does not matter)."""
-    return reduce == "sum" and include_self
 
 
 @dataclass(eq=False)
@@ -74,7 +68,7 @@ def _scatter(ctx, x: TensorBox, dim: int, source_shape: tuple, target: Callable,
     columns = 1
     for d, n in enumerate(shape):
         columns *= n if d != dim else 1
-    require(ctx.device_type != "cuda" or update_parallel(reduce, include_self) or columns >= MIN_GPU_COLUMNS,
+    require(ctx.device_type != "cuda" or K.update_parallel(reduce, include_self) or columns >= MIN_GPU_COLUMNS,
             f"a scatter over {columns} columns on the GPU: a program per few columns sweeps every update, slower "
             f"than ATen's edge-parallel scatter below {MIN_GPU_COLUMNS} columns")
     kind = compute_dtype(x.dtype)

@@ -105,6 +105,9 @@ class OpInfo:
     batched_matmul: bool = False  # multiplies stacks of matrices (attention's q @ k and its weights @ v)
     scales: str = ""  # "mul", "div": multiplies or divides its first input by its second (attention's scale)
     convolution: bool = False  # a convolution by a weight (input 1) with a bias (input 2)
+    # runs float32 through TF32 on CUDA where torch allows it: "conv" (cuDNN: torch.backends.cudnn.allow_tf32, on by
+    # default), "matmul" (cuBLAS: torch.backends.cuda.matmul.allow_tf32); verification's tolerance follows it
+    tf32: str = ""
     # --- interpreter ops --------------------------------------------------------------------------------------------
     # a prim:: op of fixed schema whose TorchScript operation reads its graph node (MKL-DNN conversion's clamp and
     # hardtanh keep their bounds there): called as a plan step, with no node, it reads through a null pointer. The
@@ -351,6 +354,9 @@ facts("aten::matmul aten::bmm", batched_matmul=True)
 facts("aten::mul.Tensor aten::mul.Scalar", scales="mul")
 facts("aten::div.Tensor aten::div.Scalar", scales="div")
 facts("aten::_convolution aten::conv1d aten::conv2d aten::conv3d", convolution=True)
+facts("aten::_convolution aten::convolution aten::conv1d aten::conv2d aten::conv3d aten::conv_transpose1d "
+      "aten::conv_transpose2d aten::conv_transpose3d", tf32="conv")
+facts("aten::linear aten::matmul aten::mm aten::bmm aten::addmm aten::baddbmm aten::einsum", tf32="matmul")
 
 
 def lookup(op: str, schema: str = "") -> OpInfo:
