@@ -52,18 +52,18 @@ def _all_nodes(block: Any) -> Any:
 
 
 def tf32_note(graph: Any, device: torch.device) -> Optional[str]:
-    """Why float32 outputs are compared at TF32's tolerance, or None: on CUDA with TF32 on (cuDNN's convolutions by
-    default, matmuls where the user allowed it), TorchScript and the package each round through TF32's 10-bit
-    mantissa, in algorithms cuDNN picks per call (by alignment, workspace), so they part by about 1e-3 a layer:
-    Mask R-CNN's mask head differed from TorchScript's by 7e-3 with every op through ATen."""
+    """Why TF32 rounding may part the package from TorchScript, or None: on CUDA with TF32 on (cuDNN's convolutions
+    by default, matmuls where the user allowed it), each run rounds through TF32's 10-bit mantissa in the algorithm
+    cuDNN or cuBLAS picks per call (by alignment, workspace), so two runs part by about 1e-3 a layer: Mask R-CNN's
+    masks parted from TorchScript by 7e-3 with every op through ATen. Verification.calibrate_tf32 measures it."""
     if device.type != "cuda":
         return None
     kinds = {"conv": torch.backends.cudnn.allow_tf32, "matmul": torch.backends.cuda.matmul.allow_tf32}
     if not any(kinds.get(lookup(node.kind()).tf32) for node in _all_nodes(graph.block())):
         return None
-    return (f"float32 outputs compared at {CROSS_DEVICE_SLACK:g}x float32's tolerance: TF32 is on for the model's "
-            "convolutions or matmuls (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32), "
-            "and each run rounds through it in the algorithm cuDNN or cuBLAS picks")
+    return ("TF32 is on for the model's convolutions or matmuls (torch.backends.cudnn.allow_tf32, "
+            "torch.backends.cuda.matmul.allow_tf32), and each run rounds through it in the algorithm cuDNN or cuBLAS "
+            "picks")
 
 
 def tensor_error(actual: torch.Tensor, expected: torch.Tensor, slack: float = 1.0,
@@ -230,7 +230,7 @@ class Verifier:
         self.rules = rules
         self.reference = reference
         self.slack = 1.0  # 10 when TorchScript runs on another device (a CPU model converted for CUDA: TF32 convs)
-        self.tf32 = False  # TF32 runs in the model's convolutions or matmuls (tf32_note): calibrate_tf32 may widen
+        self.tf32: Optional[str] = None  # why TF32 runs in the model (tf32_note): calibrate_tf32 may widen
         self.case_slack: dict[str, float] = {}  # a case's own slack, where calibrate_tf32 measured TF32's rounding
         self.tolerance: Optional[tuple[float, float]] = None  # (rtol, atol) of a reduced-precision package
         self.notes: list[str] = []
@@ -405,8 +405,8 @@ class Verifier:
                               f"than {TF32_MOST:g} of their magnitude): "
                               "rounding decides them, so they are not compared")
         if widened:
-            self.notes.append(f"on {', '.join(widened)}, compared at {TF32_MARGIN:g}x the distance TorchScript's own "
-                              "outputs move between TF32 and exact rounding")
+            self.notes.append(f"{self.tf32}: on {', '.join(widened)}, compared at {TF32_MARGIN:g}x the distance "
+                              "TorchScript's own outputs move between TF32 and exact rounding")
         return decided + widened
 
     def check_sequence(self, run: Callable) -> list[Mismatch]:

@@ -324,7 +324,7 @@ def test_where_tf32_runs_a_case_is_compared_at_the_distance_tf32_moves_torchscri
     example = torch.randn(64)
     signature = [{"name": "x", "type": "Tensor", "dtype": "float32", "shape": [64]}]
     verifier = Verifier(_tf32_reference(noise), [example], signature, torch.device("cpu"))
-    verifier.tf32 = True
+    verifier.tf32 = "TF32 is on"
     package = lambda x: x * 2 + package_noise * torch.sin(x)  # noqa: E731
     assert verifier.check(package)
     verifier.calibrate_tf32()
@@ -340,7 +340,7 @@ def test_where_tf32_rounding_changes_torchscripts_own_count_the_case_is_not_comp
     verifier = Verifier(_tf32_reference(1e-2, threshold_moves=True), [example], signature, torch.device("cpu"))
     package = lambda x: (x * 2, (x * 2 > 0.25).nonzero())  # noqa: E731
     assert verifier.check(package) and verifier.calibrate_tf32() == []  # (only where TF32 runs)
-    verifier.tf32 = True
+    verifier.tf32 = "TF32 is on"
     assert verifier.calibrate_tf32() == ["the example inputs", "fresh random inputs"]
     assert verifier.compared == 0 and "rounding decides them" in verifier.notes[-1]
 
