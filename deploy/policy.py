@@ -90,6 +90,11 @@ MESSAGES = {
                   "weights; the package is corrupted: " + RECONVERT,
     "packed_missing": "the package's plan reads packed constant {name}, which its packed list does not build before; "
                       "the package is corrupted: " + RECONVERT,
+    # a Triton kernel's launch entry against the kernel index (deploy/triton_kernels.py, cuda_kernels.cpp)
+    "kernel_sizes": "kernel {kernel} takes other sizes than the manifest says; " + RECONVERT,
+    "kernel_numbers": "kernel {kernel} takes other arguments by value than the manifest says; " + RECONVERT,
+    "kernel_unaligned": "kernel {kernel}'s unaligned inputs are not argument positions; " + RECONVERT,
+    "kernel_zeroed": "kernel {kernel}'s zeroed outputs are not output positions; " + RECONVERT,
     "other_torch": "the package was made with torch {made_with}, and this is torch {here}: ATen op schemas and "
                    "kernels change between minor versions (patch releases may differ). Convert the model again with "
                    "this torch",

@@ -19,7 +19,7 @@ import torch
 from jit2triton.errors import CorruptPackageError, PackageDeviceError
 
 from .package import PackageContents
-from .policy import RECONVERT
+from .policy import RECONVERT, message
 from .sizes import positional_size_function
 
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
@@ -47,8 +47,7 @@ def load_triton_kernels(files: dict[str, bytes], section: Optional[dict], kernel
         if entry is None or entry["source"] not in files:
             raise CorruptPackageError(f"the package has no Triton kernel {meta['name']!r}; {RECONVERT}")
         if list(entry.get("size_args", ())) != list(meta.get("sizes", ())):
-            raise CorruptPackageError(f"Triton kernel {meta['name']!r} takes other sizes than the manifest "
-                                      f"says; {RECONVERT}")
+            raise CorruptPackageError(message("kernel_sizes", kernel=repr(entry["function"])))
         # (the kernel index says which inputs are host numbers the kernel takes by value; the launcher needs it)
         entries[meta["name"]] = dict(entry, by_value=meta.get("by_value", []), zeroed=_zeroed(entry, meta))
     if device.type == "cuda":
@@ -62,8 +61,7 @@ def _zeroed(entry: dict, meta: dict) -> tuple[int, ...]:
     zeroed = entry.get("zeroed", [])
     outputs = len(meta.get("outputs") or ())
     if not isinstance(zeroed, list) or not all(type(i) is int and 0 <= i < outputs for i in zeroed):
-        raise CorruptPackageError(f"Triton kernel {meta['name']!r}'s zeroed outputs are not output positions; "
-                                  f"{RECONVERT}")
+        raise CorruptPackageError(message("kernel_zeroed", kernel=repr(entry["function"])))
     return tuple(zeroed)
 
 
@@ -258,14 +256,13 @@ def _cuda_launcher(driver: _Driver, function: ctypes.c_void_p, entry: dict[str, 
     # the inputs compiled for any address (a view that starts elsewhere each call): passed as they are
     unaligned = entry.get("unaligned", [])
     if not isinstance(unaligned, list) or not all(type(i) is int and 0 <= i < first_size for i in unaligned):
-        raise CorruptPackageError(f"kernel {name!r}'s unaligned inputs are not argument positions; {RECONVERT}")
+        raise CorruptPackageError(message("kernel_unaligned", kernel=repr(name)))
     alignment = [1 if i in unaligned else ALIGNMENT for i in range(first_size)]
     # inputs that are host numbers: their bits, where a pointer would go
     numbers = entry["by_value"]
     if (not isinstance(numbers, list) or not all(type(i) is int and 0 <= i < first_size for i in numbers)
             or any((i in numbers) != (t in NUMBER_BITS) for i, t in enumerate(entry["arg_types"][:first_size]))):
-        raise CorruptPackageError(f"kernel {name!r} takes other arguments by value than the manifest says; "
-                                  f"{RECONVERT}")
+        raise CorruptPackageError(message("kernel_numbers", kernel=repr(name)))
     bits = {i: NUMBER_BITS[entry["arg_types"][i]] for i in numbers}
 
     # Everything but the pointers and the stream is fixed at load: a call writes this call's pointers into the

@@ -144,7 +144,7 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
     if (const json::Value* names = meta.find("sizes"))
       for (const auto& n : names->items) listed.push_back(n.as_string());
     if (size_args != listed || size_args.size() > num_args)
-      throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + " takes other sizes than the manifest says; " + policy::kReconvert);
+      throw Error(Error::Kind::CorruptPackage, policy::message::kernel_sizes(repr(symbol)));
     size_t first_size = num_args - size_args.size();
     // Inputs that are host numbers (the kernel index's "by_value", typed i64 or fp64 here): their bits come after
     // the dims in the sizes array, in order
@@ -153,14 +153,14 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
       for (const auto& i : by_value->items) {
         int64_t at = i.as_int();
         if (at < 0 || static_cast<size_t>(at) >= first_size || (!numbers.empty() && numbers.back() >= size_t(at)))
-          throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + "'s numbers are not argument positions in order; " + policy::kReconvert);
+          throw Error(Error::Kind::CorruptPackage, policy::message::kernel_numbers(repr(symbol)));
         numbers.push_back(static_cast<size_t>(at));
       }
     for (size_t k = 0; k < first_size; ++k) {
       bool number = std::find(numbers.begin(), numbers.end(), k) != numbers.end();
       const std::string& type = entry->at("arg_types")[k].as_string();
       if (number != (type == "i64" || type == "fp64") || (!number && type.rfind("*", 0) != 0))
-        throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + " takes other arguments by value than the manifest says; " + policy::kReconvert);
+        throw Error(Error::Kind::CorruptPackage, policy::message::kernel_numbers(repr(symbol)));
     }
     // the inputs compiled for any address (a view that starts elsewhere each call) are passed as they are
     std::vector<uintptr_t> alignment(first_size, kAlignment);
@@ -168,7 +168,7 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
       for (const auto& i : unaligned->items) {
         int64_t at = i.as_int();
         if (at < 0 || static_cast<size_t>(at) >= first_size)
-          throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + "'s unaligned inputs are not argument positions; " + policy::kReconvert);
+          throw Error(Error::Kind::CorruptPackage, policy::message::kernel_unaligned(repr(symbol)));
         alignment[at] = 1;
       }
     // the outputs the kernel adds into atomically (an update-parallel scatter): zeroed before each launch
@@ -179,7 +179,7 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
       for (const auto& i : outputs_zeroed->items) {
         int64_t at = i.as_int();
         if (at < 0 || static_cast<size_t>(at) >= num_outputs)
-          throw Error(Error::Kind::CorruptPackage, "Triton kernel " + repr(name) + "'s zeroed outputs are not output positions; " + policy::kReconvert);
+          throw Error(Error::Kind::CorruptPackage, policy::message::kernel_zeroed(repr(symbol)));
         zeroed.push_back(static_cast<size_t>(at));
       }
     }
