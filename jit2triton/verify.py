@@ -15,6 +15,7 @@ import torch
 from jit2triton.deploy.policy import CHECK_ABSOLUTE_TOLERANCE, CHECK_EXACT_FRACTION, CHECK_RELATIVE_TOLERANCE
 from jit2triton.deploy.runtime import Runtime
 from jit2triton.deploy.state import copy_value
+from jit2triton.loaders.graph_nodes import all_nodes
 from jit2triton.transpiler.op_table import lookup
 
 from .draw_rules import DrawRules
@@ -44,11 +45,6 @@ class Mismatch:
         return f"{self.where}: {self.detail}"
 
 
-def _all_nodes(block: Any) -> Any:
-    for node in block.nodes():
-        yield node
-        for inner in node.blocks():
-            yield from _all_nodes(inner)
 
 
 def tf32_note(graph: Any, device: torch.device) -> Optional[str]:
@@ -59,7 +55,7 @@ def tf32_note(graph: Any, device: torch.device) -> Optional[str]:
     if device.type != "cuda":
         return None
     kinds = {"conv": torch.backends.cudnn.allow_tf32, "matmul": torch.backends.cuda.matmul.allow_tf32}
-    if not any(kinds.get(lookup(node.kind()).tf32) for node in _all_nodes(graph.block())):
+    if not any(kinds.get(lookup(node.kind()).tf32) for node in all_nodes(graph.block())):
         return None
     return ("TF32 is on for the model's convolutions or matmuls (torch.backends.cudnn.allow_tf32, "
             "torch.backends.cuda.matmul.allow_tf32), and each run rounds through it in the algorithm cuDNN or cuBLAS "

@@ -17,6 +17,8 @@ import torch
 
 from jit2triton.errors import ConversionError
 
+from .graph_nodes import all_nodes
+
 
 @dataclass
 class StateSlot:
@@ -81,7 +83,7 @@ def _attribute_paths(graph: torch._C.Graph, self_value) -> dict[int, tuple[str, 
     """Value id -> attribute path, for every value a chain of GetAttr reads from the module, and for the objects
     SetAttr writes to. Objects (submodules) are only stepping stones: their own paths are kept to name the leaves."""
     paths = {self_value.unique(): ()}
-    for node in _all_nodes(graph.block()):
+    for node in all_nodes(graph.block()):
         if node.kind() == "prim::GetAttr":
             owner = paths.get(node.input().unique())
             if owner is not None:
@@ -89,11 +91,6 @@ def _attribute_paths(graph: torch._C.Graph, self_value) -> dict[int, tuple[str, 
     return paths
 
 
-def _all_nodes(block):
-    for node in block.nodes():
-        yield node
-        for inner in node.blocks():
-            yield from _all_nodes(inner)
 
 
 def _is_object(value) -> bool:
@@ -102,7 +99,7 @@ def _is_object(value) -> bool:
 
 def _written(block, paths: dict) -> set[tuple[str, ...]]:
     found = set()
-    for node in _all_nodes(block):
+    for node in all_nodes(block):
         if node.kind() == "prim::SetAttr":
             owner = paths.get(node.inputsAt(0).unique())
             if owner is None:

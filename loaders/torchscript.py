@@ -23,6 +23,7 @@ from .discrete_outputs import discrete_decisions
 from .local_objects import objects_as_dicts
 from .side_effects import drop_grad_modes, refuse_effects, refuse_unsupported
 from .module_state import StateSlot, read_state, restore_state, thread_module_state
+from .graph_nodes import all_nodes
 
 ModelSource = Union[str, os.PathLike, torch.jit.ScriptModule, torch.jit.ScriptFunction]
 
@@ -296,7 +297,7 @@ def _futures_as_values(graph: torch._C.Graph) -> None:
     for node in graph.findAllNodes("aten::wait", True):
         node.output().replaceAllUsesWith(node.input())
         node.destroy()
-    for node in _all_nodes(graph.block()):
+    for node in all_nodes(graph.block()):
         for value in node.outputs():
             value.setType(_without_futures(value.type()))
 
@@ -309,11 +310,6 @@ def _without_futures(t):
     return t
 
 
-def _all_nodes(block):
-    for node in block.nodes():
-        yield node
-        for inner in node.blocks():
-            yield from _all_nodes(inner)
 
 
 def _fold_isinstance(graph: torch._C.Graph) -> None:
