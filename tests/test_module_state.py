@@ -236,7 +236,7 @@ def test_a_list_of_tensors_as_state(runtime, tmp_path):
         assert_close(loaded(x), reference(x))
 
 
-def test_a_model_that_ran_before_converting_keeps_its_cached_object():
+def test_a_model_that_ran_before_converting_keeps_its_cached_object(tmp_path):
     """Pool caches a Mapper on its first call: converted after running, the package starts from that object, and
     verification runs TorchScript from it too (put back as the object it was, not as the dict the plan holds, which
     the attribute's type refuses: every reference run raised, and nothing was compared)."""
@@ -245,11 +245,14 @@ def test_a_model_that_ran_before_converting_keeps_its_cached_object():
     converted = jit2triton.convert(model, (torch.randn(3, 5),))
     verification = converted.summary()["verification"]
     assert verification["status"] == "passed" and verification["input_sets"] >= 2, converted.report()
-    reference = torch.jit.script(MakesObjects().eval())
-    reference(torch.randn(3, 5))
-    for _ in range(3):
-        x = torch.randn(3, 5)
-        assert_close(converted(x), reference(x))
+    converted.save(tmp_path / "m.j2t")
+    for runtime in (None, "python"):  # load()'s default first
+        loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+        reference = torch.jit.script(MakesObjects().eval())
+        reference(torch.randn(3, 5))
+        for _ in range(6):
+            x = torch.randn(3, 5)
+            assert_close(loaded(x), reference(x))
 
 
 class Counter(torch.nn.Module):
