@@ -267,9 +267,8 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
                        for i, sizes in enumerate(dynamic.bounds() + dynamic.draws(1, seed=1))] if dynamic else []
         with stopwatch.stage("reference"):
             verifier = Verifier(precision.reference(precision_plan, isolated), taken, signature["inputs"],
-                                target, dynamic.example, other_sizes, user_draws, rules)
+                                target, dynamic.example, other_sizes, user_draws, rules, tf32_note(script.graph, target))
         verifier.tolerance = tolerance
-        verifier.tf32 = tf32_note(script.graph, target)  # (a failed case is then calibrated: calibrate_tf32)
     stages = _MethodStages(script, inputs, dynamic, target, backend, full_source_paths, say, stopwatch,
                            precision_plan, verifier, signature, {"name": script.name, "source": source,
                                                                  "state": script.state})
@@ -430,12 +429,11 @@ class _MethodStages:
         self.say(f"verifying against TorchScript on {verifier.compared} input sets")
         with self.stopwatch.stage("verify"):
             mismatches = verifier.check(package_runner(contents, self.target))
-            # (TorchScript differs from itself there, or TF32's rounding moves its own answer that far)
-            if mismatches and verifier.drop_unsteady() + verifier.calibrate_tf32():
+            if mismatches and verifier.drop_unsteady():  # (TorchScript differs from itself there)
                 mismatches = verifier.check(package_runner(contents, self.target)) if verifier.compared else []
         culprit = None
         if mismatches and contents.manifest["kernels"] and not self.bisecting:
-            with self.stopwatch.stage("culprit_search"):
+            with self.stopwatch.stage("culprit_search"), verifier.exact():
                 culprit = find_culprit(graph, sched, contents, verifier.failed_inputs, self.target,
                                        lambda actual, expected: tensor_error(actual, expected)[0])
         if not mismatches and not self.bisecting:

@@ -131,7 +131,8 @@ def _misses(graph, ctx, verifier: Verifier, written: int) -> float:
     sched = build_plan(graph)
     worst = 0.0
     for _, inputs, expected in verifier.cases:
-        outputs = ctx.run_plan(sched, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs], None)
+        with verifier.exact():
+            outputs = ctx.run_plan(sched, [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs], None)
         outputs = list(outputs[:len(outputs) - written])  # (the module state it wrote comes after)
         actual = outputs[0] if len(outputs) == 1 else tuple(outputs)
         worst = max([worst] + [m.error for m in compare(actual, expected, slack=verifier.slack,
@@ -147,7 +148,8 @@ def measure(run: Callable, verifier: Verifier) -> list[dict[str, Any]]:
     top-1 class agrees."""
     found: dict[str, dict[str, Any]] = {}
     for _, inputs, expected in verifier.cases:
-        actual = run(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        with verifier.exact():  # (as the float32 model ran for the cases)
+            actual = run(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
         for where, a, e in _leaves(actual, expected, "output"):
             entry = found.setdefault(where, {"output": where, "max_abs": 0.0, "max_rel": 0.0})
             a, e = a.detach().double().cpu(), e.detach().double().cpu()

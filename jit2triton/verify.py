@@ -5,6 +5,7 @@ When the outputs disagree, deploy/packaging/culprit.py finds the generated kerne
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from dataclasses import dataclass
@@ -48,18 +49,32 @@ class Mismatch:
 
 
 def tf32_note(graph: Any, device: torch.device) -> Optional[str]:
-    """Why TF32 rounding may part the package from TorchScript, or None: on CUDA with TF32 on (cuDNN's convolutions
-    by default, matmuls where the user allowed it), each run rounds through TF32's 10-bit mantissa in the algorithm
-    cuDNN or cuBLAS picks per call (by alignment, workspace), so two runs part by about 1e-3 a layer: Mask R-CNN's
-    masks parted from TorchScript by 7e-3 with every op through ATen. Verification.calibrate_tf32 measures it."""
+    """Why verification runs TorchScript and the package with TF32 off, or None: on CUDA with TF32 on (cuDNN's
+    convolutions by default, matmuls where the user allowed it), each run rounds through TF32's 10-bit mantissa in
+    the algorithm cuDNN or cuBLAS picks per call (by alignment, workspace), so two runs part by about 1e-3 a layer
+    (Mask R-CNN's masks: 7e-3 to 1e-2 with every op through ATen), and a detector's box count moves with it. Compared
+    in exact float32 on both sides, what parts them is the package's own arithmetic, which is what is verified; at
+    run time both round through TF32 as torch is set (the package's generated kernels never do)."""
     if device.type != "cuda":
         return None
     kinds = {"conv": torch.backends.cudnn.allow_tf32, "matmul": torch.backends.cuda.matmul.allow_tf32}
     if not any(kinds.get(lookup(node.kind()).tf32) for node in all_nodes(graph.block())):
         return None
     return ("TF32 is on for the model's convolutions or matmuls (torch.backends.cudnn.allow_tf32, "
-            "torch.backends.cuda.matmul.allow_tf32), and each run rounds through it in the algorithm cuDNN or cuBLAS "
-            "picks")
+            "torch.backends.cuda.matmul.allow_tf32), and two runs round through it differently, in the algorithm "
+            "cuDNN or cuBLAS picks: verification ran TorchScript and the package with TF32 off, in exact float32, "
+            "so what it compares is the package's own arithmetic; at run time both use TF32 as torch is set")
+
+
+class exact_float32:
+    """TF32 off for cuDNN's convolutions and cuBLAS's matmuls within a block, then both put back as they were."""
+
+    def __enter__(self) -> None:
+        self.before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+
+    def __exit__(self, *exc: Any) -> None:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = self.before
 
 
 def tensor_error(actual: torch.Tensor, expected: torch.Tensor, slack: float = 1.0,
@@ -172,64 +187,25 @@ def run_where_the_weights_are(reference: Callable, inputs: list) -> tuple[Any, b
             return reference(*on_cpu), True
 
 
-TF32_MARGIN = 3.0  # two TF32 runs part by up to this many times TF32's distance from exact rounding
-TF32_MOST = 0.05  # a case TF32 moves further (of its outputs' largest magnitude) is rounding's to decide: not compared
-
-
-class _matmul_tf32:
-    """torch.backends.cuda.matmul.allow_tf32 set for a block, then put back."""
-
-    def __init__(self, allowed: bool) -> None:
-        self.allowed = allowed
-
-    def __enter__(self) -> None:
-        self.before = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = self.allowed
-
-    def __exit__(self, *exc: Any) -> None:
-        torch.backends.cuda.matmul.allow_tf32 = self.before
-
-
-def _rounding_moved(exact: Any, expected: Any) -> Optional[float]:
-    """The largest error (relative to each float tensor's largest magnitude) between two runs of the same model
-    that differ only in rounding; None where they differ in structure, shape, dtype or an integer value."""
-    if isinstance(expected, torch.Tensor):
-        if not isinstance(exact, torch.Tensor) or exact.shape != expected.shape or exact.dtype != expected.dtype:
-            return None
-        if not expected.is_floating_point():
-            return 0.0 if torch.equal(exact.to(expected.device), expected) else None
-        return tensor_error(exact, expected, tolerance=(0.0, 0.0))[0]
-    if isinstance(expected, (tuple, list)):
-        if not isinstance(exact, (tuple, list)) or len(exact) != len(expected):
-            return None
-        parts = [_rounding_moved(a, e) for a, e in zip(exact, expected)]
-        return None if any(p is None for p in parts) else max(parts, default=0.0)
-    if isinstance(expected, dict):
-        if not isinstance(exact, dict) or list(exact) != list(expected):
-            return None
-        parts = [_rounding_moved(exact[k], expected[k]) for k in expected]
-        return None if any(p is None for p in parts) else max(parts, default=0.0)
-    return 0.0 if exact == expected else None
-
-
 class Verifier:
     """The reference side of verification: TorchScript's outputs on the example inputs and on a fresh draw."""
 
     def __init__(self, reference: Callable, example_inputs: list, signature: list[dict], device: torch.device,
                  sizes: Optional[dict[str, int]] = None, other_sizes: Sequence[tuple[str, list]] = (),
-                 extra_draws: Sequence[Sequence] = (), rules: Optional[DrawRules] = None):
+                 extra_draws: Sequence[Sequence] = (), rules: Optional[DrawRules] = None,
+                 tf32: Optional[str] = None):
         """`sizes`: the dynamic dims' sizes in the example inputs; `other_sizes`: (name, inputs) at other sizes in
         their ranges, which the package must accept (a refusal there is a failure, not a note); `extra_draws`: the
-        user's own input sets (convert's `verify_inputs`); `rules`: where fresh values are valid (draw_rules.py).
+        user's own input sets (convert's `verify_inputs`); `rules`: where fresh values are valid (draw_rules.py);
+        `tf32`: why TF32 would round the model's convolutions or matmuls (tf32_note): both sides then run without it.
         A draw that crashes TorchScript itself (the reference runs it in a child process first) is skipped and
         named in the notes; a crash on the example inputs is a ConversionError."""
         self.rules = rules
         self.reference = reference
         self.slack = 1.0  # 10 when TorchScript runs on another device (a CPU model converted for CUDA: TF32 convs)
-        self.tf32: Optional[str] = None  # why TF32 runs in the model (tf32_note): calibrate_tf32 may widen
-        self.case_slack: dict[str, float] = {}  # a case's own slack, where calibrate_tf32 measured TF32's rounding
+        self.tf32 = tf32
         self.tolerance: Optional[tuple[float, float]] = None  # (rtol, atol) of a reduced-precision package
-        self.notes: list[str] = []
+        self.notes: list[str] = [tf32] if tf32 else []
         self.cases: list[tuple[str, list, Any]] = []
         self.must_accept = {name for name, _ in other_sizes}
         self.failed: list[str] = []  # the cases the last check() found mismatches on
@@ -290,7 +266,7 @@ class Verifier:
             calls.append(drawn)
         for attempt in (calls, [calls[0]] + [_with_example_integers(c, example) or c for c in calls[1:]]):
             try:
-                with torch.jit.optimized_execution(False):
+                with torch.jit.optimized_execution(False), self.exact():
                     expected = self.reference.sequence([_copies(c) for c in attempt])
             except TimeBudgetError:
                 raise
@@ -325,7 +301,8 @@ class Verifier:
         second call, the profiling executor hands fusion groups to its fuser, which compiled a DenseNet-121's
         for over six minutes; the model's semantics are the interpreter's, and the reference is only run a few
         times."""
-        result, on_cpu = run_where_the_weights_are(self.reference, _copies(inputs))
+        with self.exact():
+            result, on_cpu = run_where_the_weights_are(self.reference, _copies(inputs))
         if on_cpu:
             self.slack = CROSS_DEVICE_SLACK
         return result
@@ -333,12 +310,18 @@ class Verifier:
     def check(self, run: Callable) -> list[Mismatch]:
         """Mismatches of `run` (a loaded package) against TorchScript, over every case and, for a model with state,
         over a sequence of calls; `failed` names the cases they came from, `failed_inputs` the plan's inputs there."""
-        found = self.check_cases(run)
-        self.failed_inputs = [getattr(run, "plan_inputs", list)(inputs) for name, inputs, _ in self.cases
-                              if name in self.failed]
-        if self.sequence is not None and hasattr(run, "sequence") and not found:
-            found += self.check_sequence(run)
+        with self.exact():
+            found = self.check_cases(run)
+            self.failed_inputs = [getattr(run, "plan_inputs", list)(inputs) for name, inputs, _ in self.cases
+                                  if name in self.failed]
+            if self.sequence is not None and hasattr(run, "sequence") and not found:
+                found += self.check_sequence(run)
         return found
+
+    def exact(self) -> Any:
+        """The block in which TorchScript and the package are run and compared: without TF32 where it would round
+        the model's convolutions or matmuls (tf32_note), so both sides round alike."""
+        return exact_float32() if self.tf32 else contextlib.nullcontext()
 
     def drop_unsteady(self, runs: int = 2) -> list[str]:
         """The failed cases on which TorchScript itself gives other outputs when run again on the same inputs (on
@@ -365,45 +348,6 @@ class Verifier:
             self.notes.append(f"TorchScript's own outputs on {', '.join(unsteady)} differ between runs on the same "
                               "inputs (on the GPU: a top-k or sort among tied values, atomics): not compared there")
         return unsteady
-
-    def calibrate_tf32(self) -> list[str]:
-        """Where TF32 runs (`tf32`), how far TorchScript's own outputs on each failed case move when its convolutions
-        and matmuls round exactly instead (TF32 off) measures how far two TF32 runs, in the algorithms cuDNN and
-        cuBLAS pick per call, may part: the case is compared at TF32_MARGIN times that (`case_slack`). Where TF32's
-        rounding changes TorchScript's own shapes or integers (a box count, a label), its answer there is rounding's
-        to decide (as where it moves them by more than TF32_MOST): the case is taken out, as an unsteady one is.
-        -> the cases changed."""
-        if not self.tf32:
-            return []
-        widened, decided = [], []
-        for name, inputs, expected in self.cases:
-            if name not in self.failed:
-                continue
-            try:
-                with torch.backends.cudnn.flags(enabled=torch.backends.cudnn.enabled, allow_tf32=False), \
-                        _matmul_tf32(False):
-                    exact = self.run_reference(inputs)
-            except TimeBudgetError:
-                raise
-            except Exception:  # noqa: BLE001 - a run that raises says nothing of TF32's rounding
-                continue
-            moved = _rounding_moved(exact, expected)
-            if moved is None or moved > TF32_MOST:  # (NaNs that move are an infinite error)
-                decided.append(name)
-            elif moved > 0:
-                self.case_slack[name] = max(self.slack, TF32_MARGIN * moved / RELATIVE_TOLERANCE["float32"])
-                widened.append(name)
-        if decided:
-            self.cases = [case for case in self.cases if case[0] not in decided]
-            self.failed = [name for name in self.failed if name not in decided]
-            self.notes.append(f"TorchScript's own outputs on {', '.join(decided)} change in shape or integers when its "
-                              "convolutions and matmuls round exactly instead of in TF32 (a box count, a label, or by more "
-                              f"than {TF32_MOST:g} of their magnitude): "
-                              "rounding decides them, so they are not compared")
-        if widened:
-            self.notes.append(f"{self.tf32}: on {', '.join(widened)}, compared at {TF32_MARGIN:g}x the distance "
-                              "TorchScript's own outputs move between TF32 and exact rounding")
-        return decided + widened
 
     def check_sequence(self, run: Callable) -> list[Mismatch]:
         """Mismatches over the sequence of calls, up to the first call that differs: its outputs or the state it
@@ -454,8 +398,7 @@ class Verifier:
                 self.failed.append(name)
                 continue
             found += [Mismatch(f"{m.where} on {name}", m.error, m.detail)
-                      for m in compare(actual, expected, slack=self.case_slack.get(name, self.slack),
-                                       tolerance=self.tolerance)]
+                      for m in compare(actual, expected, slack=self.slack, tolerance=self.tolerance)]
             if len(found) > before:
                 self.failed.append(name)
         return found

@@ -298,51 +298,42 @@ def test_a_case_torchscript_answers_two_ways_is_not_held_against_the_package() -
     assert steady.check(lambda x: x * 3) and steady.drop_unsteady() == [] and steady.check(lambda x: x * 3)
 
 
-def _tf32_reference(noise: float, threshold_moves: bool = False):
-    """x * 2, plus `noise` * sin(x) while cuDNN's TF32 is on (TorchScript's convolutions rounding through TF32); with
-    `threshold_moves`, also the positions above a threshold TF32's rounding moves (a detector's box count)."""
-    def reference(x):
-        tf32 = torch.backends.cudnn.allow_tf32
-        y = x * 2 + (noise * torch.sin(x) if tf32 else 0.0)
-        if threshold_moves:
-            return y, (y > (0.0 if tf32 else 0.5)).nonzero()
-        return y
-    return reference
+def _rounds_through_tf32(x: torch.Tensor, noise: float) -> torch.Tensor:
+    """x * 2, as a TF32 convolution would give it: plus `noise` * sin(x) while cuDNN's TF32 is on (each run's rounding
+    in the algorithm cuDNN picks), exact with it off. The same op in TorchScript and in the package (through ATen)."""
+    return x * 2 + (noise * torch.sin(x) if torch.backends.cudnn.allow_tf32 else 0.0)
 
 
-@pytest.mark.parametrize("noise, package_noise, passes", [
-    (1e-2, -1e-2, True),   # TF32 moves TorchScript by 1e-2; the package parts by 2e-2: within 3x, rounding
-    (1e-2, 0.5, False),    # the package parts by far more than TF32 moves TorchScript: a mismatch still
-    (0.0, 1e-2, False),    # TF32 does not move TorchScript here: no widening
+@pytest.mark.parametrize("package_threshold, passes", [
+    (0.5, True),    # the package's arithmetic is TorchScript's: its TF32 rounding differs, and is not compared
+    (0.25, False),  # a wrong threshold: found, however TF32 would have moved the count
 ])
-def test_where_tf32_runs_a_case_is_compared_at_the_distance_tf32_moves_torchscript(noise, package_noise, passes):
-    """On CUDA with TF32 convolutions, two runs part by what TF32's rounding makes, in algorithms cuDNN picks per call
-    (Mask R-CNN's masks: 7e-3 to 1e-2 with every op through ATen). A failed case is rerun in TorchScript with TF32
-    off; it is then compared at 3x the distance that moved TorchScript's own outputs."""
+def test_where_tf32_would_round_both_sides_are_verified_in_exact_float32(monkeypatch, package_threshold, passes):
+    """On CUDA with TF32 convolutions, two runs part by what TF32's rounding makes, in the algorithms cuDNN picks per
+    call (Mask R-CNN's masks: 7e-3 to 1e-2 with every op through ATen), and a detector's box count moves with it.
+    Verification runs TorchScript and the package with TF32 off, so a right package passes and a wrong one fails.
+    (An earlier rule took the cases whose count TF32 moved out of verification, and a wrong package passed on none.)"""
     from jit2triton.verify import Verifier
 
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
     example = torch.randn(64)
     signature = [{"name": "x", "type": "Tensor", "dtype": "float32", "shape": [64]}]
-    verifier = Verifier(_tf32_reference(noise), [example], signature, torch.device("cpu"))
-    verifier.tf32 = "TF32 is on"
-    package = lambda x: x * 2 + package_noise * torch.sin(x)  # noqa: E731
-    assert verifier.check(package)
-    verifier.calibrate_tf32()
+
+    def reference(x):  # TorchScript: its TF32 rounding moves the count above the threshold
+        y = _rounds_through_tf32(x, 1e-2)
+        return y, (y > 0.5).nonzero()
+
+    def package(x):  # the same ops, the convolution rounding another way under TF32, and its own threshold
+        y = _rounds_through_tf32(x, -1e-2)
+        return y, (y > package_threshold).nonzero()
+
+    plain = Verifier(reference, [example], signature, torch.device("cpu"))
+    assert plain.check(package)  # (compared as torch is set, even the right package parts from TorchScript)
+    verifier = Verifier(reference, [example], signature, torch.device("cpu"), tf32="TF32 is on")
     assert bool(verifier.check(package)) != passes
-    assert verifier.compared == 2
-
-
-def test_where_tf32_rounding_changes_torchscripts_own_count_the_case_is_not_compared() -> None:
-    from jit2triton.verify import Verifier
-
-    example = torch.randn(64)
-    signature = [{"name": "x", "type": "Tensor", "dtype": "float32", "shape": [64]}]
-    verifier = Verifier(_tf32_reference(1e-2, threshold_moves=True), [example], signature, torch.device("cpu"))
-    package = lambda x: (x * 2, (x * 2 > 0.25).nonzero())  # noqa: E731
-    assert verifier.check(package) and verifier.calibrate_tf32() == []  # (only where TF32 runs)
-    verifier.tf32 = "TF32 is on"
-    assert verifier.calibrate_tf32() == ["the example inputs", "fresh random inputs"]
-    assert verifier.compared == 0 and "rounding decides them" in verifier.notes[-1]
+    assert verifier.compared == 2 and verifier.notes == ["TF32 is on"]
+    assert torch.backends.cudnn.allow_tf32  # put back after each run
 
 
 class PermutedNormThenLinear(nn.Module):
