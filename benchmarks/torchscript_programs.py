@@ -38,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
 import jit2triton  # noqa: E402
+from jit2triton.verify import exact_float32  # noqa: E402
 from gpu_torchscript_programs import images, spread_scores, worst_error  # noqa: E402
 from host_programs import HOST_PROGRAMS, Program  # noqa: E402
 
@@ -260,12 +261,13 @@ def measure(name: str, args, folder: str) -> dict:
             row["note"] = note
         try:
             started = time.perf_counter()
-            converted = jit2triton.convert(program.model, program.example, device=args.device)
+            converted = jit2triton.convert(program.model, program.example, device=args.device, backend=args.backend)
             row["convert_s"] = round(time.perf_counter() - started, 1)
             summary = converted.summary()
             row.update(kernel_nodes=summary["native_nodes"], fallback_nodes=summary["fallback_nodes"],
                        vendor_nodes=summary["extern_nodes"], host_nodes=summary["host_nodes"],
                        kernels=len(summary["kernels"]), verification=summary["verification"]["status"],
+                       tf32=any(note.startswith("TF32 is on") for note in summary["verification"]["notes"]),
                        kernel_share=round(summary["native_nodes"] / max(1, summary["native_nodes"]
                                           + summary["fallback_nodes"] + summary["extern_nodes"]), 3))
             path = os.path.join(folder, f"{name}.j2t")
@@ -280,6 +282,10 @@ def measure(name: str, args, folder: str) -> dict:
                 try:
                     row["max_rel_error"], row["torchscript_spread"] = fresh_error(
                         program, contenders["TorchScript"], contenders["package"])
+                    if row.get("tf32"):  # (verification's comparison: both sides in exact float32)
+                        with exact_float32():
+                            row["exact_rel_error"], _ = fresh_error(
+                                program, contenders["TorchScript"], contenders["package"])
                 except Exception as err:  # noqa: BLE001 - a package that cannot run a fresh input is not timed
                     row["package"] = f"fails on a fresh input: {one_line(err)}"
                     del contenders["package"]
@@ -326,6 +332,10 @@ def table_line(row: dict) -> str:
     spread = row.get("torchscript_spread") or 0.0
     error_cell = "-" if error is None else f"{error:.1e}" + (
         f" (TorchScript itself: {spread:.1e})" if spread > DIFFERS else " (differs)" if error > DIFFERS else "")
+    if "exact_rel_error" in row:
+        error_cell += f" in TF32, {row['exact_rel_error']:.1e} in exact float32"
+    if row.get("verification") not in (None, "passed", "matched up to rounding"):  # (an unverified package says so)
+        error_cell += f"; verification {row['verification']}"
     timed = all(isinstance(row.get(label), float) for label in ("TorchScript", "package"))
     ratio = f"{row['TorchScript'] / row['package']:.2f}x" if timed else "-"
     runtime = f" ({row['runtime']} runtime)" if row.get("runtime", "cpp") != "cpp" else ""
@@ -361,6 +371,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=2, help="untimed rounds first")
     parser.add_argument("--json", help="write the results here (rewritten after each program)")
     parser.add_argument("--quick", action="store_true", help="few rounds, the smallest sizes")
+    parser.add_argument("--backend", help="convert's backend (default: the device's; aten: every op through ATen)")
     parser.add_argument("--no-compile", action="store_true", help="leave torch.compile out")
     parser.add_argument("--threads", type=int, default=0, help="torch's CPU threads (0: torch's default)")
     args = parser.parse_args()
