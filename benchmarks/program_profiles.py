@@ -26,6 +26,7 @@ from torch.profiler import ProfilerActivity, profile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import jit2triton  # noqa: E402
+from jit2triton.deploy.policy import TORCH_NAMESPACES  # noqa: E402
 from torchscript_programs import PROGRAMS, contender, torchscript_contender  # noqa: E402
 
 COPIES = ("aten::clone", "aten::copy_", "aten::fill_", "aten::contiguous", "aten::scalar_tensor")
@@ -94,7 +95,7 @@ def census(plan: dict) -> list:
             for block in step.get("blocks", ()):
                 walk(block["steps"])
     walk(plan["steps"])
-    return counts.most_common(25)
+    return counts.most_common()
 
 
 def run(name: str, args, folder: str) -> dict:
@@ -129,8 +130,10 @@ def run(name: str, args, folder: str) -> dict:
                 row["note"] = note
     if args.steps:
         import subprocess  # the CLI's profile, as a user gets it
-        out = subprocess.run([sys.executable, "-m", "jit2triton.cli", "bench", path, "--profile", "--duration-s", "2"],
-                             capture_output=True, text=True)
+        libraries = {op.partition("::")[0] for op, _ in row["census"] if "::" in op} - set(TORCH_NAMESPACES)
+        imports = [arg for library in sorted(libraries) for arg in ("--import", library)]  # (torchvision::nms)
+        out = subprocess.run([sys.executable, "-m", "jit2triton.cli", "bench", path, "--profile", "--duration-s", "2",
+                              *imports], capture_output=True, text=True)
         row["steps"] = out.stdout[-6000:] + out.stderr[-2000:]
     return row
 
@@ -147,7 +150,7 @@ def show(row: dict) -> None:
         print("    copies by outermost op: " + ", ".join(f"{n} {c:.0f}" for n, c in t["copies"]))
     if "census" in row:
         print("  plan steps by op (each step once, loops not unrolled): " +
-              ", ".join(f"{op} {n}" for op, n in row["census"]))
+              ", ".join(f"{op} {n}" for op, n in row["census"][:25]))
     if "steps" in row:
         print(row["steps"])
 

@@ -63,6 +63,10 @@ RECONVERT = "re-run `jit2triton convert`"
 # How to load a package on the CPU, in the words of each caller: both runtimes serve Python, C++ and j2t-run
 ON_THE_CPU = ("load it on the CPU (map_location='cpu' from Python, LoadOptions::device = \"cpu\" from C++, "
               "--device cpu in j2t-run)")
+# The op namespaces torch registers itself. An op of another (torchvision::nms, a custom op) is a library's: the
+# process must have loaded that library's ops before the package, as torch.jit.load needs too.
+TORCH_NAMESPACES = ("aten", "prim", "quantized", "_quantized", "profiler", "cuda", "mkldnn", "mkl", "onednn",
+                    "fbgemm", "sparse", "_c10d_functional", "c10d", "_caffe2", "_nested_tensor", "_higher_order_ops")
 MESSAGES = {
     "not_found": "package not found: {path}; check the path or convert the model first",
     "torchscript_file": "{path} is a TorchScript archive (or a torch.save file), not a jit2triton package; convert it "
@@ -86,6 +90,12 @@ MESSAGES = {
     "weight_outside": "weight {name} lies outside weights.bin; the package is corrupted",
     "weight_shape": "weight {name}'s shape does not match its bytes; the package is corrupted",
     "weight_order": "weight {name}'s memory order is not a permutation of its dims; the package is corrupted",
+    "missing_op": "op {op} does not exist in this torch ({version}); the package needs a torch that has it (convert "
+                  "and run with the same torch version)",
+    "library_op": "op {op} is not registered in this process: it belongs to the library {library}, not to torch. "
+                  "Load that library's ops before the package, as torch.jit.load needs too: from Python, import the "
+                  "module that registers them (`import {library}` for most), or pass `--import {library}` to "
+                  "jit2triton's run and bench; from C++, link its ops library",
     "packing_op": "the package's plan builds a constant at load with {op}, which is not an op that packs quantized "
                   "weights; the package is corrupted: " + RECONVERT,
     "packed_missing": "the package's plan reads packed constant {name}, which its packed list does not build before; "
@@ -118,6 +128,14 @@ def message(key: str, **fields) -> str:
     return MESSAGES[key].format(**{k: str(v) for k, v in fields.items()})
 
 
+def unknown_op(op: str, version: str) -> str:
+    """Why `op` (`aten::add.Tensor`) is not found: a torch without it, or a library's op whose library is not loaded."""
+    library = op.partition("::")[0]
+    if library in TORCH_NAMESPACES:
+        return message("missing_op", op=repr(op), version=version)
+    return message("library_op", op=repr(op), library=library)
+
+
 # --- the C++ header ------------------------------------------------------------------------------------------------
 
 def _cpp_string(text: str) -> str:
@@ -138,12 +156,19 @@ def cpp_header() -> str:
         "// Generated from deploy/policy.py by `python -m jit2triton.deploy.policy`: edit that file, not this one.",
         "#pragma once",
         "#include <ATen/ATen.h>",
+        "#include <torch/version.h>",
         "",
         "#include <cstddef>",
         "#include <cstdint>",
         "#include <map>",
         "#include <string>",
         "#include <utility>",
+        "",
+        "// The torch this runtime was built against, as messages name it (the Python extension passes torch.__version__;",
+        "// otherwise torch's TORCH_VERSION, from torch/version.h)",
+        "#ifndef J2T_TORCH_VERSION",
+        "#define J2T_TORCH_VERSION TORCH_VERSION",
+        "#endif",
         "",
         "namespace jit2triton::policy {",
         "",
@@ -191,10 +216,19 @@ def cpp_header() -> str:
         "}",
         "",
         f"constexpr const char* kReconvert = {_cpp_string(RECONVERT)};",
+        "constexpr const char* kTorchNamespaces[] = {" + ", ".join(map(_cpp_string, TORCH_NAMESPACES)) + "};",
         "",
         "namespace message {",
         *(_cpp_message(key, template) for key, template in MESSAGES.items()),
         "}  // namespace message",
+        "",
+        "// as unknown_op in policy.py: `quoted` is repr(op)",
+        "inline std::string unknown_op(const std::string& op, const std::string& quoted, const std::string& version) {",
+        "  std::string library = op.substr(0, op.find(\"::\"));",
+        "  for (const char* name : kTorchNamespaces)",
+        "    if (library == name) return message::missing_op(quoted, version);",
+        "  return message::library_op(quoted, library);",
+        "}",
         "",
         "}  // namespace jit2triton::policy",
     ]

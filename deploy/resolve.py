@@ -13,6 +13,7 @@ import torch
 from jit2triton.errors import PackageError
 
 from .host_ops import HOST_OPS
+from .policy import unknown_op
 from .op_facts import NODE_ATTRIBUTE_OPS
 
 
@@ -34,9 +35,7 @@ def resolve_op(op: str) -> Callable:
             # the schema and torch objects here)
             numbers_only = all(str(a.type) in _SCALARS for a in fn._schema.arguments)
             return _typed(op, fn) if numbers_only else fn
-    raise PackageError(
-        f"op {op!r} does not exist in this torch ({torch.__version__}); the package needs a torch that has it "
-        "(convert and run with the same torch version)")
+    raise PackageError(unknown_op(op, torch.__version__))
 
 
 def interpreter_only(op: str) -> bool:

@@ -1,6 +1,7 @@
 """The `jit2triton` command: convert, run, inspect, demo, cpp-dir."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
@@ -234,6 +235,23 @@ def verify_signature(package, trusted_keys) -> None:
                    "checked: pass --trusted-key or set JIT2TRITON_TRUSTED_KEYS)")
 
 
+def _imports_option(command):
+    """--import MODULE: a library whose ops the package calls, loaded before it (a TorchScript model calling
+    torchvision::nms needs torchvision's ops registered, for torch.jit.load as for a package)."""
+    return click.option("--import", "imports", multiple=True, metavar="MODULE",
+                        help="import this Python module before loading: a library whose ops the package calls "
+                             "(torchvision, for torchvision::nms); repeatable")(command)
+
+
+def _import_modules(names: tuple) -> None:
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # noqa: BLE001 - whatever stops the import, the user named the module
+            raise click.BadParameter(f"cannot import {name!r} ({type(err).__name__}: {err})",
+                                     param_hint="--import") from None
+
+
 @main.command(short_help='Run a package on random inputs (--check: vs TorchScript).')
 @click.argument("package", type=click.Path(dir_okay=False))
 @click.option("--check", "reference", type=click.Path(exists=True, dir_okay=False),
@@ -258,8 +276,9 @@ def verify_signature(package, trusted_keys) -> None:
               help="CPU threads: torch's (torch.set_num_threads) and the generated kernels' (default: torch's)")
 @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
               help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
+@_imports_option
 def run(package, reference, rtol, atol, runs, seed, device, runtime, shape_specs, inputs_file, threads,
-        trusted_keys) -> None:
+        trusted_keys, imports) -> None:
     """Run a package on random inputs; compare with the TorchScript model when --check is given. Both run under
     torch.inference_mode()."""
     import torch
@@ -273,6 +292,7 @@ def run(package, reference, rtol, atol, runs, seed, device, runtime, shape_specs
     if inputs_file and shape_specs:
         raise click.UsageError("--shape sizes the random inputs; --inputs-file gives the inputs: give one of them")
     given = read_inputs_file(inputs_file) if inputs_file else None
+    _import_modules(imports)
     if threads:
         torch.set_num_threads(threads)  # ATen's ops in the plan and the TorchScript model, as bench's --threads
     module = load(package, map_location=device, runtime=runtime, num_threads=threads, trusted_keys=trusted_keys)
@@ -338,14 +358,16 @@ def run(package, reference, rtol, atol, runs, seed, device, runtime, shape_specs
 @click.option("--seed", default=0, show_default=True, help="seed of the random inputs")
 @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
               help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
+@_imports_option
 def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runtime, device, shape_specs,
-          inputs_file, against, profile, json_path, seed, trusted_keys) -> None:
+          inputs_file, against, profile, json_path, seed, trusted_keys, imports) -> None:
     """Time a package like trtexec: min, mean, median, p90, p99 and max latency and throughput on random inputs
     that fit its signature. Every path runs under torch.inference_mode(), as a deployment does."""
     from .bench import Bench, run_bench
 
     if json_path:
         check_output(json_path, package, "--json")
+    _import_modules(imports)
     options = Bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs == "on", runtime, device,
                     shape_specs, against, profile, json_path, seed, trusted_keys)
     run_bench(options, read_inputs_file(inputs_file) if inputs_file else None, click.echo)

@@ -212,8 +212,7 @@ c10::IValue run_packing_op(const std::string& op, std::vector<c10::IValue> args)
   std::string name = op.substr(0, dot), overload = dot == std::string::npos ? "" : op.substr(dot + 1);
   auto found = torch::jit::findOperatorFor(c10::OperatorName(name, overload));
   if (!found)
-    throw Error(Error::Kind::Package, "op " + repr(op) + " does not exist in this torch; the package needs a torch "
-                                      "that has it (convert and run with the same torch version)");
+    throw Error(Error::Kind::Package, policy::unknown_op(op, repr(op), J2T_TORCH_VERSION));
   const auto& schema = found->schema();
   if (args.size() != schema.arguments().size())
     throw Error(Error::Kind::CorruptPackage, "the package's plan packs a constant with " + op + " and " +

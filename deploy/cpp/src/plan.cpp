@@ -25,11 +25,6 @@
 #include <optional>
 #include <set>
 
-// The torch this runtime was built against, as messages name it (the Python extension passes torch.__version__).
-#ifndef J2T_TORCH_VERSION
-#define J2T_TORCH_VERSION TORCH_VERSION
-#endif
-
 namespace jit2triton {
 
 using c10::IValue;
@@ -302,8 +297,7 @@ class Builder {
     }
     if (!found && op.rfind("prim::", 0) == 0) interpreter_only(op);  // prim::fork, prim::CallMethod: instructions
     if (!found)
-      throw Error(Error::Kind::Package, "op " + repr(op) + " does not exist in this torch (" + J2T_TORCH_VERSION +
-                                            "); the package needs a torch that has it (convert and run with the same torch version)");
+      throw Error(Error::Kind::Package, policy::unknown_op(op, repr(op), J2T_TORCH_VERSION));
     return found;
   }
 

@@ -1,12 +1,19 @@
 // Generated from deploy/policy.py by `python -m jit2triton.deploy.policy`: edit that file, not this one.
 #pragma once
 #include <ATen/ATen.h>
+#include <torch/version.h>
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
 #include <utility>
+
+// The torch this runtime was built against, as messages name it (the Python extension passes torch.__version__;
+// otherwise torch's TORCH_VERSION, from torch/version.h)
+#ifndef J2T_TORCH_VERSION
+#define J2T_TORCH_VERSION TORCH_VERSION
+#endif
 
 namespace jit2triton::policy {
 
@@ -70,6 +77,7 @@ inline const std::map<std::string, int>& quantized_engines() {
 }
 
 constexpr const char* kReconvert = "re-run `jit2triton convert`";
+constexpr const char* kTorchNamespaces[] = {"aten", "prim", "quantized", "_quantized", "profiler", "cuda", "mkldnn", "mkl", "onednn", "fbgemm", "sparse", "_c10d_functional", "c10d", "_caffe2", "_nested_tensor", "_higher_order_ops"};
 
 namespace message {
 inline std::string not_found(const std::string& path) { return std::string("package not found: ") + path + std::string("; check the path or convert the model first"); }
@@ -88,6 +96,8 @@ inline std::string unknown_dtype(const std::string& name, const std::string& dty
 inline std::string weight_outside(const std::string& name) { return std::string("weight ") + name + std::string(" lies outside weights.bin; the package is corrupted"); }
 inline std::string weight_shape(const std::string& name) { return std::string("weight ") + name + std::string("'s shape does not match its bytes; the package is corrupted"); }
 inline std::string weight_order(const std::string& name) { return std::string("weight ") + name + std::string("'s memory order is not a permutation of its dims; the package is corrupted"); }
+inline std::string missing_op(const std::string& op, const std::string& version) { return std::string("op ") + op + std::string(" does not exist in this torch (") + version + std::string("); the package needs a torch that has it (convert and run with the same torch version)"); }
+inline std::string library_op(const std::string& op, const std::string& library) { return std::string("op ") + op + std::string(" is not registered in this process: it belongs to the library ") + library + std::string(", not to torch. Load that library's ops before the package, as torch.jit.load needs too: from Python, import the module that registers them (`import ") + library + std::string("` for most), or pass `--import ") + library + std::string("` to jit2triton's run and bench; from C++, link its ops library"); }
 inline std::string packing_op(const std::string& op) { return std::string("the package's plan builds a constant at load with ") + op + std::string(", which is not an op that packs quantized weights; the package is corrupted: re-run `jit2triton convert`"); }
 inline std::string packed_missing(const std::string& name) { return std::string("the package's plan reads packed constant ") + name + std::string(", which its packed list does not build before; the package is corrupted: re-run `jit2triton convert`"); }
 inline std::string kernel_sizes(const std::string& kernel) { return std::string("kernel ") + kernel + std::string(" takes other sizes than the manifest says; re-run `jit2triton convert`"); }
@@ -101,5 +111,13 @@ inline std::string no_cuda_for_kernels(const std::string& built_for) { return st
 inline std::string kernels_elsewhere(const std::string& built_for, const std::string& device, const std::string& device_repr) { return std::string("the package holds kernels compiled for ") + built_for + std::string(" and cannot run on ") + device + std::string("; convert the model again with device=") + device_repr; }
 inline std::string missing_engine(const std::string& engine, const std::string& supported) { return std::string("the package's quantized weights are packed for the ") + engine + std::string(" quantized engine, which this torch does not have (it has: ") + supported + std::string("); load it where torch.backends.quantized.supported_engines lists ") + engine + std::string(", or convert the model on this machine (with torch.backends.quantized.engine set to one of those)"); }
 }  // namespace message
+
+// as unknown_op in policy.py: `quoted` is repr(op)
+inline std::string unknown_op(const std::string& op, const std::string& quoted, const std::string& version) {
+  std::string library = op.substr(0, op.find("::"));
+  for (const char* name : kTorchNamespaces)
+    if (library == name) return message::missing_op(quoted, version);
+  return message::library_op(quoted, library);
+}
 
 }  // namespace jit2triton::policy

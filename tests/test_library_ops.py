@@ -1,0 +1,73 @@
+"""A package that calls an op of a library, not of torch (torchvision::nms in a detector): loaded where the library's
+ops are not registered, both runtimes name the library and how to load it; `--import` loads it for the CLI."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import jit2triton
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NOT_TORCHS = "belongs to the library j2t_test_ops, not to torch"
+
+
+class CallsALibraryOp(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.ops.j2t_test_ops.scaled_add(x.relu(), y, 0.5) * 2
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory) -> str:
+    import j2t_test_ops  # noqa: F401 - registers the op, as `import torchvision` does
+
+    model = torch.jit.script(CallsALibraryOp())
+    converted = jit2triton.convert(model, (torch.randn(4, 8), torch.randn(4, 8)), device="cpu")
+    assert converted.summary()["verification"]["status"] == "passed"
+    path = str(tmp_path_factory.mktemp("library_op") / "model.j2t")
+    converted.save(path)
+    return path
+
+
+def _python(code: str, path: str) -> subprocess.CompletedProcess:
+    """`code` in a fresh interpreter, where nothing has imported the library (this test process has)."""
+    return subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": HERE})
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_library_op_not_loaded_is_named_with_how_to_load_it(package, runtime) -> None:
+    if runtime == "cpp":
+        from jit2triton.deploy.cpp_runtime import unavailable
+        if unavailable():
+            pytest.skip(unavailable())
+    out = _python("import sys, jit2triton\n"
+                  "try:\n"
+                  f"    jit2triton.load(sys.argv[1], runtime={runtime!r})\n"
+                  "except jit2triton.PackageError as err:\n"
+                  "    print(err)\n", package)
+    assert NOT_TORCHS in out.stdout and "`import j2t_test_ops`" in out.stdout, out.stdout + out.stderr
+    assert "does not exist in this torch" not in out.stdout  # (a torch without it was the old message's guess)
+    # with the library imported first, the package loads and gives TorchScript's answer on fresh inputs
+    out = _python("import sys, torch, jit2triton, j2t_test_ops\n"
+                  f"package = jit2triton.load(sys.argv[1], runtime={runtime!r})\n"
+                  "x, y = torch.randn(4, 8), torch.randn(4, 8)\n"
+                  "torch.testing.assert_close(package(x, y), (x.relu() + 0.5 * y) * 2)\n"
+                  "print('ok', package.runtime)\n", package)
+    assert out.stdout.split() == ["ok", runtime], out.stdout + out.stderr
+
+
+def test_the_cli_imports_the_library_it_is_told_to(package) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "jit2triton.cli", *args], capture_output=True, text=True,
+                              timeout=600, env={**os.environ, "PYTHONPATH": HERE})
+
+    refused = cli("run", package, "--runs", "1")
+    assert refused.returncode != 0 and NOT_TORCHS in refused.stderr and "--import j2t_test_ops" in refused.stderr
+    ran = cli("run", package, "--runs", "1", "--import", "j2t_test_ops")
+    assert ran.returncode == 0 and "median time per call" in ran.stdout, ran.stderr
+    timed = cli("bench", package, "--iterations", "3", "--warmup-ms", "0", "--profile", "--import", "j2t_test_ops")
+    assert timed.returncode == 0, timed.stderr
+    missing = cli("run", package, "--import", "no_such_module_here")
+    assert missing.returncode == 2 and "cannot import 'no_such_module_here'" in missing.stderr
