@@ -65,8 +65,11 @@ ON_THE_CPU = ("load it on the CPU (map_location='cpu' from Python, LoadOptions::
               "--device cpu in j2t-run)")
 # The op namespaces torch registers itself. An op of another (torchvision::nms, a custom op) is a library's: the
 # process must have loaded that library's ops before the package, as torch.jit.load needs too.
-TORCH_NAMESPACES = ("aten", "prim", "quantized", "_quantized", "profiler", "cuda", "mkldnn", "mkl", "onednn",
-                    "fbgemm", "sparse", "_c10d_functional", "c10d", "_caffe2", "_nested_tensor", "_higher_order_ops")
+# (torch._C._jit_get_all_schemas() of torch 2.13, and cuda, fbgemm and _caffe2 of its CUDA and older builds)
+TORCH_NAMESPACES = ("aten", "prim", "prims", "quantized", "_quantized", "quantization", "profiler", "cuda", "mkldnn",
+                    "mkldnn_prepacked", "mkl", "onednn", "fbgemm", "sparse", "c10d", "_c10d_functional",
+                    "_c10d_functional_autograd", "symm_mem", "static_runtime", "inductor", "inductor_prims",
+                    "rngprims", "debugprims", "_native", "_dtensor", "_test", "onnx", "export", "_caffe2")
 MESSAGES = {
     "not_found": "package not found: {path}; check the path or convert the model first",
     "torchscript_file": "{path} is a TorchScript archive (or a torch.save file), not a jit2triton package; convert it "

@@ -13,8 +13,8 @@ import torch
 from jit2triton.errors import PackageError
 
 from .host_ops import HOST_OPS
-from .policy import unknown_op
 from .op_facts import NODE_ATTRIBUTE_OPS
+from .policy import unknown_op
 
 
 def resolve_op(op: str) -> Callable:

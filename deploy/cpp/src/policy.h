@@ -77,7 +77,7 @@ inline const std::map<std::string, int>& quantized_engines() {
 }
 
 constexpr const char* kReconvert = "re-run `jit2triton convert`";
-constexpr const char* kTorchNamespaces[] = {"aten", "prim", "quantized", "_quantized", "profiler", "cuda", "mkldnn", "mkl", "onednn", "fbgemm", "sparse", "_c10d_functional", "c10d", "_caffe2", "_nested_tensor", "_higher_order_ops"};
+constexpr const char* kTorchNamespaces[] = {"aten", "prim", "prims", "quantized", "_quantized", "quantization", "profiler", "cuda", "mkldnn", "mkldnn_prepacked", "mkl", "onednn", "fbgemm", "sparse", "c10d", "_c10d_functional", "_c10d_functional_autograd", "symm_mem", "static_runtime", "inductor", "inductor_prims", "rngprims", "debugprims", "_native", "_dtensor", "_test", "onnx", "export", "_caffe2"};
 
 namespace message {
 inline std::string not_found(const std::string& path) { return std::string("package not found: ") + path + std::string("; check the path or convert the model first"); }
