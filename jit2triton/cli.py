@@ -83,6 +83,23 @@ def _accuracy(rtol: Optional[float], atol: Optional[float]) -> Optional[dict]:
     return given or None
 
 
+def _imports_option(command):
+    """--import MODULE: a library whose ops the package calls, loaded before it (a TorchScript model calling
+    torchvision::nms needs torchvision's ops registered, for torch.jit.load as for a package)."""
+    return click.option("--import", "imports", multiple=True, metavar="MODULE",
+                        help="import this Python module before loading: a library whose ops the package calls "
+                             "(torchvision, for torchvision::nms); repeatable")(command)
+
+
+def _import_modules(names: tuple) -> None:
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as err:  # noqa: BLE001 - whatever stops the import, the user named the module
+            raise click.BadParameter(f"cannot import {name!r} ({type(err).__name__}: {err})",
+                                     param_hint="--import") from None
+
+
 @main.command(short_help='Convert a TorchScript .pt into a .j2t package.')
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", type=click.Path(dir_okay=False), help="package path (default: MODEL with .j2t)")
@@ -132,15 +149,17 @@ def _accuracy(rtol: Optional[float], atol: Optional[float]) -> Optional[dict]:
 @click.option("--io-precision", type=click.Choice(["model", "fp16", "bf16"]), default=None,
               help="with --precision: 'model' (the default) keeps the model's input and output dtypes; the same "
                    "as --precision takes and gives them in the reduced type")
+@_imports_option
 def convert(model, output, input_specs, dim_specs, dynamic_batch, narrow_dims, inputs_file, verify_inputs_file, timeout,
             device, backend, no_verify, full_source_paths, quiet, signing_key, choices, precision, rtol, atol,
-            io_precision) -> None:
+            io_precision, imports) -> None:
     """Convert a TorchScript archive into a .j2t package."""
     from .api import convert as convert_model
     from .inputs import dynamic_axes, parse_dim_spec, parse_input_spec
 
     output = output or os.path.splitext(model)[0] + ".j2t"
     check_output(output, model)
+    _import_modules(imports)
     check_precision_options(precision, rtol, atol, io_precision)
     if signing_key:  # a public key given by mistake fails here, not after the whole conversion
         from jit2triton.deploy.signing import sign
@@ -233,23 +252,6 @@ def verify_signature(package, trusted_keys) -> None:
     else:
         click.echo(f"{package}: checksums hold, {'signed' if contents.signed else 'not signed'} (signature not "
                    "checked: pass --trusted-key or set JIT2TRITON_TRUSTED_KEYS)")
-
-
-def _imports_option(command):
-    """--import MODULE: a library whose ops the package calls, loaded before it (a TorchScript model calling
-    torchvision::nms needs torchvision's ops registered, for torch.jit.load as for a package)."""
-    return click.option("--import", "imports", multiple=True, metavar="MODULE",
-                        help="import this Python module before loading: a library whose ops the package calls "
-                             "(torchvision, for torchvision::nms); repeatable")(command)
-
-
-def _import_modules(names: tuple) -> None:
-    for name in names:
-        try:
-            importlib.import_module(name)
-        except Exception as err:  # noqa: BLE001 - whatever stops the import, the user named the module
-            raise click.BadParameter(f"cannot import {name!r} ({type(err).__name__}: {err})",
-                                     param_hint="--import") from None
 
 
 @main.command(short_help='Run a package on random inputs (--check: vs TorchScript).')

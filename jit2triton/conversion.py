@@ -16,6 +16,7 @@ from jit2triton.deploy.packaging.build_manifest import BuiltKernels, build_packa
 from jit2triton.deploy.packaging.cuda_graph_choice import choose_cuda_graph
 from jit2triton.deploy.packaging.culprit import find_culprit
 from jit2triton.deploy.packaging.output_dims import with_dims
+from jit2triton.deploy.policy import TORCH_NAMESPACES
 from jit2triton.deploy.runtime import DeviceLike, placed_weights, python_runtimes
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.backends import KernelsFailed, backend_for, backend_named
@@ -36,7 +37,7 @@ from .dim_ranges import checked_ranges
 from .draw_rules import DrawRules, draw_rules
 from .reference_child import IsolatedReference
 from .dims import DynamicShapes
-from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, StepError
+from .errors import ConversionError, InputError, Jit2TritonError, ModelLoadError, PackageDeviceError, StepError
 from .inputs import inputs_at, with_other_values
 from .verify import Verifier, cpp_runner, package_runner, run_where_the_weights_are, tensor_error, tf32_note
 
@@ -112,7 +113,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
     reference_child.warm()  # (it imports torch while the model loads)
     stopwatch = pipeline.Stopwatch(say, budget)
     with stopwatch.stage("load"):
-        script = load_script(model, map_location=map_location, methods=list(method_examples))
+        script = _load_script(model, map_location=map_location, methods=list(method_examples))
     source = os.fspath(model) if isinstance(model, (str, os.PathLike)) else ""
     reduced = (precision, accuracy, io_precision)
 
@@ -134,7 +135,7 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
         say("the model folded differs from the model as loaded even through ATen: converting it again without "
             "torch.jit.freeze's conv-BatchNorm folding")
         with stopwatch.stage("load_unfolded"):
-            script = load_script(model, map_location=map_location, methods=list(method_examples), fold=False)
+            script = _load_script(model, map_location=map_location, methods=list(method_examples), fold=False)
         script.notes.append(UNFOLDED)
         contents = convert_methods(script)
     if any(method.get("runtime") == "python" for method in contents.manifest.get("methods", {}).values()):
@@ -214,6 +215,27 @@ def _state_after_methods(script, forward_examples, method_examples: dict) -> Opt
     values = state_values(module, script.state)
     restore_state(module, slots)
     return values
+
+
+def _load_script(model: ModelSource, **options: Any):
+    """load_script, where a .pt calls an op no library of this process registered: whose op it is, and what to do
+    (torchvision::nms before `import torchvision`; an aten op of a newer torch)."""
+    try:
+        return load_script(model, **options)
+    except ModelLoadError as err:
+        op = getattr(err, "unknown_op", None)
+        if op is None:
+            raise
+        path, library = os.fspath(model), op.partition("::")[0]
+        if library in TORCH_NAMESPACES:
+            raise ModelLoadError(f"{path!r} calls op {op!r}, which this torch ({torch.__version__}) does not have: it "
+                                 "was saved by another torch version; convert it with the torch that saved it, or "
+                                 "re-export it with this one") from None
+        raise ModelLoadError(f"{path!r} calls op {op!r}, which is not registered in this process: it belongs to the "
+                             f"library {library}, not to torch. Load that library's ops before converting, as "
+                             "torch.jit.load needs too: from Python, import the module that registers them (`import "
+                             f"{library}` for most) before jit2triton.convert; from the CLI, `jit2triton convert "
+                             f"--import {library}`") from None
 
 
 def _per_method(example_inputs) -> tuple[Any, dict[str, Any]]:
@@ -304,7 +326,7 @@ def _convert_auto(model: ModelSource, example_inputs, device: DeviceLike, backen
     if mode != "auto":
         raise ConversionError(f"dynamic_shapes={mode!r} is not known: give Dims (see jit2triton.Dim), or 'auto'")
     say = progress or (lambda message: None)
-    script = load_script(model, map_location=map_location)
+    script = _load_script(model, map_location=map_location)
     inputs = _complete_inputs(_per_method(example_inputs)[0], script.input_names, script.input_defaults)
     batch = dims.auto_batch(inputs)
     keywords = options or {}

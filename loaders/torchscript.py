@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import warnings
 import zipfile
 from dataclasses import dataclass, field
@@ -80,6 +81,11 @@ def check_model_path(path: str) -> None:
         raise ModelLoadError(f"cannot read model file {path!r}: it is a folder or not readable")
 
 
+# torch.jit.load's words for an op no library of this process registered (torchvision::nms before torchvision is
+# imported, an aten op of a newer torch)
+_UNKNOWN_OP = re.compile(r"Unknown builtin op: (\w+::[\w.]*\w)")
+
+
 def _read_archive(path: str, map_location) -> torch.jit.ScriptModule:
     check_model_path(path)
     if not zipfile.is_zipfile(path):
@@ -92,9 +98,12 @@ def _read_archive(path: str, map_location) -> torch.jit.ScriptModule:
             return torch.jit.load(path, map_location=map_location)
     except Exception as err:  # torch raises RuntimeError/ValueError with C++ traces; name the cause plainly
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ModelLoadError(
+        error = ModelLoadError(
             f"{path!r} could not be read as TorchScript ({first}); if it was written with torch.save, "
-            "re-export it with torch.jit.save(torch.jit.trace(model, inputs), path)") from None
+            "re-export it with torch.jit.save(torch.jit.trace(model, inputs), path)")
+        unknown = _UNKNOWN_OP.search(first)
+        error.unknown_op = unknown.group(1) if unknown else None  # (the face says whose op it is: conversion.py)
+        raise error from None
 
 
 def _extra_files(path: str) -> dict[str, bytes]:

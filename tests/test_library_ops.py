@@ -71,3 +71,25 @@ def test_the_cli_imports_the_library_it_is_told_to(package) -> None:
     assert timed.returncode == 0, timed.stderr
     missing = cli("run", package, "--import", "no_such_module_here")
     assert missing.returncode == 2 and "cannot import 'no_such_module_here'" in missing.stderr
+
+
+def test_converting_a_model_that_calls_a_library_op_names_the_library(tmp_path) -> None:
+    """`jit2triton convert detector.pt` where nothing imported torchvision: torch.jit.load cannot read the model.
+    The error names the library and `--import`, which converts it."""
+    model = tmp_path / "model.pt"
+    made = subprocess.run([sys.executable, "-c", "import sys, torch, j2t_test_ops, test_library_ops\n"
+                           "torch.jit.save(torch.jit.script(test_library_ops.CallsALibraryOp()), sys.argv[1])",
+                           str(model)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": HERE})
+    assert made.returncode == 0, made.stderr
+
+    def convert(*more: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "jit2triton.cli", "convert", str(model), "--input", "4x8",
+                               "--input", "4x8", "--quiet", "-o", str(tmp_path / "model.j2t"), *more],
+                              capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": HERE})
+
+    refused = convert()
+    assert refused.returncode != 0 and NOT_TORCHS in refused.stderr, refused.stderr
+    assert "jit2triton convert --import j2t_test_ops" in refused.stderr and "torch.save" not in refused.stderr
+    converted = convert("--import", "j2t_test_ops")
+    assert converted.returncode == 0 and (tmp_path / "model.j2t").exists(), converted.stderr
