@@ -98,7 +98,7 @@ MESSAGES = {
     "library_op": "op {op} is not registered in this process: it belongs to the library {library}, not to torch. "
                   "Load that library's ops before the package, as torch.jit.load needs too: from Python, import the "
                   "module that registers them (`import {library}` for most), or pass `--import {library}` to "
-                  "jit2triton's run and bench; from C++, link its ops library",
+                  "jit2triton's run, bench and serve; from C++, link its ops library",
     "packing_op": "the package's plan builds a constant at load with {op}, which is not an op that packs quantized "
                   "weights; the package is corrupted: " + RECONVERT,
     "packed_missing": "the package's plan reads packed constant {name}, which its packed list does not build before; "

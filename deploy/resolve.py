@@ -38,6 +38,21 @@ def resolve_op(op: str) -> Callable:
     raise PackageError(unknown_op(op, torch.__version__))
 
 
+def check_plan_ops(plan: dict) -> None:
+    """Every op the plan's call steps name resolves here (blocks included): a package whose library is not loaded
+    (torchvision::nms before `import torchvision`) is refused before a server starts replicas that would each fail.
+    A plan of another shape is passed over: the runtime's checks at load refuse it, in their words."""
+    for step in plan.get("steps") or () if isinstance(plan, dict) else ():
+        if not isinstance(step, dict):
+            continue
+        if step.get("kind") == "call" and isinstance(step.get("op"), str):
+            resolve_op(step["op"])
+        for block in step.get("blocks") or ():
+            check_plan_ops(block)
+        if "steps" in step:
+            check_plan_ops(step)
+
+
 def interpreter_only(op: str) -> bool:
     """Whether `op` is one of TorchScript's interpreter's own prim:: ops that no runtime can call as a plan step:
     not one the runtime runs itself (HOST_OPS), and either no registered op at all (prim::fork, an interpreter

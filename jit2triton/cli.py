@@ -397,8 +397,9 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads per replica (default: torch's)")
 @click.option("--trusted-key", "trusted_keys", multiple=True, type=click.Path(dir_okay=False),
               help="refuse a package unless this Ed25519 public key signed it (repeatable; see keygen)")
+@_imports_option
 def serve(packages, replicas, max_batch, batch_wait_ms, host, port, grpc_port, runtime, num_gpus, threads,
-          trusted_keys) -> None:
+          trusted_keys, imports) -> None:
     """Serve packages (.j2t files, or folders of them: a model repository) on a local Ray instance until Ctrl-C or
     SIGTERM, over the KServe v2 / Triton Inference Server protocol: each package is model NAME (its file name
     without .j2t) at /v2/models/NAME (infer, ready, config, stats), with the repository index and load/unload at
@@ -406,6 +407,7 @@ def serve(packages, replicas, max_batch, batch_wait_ms, host, port, grpc_port, r
     --grpc-port, the same protocol over gRPC too (GRPCInferenceService, as tritonclient.grpc calls it). To serve on
     a Ray cluster you already run, use jit2triton.serving.app."""
     from jit2triton.deploy.package import read_package
+    from jit2triton.deploy.resolve import check_plan_ops
 
     try:
         from .serving import (Model, deploy_repository, plan_batching, repository_models, start_local,
@@ -422,6 +424,7 @@ def serve(packages, replicas, max_batch, batch_wait_ms, host, port, grpc_port, r
             raise click.UsageError(f"--grpc-port and --port are both {port}: give gRPC a port of its own")
     options = {"runtime": runtime, "max_batch_size": max_batch, "batch_wait_timeout_s": batch_wait_ms / 1e3,
                "num_replicas": replicas, "num_gpus": num_gpus, "num_threads": threads, "trusted_keys": trusted_keys,
+               "imports": imports,
                "logging_config": {"enable_access_log": sys.stdout.isatty()},  # a log file gets no line per request
                "graceful_shutdown_wait_loop_s": 0.5}  # a stopping replica checks every 0.5 s that its requests are done
     try:
@@ -431,8 +434,12 @@ def serve(packages, replicas, max_batch, batch_wait_ms, host, port, grpc_port, r
     # first, so a missing, damaged or unsigned package or a busy port is one clear line, not a failed replica or
     # a page of Ray's logs
     batchings = {}
+    _import_modules(imports)  # (here, to check the packages' ops; each replica imports them too)
     for model in models:
         manifest = read_package(model.package, mmap=True, trusted_keys=trusted_keys).manifest
+        methods = manifest.get("methods") if isinstance(manifest.get("methods"), dict) else {}
+        for plan in [manifest["plan"]] + [m.get("plan") for m in methods.values() if isinstance(m, dict)]:
+            check_plan_ops(plan)  # (a library's op not loaded: one line here, not a failed replica per package)
         if not manifest["device"].startswith("cpu") and not num_gpus:
             raise click.ClickException(f"{model.package} runs on {manifest['device']}: give each replica a GPU "
                                        "(--num-gpus 1)")

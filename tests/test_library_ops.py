@@ -93,3 +93,25 @@ def test_converting_a_model_that_calls_a_library_op_names_the_library(tmp_path) 
     assert "jit2triton convert --import j2t_test_ops" in refused.stderr and "torch.save" not in refused.stderr
     converted = convert("--import", "j2t_test_ops")
     assert converted.returncode == 0 and (tmp_path / "model.j2t").exists(), converted.stderr
+
+
+def test_serve_refuses_a_package_whose_library_is_not_imported_before_starting_ray(package) -> None:
+    """One line before any replica starts (each would fail alone, in Ray's logs); --import passes the check and is
+    handed to each replica (deploy/serving/server.py)."""
+    pytest.importorskip("ray")
+    refused = subprocess.run([sys.executable, "-m", "jit2triton.cli", "serve", package, "--port", "1"],
+                             capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": HERE})
+    assert refused.returncode != 0 and NOT_TORCHS in refused.stderr, refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_a_plan_whose_ops_all_resolve_passes_the_check_and_a_library_op_is_named(package) -> None:
+    from jit2triton.deploy.package import read_package
+    from jit2triton.deploy.resolve import check_plan_ops
+
+    plan = read_package(package).manifest["plan"]
+    check_plan_ops(plan)  # (this process imported the library: the package fixture did)
+    nested = {"steps": [{"kind": "if", "blocks": [{"steps": [{"kind": "call", "op": "no_such_library::op"}]}]}]}
+    with pytest.raises(jit2triton.PackageError, match="belongs to the library no_such_library"):
+        check_plan_ops(nested)
+    check_plan_ops({"steps": [None, {"kind": "call"}]})  # (a damaged plan is the runtime's to refuse at load)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import inspect
 import json
 import logging
@@ -93,7 +94,8 @@ class ModelServer:
     def __init__(self, package: str, runtime: str = "auto", max_batch_size: int = 32,
                  batch_wait_timeout_s: float = 0.005, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
                  num_threads: Optional[int] = None, trusted_keys: Sequence[str] = (),
-                 model_name: Optional[str] = None, replicas: Optional[int] = None, mount: str = "") -> None:
+                 model_name: Optional[str] = None, replicas: Optional[int] = None, mount: str = "",
+                 imports: Sequence[str] = ()) -> None:
         serve = _ray_serve()
         from .metrics import NodeExport, ServingMetrics
         _replica_grpc_on_loopback()
@@ -101,6 +103,8 @@ class ModelServer:
 
         if num_threads:
             torch.set_num_threads(num_threads)  # ATen's ops too, not only the generated kernels
+        for module in imports:  # libraries whose ops the package calls (torchvision::nms), in this replica's process
+            importlib.import_module(module)
         self.model, manifest = load_for_serving(package, runtime, num_threads, trusted_keys)
         signature = manifest["signature"]
         self.batching = plan_batching(signature, max_batch_size)
@@ -412,7 +416,7 @@ def _owned(tensor: torch.Tensor) -> torch.Tensor:
 def app(package: str, *, runtime: str = "auto", max_batch_size: int = 32, batch_wait_timeout_s: float = 0.005,
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, num_replicas: int = 1, num_cpus: float = 1,
         num_gpus: float = 0, num_threads: Optional[int] = None, trusted_keys: Sequence[str] = (),
-        name: str = "jit2triton", model_name: Optional[str] = None, mount: str = "",
+        name: str = "jit2triton", model_name: Optional[str] = None, mount: str = "", imports: Sequence[str] = (),
         **deployment_options: Any) -> Any:
     """A bound Ray Serve deployment of a package, ready for `serve.run(app(...))` on any Ray cluster.
 
@@ -420,7 +424,8 @@ def app(package: str, *, runtime: str = "auto", max_batch_size: int = 32, batch_
     "python"), on `num_gpus` GPUs (Ray picks which), and batches concurrent requests up to `max_batch_size` rows of
     the package's batch dim, waiting at most `batch_wait_timeout_s` for a batch to fill. The KServe v2 protocol
     serves it as `model_name` (default: the package's file name without .j2t); `mount`: the model's path
-    (/v2/models/NAME) where the app is deployed at that route prefix, as a model repository deploys it. Other
+    (/v2/models/NAME) where the app is deployed at that route prefix, as a model repository deploys it; `imports`:
+    Python modules each replica imports first, the libraries whose ops the package calls (torchvision). Other
     keyword arguments go to the deployment's options (autoscaling_config, max_queued_requests, ...)."""
     serve = _ray_serve()
     if max_batch_size < 1:
@@ -432,7 +437,8 @@ def app(package: str, *, runtime: str = "auto", max_batch_size: int = 32, batch_
     deployment = serve.deployment(ModelServer, name=name).options(**options)
     return deployment.bind(os.path.abspath(package), runtime, max_batch_size, batch_wait_timeout_s, max_body_bytes,
                            num_threads, trusted_key_paths(trusted_keys), model_name,
-                           None if "autoscaling_config" in options else options["num_replicas"], mount)
+                           None if "autoscaling_config" in options else options["num_replicas"], mount,
+                           tuple(imports))
 
 
 def _replica_grpc_on_loopback() -> None:
