@@ -32,8 +32,6 @@ from typing import Any, Callable, Optional
 _HEADER = struct.Struct("<Q")
 DEFAULT_LIMIT_S = 600.0  # a run's limit where the conversion has no time budget
 DRAW_FLOOR_S, DRAW_FACTOR = 60.0, 20.0  # a draw may take this many times the slowest draw run so far, or the floor
-BUILTIN_NAMESPACES = frozenset({"aten", "prim", "quantized", "_quantized", "torchvision", "_caffe2", "profiler",
-                                "cuda", "mkldnn", "mkl", "onednn", "fbgemm", "sparse", "_c10d_functional", "c10d"})
 
 
 class ReferenceCrashed(Exception):
@@ -141,13 +139,9 @@ def _saved(function: Callable) -> tuple[bytes, str, list[str]]:
 def _op_modules(graph) -> list[str]:
     """The Python modules that define the graph's custom ops (torch.library.custom_op), for the child to import."""
     from torch._library.custom_ops import OPDEFS
-    modules, blocks = set(), [graph]
-    while blocks:
-        for node in blocks.pop().nodes():
-            blocks += list(node.blocks())
-            namespace = node.kind().split("::")[0]
-            if namespace not in BUILTIN_NAMESPACES and node.kind() in OPDEFS:
-                modules.add(OPDEFS[node.kind()]._init_fn.__module__)
+
+    from jit2triton.loaders.graph_nodes import all_nodes  # (here: the child runs this file without the package)
+    modules = {OPDEFS[node.kind()]._init_fn.__module__ for node in all_nodes(graph.block()) if node.kind() in OPDEFS}
     return sorted(m for m in modules if m != "__main__")
 
 
