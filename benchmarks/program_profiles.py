@@ -26,7 +26,7 @@ from torch.profiler import ProfilerActivity, profile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import jit2triton  # noqa: E402
-from jit2triton.deploy.policy import TORCH_NAMESPACES  # noqa: E402
+from jit2triton.deploy.policy import library_of  # noqa: E402
 from torchscript_programs import PROGRAMS, contender, torchscript_contender  # noqa: E402
 
 COPIES = ("aten::clone", "aten::copy_", "aten::fill_", "aten::contiguous", "aten::scalar_tensor")
@@ -130,7 +130,7 @@ def run(name: str, args, folder: str) -> dict:
                 row["note"] = note
     if args.steps:
         import subprocess  # the CLI's profile, as a user gets it
-        libraries = {op.partition("::")[0] for op, _ in row["census"] if "::" in op} - set(TORCH_NAMESPACES)
+        libraries = {library_of(op) for op, _ in row["census"] if "::" in op} - {None}
         imports = [arg for library in sorted(libraries) for arg in ("--import", library)]  # (torchvision::nms)
         out = subprocess.run([sys.executable, "-m", "jit2triton.cli", "bench", path, "--profile", "--duration-s", "2",
                               *imports], capture_output=True, text=True)

@@ -131,10 +131,16 @@ def message(key: str, **fields) -> str:
     return MESSAGES[key].format(**{k: str(v) for k, v in fields.items()})
 
 
+def library_of(op: str) -> "str | None":
+    """The library an op not found belongs to (`torchvision` for torchvision::nms), or None for torch's own."""
+    namespace = op.partition("::")[0]
+    return None if namespace in TORCH_NAMESPACES else namespace
+
+
 def unknown_op(op: str, version: str) -> str:
     """Why `op` (`aten::add.Tensor`) is not found: a torch without it, or a library's op whose library is not loaded."""
-    library = op.partition("::")[0]
-    if library in TORCH_NAMESPACES:
+    library = library_of(op)
+    if library is None:
         return message("missing_op", op=repr(op), version=version)
     return message("library_op", op=repr(op), library=library)
 

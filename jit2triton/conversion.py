@@ -16,7 +16,7 @@ from jit2triton.deploy.packaging.build_manifest import BuiltKernels, build_packa
 from jit2triton.deploy.packaging.cuda_graph_choice import choose_cuda_graph
 from jit2triton.deploy.packaging.culprit import find_culprit
 from jit2triton.deploy.packaging.output_dims import with_dims
-from jit2triton.deploy.policy import TORCH_NAMESPACES
+from jit2triton.deploy.policy import library_of
 from jit2triton.deploy.runtime import DeviceLike, placed_weights, python_runtimes
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.backends import KernelsFailed, backend_for, backend_named
@@ -226,8 +226,8 @@ def _load_script(model: ModelSource, **options: Any):
         op = getattr(err, "unknown_op", None)
         if op is None:
             raise
-        path, library = os.fspath(model), op.partition("::")[0]
-        if library in TORCH_NAMESPACES:
+        path, library = os.fspath(model), library_of(op)
+        if library is None:
             raise ModelLoadError(f"{path!r} calls op {op!r}, which this torch ({torch.__version__}) does not have: it "
                                  "was saved by another torch version; convert it with the torch that saved it, or "
                                  "re-export it with this one") from None

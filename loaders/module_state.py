@@ -91,8 +91,6 @@ def _attribute_paths(graph: torch._C.Graph, self_value) -> dict[int, tuple[str, 
     return paths
 
 
-
-
 def _is_object(value) -> bool:
     return isinstance(value.type(), torch._C.ClassType)
 

@@ -106,7 +106,8 @@ class OpInfo:
     scales: str = ""  # "mul", "div": multiplies or divides its first input by its second (attention's scale)
     convolution: bool = False  # a convolution by a weight (input 1) with a bias (input 2)
     # runs float32 through TF32 on CUDA where torch allows it: "conv" (cuDNN: torch.backends.cudnn.allow_tf32, on by
-    # default), "matmul" (cuBLAS: torch.backends.cuda.matmul.allow_tf32); verification's tolerance follows it
+    # default), "matmul" (cuBLAS: torch.backends.cuda.matmul.allow_tf32); verification then runs TorchScript and the
+    # package without it (verify.tf32_note)
     tf32: str = ""
     # --- interpreter ops --------------------------------------------------------------------------------------------
     # a prim:: op of fixed schema whose TorchScript operation reads its graph node (MKL-DNN conversion's clamp and
