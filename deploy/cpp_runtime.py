@@ -40,7 +40,7 @@ SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/signing.cpp", "src/package.cpp
            "src/host_ops.cpp", "src/plan_check.cpp", "src/state.cpp", "src/signature.cpp", "src/module.cpp",
            "src/cpu_kernels.cpp", "src/cuda_kernels.cpp", "src/cuda_graph.cpp", "python/bindings.cpp"]
 HEADERS = ["include/jit2triton/jit2triton.h", "src/json.h", "src/sha256.h", "src/signing.h", "src/package.h", "src/literals.h",
-           "src/plan.h", "src/host_ops.h", "src/plan_check.h", "src/state.h", "src/policy.h", "src/op_facts.h", "src/manifest_schema.h", "src/scalar_ops.h"]
+           "src/plan.h", "src/graph_admission.h", "src/host_ops.h", "src/plan_check.h", "src/state.h", "src/policy.h", "src/op_facts.h", "src/manifest_schema.h", "src/scalar_ops.h"]
 
 HASH_SUFFIX = ".sha256"  # beside the built extension: the sha256 of its bytes, written when it was built
 

@@ -1,22 +1,23 @@
-"""Run an execution plan: each step is compiled once, at load, into a small closure over a list of slots.
+"""The reference interpreter of an execution plan: each step is compiled once, at load, into a small closure over a
+list of slots, and a call runs the closures in order.
 
-A call then does only what it must: copy the inputs into their slots, run the closures in order, read the outputs.
-Literal arguments and weights are bound when the closure is built, not looked up per call. A plan that is one
-generated kernel (a fused pointwise model) skips the slots altogether: inputs in, fresh outputs out.
+The runtime of record is the C++ one (deploy/cpp: what `jit2triton.load` runs, and what verification checks as it
+ships). This one is what conversion types graphs with and watches node by node (`observe`: the culprit search), what
+runs a Triton package on the CPU (under Triton's interpreter) and what a machine without a C++ compiler gets. So it
+holds none of the production machinery: no CUDA graphs, no memory arena, no fast paths. Each kernel's outputs are
+fresh tensors, every step runs as a step.
 """
 from __future__ import annotations
 
-import threading
 from typing import Any, Callable, Optional
 
 import torch
 
-from jit2triton.errors import CorruptPackageError, Jit2TritonError, SizeChangedError, StepError
+from jit2triton.errors import Jit2TritonError, SizeChangedError, StepError
 
-from .cuda_graph import RegionGraphs
 from .op_facts import UNPACKS
 from .packed import build_packed, packed_constant
-from .policy import MAX_ARENA_BYTES, RECONVERT
+from .policy import RECONVERT
 from .resolve import resolve_op
 from .sizes import is_dynamic, shape_function
 
@@ -30,10 +31,8 @@ Observer = Callable[[int, tuple], None]  # (node index, output values)
 class Executor:
     def __init__(self, plan: dict, weights: dict[str, torch.Tensor], nodes: list[dict],
                  observe: Optional[Observer] = None, kernels: Optional[dict[str, Callable]] = None,
-                 device: torch.device = torch.device("cpu"), graph_regions: bool = False) -> None:
+                 device: torch.device = torch.device("cpu")) -> None:
         self.weights = weights
-        self.graph_regions = graph_regions  # run `graph` steps as CUDA graphs (else as their steps)
-        self.graph_pool = None  # one memory pool for every region's graphs: they never run at the same time
         self.kernels = kernels or {}
         self.device = device
         self.nodes = nodes
@@ -47,27 +46,14 @@ class Executor:
         self.sizes_slot = self.num_slots
         # a size table per call also where no dim comes from the inputs but steps bind some (a count read from data)
         self.has_sizes = bool(self.dim_sources or plan.get("bound_dims"))
-        # The arena (transpiler/plan_arena.py): planned kernel outputs as fixed views into one buffer, made once
-        # per thread (concurrent calls never share one) and found by kernel steps in the slot after the dims'.
-        # CPU plans only (as planned). Off while observed: an observer keeps the values it is shown, which the
-        # next call would overwrite.
-        self.arena_slot = self.num_slots + 1
-        self.arena_bytes = _arena_bytes(plan) if observe is None and device.type == "cpu" else 0
-        self.arena_views: list[tuple[int, tuple, tuple, torch.dtype]] = []  # (offset, shape, strides, dtype)
-        self.arena_local = threading.local()
         self.packed = build_packed(plan.get("packed", ()), self.literal)  # a quantized op's packed weights
         self.steps = self.compile_block(plan["steps"])
         self.output_getters = [self.getter(r) for r in plan["outputs"]]
-        self.single_kernel = self.compile_single_kernel(plan)
 
     def __call__(self, inputs: list) -> list:
-        if self.single_kernel is not None:
-            return self.single_kernel(inputs)
-        env: list = [None] * (self.num_slots + 2)
+        env: list = [None] * (self.num_slots + 1)
         for slot, value in zip(self.input_slots, inputs):
             env[slot] = value
-        if self.arena_bytes:
-            env[self.arena_slot] = getattr(self.arena_local, "views", None) or self.make_arena()
         if self.has_sizes:
             env[self.sizes_slot] = self.sizes_of(inputs)
         self.run_steps(self.steps, env)
@@ -172,48 +158,6 @@ class Executor:
 
         return bind
 
-    def compile_single_kernel(self, plan: dict) -> Optional[Callable[[list], list]]:
-        """The whole plan as one function when it is a single kernel step whose outputs are the plan's outputs,
-        in order: no slot list, no getters, no step loop. Failures read as the step-by-step path's do."""
-        steps = plan["steps"]
-        if len(steps) != 1 or steps[0]["kind"] != "kernel" or self.observe is not None:
-            return None
-        step = steps[0]
-        if [tuple(r) for r in plan["outputs"]] != [("s", slot) for slot in step["outs"]]:
-            return None
-        position = {slot: i for i, slot in enumerate(self.input_slots)}
-        if any(r[0] == "s" and r[1] not in position for r in step["args"]):
-            return None
-        if _dynamic_kernel(step):
-            return None  # it needs the call's dims: the step-by-step path has them
-        launch = self.kernel_launcher(step)
-        allocate = self.output_allocator(step)
-        template = [None if r[0] == "s" else self.literal(r) for r in step["args"]]
-        from_inputs = [(i, position[r[1]]) for i, r in enumerate(step["args"]) if r[0] == "s"]
-        direct = len(from_inputs) == len(step["args"]) == len(self.input_slots) and all(i == j for i, j in from_inputs)
-        relayout = self.relayout(step)
-        fail = self.failure(step["node"])
-
-        def single_kernel(inputs: list) -> list:
-            try:
-                outputs = allocate(None)  # a static kernel (dynamic ones run step by step, with the call's dims)
-                if direct:  # the kernel's arguments are the plan's inputs, in order
-                    args = inputs
-                else:
-                    args = template.copy()
-                    for i, j in from_inputs:
-                        args[i] = inputs[j]
-                if relayout:
-                    args = relayout(args, None)
-                launch(args, outputs)
-                return outputs
-            except Jit2TritonError:
-                raise
-            except Exception as err:
-                raise fail(err) from err
-
-        return single_kernel
-
     def failure(self, node: int) -> Callable[[Exception], StepError]:
         info = self.nodes[node]
         where = f" (model source {info['source']})" if info.get("source") else ""
@@ -243,49 +187,6 @@ class Executor:
             (shape, strides, dtype), = fixed
             return lambda sizes: [empty(shape, strides, dtype=dtype, device=device)]
         return lambda sizes: [empty(shape, strides, dtype=dtype, device=device) for shape, strides, dtype in fixed]
-
-    def arena_outputs(self, step: dict, allocate: Callable[[Optional[dict]], list]
-                      ) -> Optional[Callable[[list, Optional[dict]], list]]:
-        """`(env, sizes) -> outputs` for a kernel step with outputs planned into the arena; None for one without."""
-        offsets = step.get("arena")
-        if not self.arena_bytes or offsets is None:
-            return None
-        if not isinstance(offsets, list) or len(offsets) != len(step["out_types"]):
-            _bad_arena()
-        indices = []
-        for offset, (shape, dtype, strides) in zip(offsets, step["out_types"]):
-            if offset is None:
-                indices.append(None)
-                continue
-            if (type(offset) is not int or offset < 0 or offset % 64 or len(shape) != len(strides)
-                    or not all(type(n) is int and n >= 0 for n in (*shape, *strides))):
-                _bad_arena()
-            dtype = getattr(torch, dtype)
-            span = 1 + sum((n - 1) * st for n, st in zip(shape, strides)) if all(shape) else 0
-            if offset + span * dtype.itemsize > self.arena_bytes:
-                _bad_arena()
-            indices.append(len(self.arena_views))
-            self.arena_views.append((offset, tuple(shape), tuple(strides), dtype))
-        slot = self.arena_slot
-        if all(i is not None for i in indices):
-            return lambda env, sizes: [env[slot][i] for i in indices]
-
-        def some_in_arena(env: list, sizes: Optional[dict]) -> list:
-            views = env[slot]
-            return [fresh if i is None else views[i] for i, fresh in zip(indices, allocate(sizes))]
-        return some_in_arena
-
-    def make_arena(self) -> list[torch.Tensor]:
-        """This thread's arena: one buffer, every planned output a view into it, made on its first call."""
-        buffer = torch.empty(self.arena_bytes, dtype=torch.uint8, device=self.device)
-        typed: dict[torch.dtype, torch.Tensor] = {}
-        views = []
-        for offset, shape, strides, dtype in self.arena_views:
-            if dtype not in typed:
-                typed[dtype] = buffer.view(dtype)
-            views.append(typed[dtype].as_strided(shape, strides, offset // dtype.itemsize))
-        self.arena_local.views = views
-        return views
 
     def relayout(self, step: dict) -> Optional[Callable[[list, Optional[dict]], list]]:
         """The check that each input ATen made has the shape the kernel was generated for (else an error: a
@@ -319,7 +220,6 @@ class Executor:
         launch = self.kernel_launcher(step)
         getters = [self.getter(r) for r in step["args"]]
         allocate = self.output_allocator(step)
-        in_arena = self.arena_outputs(step, allocate)
         relayout = self.relayout(step)
         names = step.get("sizes", ())
         outs, free, sizes_slot = step["outs"], step.get("free", ()), self.sizes_slot
@@ -327,7 +227,7 @@ class Executor:
 
         def kernel(env: list) -> None:
             sizes = env[sizes_slot]
-            outputs = allocate(sizes) if in_arena is None else in_arena(env, sizes)
+            outputs = allocate(sizes)
             inputs = [get(env) for get in getters]
             if relayout:
                 inputs = relayout(inputs, sizes)
@@ -394,15 +294,10 @@ class Executor:
         return loop
 
     def compile_graph(self, step: dict) -> Step:
-        """A region of steps that may run as a CUDA graph (deploy/graph_regions.py)."""
+        """A region of steps the C++ runtime may run as a CUDA graph (deploy/packaging/graph_regions.py): here, its
+        steps."""
         steps, run = self.compile_block(step["steps"]), self.run_steps
-        if not self.graph_regions:
-            return lambda env: run(steps, env)
-        if self.graph_pool is None:
-            self.graph_pool = torch.cuda.graph_pool_handle()
-        # its scratch env has the dims slot too, where its kernels find the call's dims
-        return RegionGraphs(step, steps, run, self.num_slots + 1, self.graph_pool,
-                            self.sizes_slot if self.has_sizes else None)
+        return lambda env: run(steps, env)
 
     def compile_subblock(self, block: dict) -> tuple[list[tuple[Step, int]], list[Callable]]:
         return self.compile_block(block["steps"]), [self.getter(r) for r in block["outputs"]]
@@ -419,26 +314,3 @@ def into_layout(x: torch.Tensor, strides: tuple) -> torch.Tensor:
             source, broadcast = source.narrow(d, 0, 1), True
     dense = torch.empty_strided(source.shape, strides, dtype=x.dtype, device=x.device).copy_(source)
     return dense.as_strided(x.shape, strides) if broadcast else dense
-
-
-def _arena_bytes(plan: dict) -> int:
-    arena = plan.get("arena")
-    if arena is None:
-        return 0
-    size = arena.get("bytes") if isinstance(arena, dict) else None
-    if type(size) is not int or not 0 <= size <= MAX_ARENA_BYTES or size % 64:
-        _bad_arena()
-    return size
-
-
-def _bad_arena() -> None:
-    raise CorruptPackageError("the package's plan is damaged (its arena); " + RECONVERT)
-
-
-def _dynamic_kernel(step: dict) -> bool:
-    """Whether a kernel step depends on the call's dynamic dims (its size arguments or any shape it allocates or
-    checks)."""
-    return bool(step.get("sizes")) or any(is_dynamic(shape) or is_dynamic(strides)
-                                         for shape, _, strides in step["out_types"]) \
-        or any(s is not None and is_dynamic(s) for s in step.get("in_strides", ()) or ()) \
-        or any(s is not None and is_dynamic(s) for s in step.get("in_shapes", ()) or ())

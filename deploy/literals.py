@@ -65,7 +65,7 @@ def map_plan_literals(plan: dict, fn: Callable[[Any], Any]) -> dict:
         out = dict(s, args=[ref(r) for r in s["args"]])
         if "blocks" in s:
             out["blocks"] = [block(b) for b in s["blocks"]]
-        if "steps" in s:  # a CUDA graph region (deploy/graph_regions.py) holds its steps
+        if "steps" in s:  # a CUDA graph region (deploy/packaging/graph_regions.py) holds its steps
             out["steps"] = [step(inner) for inner in s["steps"]]
         return out
 

@@ -13,7 +13,7 @@ from jit2triton.errors import CorruptPackageError
 
 from .format import BLOCK, PLAN, STEP, check_fields
 from .op_facts import FORBIDDEN
-from .policy import RECONVERT
+from .policy import MAX_ARENA_BYTES, RECONVERT
 from .resolve import interpreter_only
 from .sizes import is_dynamic, shape_function
 
@@ -190,13 +190,14 @@ def _control_flow(step: dict) -> None:
 
 
 def _arena_fits(plan: dict) -> None:
-    """The arena is no larger than the outputs planned into it need (rounded up to its alignment): a damaged size
-    would allocate what no buffer uses."""
+    """Each output planned into the arena lies inside it, aligned, and the arena is no larger than they need (rounded
+    up to its alignment): a damaged size would allocate what no buffer uses. The C++ runtime places the outputs
+    there (plan.cpp checks the same as it does); the Python one allocates each afresh but refuses what C++ refuses."""
     arena = plan.get("arena")
     if arena is None:
         return
     size = arena.get("bytes") if isinstance(arena, dict) else None
-    if type(size) is not int:
+    if type(size) is not int or not 0 <= size <= MAX_ARENA_BYTES or size % ARENA_ALIGN:
         _bad("its arena")
     end = 0
     pending = list(plan["steps"])
@@ -205,10 +206,22 @@ def _arena_fits(plan: dict) -> None:
         pending += step.get("steps", [])
         for block in step.get("blocks", []):
             pending += block["steps"]
-        for offset, (shape, dtype, strides) in zip(step.get("arena") or (), step.get("out_types", ())):
-            if type(offset) is int and all(type(n) is int for n in (*shape, *strides)) and all(shape):
+        offsets, types = step.get("arena"), step.get("out_types", ())
+        if offsets is None or size == 0:  # (an empty arena places nothing: every output is allocated)
+            continue
+        if not isinstance(offsets, list) or len(offsets) != len(types):
+            _bad("its arena")
+        for offset, (shape, dtype, strides) in zip(offsets, types):
+            if offset is None:
+                continue
+            if (type(offset) is not int or offset < 0 or offset % ARENA_ALIGN or offset > size or len(shape) != len(strides)
+                    or not all(type(n) is int and n >= 0 for n in (*shape, *strides))):
+                _bad("its arena")
+            if all(shape):
                 span = 1 + sum((n - 1) * s for n, s in zip(shape, strides))
                 end = max(end, offset + span * getattr(torch, dtype).itemsize)
+                if end > size:
+                    _bad("its arena")
     if size > math.ceil(end / ARENA_ALIGN) * ARENA_ALIGN:
         _bad("its arena is larger than the outputs planned into it")
 

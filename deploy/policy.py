@@ -28,7 +28,7 @@ METHOD_SHARED_FIELDS = ("format", "format_version", "producer", "device", "model
 # --- runtime policy ------------------------------------------------------------------------------------------------
 MAX_ARENA_BYTES = 1 << 40  # a plan's arena larger than this is refused as damaged (1 TiB)
 MAX_SLOTS = 1 << 24  # a plan naming more value slots is refused as damaged (no model comes near)
-MAX_GRAPHS = 8  # CUDA graphs kept per plan or region (distinct shapes or scalar inputs); see deploy/cuda_graph.py
+MAX_GRAPHS = 8  # CUDA graphs kept per plan or region (distinct shapes or scalar inputs); see deploy/cpp/src/cuda_graph.cpp
 MAX_SEEN = 4096  # keys whose sightings are counted (a key's second sighting captures); bounded so they cannot pile up
 AGE_CALLS = 1024  # every this many calls the sighting counts halve, so which shapes hold graphs follows the traffic
 REPLAY_LAUNCHES = 3  # a region's replay: one multi-tensor copy in, the graph, one multi-tensor copy out

@@ -1,7 +1,10 @@
-"""The Python runtime: a loaded package, ready to call.
+"""The Python runtime: a loaded package, ready to call, in the reference interpreter (deploy/executor.py).
 
-Everything that can be decided once is decided here, at load: compatibility with this machine, weights moved to the
-device, the plan compiled into closures, the input check built. A call checks the inputs and runs the steps.
+`jit2triton.load` runs the C++ runtime (deploy/cpp), the runtime of record; this one runs where that cannot: a
+machine without a C++ compiler, a Triton package on the CPU (Triton's interpreter), and conversion itself. It checks
+a package as the C++ runtime does (the same schema and messages) and runs its plan step by step, without CUDA graphs.
+Everything that can be decided once is decided at load: compatibility with this machine, weights moved to the
+device, the plan compiled into closures, the input check built.
 """
 from __future__ import annotations
 
@@ -13,10 +16,8 @@ import torch
 from jit2triton.emitters.backends import BACKENDS
 from jit2triton.errors import CorruptPackageError, Jit2TritonError, PackageDeviceError, PackageVersionError
 
-from .cuda_graph import GraphRunner
 from .executor import Executor
 from .format import Manifest, read_manifest
-from .graph_regions import capturable, worth_capturing
 from .literals import map_plan_literals
 from .methods import method_contents, method_names
 from .package import PackageContents
@@ -32,11 +33,10 @@ class Runtime:
     name = "python"
 
     def __init__(self, contents: PackageContents, map_location: DeviceLike = None,
-                 num_threads: Optional[int] = None, cuda_graphs: bool = True, alias_outputs: bool = False,
-                 state: Optional[StateStore] = None) -> None:
+                 num_threads: Optional[int] = None, state: Optional[StateStore] = None) -> None:
         """`state`: the module state this plan shares with the loaded module's other methods (a new one if None)."""
         try:
-            self._load(contents, map_location, num_threads, cuda_graphs, alias_outputs, state)
+            self._load(contents, map_location, num_threads, state)
         except (Jit2TritonError, torch.OutOfMemoryError):
             raise
         except (KeyError, TypeError, AttributeError, ValueError, IndexError, RuntimeError) as err:
@@ -47,7 +47,7 @@ class Runtime:
                                       f"({type(err).__name__}: {err}); {RECONVERT}") from None
 
     def _load(self, contents: PackageContents, map_location: DeviceLike, num_threads: Optional[int],
-              cuda_graphs: bool, alias_outputs: bool, state: Optional[StateStore]) -> None:
+              state: Optional[StateStore]) -> None:
         manifest = read_manifest(contents.manifest)
         check_compatible(manifest)
         check_plan(manifest.plan, len(manifest.nodes), manifest.kernels, contents.weights)
@@ -58,20 +58,13 @@ class Runtime:
         plan = retarget_devices(manifest.plan, torch.device(manifest.device).type, self.device)
         weights = placed_weights(contents.weights, manifest.plan, self.device)
         kernels = load_kernels(contents, num_threads, self.device)
-        graph_worthy = manifest.cuda_graph  # decided at convert time; computed for older packages
-        if graph_worthy is None:
-            graph_worthy = capturable(plan) and worth_capturing(plan, manifest.signature)
-        graphs = cuda_graphs and self.device.type == "cuda"
-        self.executor = Executor(plan, weights, manifest.nodes, kernels=kernels, device=self.device,
-                                 graph_regions=graphs and not graph_worthy)
+        self.executor = Executor(plan, weights, manifest.nodes, kernels=kernels, device=self.device)
         signature = manifest.signature["inputs"]
         defaults = [d["default"] if "default" in d else NO_DEFAULT for d in signature]
         self.check_inputs = InputChecker(signature, self.device, defaults, contiguous=bool(kernels),
                                          dims=manifest.signature.get("dims"))
-        # a package with dynamic dims gets a graph per input shape (a graph bakes its shapes in)
-        self.run = (GraphRunner(self.executor, alias_outputs, by_shape=bool(manifest.signature.get("dims")))
-                    if graphs and graph_worthy else self.executor)
-        self.uses_cuda_graph = isinstance(self.run, GraphRunner)
+        self.run = self.executor
+        self.uses_cuda_graph = False  # (the C++ runtime's business)
         self.state = model_state(manifest.state, weights, self.device, state)  # attributes the model writes
         self.nested_outputs = manifest.signature["outputs"].get("type") != "Tensor"
         self.rebuild_outputs = output_rebuilder(manifest.signature["outputs"])  # the NamedTuples, if it returns any
@@ -85,11 +78,12 @@ class Runtime:
         return output if self.rebuild_outputs is None else self.rebuild_outputs(output)
 
 
-def python_runtimes(contents: PackageContents, device: DeviceLike = None, *options: Any) -> tuple[Runtime, dict]:
+def python_runtimes(contents: PackageContents, device: DeviceLike = None,
+                    num_threads: Optional[int] = None) -> tuple[Runtime, dict]:
     """The Python runtime of forward and of each other method, sharing one module state."""
     state = StateStore()
-    return (Runtime(contents, device, *options, state=state),
-            {name: Runtime(method_contents(contents, name), device, *options, state=state)
+    return (Runtime(contents, device, num_threads, state=state),
+            {name: Runtime(method_contents(contents, name), device, num_threads, state=state)
              for name in method_names(contents.manifest)})
 
 

@@ -65,7 +65,7 @@ def load_runtime(path: Union[str, os.PathLike], runtime: Optional[str] = None, m
                     raise
                 why = str(err)  # the Python runtime may run it (rebuilding kernels, or under Triton's interpreter)
     contents = read_package(path, mmap=mmap, trusted_keys=trusted_keys)
-    forward, methods = python_runtimes(contents, map_location, num_threads, cuda_graphs, alias_outputs)
+    forward, methods = python_runtimes(contents, map_location, num_threads)  # (no CUDA graphs there)
     if runtime == "auto":  # only once it runs there: a package neither runtime can run gets its one error alone
         _python_fallback_notice(why)
     return LoadedRuntime(forward, methods, contents)

@@ -4,10 +4,9 @@ cached tensor), held by the loaded module between calls.
 Each method's plan is a pure function (loaders/module_state.py): it takes the state's values after the method's
 inputs and returns the written attributes' new values after its outputs. As in TorchScript, the state belongs to
 the loaded module: every call, of any of its methods, sees the last call's writes (`StateStore`, shared by the
-methods). Calls from several threads to methods that write state run one at a time per loaded module, so each
-sees the state every earlier call left, as TorchScript's calls one after another do (a call that read the state,
-ran and wrote it back while another did the same lost the other's update); a method that writes no state reads it
-whole when it starts and runs alongside them, and a module whose plans write none takes no lock for its calls.
+methods). In this reference runtime, calls of a module with state run one at a time, each seeing the state every
+earlier call left, as TorchScript's calls one after another do (the C++ runtime lets calls that write no state run
+alongside: deploy/cpp/src/state.cpp).
 Manifest: `state`, a list of {"name", "written", and "value" (a literal) or "weight" (a tensor among the
 package's weights, or "weights" for a list of tensors), and "compared" (false: verification does not compare it)}.
 """
@@ -30,9 +29,7 @@ class StateStore:
     def __init__(self) -> None:
         self.initial: dict[str, Any] = {}
         self.values: dict[str, Any] = {}
-        self.lock = threading.Lock()  # over `values`: held to read or write them, never across a call
-        self.writing_calls = threading.Lock()  # held across a whole call of a method that writes state
-        self.written = False  # whether any of the module's plans writes state (else its values never change)
+        self.lock = threading.Lock()  # held across a whole call, and to read or reset the values
 
     def add(self, name: str, initial: Any) -> None:
         with self.lock:
@@ -57,28 +54,15 @@ class ModelState:
         self.compared = [name for name, e in zip(self.names, entries) if e["written"] is True and e.get("compared", True)]
         for entry in entries:
             self.store.add(str(entry["name"]), _initial(entry, weights, device))
-        self.store.written |= bool(self.written)
 
     def run(self, run: Callable[[list], list], inputs: list) -> list:
-        """`run` (the plan) on `inputs` and the current state; stores the new state, returns the model's outputs.
-        A plan that writes state runs under the store's `writing_calls`: no other writing call reads the state
-        until this one has written it."""
-        if not self.written:
-            return run(list(inputs) + self._current())
-        with self.store.writing_calls:
-            outputs = run(list(inputs) + self._current())
-            split = len(outputs) - len(self.written)
-            with self.store.lock:
-                for name, value in zip(self.written, outputs[split:]):
-                    self.store.values[name] = value
-        return outputs[:split]
-
-    def _current(self) -> list:
-        if not self.store.written:
-            values = self.store.values  # (reset swaps the dict whole)
-            return [values[name] for name in self.names]
+        """`run` (the plan) on `inputs` and the current state; stores the new state, returns the model's outputs."""
         with self.store.lock:
-            return [self.store.values[name] for name in self.names]
+            outputs = run(list(inputs) + [self.store.values[name] for name in self.names])
+            split = len(outputs) - len(self.written)
+            for name, value in zip(self.written, outputs[split:]):
+                self.store.values[name] = value
+        return outputs[:split]
 
     def reset(self) -> None:
         self.store.reset()

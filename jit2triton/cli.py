@@ -529,7 +529,7 @@ def inspect(package, kernels, plan, ir, trusted_keys) -> None:
 
 
 def _cuda_graph_line(manifest: dict) -> str:
-    """How many CUDA graphs a CUDA package may hold and what memory they take (deploy/cuda_graph.py), or ""."""
+    """How many CUDA graphs a CUDA package may hold and what memory they take (deploy/cpp/src/cuda_graph.cpp), or ""."""
     from jit2triton.deploy.policy import MAX_GRAPHS
 
     if manifest["device"] != "cuda":

@@ -9,7 +9,7 @@ import torch
 
 import jit2triton
 
-from jit2triton.deploy.graph_regions import group_regions
+from jit2triton.deploy.packaging.graph_regions import group_regions
 
 from helpers import BACKENDS, assert_same, convert_for, to_cpu, to_device
 
@@ -232,7 +232,7 @@ def test_what_follows_a_mask_runs_in_kernels_over_the_count(backend, runtime, tm
 def test_a_kernel_over_a_count_stays_out_of_cuda_graph_regions():
     """A region is a CUDA graph per size it runs at, and a count takes a new size call after call: the kernels
     over a count read from data stay out of regions, and out of a whole-plan graph; other kernels group as before."""
-    from jit2triton.deploy.graph_regions import capturable
+    from jit2triton.deploy.packaging.graph_regions import capturable
     kernel = lambda node, sizes=(): {"kind": "kernel", "kernel": f"k{node}", "args": [["s", node]],  # noqa: E731
                                      "outs": [node + 1], "node": node, **({"sizes": list(sizes)} if sizes else {})}
     plan = {"inputs": [0], "steps": [kernel(i, ("s1",) if i == 5 else ()) for i in range(11)],

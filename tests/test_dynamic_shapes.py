@@ -244,7 +244,7 @@ def test_cli_converts_with_dims_and_runs_at_chosen_sizes(tmp_path) -> None:
 
 
 class LoopedBlock(torch.nn.Module):
-    """Control flow around GPU work: on CUDA the loop body runs as a graph region (deploy/graph_regions.py), whose
+    """Control flow around GPU work: on CUDA the loop body runs as a graph region (deploy/packaging/graph_regions.py), whose
     kernels take the dynamic dims too; its graphs must be specialised to them."""
 
     def __init__(self, width: int = 16) -> None:

@@ -1,8 +1,9 @@
-"""CUDA graph regions: the straight-line runs of a plan with control flow (deploy/graph_regions.py).
+"""CUDA graph regions: the straight-line runs of a plan with control flow (deploy/packaging/graph_regions.py).
 
 On the CPU: which steps form a region, what it reads and hands out, and that a plan with regions runs them as their
-steps in both runtimes and still matches TorchScript. On a GPU: regions are captured and replayed (inside a loop,
-once per iteration), and still match TorchScript.
+steps in both runtimes and still matches TorchScript. On a GPU: the C++ runtime captures regions and replays them
+(inside a loop, once per iteration), seen as graph launches in torch's profiler, and still matches TorchScript (the
+Python runtime, a reference interpreter, runs them as their steps).
 """
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ import pytest
 import torch
 
 import jit2triton
-from jit2triton.deploy.cuda_graph import RegionGraphs
-from jit2triton.deploy.graph_regions import group_regions
+from jit2triton.deploy.packaging.graph_regions import group_regions
 
 from package_tools import rewrite_package
 from helpers import assert_same_outputs, build, copied, fresh_calls, on_gpu, to_device
@@ -106,23 +106,13 @@ def test_regions_run_as_their_steps_off_the_gpu_and_match_torchscript(runtime, t
 
 # ---- on a GPU --------------------------------------------------------------------------------------------------
 
-def regions_of(loaded) -> list[RegionGraphs]:
-    found = []
-
-    def visit(value, seen):
-        if id(value) in seen:
-            return
-        seen.add(id(value))
-        if isinstance(value, RegionGraphs):
-            found.append(value)
-        for cell in getattr(value, "__closure__", None) or ():
-            visit(cell.cell_contents, seen)
-        if isinstance(value, (list, tuple)):
-            for v in value:
-                visit(v, seen)
-
-    visit(loaded._runtime.executor.steps, set())
-    return found
+def graph_launches(call) -> int:
+    """How many CUDA graphs `call()` launched, as torch's profiler saw the runtime API."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        call()
+        torch.cuda.synchronize()
+    return sum(e.count for e in prof.key_averages() if "cudaGraphLaunch" in e.key)
 
 
 @on_gpu
@@ -131,7 +121,8 @@ def test_gpu_regions_are_captured_replayed_and_match_torchscript(graphs, tmp_pat
     source, reference, example = build(DECODER, tmp_path)
     path = tmp_path / "decoder.j2t"
     jit2triton.convert(source, example_inputs=to_device(example, "cuda"), device="cuda").save(path)
-    loaded = jit2triton.load(path, cuda_graphs=graphs, runtime="python")  # (regions_of reads the Python executor)
+    pytest.importorskip("ninja")
+    loaded = jit2triton.load(path, cuda_graphs=graphs, runtime="cpp")
     assert not loaded.manifest["cuda_graph"]  # a loop: the plan cannot run whole as one graph
     assert any(s["kind"] == "graph" for s in steps_of(loaded.manifest["plan"]["steps"]))
     tolerant = type(DECODER)(**{**DECODER.__dict__, "rtol": 2e-5, "atol": 2e-5})
@@ -140,11 +131,11 @@ def test_gpu_regions_are_captured_replayed_and_match_torchscript(graphs, tmp_pat
         for _ in range(2):
             actual = loaded(*to_device(call, "cuda"))
             assert_same_outputs(actual.cpu(), expected, tolerant)
-    regions = regions_of(loaded)
+    launched = graph_launches(lambda: loaded(*to_device(call, "cuda")))
     if graphs:
-        assert regions and any(r.graphs for r in regions), "no region was captured"
+        assert launched > 0, "no region was captured"
     else:
-        assert not regions
+        assert launched == 0
 
 
 def masked_steps(x, n: int):
@@ -171,8 +162,8 @@ def test_a_region_whose_capture_fails_runs_step_by_step(runtime, tmp_path) -> No
     for n in (1, 4, 4):
         x = torch.randn(64, 32)
         torch.testing.assert_close(loaded(x.cuda(), n).cpu(), scripted(x, n), rtol=2e-5, atol=2e-5)
-    if runtime == "python":
-        assert all(not r.graphs for r in regions_of(loaded)), "a region that syncs with the host was captured"
+    assert graph_launches(lambda: loaded(torch.randn(64, 32, device="cuda"), 4)) == 0, (
+        "a region that syncs with the host was captured")
 
 
 def test_steps_that_make_cpu_tensors_and_host_side_effects_stay_out_of_regions(tmp_path) -> None:
@@ -194,35 +185,38 @@ def test_literals_inside_a_region_are_stored_and_read_back() -> None:
     assert map_plan_literals(stored, decode) == plan
 
 
-def test_graph_places_go_to_the_frequent_keys_of_recent_calls(monkeypatch) -> None:
+def test_graph_places_go_to_the_frequent_keys_of_recent_calls() -> None:
     """More shapes than graph places (a server seeing many lengths): captured on a key's second sighting while
     places are free; then a newcomer takes the place of the least-seen graph only once it was seen more, so the
     frequent shapes keep graphs and a stream of one-off shapes never captures; counts age, so traffic that moves on
     moves the graphs with it."""
-    from jit2triton.deploy import cuda_graph
-    monkeypatch.setattr(cuda_graph, "MAX_GRAPHS", 2)
-    monkeypatch.setattr(cuda_graph, "AGE_CALLS", 40)
-    admission, graphs, captures = cuda_graph.Admission(), {}, []
+    pytest.importorskip("ninja")
+    from jit2triton.deploy.cpp_runtime import extension
+    calls = []
+
+    def captured() -> tuple[list, set]:  # (captures in order, keys holding graphs) after `calls`, in the C++ runtime
+        captures, held = extension().graph_admission(calls, 2, 40)
+        return captures, set(held)
 
     def call(key) -> None:
-        admission.sighted(key)
-        if key not in graphs and admission.admit(key, graphs):
-            admission.make_room(graphs)
-            graphs[key] = object()
-            captures.append(key)
+        calls.append(key)
 
     for key in ["a", "b", "a", "b", "a", "b"]:  # two hot shapes: captured on their second calls
         call(key)
+    captures, graphs = captured()
     assert captures == ["a", "b"]
     for key in range(20):  # one-off shapes: no capture, no eviction
-        call(key)
-    assert sorted(graphs, key=str) == ["a", "b"] and len(captures) == 2
+        call(str(key))
+    captures, graphs = captured()
+    assert graphs == {"a", "b"} and len(captures) == 2
     for _ in range(3):  # "c" becomes hot: seen as often as the graphs' keys, it waits...
         call("c")
+    captures, graphs = captured()
     assert "c" not in graphs
     call("c")  # ... and takes the place of the least-seen graph once it out-counts it
+    captures, graphs = captured()
     assert "c" in graphs and len(graphs) == 2 and captures[-1] == "c"
     for _ in range(60):  # the traffic moves to "c" and "d": after the counts age, "d" gets a place too
         call("c")
         call("d")
-    assert set(graphs) == {"c", "d"}
+    assert captured()[1] == {"c", "d"}

@@ -1,5 +1,5 @@
 """A CUDA graph region never reads a scalar that changes from one iteration of a loop to the next
-(deploy/graph_regions.py, _varying_scalars): a graph bakes in the scalars it reads, so such a region would be a graph
+(deploy/packaging/graph_regions.py, _varying_scalars): a graph bakes in the scalars it reads, so such a region would be a graph
 per value, captured (syncing the device) and evicted again call after call. Checked on CPU packages, whose plans the
 grouping takes as a GPU package's."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import torch
 
 import jit2triton
-from jit2triton.deploy.graph_regions import group_regions
+from jit2triton.deploy.packaging.graph_regions import group_regions
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "benchmarks"))
 from host_programs import HOST_PROGRAMS  # noqa: E402

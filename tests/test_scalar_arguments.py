@@ -150,7 +150,7 @@ def test_no_fill_launch_makes_a_number_a_tensor_on_the_gpu(runtime, tmp_path, re
 
 def test_a_kernel_taking_numbers_stays_out_of_cuda_graph_regions():
     """A graph replays the numbers it was captured with: a kernel step taking one runs outside, between regions."""
-    from jit2triton.deploy.graph_regions import capturable, group_regions
+    from jit2triton.deploy.packaging.graph_regions import capturable, group_regions
     steps = [{"kind": "kernel", "kernel": f"k{i}", "args": [["s", i]], "outs": [i + 1], "node": i} for i in range(9)]
     steps[4]["by_value"] = [0]
     plan = {"steps": steps, "outputs": [["s", 9]], "inputs": [0]}

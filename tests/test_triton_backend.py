@@ -149,11 +149,10 @@ ONE_KERNEL_MODELS = {"0-d": (lambda x: torch.sin(x) + torch.cos(x), (torch.randn
 
 @on_cpu
 @pytest.mark.parametrize("name", list(ONE_KERNEL_MODELS))
-def test_a_one_kernel_plan_takes_the_direct_path_and_returns_fresh_outputs(name, tmp_path):
+def test_a_one_kernel_plan_returns_fresh_outputs(name, tmp_path):
     fn, example = ONE_KERNEL_MODELS[name]
     model = torch.jit.trace(fn, example)
     loaded = run_package(model, example, "cpu", tmp_path)
-    assert loaded._runtime.executor.single_kernel is not None
     call = tuple(torch.randn_like(x) for x in example)
     first, second = loaded(*call), loaded(*call)
     assert first.data_ptr() != second.data_ptr()  # each call's output is its own
@@ -477,8 +476,8 @@ def test_conversion_times_the_cuda_graph_and_the_runtimes_follow_its_choice(grap
         for _ in range(3):  # the second call captures a graph, where one is chosen
             x = torch.randn(64, 256)
             torch.testing.assert_close(loaded(x.cuda()).cpu(), model(x), rtol=1e-4, atol=1e-4)
-        if runtime == "python":
-            assert loaded._runtime.uses_cuda_graph is graph_wins
+        # the C++ runtime follows the choice; the Python one, a reference interpreter, runs no graphs
+        assert loaded._runtime.uses_cuda_graph is (graph_wins and runtime == "cpp")
 
 
 @on_gpu

@@ -156,7 +156,7 @@ class _PlanBuilder:
             step["kwnames"] = _kwarg_only_names(node.attrs[Attr.SCHEMA])
             writes = writes_in_place(node.attrs[Attr.SCHEMA])
             if writes:
-                step["mutates"] = writes  # a CUDA graph region must not hold it (deploy/graph_regions.py)
+                step["mutates"] = writes  # a CUDA graph region must not hold it (deploy/packaging/graph_regions.py)
         if lookup(node.op).builds_container in ("list", "dict"):
             step["type"] = _type_tag(node.outputs[0].type)  # a runtime that types its containers needs it
         if node.blocks:

@@ -59,7 +59,7 @@ class OpInfo:
     reads_values: bool = False  # reads a tensor's values into a host number: what it decides depends on data
     none_test: bool = False  # `x is None`, `x is not None`: folded where x is a tensor an op made
     # makes the host wait for the device's values, or acts on the host on every call: a CUDA graph cannot hold it
-    # (deploy/graph_regions.py)
+    # (deploy/packaging/graph_regions.py)
     syncs_host: bool = False
     host_effect: bool = False  # acts on the host (raise, print, warn): merged kernels never move across it
     # reaches outside the model (files, the process's random generator, autograd state): a plan must not call it,
@@ -268,7 +268,7 @@ facts("""aten::exp aten::expm1 aten::log aten::log1p aten::pow.Tensor_Scalar ate
     aten::reciprocal aten::rsqrt""", keeps_fp32="overflows or loses its range in float16")
 
 # The host: what reads a shape, a number or an identity (fold_shapes.py), what waits for the device or acts on the
-# host (deploy/graph_regions.py, merge_kernels.py), and what a plan must not call (deploy/plan_check.py, plan.cpp)
+# host (deploy/packaging/graph_regions.py, merge_kernels.py), and what a plan must not call (deploy/plan_check.py, plan.cpp)
 facts("""aten::size.int aten::size aten::dim aten::len.Tensor aten::Int.Tensor aten::Float.Tensor aten::Bool.Tensor
     aten::ScalarImplicit aten::item aten::numel prim::device prim::dtype aten::is_floating_point aten::__is__
     aten::__isnot__""", on_host=True)

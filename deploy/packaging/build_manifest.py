@@ -15,7 +15,7 @@ from jit2triton.transpiler.ir import Attr
 from jit2triton.transpiler.report import packed_summary, summarize
 from jit2triton.version import __version__
 
-from ..graph_regions import capturable, group_regions, worth_capturing
+from .graph_regions import capturable, group_regions, worth_capturing
 from ..literals import encode
 from ..package import PackageContents
 from ..signature import with_named_tuples

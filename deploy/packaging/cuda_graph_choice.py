@@ -1,16 +1,18 @@
 """Whether a straight-line CUDA plan runs as one CUDA graph or step by step: decided at conversion by timing both
-on the example inputs, recorded in the manifest (and its report), so no runtime decides it. Conversion only: the
-runtimes never import this module."""
+in the C++ runtime (the one that runs graphs, and what `jit2triton.load` runs) on the example inputs, recorded in
+the manifest (and its report), so no runtime decides it. Conversion only: the runtimes never import this module."""
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Callable
 
 import torch
 
 from jit2triton.transpiler import timing
 
-from ..package import PackageContents
-from ..runtime import Runtime
+from .. import cpp_runtime
+from ..package import PackageContents, save_package
 
 GRAPH_MARGIN = 0.97  # the graph stays unless the plan step by step takes under this share of its time...
 HOST_HEADROOM = 0.75  # ... and the host queues a step-by-step call in under this share of it (the GPU is the limit)
@@ -28,10 +30,25 @@ def choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.dev
     if timing.fixed():  # the graph, as the plan's shape decided
         timing.take_fixed(what, "graph", "graph")
         return
-    graphed, stepwise = Runtime(contents, target), Runtime(contents, target, cuda_graphs=False)
+    why = cpp_runtime.unavailable() or ("the package runs in the Python runtime, which has no CUDA graphs"
+                                        if contents.manifest.get("runtime") == "python" else None)
+    if why is not None:
+        say(f"CUDA graph: kept as the plan's shape decided, untimed ({why})")
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "timed.j2t")
+        save_package(contents, path)
+        _time_and_choose(contents, path, inputs, target, say)
+
+
+def _time_and_choose(contents: PackageContents, path: str, inputs: list, target: torch.device,
+                     say: Callable[[str], None]) -> None:
+    what = "one CUDA graph or step by step"
     calls = 8
     batch = lambda runtime: lambda: [runtime(*inputs) for _ in range(calls)]  # noqa: E731
     try:
+        graphed = cpp_runtime.CppRuntime(path, target)
+        stepwise = cpp_runtime.CppRuntime(path, target, cuda_graphs=False)
         with torch.no_grad():
             graphed(*inputs)  # runs step by step; the next call captures
             measured = timing.measure({"graph": batch(graphed), "steps": batch(stepwise)}, rounds=10, budget_s=0.5,

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "graph_admission.h"
 #include "jit2triton/jit2triton.h"
 
 namespace py = pybind11;
@@ -166,4 +167,22 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           out.append(py::make_tuple(t.node, text(t.op), text(t.source), t.seconds, t.runs));
         return out;
       });
+  // Which keys the CUDA graph places go to over a sequence of calls (graph_admission.h), for the CPU tests: (the
+  // keys captured in order, the keys holding graphs at the end).
+  m.def("graph_admission", [](const std::vector<std::string>& calls, size_t max_graphs, int64_t age_calls) {
+    jit2triton::Admission admission(max_graphs, age_calls);
+    std::map<std::string, bool> graphs;
+    std::vector<std::string> captures;
+    for (const auto& key : calls) {
+      admission.sighted(key);
+      if (!graphs.count(key) && admission.admit(key, graphs)) {
+        admission.make_room(graphs);
+        graphs[key] = true;
+        captures.push_back(key);
+      }
+    }
+    std::vector<std::string> held;
+    for (const auto& [key, _] : graphs) held.push_back(key);
+    return std::make_pair(captures, held);
+  });
 }

@@ -1,8 +1,9 @@
-// Plans as CUDA graphs, as deploy/cuda_graph.py does. A straight-line GPU plan runs whole as graphs captured once
+// Plans as CUDA graphs (the Python runtime, a reference interpreter, has none). A straight-line GPU plan runs whole as graphs captured once
 // per tuple of scalar inputs (which a graph bakes in); a call copies the inputs into the graph's static buffers and
 // replays it. Whether a plan qualifies was decided at convert time (the manifest's "cuda_graph"). A plan with
-// control flow runs its `graph` steps (regions, deploy/graph_regions.py) as graphs keyed by their inputs' layouts
+// control flow runs its `graph` steps (regions, deploy/packaging/graph_regions.py) as graphs keyed by their inputs' layouts
 // and scalar values.
+#include "graph_admission.h"
 #include "plan.h"
 #include "policy.h"
 
@@ -27,11 +28,8 @@ namespace jit2triton {
 
 namespace {
 
-using policy::kAgeCalls;
 using policy::kCopyBytesPerUs;  // deploy/policy.py
 using policy::kLaunchUs;
-using policy::kMaxGraphs;
-using policy::kMaxSeen;
 using policy::kReplayLaunches;
 
 // `n` after `tag`, then `end`, written in place: a key is built every time a region or a plan runs, so no
@@ -100,7 +98,7 @@ int64_t tensor_bytes(const std::vector<c10::IValue>& values) {
 }
 
 // `from` into `to`: small tensors in one launch (a multi-tensor copy), large ones each on its own (a memcpy, several
-// times faster per byte than the multi-tensor copy), as deploy/cuda_graph.py does.
+// times faster per byte than the multi-tensor copy).
 void copy_tensors(const std::vector<at::Tensor>& to, const std::vector<at::Tensor>& from) {
   std::vector<at::Tensor> small_to, small_from;
   for (size_t i = 0; i < to.size(); ++i) {
@@ -227,56 +225,6 @@ bool warm_up(const std::function<void()>& run, int times) {
   }
   return ok;
 }
-
-// Which keys hold graphs when more come than kMaxGraphs places, as deploy/cuda_graph.py's Admission: sightings
-// counted per key and halved every kAgeCalls calls; a key is captured on its second sighting into a free place, or
-// into the place of the held key seen least if this key was seen more (a burst of new shapes cannot make call after
-// call capture).
-class Admission {
- public:
-  void sighted(const std::string& key) {
-    if (++calls_ >= kAgeCalls) {
-      calls_ = 0;
-      for (auto it = counts_.begin(); it != counts_.end();) {
-        it->second /= 2;
-        it = it->second == 0 ? counts_.erase(it) : std::next(it);
-      }
-    }
-    if (!counts_.count(key) && counts_.size() >= kMaxSeen) {  // bounded: keys seen once go first
-      for (auto it = counts_.begin(); it != counts_.end();) it = it->second <= 1 ? counts_.erase(it) : std::next(it);
-      if (counts_.size() >= kMaxSeen) counts_.clear();
-    }
-    ++counts_[key];
-  }
-
-  // Whether to capture `key` (sighted, not held) now; once captured, make_room before storing it.
-  template <typename Graphs>
-  bool admit(const std::string& key, const Graphs& graphs) const {
-    int64_t count = seen(key);
-    return count >= 2 && (graphs.size() < kMaxGraphs || seen(least(graphs)->first) < count);
-  }
-
-  // Drops the least-seen graph when every place is taken (after the capture, so a failed one evicts none).
-  template <typename Graphs>
-  void make_room(Graphs& graphs) const {
-    if (graphs.size() >= kMaxGraphs) graphs.erase(least(graphs));
-  }
-
- private:
-  template <typename Graphs>
-  auto least(Graphs& graphs) const {
-    return std::min_element(graphs.begin(), graphs.end(),
-                            [&](const auto& a, const auto& b) { return seen(a.first) < seen(b.first); });
-  }
-
-  int64_t seen(const std::string& key) const {
-    auto it = counts_.find(key);
-    return it == counts_.end() ? 0 : it->second;
-  }
-
-  std::map<std::string, int64_t> counts_;
-  int64_t calls_ = 0;
-};
 
 class GraphRunner {
  public:

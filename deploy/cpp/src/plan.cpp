@@ -482,7 +482,7 @@ class Builder {
     };
   }
 
-  // A region that may run as a CUDA graph (deploy/graph_regions.py); else its steps, one by one.
+  // A region that may run as a CUDA graph (deploy/packaging/graph_regions.py); else its steps, one by one.
   std::function<void(Env&)> region(const Value& s) {
     auto steps = std::make_shared<std::vector<Step>>(block(s.at("steps")));
     const Plan* plan = &plan_;

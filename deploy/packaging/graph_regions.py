@@ -1,4 +1,4 @@
-"""Which parts of a plan may run as CUDA graphs, decided once at convert time for both runtimes.
+"""Which parts of a plan may run as CUDA graphs, decided once at convert time (the C++ runtime captures them).
 
 A plan that is straight-line GPU work runs whole as one graph (`capturable` and `worth_capturing`). A plan with
 control flow, or with an op that reads a tensor's value on the host, cannot; `group_regions` then wraps each long
@@ -7,8 +7,8 @@ enough run of graph-safe steps (inside branches and loop bodies too) in a `graph
     {"kind": "graph", "steps": [...], "args": [["s", slot] read], "outs": [slots read after it],
      "free": [slots its steps release], "launches": n, "node": first step's node}
 
-A runtime may run a `graph` step as its steps, one by one (on the CPU, or with `cuda_graphs=False`), or capture them
-and replay: the step's inputs are all it reads and its outputs all that is read after it, so a replay that copies
+A runtime may run a `graph` step as its steps, one by one (on the CPU, with `cuda_graphs=False`, and always in the
+Python reference runtime), or capture them and replay (the C++ runtime, deploy/cpp/src/cuda_graph.cpp): the step's inputs are all it reads and its outputs all that is read after it, so a replay that copies
 the inputs in and the outputs out does what the steps do.
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Iterator
 
 import torch
 
-from .op_facts import CONTAINERS, SYNCS_HOST
-from .policy import COPY_BYTES_PER_US, LAUNCH_US
+from ..op_facts import CONTAINERS, SYNCS_HOST
+from ..policy import COPY_BYTES_PER_US, LAUNCH_US
 
 MIN_STEPS = 3
 MIN_REGION_LAUNCHES = 4  # a region's replay costs three launches (copy in, graph, copy out): fewer gain nothing
