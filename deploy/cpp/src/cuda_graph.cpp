@@ -30,6 +30,7 @@ namespace {
 
 using policy::kCopyBytesPerUs;  // deploy/policy.py
 using policy::kLaunchUs;
+using policy::kMaxSeen;
 using policy::kReplayLaunches;
 
 // `n` after `tag`, then `end`, written in place: a key is built every time a region or a plan runs, so no
