@@ -1,22 +1,14 @@
 """A package's methods besides forward (`@torch.jit.export def encode(self, x)`): each converted on its own into a
 plan with its signature, kernels and weights, stored in the one package under manifest["methods"][name], its
 weights and files named under `methods/<name>/`. A method loads as a package of its own (`method_contents`),
-whose manifest is the package's shared fields (format, producer, device, model) and the method's own."""
+whose manifest is the package's shared fields (format, producer, device, model) and the method's own. Conversion
+stores them (deploy/packaging/build_manifest.py's add_method)."""
 from __future__ import annotations
 
 from jit2triton.errors import CorruptPackageError
 
 from .package import PackageContents
 from .policy import METHOD_PREFIX, METHOD_SHARED_FIELDS, RECONVERT
-
-
-def add_method(contents: PackageContents, name: str, method: PackageContents) -> None:
-    """Store `method` (converted as a package of its own) in `contents` as method `name`."""
-    prefix = f"{METHOD_PREFIX}{name}/"
-    own = {k: v for k, v in method.manifest.items() if k not in METHOD_SHARED_FIELDS}
-    contents.manifest.setdefault("methods", {})[name] = own
-    contents.weights.update({prefix + k: w for k, w in method.weights.items()})
-    contents.files.update({prefix + k: data for k, data in method.files.items() if not k.startswith("extra/")})
 
 
 def method_names(manifest: dict) -> list[str]:

@@ -10,9 +10,9 @@ import torch
 
 from jit2triton.deploy.executor import Executor
 from jit2triton.deploy.literals import encode
-from jit2triton.deploy.methods import add_method
 from jit2triton.deploy.package import PackageContents
-from jit2triton.deploy.packaging.build_manifest import BuiltKernels, build_package, model_outputs
+from jit2triton.deploy.packaging.build_manifest import (BuiltKernels, add_method, build_package, model_outputs,
+                                                         run_in_python_only)
 from jit2triton.deploy.packaging.cuda_graph_choice import choose_cuda_graph
 from jit2triton.deploy.packaging.culprit import find_culprit
 from jit2triton.deploy.packaging.output_dims import with_dims
@@ -138,8 +138,6 @@ def convert_to_package(model: ModelSource, example_inputs: Union[Sequence[Any], 
             script = _load_script(model, map_location=map_location, methods=list(method_examples), fold=False)
         script.notes.append(UNFOLDED)
         contents = convert_methods(script)
-    if any(method.get("runtime") == "python" for method in contents.manifest.get("methods", {}).values()):
-        contents.manifest["runtime"] = "python"  # (the C++ runtime loads the methods with forward)
     if verify and method_examples and script.state:
         contents = _check_methods_in_order(
             contents, script, forward_examples, method_examples, target, backend, say, stopwatch,
@@ -493,7 +491,7 @@ class _MethodStages:
         self.runtimes_verified = ["python"] if found else ["python", "cpp"]
         self.cpp_note = ""
         if found:
-            contents.manifest["runtime"] = "python"
+            run_in_python_only(contents)
             self.cpp_note = ("the C++ runtime differed from TorchScript where the Python runtime matched (" +
                              "; ".join(str(m) for m in found[:2]) + "): the package runs in the Python runtime "
                              "(jit2triton.load takes it; the C++ runtime refuses the package)")

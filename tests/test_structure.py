@@ -252,3 +252,29 @@ def test_every_subpackage_ships() -> None:
              if path.stem == "__init__"}
     assert found == listed, f"packages not in pyproject.toml: {sorted(found - listed)}; listed, not found: " \
                             f"{sorted(listed - found)}"
+
+
+def test_the_manifest_is_written_in_one_place() -> None:
+    """A field of the manifest (deploy/format.py's MANIFEST) is set in deploy/packaging/build_manifest.py alone: what
+    conversion decides after a build goes through its functions, so a field's writers are read in one file. The
+    report, which no runtime reads, is each stage's own section. (The runtime's readers, deploy/*.py, build the
+    dicts they read from a file, a method's manifest from the package's: there only a loaded package's `.manifest`
+    counts.)"""
+    from jit2triton.deploy.format import MANIFEST
+    fields = {f.name for f in MANIFEST.fields} - {"report"}
+    write = (r'manifest\[\s*"(\w+)"\s*\](?:\[[^\]]*\])*\s*=(?!=)|manifest\.setdefault\(\s*"(\w+)"'
+             r'|manifest\.(?:update|pop)\(|manifest\[\s*"(\w+)"\s*\]\.(?:update|append|setdefault)\(')
+    anywhere, loaded = re.compile(write), re.compile(r"\." + write.replace("|", r"|\."))
+    sources = [p for folder in STAGES + ["jit2triton"] for p in sorted((ROOT / folder).rglob("*.py"))]
+    wrong = []
+    for path in sources:
+        if path == ROOT / "deploy" / "packaging" / "build_manifest.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            runtime = path.parent == ROOT / "deploy"
+            for match in (loaded if runtime else anywhere).finditer(line):
+                field = next((g for g in match.groups() if g), None)
+                if field is None or field in fields:
+                    wrong.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert len(sources) > 100
+    assert not wrong, "manifest fields written outside deploy/packaging/build_manifest.py:\n" + "\n".join(wrong)

@@ -1,6 +1,11 @@
 """A package's contents from a conversion's plan: the manifest (its fields as deploy/format.py describes them; those
 the schema writes itself are added when it is saved), the weights the plan and the module state hold, and the
-kernels' files. Conversion calls it once per build; nothing that loads a package imports it."""
+kernels' files. Conversion calls it once per build; nothing that loads a package imports it.
+
+The manifest's fields are written here and nowhere else (tests/test_structure.py holds it): what conversion decides
+after a build (the runtime verification found right, the CUDA graph timing's choice, the methods) is set through
+the functions at the end of this file. The report, which no runtime reads, is the exception: each stage writes its
+own section."""
 from __future__ import annotations
 
 import platform
@@ -17,6 +22,7 @@ from jit2triton.version import __version__
 
 from .graph_regions import capturable, group_regions, worth_capturing
 from ..literals import encode
+from ..policy import METHOD_PREFIX, METHOD_SHARED_FIELDS
 from ..package import PackageContents
 from ..signature import with_named_tuples
 
@@ -124,3 +130,30 @@ def _triton_version() -> str:
         return triton.__version__
     except ImportError:
         return ""
+
+
+# ---- what conversion decides after a build ----------------------------------------------------------------------
+
+def run_in_python_only(contents: PackageContents) -> None:
+    """The package runs in the Python runtime only (`runtime`): the C++ runtime's outputs differed from TorchScript's
+    where the Python one's matched, or a method's did. The C++ runtime refuses it, and load falls back."""
+    contents.manifest["runtime"] = "python"
+
+
+def set_cuda_graph(contents: PackageContents, use_graph: bool, timed_us: dict[str, float]) -> None:
+    """The CUDA graph timing's choice (packaging/cuda_graph_choice.py), over the one the plan's shape made."""
+    contents.manifest["cuda_graph"] = use_graph
+    contents.manifest["report"]["cuda_graph"] = dict({f"{k}_us": v for k, v in timed_us.items()}, chosen=use_graph)
+
+
+def add_method(contents: PackageContents, name: str, method: PackageContents) -> None:
+    """Store `method` (converted as a package of its own) in `contents` as method `name` (deploy/methods.py reads
+    it back). A method that runs in the Python runtime only takes the package there: the C++ runtime loads the
+    methods with forward."""
+    prefix = f"{METHOD_PREFIX}{name}/"
+    own = {k: v for k, v in method.manifest.items() if k not in METHOD_SHARED_FIELDS}
+    contents.manifest.setdefault("methods", {})[name] = own
+    contents.weights.update({prefix + k: w for k, w in method.weights.items()})
+    contents.files.update({prefix + k: data for k, data in method.files.items() if not k.startswith("extra/")})
+    if own.get("runtime") == "python":
+        run_in_python_only(contents)

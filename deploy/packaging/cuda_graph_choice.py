@@ -13,6 +13,7 @@ from jit2triton.transpiler import timing
 
 from .. import cpp_runtime
 from ..package import PackageContents, save_package
+from .build_manifest import set_cuda_graph
 
 GRAPH_MARGIN = 0.97  # the graph stays unless the plan step by step takes under this share of its time...
 HOST_HEADROOM = 0.75  # ... and the host queues a step-by-step call in under this share of it (the GPU is the limit)
@@ -67,10 +68,9 @@ def _time_and_choose(contents: PackageContents, path: str, inputs: list, target:
         say(f"CUDA graph: kept, the machine is too busy to time it (spread {measured.spread:.0%})")
         return
     use_graph = timed["steps"] >= GRAPH_MARGIN * timed["graph"] or timed["host"] >= HOST_HEADROOM * timed["steps"]
-    contents.manifest["cuda_graph"] = use_graph
-    timing.record(timing.Choice(what, "graph", "graph" if use_graph else "steps", GRAPH_MARGIN,
-                                {k: round(v * 1e6, 1) for k, v in timed.items()}, **measured.steadiness()))
-    contents.manifest["report"]["cuda_graph"] = dict({f"{k}_us": round(v * 1e6, 1) for k, v in timed.items()},
-                                                     chosen=use_graph)
+    timed_us = {k: round(v * 1e6, 1) for k, v in timed.items()}
+    set_cuda_graph(contents, use_graph, timed_us)
+    timing.record(timing.Choice(what, "graph", "graph" if use_graph else "steps", GRAPH_MARGIN, timed_us,
+                                **measured.steadiness()))
     say(f"CUDA graph: {timed['graph'] * 1e6:.0f} us a call, step by step {timed['steps'] * 1e6:.0f} us (the host "
         f"{timed['host'] * 1e6:.0f} us of it): " + ("one graph" if use_graph else "step by step"))
