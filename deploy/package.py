@@ -187,18 +187,20 @@ def _fsync_folder(folder: str) -> None:
         os.close(fd)
 
 
-def read_package(path: str, mmap: bool = False, trusted_keys: KeyPaths = None) -> PackageContents:
+def read_package(path: str, mmap: bool = False, trusted_keys: KeyPaths = None,
+                 keys_from_environment: bool = True) -> PackageContents:
     """The package's contents, read through one descriptor into memory this process owns before anything is
     checked: what the checksums and the signature cover is exactly what is parsed and run, whatever writes the file
     meanwhile (an in-place writer, a save renaming another file over the name). CPU weights are views of that
     memory, so a later change to the file (or its truncation) cannot reach a loaded module, as with torch.jit.load;
     `mmap=True` maps the file instead and keeps the weights views of the mapping (no copy, pages read as used; the
     file must then stay as it is), every other member still copied before its check. With trusted keys (given, or
-    in JIT2TRITON_TRUSTED_KEYS) the package must carry a signature by one of them, checked before anything is
-    parsed."""
+    in JIT2TRITON_TRUSTED_KEYS, unless `keys_from_environment` is false: a caller that joined them already) the
+    package must carry a signature by one of them, checked before anything is parsed."""
     path = os.fspath(path)
     members = _records(path, _read_file(path, mmap))
-    check_signature(path, members, trusted_key_paths(trusted_keys))
+    keys = trusted_key_paths(trusted_keys) if keys_from_environment else list(trusted_keys or ())
+    check_signature(path, members, keys)
     return _contents(path, members)
 
 

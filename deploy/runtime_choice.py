@@ -40,11 +40,13 @@ class LoadedRuntime:
 
 def load_runtime(path: Union[str, os.PathLike], runtime: Optional[str] = None, map_location: DeviceLike = None,
                  num_threads: Optional[int] = None, cuda_graphs: bool = True, alias_outputs: bool = False,
-                 mmap: bool = False, trusted_keys: Optional[Sequence[Union[str, os.PathLike]]] = None
-                 ) -> LoadedRuntime:
-    """The package at `path` in the runtime `runtime` names (None: JIT2TRITON_RUNTIME, else "auto")."""
+                 mmap: bool = False, trusted_keys: Optional[Sequence[Union[str, os.PathLike]]] = None,
+                 built_here: bool = False) -> LoadedRuntime:
+    """The package at `path` in the runtime `runtime` names (None: JIT2TRITON_RUNTIME, else "auto"). `built_here`:
+    a package this process just converted (`jit2triton.convert`'s module), which no key signed and none need, and
+    which falls back to the Python runtime without the warning (its `runtime` says where it runs)."""
     path = os.fspath(path)
-    trusted_keys = trusted_key_paths(trusted_keys)
+    trusted_keys = [] if built_here else trusted_key_paths(trusted_keys)
     runtime = runtime or os.environ.get("JIT2TRITON_RUNTIME") or "auto"
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
@@ -54,8 +56,9 @@ def load_runtime(path: Union[str, os.PathLike], runtime: Optional[str] = None, m
         why = cpp_runtime.unavailable() if runtime == "auto" else None  # "cpp": build it or say why it cannot
         if why is None:
             if isinstance(map_location, dict):  # which entry applies depends on the device the package was built for
-                map_location = resolve_map_location(
-                    map_location, read_package(path, mmap=True, trusted_keys=trusted_keys).manifest["device"])
+                built_for = read_package(path, mmap=True, trusted_keys=trusted_keys,
+                                         keys_from_environment=False).manifest["device"]
+                map_location = resolve_map_location(map_location, built_for)
             try:
                 loaded = cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap,
                                                 trusted_keys)
@@ -64,10 +67,10 @@ def load_runtime(path: Union[str, os.PathLike], runtime: Optional[str] = None, m
                 if runtime == "cpp":
                     raise
                 why = str(err)  # the Python runtime may run it (rebuilding kernels, or under Triton's interpreter)
-    contents = read_package(path, mmap=mmap, trusted_keys=trusted_keys)
+    contents = read_package(path, mmap=mmap, trusted_keys=trusted_keys, keys_from_environment=False)
     forward, methods = python_runtimes(contents, map_location, num_threads)  # (no CUDA graphs there)
-    if runtime == "auto":  # only once it runs there: a package neither runtime can run gets its one error alone
-        _python_fallback_notice(why)
+    if runtime == "auto" and not built_here:  # only once it runs there: a package neither runtime can run gets its one
+        _python_fallback_notice(why)       # error alone (convert's module says which runs it: its `runtime`)
     return LoadedRuntime(forward, methods, contents)
 
 

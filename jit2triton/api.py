@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import tempfile
 import warnings
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -188,7 +189,8 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
             precision: Optional[str] = None, accuracy: Optional[dict] = None,
             io_precision: Optional[str] = None, timeout: Optional[float] = DEFAULT_TIMEOUT_S,
             input_ranges: Optional[dict] = None, verify_inputs: Any = None) -> Converted:
-    """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`.
+    """Convert a TorchScript model (a `.pt` path, ScriptModule or ScriptFunction) for `device`. The module returned
+    runs in the runtime `jit2triton.load` gives the package (the C++ one where it can), as the saved package will.
 
     `example_inputs` fix the input signature (dtypes, shapes) and drive shape inference; inputs that the model
     gives defaults for may be left out. `backend` picks the kernel generator: "cpp" (C++/OpenMP, the default on
@@ -241,7 +243,18 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
                                               budget=budget, input_ranges=input_ranges, verify_inputs=verify_inputs)
     contents.manifest["report"]["timed_choices"] = [choice.as_report() for choice in made]
     _training_mode_hint(model, contents.manifest["nodes"])
-    return Converted(contents, *python_runtimes(contents, target))
+    return _as_loaded(contents, target)
+
+
+def _as_loaded(contents: PackageContents, target: torch.device) -> Converted:
+    """The converted model in the runtime `jit2triton.load` gives its package (the C++ one, where that runs it), so
+    what is called right after converting is what ships, CUDA graphs and arena included. The package is saved to
+    a temporary file for it: the runtimes load from files, and copy the weights as they do."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "converted.j2t")
+        save_package(contents, path)
+        loaded = load_runtime(path, map_location=target, built_here=True)
+    return Converted(contents, loaded.runtime, loaded.methods)
 
 
 def _training_mode_hint(model: Any, nodes: list[dict]) -> None:

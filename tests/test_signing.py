@@ -157,6 +157,21 @@ def test_the_environment_variable_requires_signatures_and_a_program_cannot_opt_o
         assert "is not signed" in _refusal(small_package[0], runtime, passed)
 
 
+def test_converting_where_signatures_are_required_checks_and_returns_the_package_it_built(small_package, keys,
+                                                                                       monkeypatch, request) -> None:
+    """JIT2TRITON_TRUSTED_KEYS is for package files handed to load: conversion's own checks of the package it just
+    built (the C++ runtime's verification) and the module convert returns are not refused for lacking a signature
+    (the C++ runtime read the variable itself, so converting failed), while loading that package unsigned still is."""
+    request.getfixturevalue("cpp_runtime")
+    monkeypatch.setenv("JIT2TRITON_TRUSTED_KEYS", str(keys[0][1]))
+    model = small_package[1]
+    converted = jit2triton.convert(model, example_inputs=(torch.randn(2, 4), torch.randn(2, 3)))
+    assert converted.runtime == "cpp"
+    assert converted.summary()["verification"]["runtimes"] == ["python", "cpp"]
+    _check_runs(converted, model)
+    assert "is not signed" in _refusal(small_package[0], "cpp", None)
+
+
 def test_both_runtimes_refuse_with_the_same_message(signed, small_package, keys, request) -> None:
     request.getfixturevalue("cpp_runtime")
     for path, trusted in ((small_package[0], [keys[0][1]]), (signed[0], [keys[1][1]])):

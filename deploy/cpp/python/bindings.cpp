@@ -103,7 +103,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                        bool alias_outputs, bool mmap, std::vector<std::string> trusted_keys) {
              jit2triton::LoadOptions options;
              options.mmap = mmap;
-             options.trusted_keys = std::move(trusted_keys);
+             options.trusted_keys = std::move(trusted_keys);  // (Python joined JIT2TRITON_TRUSTED_KEYS's)
+             options.keys_from_environment = false;
              options.device = device;
              options.num_threads = num_threads;
              options.cuda_graphs = cuda_graphs;

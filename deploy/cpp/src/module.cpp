@@ -57,7 +57,7 @@ Package method_package(const Package& pkg, const std::string& name, const json::
 }
 
 Module load_module(const std::string& path, const LoadOptions& options) {
-  Package pkg = read_package(path, options.mmap, options.trusted_keys);
+  Package pkg = read_package(path, options.mmap, options.trusted_keys, options.keys_from_environment);
   // Verification ran this runtime too, and it differed from TorchScript where the Python runtime matched: refused
   // as a package this runtime cannot run here (jit2triton.load then takes the Python runtime; see deploy/format.py)
   if (const json::Value* only = pkg.manifest.find("runtime"); only && only->is_string() && only->as_string() == "python")

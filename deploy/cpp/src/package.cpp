@@ -269,7 +269,8 @@ std::string_view Package::member(const std::string& name) const {
   return it->second;
 }
 
-Package read_package(const std::string& path, bool keep_mapped, const std::vector<std::string>& trusted_keys) {
+Package read_package(const std::string& path, bool keep_mapped, const std::vector<std::string>& trusted_keys,
+                     bool keys_from_environment) {
   Package pkg;
   pkg.path = path;
   pkg.file = read_file(path, keep_mapped);
@@ -282,7 +283,7 @@ Package read_package(const std::string& path, bool keep_mapped, const std::vecto
   }
 
   // before anything in the package is parsed (deploy/signing.py)
-  check_signature(path, pkg.members, trusted_key_paths(trusted_keys));
+  check_signature(path, pkg.members, keys_from_environment ? trusted_key_paths(trusted_keys) : trusted_keys);
   if (pkg.members.count("checksums.json")) {
     try {
       json::Value sums = json::parse(pkg.members["checksums.json"]);

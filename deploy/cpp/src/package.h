@@ -30,9 +30,9 @@ struct Package {
 };
 
 // keep_mapped: weights stay views of the mapped file; otherwise of the bytes read, which the module owns. trusted_keys (with
-// JIT2TRITON_TRUSTED_KEYS): the package must be signed by one of them (signing.h), checked before parsing.
+// JIT2TRITON_TRUSTED_KEYS's, if keys_from_environment): the package must be signed by one of them (signing.h), checked before parsing.
 Package read_package(const std::string& path, bool keep_mapped = false,
-                     const std::vector<std::string>& trusted_keys = {});
+                     const std::vector<std::string>& trusted_keys = {}, bool keys_from_environment = true);
 
 // "float32" -> at::kFloat: the dtype names of the manifest (torch's, without "torch.").
 at::ScalarType parse_dtype(const std::string& name);

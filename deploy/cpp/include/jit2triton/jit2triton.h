@@ -53,6 +53,9 @@ struct LoadOptions {
   // JIT2TRITON_TRUSTED_KEYS environment variable (':'-separated). When any is set, a package that none of them
   // signed is refused (Error::Kind::Signature) before its manifest is read or any of its code is loaded.
   std::vector<std::string> trusted_keys;
+  // Whether JIT2TRITON_TRUSTED_KEYS joins them. The Python extension passes the complete list (Python's loader
+  // joins the variable itself; conversion's checks of a package it just built pass none).
+  bool keys_from_environment = true;
 };
 
 class Plan;  // the loaded plan (internal)
