@@ -175,7 +175,9 @@ Launchers load_cpu_kernels(const Package& pkg, c10::Device, int num_threads) {
       size_t i = 0;
       for (auto& t : inputs) buffers[i++] = t.data_ptr();
       for (auto& t : outputs) buffers[i++] = t.data_ptr();
-      if (fn(buffers, sizes, threads)) throw std::domain_error("integer division by zero in kernel " + name);
+      // (named as TorchScript's and the Python runtime's error is: "ZeroDivisionError: integer division by zero")
+      if (fn(buffers, sizes, threads))
+        throw std::domain_error("ZeroDivisionError: integer division by zero in kernel " + name);
     };
   }
   return launchers;
