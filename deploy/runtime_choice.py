@@ -3,7 +3,8 @@ alike.
 
 "auto" (the default, or the JIT2TRITON_RUNTIME environment variable) takes the C++ runtime and falls back to the
 Python one, with a one-time warning, where the C++ one cannot be built on this machine (no compiler: the user gets
-the Python runtime, a few microseconds of Python per plan step slower) or cannot run the package (a Triton package on
+the Python runtime, the reference interpreter: a few microseconds of Python per plan step, and on CUDA no CUDA graphs)
+or cannot run the package (a Triton package on
 the CPU runs under Triton's interpreter, which only Python has). "cpp" and "python" insist on one.
 """
 from __future__ import annotations
@@ -82,6 +83,7 @@ def _python_fallback_notice(why: str) -> None:
     if why in _noticed:
         return
     _noticed.add(why)
-    warnings.warn(f"jit2triton: running the package in the Python runtime, which adds a few microseconds of Python "
-                  f"per plan step to every call (the C++ runtime adds none): {why}. Pass runtime='python' (or set "
+    warnings.warn(f"jit2triton: running the package in the Python runtime, the reference interpreter, which adds a "
+                  f"few microseconds of Python per plan step to every call and runs no CUDA graphs (the C++ runtime "
+                  f"adds none and runs them): {why}. Pass runtime='python' (or set "
                   "JIT2TRITON_RUNTIME=python) to choose it and silence this", stacklevel=4)
