@@ -55,4 +55,5 @@ def test_only_few_long_rows_are_split(monkeypatch):
     model = torch.jit.trace(Short().eval(), (x,))
     converted = convert_for(model, (x,), "cpp")
     kernels = [e for e in converted.manifest["nodes"] if e["category"] == "kernel"]
-    assert len(kernels) == 1 and [f["op"] for f in kernels[0]["fused"]] == ["aten::group_norm"]
+    # no partial sums: the norm's kernels (its statistics stored once per group: test_repeated_reductions.py)
+    assert kernels and all([f["op"] for f in k["fused"]] == ["aten::group_norm"] for k in kernels)

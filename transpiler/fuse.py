@@ -36,6 +36,8 @@ from .symbolic import SymSize
 
 __all__ = ["KERNEL_OP", "FusionFailed", "fuse"]
 RECOMPUTE_LIMIT = 3  # a value of this many fused nodes or more is stored once rather than recomputed per user
+REPEAT_LIMIT = 4  # a reduction a kernel would compute this many times over per result is stored once (CPU) ...
+REPEAT_EXTENT = 256  # ... when it reduces at least this many elements
 
 
 class FusionFailed(Exception):
@@ -164,6 +166,7 @@ class _Fuser:
         self.literals: dict[int, Any] = {}
         self.buffers: dict[str, Value] = {}  # buffer name -> the runtime value it is
         self.box_value: dict[int, Value] = {}  # box id -> the IR value it computes
+        self.reductions: dict[int, tuple[TensorBox, Node]] = {}  # a reduce's tag -> its box and the node it is of
         # (a tensor read for its shape only, expand_as's second, is no user: it is never recomputed for that read)
         self.users = Counter(v.id for n in graph.walk() for i, v in enumerate(n.inputs)
                              if not (v.type.is_tensor and i in lookup(n.op).size_args))
@@ -319,6 +322,7 @@ class _Fuser:
             self.forget_uncommitted()
             return False
         self.emit_carriers(out)
+        self.reductions.update((tag, (made, node)) for tag, made in ctx.reductions.items())
         if isinstance(result, ScatterBox):
             self.build_scatter(node, result, out)
             return True
@@ -400,6 +404,7 @@ class _Fuser:
         logical = tuple(K.var(f"i{d}", n) for d, n in enumerate(box.shape))
         value = box(list(logical))
         value = self.split_nested_reductions(value, box, logical, out)
+        value = self.store_repeated_reductions(value, box, logical, out)
         name = f"buf{v.id}"
         inputs = sorted(K.loads_in(value), key=lambda b: self.buffers[b].id)
         # Every value on the CPU; on CUDA only values whose layout the model's caller sees or asked for: there the
@@ -522,6 +527,29 @@ class _Fuser:
             value = box(list(ranges))
         return value
 
+    def store_repeated_reductions(self, value: K.KExpr, box: TensorBox, ranges, out: list[Node]) -> K.KExpr:
+        """A reduction whose result varies with a kernel dim only through a floor division (a group norm's statistics,
+        read for every channel of its group) would be computed again for each index that divides to the same result:
+        HDemucs' GroupNorm(4, 1536) + GLU kernel summed each group's 24,192 values for each of its 384 channels, 2.3x
+        slower than TorchScript on the CPU. Such a reduction is stored first, as its own kernel over its results (a
+        few numbers), and the kernel reads them. On the CPU (on CUDA, split_norms.py stores few-row norms' sums)."""
+        if self.device_type != "cpu":
+            return value
+        for _ in range(16):
+            culprit = next((r for r in K.reductions_in(value) if r.arg[2] in self.reductions
+                            and not self.reductions[r.arg[2]][0].realized and _repeats(r) >= REPEAT_LIMIT
+                            and _extent(r) >= REPEAT_EXTENT), None)
+            if culprit is None:
+                return value
+            made, node = self.reductions[culprit.arg[2]]
+            made.nodes = [node]  # (its kernel's provenance: the node whose lowering made it)
+            stored = Value(f"{self.box_value[box.id].name if box.id in self.box_value else 'r'}_r{made.id}",
+                           Type("Tensor", made.dtype, made.shape, self.device_type))
+            self.boxes[stored.id], self.box_value[made.id] = made, stored
+            self.build_kernel(stored, made, out)
+            value = box(list(ranges))
+        return value
+
     def value_holding(self, reduction: K.KExpr, box: TensorBox) -> Optional[Value]:
         """The earliest still-virtual IR value fused into `box` whose expression holds `reduction` (made inside a
         composite: softmax's row max, std's mean), so storing that value stores the reduction."""
@@ -539,6 +567,27 @@ class _Fuser:
     def kernel_buffer(self, name: str) -> K.KernelBuffer:
         box = self.boxes[self.buffers[name].id]
         return K.KernelBuffer(name, box.dtype, box.shape, box.strides, by_value=name in self.by_value)
+
+
+def _repeats(reduction: K.KExpr) -> float:
+    """How many times over a kernel computes `reduction` per distinct result: its free loop variables' sizes over
+    the values they reach it with, where a variable read only as `var // k` reaches it with size / k values."""
+    inside = K.nodes_in(reduction.args[0])
+    repeats = 1.0
+    for v in K.free_vars(reduction):
+        size = v.arg[1]
+        if type(size) is not int:
+            return 1.0
+        uses = [n for n in inside if any(a is v for a in n.args)]
+        divisors = [n.args[1].arg for n in uses if n.op == "index_div" and n.args[0] is v and n.args[1].op == "const"]
+        if uses and len(divisors) == len(uses) and all(type(k) is int and k > 0 for k in divisors):
+            repeats *= size / math.ceil(size / min(divisors))
+    return repeats
+
+
+def _extent(reduction: K.KExpr) -> int:
+    sizes = [v.arg[1] for v in reduction.arg[1]]
+    return math.prod(sizes) if all(type(n) is int for n in sizes) else 0
 
 
 def _has_reduction(box: TensorBox) -> bool:

@@ -22,6 +22,7 @@ def reduce_box(ctx: LowerContext, x: TensorBox, dims: Optional[Sequence[int]], k
     out_shape = tuple(1 if d in dims else n for d, n in enumerate(x.shape) if keepdim or d not in dims)
     value_dtype = "int64" if reduction in ("argmax", "argmin") else compute_dtype(dtype)
     box = make_box(out_shape, dtype, None, [x])
+    ctx.reductions[box.id] = box
 
     def fn(index):
         kept = iter(index)

@@ -118,6 +118,8 @@ class LowerContext:
     out_dtypes: list[str]
     out_shapes: list[tuple[int, ...]]
     device_type: str = "cpu"  # where the kernel runs: a lowering may choose its form by it
+    # the boxes a reduction made, by id (a reduce's tag): fusion may store one as its own kernel (fuse.py)
+    reductions: dict = field(default_factory=dict)
 
     @property
     def out_dtype(self) -> str:
