@@ -543,6 +543,7 @@ class _Fuser:
                 return value
             made, node = self.reductions[culprit.arg[2]]
             made.nodes = [node]  # (its kernel's provenance: the node whose lowering made it)
+            made.dtype = K.compute_dtype(made.dtype)  # stored as exact as it was computed: a half's stats in float32
             stored = Value(f"{self.box_value[box.id].name if box.id in self.box_value else 'r'}_r{made.id}",
                            Type("Tensor", made.dtype, made.shape, self.device_type))
             self.boxes[stored.id], self.box_value[made.id] = made, stored
