@@ -15,6 +15,7 @@ from .. import cpp_runtime
 from ..package import PackageContents, save_package
 from .build_manifest import set_cuda_graph
 
+WHAT = "one CUDA graph or step by step"  # the timed choice, as the report names it
 GRAPH_MARGIN = 0.97  # the graph stays unless the plan step by step takes under this share of its time...
 HOST_HEADROOM = 0.75  # ... and the host queues a step-by-step call in under this share of it (the GPU is the limit)
 
@@ -27,9 +28,8 @@ def choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.dev
     cost: there the plan runs step by step. Only with room to spare, though: a plan whose host work nearly fills
     the GPU's time becomes host-bound, and slower than the graph, as soon as the host is a little busier than it
     was while converting. Recorded in the manifest (and its report), so no runtime decides it."""
-    what = "one CUDA graph or step by step"
     if timing.fixed():  # the graph, as the plan's shape decided
-        timing.take_fixed(what, "graph", "graph")
+        timing.take_fixed(WHAT, "graph", "graph")
         return
     why = cpp_runtime.unavailable() or ("the package runs in the Python runtime, which has no CUDA graphs"
                                         if contents.manifest.get("runtime") == "python" else None)
@@ -44,7 +44,6 @@ def choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.dev
 
 def _time_and_choose(contents: PackageContents, path: str, inputs: list, target: torch.device,
                      say: Callable[[str], None]) -> None:
-    what = "one CUDA graph or step by step"
     calls = 8
     batch = lambda runtime: lambda: [runtime(*inputs) for _ in range(calls)]  # noqa: E731
     try:
@@ -64,13 +63,13 @@ def _time_and_choose(contents: PackageContents, path: str, inputs: list, target:
     if not graphed.uses_cuda_graph:
         return
     if not measured.steady:  # a busy host: the graph, as the plan's shape decided
-        timing.take_busy(what, "graph", "graph", measured)
+        timing.take_busy(WHAT, "graph", "graph", measured)
         say(f"CUDA graph: kept, the machine is too busy to time it (spread {measured.spread:.0%})")
         return
     use_graph = timed["steps"] >= GRAPH_MARGIN * timed["graph"] or timed["host"] >= HOST_HEADROOM * timed["steps"]
     timed_us = {k: round(v * 1e6, 1) for k, v in timed.items()}
     set_cuda_graph(contents, use_graph, timed_us)
-    timing.record(timing.Choice(what, "graph", "graph" if use_graph else "steps", GRAPH_MARGIN, timed_us,
+    timing.record(timing.Choice(WHAT, "graph", "graph" if use_graph else "steps", GRAPH_MARGIN, timed_us,
                                 **measured.steadiness()))
     say(f"CUDA graph: {timed['graph'] * 1e6:.0f} us a call, step by step {timed['steps'] * 1e6:.0f} us (the host "
         f"{timed['host'] * 1e6:.0f} us of it): " + ("one graph" if use_graph else "step by step"))
