@@ -25,11 +25,16 @@ from .policy import MAX_SLOTS, RECONVERT
 # the node table; a "count" is an integer from 0 to the field's `most`.
 TYPES = {"str": "a string", "int": "an integer", "bool": "true or false", "list": "a list", "object": "an object",
          "strs": "a list of strings", "count": "an integer", "slots": "a list of slots", "node": "a node",
-         "refs": "a list of references"}
+         "refs": "a list of references", "tag": "a TorchScript type"}
 # A "refs" item, a reference to a value: [kind, what], kind one of these ("s": a slot, "c": a literal, "w": a weight,
 # "wl": a list of weights, "p": a packed constant; transpiler/build_plan.py)
 REF_KINDS = ("s", "c", "w", "wl", "p")
 UPGRADE = "upgrade jit2triton (pip install -U jit2triton)"
+# A "tag", a TorchScript type as nested lists: ["List", ["Optional", ["Tensor"]]] (transpiler/build_plan.py's
+# _type_tag; literals.cpp's parse_type reads it). These kinds take exactly this many item types; any other kind's
+# items, if it has some, are tags too. A tag nests at most TAG_DEPTH deep.
+TAG_ARITY = {"Optional": 1, "List": 1, "Dict": 2}
+TAG_DEPTH = 32
 
 
 @dataclass(frozen=True)
@@ -127,6 +132,9 @@ STEP = Section("plan", (
     # (a string there read as a list of one-letter names in one runtime and as none in the other: mutation seed 602)
     Field("kwnames", "strs", False, (), "a call's keyword-only arguments, by name"),
     Field("args", "refs", False, (), "its argument references (a call's, a kernel's inputs, a region's reads)"),
+    # (a call building a list or dict types it so in the C++ runtime; a damaged one was refused there and ignored in
+    # Python: agreement sweep, damageable@646)
+    Field("type", "tag", False, None, "the TorchScript type of the container a call builds"),
 ))
 CPP = Section("manifest's cpp section", (  # (the C++ backend's)
     Field("isa", "str", doc="the instruction set its kernels were compiled for (x86-64-v3...)"),
@@ -261,7 +269,15 @@ _IS: dict[str, Callable[[Any, Field, int, int], bool]] = {
     "slots": lambda v, f, slots, nodes: isinstance(v, list) and all(_index(s, slots) for s in v),
     "node": lambda v, f, slots, nodes: _index(v, nodes),
     "refs": lambda v, f, slots, nodes: isinstance(v, list) and all(_is_ref(r, slots) for r in v),
+    "tag": lambda v, f, slots, nodes: _is_tag(v, 0),
 }
+
+
+def _is_tag(v: Any, depth: int) -> bool:
+    if not (isinstance(v, list) and v and isinstance(v[0], str)) or depth >= TAG_DEPTH:
+        return False
+    arity = TAG_ARITY.get(v[0])
+    return (arity is None or len(v) == arity + 1) and all(_is_tag(item, depth + 1) for item in v[1:])
 
 
 def _is_ref(r: Any, slots: Optional[int]) -> bool:
@@ -277,7 +293,7 @@ def _cpp_string(text: str) -> str:
 
 
 CPP_TYPES = {"str": "Str", "int": "Int", "bool": "Bool", "list": "List", "object": "Object", "strs": "Strs",
-             "count": "Count", "slots": "Slots", "node": "Node", "refs": "Refs"}
+             "count": "Count", "slots": "Slots", "node": "Node", "refs": "Refs", "tag": "Tag"}
 
 
 def _cpp_field(f: Field) -> str:
@@ -298,7 +314,7 @@ def _cpp_section(function: str, section: Section) -> list[str]:
 
 # The C++ twin of check_fields (above): what each type admits and what a refusal says.
 CPP_CHECK = """\
-enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs };
+enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs, Tag };
 
 inline const char* type_words(Type type) {
   static const char* words[] = {%(words)s};
@@ -336,6 +352,17 @@ inline bool is_ref(const json::Value& r, int64_t num_slots) {
   return num_slots < 0 ? r[1].kind == json::Value::Kind::Int : in_range(r[1], num_slots);
 }
 
+// A TorchScript type as nested lists (format.py's _is_tag): kinds in TAG_ARITY take exactly that many item types
+inline bool is_tag(const json::Value& v, int64_t depth) {
+  static const std::map<std::string, size_t> arity = {%(arity)s};
+  if (!v.is_array() || v.size() == 0 || !v[0].is_string() || depth >= %(depth)d) return false;
+  auto known = arity.find(v[0].as_string());
+  if (known != arity.end() && v.size() != known->second + 1) return false;
+  for (size_t i = 1; i < v.size(); ++i)
+    if (!is_tag(v[i], depth + 1)) return false;
+  return true;
+}
+
 inline bool all_of(const json::Value& v, bool (*test)(const json::Value&, int64_t), int64_t limit) {
   if (!v.is_array()) return false;
   for (const auto& item : v.items)
@@ -356,6 +383,7 @@ inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
     case Type::Slots: return all_of(v, in_range, limits.num_slots);
     case Type::Node: return in_range(v, limits.num_nodes);
     case Type::Refs: return all_of(v, is_ref, limits.num_slots);
+    case Type::Tag: return is_tag(v, 0);
   }
   return false;
 }
@@ -387,7 +415,8 @@ inline void check(const char* section, const std::vector<Field>& fields, const j
   }
 }
 """ % {"words": ", ".join(_cpp_string(TYPES[t]) for t in CPP_TYPES),
-       "ref_kinds": ", ".join(_cpp_string(k) for k in REF_KINDS)}
+       "ref_kinds": ", ".join(_cpp_string(k) for k in REF_KINDS),
+       "arity": ", ".join(f"{{{_cpp_string(k)}, {n}}}" for k, n in TAG_ARITY.items()), "depth": TAG_DEPTH}
 
 
 def cpp_header() -> str:
@@ -396,6 +425,7 @@ def cpp_header() -> str:
         "#pragma once",
         "",
         "#include <cstdint>",
+        "#include <map>",
         "#include <set>",
         "#include <string>",
         "#include <vector>",

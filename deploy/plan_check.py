@@ -21,6 +21,8 @@ from .sizes import is_dynamic, shape_function
 # state): op_facts.FORBIDDEN, which the C++ runtime refuses too (op_facts.h). An allowlist of every op models call
 # would refuse valid models with custom ops; these are refused by what they do.
 ARENA_ALIGN = 64
+# The container ops whose step records the type of what they build (the C++ runtime types the container by it)
+CONTAINERS = {"prim::ListConstruct": "List", "prim::DictConstruct": "Dict"}
 # Dims a dynamic layout is evaluated at to check it is dense: a damaged polynomial fails at these as at any size.
 SAMPLE_DIMS = (2, 3)
 
@@ -89,6 +91,9 @@ def _steps(steps: list, num_slots: int, num_nodes: int, table: dict[str, dict], 
                 f"the package's plan calls {step['op']}, which TorchScript runs only inside its interpreter (with the "
                 "graph node or the interpreter's stack it needs) and no runtime can call as a plan step; a converted "
                 "model never does, so the package was edited or is damaged: " + RECONVERT)
+        built = CONTAINERS.get(step.get("op")) if kind == "call" else None
+        if built and step.get("type") is not None and step["type"][0] != built:  # (the schema checked its form)
+            _bad(f"a step building a {built} records the type {step['type'][0]}")
         if kind == "kernel":
             _kernel_step(step, table.get(step["kernel"]), weights, dims)
         if kind in ("if", "loop"):

@@ -60,6 +60,8 @@ DAMAGE = {  # name: (edit, error, what the message says)
                                             r"signature is damaged \('inputs' is not a list\)"),
     "a_step_kind_from_the_future": (lambda m: m["plan"]["steps"][0].update(kind="teleport"),
                                     jit2triton.PackageVersionError, "a step of kind 'teleport'.*upgrade jit2triton"),
+    "a_step_type_that_is_no_type": (lambda m: m["plan"]["steps"][0].update(type=["Dict", ["str"]]),
+                                    jit2triton.CorruptPackageError, r"'type' is not a TorchScript type"),
     "a_freed_slot_past_the_end": (lambda m: m["plan"]["steps"][0].update(free=[10 ** 6]),
                                   jit2triton.CorruptPackageError, "a slot outside 0.."),
 }

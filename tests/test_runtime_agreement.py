@@ -3,7 +3,8 @@ manifests, structural edits) is refused by both, or runs in both with the same o
 refused, a user's package worked or failed by the runtime `load()` picked (2.9-5.5% of mutations did, issue 45):
 a `weights` index that was not an object, an integer past int64 that Python's JSON reader took, an input's name
 that was not a string, an input dropped from the signature (the plan's slot for it read as None), a freed slot
-passed to aten::Bool.Tensor (Python's `bool(None)` ran)."""
+passed to aten::Bool.Tensor (Python's `bool(None)` ran), a damaged type on a step building a dict (typed by it in
+C++, ignored in Python)."""
 from __future__ import annotations
 
 import pytest
@@ -15,10 +16,10 @@ from jit2triton.inputs import random_inputs
 
 import fuzz_packages
 from mutate_packages import mutate
-from package_tools import read_members
+from package_tools import read_members, rewrite_package
 
 SWEEP = 48  # mutations from seed 0 per package ...
-FOUND = (18, 82, 126, 135, 138, 142, 198, 235, 242, 274)  # ... and the seeds where the runtimes once disagreed
+FOUND = (18, 82, 126, 135, 138, 142, 198, 235, 242, 274, 646)  # ... and the seeds where the runtimes once disagreed
 
 
 def _outcome(path: str, runtime: str):
@@ -81,3 +82,27 @@ def test_the_runtimes_refuse_or_run_every_mutated_package_alike(name, tmp_path) 
         elif python == "ran" and (difference := _difference(out_cpp, out_python)):
             disagreements.append(f"seed {seed} ({what}): both ran, outputs differ at {difference}")
     assert not disagreements, f"{len(disagreements)} disagreements:\n" + "\n".join(disagreements)
+
+
+# The type a list- or dict-building step records (the C++ runtime types the container by it): the schema's form
+# (TAG_ARITY) and the op's kind, read alike; a well-formed one with other item types runs in both.
+TYPE_TAGS = [None, 5, [], [5], ["Tensor"], ["Dict"], ["Dict", ["str"]], ["Dict", 1, 2], ["Dict", ["str"], ["Tensor"], 7],
+             ["Tuple", ["str"], ["Tensor"]], ["List", ["Tensor"]], ["Optional", ["Dict", ["str"], ["Tensor"]]],
+             ["Dict", ["str", 3], ["Tensor"]], ["Dict", ["Optional"], ["Tensor"]], ["Dict", ["int"], ["Tensor"]],
+             ["Dict", ["str"], ["Any"]]]
+
+
+def test_a_container_steps_type_is_read_alike(tmp_path) -> None:
+    source = fuzz_packages.containers_package(tmp_path)
+    path, disagreements = str(tmp_path / "edited.j2t"), []
+    for tag in TYPE_TAGS:
+        for op in ("prim::DictConstruct", "prim::ListConstruct"):
+            def edit(manifest, op=op):
+                step = next(s for s in manifest["plan"]["steps"] if s.get("op") == op)
+                step["type"] = tag if op == "prim::DictConstruct" or not isinstance(tag, list) or not tag \
+                    else ["List" if tag[0] == "Dict" else tag[0], *tag[1:2]]
+            rewrite_package(source, path, edit_manifest=edit)
+            (python, out_python), (cpp, out_cpp) = _outcome(path, "python"), _outcome(path, "cpp")
+            if python != cpp or (python == "ran" and _difference(out_cpp, out_python)):
+                disagreements.append(f"{op} typed {tag}: python {python}, cpp {cpp}")
+    assert not disagreements, "\n".join(disagreements)

@@ -8,6 +8,7 @@
 #include "jit2triton/jit2triton.h"
 #include "literals.h"
 #include "plan_check.h"
+#include "policy.h"
 
 namespace jit2triton::host_ops {
 
@@ -45,13 +46,25 @@ IValue tensor_to_list(const at::Tensor& tensor, int64_t dim, int64_t elem) {
   return build(0, 0);
 }
 
+// The type of the container a ListConstruct / DictConstruct step builds ("List" / "Dict": `kind`), or null where the
+// step records none (the schema checked the type's form; plan_check.py checks its kind alike).
+c10::TypePtr container_type(const Value& s, const std::string& kind) {
+  const Value* t = s.find("type");
+  if (!t || t->is_null()) return nullptr;
+  if ((*t)[0].as_string() != kind)
+    throw Error(Error::Kind::CorruptPackage, "the package's plan is damaged (a step building a " + kind +
+                                                 " records the type " + (*t)[0].as_string() + "); " +
+                                                 policy::kReconvert);
+  return parse_type(*t);
+}
+
 }  // namespace
 
 std::function<void(Env&)> step(const std::string& op, const Value& s, const std::vector<Ref>& args,
                                const std::vector<int>& outs) {
   if (op == "prim::ListConstruct") {
     c10::TypePtr elem = c10::AnyType::get();
-    if (const auto* t = s.find("type")) elem = parse_type(*t)->containedTypes().at(0);
+    if (auto type = container_type(s, "List")) elem = type->containedTypes().at(0);
     int out = outs.at(0);
     return [args, elem, out](Env& env) {
       c10::impl::GenericList list(elem);
@@ -71,8 +84,7 @@ std::function<void(Env&)> step(const std::string& op, const Value& s, const std:
   }
   if (op == "prim::DictConstruct") {
     c10::TypePtr key = c10::AnyType::get(), value = c10::AnyType::get();
-    if (const auto* t = s.find("type")) {
-      auto dict = parse_type(*t);
+    if (auto dict = container_type(s, "Dict")) {
       key = dict->containedTypes().at(0);
       value = dict->containedTypes().at(1);
     }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -13,10 +14,10 @@
 
 namespace jit2triton::manifest_schema {
 
-enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs };
+enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs, Tag };
 
 inline const char* type_words(Type type) {
-  static const char* words[] = {"a string", "an integer", "true or false", "a list", "an object", "a list of strings", "an integer", "a list of slots", "a node", "a list of references"};
+  static const char* words[] = {"a string", "an integer", "true or false", "a list", "an object", "a list of strings", "an integer", "a list of slots", "a node", "a list of references", "a TorchScript type"};
   return words[static_cast<int>(type)];
 }
 
@@ -51,6 +52,17 @@ inline bool is_ref(const json::Value& r, int64_t num_slots) {
   return num_slots < 0 ? r[1].kind == json::Value::Kind::Int : in_range(r[1], num_slots);
 }
 
+// A TorchScript type as nested lists (format.py's _is_tag): kinds in TAG_ARITY take exactly that many item types
+inline bool is_tag(const json::Value& v, int64_t depth) {
+  static const std::map<std::string, size_t> arity = {{"Optional", 1}, {"List", 1}, {"Dict", 2}};
+  if (!v.is_array() || v.size() == 0 || !v[0].is_string() || depth >= 32) return false;
+  auto known = arity.find(v[0].as_string());
+  if (known != arity.end() && v.size() != known->second + 1) return false;
+  for (size_t i = 1; i < v.size(); ++i)
+    if (!is_tag(v[i], depth + 1)) return false;
+  return true;
+}
+
 inline bool all_of(const json::Value& v, bool (*test)(const json::Value&, int64_t), int64_t limit) {
   if (!v.is_array()) return false;
   for (const auto& item : v.items)
@@ -71,6 +83,7 @@ inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
     case Type::Slots: return all_of(v, in_range, limits.num_slots);
     case Type::Node: return in_range(v, limits.num_nodes);
     case Type::Refs: return all_of(v, is_ref, limits.num_slots);
+    case Type::Tag: return is_tag(v, 0);
   }
   return false;
 }
@@ -173,6 +186,7 @@ inline void check_step(const json::Value& value, const Limits& limits = {}) {
     {"free", Type::Slots, false, "", 0, {}, "", ""},
     {"kwnames", Type::Strs, false, "", 0, {}, "", ""},
     {"args", Type::Refs, false, "", 0, {}, "", ""},
+    {"type", Type::Tag, false, "", 0, {}, "", ""},
   };
   check("plan", fields, value, limits);
 }
