@@ -226,7 +226,9 @@ def written_fields(manifest: dict) -> dict:
 
 def check_fields(section: Section, value: Any, num_slots: int = 0, num_nodes: int = 0) -> None:
     """Refuse `value` (an object of `section`) unless each field is present where required, of its type, and known.
-    `num_slots`, `num_nodes`: what a slot or a node indexes."""
+    `num_slots`, `num_nodes`: what a slot or a node indexes. An optional field that is null is taken out of `value`:
+    absent, as the C++ reader takes it, so that a later `.get(name, default)` reads its default (a kernel's null
+    `sizes` was refused in Python and ran in C++: agreement sweep, containers@1870)."""
     if not isinstance(value, dict):
         _refuse(section, "not an object")
     for f in section.fields:
@@ -234,6 +236,7 @@ def check_fields(section: Section, value: Any, num_slots: int = 0, num_nodes: in
         if item is None:
             if f.required:
                 _refuse(section, f.damaged or f"no {f.name!r}")
+            value.pop(f.name, None)
             continue
         if not _IS[f.type](item, f, num_slots, num_nodes):
             slot = f.type == "slots" or (f.type == "refs" and all(_is_ref(r, None) for r in item))

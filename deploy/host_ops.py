@@ -26,6 +26,18 @@ def _set_item(container, key, value):
     return container
 
 
+# The keys a TorchScript dict hashes (c10's IValue::hash; a bool is an int): another, such as None, is refused there
+DICT_KEYS = (str, int, float, complex, torch.Tensor)
+
+
+def _dict_construct(*kv: Any) -> dict:
+    keys = kv[::2]
+    for key in keys:
+        if not isinstance(key, DICT_KEYS):
+            raise TypeError(f"a dict key is a str, int, float, bool, complex or Tensor, not {type(key).__name__}")
+    return dict(zip(keys, kv[1::2]))
+
+
 def _insert(items: list, index: int, item: Any) -> None:
     items.insert(index, item)
 
@@ -158,7 +170,7 @@ HOST_OPS: dict[str, Callable] = {
     "prim::TupleConstruct": lambda *items: tuple(items),
     "prim::TupleUnpack": lambda items: items,
     "prim::TupleIndex": operator.getitem,
-    "prim::DictConstruct": lambda *kv: dict(zip(kv[::2], kv[1::2])),
+    "prim::DictConstruct": _dict_construct,
     "prim::unchecked_cast": lambda x: x,
     "prim::Uninitialized": lambda: None,
     "prim::RaiseException": _raise,
