@@ -21,11 +21,13 @@ from jit2triton.errors import CorruptPackageError, PackageVersionError
 
 from .policy import MAX_SLOTS, RECONVERT
 
+MAX_BYTES = 1 << 62  # a byte count or offset past this is damage (and would overflow a reader's arithmetic)
+
 # A field's type, and how a message names it. "slots" are integers indexing the plan's slots, a "node" one indexing
 # the node table; a "count" is an integer from 0 to the field's `most`.
 TYPES = {"str": "a string", "int": "an integer", "bool": "true or false", "list": "a list", "object": "an object",
          "strs": "a list of strings", "count": "an integer", "slots": "a list of slots", "node": "a node",
-         "refs": "a list of references", "tag": "a TorchScript type"}
+         "refs": "a list of references", "tag": "a TorchScript type", "sizes": "a list of sizes"}
 # A "refs" item, a reference to a value: [kind, what], kind one of these ("s": a slot, "c": a literal, "w": a weight,
 # "wl": a list of weights, "p": a packed constant; transpiler/build_plan.py)
 REF_KINDS = ("s", "c", "w", "wl", "p")
@@ -144,6 +146,15 @@ BLOCK = Section("plan", (  # an if's branch, a loop's body
     Field("steps", "list"),
     Field("outputs", "refs", doc="a reference per output"),
 ))
+# A weights index entry (a weight's place in weights.bin; deploy/package.py writes it, both runtimes' weight readers
+# check each entry so). (A bool offset read as an integer in C++ and was refused in Python: sweep damageable@3630.)
+WEIGHT = Section("weights index", (
+    Field("dtype", "str", doc="its dtype's name, one of policy.DTYPES"),
+    Field("shape", "sizes", doc="its sizes"),
+    Field("offset", "count", most=MAX_BYTES, doc="where its bytes start in weights.bin"),
+    Field("nbytes", "count", most=MAX_BYTES, doc="how many"),
+    Field("memory_order", "sizes", False, None, "its dims outermost first, when not row-major"),
+))
 KERNEL = Section("manifest", (
     Field("name", "str"),
     Field("num_buffers", "int", doc="how many buffers a step passes it: its inputs, then its outputs"),
@@ -187,9 +198,6 @@ DECLARED: dict[str, dict[str, str]] = {
     "a state entry": {
         "value": "the attribute's initial value, a literal", "weight": "the attribute's initial tensor, a weight",
         "written": "whether forward assigns it", "compared": "whether verification compares it"},
-    "a weights index entry": {
-        "offset": "where its bytes start in weights.bin", "nbytes": "how many", "shape": "its sizes",
-        "dtype": "its dtype", "memory_order": "its dims outermost first, when not row-major"},
     "the arena": {"bytes": "the one buffer's size"},
     "a packed constant": {"op": "the packing op", "args": "its arguments", "engine": "the quantized engine"},
 }
@@ -273,6 +281,7 @@ _IS: dict[str, Callable[[Any, Field, int, int], bool]] = {
     "node": lambda v, f, slots, nodes: _index(v, nodes),
     "refs": lambda v, f, slots, nodes: isinstance(v, list) and all(_is_ref(r, slots) for r in v),
     "tag": lambda v, f, slots, nodes: _is_tag(v, 0),
+    "sizes": lambda v, f, slots, nodes: isinstance(v, list) and all(type(d) is int and d >= 0 for d in v),
 }
 
 
@@ -296,7 +305,8 @@ def _cpp_string(text: str) -> str:
 
 
 CPP_TYPES = {"str": "Str", "int": "Int", "bool": "Bool", "list": "List", "object": "Object", "strs": "Strs",
-             "count": "Count", "slots": "Slots", "node": "Node", "refs": "Refs", "tag": "Tag"}
+             "count": "Count", "slots": "Slots", "node": "Node", "refs": "Refs", "tag": "Tag",
+             "sizes": "Sizes"}
 
 
 def _cpp_field(f: Field) -> str:
@@ -317,7 +327,7 @@ def _cpp_section(function: str, section: Section) -> list[str]:
 
 # The C++ twin of check_fields (above): what each type admits and what a refusal says.
 CPP_CHECK = """\
-enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs, Tag };
+enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs, Tag, Sizes };
 
 inline const char* type_words(Type type) {
   static const char* words[] = {%(words)s};
@@ -375,6 +385,7 @@ inline bool all_of(const json::Value& v, bool (*test)(const json::Value&, int64_
 
 inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
   auto is_string = [](const json::Value& x, int64_t) { return x.is_string(); };
+  auto is_size = [](const json::Value& x, int64_t) { return x.kind == json::Value::Kind::Int && x.integer >= 0; };
   switch (f.type) {
     case Type::Str: return v.is_string();
     case Type::Int: return v.kind == json::Value::Kind::Int;
@@ -387,6 +398,7 @@ inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
     case Type::Node: return in_range(v, limits.num_nodes);
     case Type::Refs: return all_of(v, is_ref, limits.num_slots);
     case Type::Tag: return is_tag(v, 0);
+    case Type::Sizes: return all_of(v, is_size, 0);
   }
   return false;
 }
@@ -445,7 +457,7 @@ def cpp_header() -> str:
     for function, section in (("check_manifest", MANIFEST), ("check_producer", PRODUCER),
                               ("check_signature", SIGNATURE), ("check_signature_input", SIGNATURE_INPUT),
                               ("check_plan", PLAN), ("check_step", STEP), ("check_block", BLOCK),
-                              ("check_kernel", KERNEL), ("check_cpp", CPP)):
+                              ("check_kernel", KERNEL), ("check_cpp", CPP), ("check_weight", WEIGHT)):
         lines += _cpp_section(function, section)
     lines += [
         "// The manifest, its producer, signature, plan and kernel index, as read_manifest checks them in Python.",

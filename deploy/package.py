@@ -37,7 +37,7 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, PackageError, PackageVersionError, WriteError
 
-from .format import read_manifest, written_fields
+from .format import WEIGHT, check_fields, read_manifest, written_fields
 from .literals import decode, encode, map_manifest_plans
 from .policy import DTYPES, FORMAT, FORMAT_VERSION, RECONVERT, REQUIRED_MEMBERS, SIGNATURE_MEMBER, message
 from .signing import KeyPaths, check_signature, sign, trusted_key_paths
@@ -407,6 +407,7 @@ def _unpack_weights(index: dict, blob) -> dict[str, torch.Tensor]:
     buffer = blob if not blob.readonly else bytearray(blob)
     weights = {}
     for name, entry in index.items():
+        check_fields(WEIGHT, entry)
         if entry.get("dtype") not in DTYPES:
             raise CorruptPackageError(message("unknown_dtype", name=repr(name), dtype=repr(entry.get("dtype"))))
         dtype = getattr(torch, entry["dtype"])

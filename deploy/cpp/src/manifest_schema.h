@@ -14,10 +14,10 @@
 
 namespace jit2triton::manifest_schema {
 
-enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs, Tag };
+enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs, Tag, Sizes };
 
 inline const char* type_words(Type type) {
-  static const char* words[] = {"a string", "an integer", "true or false", "a list", "an object", "a list of strings", "an integer", "a list of slots", "a node", "a list of references", "a TorchScript type"};
+  static const char* words[] = {"a string", "an integer", "true or false", "a list", "an object", "a list of strings", "an integer", "a list of slots", "a node", "a list of references", "a TorchScript type", "a list of sizes"};
   return words[static_cast<int>(type)];
 }
 
@@ -72,6 +72,7 @@ inline bool all_of(const json::Value& v, bool (*test)(const json::Value&, int64_
 
 inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
   auto is_string = [](const json::Value& x, int64_t) { return x.is_string(); };
+  auto is_size = [](const json::Value& x, int64_t) { return x.kind == json::Value::Kind::Int && x.integer >= 0; };
   switch (f.type) {
     case Type::Str: return v.is_string();
     case Type::Int: return v.kind == json::Value::Kind::Int;
@@ -84,6 +85,7 @@ inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
     case Type::Node: return in_range(v, limits.num_nodes);
     case Type::Refs: return all_of(v, is_ref, limits.num_slots);
     case Type::Tag: return is_tag(v, 0);
+    case Type::Sizes: return all_of(v, is_size, 0);
   }
   return false;
 }
@@ -214,6 +216,17 @@ inline void check_cpp(const json::Value& value, const Limits& limits = {}) {
     {"isa", Type::Str, true, "", 0, {}, "", ""},
   };
   check("manifest's cpp section", fields, value, limits);
+}
+
+inline void check_weight(const json::Value& value, const Limits& limits = {}) {
+  static const std::vector<Field> fields = {
+    {"dtype", Type::Str, true, "", 0, {}, "", ""},
+    {"shape", Type::Sizes, true, "", 0, {}, "", ""},
+    {"offset", Type::Count, true, "", 4611686018427387904, {}, "", ""},
+    {"nbytes", Type::Count, true, "", 4611686018427387904, {}, "", ""},
+    {"memory_order", Type::Sizes, false, "", 0, {}, "", ""},
+  };
+  check("weights index", fields, value, limits);
 }
 
 // The manifest, its producer, signature, plan and kernel index, as read_manifest checks them in Python.

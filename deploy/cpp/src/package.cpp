@@ -16,6 +16,7 @@
 #include <set>
 
 #include "jit2triton/jit2triton.h"
+#include "manifest_schema.h"
 #include "policy.h"
 #include "sha256.h"
 #include "signing.h"
@@ -205,6 +206,7 @@ std::map<std::string, at::Tensor> unpack_weights(const Package& pkg) {
   std::map<std::string, at::Tensor> weights;
   auto keep = pkg.file;  // every weight holds the mapping alive
   for (const auto& [name, entry] : pkg.manifest.at("weights").members) {
+    manifest_schema::check_weight(entry);
     const std::string& dtype_name = entry.at("dtype").as_string();
     if (!policy::dtypes().count(dtype_name))
       throw Error(Error::Kind::CorruptPackage, message::unknown_dtype(repr(name), repr(dtype_name)));
