@@ -90,6 +90,8 @@ def _input_check(meta: dict) -> Callable[[list, list], None]:
     input changed). Static shapes are compared as built tuples; dynamic ones evaluated at the call's sizes."""
     expected = []
     for dtype, shape, strides in meta.get("inputs", ()):
+        if len(shape) != len(strides):  # (else the comparison below stops at the shorter: cpu_kernels.cpp refuses it)
+            raise CorruptPackageError("the package's kernel index is damaged (an input's strides); " + RECONVERT)
         shape_at = [positional_size_function(n, meta.get("sizes", [])) for n in shape]
         strides_at = [positional_size_function(n, meta.get("sizes", [])) for n in strides]
         static = not (is_dynamic(shape) or is_dynamic(strides))

@@ -299,7 +299,7 @@ def _contents(path: str, members: dict[str, memoryview]) -> PackageContents:
         raise CorruptPackageError(message("unknown_format", path=repr(path), version=FORMAT_VERSION))
     read_manifest(manifest)  # each field present where required, of its type, known (deploy/format.py)
     try:
-        weights = _unpack_weights(manifest.pop("weights") or {}, members.pop("weights.bin"))  # (null: none)
+        weights = _unpack_weights(manifest.pop("weights", None) or {}, members.pop("weights.bin"))  # (null: none)
         manifest = map_manifest_plans(manifest, decode)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as err:  # a field missing or mistyped
         raise CorruptPackageError(f"{path!r}: the manifest is damaged "
