@@ -53,26 +53,34 @@ def decode(data: Any) -> Any:
 
 def map_plan_literals(plan: dict, fn: Callable[[Any], Any]) -> dict:
     """A copy of `plan` with every ["c", literal] reference's literal passed through `fn` (the packed constants'
-    arguments included)."""
-    def ref(r: list) -> list:
-        return ["c", fn(r[1])] if r[0] == "c" else r
+    arguments included). It runs before the plan's checks, so it changes nothing else: a damaged list (an object or
+    a string where the plan holds a list) raises TypeError rather than being read as another list (steps that were
+    an object ran as none: agreement sweep, small@7214), and a damaged reference is left for the checks to refuse."""
+    def ref(r: Any) -> Any:
+        return ["c", fn(r[1])] if isinstance(r, list) and len(r) == 2 and r[0] == "c" else r
 
     def block(b: dict) -> dict:
-        out = dict(b, steps=[step(s) for s in b["steps"]], outputs=[ref(r) for r in b["outputs"]])
-        return out
+        return dict(b, steps=[step(s) for s in _list(b["steps"])], outputs=[ref(r) for r in _list(b["outputs"])])
 
     def step(s: dict) -> dict:
-        out = dict(s, args=[ref(r) for r in s["args"]])
+        out = dict(s, args=[ref(r) for r in _list(s.get("args", []))])
         if "blocks" in s:
-            out["blocks"] = [block(b) for b in s["blocks"]]
+            out["blocks"] = [block(b) for b in _list(s["blocks"])]
         if "steps" in s:  # a CUDA graph region (deploy/packaging/graph_regions.py) holds its steps
-            out["steps"] = [step(inner) for inner in s["steps"]]
+            out["steps"] = [step(inner) for inner in _list(s["steps"])]
         return out
 
-    mapped = dict(plan, steps=[step(s) for s in plan["steps"]], outputs=[ref(r) for r in plan["outputs"]])
+    mapped = dict(plan, steps=[step(s) for s in _list(plan["steps"])],
+                  outputs=[ref(r) for r in _list(plan["outputs"])])
     if "packed" in plan:
-        mapped["packed"] = [dict(p, args=[ref(r) for r in p["args"]]) for p in plan["packed"]]
+        mapped["packed"] = [dict(p, args=[ref(r) for r in _list(p["args"])]) for p in _list(plan["packed"])]
     return mapped
+
+
+def _list(value: Any) -> list:
+    if not isinstance(value, list):
+        raise TypeError(f"a plan's list is {type(value).__name__}")
+    return value
 
 
 def map_manifest_plans(manifest: dict, fn: Callable[[Any], Any]) -> dict:

@@ -299,7 +299,10 @@ def _contents(path: str, members: dict[str, memoryview]) -> PackageContents:
         raise CorruptPackageError(message("unknown_format", path=repr(path), version=FORMAT_VERSION))
     read_manifest(manifest)  # each field present where required, of its type, known (deploy/format.py)
     try:
-        weights = _unpack_weights(manifest.pop("weights", None) or {}, members.pop("weights.bin"))  # (null: none)
+        index = manifest.pop("weights", None)
+        if not isinstance(index, dict):  # (a package file holds one, {} where it has no weights)
+            raise CorruptPackageError(message("no_weights_index"))
+        weights = _unpack_weights(index, members.pop("weights.bin"))
         manifest = map_manifest_plans(manifest, decode)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as err:  # a field missing or mistyped
         raise CorruptPackageError(f"{path!r}: the manifest is damaged "

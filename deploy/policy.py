@@ -89,6 +89,7 @@ MESSAGES = {
                     "jit2triton (pip install -U jit2triton)",
     "unknown_format": "{path} names a package format no jit2triton wrote (this one reads format {version}); the "
                       "package is corrupted: " + RECONVERT,
+    "no_weights_index": "the package's manifest is damaged (its weights index is not an object); " + RECONVERT,
     "unknown_dtype": "weight {name} has dtype {dtype}, which no jit2triton writes; the package is corrupted",
     "weight_outside": "weight {name} lies outside weights.bin; the package is corrupted",
     "weight_shape": "weight {name}'s shape does not match its bytes; the package is corrupted",

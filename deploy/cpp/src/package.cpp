@@ -205,7 +205,10 @@ std::map<std::string, at::Tensor> unpack_weights(const Package& pkg) {
   std::string_view blob = pkg.member("weights.bin");
   std::map<std::string, at::Tensor> weights;
   auto keep = pkg.file;  // every weight holds the mapping alive
-  for (const auto& [name, entry] : pkg.manifest.at("weights").members) {
+  const json::Value* index = pkg.manifest.find("weights");
+  if (!index || !index->is_object())  // (a package file holds one, {} where it has no weights)
+    throw Error(Error::Kind::CorruptPackage, message::no_weights_index());
+  for (const auto& [name, entry] : index->members) {
     manifest_schema::check_weight(entry);
     const std::string& dtype_name = entry.at("dtype").as_string();
     if (!policy::dtypes().count(dtype_name))

@@ -92,6 +92,7 @@ inline std::string manifest_unreadable(const std::string& path) { return path + 
 inline std::string not_a_package(const std::string& path) { return path + std::string(" is a torch archive but not a jit2triton package"); }
 inline std::string newer_format(const std::string& path, const std::string& found, const std::string& version) { return path + std::string(" uses package format ") + found + std::string(", newer than this jit2triton reads (") + version + std::string("); upgrade jit2triton (pip install -U jit2triton)"); }
 inline std::string unknown_format(const std::string& path, const std::string& version) { return path + std::string(" names a package format no jit2triton wrote (this one reads format ") + version + std::string("); the package is corrupted: re-run `jit2triton convert`"); }
+inline std::string no_weights_index() { return std::string("the package's manifest is damaged (its weights index is not an object); re-run `jit2triton convert`"); }
 inline std::string unknown_dtype(const std::string& name, const std::string& dtype) { return std::string("weight ") + name + std::string(" has dtype ") + dtype + std::string(", which no jit2triton writes; the package is corrupted"); }
 inline std::string weight_outside(const std::string& name) { return std::string("weight ") + name + std::string(" lies outside weights.bin; the package is corrupted"); }
 inline std::string weight_shape(const std::string& name) { return std::string("weight ") + name + std::string("'s shape does not match its bytes; the package is corrupted"); }
