@@ -348,7 +348,7 @@ def _serve(read_fd: int, write_fd: int) -> None:
             continue
         started = time.perf_counter()
         try:
-            with torch.jit.optimized_execution(False):
+            with torch.no_grad(), torch.jit.optimized_execution(False):  # (as the parent runs it: conversion.py)
                 for call in message[1]:
                     _run_where_the_weights_are(model, _from_cpu(call))
                 if torch.cuda.is_initialized():  # a device-side assert surfaces at the next synchronisation: here,
