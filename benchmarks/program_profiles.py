@@ -74,6 +74,10 @@ def traced(fn, inputs, reset, calls: int, device: str) -> dict:
             entry = aten[event.name]
             entry[0] += 1
             entry[1] += event.cpu_time_total
+    # on the CPU, where the time goes: each op's own time (an op inside another counts in that one's total only),
+    # µs per call; the package's generated kernels run outside any op and are not in it
+    self_cpu = sorted(((e.key, e.count / calls, e.self_cpu_time_total / calls) for e in prof.key_averages()),
+                      key=lambda row: -row[2])[:12] if device == "cpu" else []
     launches = sum(n for n, _ in kernels.values())
     gpu = sum(t for _, t in kernels.values())
     top = sorted(kernels.items(), key=lambda kv: -kv[1][1])[:12]
@@ -82,7 +86,8 @@ def traced(fn, inputs, reset, calls: int, device: str) -> dict:
             "syncs": {k: v / calls for k, v in syncs.items()},
             "top_kernels": [(name, n / calls, round(t / calls, 1)) for name, (n, t) in top],
             "aten_calls": [(name, n / calls, round(t / calls, 1)) for name, (n, t) in top_aten],
-            "copies": [(name, n / calls) for name, n in copies.most_common(12)]}
+            "copies": [(name, n / calls) for name, n in copies.most_common(12)],
+            "self_cpu": [(name, n, round(us, 1)) for name, n, us in self_cpu]}
 
 
 def census(plan: dict) -> list:
@@ -148,6 +153,8 @@ def show(row: dict) -> None:
             print(f"      {us:8.1f} µs  {n:5.1f}x  {kname}")
         print("    aten calls: " + ", ".join(f"{n.replace('aten::', '')} {c:.0f}" for n, c, _ in t["aten_calls"]))
         print("    copies by outermost op: " + ", ".join(f"{n} {c:.0f}" for n, c in t["copies"]))
+        if t.get("self_cpu"):
+            print("    own CPU time per call: " + ", ".join(f"{n} {us / 1000:.2f} ms ({c:.0f})" for n, c, us in t["self_cpu"]))
     if "census" in row:
         print("  plan steps by op (each step once, loops not unrolled): " +
               ", ".join(f"{op} {n}" for op, n in row["census"][:25]))

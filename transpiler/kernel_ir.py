@@ -284,6 +284,24 @@ def bounds(x: KExpr) -> tuple[float, float]:
         result = (a0 // k1 if k1 != math.inf else 0, a1 // k0 if a1 != math.inf else math.inf)
     elif x.op == "index_mod":
         result = (0, bounds(x.args[1])[1] - 1)
+    # the pointwise ops a lowering writes index math with (a pad's borders: lower_padding.py): with their bounds, a
+    # view's division and modulo of such an index fold away (the rules below)
+    elif x.op == "sub":
+        (a0, a1), (b0, b1) = bounds(x.args[0]), bounds(x.args[1])
+        result = (a0 - b1, a1 - b0)
+    elif x.op == "neg":
+        a0, a1 = bounds(x.args[0])
+        result = (-a1, -a0)
+    elif x.op == "abs":
+        a0, a1 = bounds(x.args[0])
+        result = (0 if a0 <= 0 <= a1 else min(abs(a0), abs(a1)), max(abs(a0), abs(a1)))
+    elif x.op in ("minimum", "maximum"):
+        (a0, a1), (b0, b1) = bounds(x.args[0]), bounds(x.args[1])
+        pick = min if x.op == "minimum" else max
+        result = (pick(a0, b0), pick(a1, b1))
+    elif x.op == "where":
+        (a0, a1), (b0, b1) = bounds(x.args[1]), bounds(x.args[2])
+        result = (min(a0, b0), max(a1, b1))
     else:
         result = (-math.inf, math.inf)
     _bounds[id(x)] = result
