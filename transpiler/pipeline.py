@@ -51,6 +51,7 @@ from .build_plan import Plan, build_plan
 from .channels_last import channels_last
 from .plan_arena import plan_arena
 from .precision import PrecisionPlan, cast_floats, reduce_precision
+from .complex_magnitude import complex_magnitude
 from .split_conv_bias import split_conv_bias
 from .split_norms import split_norms
 from .unpack_splits import unpack_splits
@@ -386,6 +387,7 @@ PASSES: list[Pass] = [
     Pass("fuse_attention", lambda g, c: fuse_attention(g), "rewrite", optional=True),  # softmax attention: one call
     Pass("decompose_mha", lambda g, c: decompose_mha(g), "rewrite", optional=True),  # MHA fast path: linear + SDPA
     Pass("functionalize", lambda g, c: functionalize(g), "rewrite", optional=True),  # unseen in-place writes
+    Pass("complex_magnitude", lambda g, c: complex_magnitude(g), "rewrite", optional=True),  # |z| in a kernel
     Pass("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type), "rewrite", optional=True,
          devices=("cuda",)),  # the bias fuses after the convolution
     Pass("split_norms", lambda g, c: split_norms(g, c.device.type), "rewrite", optional=True),  # CUDA: few huge rows
