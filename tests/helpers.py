@@ -143,6 +143,17 @@ def assert_close_on_gpu(actual: Any, expected: Any, where: str) -> None:
     if not isinstance(expected, torch.Tensor) or not expected.is_floating_point():
         return assert_same(actual, expected, where)
     assert actual.shape == expected.shape and actual.dtype == expected.dtype, where
+    # infinities and NaNs where TorchScript has them, and the error measured over the finite rest (an inf in the scale
+    # made every error NaN)
+    actual, expected = actual.cpu(), expected.cpu()
+    assert torch.equal(torch.isnan(actual), torch.isnan(expected)), f"{where}: NaN at other places"
+    inf = torch.isinf(expected)
+    assert torch.equal(torch.isinf(actual), inf) and torch.equal(actual[inf], expected[inf]), \
+        f"{where}: infinities at other places"
+    finite = torch.isfinite(expected)
+    if not finite.any():
+        return
+    actual, expected = actual[finite], expected[finite]
     scale = expected.abs().max().clamp_min(1e-6)
     error = ((actual - expected).abs().max() / scale).item()
     assert error < 1e-3, f"{where}: max error {error:.3g} of the output's scale"
