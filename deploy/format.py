@@ -27,7 +27,8 @@ MAX_BYTES = 1 << 62  # a byte count or offset past this is damage (and would ove
 # the node table; a "count" is an integer from 0 to the field's `most`.
 TYPES = {"str": "a string", "int": "an integer", "bool": "true or false", "list": "a list", "object": "an object",
          "strs": "a list of strings", "count": "an integer", "slots": "a list of slots", "node": "a node",
-         "refs": "a list of references", "tag": "a TorchScript type", "sizes": "a list of sizes"}
+         "refs": "a list of references", "tag": "a TorchScript type", "sizes": "a list of sizes",
+         "shape": "a list of sizes and dim names"}
 # A "refs" item, a reference to a value: [kind, what], kind one of these ("s": a slot, "c": a literal, "w": a weight,
 # "wl": a list of weights, "p": a packed constant; transpiler/build_plan.py)
 REF_KINDS = ("s", "c", "w", "wl", "p")
@@ -113,6 +114,9 @@ SIGNATURE = Section("signature", (
 SIGNATURE_INPUT = Section("signature", (
     Field("name", "str", doc="the input's name, as the model's forward takes it"),
     Field("type", "str", doc="its TorchScript type: Tensor, int, float, bool, a container..."),
+    # (a shape that was a number loaded in C++, which then refused every call, and was refused at load in Python:
+    # sweep small@13682)
+    Field("shape", "shape", False, None, "a tensor's sizes, each a number or a dynamic dim's name"),
 ))
 PLAN = Section("plan", (
     Field("num_slots", "count", most=MAX_SLOTS, damaged="num_slots"),
@@ -133,7 +137,9 @@ STEP = Section("plan", (
     Field("free", "slots", False, ()),
     # (a string there read as a list of one-letter names in one runtime and as none in the other: mutation seed 602)
     Field("kwnames", "strs", False, (), "a call's keyword-only arguments, by name"),
-    Field("args", "refs", False, (), "its argument references (a call's, a kernel's inputs, a region's reads)"),
+    # (required: every step kind has them, and the C++ runtime reads them; optional here, a step without them ran in
+    # Python and was refused in C++: sweep damageable@15682)
+    Field("args", "refs", doc="its argument references (a call's, a kernel's inputs, a region's reads)"),
     # (a call building a list or dict types it so in the C++ runtime; a damaged one was refused there and ignored in
     # Python: agreement sweep, damageable@646)
     Field("type", "tag", False, None, "the TorchScript type of the container a call builds"),
@@ -282,6 +288,8 @@ _IS: dict[str, Callable[[Any, Field, int, int], bool]] = {
     "refs": lambda v, f, slots, nodes: isinstance(v, list) and all(_is_ref(r, slots) for r in v),
     "tag": lambda v, f, slots, nodes: _is_tag(v, 0),
     "sizes": lambda v, f, slots, nodes: isinstance(v, list) and all(type(d) is int and d >= 0 for d in v),
+    "shape": lambda v, f, slots, nodes: isinstance(v, list) and all(isinstance(d, str) or (type(d) is int and d >= 0)
+                                                                    for d in v),
 }
 
 
@@ -306,7 +314,7 @@ def _cpp_string(text: str) -> str:
 
 CPP_TYPES = {"str": "Str", "int": "Int", "bool": "Bool", "list": "List", "object": "Object", "strs": "Strs",
              "count": "Count", "slots": "Slots", "node": "Node", "refs": "Refs", "tag": "Tag",
-             "sizes": "Sizes"}
+             "sizes": "Sizes", "shape": "Shape"}
 
 
 def _cpp_field(f: Field) -> str:
@@ -327,7 +335,7 @@ def _cpp_section(function: str, section: Section) -> list[str]:
 
 # The C++ twin of check_fields (above): what each type admits and what a refusal says.
 CPP_CHECK = """\
-enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs, Tag, Sizes };
+enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs, Tag, Sizes, Shape };
 
 inline const char* type_words(Type type) {
   static const char* words[] = {%(words)s};
@@ -386,6 +394,9 @@ inline bool all_of(const json::Value& v, bool (*test)(const json::Value&, int64_
 inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
   auto is_string = [](const json::Value& x, int64_t) { return x.is_string(); };
   auto is_size = [](const json::Value& x, int64_t) { return x.kind == json::Value::Kind::Int && x.integer >= 0; };
+  auto is_dim = [](const json::Value& x, int64_t) {  // a size, or a dynamic dim's name
+    return x.is_string() || (x.kind == json::Value::Kind::Int && x.integer >= 0);
+  };
   switch (f.type) {
     case Type::Str: return v.is_string();
     case Type::Int: return v.kind == json::Value::Kind::Int;
@@ -399,6 +410,7 @@ inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
     case Type::Refs: return all_of(v, is_ref, limits.num_slots);
     case Type::Tag: return is_tag(v, 0);
     case Type::Sizes: return all_of(v, is_size, 0);
+    case Type::Shape: return all_of(v, is_dim, 0);
   }
   return false;
 }

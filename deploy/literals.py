@@ -63,7 +63,7 @@ def map_plan_literals(plan: dict, fn: Callable[[Any], Any]) -> dict:
         return dict(b, steps=[step(s) for s in _list(b["steps"])], outputs=[ref(r) for r in _list(b["outputs"])])
 
     def step(s: dict) -> dict:
-        out = dict(s, args=[ref(r) for r in _list(s.get("args", []))])
+        out = dict(s, args=[ref(r) for r in _list(s["args"])])
         if "blocks" in s:
             out["blocks"] = [block(b) for b in _list(s["blocks"])]
         if "steps" in s:  # a CUDA graph region (deploy/packaging/graph_regions.py) holds its steps

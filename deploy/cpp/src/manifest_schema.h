@@ -14,10 +14,10 @@
 
 namespace jit2triton::manifest_schema {
 
-enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs, Tag, Sizes };
+enum class Type { Str, Int, Bool, List, Object, Strs, Count, Slots, Node, Refs, Tag, Sizes, Shape };
 
 inline const char* type_words(Type type) {
-  static const char* words[] = {"a string", "an integer", "true or false", "a list", "an object", "a list of strings", "an integer", "a list of slots", "a node", "a list of references", "a TorchScript type", "a list of sizes"};
+  static const char* words[] = {"a string", "an integer", "true or false", "a list", "an object", "a list of strings", "an integer", "a list of slots", "a node", "a list of references", "a TorchScript type", "a list of sizes", "a list of sizes and dim names"};
   return words[static_cast<int>(type)];
 }
 
@@ -73,6 +73,9 @@ inline bool all_of(const json::Value& v, bool (*test)(const json::Value&, int64_
 inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
   auto is_string = [](const json::Value& x, int64_t) { return x.is_string(); };
   auto is_size = [](const json::Value& x, int64_t) { return x.kind == json::Value::Kind::Int && x.integer >= 0; };
+  auto is_dim = [](const json::Value& x, int64_t) {  // a size, or a dynamic dim's name
+    return x.is_string() || (x.kind == json::Value::Kind::Int && x.integer >= 0);
+  };
   switch (f.type) {
     case Type::Str: return v.is_string();
     case Type::Int: return v.kind == json::Value::Kind::Int;
@@ -86,6 +89,7 @@ inline bool is(const json::Value& v, const Field& f, const Limits& limits) {
     case Type::Refs: return all_of(v, is_ref, limits.num_slots);
     case Type::Tag: return is_tag(v, 0);
     case Type::Sizes: return all_of(v, is_size, 0);
+    case Type::Shape: return all_of(v, is_dim, 0);
   }
   return false;
 }
@@ -161,6 +165,7 @@ inline void check_signature_input(const json::Value& value, const Limits& limits
   static const std::vector<Field> fields = {
     {"name", Type::Str, true, "", 0, {}, "", ""},
     {"type", Type::Str, true, "", 0, {}, "", ""},
+    {"shape", Type::Shape, false, "", 0, {}, "", ""},
   };
   check("signature", fields, value, limits);
 }
@@ -187,7 +192,7 @@ inline void check_step(const json::Value& value, const Limits& limits = {}) {
     {"outs", Type::Slots, false, "", 0, {}, "", ""},
     {"free", Type::Slots, false, "", 0, {}, "", ""},
     {"kwnames", Type::Strs, false, "", 0, {}, "", ""},
-    {"args", Type::Refs, false, "", 0, {}, "", ""},
+    {"args", Type::Refs, true, "", 0, {}, "", ""},
     {"type", Type::Tag, false, "", 0, {}, "", ""},
   };
   check("plan", fields, value, limits);
