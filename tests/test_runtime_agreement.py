@@ -23,7 +23,7 @@ from mutate_packages import mutate
 from package_tools import read_members, rewrite_package
 
 SWEEP = 48  # mutations from seed 0 per package ...
-FOUND = (18, 82, 126, 135, 138, 142, 198, 235, 242, 274, 646, 819, 1299, 1870, 3630, 4735, 6658, 7214, 8806, 13682, 15682)  # ... and the seeds where the runtimes once disagreed
+FOUND = (18, 82, 126, 135, 138, 142, 198, 235, 242, 274, 646, 819, 1299, 1870, 3630, 4735, 6658, 7214, 8806, 13682, 15682, 17726)  # ... and the seeds where the runtimes once disagreed
 
 
 def _outcome(path: str, runtime: str):
@@ -53,7 +53,7 @@ def _difference(cpp, python, where: str = "output") -> str:
     identity), anything else equal and of one type; else where they differ."""
     if isinstance(cpp, torch.Tensor) and isinstance(python, torch.Tensor):
         try:
-            torch.testing.assert_close(cpp, python, rtol=0, atol=0)
+            torch.testing.assert_close(cpp, python, rtol=0, atol=0, equal_nan=True)  # (garbage weights: NaN alike)
         except AssertionError as err:
             return f"{where}: {str(err)[:120]}"
         return ""
