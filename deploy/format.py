@@ -161,6 +161,15 @@ WEIGHT = Section("weights index", (
     Field("nbytes", "count", most=MAX_BYTES, doc="how many"),
     Field("memory_order", "sizes", False, None, "its dims outermost first, when not row-major"),
 ))
+# A module state entry (deploy/state.py, state.cpp): an attribute the plan reads and writes, and its initial value
+STATE = Section("module state", (
+    Field("name", "str", doc="the attribute's name"),
+    Field("written", "bool", doc="whether forward assigns it"),
+    Field("compared", "bool", False, True, "whether verification compares it"),
+    Field("weight", "str", False, None, "its initial tensor, a weight's name"),
+    Field("weights", "strs", False, None, "its initial list of tensors, weights' names"),
+    Field("type", "tag", False, None, "its container type, which the C++ runtime types its value by"),
+))
 KERNEL = Section("manifest", (
     Field("name", "str"),
     Field("num_buffers", "int", doc="how many buffers a step passes it: its inputs, then its outputs"),
@@ -201,9 +210,7 @@ DECLARED: dict[str, dict[str, str]] = {
         "fields": "a NamedTuple's field names", "element": "a list's or dict's element type",
         "layout": "a declared memory layout (channels_last)", "range": "a number's accepted range",
         "min": "a dim's least size", "max": "a dim's largest size (null: none)"},
-    "a state entry": {
-        "value": "the attribute's initial value, a literal", "weight": "the attribute's initial tensor, a weight",
-        "written": "whether forward assigns it", "compared": "whether verification compares it"},
+    "a state entry": {"value": "the attribute's initial value, a literal"},
     "the arena": {"bytes": "the one buffer's size"},
     "a packed constant": {"op": "the packing op", "args": "its arguments", "engine": "the quantized engine"},
 }
@@ -469,7 +476,8 @@ def cpp_header() -> str:
     for function, section in (("check_manifest", MANIFEST), ("check_producer", PRODUCER),
                               ("check_signature", SIGNATURE), ("check_signature_input", SIGNATURE_INPUT),
                               ("check_plan", PLAN), ("check_step", STEP), ("check_block", BLOCK),
-                              ("check_kernel", KERNEL), ("check_cpp", CPP), ("check_weight", WEIGHT)):
+                              ("check_kernel", KERNEL), ("check_cpp", CPP), ("check_weight", WEIGHT),
+                              ("check_state", STATE)):
         lines += _cpp_section(function, section)
     lines += [
         "// The manifest, its producer, signature, plan and kernel index, as read_manifest checks them in Python.",

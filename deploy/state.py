@@ -19,6 +19,7 @@ import torch
 
 from jit2triton.errors import CorruptPackageError
 
+from .format import STATE, check_fields
 from .literals import decode
 from .policy import RECONVERT
 
@@ -78,8 +79,10 @@ def model_state(entries: Optional[list], weights: dict[str, torch.Tensor], devic
                 store: Optional[StateStore] = None) -> Optional[ModelState]:
     if not entries:
         return None
-    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise CorruptPackageError("the package's module state is damaged; " + RECONVERT)
+    if not isinstance(entries, list):
+        raise CorruptPackageError("the package's module state is damaged (not a list); " + RECONVERT)
+    for entry in entries:
+        check_fields(STATE, entry)
     return ModelState(entries, weights, device, store)
 
 

@@ -11,6 +11,9 @@ refused by both), plan steps that were an object (Python's literal decoding read
 input's shape that was a number (C++ loaded it and refused every call)."""
 from __future__ import annotations
 
+import itertools
+from typing import List
+
 import pytest
 import torch
 
@@ -109,4 +112,38 @@ def test_a_container_steps_type_is_read_alike(tmp_path) -> None:
             (python, out_python), (cpp, out_cpp) = _outcome(path, "python"), _outcome(path, "cpp")
             if python != cpp or (python == "ran" and _difference(out_cpp, out_python)):
                 disagreements.append(f"{op} typed {tag}: python {python}, cpp {cpp}")
+    assert not disagreements, "\n".join(disagreements)
+
+
+class Counter(torch.nn.Module):
+    """Module state: a count the plan writes and a list of tensors it keeps (deploy/state.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = 0
+        self.history: List[torch.Tensor] = [torch.zeros(3)]
+
+    def forward(self, x):
+        self.calls += 1
+        self.history.append(x.sum(0))
+        return x * self.calls + self.history[0]
+
+
+STATE_EDITS = [("written", 1), ("written", None), ("name", 5), ("compared", "x"), ("compared", None),
+               ("weight", 5), ("weight", None), ("weights", [1]), ("weights", None), ("type", []), ("type", None),
+               ("type", ["List", ["Tensor"]]), ("type", ["Dict", ["str"]])]
+
+
+def test_a_module_state_entry_is_read_alike(tmp_path) -> None:
+    source = str(tmp_path / "counter.j2t")
+    jit2triton.convert(torch.jit.script(Counter()), (torch.randn(2, 3),)).save(source)
+    path, disagreements = str(tmp_path / "edited.j2t"), []
+    for index, (key, value) in itertools.product((0, 1), STATE_EDITS):
+        def edit(manifest):
+            manifest["state"][index][key] = value
+        rewrite_package(source, path, edit_manifest=edit)
+        (python, out_python), (cpp, out_cpp) = _outcome(path, "python"), _outcome(path, "cpp")
+        if python != cpp or (python == "ran" and _difference(out_cpp, out_python)):
+            disagreements.append(f"state[{index}].{key} = {value!r}: python {python} {out_python if python != 'ran' else ''}, "
+                                 f"cpp {cpp} {out_cpp if cpp != 'ran' else ''}")
     assert not disagreements, "\n".join(disagreements)

@@ -234,6 +234,18 @@ inline void check_weight(const json::Value& value, const Limits& limits = {}) {
   check("weights index", fields, value, limits);
 }
 
+inline void check_state(const json::Value& value, const Limits& limits = {}) {
+  static const std::vector<Field> fields = {
+    {"name", Type::Str, true, "", 0, {}, "", ""},
+    {"written", Type::Bool, true, "", 0, {}, "", ""},
+    {"compared", Type::Bool, false, "", 0, {}, "", ""},
+    {"weight", Type::Str, false, "", 0, {}, "", ""},
+    {"weights", Type::Strs, false, "", 0, {}, "", ""},
+    {"type", Type::Tag, false, "", 0, {}, "", ""},
+  };
+  check("module state", fields, value, limits);
+}
+
 // The manifest, its producer, signature, plan and kernel index, as read_manifest checks them in Python.
 inline void check_all(const json::Value& manifest) {
   check_manifest(manifest);

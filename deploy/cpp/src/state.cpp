@@ -4,6 +4,7 @@
 
 #include "jit2triton/jit2triton.h"
 #include "literals.h"
+#include "manifest_schema.h"
 #include "policy.h"
 
 namespace jit2triton {
@@ -15,6 +16,12 @@ namespace {
                                                "); " + policy::kReconvert);
 }
 
+// An optional field of an entry: absent where null, as the schema and the Python reader take it
+const json::Value* field(const json::Value& entry, const char* key) {
+  const json::Value* v = entry.find(key);
+  return v && !v->is_null() ? v : nullptr;
+}
+
 at::Tensor weight(const json::Value& ref, const std::string& name, const Package& pkg, c10::Device device) {
   if (ref.kind != json::Value::Kind::String) damaged(name);
   auto found = pkg.weights.find(ref.as_string());
@@ -24,9 +31,8 @@ at::Tensor weight(const json::Value& ref, const std::string& name, const Package
 
 c10::IValue initial_value(const json::Value& entry, const std::string& name, const Package& pkg,
                           const std::string& built_for, c10::Device device) {
-  if (const json::Value* ref = entry.find("weight")) return weight(*ref, name, pkg, device);
-  if (const json::Value* refs = entry.find("weights")) {  // a list of tensors
-    if (refs->kind != json::Value::Kind::Array) damaged(name);
+  if (const json::Value* ref = field(entry, "weight")) return weight(*ref, name, pkg, device);
+  if (const json::Value* refs = field(entry, "weights")) {  // a list of tensors (names: the schema checked them)
     c10::List<at::Tensor> tensors;
     for (const auto& ref : refs->items) tensors.push_back(weight(ref, name, pkg, device));
     return tensors;
@@ -35,13 +41,10 @@ c10::IValue initial_value(const json::Value& entry, const std::string& name, con
   damaged(name + " has no value");
 }
 
-c10::TypePtr declared_type(const json::Value& entry, const std::string& name) {
-  const json::Value* type = entry.find("type");
+c10::TypePtr declared_type(const json::Value& entry) {
+  const json::Value* type = field(entry, "type");
   if (!type) return nullptr;
-  if (type->kind != json::Value::Kind::Array || type->items.empty() ||
-      type->items[0].kind != json::Value::Kind::String)
-    damaged(name + "'s type");
-  c10::TypePtr parsed = parse_type(*type);  // (a malformed tag: CorruptPackage from the json reader)
+  c10::TypePtr parsed = parse_type(*type);  // (its form: the schema checked it)
   if (parsed->kind() != c10::TypeKind::ListType && parsed->kind() != c10::TypeKind::DictType) return nullptr;
   return parsed;
 }
@@ -74,13 +77,11 @@ ModelState::ModelState(const json::Value& entries, const Package& pkg, const std
     : store_(store ? std::move(store) : std::make_shared<StateStore>()) {
   if (entries.kind != json::Value::Kind::Array) damaged("not a list");
   for (const auto& entry : entries.items) {
-    const json::Value* name = entry.kind == json::Value::Kind::Object ? entry.find("name") : nullptr;
-    const json::Value* written = entry.kind == json::Value::Kind::Object ? entry.find("written") : nullptr;
-    if (!name || name->kind != json::Value::Kind::String || !written || written->kind != json::Value::Kind::Bool)
-      damaged("an entry without its name");
-    const std::string& key = name->as_string();
+    manifest_schema::check_state(entry);  // its name, whether it is written, its weights' names, its type's form
+    const std::string& key = entry.at("name").as_string();
+    const json::Value* written = &entry.at("written");
     c10::IValue initial = initial_value(entry, key, pkg, built_for, device);
-    if (c10::TypePtr declared = declared_type(entry, key)) {
+    if (c10::TypePtr declared = declared_type(entry)) {
       containers_[key] = declared;
       initial = typed(initial, declared);
     }
@@ -90,7 +91,7 @@ ModelState::ModelState(const json::Value& entries, const Package& pkg, const std
     }
     names_.push_back(key);
     if (written->as_bool()) written_.push_back(key);
-    if (entry.find("weights")) tensor_lists_.insert(key);
+    if (field(entry, "weights")) tensor_lists_.insert(key);
   }
   if (!written_.empty()) {
     std::lock_guard<std::mutex> lock(store_->mutex);
