@@ -251,7 +251,7 @@ class Executor:
         run, node, observe = self.run_steps, step["node"], self.observe
 
         def if_(env: list) -> None:
-            steps, results = branches[0] if cond(env) else branches[1]
+            steps, results = branches[0] if _condition(cond(env)) else branches[1]
             run(steps, env)
             values = [get(env) for get in results]
             for slot, value in zip(outs, values):
@@ -273,7 +273,7 @@ class Executor:
         run, node, observe = self.run_steps, step["node"], self.observe
 
         def loop(env: list) -> None:
-            trips, go = trip_count(env), condition(env)
+            trips, go = _trip_count(trip_count(env)), _condition(condition(env))
             carried = [get(env) for get in initial]
             i = 0
             while go and i < trips:
@@ -281,7 +281,7 @@ class Executor:
                 for slot, value in zip(carried_slots, carried):
                     env[slot] = value
                 run(body_steps, env)
-                go = body_results[0](env)
+                go = _condition(body_results[0](env))
                 carried = [get(env) for get in body_results[1:]]
                 i += 1
             for slot, value in zip(outs, carried):
@@ -314,3 +314,17 @@ def into_layout(x: torch.Tensor, strides: tuple) -> torch.Tensor:
             source, broadcast = source.narrow(d, 0, 1), True
     dense = torch.empty_strided(source.shape, strides, dtype=x.dtype, device=x.device).copy_(source)
     return dense.as_strided(x.shape, strides) if broadcast else dense
+
+
+def _condition(value: Any) -> bool:
+    """A control-flow step's condition, a bool as TorchScript types it (plan.cpp's condition_of): a damaged plan's
+    NaN or list there would run as Python's truth of it."""
+    if type(value) is not bool:
+        raise TypeError(f"a condition is {type(value).__name__}, not a bool")
+    return value
+
+
+def _trip_count(value: Any) -> int:
+    if type(value) is not int:
+        raise TypeError(f"a loop's trip count is {type(value).__name__}, not an int")
+    return value

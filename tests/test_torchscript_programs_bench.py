@@ -30,7 +30,7 @@ def test_the_benchmark_prints_a_row_per_program_with_numbers_and_a_small_error(t
         cells = [c.strip() for c in line.strip("|").split("|")]
         assert cells[0] == title, line
         convert_s, nodes, error, torchscript_us, package_us, ratio = cells[1:7]
-        assert float(convert_s) > 0, line
+        assert float(convert_s) >= 0, line  # (seconds to one decimal: a cached conversion prints 0.0)
         kernels, fallbacks, vendor = (int(n) for n in nodes.split(" / "))
         assert kernels > 0, line  # both programs keep generated kernels
         assert float(error) < 1e-5, line  # a fast wrong answer must not show as a win

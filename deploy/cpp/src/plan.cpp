@@ -104,6 +104,18 @@ Shape parse_shape(const Value& list, const std::vector<std::string>& dims) {
   return shape;
 }
 
+// A control-flow step's condition and trip count, as TorchScript types them (a damaged plan may hold another value
+// there: a clean error, as the Python runtime gives it, not IValue's internal assert)
+bool condition_of(const IValue& v) {
+  if (!v.isBool()) throw std::invalid_argument("a condition is " + v.tagKind() + ", not a bool");
+  return v.toBool();
+}
+
+int64_t trip_count_of(const IValue& v) {
+  if (!v.isInt()) throw std::invalid_argument("a loop's trip count is " + v.tagKind() + ", not an int");
+  return v.toInt();
+}
+
 }  // namespace
 
 // ---- compiling the plan -----------------------------------------------------------------------------------------
@@ -472,7 +484,7 @@ class Builder {
     std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
     const Plan* plan = &plan_;
     return [plan, cond, then, otherwise, outs, free](Env& env) {
-      const Sub& branch = cond.get(env).toBool() ? *then : *otherwise;
+      const Sub& branch = condition_of(cond.get(env)) ? *then : *otherwise;
       plan->run_steps(branch.steps, env);
       // all results read before any is written (a result may be read from a slot another one goes to)
       c10::SmallVector<IValue, 4> values;
@@ -543,8 +555,8 @@ class Builder {
     std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
     const Plan* plan = &plan_;
     return [plan, trips, condition, initial, body, outs, free](Env& env) {
-      int64_t n = trips.get(env).toInt();
-      bool go = condition.get(env).toBool();
+      int64_t n = trip_count_of(trips.get(env));
+      bool go = condition_of(condition.get(env));
       std::vector<IValue> carried;
       for (const auto& r : initial) carried.push_back(r.get(env));
       int index_slot = body->inputs.at(0);
@@ -553,7 +565,7 @@ class Builder {
         // (moved: each is read back from the body's results before the next iteration)
         for (size_t k = 0; k < carried.size(); ++k) env[body->inputs[k + 1]] = std::move(carried[k]);
         plan->run_steps(body->steps, env);
-        go = body->results[0].get(env).toBool();
+        go = condition_of(body->results[0].get(env));
         for (size_t k = 0; k < carried.size(); ++k) carried[k] = body->results[k + 1].get(env);
       }
       for (size_t k = 0; k < outs.size(); ++k) env[outs[k]] = std::move(carried[k]);
