@@ -146,13 +146,17 @@ class Converted(TorchModuleFace):
         return {name[len("extra/"):]: data for name, data in self._contents.files.items() if name.startswith("extra/")}
 
     def summary(self) -> dict[str, Any]:
-        return dict(self._contents.manifest["report"])
+        return dict(self._contents.manifest.get("report") or {})  # (a package's report is optional)
 
     def report(self) -> str:
         manifest = self._contents.manifest
-        head = f"model {manifest['model']['name']} -> {manifest['backend']} on {manifest['device']}"
+        model = (manifest.get("model") or {}).get("name", "?")  # (optional, as the report is)
+        head = f"model {model} -> {manifest['backend']} on {manifest['device']}"
         from jit2triton.transpiler.report import format_report
-        return head + "\n" + format_report(manifest["report"], manifest["nodes"])
+        try:
+            return head + "\n" + format_report(manifest.get("report") or {}, manifest["nodes"])
+        except (KeyError, TypeError, AttributeError, ValueError):  # (the report is optional: nothing runs by it)
+            return head + "\n" + "the package holds no conversion report, or a damaged one"
 
     @property
     def code(self) -> str:

@@ -148,3 +148,26 @@ def test_a_module_state_entry_is_read_alike(tmp_path) -> None:
             disagreements.append(f"state[{index}].{key} = {value!r}: python {python} {out_python if python != 'ran' else ''}, "
                                  f"cpp {cpp} {out_cpp if cpp != 'ran' else ''}")
     assert not disagreements, "\n".join(disagreements)
+
+
+def test_a_null_optional_field_is_absent_in_both_runtimes(tmp_path) -> None:
+    """The schema's optional manifest fields, each null: both runtimes read it as absent (module state and methods
+    null were refused in C++ and ran in Python; a null report made summary() raise KeyError), and the package's
+    summary and report still answer."""
+    from jit2triton.deploy.format import MANIFEST
+    source = fuzz_packages.small_package(tmp_path)
+    path, wrong = str(tmp_path / "edited.j2t"), []
+    optional = [f.name for f in MANIFEST.fields if not f.required and f.name != "weights"]  # (a file holds weights)
+    assert {"state", "methods", "report", "cpp"} <= set(optional)
+    for name in optional:
+        rewrite_package(source, path, edit_manifest=lambda manifest: manifest.update({name: None}))
+        outcomes = {runtime: _outcome(path, runtime) for runtime in ("python", "cpp")}
+        if outcomes["python"][0] != outcomes["cpp"][0]:
+            wrong.append(f"{name}: python {outcomes['python'][0]}, cpp {outcomes['cpp'][0]}")
+        for runtime in ("python", "cpp"):
+            try:
+                module = jit2triton.load(path, runtime=runtime)
+            except Jit2TritonError:
+                continue
+            module.summary(), module.report()
+    assert not wrong, "\n".join(wrong)

@@ -204,6 +204,11 @@ const Value* Value::find(std::string_view key) const {
   return nullptr;
 }
 
+const Value* Value::optional(std::string_view key) const {
+  const Value* v = find(key);
+  return v && !v->is_null() ? v : nullptr;
+}
+
 const Value& Value::at(std::string_view key) const {
   const Value* v = find(key);
   if (!v) throw std::runtime_error("manifest: missing field '" + std::string(key) + "'");

@@ -29,8 +29,10 @@ class Value {
   bool is_string() const { return kind == Kind::String; }
   bool is_number() const { return kind == Kind::Int || kind == Kind::Float; }
 
-  // Object access: `find` returns null when absent; `at` throws naming the missing key.
+  // Object access: `find` returns null when absent; `optional` also when null (an optional field, as the schema
+  // and the Python reader take one); `at` throws naming the missing key.
   const Value* find(std::string_view key) const;
+  const Value* optional(std::string_view key) const;
   const Value& at(std::string_view key) const;
   const Value& operator[](size_t i) const;
   size_t size() const { return kind == Kind::Object ? members.size() : items.size(); }

@@ -67,7 +67,7 @@ Module load_module(const std::string& path, const LoadOptions& options) {
                 "with jit2triton.load(path, runtime='python'), or convert it again with a jit2triton that fixes it");
   auto state = std::make_shared<StateStore>();  // the module's attributes, shared by its methods
   auto methods = std::make_shared<Module::Methods>();
-  if (const json::Value* listed = pkg.manifest.find("methods")) {
+  if (const json::Value* listed = pkg.manifest.optional("methods")) {
     if (!listed->is_object())
       throw Error(Error::Kind::CorruptPackage, std::string("the package's methods are damaged; ") + policy::kReconvert);
     for (const auto& [name, own] : listed->members)

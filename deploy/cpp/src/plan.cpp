@@ -642,7 +642,7 @@ Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> 
   num_slots_ = static_cast<int>(plan.at("num_slots").as_int());
   input_slots_ = ints(&plan.at("inputs"));
   {  // a slot per signature input, then per module state value (plan_check.check_inputs in the Python runtime)
-    const Value* state = manifest.find("state");
+    const Value* state = manifest.optional("state");
     size_t expected = manifest.at("signature").at("inputs").size() + (state ? state->size() : 0);
     if (input_slots_.size() != expected)
       bad_plan(std::to_string(input_slots_.size()) + " input slots where its signature and module state give " +
@@ -686,7 +686,7 @@ Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> 
     outputs_.push_back([out](const Env& env) -> const IValue& { return out.get(env); });
   }
   build_input_checks();
-  if (const Value* entries = manifest.find("state"))
+  if (const Value* entries = manifest.optional("state"))
     state_ = std::make_unique<ModelState>(*entries, pkg_, built_for_, device, std::move(state));
   if (whole_graph) {
     graph_ = make_graph_runner([this](std::vector<IValue> inputs) { return run(std::move(inputs)); },

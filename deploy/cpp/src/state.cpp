@@ -16,12 +16,6 @@ namespace {
                                                "); " + policy::kReconvert);
 }
 
-// An optional field of an entry: absent where null, as the schema and the Python reader take it
-const json::Value* field(const json::Value& entry, const char* key) {
-  const json::Value* v = entry.find(key);
-  return v && !v->is_null() ? v : nullptr;
-}
-
 at::Tensor weight(const json::Value& ref, const std::string& name, const Package& pkg, c10::Device device) {
   if (ref.kind != json::Value::Kind::String) damaged(name);
   auto found = pkg.weights.find(ref.as_string());
@@ -31,8 +25,8 @@ at::Tensor weight(const json::Value& ref, const std::string& name, const Package
 
 c10::IValue initial_value(const json::Value& entry, const std::string& name, const Package& pkg,
                           const std::string& built_for, c10::Device device) {
-  if (const json::Value* ref = field(entry, "weight")) return weight(*ref, name, pkg, device);
-  if (const json::Value* refs = field(entry, "weights")) {  // a list of tensors (names: the schema checked them)
+  if (const json::Value* ref = entry.optional("weight")) return weight(*ref, name, pkg, device);
+  if (const json::Value* refs = entry.optional("weights")) {  // a list of tensors (names: the schema checked them)
     c10::List<at::Tensor> tensors;
     for (const auto& ref : refs->items) tensors.push_back(weight(ref, name, pkg, device));
     return tensors;
@@ -42,7 +36,7 @@ c10::IValue initial_value(const json::Value& entry, const std::string& name, con
 }
 
 c10::TypePtr declared_type(const json::Value& entry) {
-  const json::Value* type = field(entry, "type");
+  const json::Value* type = entry.optional("type");
   if (!type) return nullptr;
   c10::TypePtr parsed = parse_type(*type);  // (its form: the schema checked it)
   if (parsed->kind() != c10::TypeKind::ListType && parsed->kind() != c10::TypeKind::DictType) return nullptr;
@@ -91,7 +85,7 @@ ModelState::ModelState(const json::Value& entries, const Package& pkg, const std
     }
     names_.push_back(key);
     if (written->as_bool()) written_.push_back(key);
-    if (field(entry, "weights")) tensor_lists_.insert(key);
+    if (entry.optional("weights")) tensor_lists_.insert(key);
   }
   if (!written_.empty()) {
     std::lock_guard<std::mutex> lock(store_->mutex);
