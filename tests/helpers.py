@@ -1,6 +1,7 @@
 """Helpers shared by test modules (a test module never imports another test module)."""
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from typing import Any, Callable, Optional
@@ -9,6 +10,7 @@ import pytest
 import torch
 
 import jit2triton
+from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.lowering import load_lowerings
 from jit2triton.transpiler.op_table import OP_TABLE
 
@@ -320,3 +322,18 @@ def replace_pass(monkeypatch, name: str, run: Callable, **changes) -> None:
     assert any(p.name == name for p in pipeline.PASSES), name
     monkeypatch.setattr(pipeline, "PASSES", [dataclasses.replace(p, run=run, **changes) if p.name == name else p
                                              for p in pipeline.PASSES])
+
+
+def break_lowering(monkeypatch, op: str, how: str) -> None:
+    """Make `op`'s lowering raise ("raise"), or give its values negated ("wrong"), to watch a ladder take it out."""
+    load_lowerings()
+    original = OP_TABLE[op]
+
+    def broken(ctx, *args):
+        if how == "raise":
+            raise KeyError("an injected bug")
+        box = original.lowering(ctx, *args)
+        correct = box.fn
+        box.fn = lambda index: K.op("neg", correct(index))
+        return box
+    monkeypatch.setitem(OP_TABLE, op, dataclasses.replace(original, lowering=broken))

@@ -5,17 +5,13 @@ one kernel fused with what reads the magnitude, and undone where a piece does no
 kernel out."""
 from __future__ import annotations
 
-import dataclasses
 from collections import Counter
 
 import pytest
 import torch
 
-from jit2triton.transpiler import kernel_ir as K
-from jit2triton.transpiler.lowering import load_lowerings
-from jit2triton.transpiler.op_table import OP_TABLE
 
-from helpers import BACKENDS, assert_matches_torchscript, convert_for
+from helpers import BACKENDS, assert_matches_torchscript, break_lowering, convert_for
 
 PIECES = {"aten::view_as_real", "aten::select.int", "aten::sqrt", "aten::mul.Tensor", "aten::add.Tensor"}
 
@@ -87,23 +83,9 @@ def test_a_complex128_magnitude_stays_with_aten() -> None:
     assert_matches_torchscript(converted, model, lambda: tuple(x.double() for x in _extremes()))
 
 
-def _break_sqrt(monkeypatch, how: str) -> None:
-    load_lowerings()
-    original = OP_TABLE["aten::sqrt"]
-
-    def broken(ctx, *args):
-        if how == "raise":
-            raise KeyError("an injected bug")
-        box = original.lowering(ctx, *args)
-        correct = box.fn
-        box.fn = lambda index: K.op("neg", correct(index))
-        return box
-    monkeypatch.setitem(OP_TABLE, "aten::sqrt", dataclasses.replace(original, lowering=broken))
-
-
 @pytest.mark.parametrize("how", ["raise", "wrong"])
 def test_a_magnitude_whose_piece_fails_runs_as_atens_abs(how, monkeypatch) -> None:
-    _break_sqrt(monkeypatch, how)  # (a negated root: Power's square would hide it, Magnitude's + 1 does not)
+    break_lowering(monkeypatch, "aten::sqrt", how)  # (a negated root: Power's square would hide it, Magnitude's + 1 does not)
     model = torch.jit.script(Magnitude())
     draw = lambda: (torch.randn(6, 5), torch.randn(6, 5))  # noqa: E731
     converted = convert_for(model, draw(), "cpp")

@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from jit2triton import conversion
-from jit2triton.transpiler import kernel_ir as K, split_norms
+from jit2triton.transpiler import split_norms
 from jit2triton.transpiler.lowering import load_lowerings
 from jit2triton.transpiler.op_table import OP_TABLE
 from jit2triton.transpiler.split_conv_bias import split_conv_bias
 
-from helpers import BACKENDS, assert_matches_torchscript, convert_for, replace_pass
+from helpers import BACKENDS, assert_matches_torchscript, break_lowering, convert_for, replace_pass
 
 # the ops split_norms writes a norm with (its views aside)
 PIECES = {"aten::sum.dim_IntList", "aten::div.Scalar", "aten::sub.Tensor", "aten::rsqrt", "aten::add.Scalar"}
@@ -74,17 +74,7 @@ def _kernel_ops(converted) -> list[str]:
 
 def _break_rsqrt(monkeypatch, how: str) -> None:
     """The rsqrt of a split norm's variance: its lowering raises, or gives the values negated."""
-    load_lowerings()
-    original = OP_TABLE["aten::rsqrt"]
-
-    def broken(ctx, *args):
-        if how == "raise":
-            raise KeyError("an injected bug")
-        box = original.lowering(ctx, *args)
-        correct = box.fn
-        box.fn = lambda index: K.op("neg", correct(index))
-        return box
-    monkeypatch.setitem(OP_TABLE, "aten::rsqrt", dataclasses.replace(original, lowering=broken))
+    break_lowering(monkeypatch, "aten::rsqrt", how)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
