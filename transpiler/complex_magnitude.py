@@ -7,8 +7,8 @@ Spectrogram's call: 650 of 1,170 us for 8 x 201 x 101 bins on one thread):
                     m = sqrt(re.double() ** 2 + im.double() ** 2).float()
 
 In float64 the squares are exact and the sum and root round once each, so the float32 result is the correctly
-rounded magnitude, as ATen's hypot (within half an ulp) gives it, with no overflow where re ** 2 would pass
-float32's range. What reads the magnitude (the power spectrum's `pow`, a mel projection's cast) fuses with it.
+rounded magnitude but for rare double-rounding ties, as ATen's hypot (within half an ulp) gives it, with no overflow
+where re ** 2 would pass float32's range. What reads the magnitude (the power spectrum's `pow`, a mel projection's cast) fuses with it.
 
 A decomposition (decompositions.py): where the pointwise pieces do not reach a kernel, fusion puts the abs back.
 """
