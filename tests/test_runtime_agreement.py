@@ -105,7 +105,7 @@ def test_a_container_steps_type_is_read_alike(tmp_path) -> None:
     path, disagreements = str(tmp_path / "edited.j2t"), []
     for tag in TYPE_TAGS:
         for op in ("prim::DictConstruct", "prim::ListConstruct"):
-            def edit(manifest, op=op):
+            def edit(manifest, op=op):  # (a list's step gets the same forms for its kind: Dict read as List, one item)
                 step = next(s for s in manifest["plan"]["steps"] if s.get("op") == op)
                 step["type"] = tag if op == "prim::DictConstruct" or not isinstance(tag, list) or not tag \
                     else ["List" if tag[0] == "Dict" else tag[0], *tag[1:2]]
