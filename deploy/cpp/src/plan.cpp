@@ -650,6 +650,7 @@ Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> 
   }
   if (const Value* dims = plan.find("dims")) {
     for (const auto& d : dims->items) {
+      if (!d.is_array() || d.size() != 3) bad_plan("a dynamic dim's source");  // [name, input position, axis]
       int64_t at = d[1].as_int(), axis = d[2].as_int();
       size_t position = static_cast<size_t>(at);
       const Value& inputs = manifest.at("signature").at("inputs");
