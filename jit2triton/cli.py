@@ -507,11 +507,11 @@ def inspect(package, kernels, plan, ir, trusted_keys) -> None:
         from jit2triton.deploy.literals import encode, map_plan_literals
         click.echo(json.dumps(map_plan_literals(manifest["plan"], encode), indent=1, allow_nan=False))  # as stored
         return
-    producer = manifest["producer"]
-    click.echo(f"package {package}: format v{manifest['format_version']}, device {manifest['device']}, "
+    producer = manifest.get("producer") or {}  # (optional, as the report and the IR are: nothing runs by them)
+    click.echo(f"package {package}: format v{manifest.get('format_version', '?')}, device {manifest['device']}, "
                f"backend {manifest['backend']}")
-    click.echo(f"made with jit2triton {producer['jit2triton']}, torch {producer['torch']}, "
-               f"triton {producer['triton'] or '-'}, python {producer['python']}")
+    click.echo(f"made with jit2triton {producer.get('jit2triton', '?')}, torch {producer.get('torch', '?')}, "
+               f"triton {producer.get('triton') or '-'}, python {producer.get('python', '?')}")
     click.echo(f"signed: {_signed_line(module._contents.signed, trusted_keys)}")
     click.echo(f"signature: {module.signature()}")
     click.echo(f"weights: {len(module._contents.weights)} tensors")
@@ -523,7 +523,7 @@ def inspect(package, kernels, plan, ir, trusted_keys) -> None:
         click.echo(graphs)
     click.echo(module.report())
     if ir:
-        click.echo(manifest["ir"])
+        click.echo(manifest.get("ir") or "the package holds no IR")
     if kernels:
         click.echo(module.code)
 

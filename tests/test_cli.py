@@ -216,3 +216,20 @@ def test_inspect_says_how_many_cuda_graphs_a_cuda_package_may_hold():
     assert _cuda_graph_line(regions).startswith("CUDA graphs: 2 regions, one graph per scalar inputs each")
     assert _cuda_graph_line(dict(regions, plan={"steps": []})) == "CUDA graphs: none (the plan runs step by step)"
     assert _cuda_graph_line(dict(regions, device="cpu")) == ""
+
+
+def test_inspect_answers_for_a_package_without_its_optional_parts(tmp_path):
+    """The report, the IR and the producer's versions are optional (nothing runs by them): inspecting a package
+    whose copies of them are null or partial says so rather than raising."""
+    from fuzz_packages import small_package
+    from package_tools import rewrite_package
+
+    edited = tmp_path / "edited.j2t"
+
+    def strip(manifest):
+        manifest.update(ir=None, report=None)
+        manifest["producer"].pop("python", None)
+    rewrite_package(small_package(tmp_path), edited, edit_manifest=strip)
+    result = CliRunner().invoke(main, ["inspect", str(edited), "--ir"])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    assert "holds no IR" in result.output and "no conversion report" in result.output and "python ?" in result.output
