@@ -15,11 +15,8 @@ import torch.nn.functional as F
 
 import jit2triton
 from jit2triton import Dim
-from jit2triton.transpiler import kernel_ir as K
-from jit2triton.transpiler.lowering import load_lowerings
-from jit2triton.transpiler.op_table import OP_TABLE, OpInfo
 
-from helpers import BACKENDS, assert_matches_torchscript, convert_for, to_device
+from helpers import BACKENDS, assert_matches_torchscript, break_lowering, convert_for, to_device
 
 
 class QkvAttention(nn.Module):
@@ -157,24 +154,9 @@ def pointwise_chain(x, y):
     return torch.tanh(b @ y.t()) * 2
 
 
-def _break_lowering(monkeypatch, op: str, how: str) -> None:
-    load_lowerings()
-    original = OP_TABLE[op]
-
-    def broken(ctx, *args):
-        if how == "raise":
-            raise KeyError("an injected bug")
-        box = original.lowering(ctx, *args)
-        correct = box.fn
-        box.fn = lambda index: K.op("neg", correct(index))  # a sign flip: the kernel computes the wrong values
-        return box
-
-    monkeypatch.setitem(OP_TABLE, op, OpInfo(original.name, original.category, broken))
-
-
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_lowering_that_raises_falls_back_to_aten(monkeypatch, backend: str) -> None:
-    _break_lowering(monkeypatch, "aten::softmax.int", "raise")
+    break_lowering(monkeypatch, "aten::softmax.int", "raise")
     model = torch.jit.script(pointwise_chain)
     converted = convert_for(model, (torch.randn(4, 8), torch.randn(4, 8)), backend)
     summary = converted.summary()
@@ -186,7 +168,7 @@ def test_a_lowering_that_raises_falls_back_to_aten(monkeypatch, backend: str) ->
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_wrong_kernel_is_found_at_convert_time_and_taken_out(monkeypatch, backend: str) -> None:
-    _break_lowering(monkeypatch, "aten::softmax.int", "wrong")
+    break_lowering(monkeypatch, "aten::softmax.int", "wrong")
     model = torch.jit.script(pointwise_chain)
     converted = convert_for(model, (torch.randn(4, 8), torch.randn(4, 8)), backend)
     verification = converted.summary()["verification"]
@@ -201,7 +183,7 @@ def test_a_wrong_kernel_is_found_at_convert_time_and_taken_out(monkeypatch, back
 
 def test_without_verification_the_wrong_kernel_ships(monkeypatch) -> None:
     """The check above is what protects users: without it the injected bug reaches the package."""
-    _break_lowering(monkeypatch, "aten::softmax.int", "wrong")
+    break_lowering(monkeypatch, "aten::softmax.int", "wrong")
     model = torch.jit.script(pointwise_chain)
     converted = jit2triton.convert(model, (torch.randn(4, 8), torch.randn(4, 8)), verify=False)
     assert converted.summary()["verification"]["status"] == "skipped"
