@@ -73,7 +73,6 @@ ModelState::ModelState(const json::Value& entries, const Package& pkg, const std
   for (const auto& entry : entries.items) {
     manifest_schema::check_state(entry);  // its name, whether it is written, its weights' names, its type's form
     const std::string& key = entry.at("name").as_string();
-    const json::Value* written = &entry.at("written");
     c10::IValue initial = initial_value(entry, key, pkg, built_for, device);
     if (c10::TypePtr declared = declared_type(entry)) {
       containers_[key] = declared;
@@ -84,7 +83,7 @@ ModelState::ModelState(const json::Value& entries, const Package& pkg, const std
       store_->values.emplace(key, std::move(initial));
     }
     names_.push_back(key);
-    if (written->as_bool()) written_.push_back(key);
+    if (entry.at("written").as_bool()) written_.push_back(key);
     if (entry.optional("weights")) tensor_lists_.insert(key);
   }
   if (!written_.empty()) {
