@@ -466,6 +466,17 @@ class _MethodStages:
         self.verify_seconds += time.perf_counter() - started
         if not mismatches:
             return fallbacks.Verdict(passed=True)
+        kernels = [node for node in sched.nodes if node.op == KERNEL_OP]
+        blamed = culprit if culprit is not None and culprit.kind == "kernel" else None
+        failed = fallbacks.Verdict(passed=False, kernel=blamed and blamed.node, error=blamed.error if blamed else 0.0,
+                                   worst=max((m.error for m in mismatches), default=0.0),
+                                   mismatches="; ".join(str(m) for m in mismatches[:4]),
+                                   has_kernels=contents.manifest["backend"] != "aten", kernels=kernels,
+                                   device_type=self.target.type,
+                                   discontinuous=fallbacks.has_discontinuous_op(sched.nodes))
+        if culprit is not None and culprit.kind == "rounding" and fallbacks.rounding_their_own_way(kernels,
+                                                                                                    self.target.type):
+            return failed  # (the ops whose kernels round their own way go to ATen first: another box is not taken)
         if culprit is not None and culprit.kind == "rounding":
             node = culprit.node
             where = f" ({node.source})" if node.source else ""
@@ -475,11 +486,7 @@ class _MethodStages:
                                 "before it matched ATen")
             self.say(f"outputs differ only after {node.op}{where}, which rounding decided; keeping the kernels")
             return fallbacks.Verdict(passed=True)
-        return fallbacks.Verdict(passed=False, kernel=culprit and culprit.node, error=culprit.error if culprit else 0.0,
-                                 worst=max(m.error for m in mismatches),
-                                 mismatches="; ".join(str(m) for m in mismatches[:4]),
-                                 has_kernels=contents.manifest["backend"] != "aten",
-                                 kernels=[node for node in sched.nodes if node.op == KERNEL_OP])
+        return failed
 
     def check_cpp_runtime(self, contents: PackageContents) -> None:
         """Verification ran the Python runtime; `jit2triton.load` runs the C++ one by default: run the same cases

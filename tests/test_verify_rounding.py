@@ -19,7 +19,9 @@ class SortByScore(torch.nn.Module):
     tied scores is decided by their last bits."""
 
     def forward(self, x):
-        scores = torch.sigmoid(x * 2.0 + 1.0).round()  # 0 or 1: ties everywhere, as NMS meets equal scores
+        # 0 or 1: ties everywhere, as NMS meets equal scores (from ops that round as ATen does: where one rounds its
+        # own way, it goes to ATen first, tests/test_aten_rounding.py)
+        scores = (x * 2.0 + 1.0).clamp(0.0, 1.0).round()
         scores = scores * (x.abs() + 1.0) / (x.abs() + 1.0)
         order = torch.argsort(scores, dim=-1, descending=True, stable=True)
         return torch.gather(x, -1, order)

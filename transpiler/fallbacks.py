@@ -8,7 +8,10 @@ fails, the conversion steps down this ladder, each rung giving up more speed tha
   2. kernels out one by one: a kernel fails to build (fuse.FusionFailed), or to render or compile while the others
      do (GenerationFailed: at most MAX_GENERATION_ROUNDS builds, each taking out every kernel that failed alone), or
      verification finds the first kernel that differs from ATen (deploy/packaging/culprit.py): its nodes run
-     through ATen, and the package is built again;
+     through ATen, and the package is built again; where verification names no kernel, or finds the outputs parted
+     where rounding met a discontinuous op (a threshold, a top-k, NMS: another box), the ops whose kernels round
+     their own way on the device (the op table's `rounds_own_way`: float sums, some math functions) go to ATen
+     first, once, and the kernels that round as ATen does stay;
   3. the region that disagrees out: verification fails and the culprit search names no kernel; the kernels are
      bisected in the order the plan runs them (keep the first half, verify, recurse) to the first one the package
      cannot keep, which is taken out as in rung 2 and the rest verified again; the search is bounded
@@ -34,6 +37,7 @@ from typing import Any, Callable, Optional, Protocol
 from jit2triton.errors import ConversionError
 
 from .ir import Attr
+from .op_table import lookup
 from .fuse import FusionFailed
 from .pipeline import OPTIONAL_REWRITES, PassFailed
 
@@ -101,6 +105,20 @@ class Verdict:
     mismatches: str = ""
     has_kernels: bool = False  # whether the build it checked ran any generated kernel
     kernels: list = field(default_factory=list)  # its kernel nodes in the order the plan runs them (for rung 3)
+    device_type: str = ""  # where its kernels run: which of their ops round their own way (rung 2)
+    # whether the build has a discontinuous op (a comparison, a floor, a sort, NMS), so that a last bit may have
+    # become another answer: then the ops whose kernels round their own way go first (rung 2)
+    discontinuous: bool = False
+
+
+def rounding_their_own_way(kernels: list, device_type: str) -> list:
+    """The nodes fused into `kernels` whose kernels do not round as ATen's on `device_type` (the op table)."""
+    return [n for k in kernels for n in k.attrs[Attr.FUSED] if device_type in lookup(n.op).rounds_own_way]
+
+
+def has_discontinuous_op(nodes: list) -> bool:
+    """Whether a build's nodes (kernel nodes by what they fuse) include an op the op table calls discontinuous."""
+    return any(lookup(f.op).discontinuous for n in nodes for f in n.attrs.get(Attr.FUSED, [n]))
 
 
 class Stages(Protocol):
@@ -182,6 +200,8 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
     if attempt.verify_rounds >= MAX_VERIFY_ROUNDS:
         raise Mismatch(f"verification still failed after {MAX_VERIFY_ROUNDS} rounds; please report it, or convert "
                        "with backend='aten'")
+    if verdict.kernel is not None and _take_out_own_rounding(attempt, verdict, [verdict.kernel], say):
+        return False  # (the kernel's other ops stay fused; blamed again without them, it goes out whole)
     if verdict.kernel is not None:
         kernel = verdict.kernel.attrs[Attr.KERNEL]
         why = f"verification: max rel. error {verdict.error:.3g} against ATen (kernel {kernel.name})"
@@ -190,6 +210,8 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
         attempt.removed.append({"kernel": kernel.name, "error": verdict.error, "ops": [n.op for n in fused]})
         attempt.refused.update((node.uid, why) for node in fused)
         _take_out_siblings(attempt, verdict, [n.op for n in fused], kernel.name, say)
+        return False
+    if _take_out_own_rounding(attempt, verdict, verdict.kernels, say):
         return False
     if verdict.has_kernels and verdict.kernels and attempt.bisect_rounds < MAX_BISECT_ROUNDS:
         _start_bisection(attempt, verdict, say)
@@ -216,6 +238,25 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
         return True
     raise Mismatch(f"the converted model does not match TorchScript ({verdict.mismatches}); this is a bug in "
                    f"jit2triton: {REPORT}")
+
+
+def _take_out_own_rounding(attempt: Attempt, verdict: Verdict, kernels: list, say: Callable[[str], None]) -> bool:
+    """Rung 2's first step where rounding may explain the difference: the ops of `kernels` whose kernels round their
+    own way on the device go to ATen, once, and the ops around them stay in kernels. A threshold, a floor or NMS
+    after a float sum turns its last bit into another answer, so only kernels that round as ATen does keep the
+    model's answers. -> whether any went."""
+    if not verdict.discontinuous:  # (without one, a difference beyond rounding is a wrong kernel: rungs 2 and 3)
+        return False
+    nodes = [n for n in rounding_their_own_way(kernels, verdict.device_type) if n.uid not in attempt.refused]
+    if not nodes:
+        return False
+    ops = sorted({n.op for n in nodes})
+    why = (f"verification: its kernel does not round as ATen's does on {verdict.device_type}, and the package "
+           "differed from TorchScript; the ops that round as ATen does stay in kernels")
+    say(f"taking {', '.join(ops)} out of the kernels (they round their own way), keeping the rest")
+    attempt.removed.append({"kernel": "rounds its own way", "error": verdict.error or verdict.worst, "ops": ops})
+    attempt.refused.update((n.uid, why) for n in nodes)
+    return True
 
 
 def _take_out_siblings(attempt: Attempt, verdict: Verdict, ops: list[str], name: str,

@@ -292,16 +292,28 @@ def softplus(ctx, x, beta=1.0, threshold=20.0):
     return pointwise(ctx, lambda v: _softplus(v, beta, threshold), x)
 
 
+# hardsigmoid and hardswish as ATen rounds them, per device: its CUDA kernels multiply by one_sixth (1.0f / 6.0f),
+# its CPU kernels divide by six, each after x * clamp(x + 3, 0, 6), left to right. Another association differs in the
+# last bit on a third of the elements, which a MobileNetV3 detector's score threshold turns into another box.
+def _clamp6(v: K.KExpr) -> K.KExpr:
+    return K.op("minimum", K.op("maximum", K.op("add", v, c(3, v)), c(0, v)), c(6, v))
+
+
+ONE_SIXTH = float(numpy.float32(1.0 / 6.0))  # ATen's 1.0f / 6.0f, also where it computes in double
+
+
+def _over6(ctx, v: K.KExpr) -> K.KExpr:
+    return K.op("mul", v, c(ONE_SIXTH, v)) if ctx.device_type == "cuda" else K.op("truediv", v, c(6, v))
+
+
 @lowering("aten::hardsigmoid")
 def hardsigmoid(ctx, x):
-    return pointwise(ctx, lambda v: K.op("truediv", K.op("minimum", K.op("maximum", K.op("add", v, c(3, v)),
-                                                                         c(0, v)), c(6, v)), c(6, v)), x)
+    return pointwise(ctx, lambda v: _over6(ctx, _clamp6(v)), x)
 
 
 @lowering("aten::hardswish")
 def hardswish(ctx, x):
-    return pointwise(ctx, lambda v: K.op("mul", v, K.op("truediv", K.op("minimum", K.op("maximum", K.op(
-        "add", v, c(3, v)), c(0, v)), c(6, v)), c(6, v))), x)
+    return pointwise(ctx, lambda v: _over6(ctx, K.op("mul", v, _clamp6(v))), x)
 
 
 @lowering("aten::elu")

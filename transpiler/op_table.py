@@ -47,6 +47,11 @@ class OpInfo:
     # where a package first differs from TorchScript at such an op, rounding decided it, not a wrong kernel
     # (deploy/packaging/culprit.py first_divergence); every op with a data-dependent size is
     discontinuous: bool = False
+    # the device types ("cpu", "cuda") where its generated kernel does not round as ATen's kernel does, bit for bit: a
+    # sum in another order, a function from another math library (SLEEF on the CPU). Where a package's outputs differ
+    # from TorchScript's by rounding that a discontinuous op turned into another answer, these ops go to ATen first
+    # and the kernels that round as ATen does stay (fallbacks.py); tests/test_aten_rounding.py holds the others exact
+    rounds_own_way: tuple[str, ...] = ()
     # why the op computes in float32 when a package runs in reduced precision (transpiler/precision.py): its
     # statistics or accumulators overflow or lose their range in float16/bfloat16 (autocast's float32 list); "" runs
     # it in the package's precision
@@ -255,6 +260,21 @@ facts("""
     aten::remainder.Tensor aten::remainder.Scalar aten::fmod.Tensor aten::fmod.Scalar aten::searchsorted.Tensor
     aten::bucketize.Tensor aten::histc aten::threshold torchvision::roi_align torchvision::roi_pool
 """, discontinuous=True)
+
+# Kernels that round their own way (see OpInfo.rounds_own_way): float sums in another order, and functions computed
+# otherwise than ATen computes them; on the CPU also what ATen takes from SLEEF's vectorized math
+facts("""
+    aten::sum aten::sum.dim_IntList aten::mean aten::mean.dim aten::var aten::var.dim aten::var.correction aten::std
+    aten::std.dim aten::std.correction aten::prod aten::prod.dim_int aten::norm.ScalarOpt_dim aten::linalg_vector_norm
+    aten::logsumexp aten::cumsum aten::adaptive_avg_pool2d aten::adaptive_avg_pool1d aten::avg_pool2d
+    aten::scatter_add aten::index_add aten::scatter_reduce.two aten::softmax.int aten::log_softmax.int
+    aten::layer_norm aten::group_norm aten::tanh aten::gelu aten::silu aten::mish aten::elu aten::softplus aten::erf
+    aten::log1p aten::expm1 aten::lerp.Scalar aten::tan aten::pow.Tensor_Tensor aten::pow.Scalar aten::addcdiv
+    aten::glu aten::log2 aten::exp2
+""", rounds_own_way=("cpu", "cuda"))
+facts("""
+    aten::sigmoid aten::exp aten::log aten::sin aten::cos aten::sqrt aten::pow.Tensor_Scalar aten::addcmul
+""", rounds_own_way=("cpu",))
 
 # Float32 inside a reduced-precision package, with the reason the report gives. GEMMs and convolutions are not here:
 # they run in the reduced type, and ATen's (cuBLAS, cuDNN, oneDNN) accumulate in float32.
