@@ -149,3 +149,47 @@ def test_fusion_that_keeps_failing_on_the_same_nodes_costs_every_kernel():
     attempt = _run(stages)
     assert not attempt.kernels and attempt.rewrites
     assert "generating kernels failed (x)" in attempt.notes[0]
+
+
+# --- a model whose outputs depend discretely on its values (a threshold, NMS) ---------------------------------------
+
+def _discrete_failure(*kernels, device_type="cpu"):
+    return Verdict(passed=False, worst=0.9, mismatches="boxes differ", has_kernels=True, kernels=list(kernels),
+                   device_type=device_type, discontinuous=True)
+
+
+def test_where_rounding_may_decide_the_ops_that_round_their_own_way_go_first_and_the_kernels_stay():
+    softmax, relu = _node(1, "aten::softmax.int"), _node(2, "aten::relu")
+    stages = Scripted(check=[_discrete_failure(_kernel("k0", softmax, relu))])
+    attempt = _run(stages)
+    assert [c[0] for c in stages.calls] == ["prepare", "build", "check", "build", "check"]  # (not prepared again)
+    assert set(attempt.refused) == {1} and attempt.kernels and not attempt.skipped
+    assert attempt.removed == [{"kernel": "rounds its own way", "error": 0.9, "ops": ["aten::softmax.int"]}]
+
+
+def test_an_op_rounds_its_own_way_only_where_the_op_table_says_so():
+    exp = _node(1, "aten::exp")  # (SLEEF's on the CPU; libdevice's, as ATen's, on CUDA)
+    stages = Scripted(check=[_discrete_failure(_kernel("k0", exp), device_type="cuda")])
+    attempt = _run(stages)
+    assert 1 not in attempt.refused and attempt.skipped  # the next rung instead: the rewrites
+    stages = Scripted(check=[_discrete_failure(_kernel("k0", exp), device_type="cpu")])
+    assert set(_run(stages).refused) == {1}
+
+
+def test_then_the_rewrites_go_with_the_kernels_kept_before_any_bisection():
+    relu = _node(2, "aten::relu")
+    stages = Scripted(check=[_discrete_failure(_kernel("k0", relu))])
+    attempt = _run(stages)
+    assert [c[0] for c in stages.calls] == ["prepare", "build", "check", "prepare", "build", "check"]
+    assert attempt.skipped == fallbacks.OPTIONAL_REWRITES and attempt.kernels and attempt.bisection is None
+    assert "round convolutions and GEMMs their own way" in attempt.notes[0]
+
+
+def test_without_a_discontinuous_op_a_difference_is_a_wrong_kernel_and_is_bisected():
+    softmax = _node(1, "aten::softmax.int")
+    failure = _discrete_failure(_kernel("k0", softmax))
+    failure.discontinuous = False
+    stages = Scripted(check=[failure])
+    attempt = _run(stages)
+    assert not attempt.skipped and not any(r["kernel"] == "rounds its own way" for r in attempt.removed)
+    assert attempt.bisect_rounds >= 1
