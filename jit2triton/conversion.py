@@ -385,6 +385,7 @@ class _MethodStages:
         self.runtimes_verified: list[str] = []  # "python", and "cpp" where the C++ runtime matched too
         self.cpp_note = ""  # why the C++ runtime was not verified, or where it differed
         self.bisecting = False  # the build under check is a round of the ladder's bisection (rung 3)
+        self.own_way_back = False  # the ops that round their own way were taken out, bought nothing, and are back
         self.none_draws: list[list] = []  # the example with Optional[Tensor] inputs None (pipeline.Context's)
 
     def prepare(self, attempt: fallbacks.Attempt) -> tuple[Any, pipeline.Context]:
@@ -440,6 +441,7 @@ class _MethodStages:
     def build(self, prepared: tuple, attempt: fallbacks.Attempt) -> tuple[PackageContents, Plan, Any]:
         graph, ctx = prepared
         self.bisecting = attempt.bisection is not None  # (a round of rung 3's search: only pass or fail matters)
+        self.own_way_back = attempt.own_way_back
         contents, sched = _build_package(graph, self.backend if attempt.kernels else "aten", ctx, self.signature,
                                          self.model_info, self.say)
         return contents, sched, graph
@@ -447,6 +449,7 @@ class _MethodStages:
     def check(self, built: tuple) -> fallbacks.Verdict:
         contents, sched, graph = built
         verifier = self.verifier
+        self.rounded = []  # (the notes of the build that ships: the last one checked)
         if verifier is None or not verifier.compared:
             return fallbacks.Verdict(passed=True)
         started = time.perf_counter()
@@ -474,8 +477,8 @@ class _MethodStages:
                                    has_kernels=contents.manifest["backend"] != "aten", kernels=kernels,
                                    device_type=self.target.type,
                                    discontinuous=fallbacks.has_discontinuous_op(sched.nodes))
-        if culprit is not None and culprit.kind == "rounding" and fallbacks.rounding_their_own_way(kernels,
-                                                                                                    self.target.type):
+        if (culprit is not None and culprit.kind == "rounding" and not self.own_way_back
+                and fallbacks.rounding_their_own_way(kernels, self.target.type)):
             return failed  # (the ops whose kernels round their own way go to ATen first: another box is not taken)
         if culprit is not None and culprit.kind == "rounding":
             node = culprit.node
@@ -485,7 +488,7 @@ class _MethodStages:
                                 "it differ from TorchScript's on " + ", ".join(verifier.failed) + ", every kernel "
                                 "before it matched ATen")
             self.say(f"outputs differ only after {node.op}{where}, which rounding decided; keeping the kernels")
-            return fallbacks.Verdict(passed=True)
+            return fallbacks.Verdict(passed=True, rounding=True)
         return failed
 
     def check_cpp_runtime(self, contents: PackageContents) -> None:

@@ -193,3 +193,15 @@ def test_without_a_discontinuous_op_a_difference_is_a_wrong_kernel_and_is_bisect
     attempt = _run(stages)
     assert not attempt.skipped and not any(r["kernel"] == "rounds its own way" for r in attempt.removed)
     assert attempt.bisect_rounds >= 1
+
+
+def test_ops_that_bought_no_answer_go_back_into_kernels():
+    """Out, they left the outputs parted where rounding decided (a vendor GEMM's rounding, say): the build passed
+    "up to rounding" as the first would have, so they are put back, and the package keeps their kernels."""
+    softmax, relu = _node(1, "aten::softmax.int"), _node(2, "aten::relu")
+    stages = Scripted(check=[_discrete_failure(_kernel("k0", softmax, relu)), Verdict(passed=True, rounding=True),
+                             Verdict(passed=True, rounding=True)])
+    attempt = _run(stages)
+    assert [c[0] for c in stages.calls] == ["prepare", "build", "check", "build", "check", "build", "check"]
+    assert stages.calls[3][4] == frozenset({1}) and stages.calls[5][4] == frozenset()  # out, then back in
+    assert attempt.own_way_back and not attempt.refused and attempt.removed == []

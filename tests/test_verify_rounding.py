@@ -89,3 +89,25 @@ def test_without_a_discontinuous_op_a_mismatch_is_never_put_down_to_rounding(ker
     converted = jit2triton.convert(model, _example(), backend="cpp")
     verification = converted.summary()["verification"]
     assert verification["kernels_removed"] and verification["status"] == "passed"
+
+
+class SortBySigmoid(SortByScore):
+    """The same order over scores from sigmoid, which rounds its own way on the CPU (SLEEF's in ATen)."""
+
+    def forward(self, x):
+        scores = torch.sigmoid(x * 2.0 + 1.0).round()
+        scores = scores * (x.abs() + 1.0) / (x.abs() + 1.0)
+        order = torch.argsort(scores, dim=-1, descending=True, stable=True)
+        return torch.gather(x, -1, order)
+
+
+def test_ops_taken_out_for_rounding_that_buy_no_answer_are_put_back(kernels_rounding_differently):
+    """sigmoid goes to ATen first (it rounds its own way); every kernel still moves a last bit here, so the order
+    still differs: sigmoid goes back into its kernel, and the package ships as it would have, up to rounding."""
+    kernels_rounding_differently(1)
+    model = torch.jit.trace(SortBySigmoid(), _example())
+    converted = jit2triton.convert(model, _example(), backend="cpp")
+    summary = converted.summary()
+    assert summary["verification"]["kernels_removed"] == []
+    assert summary["verification"]["status"] == "matched up to rounding"
+    assert "aten::sigmoid" in {op for kernel in summary["kernels"] for op in kernel["ops"]}

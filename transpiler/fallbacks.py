@@ -11,8 +11,9 @@ fails, the conversion steps down this ladder, each rung giving up more speed tha
      through ATen, and the package is built again; where verification names no kernel, or finds the outputs parted
      where rounding met a discontinuous op (a threshold, a top-k, NMS: another box), the ops whose kernels round
      their own way on the device (the op table's `rounds_own_way`: float sums, some math functions) go to ATen
-     first, once, and the kernels that round as ATen does stay; where that does not settle it, the optional
-     rewrites go (they change how convolutions and GEMMs round), kernels kept;
+     first, once, and the kernels that round as ATen does stay (and they come back where the outputs still part
+     only where rounding decided: they bought no answer); where that does not settle it, the optional rewrites go
+     (they change how convolutions and GEMMs round), kernels kept;
   3. the region that disagrees out: verification fails and the culprit search names no kernel; the kernels are
      bisected in the order the plan runs them (keep the first half, verify, recurse) to the first one the package
      cannot keep, which is taken out as in rung 2 and the rest verified again; the search is bounded
@@ -79,6 +80,8 @@ class Attempt:
     bisection: Optional["Bisection"] = None  # rung 3's search, while it runs
     bisect_rounds: int = 0
     trusted: set[int] = field(default_factory=set)  # node uids whose kernels were kept in a build that matched
+    own_way: set[int] = field(default_factory=set)  # node uids rung 2 sent to ATen as rounding their own way
+    own_way_back: bool = False  # ... put back: without them the outputs still parted where rounding decided
 
 
 @dataclass
@@ -110,6 +113,7 @@ class Verdict:
     # whether the build has a discontinuous op (a comparison, a floor, a sort, NMS), so that a last bit may have
     # become another answer: then the ops whose kernels round their own way go first (rung 2)
     discontinuous: bool = False
+    rounding: bool = False  # passed, but the outputs differ where a discontinuous op met rounding
 
 
 def rounding_their_own_way(kernels: list, device_type: str) -> list:
@@ -153,6 +157,9 @@ def build_with_fallbacks(stages: Stages, attempt: Attempt, say: Callable[[str], 
         if attempt.bisection is not None:
             if _bisection_round(attempt, verdict, say):
                 prepared = None
+            continue
+        if verdict.passed and verdict.rounding and attempt.own_way and not attempt.own_way_back:
+            _put_back_own_rounding(attempt, say)
             continue
         if verdict.passed:
             return built, attempt
@@ -257,8 +264,8 @@ def _take_out_own_rounding(attempt: Attempt, verdict: Verdict, kernels: list, sa
     own way on the device go to ATen, once, and the ops around them stay in kernels. A threshold, a floor or NMS
     after a float sum turns its last bit into another answer, so only kernels that round as ATen does keep the
     model's answers. -> whether any went."""
-    if not verdict.discontinuous:  # (without one, a difference beyond rounding is a wrong kernel: rungs 2 and 3)
-        return False
+    if not verdict.discontinuous or attempt.own_way_back:  # (without one, a difference beyond rounding is a wrong
+        return False                                          # kernel: rungs 2 and 3)
     nodes = [n for n in rounding_their_own_way(kernels, verdict.device_type) if n.uid not in attempt.refused]
     if not nodes:
         return False
@@ -268,7 +275,19 @@ def _take_out_own_rounding(attempt: Attempt, verdict: Verdict, kernels: list, sa
     say(f"taking {', '.join(ops)} out of the kernels (they round their own way), keeping the rest")
     attempt.removed.append({"kernel": "rounds its own way", "error": verdict.error or verdict.worst, "ops": ops})
     attempt.refused.update((n.uid, why) for n in nodes)
+    attempt.own_way.update(n.uid for n in nodes)
     return True
+
+
+def _put_back_own_rounding(attempt: Attempt, say: Callable[[str], None]) -> None:
+    """The build passed with its outputs still parted where rounding decided, the ops that round their own way out:
+    taking them out bought no answer, so they go back into kernels (the next build passes as the first did)."""
+    for uid in attempt.own_way:
+        attempt.refused.pop(uid, None)
+    attempt.removed = [r for r in attempt.removed if r["kernel"] != "rounds its own way"]
+    attempt.own_way_back = True
+    say("without the ops that round their own way the outputs still differ where rounding decided: they go back "
+        "into kernels")
 
 
 def _take_out_siblings(attempt: Attempt, verdict: Verdict, ops: list[str], name: str,
