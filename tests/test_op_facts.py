@@ -28,6 +28,8 @@ NOT_FACTS = {
                                                 "op table",
     ("loaders/torchscript.py", "_REMOTE_FUTURES"): "the ops whose futures no fork made, which the fork/wait "
                                                    "inlining leaves for the refusal",
+    ("loaders/torchscript.py", "CALLS"): "the two TorchScript call nodes its inliner inlines, read before our IR "
+                                         "and its op table exist",
     # The freezing decision reads TorchScript's graph before freezing, so before our IR and its op table exist
     ("loaders/torchscript.py", "_FOLDED"): "the ops torch.jit.freeze's numerics-changing passes fold",
     **{("loaders/discrete_outputs.py", name): "which TorchScript ops decide discretely, read before freezing (the "
