@@ -37,6 +37,9 @@ UNSUPPORTED = {
     "prim::awaitable": "makes an await (torch.jit._awaitable), which neither runtime runs",
     "prim::awaitable_wait": "waits on an await (torch.jit._awaitable), which neither runtime runs",
     "prim::awaitable_nowait": "makes an await (torch.jit._awaitable), which neither runtime runs",
+    # (what TorchScript's inliner left: a callee with no graph to inline, loaders/torchscript.py's inline_calls)
+    "prim::CallFunction": "calls a function TorchScript could not inline (it has no TorchScript graph)",
+    "prim::CallMethod": "calls a method TorchScript could not inline (it has no TorchScript graph)",
 }
 
 

@@ -63,3 +63,13 @@ def test_the_model_converts_and_matches(backend: str):
     with torch.jit.optimized_execution(False):
         expected = model(x)
     torch.testing.assert_close(converted(x), expected, rtol=1e-6, atol=1e-6)
+
+
+def test_a_call_the_inliner_leaves_is_refused_by_name(monkeypatch):
+    """Where a call is left (its callee has no graph), conversion says so, with the model's line, and no plan calls
+    it (it failed with the runtime's "op 'prim::CallFunction' does not exist")."""
+    from jit2triton.errors import ConversionError
+    from jit2triton.loaders import torchscript
+    monkeypatch.setattr(torchscript, "inline_calls", torch._C._jit_pass_inline)  # (one round: a call is left)
+    with pytest.raises(ConversionError, match=r"calls prim::CallFunction .*could not inline"):
+        jit2triton.convert(_run_plainly_first(), (torch.randn(8),), backend="cpp")
