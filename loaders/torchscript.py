@@ -21,6 +21,7 @@ import torch
 from jit2triton.errors import ConversionError, ModelLoadError
 
 from .discrete_outputs import discrete_decisions
+from .mkldnn_form import dense_form
 from .local_objects import objects_as_dicts
 from .side_effects import drop_grad_modes, refuse_effects, refuse_unsupported
 from .module_state import StateSlot, read_state, restore_state, thread_module_state
@@ -291,6 +292,7 @@ def inline_calls(graph: torch._C.Graph) -> None:
 
 def _normalise(graph: torch._C.Graph) -> None:
     inline_calls(graph)
+    dense_form(graph)  # (a model saved after torch.jit.optimize_for_inference: its MKL-DNN ops as dense ATen ones)
     _inline_fork_wait(graph)
     _fold_isinstance(graph)
     torch._C._jit_pass_constant_propagation(graph)

@@ -30,6 +30,9 @@ NOT_FACTS = {
                                                    "inlining leaves for the refusal",
     ("loaders/torchscript.py", "CALLS"): "the two TorchScript call nodes its inliner inlines, read before our IR "
                                          "and its op table exist",
+    **{("loaders/mkldnn_form.py", name): "torch.jit.optimize_for_inference's MKL-DNN ops and the dense ATen op each "
+                                         "is written back as, before our IR and its op table exist"
+       for name in ("SAME_INPUTS", "BOUNDED", "dense_form", "_KINDS")},
     # The freezing decision reads TorchScript's graph before freezing, so before our IR and its op table exist
     ("loaders/torchscript.py", "_FOLDED"): "the ops torch.jit.freeze's numerics-changing passes fold",
     **{("loaders/discrete_outputs.py", name): "which TorchScript ops decide discretely, read before freezing (the "
