@@ -37,6 +37,9 @@ UNSUPPORTED = {
     "prim::awaitable": "makes an await (torch.jit._awaitable), which neither runtime runs",
     "prim::awaitable_wait": "waits on an await (torch.jit._awaitable), which neither runtime runs",
     "prim::awaitable_nowait": "makes an await (torch.jit._awaitable), which neither runtime runs",
+    "prim::PythonOp": "runs Python code (a function or method marked @torch.jit.ignore, which TorchScript calls back "
+                      "into Python for), which a package cannot carry: compile it with TorchScript (drop "
+                      "@torch.jit.ignore) or keep it outside the model",
     # (what TorchScript's inliner left: a callee with no graph to inline, loaders/torchscript.py's inline_calls)
     "prim::CallFunction": "calls a function TorchScript could not inline (it has no TorchScript graph)",
     "prim::CallMethod": "calls a method TorchScript could not inline (it has no TorchScript graph)",
@@ -70,12 +73,14 @@ def refuse_effects(graph: torch._C.Graph) -> None:
             raise ConversionError(f"the model calls {node.kind()} ({_where(node)}): it {why}")
 
 
-def refuse_unsupported(graph: torch._C.Graph) -> None:
-    """Refuse, on the normalised graph, an op that neither runtime runs, naming it and its source line."""
+def refuse_unsupported(graph: torch._C.Graph, only: tuple[str, ...] = ()) -> None:
+    """Refuse, on the normalised graph, an op that neither runtime runs (of `only`, where given), naming it and its
+    source line."""
     for node in _nodes(graph.block()):
-        why = UNSUPPORTED.get(node.kind())
+        why = UNSUPPORTED.get(node.kind()) if not only or node.kind() in only else None
         if why is not None:
-            detail = f" on a {node.input().type().annotation_str}" if node.kind() == "prim::isinstance" else ""
+            detail = (f" on a {node.input().type().annotation_str}" if node.kind() == "prim::isinstance" else
+                      f" ({node.pyname()})" if node.kind() == "prim::PythonOp" else "")
             raise ConversionError(f"the model calls {node.kind()}{detail} ({_where(node)}), which jit2triton does not "
                                   f"support (the op exists in this torch, but neither runtime runs it): it {why}")
 

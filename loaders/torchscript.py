@@ -191,6 +191,7 @@ def _method(frozen: torch.jit.ScriptModule, method: str, name: str, notes: list[
     self_input = next(iter(graph.inputs()))
     if self_input.uses():
         users = sorted({use.user.kind() for use in self_input.uses()})
+        refuse_unsupported(graph, only=("prim::PythonOp",))  # (a call back into Python holds it: say so)
         raise ConversionError(
             f"after freezing, the graph still uses the module object itself through {users}, which jit2triton cannot "
             "carry into a package; please report it with the model")
