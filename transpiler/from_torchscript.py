@@ -178,21 +178,27 @@ class _Builder:
                 names.append(_unique(f"{_clean(out.debugName())}_{i}", self.weights))
                 self.weights[names[-1]] = tensor.detach()
             node.attrs[Attr.WEIGHTS] = names
-        elif _contains_tensor(value) and isinstance(value, (list, tuple)):
-            # A container of tensors and other values, or any Tensor?[] (`x[..., [-1], :]` indexes with the Tensor?[]
-            # [None, None, tensor([-1])], frozen into a constant): built at run time from one constant per item, as
-            # TorchScript would before freezing, so no runtime needs a new kind of constant
-            node.attrs[Attr.EXPANDED], node.inputs = self.items(value, out.type(), _clean(out.debugName()), node.source)
-            node.op = "prim::ListConstruct" if isinstance(value, list) else "prim::TupleConstruct"
         elif _contains_tensor(value):
-            raise ConversionError(f"constant {out.debugName()} of type {out.type()} holds tensors in a container "
-                                  "that is not a list or tuple; not supported yet")
+            # A container of tensors and other values, or any Tensor?[] (`x[..., [-1], :]` indexes with the Tensor?[]
+            # [None, None, tensor([-1])], frozen into a constant), or a dict attribute of tensors (a table by name):
+            # built at run time from one constant per item, as TorchScript would before freezing, so no runtime needs
+            # a new kind of constant
+            node.attrs[Attr.EXPANDED], node.inputs = self.items(value, out.type(), _clean(out.debugName()), node.source)
+            node.op = _construct(value)
         else:
             node.attrs[Attr.VALUE] = value
 
     def items(self, value, ts_type, name: str, source) -> tuple[list[Node], list[Value]]:
-        """(the nodes making each item of a list or tuple constant, the items' values)."""
+        """(the nodes making each item of a list or tuple constant, the items' values; a dict's keys and values, in
+        turn, as prim::DictConstruct takes them)."""
         nodes, items = [], []
+        if isinstance(value, dict):
+            for i, (key, item) in enumerate(value.items()):
+                for made_nodes, made in (self.expand(key, ts_type.getKeyType(), f"{name}_k{i}", source),
+                                         self.expand(item, ts_type.getValueType(), f"{name}_{i}", source)):
+                    nodes += made_nodes
+                    items.append(made)
+            return nodes, items
         for i, item in enumerate(value):
             item_type = ts_type.getElementType() if isinstance(value, list) else ts_type.elements()[i]
             made_nodes, made = self.expand(item, item_type, f"{name}_{i}", source)
@@ -209,10 +215,9 @@ class _Builder:
             made = Value(name, Type("Tensor", dtype_name(value.dtype), tuple(value.shape), value.device.type))
             return [Node("prim::Constant", [], [made], attrs={Attr.WEIGHT: weight}, source=source)], made
         made = Value(name, ir_type(ts_type))
-        if isinstance(value, (list, tuple)) and _contains_tensor(value):
+        if _contains_tensor(value):
             nodes, items = self.items(value, ts_type, name, source)
-            op = "prim::ListConstruct" if isinstance(value, list) else "prim::TupleConstruct"
-            return nodes + [Node(op, items, [made], source=source)], made
+            return nodes + [Node(_construct(value), items, [made], source=source)], made
         return [Node("prim::Constant", [], [made], attrs={Attr.VALUE: value}, source=source)], made
 
 
@@ -222,9 +227,17 @@ def _holds_optionals(ts_type) -> bool:
 
 
 def _contains_tensor(value: Any) -> bool:
-    if isinstance(value, (list, tuple)):
-        return any(isinstance(v, torch.Tensor) or _contains_tensor(v) for v in value)
+    """Whether a list, tuple (a NamedTuple's too) or dict constant holds a tensor."""
+    if isinstance(value, (list, tuple, dict)):
+        return any(isinstance(v, torch.Tensor) or _contains_tensor(v)
+                   for v in (value.values() if isinstance(value, dict) else value))
     return False
+
+
+def _construct(value: Any) -> str:
+    """The op that builds a container constant holding tensors, item by item."""
+    return ("prim::ListConstruct" if isinstance(value, list) else "prim::DictConstruct" if isinstance(value, dict)
+            else "prim::TupleConstruct")
 
 
 def _clean(name: str) -> str:
