@@ -8,6 +8,8 @@ every call would run once, at conversion, in a package: refused.
 """
 from __future__ import annotations
 
+from typing import Sequence
+
 import torch
 
 from jit2triton.errors import ConversionError
@@ -83,6 +85,21 @@ def refuse_unsupported(graph: torch._C.Graph, only: tuple[str, ...] = ()) -> Non
                       f" ({node.pyname()})" if node.kind() == "prim::PythonOp" else "")
             raise ConversionError(f"the model calls {node.kind()}{detail} ({_where(node)}), which jit2triton does not "
                                   f"support (the op exists in this torch, but neither runtime runs it): it {why}")
+
+
+def refuse_unstored_layouts(graph: torch._C.Graph, state: Sequence = ()) -> None:
+    """Refuse a weight or module attribute a package cannot store: a sparse (or other non-strided) tensor, naming it.
+    Conversion failed on one with ATen's "Could not run 'aten::equal' with arguments from the 'SparseCPU' backend"
+    or "copy_() between dense and sparse Tensors is not implemented". `state`: the module state's slots."""
+    held = [(slot.name, slot.initial) for slot in state]
+    held += [(node.output().debugName(), node.output().toIValue()) for node in _nodes(graph.block())
+             if node.kind() == "prim::Constant" and isinstance(node.output().type(), torch.TensorType)]
+    for name, value in held:
+        if isinstance(value, torch.Tensor) and value.layout != torch.strided:
+            raise ConversionError(
+                f"the model holds a {value.layout} tensor ({name}), and a package stores dense (strided) tensors "
+                "only: make it dense in the model (`.to_dense()`, its sparse math as dense), or keep that part "
+                "outside the model")
 
 
 def _nodes(block):

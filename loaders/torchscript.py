@@ -23,7 +23,7 @@ from jit2triton.errors import ConversionError, ModelLoadError
 from .discrete_outputs import discrete_decisions
 from .mkldnn_form import dense_form
 from .local_objects import objects_as_dicts
-from .side_effects import drop_grad_modes, refuse_effects, refuse_unsupported
+from .side_effects import drop_grad_modes, refuse_effects, refuse_unstored_layouts, refuse_unsupported
 from .module_state import StateSlot, read_state, restore_state, thread_module_state
 from .graph_nodes import all_nodes
 
@@ -197,6 +197,7 @@ def _method(frozen: torch.jit.ScriptModule, method: str, name: str, notes: list[
             "carry into a package; please report it with the model")
     graph.eraseInput(0)
     _normalise(graph)
+    refuse_unstored_layouts(graph, state)
     args = schema.arguments[1:]
     return ScriptGraph(graph, [a.name for a in args], [_default(a) for a in args], name, state=state, notes=notes)
 
@@ -265,6 +266,7 @@ def _from_function(function: torch.jit.ScriptFunction) -> ScriptGraph:
     drop_grad_modes(graph)
     refuse_effects(graph)
     _normalise(graph)
+    refuse_unstored_layouts(graph)
     args = function.schema.arguments
     return ScriptGraph(graph, [a.name for a in args], [_default(a) for a in args], function.name,
                        function=function)
