@@ -5,8 +5,8 @@ failed on it ("Cannot access data pointer of Tensor that doesn't have storage").
 
 This writes the graph back in dense ATen ops, each where its MKL-DNN form stood, before anything else reads it: the
 package chooses its own layouts and kernels (on the CPU, oneDNN's convolutions among them). The ops are the ones
-torch's `ConvertFrozenOpsToMKLDNN` pass makes; an MKL-DNN op not written back here is refused by the runtimes' op
-checks, naming it.
+torch's `ConvertFrozenOpsToMKLDNN` pass makes; one not written back here fails the conversion's first run of the
+model, which names it.
 """
 from __future__ import annotations
 
@@ -59,7 +59,8 @@ def dense_form(graph: torch._C.Graph) -> None:
             _rewrite(graph, node, op, [node.inputsAt(0), *bounds])
 
 
-_KINDS = {"prim::ConstantMKLDNNTensor", "aten::to_mkldnn", "prim::mkldnn_convolution", *SAME_INPUTS, *BOUNDED}
+_KINDS = {"prim::ConstantMKLDNNTensor", "aten::to_mkldnn", "aten::to_dense", "prim::BroadcastMKLDNNTensors",
+          "prim::mkldnn_convolution", *SAME_INPUTS, *BOUNDED}
 
 
 def _rewrite(graph: torch._C.Graph, node, op: str, inputs: list) -> None:

@@ -281,7 +281,7 @@ def inline_calls(graph: torch._C.Graph) -> None:
     graph, which is itself inlined only where the callee first ran with TorchScript's optimisations on: a function
     first called under `torch.jit.optimized_execution(False)` (a user's plain run before converting) keeps its own
     calls, one level down per round (torchvision's detectors: 5 calls after one round, 0 after eight). A call no round
-    inlines (its callee has no graph) stays, and the plan refuses it by name."""
+    inlines (its callee has no graph) stays, and refuse_unsupported refuses it by name."""
     before = None
     for _ in range(MAX_INLINE_ROUNDS):
         torch._C._jit_pass_inline(graph)
