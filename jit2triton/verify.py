@@ -84,6 +84,10 @@ def tensor_error(actual: torch.Tensor, expected: torch.Tensor, slack: float = 1.
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
         return math.inf, (f"got {actual.dtype} {list(actual.shape)}, TorchScript gives "
                           f"{expected.dtype} {list(expected.shape)}")
+    if actual.layout != expected.layout:
+        return math.inf, f"got a {actual.layout} tensor, TorchScript gives a {expected.layout} one"
+    if expected.layout != torch.strided:  # (a sparse output: its values, as dense)
+        actual, expected = actual.to_dense(), expected.to_dense()
     if actual.device != expected.device:
         actual = actual.to(expected.device)
     if expected.is_complex():

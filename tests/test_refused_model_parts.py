@@ -2,7 +2,7 @@
 - a call back into Python (a function or method marked @torch.jit.ignore: a prim::PythonOp), naming the function and
   its line; the method form said "the graph still uses the module object itself ... please report it";
 - a sparse weight or attribute, naming it; ATen's "Could not run 'aten::equal' with arguments from the 'SparseCPU'
-  backend" reached the user.
+  backend" reached the user. (A sparse tensor the model makes is carried: it runs through ATen.)
 (No `from __future__ import annotations` here: TorchScript reads the ignored functions' annotations as written.)"""
 
 import pytest
@@ -52,3 +52,23 @@ def test_a_sparse_weight_is_refused_naming_it() -> None:
     inside verification with ATen's "Could not run 'aten::equal' with arguments from the 'SparseCPU' backend")."""
     with pytest.raises(ConversionError, match=r"torch.sparse_coo tensor \(adjacency\).*\.to_dense\(\)"):
         jit2triton.convert(torch.jit.script(HoldsASparseBuffer()), (torch.randn(4, 3),), backend="cpp")
+
+
+class ReturnsSparse(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (torch.relu(x) * 2.0).to_sparse()
+
+
+@pytest.mark.parametrize("runtime", ["cpp", "python"])
+def test_a_sparse_tensor_the_model_makes_is_returned_as_torchscript_returns_it(runtime: str, tmp_path) -> None:
+    """Not refused: a sparse tensor the model makes runs through ATen (no kernel reads it) and comes back sparse.
+    Conversion failed reading its data pointer ("Cannot access data pointer of Tensor that doesn't have storage")."""
+    model = torch.jit.script(ReturnsSparse())
+    converted = jit2triton.convert(model, (torch.randn(4, 4),), backend="cpp")
+    assert converted.summary()["native_nodes"] >= 2  # (relu and the multiply stay a kernel)
+    path = str(tmp_path / "sparse.j2t")
+    converted.save(path)
+    package = jit2triton.load(path, runtime=runtime)
+    x = torch.randn(4, 4)
+    got, want = package(x), model(x)
+    assert got.layout == torch.sparse_coo and torch.equal(got.to_dense(), want.to_dense())

@@ -55,7 +55,8 @@ class ShapeRecorder:
             observed = type_of(obj, value.type)
             known = self.seen.get(value.id)
             self.seen[value.id] = (value, observed if known is None else self.merge(known[1], observed))
-            if isinstance(obj, torch.Tensor) and obj.numel() and obj.data_ptr() % ALIGNMENT:
+            if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and obj.numel() and \
+                    obj.data_ptr() % ALIGNMENT:
                 self.misaligned.add(value.id)
             if _is_small(obj):
                 if value.id in self.small and not _same(self.small[value.id], obj):
