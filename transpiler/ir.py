@@ -75,8 +75,10 @@ TENSOR = Type("Tensor")
 
 
 def tensor_type(t: torch.Tensor) -> Type:
-    if t.layout != torch.strided:  # (a sparse tensor the model makes: no strides, and no kernel reads it, as a value
-        return Type("Tensor", dtype_name(t.dtype), None, t.device.type)  # of unknown shape: ATen's ops on it run)
+    # A sparse tensor the model makes has no strides: typed as a value of unknown shape, which no kernel reads (ATen's
+    # ops run on it)
+    if t.layout != torch.strided:
+        return Type("Tensor", dtype_name(t.dtype), None, t.device.type)
     return Type("Tensor", dtype_name(t.dtype), tuple(t.shape), t.device.type, strides=tuple(t.stride()))
 
 
