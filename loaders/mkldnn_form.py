@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from .graph_nodes import all_nodes
+
 # MKL-DNN op -> the dense ATen op taking the same inputs in the same order
 SAME_INPUTS = {
     "prim::MKLDNNHardSwish_": "aten::hardswish_",
@@ -31,7 +33,7 @@ CONVOLUTIONS = {3: "aten::conv1d", 4: "aten::conv2d", 5: "aten::conv3d"}  # by t
 def dense_form(graph: torch._C.Graph) -> None:
     """Rewrite `graph` in place: every MKL-DNN constant dense, every MKL-DNN op its dense ATen op, and the layout
     changes between them gone."""
-    nodes = list(_nodes(graph.block()))
+    nodes = list(all_nodes(graph.block()))
     if not any(n.kind() in _KINDS for n in nodes):
         return
     for node in nodes:
@@ -44,7 +46,7 @@ def dense_form(graph: torch._C.Graph) -> None:
             _replace(node, [node.inputsAt(0)])
         elif kind == "prim::BroadcastMKLDNNTensors":  # (dense ops broadcast on their own)
             _replace(node, list(node.inputs()))
-    for node in list(_nodes(graph.block())):  # (after the constants: a convolution's rank is its weight's)
+    for node in list(all_nodes(graph.block())):  # (after the constants: a convolution's rank is its weight's)
         kind = node.kind()
         if kind == "prim::mkldnn_convolution":
             weight = node.inputsAt(1).node()
@@ -80,9 +82,3 @@ def _replace(node, values: list) -> None:
 def _is_none(value) -> bool:
     return value.node().kind() == "prim::Constant" and value.type().kind() == "NoneType"
 
-
-def _nodes(block):
-    for node in block.nodes():
-        yield node
-        for inner in node.blocks():
-            yield from _nodes(inner)

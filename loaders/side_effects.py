@@ -14,6 +14,8 @@ import torch
 
 from jit2triton.errors import ConversionError
 
+from .graph_nodes import all_nodes
+
 GRAD_MODES = "__torch__.torch.autograd.grad_mode."
 REFUSED = {
     "aten::manual_seed": "seeds torch's random generator on every call, which a package cannot do: seed it before "
@@ -69,7 +71,7 @@ def drop_grad_modes(graph: torch._C.Graph) -> None:
 def refuse_effects(graph: torch._C.Graph) -> None:
     """Refuse REFUSED ops. Run on the graph before freezing, which would run a file read whose path is a constant or
     an attribute once and keep its result as a constant."""
-    for node in _nodes(graph.block()):
+    for node in all_nodes(graph.block()):
         why = REFUSED.get(node.kind())
         if why is not None:
             raise ConversionError(f"the model calls {node.kind()} ({_where(node)}): it {why}")
@@ -78,7 +80,7 @@ def refuse_effects(graph: torch._C.Graph) -> None:
 def refuse_unsupported(graph: torch._C.Graph, only: tuple[str, ...] = ()) -> None:
     """Refuse, on the normalised graph, an op that neither runtime runs (of `only`, where given), naming it and its
     source line."""
-    for node in _nodes(graph.block()):
+    for node in all_nodes(graph.block()):
         why = UNSUPPORTED.get(node.kind()) if not only or node.kind() in only else None
         if why is not None:
             detail = (f" on a {node.input().type().annotation_str}" if node.kind() == "prim::isinstance" else
@@ -92,7 +94,7 @@ def refuse_unstored_layouts(graph: torch._C.Graph, state: Sequence = ()) -> None
     Conversion failed on one with ATen's "Could not run 'aten::equal' with arguments from the 'SparseCPU' backend"
     or "copy_() between dense and sparse Tensors is not implemented". `state`: the module state's slots."""
     held = [(slot.name, slot.initial) for slot in state]
-    held += [(node.output().debugName(), node.output().toIValue()) for node in _nodes(graph.block())
+    held += [(node.output().debugName(), node.output().toIValue()) for node in all_nodes(graph.block())
              if node.kind() == "prim::Constant" and isinstance(node.output().type(), torch.TensorType)]
     for name, value in held:
         if isinstance(value, torch.Tensor) and value.layout != torch.strided:
@@ -100,13 +102,6 @@ def refuse_unstored_layouts(graph: torch._C.Graph, state: Sequence = ()) -> None
                 f"the model holds a {value.layout} tensor ({name}), and a package stores dense (strided) tensors "
                 "only: make it dense in the model (`.to_dense()`, its sparse math as dense), or keep that part "
                 "outside the model")
-
-
-def _nodes(block):
-    for node in block.nodes():
-        yield node
-        for inner in node.blocks():
-            yield from _nodes(inner)
 
 
 def _where(node) -> str:
