@@ -17,14 +17,11 @@ from jit2triton.errors import Jit2TritonError, SizeChangedError, StepError
 
 from .op_facts import UNPACKS
 from .packed import build_packed, packed_constant
-from .policy import RECONVERT
+from .policy import RECONVERT, message
 from .resolve import resolve_op
 from .sizes import is_dynamic, shape_function
 
 Step = Callable[[list], None]
-SIZE_CHANGED = ("a size the package fixed at conversion changed: a scalar input's value, or a count computed from the "
-                "data (a mask's, nonzero's) that conversion did not see vary. Convert again with example inputs of "
-                "the values you need; if the shapes and scalars are the example's, please report it with the model")
 Observer = Callable[[int, tuple], None]  # (node index, output values)
 
 
@@ -203,9 +200,8 @@ class Executor:
             for i, strides_at, shape_at in checked:
                 x = inputs[i]
                 if shape_at is not None and x.shape != shape_at(sizes):
-                    raise SizeChangedError(
-                        f"kernel input {i} has shape {list(x.shape)}, but the package was converted for "
-                        f"{list(shape_at(sizes))}: {SIZE_CHANGED}")
+                    raise SizeChangedError(message("size_changed", index=i, got=", ".join(map(str, x.shape)),
+                                                   expected=", ".join(map(str, shape_at(sizes)))))
                 strides = strides_at(sizes)
                 if x.stride() != strides:
                     copied = copied or list(inputs)

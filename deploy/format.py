@@ -118,6 +118,13 @@ SIGNATURE_INPUT = Section("signature", (
     # sweep small@13682)
     Field("shape", "shape", False, None, "a tensor's sizes, each a number or a dynamic dim's name"),
 ))
+# a container input's item or element type (deploy/signature.py's describe): checked where a runtime builds its check
+SIGNATURE_ITEM = Section("signature", (
+    Field("type", "str", doc="its TorchScript type: Tensor, int, float, bool, a container..."),
+    Field("shape", "shape", False, None, "a tensor's sizes"),
+    Field("items", "list", False, None, "a tuple's item types"),
+    Field("element", "object", False, None, "a list's or dict's element type, where the example's were all one"),
+))
 PLAN = Section("plan", (
     Field("num_slots", "count", most=MAX_SLOTS, damaged="num_slots"),
     Field("inputs", "slots", doc="the slot of each input"),
@@ -475,6 +482,7 @@ def cpp_header() -> str:
     ]
     for function, section in (("check_manifest", MANIFEST), ("check_producer", PRODUCER),
                               ("check_signature", SIGNATURE), ("check_signature_input", SIGNATURE_INPUT),
+                              ("check_signature_item", SIGNATURE_ITEM),
                               ("check_plan", PLAN), ("check_step", STEP), ("check_block", BLOCK),
                               ("check_kernel", KERNEL), ("check_cpp", CPP), ("check_weight", WEIGHT),
                               ("check_state", STATE)):

@@ -121,6 +121,13 @@ MESSAGES = {
                            "device='cpu'",
     "kernels_elsewhere": "the package holds kernels compiled for {built_for} and cannot run on {device}; convert the "
                          "model again with device={device_repr}",
+    "new_dtype": "the package holds dtype {dtype}, which this jit2triton does not know: a newer jit2triton made it "
+                 "(upgrade: pip install -U jit2triton), or it is damaged (" + RECONVERT + ")",
+    "size_changed": "kernel input {index} has shape [{got}], but the package was converted for [{expected}]: a size "
+                    "the package fixed at conversion changed: a scalar input's value, a list input's length, or a "
+                    "count computed from the data (a mask's, nonzero's) that conversion did not see vary. Convert "
+                    "again with example inputs of the values you need; if the shapes and scalars are the example's, "
+                    "please report it with the model",
     "missing_engine": "the package's quantized weights are packed for the {engine} quantized engine, which this torch "
                       "does not have (it has: {supported}); load it where torch.backends.quantized.supported_engines "
                       "lists {engine}, or convert the model on this machine (with torch.backends.quantized.engine set "

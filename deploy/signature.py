@@ -10,14 +10,17 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from jit2triton.errors import CorruptPackageError, InputError
+from jit2triton.errors import CorruptPackageError, InputError, PackageVersionError
 
-from .policy import RECONVERT
+from .format import SIGNATURE_ITEM, check_fields
+from .policy import DTYPES, RECONVERT, message
 
 # an input's declared "layout": "channels_last", by rank (the example's layout, where the caller keeps images so)
 CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 _SCALAR_TYPES = {"int": int, "float": (float, int), "bool": bool, "str": str}
+# a container input's Python type, and how a message names one
+_CONTAINERS = {"List": (list, "a list"), "Tuple": (tuple, "a tuple"), "Dict": (dict, "a dict")}
 
 
 def describe(value: Any) -> dict:
@@ -151,9 +154,13 @@ class InputChecker:
             raise InputError(f"expected {expected} {noun} ({', '.join(self.names)}), got {n}; pass them in that order")
         return tuple(args) + tuple(self.defaults[n:])
 
-    def _check_for(self, index: int, desc: dict) -> Callable[[Any], Any]:
-        label = f"input {index} ({desc['name']!r})"
+    def _check_for(self, index: int, desc: dict) -> Callable[..., Any]:
+        return self._value_check(f"input {index} ({desc['name']!r})", desc)
+
+    def _value_check(self, label: str, desc: dict) -> Callable[..., Any]:
         kind = desc["type"]
+        if kind in _CONTAINERS:
+            return self._container_check(label, desc)
         if kind == "Tensor":
             return self._tensor_check(label, desc)
         python_type = _SCALAR_TYPES.get(kind)
@@ -171,10 +178,59 @@ class InputChecker:
 
         return check_scalar
 
+    def _item_check(self, label: str, desc: Any) -> Callable[..., Any]:
+        """The check of a container's item or element: `desc` read through the schema's signature item first (as
+        the C++ runtime reads it), then checked as an input of its type is."""
+        check_fields(SIGNATURE_ITEM, desc)
+        return self._value_check(label, desc)
+
+    def _container_check(self, label: str, desc: dict) -> Callable[..., Any]:
+        """A tuple is checked item by item (its arity is its TorchScript type's); a list's or dict's elements by
+        their "element" type, where the example's were all one (their number, and a dict's keys, are the model's
+        to test). An element that a check replaces (a tensor made dense) is put in a new container: the caller's is
+        not changed."""
+        kind = desc["type"]
+        python_type, noun = _CONTAINERS[kind]
+        if kind == "Tuple":
+            items = desc.get("items")
+            if not isinstance(items, list):
+                raise CorruptPackageError(f"{label} is a tuple without its item types; {RECONVERT}")
+            checks = [self._item_check(f"{label} item {i}", d) for i, d in enumerate(items)]
+            expected = f"{noun} of {len(items)} items ({', '.join(format_type(d) for d in items)})"
+        else:
+            element = desc.get("element")
+            checks = None if element is None else self._item_check(f"{label} element", element)
+            expected = noun if element is None else f"{noun} of {format_type(element)}"
+        element_label = f"{label} element"
+
+        def element(check: Callable[..., Any], value: Any, bound: Any, position: Any) -> Any:
+            try:
+                return check(value, bound)
+            except InputError as err:  # (the message names the element's position, known only now)
+                raise InputError(f"{element_label} {position}{str(err)[len(element_label):]}") from None
+
+        def check_container(x: Any, bound: Any = None) -> Any:
+            if not isinstance(x, python_type):
+                raise InputError(f"{label}: expected {expected}, got {type(x).__name__}")
+            if checks is None:
+                return x
+            if kind == "Tuple":
+                if len(x) != len(checks):
+                    raise InputError(f"{label}: expected {expected}, got {len(x)} items")
+                out = [check(v, bound) for check, v in zip(checks, x)]
+                return x if all(a is b for a, b in zip(out, x)) else tuple(out)
+            pairs = x.items() if kind == "Dict" else enumerate(x)
+            out = [element(checks, v, bound, repr(k) if kind == "Dict" else k) for k, v in pairs]
+            if all(a is b for a, b in zip(out, x.values() if kind == "Dict" else x)):
+                return x
+            return dict(zip(x.keys(), out)) if kind == "Dict" else out
+
+        return check_container
+
     def _tensor_check(self, label: str, desc: dict) -> Callable[..., Any]:
         """The check of a tensor input: dtype, device, dense layout and shape. A dynamic dim (a name in the shape)
         must be within its range and equal wherever else the same dim appears in this call (`bound`)."""
-        dtype = getattr(torch, desc["dtype"])
+        dtype = _dtype(desc["dtype"])
         device_type = self.device.type
         expected = f"{desc['dtype']}[{', '.join(map(str, desc['shape']))}] on {device_type}"
         on_device = _DEVICE_TEST.get(device_type, lambda x: x.device.type == device_type)
@@ -226,6 +282,15 @@ class InputChecker:
             return x.contiguous(memory_format=layout) if contiguous else x
 
         return check_tensor
+
+
+def _dtype(name: Any) -> torch.dtype:
+    """A signature's dtype, one of the names a package may hold (as the C++ runtime's parse_dtype reads it)."""
+    if not isinstance(name, str):
+        raise CorruptPackageError(f"the package's signature is damaged (a dtype {name!r}); {RECONVERT}")
+    if name not in DTYPES:
+        raise PackageVersionError(message("new_dtype", dtype=repr(name)))
+    return getattr(torch, name)
 
 
 NO_DEFAULT = object()

@@ -685,11 +685,26 @@ def _fix_int_inputs(signature: list[dict]) -> None:
             entry["fixed"] = True
 
 
+def _with_elements(desc: dict) -> dict:
+    """`desc` (an input's) with each list's or dict's "element": the one type all the example's elements had, which
+    both runtimes then require of every element a call passes (a list of another length is the model's to take).
+    Where the elements differ (or there are none), only the container's kind is checked."""
+    items = desc.get("items")
+    if desc["type"] not in ("List", "Tuple", "Dict") or not items:
+        return desc
+    values = list(items.values()) if isinstance(items, dict) else items
+    values = [_with_elements(v) for v in values]
+    out = {**desc, "items": dict(zip(items, values)) if isinstance(items, dict) else values}
+    if desc["type"] != "Tuple" and all(v == values[0] for v in values):
+        out["element"] = values[0]
+    return out
+
+
 def _input_signature(names: list[str], defaults: list[Any], inputs: list[Any],
                      dynamic: dims.DynamicSpec) -> list[dict[str, Any]]:
     signature = []
     for position, (name, default, value) in enumerate(zip(names, defaults, inputs)):
-        entry = {"name": name, **describe(value)}
+        entry = {"name": name, **_with_elements(describe(value))}
         for axis, dim in dynamic.axes.get(position, {}).items():
             entry["shape"][axis] = dim.name  # a dynamic dim: checked against its range (signature["dims"]) per call
         if isinstance(value, torch.Tensor) and not value.is_contiguous():  # (_example_layout kept it)

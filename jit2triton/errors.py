@@ -58,8 +58,8 @@ class InputError(Jit2TritonError, ValueError):
 
 
 class SizeChangedError(InputError):
-    """A size the package fixed at conversion changed at run time: a scalar input's value, or a count computed from
-    the data that conversion did not see vary."""
+    """A size the package fixed at conversion changed at run time: a scalar input's value, a list input's length, or
+    a count computed from the data that conversion did not see vary."""
 
 
 class StepError(Jit2TritonError, RuntimeError):

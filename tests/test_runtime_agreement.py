@@ -13,7 +13,7 @@ true), a dynamic dim's source with a fourth item (C++ read the first three)."""
 from __future__ import annotations
 
 import itertools
-from typing import List
+from typing import List, Tuple
 
 import pytest
 import torch
@@ -173,3 +173,54 @@ def test_a_null_optional_field_is_absent_in_both_runtimes(tmp_path) -> None:
                 continue
             module.summary(), module.report()
     assert not wrong, "\n".join(wrong)
+
+
+class Loop(torch.nn.Module):
+    def forward(self, xs: List[torch.Tensor], pair: Tuple[torch.Tensor, int]) -> torch.Tensor:
+        out = xs[0] * pair[1]
+        for x in xs[1:]:
+            out = out + x.sin()
+        return out + pair[0]
+
+
+TENSOR = {"type": "Tensor", "dtype": "float32", "shape": [2, 3]}
+# (input, key, value): a container input's element and item types, damaged or changed
+CONTAINER_EDITS = [
+    (0, "element", None), (0, "element", 5), (0, "element", {}), (0, "element", {"type": 5}),
+    (0, "element", {**TENSOR, "shape": "x"}), (0, "element", {**TENSOR, "shape": [True]}),
+    (0, "element", {**TENSOR, "shape": ["n"]}), (0, "element", {**TENSOR, "dtype": "nope"}), (0, "element", {**TENSOR, "dtype": 5}),
+    (0, "element", {**TENSOR, "shape": [3, 2]}), (0, "element", {"type": "int"}), (0, "element", {"type": "List"}),
+    (0, "element", {"type": "Tuple", "items": 5}), (0, "element", {"type": "List", "element": TENSOR}),
+    (0, "type", "Tuple"), (0, "type", "Dict"),
+    (1, "items", None), (1, "items", 5), (1, "items", [5]), (1, "items", []), (1, "items", [TENSOR, {"type": "str"}]),
+    (1, "items", [TENSOR, {"type": "int", "element": 5}]), (1, "element", TENSOR), (1, "type", "List"),
+]
+
+
+def _called(path: str, runtime: str, inputs: tuple):
+    """("refused", error type) where a jit2triton error refused the package or the call; ("ran", outputs)."""
+    try:
+        return "ran", jit2triton.load(path, runtime=runtime)(*inputs)
+    except Jit2TritonError as err:
+        return "refused", type(err).__name__
+
+
+def test_a_container_inputs_item_types_are_read_alike(tmp_path) -> None:
+    """Both runtimes check a container input's items and elements by the signature (deploy/signature.py's
+    _container_check, signature.cpp's container_check): a damaged type is refused alike, another one checked alike."""
+    source = str(tmp_path / "loop.j2t")
+    torch.manual_seed(0)
+    example = ([torch.randn(2, 3) for _ in range(3)], (torch.randn(2, 3), 2))
+    jit2triton.convert(torch.jit.script(Loop()), example).save(source)
+    path, disagreements, outcomes = str(tmp_path / "edited.j2t"), [], set()
+    for index, key, value in CONTAINER_EDITS:
+        def edit(manifest):
+            manifest["signature"]["inputs"][index][key] = value
+        rewrite_package(source, path, edit_manifest=edit)
+        (python, out_python), (cpp, out_cpp) = (_called(path, runtime, example) for runtime in ("python", "cpp"))
+        outcomes.add(out_python if python == "refused" else python)
+        if python != cpp or _difference(out_cpp, out_python):
+            disagreements.append(f"inputs[{index}].{key} = {value!r}: python {python} {out_python if python != 'ran' else ''}, "
+                                 f"cpp {cpp} {out_cpp if cpp != 'ran' else ''}")
+    assert not disagreements, "\n".join(disagreements)
+    assert outcomes == {"ran", "CorruptPackageError", "PackageVersionError", "InputError"}  # (the edits reach each)

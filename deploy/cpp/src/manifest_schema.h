@@ -170,6 +170,16 @@ inline void check_signature_input(const json::Value& value, const Limits& limits
   check("signature", fields, value, limits);
 }
 
+inline void check_signature_item(const json::Value& value, const Limits& limits = {}) {
+  static const std::vector<Field> fields = {
+    {"type", Type::Str, true, "", 0, {}, "", ""},
+    {"shape", Type::Shape, false, "", 0, {}, "", ""},
+    {"items", Type::List, false, "", 0, {}, "", ""},
+    {"element", Type::Object, false, "", 0, {}, "", ""},
+  };
+  check("signature", fields, value, limits);
+}
+
 inline void check_plan(const json::Value& value, const Limits& limits = {}) {
   static const std::vector<Field> fields = {
     {"num_slots", Type::Count, true, "num_slots", 16777216, {}, "", ""},

@@ -47,7 +47,7 @@ struct FileBytes {
 
 at::ScalarType parse_dtype(const std::string& name) {
   auto it = policy::dtypes().find(name);
-  if (it == policy::dtypes().end()) throw Error(Error::Kind::PackageVersion, "unknown dtype " + repr(name) + " in the package");
+  if (it == policy::dtypes().end()) throw Error(Error::Kind::PackageVersion, policy::message::new_dtype(repr(name)));
   return it->second;
 }
 

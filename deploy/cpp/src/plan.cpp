@@ -451,12 +451,7 @@ class Builder {
           at::IntArrayRef shape = c.shape.at(d, scratch_shape);
           if (x.sizes() != shape)
             throw Error(Error::Kind::SizeChanged,  // the Python runtime's SizeChangedError, with its message
-                "kernel input " + std::to_string(c.index) + " has shape [" + join_dims(x.sizes()) +
-                "], but the package was converted for [" + join_dims(shape) +
-                "]: a size the package fixed at conversion changed: a scalar input's value, or a count computed "
-                "from the data (a mask's, nonzero's) that conversion did not see vary. Convert again with example "
-                "inputs of the values you need; if the shapes and scalars are the example's, please report it with "
-                "the model");
+                        policy::message::size_changed(std::to_string(c.index), join_dims(x.sizes()), join_dims(shape)));
         }
         at::IntArrayRef strides = c.strides.at(d, scratch_strides);
         if (x.strides() != strides) x = into_layout(x, strides);

@@ -157,7 +157,11 @@ class Plan {
   std::vector<std::pair<size_t, int64_t>> dim_sources_;
   std::vector<std::string> plan_dims_;  // their names, in that order, then the bound dims' (plan "bound_dims")
   size_t bound_dims_ = 0;  // sizes steps bind from the tensors they make (transpiler/bind_sizes.py): -1 until then
-  std::vector<std::function<void(c10::IValue&, Bound&)>> checks_;  // per input; throws Error(Input)
+  using InputCheck = std::function<void(c10::IValue&, Bound&)>;  // throws Error(Input); may replace the value
+  std::vector<InputCheck> checks_;  // per input
+  struct DimRange {
+    int64_t min, max;  // max -1: no upper bound
+  };
   std::vector<std::string> input_names_;
   std::vector<c10::IValue> defaults_;  // per input; None marks "no default" when has_default_ is false
   std::vector<bool> has_default_;
@@ -185,6 +189,10 @@ class Plan {
 
   void run_steps(const std::vector<Step>& steps, Env& env) const;
   void build_input_checks();  // signature.cpp
+  InputCheck input_check(const json::Value& d, const std::string& label, const std::vector<DimRange>& ranges,
+                         bool contiguous) const;
+  InputCheck container_check(const json::Value& d, const std::string& label, const std::vector<DimRange>& ranges,
+                             bool contiguous) const;
   [[noreturn]] void step_failed(int node, const std::string& what) const;
 };
 

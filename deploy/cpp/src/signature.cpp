@@ -4,7 +4,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <optional>
 
+#include "manifest_schema.h"
 #include "plan.h"
 
 namespace jit2triton {
@@ -81,10 +83,7 @@ std::string join_dims(at::IntArrayRef dims) {
 void Plan::build_input_checks() {
   const Value& inputs = pkg_.manifest.at("signature").at("inputs");
   bool contiguous = !kernels_.empty();  // generated kernels index inputs as dense row-major tensors
-  struct Range {
-    int64_t min, max;  // max -1: no upper bound
-  };
-  std::vector<Range> ranges;
+  std::vector<DimRange> ranges;
   if (const Value* dims = pkg_.manifest.at("signature").find("dims")) {
     for (const auto& [name, d] : dims->members) {
       dim_names_.push_back(name);
@@ -99,97 +98,186 @@ void Plan::build_input_checks() {
     has_default_.push_back(def != nullptr);
     defaults_.push_back(def ? decode_literal(*def, built_for_, device) : IValue());
     if (!def) ++required_;
-    std::string label = "input " + std::to_string(i) + " (" + repr(name) + ")";
-    const std::string& kind = d.at("type").as_string();
-    if (kind == "Tensor") {
-      at::ScalarType dtype = parse_dtype(d.at("dtype").as_string());
-      // the dense layout generated kernels read inputs in: row-major, or channels-last where the example was
-      at::MemoryFormat layout = at::MemoryFormat::Contiguous;
-      if (const Value* declared = d.find("layout")) {
-        size_t rank = d.at("shape").size();
-        if (declared->as_string() != "channels_last" || (rank != 4 && rank != 5))
-          throw Error(Error::Kind::CorruptPackage, label + " declares layout " + repr(declared->as_string()) + " for a " +
-                                                       std::to_string(rank) + "-d tensor, which this runtime does not know; " + policy::kReconvert);
-        layout = rank == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d;
-      }
-      c10::DeviceType type = device.type();
-      std::string expected = format_type(d) + " on " + c10::DeviceTypeName(type, true);
-      std::vector<int64_t> shape;  // -1 at a dynamic dim
-      struct Dynamic {
-        size_t axis, dim;
-        Range range;
-      };
-      std::vector<Dynamic> dynamic;
-      for (const auto& x : d.at("shape").items) {
-        if (x.is_string()) {
-          auto it = std::find(dim_names_.begin(), dim_names_.end(), x.as_string());
-          if (it == dim_names_.end())
-            throw Error(Error::Kind::CorruptPackage, label + " names dim " + repr(x.as_string()) + ", which the signature does not declare; " + policy::kReconvert);
-          size_t dim = static_cast<size_t>(it - dim_names_.begin());
-          dynamic.push_back({shape.size(), dim, ranges[dim]});
-          shape.push_back(-1);
-        } else {
-          shape.push_back(x.as_int());
-        }
-      }
-      std::vector<std::string> names = dim_names_;
-      const Value* optional = d.find("optional");  // an Optional[Tensor] the model tests for None
-      bool takes_none = optional && optional->kind == Value::Kind::Bool && optional->as_bool();
-      checks_.push_back([=](IValue& v, Bound& bound) {
-        if (takes_none && v.isNone()) return;
-        if (!v.isTensor()) throw Error(Error::Kind::Input, label + ": expected a tensor " + expected + (takes_none ? " or None" : "") + ", got " + python_type_name(v));
-        const at::Tensor& x = v.toTensor();
-        if (x.layout() != at::kStrided)
-          throw Error(Error::Kind::Input, label + ": expected a dense tensor " + expected + ", got a " +
-                                              layout_name(x.layout()) + " tensor; pass x.to_dense()");
-        bool same = x.scalar_type() == dtype && x.dim() == static_cast<int64_t>(shape.size()) && x.device().type() == type;
-        for (size_t a = 0; same && a < shape.size(); ++a) same = shape[a] < 0 || x.size(a) == shape[a];
-        if (!same)
-          throw Error(Error::Kind::Input,
-                      label + ": expected " + expected + ", got " + dtype_name(x.scalar_type()) + "[" + join_dims(x.sizes()) +
-                          "] on " + x.device().str() +
-                          ". The package was converted for that signature; convert again with example inputs of the shape and dtype you need");
-        for (const auto& dyn : dynamic) {
-          int64_t n = x.size(dyn.axis);
-          if (n < dyn.range.min || (dyn.range.max >= 0 && n > dyn.range.max))
-            throw Error(Error::Kind::Input, label + ": axis " + std::to_string(dyn.axis) + " is dim " + names[dyn.dim] +
-                                                ", whose range is " + std::to_string(dyn.range.min) + ".." +
-                                                (dyn.range.max >= 0 ? std::to_string(dyn.range.max) : "inf") + "; got " +
-                                                std::to_string(n) + ". Convert again with a wider Dim to serve that size");
-          if (bound.size[dyn.dim] < 0) {
-            bound.size[dyn.dim] = n;
-            bound.where[dyn.dim] = label + " axis " + std::to_string(dyn.axis);
-          } else if (bound.size[dyn.dim] != n) {
-            throw Error(Error::Kind::Input, label + ": axis " + std::to_string(dyn.axis) + " is dim " + names[dyn.dim] +
-                                                ", which is " + std::to_string(bound.size[dyn.dim]) + " in " + bound.where[dyn.dim] +
-                                                "; got " + std::to_string(n) + ". The model needs those sizes equal");
-          }
-        }
-        if (contiguous && !x.is_contiguous(layout)) v = x.contiguous(layout);
-      });
-    } else if (kind == "int" || kind == "float" || kind == "bool" || kind == "str") {
-      // an int the package serves at the example's value only (deploy/signature.py fixed_value_message)
-      const Value* fixed = d.find("fixed");
-      const Value* example = d.find("example");
-      bool one_value = kind == "int" && fixed && fixed->kind == Value::Kind::Bool && fixed->boolean && example &&
-                       example->kind == Value::Kind::Int;
-      int64_t only = one_value ? example->integer : 0;
-      bool is_int = kind == "int", is_float = kind == "float", is_bool = kind == "bool";  // (decided once, here)
-      checks_.push_back([=](IValue& v, Bound&) {
-        bool ok = is_int ? v.isInt() : is_float ? (v.isDouble() || v.isInt()) : is_bool ? v.isBool() : v.isString();
-        if (!ok) throw Error(Error::Kind::Input, label + ": expected " + kind + ", got " + python_type_name(v));
-        if (one_value && v.toInt() != only)
-          throw Error(Error::Kind::Input, label + ": the package serves only the value " + std::to_string(only) +
-                                              " it was converted with (the model ran at no other value during "
-                                              "conversion, so a size it sets is fixed); got " +
-                                              std::to_string(v.toInt()) + ". Convert again with that value in the "
-                                              "example inputs");
-        if (is_float && v.isInt()) v = static_cast<double>(v.toInt());
-      });
-    } else {
-      checks_.push_back([](IValue&, Bound&) {});
-    }
+    checks_.push_back(input_check(d, "input " + std::to_string(i) + " (" + repr(name) + ")", ranges, contiguous));
   }
+}
+
+// The check of one input, or of a container input's item or element (deploy/signature.py's _value_check).
+Plan::InputCheck Plan::input_check(const Value& d, const std::string& label, const std::vector<DimRange>& ranges,
+                                   bool contiguous) const {
+  const std::string& kind = d.at("type").as_string();
+  if (kind == "List" || kind == "Tuple" || kind == "Dict") return container_check(d, label, ranges, contiguous);
+  if (kind == "Tensor") {
+    at::ScalarType dtype = parse_dtype(d.at("dtype").as_string());
+    // the dense layout generated kernels read inputs in: row-major, or channels-last where the example was
+    at::MemoryFormat layout = at::MemoryFormat::Contiguous;
+    if (const Value* declared = d.find("layout")) {
+      size_t rank = d.at("shape").size();
+      if (declared->as_string() != "channels_last" || (rank != 4 && rank != 5))
+        throw Error(Error::Kind::CorruptPackage, label + " declares layout " + repr(declared->as_string()) + " for a " +
+                                                     std::to_string(rank) + "-d tensor, which this runtime does not know; " + policy::kReconvert);
+      layout = rank == 4 ? at::MemoryFormat::ChannelsLast : at::MemoryFormat::ChannelsLast3d;
+    }
+    c10::DeviceType type = device.type();
+    std::string expected = format_type(d) + " on " + c10::DeviceTypeName(type, true);
+    std::vector<int64_t> shape;  // -1 at a dynamic dim
+    struct Dynamic {
+      size_t axis, dim;
+      DimRange range;
+    };
+    std::vector<Dynamic> dynamic;
+    for (const auto& x : d.at("shape").items) {
+      if (x.is_string()) {
+        auto it = std::find(dim_names_.begin(), dim_names_.end(), x.as_string());
+        if (it == dim_names_.end())
+          throw Error(Error::Kind::CorruptPackage, label + " names dim " + repr(x.as_string()) + ", which the signature does not declare; " + policy::kReconvert);
+        size_t dim = static_cast<size_t>(it - dim_names_.begin());
+        dynamic.push_back({shape.size(), dim, ranges[dim]});
+        shape.push_back(-1);
+      } else {
+        shape.push_back(x.as_int());
+      }
+    }
+    std::vector<std::string> names = dim_names_;
+    const Value* optional = d.find("optional");  // an Optional[Tensor] the model tests for None
+    bool takes_none = optional && optional->kind == Value::Kind::Bool && optional->as_bool();
+    return [=](IValue& v, Bound& bound) {
+      if (takes_none && v.isNone()) return;
+      if (!v.isTensor()) throw Error(Error::Kind::Input, label + ": expected a tensor " + expected + (takes_none ? " or None" : "") + ", got " + python_type_name(v));
+      const at::Tensor& x = v.toTensor();
+      if (x.layout() != at::kStrided)
+        throw Error(Error::Kind::Input, label + ": expected a dense tensor " + expected + ", got a " +
+                                            layout_name(x.layout()) + " tensor; pass x.to_dense()");
+      bool same = x.scalar_type() == dtype && x.dim() == static_cast<int64_t>(shape.size()) && x.device().type() == type;
+      for (size_t a = 0; same && a < shape.size(); ++a) same = shape[a] < 0 || x.size(a) == shape[a];
+      if (!same)
+        throw Error(Error::Kind::Input,
+                    label + ": expected " + expected + ", got " + dtype_name(x.scalar_type()) + "[" + join_dims(x.sizes()) +
+                        "] on " + x.device().str() +
+                        ". The package was converted for that signature; convert again with example inputs of the shape and dtype you need");
+      for (const auto& dyn : dynamic) {
+        int64_t n = x.size(dyn.axis);
+        if (n < dyn.range.min || (dyn.range.max >= 0 && n > dyn.range.max))
+          throw Error(Error::Kind::Input, label + ": axis " + std::to_string(dyn.axis) + " is dim " + names[dyn.dim] +
+                                              ", whose range is " + std::to_string(dyn.range.min) + ".." +
+                                              (dyn.range.max >= 0 ? std::to_string(dyn.range.max) : "inf") + "; got " +
+                                              std::to_string(n) + ". Convert again with a wider Dim to serve that size");
+        if (bound.size[dyn.dim] < 0) {
+          bound.size[dyn.dim] = n;
+          bound.where[dyn.dim] = label + " axis " + std::to_string(dyn.axis);
+        } else if (bound.size[dyn.dim] != n) {
+          throw Error(Error::Kind::Input, label + ": axis " + std::to_string(dyn.axis) + " is dim " + names[dyn.dim] +
+                                              ", which is " + std::to_string(bound.size[dyn.dim]) + " in " + bound.where[dyn.dim] +
+                                              "; got " + std::to_string(n) + ". The model needs those sizes equal");
+        }
+      }
+      if (contiguous && !x.is_contiguous(layout)) v = x.contiguous(layout);
+    };
+  }
+  if (kind == "int" || kind == "float" || kind == "bool" || kind == "str") {
+    // an int the package serves at the example's value only (deploy/signature.py fixed_value_message)
+    const Value* fixed = d.find("fixed");
+    const Value* example = d.find("example");
+    bool one_value = kind == "int" && fixed && fixed->kind == Value::Kind::Bool && fixed->boolean && example &&
+                     example->kind == Value::Kind::Int;
+    int64_t only = one_value ? example->integer : 0;
+    bool is_int = kind == "int", is_float = kind == "float", is_bool = kind == "bool";  // (decided once, here)
+    return [=](IValue& v, Bound&) {
+      bool ok = is_int ? v.isInt() : is_float ? (v.isDouble() || v.isInt()) : is_bool ? v.isBool() : v.isString();
+      if (!ok) throw Error(Error::Kind::Input, label + ": expected " + kind + ", got " + python_type_name(v));
+      if (one_value && v.toInt() != only)
+        throw Error(Error::Kind::Input, label + ": the package serves only the value " + std::to_string(only) +
+                                            " it was converted with (the model ran at no other value during "
+                                            "conversion, so a size it sets is fixed); got " +
+                                            std::to_string(v.toInt()) + ". Convert again with that value in the "
+                                            "example inputs");
+      if (is_float && v.isInt()) v = static_cast<double>(v.toInt());
+    };
+  }
+  return [](IValue&, Bound&) {};
+}
+
+// A tuple is checked item by item (its arity is its TorchScript type's); a list's or dict's elements by their
+// "element" type, where the signature has one. An element a check replaces (a tensor made dense) goes into a copy:
+// the caller's container is not changed (deploy/signature.py's _container_check).
+Plan::InputCheck Plan::container_check(const Value& d, const std::string& label, const std::vector<DimRange>& ranges,
+                                       bool contiguous) const {
+  const std::string& kind = d.at("type").as_string();
+  bool is_list = kind == "List", is_tuple = kind == "Tuple";
+  std::string noun = is_list ? "a list" : is_tuple ? "a tuple" : "a dict";
+  std::vector<InputCheck> items;  // a tuple's, one per item
+  InputCheck element;             // a list's or dict's, where the signature has one
+  std::string expected = noun;
+  if (is_tuple) {
+    const Value* declared = d.find("items");
+    if (!declared || !declared->is_array())
+      throw Error(Error::Kind::CorruptPackage, label + " is a tuple without its item types; " + policy::kReconvert);
+    for (size_t i = 0; i < declared->size(); ++i) {
+      manifest_schema::check_signature_item((*declared)[i]);
+      items.push_back(input_check((*declared)[i], label + " item " + std::to_string(i), ranges, contiguous));
+    }
+    std::string types;
+    for (size_t i = 0; i < declared->size(); ++i) types += (i ? ", " : "") + format_type((*declared)[i]);
+    expected += " of " + std::to_string(items.size()) + " items (" + types + ")";
+  } else if (const Value* declared = d.find("element"); declared && !declared->is_null()) {
+    manifest_schema::check_signature_item(*declared);
+    element = input_check(*declared, label + " element", ranges, contiguous);
+    expected += " of " + format_type(*declared);
+  }
+  std::string element_label = label + " element";
+  // an element's check, its message naming the element's position (known only in the call)
+  auto check_element = [element, element_label](IValue& value, Bound& bound, const std::string& position) {
+    try {
+      element(value, bound);
+    } catch (const Error& err) {
+      if (err.kind() != Error::Kind::Input) throw;
+      std::string message = err.what();
+      throw Error(Error::Kind::Input, element_label + " " + position + message.substr(element_label.size()));
+    }
+  };
+  return [=](IValue& v, Bound& bound) {
+    if (!(is_list ? v.isList() : is_tuple ? v.isTuple() : v.isGenericDict()))
+      throw Error(Error::Kind::Input, label + ": expected " + expected + ", got " + python_type_name(v));
+    if (is_tuple) {
+      const auto& given = v.toTupleRef().elements();
+      if (given.size() != items.size())
+        throw Error(Error::Kind::Input, label + ": expected " + expected + ", got " + std::to_string(given.size()) + " items");
+      std::vector<IValue> out(given.begin(), given.end());
+      bool changed = false;
+      for (size_t i = 0; i < items.size(); ++i) {
+        items[i](out[i], bound);
+        changed = changed || !out[i].isSameIdentity(given[i]);
+      }
+      if (changed) v = c10::ivalue::Tuple::create(std::move(out));
+      return;
+    }
+    if (!element) return;
+    if (is_list) {
+      c10::List<IValue> list = v.toList();
+      std::optional<c10::List<IValue>> copy;
+      for (size_t i = 0; i < list.size(); ++i) {
+        IValue value = list.get(i);
+        check_element(value, bound, std::to_string(i));
+        if (value.isSameIdentity(list.get(i))) continue;
+        if (!copy) copy = list.copy();
+        copy->set(i, std::move(value));
+      }
+      if (copy) v = std::move(*copy);
+      return;
+    }
+    c10::Dict<IValue, IValue> dict = v.toGenericDict();
+    std::optional<c10::Dict<IValue, IValue>> copy;
+    for (const auto& entry : dict) {
+      IValue value = entry.value();
+      const IValue& key = entry.key();
+      check_element(value, bound, key.isString() ? repr(key.toStringRef()) : key.isInt() ? std::to_string(key.toInt())
+                                                                                      : python_type_name(key));
+      if (value.isSameIdentity(entry.value())) continue;
+      if (!copy) copy = dict.copy();
+      copy->insert_or_assign(key, std::move(value));
+    }
+    if (copy) v = std::move(*copy);
+  };
 }
 
 std::string Plan::signature() const {
