@@ -66,6 +66,15 @@ def test_a_failing_optional_rewrite_is_skipped_and_the_kernels_stay():
     assert "pass gemm_forms failed (TypeError: bug): converted without it" in attempt.notes[0]
 
 
+def test_an_example_the_rewrites_broke_costs_the_optional_rewrites_only():
+    """The example ran when the graph was first typed and fails when typed again after the optional rewrites: one
+    of them broke it, which one is not known: all of them go, the kernels stay."""
+    stages = Scripted(prepare=[PassFailed("reobserve", ConversionError("index 5 is out of bounds"), after_rewrites=True)])
+    attempt = _run(stages)
+    assert stages.calls[1][:3] == ("prepare", True, True) and attempt.skipped == fallbacks.OPTIONAL_REWRITES
+    assert "after the optional rewrites: converted without them" in attempt.notes[0]
+
+
 def test_a_failing_required_pass_costs_the_rewrites_and_the_kernels():
     stages = Scripted(prepare=[PassFailed("check_indices", TypeError("bug"))])
     attempt = _run(stages)

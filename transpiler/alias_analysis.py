@@ -22,7 +22,19 @@ def mutated_views(graph: Graph) -> set[int]:
     and the write would miss them (a view written through must reach its base; a view read after its base is
     written must see the write), so they stay real ATen aliases. Aliases form families (a base, its views, their
     views); every alias in a family with a write is kept."""
-    family: dict[int, int] = {}  # value id -> a representative of its alias family
+    find, aliases, written = _families(graph)
+    return {node.uid for node in aliases if find(node.inputs[0].id) in written}
+
+
+def written_values(graph: Graph) -> set[int]:
+    """The ids of the tensors in an alias family (see mutated_views) that something writes in place."""
+    find, _, written = _families(graph)
+    return {v.id for node in graph.walk() for v in (*node.inputs, *node.outputs) if find(v.id) in written}
+
+
+def _families(graph: Graph):
+    """(find: value id -> its alias family's representative, the alias-making nodes, the written families)."""
+    family: dict[int, int] = {}
 
     def find(v: int) -> int:
         while family.get(v, v) != v:
@@ -35,7 +47,7 @@ def mutated_views(graph: Graph) -> set[int]:
         for out in node.outputs:
             family[find(out.id)] = find(node.inputs[0].id)
     written = {find(node.inputs[0].id) for node in graph.walk() if writes(node) == "tensor" and node.inputs}
-    return {node.uid for node in aliases if find(node.inputs[0].id) in written}
+    return find, aliases, written
 
 
 def fixed_tensor_lists(graph: Graph) -> tuple[dict[int, Node], set[int]]:

@@ -174,6 +174,9 @@ def _pass_failed(attempt: Attempt, failure: PassFailed, say: Callable[[str], Non
     if failure.name in OPTIONAL_REWRITES and failure.name not in attempt.skipped:
         attempt.skipped.add(failure.name)
         _note(attempt, f"{failure}: converted without it ({REPORT})", say)
+    elif failure.after_rewrites and not OPTIONAL_REWRITES <= attempt.skipped:
+        attempt.skipped |= OPTIONAL_REWRITES
+        _note(attempt, f"{failure}, after the optional rewrites: converted without them ({REPORT})", say)
     else:
         attempt.kernels = attempt.rewrites = False
         _note(attempt, f"{failure}: every op runs through ATen ({REPORT})", say)

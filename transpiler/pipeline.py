@@ -52,6 +52,7 @@ from .channels_last import channels_last
 from .plan_arena import plan_arena
 from .precision import PrecisionPlan, cast_floats, reduce_precision
 from .complex_magnitude import complex_magnitude
+from .shared_masks import share_mask_counts
 from .split_conv_bias import split_conv_bias
 from .split_norms import split_norms
 from .unpack_splits import unpack_splits
@@ -398,6 +399,8 @@ PASSES: list[Pass] = [
     Pass("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes), "rewrite", optional=True,
          devices=("cpu",)),  # where oneDNN is faster
     Pass("check_indices", lambda g, c: check_indices(g), "rewrite"),  # generated gathers clamp: bad indices raise
+    # after check_indices: the shared count's integer indices are in range by construction
+    Pass("share_mask_counts", lambda g, c: share_mask_counts(g), "rewrite", optional=True),  # one nonzero per mask
     # conv nets: channels-last activations, where timing says faster (timed with the convolutions fused as the next
     # pass fuses them: channels-last through ATen's convolutions alone can be the slower, fused the faster)
     Pass("channels_last", lambda g, c: channels_last(g, c, then=as_it_will_run), "rewrite", optional=True),
@@ -426,11 +429,14 @@ def passes(stage: str, device_type: Optional[str]) -> list[Pass]:
 
 
 class PassFailed(Exception):
-    """A pass raised something other than a jit2triton error (a bug in it): which pass, and what it raised."""
+    """A pass raised something other than a jit2triton error (a bug in it): which pass, and what it raised.
+    `after_rewrites`: the example failed to run when typed again after the optional rewrites (it ran before them),
+    so one of them broke the graph."""
 
-    def __init__(self, name: str, error: BaseException) -> None:
+    def __init__(self, name: str, error: BaseException, after_rewrites: bool = False) -> None:
         super().__init__(f"pass {name} failed ({type(error).__name__}: {error})")
         self.name = name
+        self.after_rewrites = after_rewrites
 
 
 def prepare(graph: Graph, ctx: Context, generate_kernels: bool, skip: frozenset = frozenset()) -> Graph:
@@ -444,6 +450,12 @@ def prepare(graph: Graph, ctx: Context, generate_kernels: bool, skip: frozenset 
         try:
             with ctx.stopwatch.stage(step.name):
                 step.run(graph, ctx)
+        except TimeBudgetError:
+            raise
+        except ConversionError as err:
+            if step.run is observe and step.stage == "rewrite" and any(p.optional for p in todo[:done - 1]):
+                raise PassFailed(step.name, err, after_rewrites=True) from err
+            raise
         except Jit2TritonError:
             raise
         except Exception as err:  # noqa: BLE001 - any bug in a pass

@@ -1,0 +1,100 @@
+"""A boolean mask that indexes several tensors is counted once (transpiler/shared_masks.py): one nonzero, then
+gathers by its integer columns, whose outputs are ATen's bit for bit. Checked against TorchScript on fresh inputs
+whose counts differ from the example's, on both backends, and left alone where the mask is written between its
+readers."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+import jit2triton
+
+
+class PerClass(torch.nn.Module):
+    """A detector's per-class post-process (torchvision's SSD): per class a threshold, the scores and boxes it keeps,
+    their best few."""
+
+    def forward(self, boxes: Tensor, scores: Tensor):
+        out_boxes, out_scores = [], []
+        for label in range(1, scores.shape[1]):
+            score = scores[:, label]
+            keep = score > 0.5
+            score = score[keep]
+            box = boxes[keep]
+            score, order = score.topk(min(5, score.size(0)))
+            out_boxes.append(box[order])
+            out_scores.append(score)
+        return torch.cat(out_boxes), torch.cat(out_scores)
+
+
+class TwoDims(torch.nn.Module):
+    def forward(self, x: Tensor, y: Tensor):
+        m = x > 0.2
+        return x[m] * 2, y[m] - 1, (x + y)[:, None][m[:, None]]
+
+
+class WrittenBetween(torch.nn.Module):
+    def forward(self, x: Tensor, y: Tensor):
+        m = x > 0
+        a = x[m]
+        m[0] = True  # the second reader sees the written mask
+        return a, y[m]
+
+
+def _plan_ops(package) -> list[str]:
+    found = []
+
+    def walk(steps):
+        for step in steps:
+            found.append(step.get("op") or "kernel")
+            for block in step.get("blocks") or []:
+                walk(block["steps"] if isinstance(block, dict) else block)
+
+    walk(package.manifest["plan"]["steps"])
+    return found
+
+
+def _check(model, draw, backend: str, calls: int = 4):
+    scripted = torch.jit.script(model)
+    torch.manual_seed(0)
+    package = jit2triton.convert(scripted, draw(), backend=backend)
+    for _ in range(calls):
+        inputs = draw()
+        for got, want in zip(package(*inputs), scripted(*inputs)):
+            assert got.shape == want.shape and torch.equal(got, want)
+    return package
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_a_per_class_loop_counts_each_mask_once(backend) -> None:
+    package = _check(PerClass(), lambda: (torch.rand(40, 4), torch.rand(40, 6)), backend)
+    assert _plan_ops(package).count("aten::nonzero") == 1  # in the loop's body: once a class, for scores and boxes
+
+
+@pytest.mark.parametrize("backend", ["cpp", "triton"])
+def test_a_mask_of_two_dims_is_indexed_by_both_columns(backend) -> None:
+    _check(TwoDims(), lambda: (torch.randn(6, 5), torch.randn(6, 5)), backend)
+
+
+def test_a_mask_written_between_its_readers_is_not_shared() -> None:
+    package = _check(WrittenBetween(), lambda: (torch.randn(8), torch.randn(8)), "cpp")
+    assert "aten::nonzero" not in _plan_ops(package)
+
+
+def test_a_rewrite_that_breaks_the_example_is_taken_out(monkeypatch) -> None:
+    """A shared count whose columns are wrong (every one the mask's first dim's) fails the example when the graph is
+    typed again: conversion goes on without the optional rewrites and the package is right."""
+    from jit2triton.transpiler import shared_masks
+    real = shared_masks._count
+
+    def wrong_columns(mask, at, columns):
+        pieces = real(mask, at, columns)
+        columns[mask.id] = [columns[mask.id][0]] * len(columns[mask.id])
+        return pieces
+
+    monkeypatch.setattr(shared_masks, "_count", wrong_columns)
+    package = _check(TwoDims(), lambda: (torch.randn(6, 5), torch.randn(6, 5)), "cpp")
+    assert "aten::nonzero" not in _plan_ops(package)
+    assert any("after the optional rewrites: converted without them" in n
+               for n in package.summary()["verification"]["notes"]), package.summary()["verification"]["notes"]
