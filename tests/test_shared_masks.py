@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import Tensor
 
-import jit2triton
+from helpers import BACKENDS, convert_for
 
 
 class PerClass(torch.nn.Module):
@@ -56,23 +56,24 @@ def _plan_ops(package) -> list[str]:
 
 
 def _check(model, draw, backend: str, calls: int = 4):
-    scripted = torch.jit.script(model)
+    device = "cuda" if backend == "cuda" else "cpu"
+    scripted = torch.jit.script(model.to(device))
     torch.manual_seed(0)
-    package = jit2triton.convert(scripted, draw(), backend=backend)
+    package = convert_for(scripted, draw(), backend)
     for _ in range(calls):
-        inputs = draw()
+        inputs = tuple(x.to(device) for x in draw())
         for got, want in zip(package(*inputs), scripted(*inputs)):
             assert got.shape == want.shape and torch.equal(got, want)
     return package
 
 
-@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_per_class_loop_counts_each_mask_once(backend) -> None:
     package = _check(PerClass(), lambda: (torch.rand(40, 4), torch.rand(40, 6)), backend)
     assert _plan_ops(package).count("aten::nonzero") == 1  # in the loop's body: once a class, for scores and boxes
 
 
-@pytest.mark.parametrize("backend", ["cpp", "triton"])
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_a_mask_of_two_dims_is_indexed_by_both_columns(backend) -> None:
     _check(TwoDims(), lambda: (torch.randn(6, 5), torch.randn(6, 5)), backend)
 
