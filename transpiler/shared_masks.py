@@ -1,8 +1,7 @@
 """A boolean mask that indexes several tensors is counted once: `score[keep]; box[keep]` becomes
 
     where = nonzero(keep)                  (the count: on CUDA, one host synchronisation)
-    score[where[:, 0]]; box[where[:, 0]]   (gathers by integer indices: no synchronisation; for a mask of one
-                                            dim, index_select(score, 0, where[:, 0]))
+    score[where[:, 0]]; box[where[:, 0]]   (gathers by integer indices: no synchronisation)
 
 ATen turns each boolean index into its nonzero's columns itself (`expandTensors`), once per indexing: a detector's
 per-class loop (torchvision's SSD: `score[keep_idxs]`, `boxes[keep_idxs]`, 90 classes a call) waited for the GPU
@@ -47,11 +46,6 @@ def share_mask_counts(graph: Graph) -> int:
                 mask = masks[first[node.uid]]
                 out += _count(mask, node, columns)
             listed = lists.get(node.inputs[1].id) if node.op == "aten::index.Tensor" and len(node.inputs) == 2 else None
-            if listed is not None and len(listed.inputs) == 1 and len(columns.get(listed.inputs[0].id, ())) == 1:
-                # `x[keep]` for a mask of one dim: a gather along dim 0, without advanced indexing's setup
-                out += _select_rows(node, columns[listed.inputs[0].id][0])
-                done += 1
-                continue
             if listed is not None and any(v.id in columns for v in listed.inputs):
                 items = [c for v in listed.inputs for c in columns.get(v.id, [v])]
                 # a list of its own: the old one may have other readers (the dead one is dropped later)
@@ -64,15 +58,6 @@ def share_mask_counts(graph: Graph) -> int:
             out.append(node)
         block.nodes = out
     return done
-
-
-def _select_rows(node: Node, rows: Value) -> list[Node]:
-    """`index_select(x, 0, rows)` in place of `node`, `x[mask]` (its indices are nonnegative: index_select takes no
-    index from the end)."""
-    dim = Value(f"{node.output.name}_dim0", Type("int"))
-    return [Node("prim::Constant", [], [dim], attrs={Attr.VALUE: 0}),
-            Node("aten::index_select", [node.inputs[0], dim, rows], node.outputs, source=node.source,
-                 attrs={**node.attrs, Attr.SCHEMA: schema_of("aten::index_select")})]
 
 
 def _is_mask(v: Value) -> bool:
