@@ -34,7 +34,7 @@ def bind_opaque_sizes(graph: Graph, recorder: ShapeRecorder, dims: Optional[dict
     those are bound; the caller then passes the new dims on to fusion."""
     bindable = set(recorder.opaque_examples) if dims is not None else graph.data_sizes & set(recorder.opaque_examples)
     first: dict[str, Optional[tuple]] = {}  # symbol -> (node, output index, axis) of its first carrier, or None
-    _first_carriers(graph.body, first, top=True, counts=graph.data_sizes)
+    _first_carriers(graph.body, first, top=True, counts=graph.data_sizes, confined=_confined(graph))
     bound = {name: where for name, where in first.items() if where is not None and name in bindable}
     for name, (node, index, axis) in bound.items():
         node.attrs.setdefault(Attr.BINDS, []).append((index, axis, name))
@@ -50,23 +50,49 @@ def bind_opaque_sizes(graph: Graph, recorder: ShapeRecorder, dims: Optional[dict
     return added
 
 
-def _first_carriers(block: Block, first: dict[str, Optional[tuple]], top: bool, counts: set[str]) -> None:
+def _first_carriers(block: Block, first: dict[str, Optional[tuple]], top: bool, counts: set[str],
+                    confined: dict[str, int]) -> None:
     """Each symbol's first carrier in run order (a node's blocks run before its outputs exist), as a binding place
     when a top-level node that runs through ATen makes it, else None. A count read from data is bound where it is
     first made at the top level whatever the node (fusion then leaves that node to ATen: a slice `[:50]` of the
-    sorted candidates is a view, no launch), so that the kernels after it can take it."""
+    sorted candidates is a view, no launch), so that the kernels after it can take it; and so is one made in a
+    loop's or branch's block that no value outside that block carries (`confined`): each run of the block binds it
+    again before the block reads it (a detector's per-class count, then its gathers)."""
     for name in (n for v in block.inputs for n in opaque_symbols(v.type)):
         first.setdefault(name, None)
     for node in block.nodes:
         for inner in node.blocks:
-            _first_carriers(inner, first, top=False, counts=counts)
-        binds = top and not node.blocks and lookup(node.op).category != HOST
+            _first_carriers(inner, first, top=False, counts=counts, confined=confined)
+        binds = not node.blocks and lookup(node.op).category != HOST
         for index, value in enumerate(node.outputs):
             for axis, name in _opaque_axes(value.type):
-                first.setdefault(name, (node, index, axis) if binds and (_never_lowers(node.op) or name in counts)
-                                 else None)
+                here = top or (name in counts and confined.get(name) == id(block))
+                first.setdefault(name, (node, index, axis) if binds and here and (_never_lowers(node.op) or
+                                                                                  name in counts) else None)
             for name in opaque_symbols(value.type):  # a container's tensors: not bound from it
                 first.setdefault(name, None)
+
+
+def _confined(graph: Graph) -> dict[str, int]:
+    """Symbol -> id of the one nested block whose nodes make every value carrying it, where no block's inputs or
+    outputs, no container and nothing outside carries it: bound there, it is read nowhere after the block, so the
+    block's next run binds it again, and a block that never runs leaves nothing to read."""
+    homes: dict[str, set] = {}
+
+    def visit(block: Block, nested: bool) -> None:
+        for v in (*block.inputs, *block.outputs):
+            for name in opaque_symbols(v.type):
+                homes.setdefault(name, set()).add(None)
+        for node in block.nodes:
+            for v in node.outputs:
+                home = id(block) if nested and not v.type.elems else None  # (a container's items: out of sight)
+                for name in opaque_symbols(v.type):
+                    homes.setdefault(name, set()).add(home)
+            for inner in node.blocks:
+                visit(inner, True)
+
+    visit(graph.body, False)
+    return {name: next(iter(where)) for name, where in homes.items() if len(where) == 1 and None not in where}
 
 
 def _never_lowers(op: str) -> bool:

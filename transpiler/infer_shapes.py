@@ -25,6 +25,11 @@ class ShapeRecorder:
         self.nodes = nodes
         self.seen: dict[int, tuple[Value, Type]] = {}  # this draw's types, merged over loop iterations
         self.draws: list[tuple[dict[str, int], dict[int, tuple[Value, Type]]]] = []  # earlier draws: (sizes, seen)
+        # value id -> the shape of each of its tensors this draw, in run order (a loop's values: one per iteration);
+        # and the same for each earlier draw. Two sizes that varied alike over a loop's iterations at every draw
+        # are one size (a mask's count and the rows of what it indexes).
+        self.history: dict[int, list[tuple]] = {}
+        self.histories: list[dict[int, list[tuple]]] = []
         self.current_sizes: dict[str, int] = {}  # the dynamic dims' sizes of the run being observed
         self.symbols = (f"s{i}" for i in itertools.count())
         self.small: dict[int, Any] = {}  # value id -> its value, for scalars, short lists and 0-d tensors
@@ -44,17 +49,21 @@ class ShapeRecorder:
         """Types observed from here on belong to a run at these sizes of the dynamic dims."""
         if self.seen or self.draws:
             self.draws.append((self.current_sizes, self.seen))
-        self.current_sizes, self.seen = dict(sizes), {}
+            self.histories.append(self.history)
+        self.current_sizes, self.seen, self.history = dict(sizes), {}, {}
 
     def drop_draw(self) -> None:
         """Forget the draw being observed (a run that failed partway); the one before it is current again."""
         self.current_sizes, self.seen = self.draws.pop() if self.draws else ({}, {})
+        self.history = self.histories.pop() if self.histories else {}
 
     def observe_values(self, values: list[Value], runtime_values) -> None:
         for value, obj in zip(values, runtime_values):
             observed = type_of(obj, value.type)
             known = self.seen.get(value.id)
             self.seen[value.id] = (value, observed if known is None else self.merge(known[1], observed))
+            if isinstance(obj, torch.Tensor):
+                self.history.setdefault(value.id, []).append(tuple(obj.shape))
             if isinstance(obj, torch.Tensor) and obj.layout == torch.strided and obj.numel() and \
                     obj.data_ptr() % ALIGNMENT:
                 self.misaligned.add(value.id)
@@ -85,21 +94,25 @@ class ShapeRecorder:
         if self.draws:
             self.next_draw({})
             draws, self.draws = self.draws, []
+            histories, self.histories = self.histories, []
             self.seen = {}
             for value_id, (value, _) in draws[0][1].items():
                 observed = [(sizes, seen[value_id][1]) for sizes, seen in draws if value_id in seen]
-                self.seen[value_id] = (value, self.across_draws(observed))
+                runs = [history.get(value_id, ()) for (_, seen), history in zip(draws, histories) if value_id in seen]
+                self.seen[value_id] = (value, self.across_draws(observed, runs))
                 if self.seen[value_id][1].is_tensor and self.seen[value_id][1].strides is None:
                     self.observed_order(value_id, [t for _, t in observed])
         for value, observed in self.seen.values():
             value.type = observed
 
-    def across_draws(self, observed: list[tuple[dict[str, int], Type]]) -> Type:
+    def across_draws(self, observed: list[tuple[dict[str, int], Type]], runs: list = ()) -> Type:
         """One type for a value seen at several draws: a size that changed with the draw becomes its fitted
-        polynomial (or an opaque symbol); strides likewise, or none when one does not fit."""
+        polynomial (or an opaque symbol); strides likewise, or none when one does not fit. `runs`: the value's
+        shapes in run order at each draw (a size that varied within a run is named by them)."""
         first = observed[0][1]
         types = [t for _, t in observed]
-        if all(t == first for t in types):
+        varied = first.is_tensor and first.shape is not None and any(isinstance(n, str) for n in first.shape)
+        if all(t == first for t in types) and not varied:
             return first
         if first.kind == "Tuple" and all(t.kind == "Tuple" and len(t.elems) == len(first.elems) for t in types):
             return Type("Tuple", elems=tuple(self.across_draws([(s, t.elems[i]) for s, t in observed])
@@ -110,7 +123,8 @@ class ShapeRecorder:
             return Type("Tensor", first.dtype if all(t.dtype == first.dtype for t in types) else None, None,
                         first.device)
         sizes = [s for s, _ in observed]
-        shape = tuple(self.fitted([t.shape[d] for t in types], sizes) for d in range(len(first.shape)))
+        shape = tuple(self.fitted([t.shape[d] for t in types], sizes, within=_sizes_at(runs, d))
+                      for d in range(len(first.shape)))
         strides = None
         if all(t.strides is not None for t in types):
             fitted = [self.fitted([t.strides[d] for t in types], sizes, opaque=False) for d in range(len(shape))]
@@ -122,9 +136,18 @@ class ShapeRecorder:
         if len(orders) == 1 and None not in orders:
             self.dense_orders[value_id] = orders.pop()
 
-    def fitted(self, values: list, sizes: list[dict[str, int]], opaque: bool = True):
+    def fitted(self, values: list, sizes: list[dict[str, int]], opaque: bool = True, within: tuple = ()):
         if any(isinstance(v, str) for v in values):  # it varied within a run (a loop): no draw explains it
-            return next(self.symbols) if opaque else None
+            if not opaque:
+                return None
+            if not within:
+                return next(self.symbols)
+            # named by what each run saw, iteration by iteration: sizes that varied alike are one
+            key = ("within a run", within)
+            if key not in self.opaque_sizes:
+                self.opaque_sizes[key] = name = next(self.symbols)
+                self.opaque_examples[name] = within[0][0]
+            return self.opaque_sizes[key]
         found = fit(values, sizes)
         if found is None and opaque:
             key = tuple((tuple(sorted(draw.items())), n) for draw, n in zip(sizes, values))
@@ -133,6 +156,13 @@ class ShapeRecorder:
                 self.opaque_examples[name] = values[0]  # the first draw observed is the example
             return self.opaque_sizes[key]
         return found
+
+
+def _sizes_at(runs: list, axis: int) -> tuple:
+    """Axis `axis` of each shape of each run, or () where a run saw none or a shape lacks the axis."""
+    if not runs or any(not shapes or any(len(shape) <= axis for shape in shapes) for shapes in runs):
+        return ()
+    return tuple(tuple(shape[axis] for shape in shapes) for shapes in runs)
 
 
 def type_carried_values(graph: Graph) -> None:
