@@ -117,3 +117,45 @@ def test_a_mask_passed_in_and_read_in_two_blocks(backend) -> None:
     draw = lambda: (torch.randn(7, 3), torch.rand(7) > 0.4, bool(torch.rand(()) > 0.5))  # noqa: E731
     package = _check(InputMask(), draw, backend, calls=6)
     assert _plan_ops(package).count("aten::nonzero") == 1  # in the branch that reads it twice
+
+
+class Escapes(torch.nn.Module):
+    """A count made in a loop that leaves it (one class's kept scores, carried out): bound inside the loop, a later
+    iteration's count would be the table's after it."""
+
+    def forward(self, scores: Tensor):
+        kept = scores[:, 0]
+        for label in range(1, scores.shape[1]):
+            score = scores[:, label]
+            high = score[score > 0.5]
+            if label == 2:
+                kept = high * 2.0
+        return kept + 1.0
+
+
+def _loop_kernels(package) -> int:
+    """Kernel steps inside the plan's loops."""
+    def count(steps, inside):
+        found = 0
+        for step in steps:
+            found += inside and not step.get("op")
+            for block in step.get("blocks") or []:
+                found += count(block["steps"] if isinstance(block, dict) else block, inside or step.get("op") == "prim::Loop")
+        return found
+    return count(package.manifest["plan"]["steps"], False)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_per_class_count_is_bound_in_the_loop_and_its_gathers_are_kernels(backend) -> None:
+    """The count of each class's mask, bound where the loop makes it: the gathers of the kept scores and boxes,
+    and of their best few, run in generated kernels (before, every op after a mask in a loop ran through ATen),
+    over counts from none to all of the boxes."""
+    draw = lambda: (torch.rand(40, 4), torch.rand(40, 6) * torch.tensor([1.0, 0.4, 0.6, 1.0, 2.0, 0.9]))  # noqa: E731
+    package = _check(PerClass(), draw, backend, calls=6)
+    assert _loop_kernels(package) >= 3  # the threshold, the kept rows' gather, the best few's gather
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_count_that_leaves_its_loop_is_right(backend) -> None:
+    package = _check(Escapes(), lambda: (torch.rand(30, 5),), backend, calls=6)
+    assert package.summary()["verification"]["kernels_removed"] == []
