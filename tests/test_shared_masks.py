@@ -120,8 +120,8 @@ def test_a_mask_passed_in_and_read_in_two_blocks(backend) -> None:
 
 
 class Escapes(torch.nn.Module):
-    """A count made in a loop that leaves it (one class's kept scores, carried out): bound inside the loop, a later
-    iteration's count would be the table's after it."""
+    """A count made in a loop whose values leave it (one class's kept scores, carried out): the loop's outputs have
+    sizes of their own, and the package stays right with no kernel taken out."""
 
     def forward(self, scores: Tensor):
         kept = scores[:, 0]
