@@ -203,7 +203,7 @@ class InputChecker:
             expected = noun if element is None else f"{noun} of {format_type(element)}"
         element_label = f"{label} element"
 
-        def element(check: Callable[..., Any], value: Any, bound: Any, position: Any) -> Any:
+        def check_element(check: Callable[..., Any], value: Any, bound: Any, position: Any) -> Any:
             try:
                 return check(value, bound)
             except InputError as err:  # (the message names the element's position, known only now)
@@ -220,7 +220,7 @@ class InputChecker:
                 out = [check(v, bound) for check, v in zip(checks, x)]
                 return x if all(a is b for a, b in zip(out, x)) else tuple(out)
             pairs = x.items() if kind == "Dict" else enumerate(x)
-            out = [element(checks, v, bound, repr(k) if kind == "Dict" else k) for k, v in pairs]
+            out = [check_element(checks, v, bound, repr(k) if kind == "Dict" else k) for k, v in pairs]
             if all(a is b for a, b in zip(out, x.values() if kind == "Dict" else x)):
                 return x
             return dict(zip(x.keys(), out)) if kind == "Dict" else out
