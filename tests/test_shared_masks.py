@@ -16,7 +16,7 @@ class PerClass(torch.nn.Module):
     their best few."""
 
     def forward(self, boxes: Tensor, scores: Tensor):
-        out_boxes, out_scores = [], []
+        out_boxes, out_scores, out_labels = [], [], []
         for label in range(1, scores.shape[1]):
             score = scores[:, label]
             keep = score > 0.5
@@ -25,7 +25,8 @@ class PerClass(torch.nn.Module):
             score, order = score.topk(min(5, score.size(0)))
             out_boxes.append(box[order])
             out_scores.append(score)
-        return torch.cat(out_boxes), torch.cat(out_scores)
+            out_labels.append(torch.full_like(score, fill_value=label, dtype=torch.int64))
+        return torch.cat(out_boxes), torch.cat(out_scores), torch.cat(out_labels)
 
 
 class TwoDims(torch.nn.Module):
@@ -152,7 +153,8 @@ def test_a_per_class_count_is_bound_in_the_loop_and_its_gathers_are_kernels(back
     over counts from none to all of the boxes."""
     draw = lambda: (torch.rand(40, 4), torch.rand(40, 6) * torch.tensor([1.0, 0.4, 0.6, 1.0, 2.0, 0.9]))  # noqa: E731
     package = _check(PerClass(), draw, backend, calls=6)
-    assert _loop_kernels(package) >= 3  # the threshold, the kept rows' gather, the best few's gather
+    assert _loop_kernels(package) >= 4  # the threshold, the kept rows' gather, the best few's gather, the labels
+    assert "aten::full_like" not in _plan_ops(package)  # filled with the loop's counter, in a kernel
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

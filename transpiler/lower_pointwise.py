@@ -349,8 +349,11 @@ def identity(ctx, x, *args):
 
 
 def _filled(ctx, value):
-    require(not is_box(value), "fill with a tensor value")
     dtype = compute_dtype(ctx.out_dtype)
+    if is_box(value):  # a number known only at run time (a loop's counter: a detector's class label)
+        require(len(value.shape) == 0, "fill with a tensor value")
+        return make_box(ctx.out_shape, ctx.out_dtype, lambda index: value_at(value, index, ctx.out_shape, dtype),
+                        [value])
     return make_box(ctx.out_shape, ctx.out_dtype, lambda index: K.const(value, dtype), [])
 
 
