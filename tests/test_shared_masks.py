@@ -161,3 +161,17 @@ def test_a_per_class_count_is_bound_in_the_loop_and_its_gathers_are_kernels(back
 def test_a_count_that_leaves_its_loop_is_right(backend) -> None:
     package = _check(Escapes(), lambda: (torch.rand(30, 5),), backend, calls=6)
     assert package.summary()["verification"]["kernels_removed"] == []
+
+
+class TwoMasks(torch.nn.Module):
+    """Two masks, each read twice: one count each."""
+
+    def forward(self, x: Tensor, y: Tensor):
+        rows, cols = x[:, 0] > 0, x[0] > 0
+        return x[rows][:, cols], y[rows], y[:, cols]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_masks_first_read_by_one_indexing(backend) -> None:
+    package = _check(TwoMasks(), lambda: (torch.randn(7, 6), torch.randn(7, 6)), backend, calls=6)
+    assert _plan_ops(package).count("aten::nonzero") == 2  # one per mask, each read twice

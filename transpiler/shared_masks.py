@@ -38,13 +38,14 @@ def share_mask_counts(graph: Graph) -> int:
         shared = {mask: nodes for mask, nodes in readers.items() if len(nodes) > 1}
         if not shared:
             continue
-        first = {nodes[0].uid: mask for mask, nodes in shared.items()}
+        first: dict[int, list[int]] = defaultdict(list)  # node uid -> the masks it is the first to read
+        for mask, nodes in shared.items():
+            first[nodes[0].uid].append(mask)
         columns: dict[int, list[Value]] = {}  # mask value id -> its nonzero's columns
         out: list[Node] = []
         for node in block.nodes:
-            if node.uid in first:
-                mask = masks[first[node.uid]]
-                out += _count(mask, node, columns)
+            for mask in first.get(node.uid, ()):
+                out += _count(masks[mask], node, columns)
             listed = lists.get(node.inputs[1].id) if node.op == "aten::index.Tensor" and len(node.inputs) == 2 else None
             if listed is not None and any(v.id in columns for v in listed.inputs):
                 items = [c for v in listed.inputs for c in columns.get(v.id, [v])]
