@@ -4,7 +4,8 @@ Every model converts, and a bug in jit2triton costs speed, never the conversion 
 fails, the conversion steps down this ladder, each rung giving up more speed than the one above, and builds again:
 
   1. optional rewrites off: a rewrite that only makes the graph faster (pipeline.OPTIONAL_REWRITES) raises an
-     internal error: the graph is prepared again from TorchScript's, without it;
+     internal error: the graph is prepared again from TorchScript's, without it; the example, which ran when the
+     graph was first typed, fails when typed again after them (PassFailed.after_rewrites): without all of them;
   2. kernels out one by one: a kernel fails to build (fuse.FusionFailed), or to render or compile while the others
      do (GenerationFailed: at most MAX_GENERATION_ROUNDS builds, each taking out every kernel that failed alone), or
      verification finds the first kernel that differs from ATen (deploy/packaging/culprit.py): its nodes run
