@@ -210,7 +210,8 @@ register(EXTERN, """
     aten::conv3d aten::_convolution aten::conv_transpose1d aten::conv_transpose2d.input aten::conv_transpose3d.input
     aten::convolution aten::conv1d.padding aten::conv2d.padding aten::conv3d.padding aten::conv_tbc
     aten::lstm.input aten::gru.input
-    aten::scaled_dot_product_attention aten::topk aten::sort aten::nonzero aten::index.Tensor aten::unique
+    aten::scaled_dot_product_attention aten::topk aten::sort aten::nonzero aten::nonzero_static aten::index.Tensor
+    aten::unique
     mkldnn::_linear_pointwise mkldnn::_convolution_pointwise mkldnn::_convolution_pointwise.binary
 """)
 
@@ -239,13 +240,13 @@ facts("""
     aten::repeat_interleave.Tensor aten::repeat_interleave.self_Tensor aten::bincount torchvision::nms
     aten::tensor_split.tensor_indices_or_sections
 """, data_dependent_size="tensor")
-facts("aten::item aten::Int.Tensor aten::Float.Tensor aten::ScalarImplicit aten::IntImplicit aten::tolist",
+facts("aten::item aten::Int.Tensor aten::Float.Tensor aten::ScalarImplicit aten::IntImplicit prim::tolist",
       data_dependent_size="scalar")
 facts("aten::nonzero aten::nonzero_numpy aten::argwhere aten::where", count_masks=(0,))  # (where: its one-argument form)
 facts("aten::masked_select", count_masks=(1,))
 facts("torchvision::nms", keeps_best=True)
-facts("aten::topk aten::split.Tensor aten::split_with_sizes aten::split.sizes aten::chunk aten::repeat "
-      "aten::tensor_split.sections aten::repeat_interleave.self_int", sized_by=(1,))
+facts("aten::topk aten::nonzero_static aten::split.Tensor aten::split_with_sizes aten::split.sizes aten::chunk "
+      "aten::repeat aten::tensor_split.sections aten::repeat_interleave.self_int", sized_by=(1,))
 facts("aten::slice.Tensor aten::narrow", sized_by=(2, 3))
 facts("prim::NumToTensor.Scalar", wraps_number=True)
 
@@ -296,10 +297,10 @@ facts("aten::size aten::numel aten::len.Tensor prim::shape", reads_shape="sizes"
 facts("aten::size.int", reads_shape="size")
 facts("aten::dim prim::dtype prim::device", reads_shape="meta")
 facts("""aten::Int.Tensor aten::Float.Tensor aten::Bool.Tensor aten::ScalarImplicit aten::item aten::IntImplicit
-    aten::FloatImplicit aten::tolist aten::is_nonzero""", reads_values=True)
+    aten::FloatImplicit prim::tolist aten::is_nonzero""", reads_values=True)
 facts("aten::__is__ aten::__isnot__", none_test=True)
 facts("""aten::Int.Tensor aten::Float.Tensor aten::Bool.Tensor aten::item aten::nonzero aten::unique aten::_unique2
-    aten::masked_select aten::tolist aten::equal aten::is_nonzero aten::allclose aten::ScalarImplicit""",
+    aten::masked_select prim::tolist aten::equal aten::is_nonzero aten::allclose aten::ScalarImplicit""",
       syncs_host=True)
 facts("prim::RaiseException prim::Print aten::warn", host_effect=True, syncs_host=True)  # a replay would skip them
 facts("""aten::save aten::from_file aten::from_file.out aten::manual_seed aten::manual_seed.generator aten::seed

@@ -53,6 +53,7 @@ from .plan_arena import plan_arena
 from .precision import PrecisionPlan, cast_floats, reduce_precision
 from .complex_magnitude import complex_magnitude
 from .shared_masks import share_mask_counts
+from .loop_counts import count_masks_before_loops
 from .split_conv_bias import split_conv_bias
 from .split_norms import split_norms
 from .unpack_splits import unpack_splits
@@ -408,6 +409,9 @@ PASSES: list[Pass] = [
     Pass("reobserve", observe, "rewrite"),  # the rewrites made new values (a fused attention's output's strides)
     Pass("infer_unobserved", lambda g, c: infer_unobserved(g), "rewrite"),  # branches the example did not take
     Pass("bind_sizes", _bind_sizes, "rewrite", optional=True),  # opaque sizes read at run time
+    # a loop's per-slice masks counted once before it (no sync per iteration): after the sizes are typed and bound,
+    # since it keeps every value's size and only changes how the count is read
+    Pass("count_masks_before_loops", lambda g, c: count_masks_before_loops(g), "rewrite", optional=True),
     Pass("fuse", lambda g, c: fuse(g, c.device.type, c.refused, c.kernel_dims, c.scalars_by_value),
          "lower"),  # returns a fused copy
     Pass("merge_kernels", lambda g, c: merge_kernels(g), "lower"),  # siblings over one iteration space

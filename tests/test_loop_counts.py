@@ -1,0 +1,154 @@
+"""A loop's per-slice masks are counted once before the loop (transpiler/loop_counts.py): each iteration's
+`nonzero` becomes `nonzero_static` sized by the count read there, so on CUDA the loop no longer waits for the GPU
+once per iteration. Checked against TorchScript on fresh inputs whose counts differ from the example's and from
+one another (none to all of a slice), on both backends; left alone where the loop writes the tensor, or where a
+comparison's operand is not the same for the whole tensor as for a slice."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import Tensor
+
+from jit2triton import Dim
+
+from helpers import BACKENDS, convert_for
+
+
+class PerClass(torch.nn.Module):
+    """torchvision SSD's post-process: per class a threshold, the scores and boxes it keeps, their best few."""
+
+    def forward(self, boxes: Tensor, scores: Tensor, thresh: float):
+        out_boxes, out_scores, out_labels = [], [], []
+        for label in range(1, scores.shape[1]):
+            score = scores[:, label]
+            keep = score > thresh
+            score = score[keep]
+            box = boxes[keep]
+            score, order = score.topk(min(5, score.size(0)))
+            out_boxes.append(box[order])
+            out_scores.append(score)
+            out_labels.append(torch.full_like(order, fill_value=label))
+        return torch.cat(out_boxes), torch.cat(out_scores), torch.cat(out_labels)
+
+
+class Rows(torch.nn.Module):
+    """A slice per row (dim 0, the loop's counter itself), compared with a 0-dim tensor; the mask read once."""
+
+    def forward(self, x: Tensor, low: Tensor):
+        total = torch.zeros(())
+        for i in range(x.size(0)):
+            total = total + x[i][torch.nonzero(x[i] <= low)[:, 0]].sum() * (i + 1)
+        return total
+
+
+class WrittenInLoop(torch.nn.Module):
+    """The loop writes the scores it slices: each count must be read after the write, where the loop makes it.
+    (Each mask read twice, so that shared_masks.py gives it a nonzero.)"""
+
+    def forward(self, scores: Tensor):
+        kept = []
+        for label in range(scores.shape[1]):
+            score = scores[:, label]
+            keep = score > 0.5
+            kept.append(score[keep].sum() + scores[keep].sum())
+            scores[:, (label + 1) % scores.shape[1]] += 0.25
+        return torch.stack(kept)
+
+
+class PerRowThreshold(torch.nn.Module):
+    """A threshold per element: the whole tensor's comparison would broadcast it otherwise than the slice's."""
+
+    def forward(self, scores: Tensor, thresh: Tensor):
+        kept = []
+        for label in range(scores.shape[1]):
+            score = scores[:, label]
+            keep = score > thresh
+            kept.append(score[keep].sum() + scores[keep].sum())
+        return torch.stack(kept)
+
+
+def _plan_ops(package) -> list[str]:
+    found = []
+
+    def walk(steps):
+        for step in steps:
+            found.append(step.get("op") or "kernel")
+            for block in step.get("blocks") or []:
+                walk(block["steps"])
+            walk(step.get("steps") or [])
+
+    walk(package.manifest["plan"]["steps"])
+    return found
+
+
+def _check(model, draw, backend: str, calls: int = 6, **options):
+    device = "cuda" if backend == "cuda" else "cpu"
+    scripted = torch.jit.script(model.to(device))
+    torch.manual_seed(0)
+    package = convert_for(scripted, draw(), backend, **options)
+    for _ in range(calls):
+        inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in draw())
+        want = scripted(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        got = package(*inputs)
+        for got_one, want_one in zip(got if isinstance(got, tuple) else (got,),
+                                     want if isinstance(want, tuple) else (want,)):
+            assert got_one.shape == want_one.shape  # (the counts)
+            torch.testing.assert_close(got_one, want_one, rtol=1e-6, atol=1e-6)
+    notes = package.summary()["verification"]["notes"]  # (a wrong rewrite is caught there, and taken out)
+    assert not any("optional rewrites" in note for note in notes), notes
+    return package
+
+
+def _scores(rows: int = 40, classes: int = 6) -> Tensor:
+    """Per class, a scale: one class keeps none above 0.5, one all, the others some."""
+    return torch.rand(rows, classes) * torch.tensor([1.0, 0.4, 0.6, 1.0, 2.0, 0.9, 1.2, 0.8][:classes])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_per_class_loop_reads_its_counts_before_it(backend) -> None:
+    package = _check(PerClass(), lambda: (torch.rand(40, 4), _scores(), 0.5), backend)
+    ops = _plan_ops(package)
+    assert "aten::nonzero" not in ops and ops.count("aten::nonzero_static") == 1, ops
+    assert ops.count("prim::tolist") == 1  # the counts, read once a call
+    assert package.summary()["verification"]["kernels_removed"] == []
+
+
+def test_the_counts_follow_a_threshold_passed_in_and_a_dynamic_number_of_boxes() -> None:
+    n = Dim("N", min=3, max=60)
+    draw = lambda: (lambda n: (torch.rand(n, 4), _scores(n), float(torch.rand(()) * 0.8)))(  # noqa: E731
+        int(torch.randint(3, 60, ())))
+    package = _check(PerClass(), draw, "cpp", calls=8, dynamic_shapes=[{0: n}, {0: n}, None])
+    assert "aten::nonzero_static" in _plan_ops(package)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_slice_by_the_loop_counter_compared_with_a_0_dim_tensor(backend) -> None:
+    package = _check(Rows(), lambda: (torch.randn(7, 9), torch.randn(())), backend)
+    assert "aten::nonzero_static" in _plan_ops(package)
+
+
+def test_a_tensor_the_loop_writes_is_counted_in_the_loop() -> None:
+    package = _check(WrittenInLoop(), lambda: (torch.rand(20, 4),), "cpp")
+    assert "aten::nonzero_static" not in _plan_ops(package)
+
+
+def test_a_threshold_per_element_is_counted_in_the_loop() -> None:
+    package = _check(PerRowThreshold(), lambda: (torch.rand(20, 4), torch.rand(20)), "cpp")
+    assert "aten::nonzero_static" not in _plan_ops(package)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_per_class_loop_waits_for_the_gpu_once_a_call() -> None:
+    """The device-to-host copies of a call: the counts once, where each class's nonzero copied its count back."""
+    from torch.profiler import ProfilerActivity, profile
+    scripted = torch.jit.script(PerClass().cuda())
+    draw = lambda: (torch.rand(400, 4, device="cuda"), _scores(400, 8).cuda(), 0.5)  # noqa: E731
+    package = convert_for(scripted, draw(), "cuda")
+    inputs = draw()
+    package(*inputs)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        package(*inputs)
+        torch.cuda.synchronize()
+    copies = [e for e in prof.events() if "Memcpy DtoH" in e.name]
+    assert len(copies) <= 2, [e.name for e in copies]  # (7 classes: 7 copies before)
