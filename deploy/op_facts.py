@@ -5,7 +5,7 @@
 SYNCS_HOST = frozenset({
     "aten::Bool.Tensor", "aten::Float.Tensor", "aten::Int.Tensor", "aten::ScalarImplicit", "aten::_unique2",
     "aten::allclose", "aten::equal", "aten::is_nonzero", "aten::item", "aten::masked_select", "aten::nonzero",
-    "aten::tolist", "aten::unique", "aten::warn", "prim::Print", "prim::RaiseException",
+    "aten::unique", "aten::warn", "prim::Print", "prim::RaiseException", "prim::tolist",
 })
 # OpInfo.builds_container: build a list, tuple or dict from their inputs
 CONTAINERS = frozenset({

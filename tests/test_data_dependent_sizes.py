@@ -316,3 +316,28 @@ def test_a_size_set_by_a_number_read_out_of_data_follows_it(backend, monkeypatch
     for x in ([[-0.5], [-1.0], [-2.0]], [[0.3], [-1.0], [-2.0]], [[0.5], [1.0], [-2.0]]):  # 0, 1, 2 positive
         x = torch.tensor(x) * (1 + torch.rand(3, 1))
         assert_same(to_cpu(converted(*to_device((x,), converted.device))), few_positives(x))
+
+
+@torch.jit.script
+def scaled_by_best(x, scores):
+    """One number out of data-sized tensors (the best kept score, one label of unique's) scales and compares
+    tensors of known sizes."""
+    best = scores[scores > 0.3].max()
+    first = torch.unique((scores * 4).long())[0]
+    return (x / best + 1).relu(), (scores * 4).long() == first
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_0_dim_value_out_of_data_sizes_keeps_what_it_scales_in_kernels(backend):
+    """A 0-dim tensor has no size for data to set: the ops that take one out of a mask's or unique's output as an
+    operand keep their other operand's sizes, and run in kernels (they ran through ATen, their sizes opaque)."""
+    draw = lambda seed: (torch.randn(6, 5, generator=torch.Generator().manual_seed(seed)),  # noqa: E731
+                         torch.rand(40, generator=torch.Generator().manual_seed(seed + 1)) * 0.9 + 0.05)
+    converted = convert_for(scaled_by_best, draw(0), backend)
+    summary = converted.summary()
+    fallen = {op: summary["fallback_reasons"][op] for op in ("aten::div.Tensor", "aten::relu", "aten::eq.Tensor")
+              if op in summary["fallback_ops"]}
+    assert not fallen, fallen
+    for seed in range(1, 5):
+        inputs = draw(seed)
+        assert_same(to_cpu(converted(*to_device(inputs, converted.device))), scaled_by_best(*inputs), f"draw {seed}")

@@ -152,3 +152,31 @@ def test_a_per_class_loop_waits_for_the_gpu_once_a_call() -> None:
         torch.cuda.synchronize()
     copies = [e for e in prof.events() if "Memcpy DtoH" in e.name]
     assert len(copies) <= 2, [e.name for e in copies]  # (7 classes: 7 copies before)
+
+
+class PerLabelNms(torch.nn.Module):
+    """torchvision's batched NMS for many boxes (`_batched_nms_vanilla`): per label of `unique(labels)`, the boxes
+    of that label, `where(labels == class_id)`; here their best two stand for the NMS."""
+
+    def forward(self, scores: Tensor, labels: Tensor):
+        keep = torch.zeros_like(scores, dtype=torch.bool)
+        for class_id in torch.unique(labels):
+            indices = torch.where(labels == class_id)[0]
+            best = scores[indices].argsort(descending=True)[:2]
+            keep[indices[best]] = True
+        kept = torch.where(keep)[0]
+        return kept[scores[kept].sort(descending=True)[1]]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loop_over_unique_labels_reads_each_labels_count_before_it(backend) -> None:
+    package = _check(PerLabelNms(), lambda: (torch.rand(50), torch.randint(0, 6, (50,))), backend)
+    ops = _plan_ops(package)
+    assert ops.count("aten::where") == 1 and ops.count("aten::nonzero_static") == 1, ops  # (the loop's; and after)
+    assert ops.count("aten::searchsorted.Tensor") == 2
+
+
+def test_float_labels_are_counted_in_the_loop() -> None:
+    """Equality of floats: NaN equals nothing, which a count by sorted order would miss."""
+    package = _check(PerLabelNms(), lambda: (torch.rand(50), torch.randint(0, 6, (50,)).float()), "cpp")
+    assert "aten::nonzero_static" not in _plan_ops(package)

@@ -66,7 +66,7 @@ def _tainted(graph: Graph, tainted: set[int], counted: frozenset, only: Optional
             if _spreads(node, tainted, producers, weights, counted, only) or (
                     only is None and _sized_by(node, numbers)):
                 for value in _written(node):
-                    if value.id not in tainted:
+                    if value.id not in tainted and not _zero_dim(value):
                         tainted.add(value.id)
                         changed = True
             for block in node.blocks:  # block inputs: a loop's carried values are its inputs and its body's outputs
@@ -83,6 +83,14 @@ def _tainted(graph: Graph, tainted: set[int], counted: frozenset, only: Optional
                         tainted.add(out.id)
                         changed = True
     return tainted
+
+
+def _zero_dim(value) -> bool:
+    """A tensor seen 0-dim at every run: it has no size for data to set. Its value may be data (one class id of a
+    unique's, the largest of a mask's scores), and a size read from that value is a number read out of data
+    (`_reads_a_number`); but the ops that only take it as an operand (`labels == class_id`, `x / best`) have the
+    sizes of their other operands, and stay kernels."""
+    return value.type.is_tensor and value.type.shape == ()
 
 
 def _numbers_container(t: Type) -> bool:

@@ -1,4 +1,4 @@
-"""The counts of a loop's per-slice masks, read once before the loop: a detector's per-class loop
+"""The counts of a loop's per-iteration masks, read once before the loop. A detector's per-class loop
 
     for label in range(1, C):
         keep = scores[:, label] > thresh          (a mask over one slice of a tensor the loop does not change)
@@ -11,33 +11,42 @@ becomes
         keep = scores[:, label] > thresh
         where = nonzero_static(keep, size=counts[label])   (no synchronisation)
 
-ATen's `nonzero` must read its count back to the host to size its output, and waits for everything queued before
-it; torchvision's SSD did so 90 times per image, a call spent mostly waiting. `nonzero_static` with the count
-as its size gives the same indices in the same order, and the loop's launches then queue without a wait. The
-count is the mask's, bit for bit: the comparison over the whole tensor computes each slice's elements as the loop's
-comparison does (one elementwise op, the same operands), and a sum of booleans is exact.
+and so does torchvision's per-class NMS loop, whose mask compares every label with one value of a tensor:
 
-Taken only where that holds: the mask is one comparison of a slice `select(src, dim, i)` (i the loop's counter, or
-`range(start, end, step)`'s value for it) with numbers or 0-dim tensors made outside the loop; `src` is made
-outside the loop (or by views of such values inside it, which are made again before it); and nothing writes
-any of them in place (alias_analysis.written_values). Runs after shared_masks.py, which gives the masks an
-indexing reads their nonzero.
+    for class_id in torch.unique(labels):         (class_id = unique[i])
+        where(labels == class_id)                 ->  nonzero_static(labels == class_id, size=counts[i]).unbind(1)
+
+    with counts = searchsorted(sort(labels), unique, right=True) - searchsorted(sort(labels), unique) before it.
+
+ATen's `nonzero` (and `where(mask)`, which is `nonzero(mask).unbind(1)`) must read its count back to the host to
+size its output, and waits for everything queued before it; torchvision's SSD did so 90 times per image, a call
+spent mostly waiting. `nonzero_static` with the count as its size gives the same indices in the same order, and the
+loop's launches then queue without a wait. The counts are the masks', exactly: a comparison over the whole tensor
+computes each slice's elements as the loop's comparison does (one elementwise op, the same operands), a sum of
+booleans is exact, and for integers the number equal to a value is the number at most it less the number below it.
+
+Taken only where that holds: the mask is one comparison, either of a slice `select(src, dim, i)` with numbers or
+0-dim tensors, or (equality of integers) of a tensor with `values[i]` of a 1-dim tensor of its dtype; `i` is the
+loop's counter, or `range(start, end, step)`'s value for it; every operand is made outside the loop (or by views of
+such values inside it, which are made again before it), and nothing writes any of them in place
+(alias_analysis.written_values). Runs after the sizes are typed and bound (it keeps every value's size): the
+nonzeros are shared_masks.py's, for the masks an indexing reads, and the model's own.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 from .alias_analysis import written_values
 from .ir import Attr, Block, Graph, Node, Type, Value, blocks, literals
 from .op_table import VIEW, lookup, schema_of
 
-COMPARISONS = frozenset(f"aten::{op}.{form}" for op in ("gt", "ge", "lt", "le", "eq", "ne")
-                        for form in ("Scalar", "Tensor"))
+INTEGERS = frozenset({"int8", "int16", "int32", "int64", "uint8"})
 INT = Type("int")
+INTS = Type("List", elems=(INT,))
 
 
 def count_masks_before_loops(graph: Graph) -> int:
-    """Rewrite in place; returns how many nonzeros now take a count read before their loop."""
+    """Rewrite in place; returns how many nonzeros (and wheres) now take a count read before their loop."""
     written = written_values(graph)
     numbers = literals(graph)
     done = 0
@@ -53,34 +62,83 @@ def count_masks_before_loops(graph: Graph) -> int:
     return done
 
 
+class _Before:
+    """The nodes made before the loop: copies of the body's loop-invariant views, and the counts."""
+
+    def __init__(self, made: dict[int, Node], inside: set[int]) -> None:
+        self.made, self.inside = made, inside
+        self.nodes: list[Node] = []
+        self.clones: dict[int, Value] = {}
+
+    def outside(self, value: Value) -> Value:
+        """`value` as made before the loop (itself, where the loop does not make it)."""
+        if value.id not in self.inside:
+            return value
+        if value.id not in self.clones:
+            node = self.made[value.id]
+            copy = Node(node.op, [self.outside(v) for v in node.inputs],
+                        [Value(f"{o.name}_before", o.type) for o in node.outputs],
+                        attrs={**node.attrs, Attr.SYNTHETIC: True}, source=node.source)
+            self.nodes.append(copy)
+            self.clones.update({o.id: c for o, c in zip(node.outputs, copy.outputs)})
+        return self.clones[value.id]
+
+    def add(self, op: str, inputs: list[Value], outs: list[Value], at: Optional[Node], **attrs) -> list[Value]:
+        schema = {Attr.SCHEMA: schema_of(op)} if op.startswith("aten::") else {}
+        self.nodes.append(Node(op, inputs, outs, source=at.source if at is not None else None,
+                               attrs={Attr.SYNTHETIC: True, **schema, **attrs}))
+        return outs
+
+    def constant(self, name: str, literal, kind: Type) -> Value:
+        return self.add("prim::Constant", [], [Value(name, kind)], None, **{Attr.VALUE: literal})[0]
+
+
 def _hoist(loop: Node, written: set[int], numbers: dict) -> tuple[list[Node], int]:
-    """The nodes to run before `loop` (each hoistable nonzero in its body rewritten); and how many."""
+    """The nodes to run before `loop` (each hoistable nonzero or where in its body rewritten); and how many."""
     body = loop.blocks[0]
     made = {v.id: n for n in body.nodes for v in n.outputs}
     inside = _defined_inside(body)
-    before: list[Node] = []
-    clones: dict[int, Value] = {}
+    before = _Before(made, inside)
     done = 0
-    for nz in list(body.nodes):
-        if nz.op != "aten::nonzero" or len(nz.inputs) != 1:
+    for node in list(body.nodes):
+        form = lookup(node.op).nonzero_form
+        if not form or len(node.inputs) != 1:
             continue
-        found = _slice_mask(nz.inputs[0], body, made, inside, written, numbers)
+        mask = node.inputs[0]
+        if form == "unbound" and not (mask.type.is_tensor and mask.type.shape):
+            continue  # (a 0-dim condition's where is nonzero of it unsqueezed)
+        found = _slice_mask(mask, body, made, inside, written, numbers) or _value_mask(mask, body, made, inside,
+                                                                                        written)
         if found is None:
             continue
-        compare, src, dim, counter = found
-        counts = _counts_before(compare, src, dim, before, clones, made, inside)
-        at = body.nodes.index(nz)
-        count = Value(f"{nz.outputs[0].name}_count", INT)
-        fill = Value(f"{nz.outputs[0].name}_fill", INT)
-        body.nodes[at:at] = [
-            Node("aten::__getitem__.t", [counts, counter], [count], source=nz.source,
+        counts_before, counter = found
+        counts = counts_before(before)
+        _static(node, form, counts, counter, body)
+        done += 1
+    return before.nodes, done
+
+
+def _static(node: Node, form: str, counts: Value, counter: Value, body: Block) -> None:
+    """The body's `nonzero(mask)` (or `where(mask)`) as nonzero_static sized by this iteration's count."""
+    name = node.outputs[0].name
+    count, fill = Value(f"{name}_count", INT), Value(f"{name}_fill", INT)
+    at = body.nodes.index(node)
+    made = [Node("aten::__getitem__.t", [counts, counter], [count], source=node.source,
                  attrs={Attr.SCHEMA: schema_of("aten::__getitem__.t"), Attr.SYNTHETIC: True}),
             Node("prim::Constant", [], [fill], attrs={Attr.VALUE: -1})]
-        nz.op = "aten::nonzero_static"
-        nz.inputs = [nz.inputs[0], count, fill]
-        nz.attrs[Attr.SCHEMA] = schema_of("aten::nonzero_static")
-        done += 1
-    return before, done
+    mask = node.inputs[0]
+    if form == "unbound":  # ATen's where(mask): nonzero(mask).unbind(1)
+        where = Value(f"{name}_where", Type("Tensor", "int64", None, mask.type.device))
+        one = Value(f"{name}_dim1", INT)
+        made += [Node("aten::nonzero_static", [mask, count, fill], [where], source=node.source,
+                      attrs={Attr.SCHEMA: schema_of("aten::nonzero_static"), Attr.SYNTHETIC: True}),
+                 Node("prim::Constant", [], [one], attrs={Attr.VALUE: 1})]
+        node.op, node.inputs = "aten::unbind.int", [where, one]
+        node.attrs[Attr.SCHEMA] = schema_of("aten::unbind.int")
+    else:
+        node.op, node.inputs = "aten::nonzero_static", [mask, count, fill]
+        node.attrs[Attr.SCHEMA] = schema_of("aten::nonzero_static")
+    body.nodes[at:at] = made
 
 
 def _defined_inside(body: Block) -> set[int]:
@@ -95,12 +153,13 @@ def _defined_inside(body: Block) -> set[int]:
     return ids
 
 
-def _slice_mask(mask: Value, body: Block, made: dict, inside: set[int], written: set[int],
-                numbers: dict) -> Optional[tuple[Node, Value, int, Value]]:
-    """(the comparison, the sliced tensor, the slice's dim, the loop value that picks the slice) where `mask` is a
-    comparison of a slice the loop picks by its counter with loop-invariant operands; else None."""
+Found = Optional[tuple[Callable[[_Before], Value], Value]]  # (makes the counts before the loop, the loop's index)
+
+
+def _slice_mask(mask: Value, body: Block, made: dict, inside: set[int], written: set[int], numbers: dict) -> Found:
+    """`mask` a comparison of a slice the loop picks by its counter with loop-invariant numbers or 0-dim tensors."""
     compare = made.get(mask.id)
-    if compare is None or compare.op not in COMPARISONS or len(compare.inputs) != 2 or mask.id in written:
+    if compare is None or not lookup(compare.op).compares or len(compare.inputs) != 2 or mask.id in written:
         return None
     column, other = compare.inputs
     pick = made.get(column.id)
@@ -110,13 +169,78 @@ def _slice_mask(mask: Value, body: Block, made: dict, inside: set[int], written:
     rank = len(src.type.shape) if src.type.is_tensor and src.type.shape is not None else 0
     if rank < 2 or type(numbers.get(dim.id)) is not int or not -rank <= numbers[dim.id] < rank:
         return None  # (a slice of a 1-dim tensor is 0-dim: a comparison types it otherwise than the whole tensor)
-    if not _counter(counter, body, made, inside):
-        return None
-    if not _invariant(src, made, inside, written) or not _invariant(other, made, inside, written):
+    if not (_counter(counter, body, made, inside) and _invariant(src, made, inside, written)
+            and _invariant(other, made, inside, written)):
         return None
     if other.type.is_tensor and other.type.shape != ():
         return None  # (a tensor operand broadcasts against the slice: only a 0-dim one broadcasts alike to the whole)
-    return compare, src, numbers[dim.id] % rank, counter
+    dim = numbers[dim.id] % rank
+
+    def counts_before(before: _Before) -> Value:
+        """The comparison over all of `src`, summed over every dim but `dim`, as a list of ints."""
+        name, device = mask.name, src.type.device
+        whole = before.add(compare.op, [before.outside(src), before.outside(other)],
+                           [Value(f"{name}_all", Type("Tensor", "bool", src.type.shape, device))], compare)[0]
+        others = [before.constant(f"{name}_dim{d}", d, INT) for d in range(rank) if d != dim]
+        dims = before.add("prim::ListConstruct", others, [Value(f"{name}_dims", INTS)], compare)[0]
+        keepdim, dtype = before.constant(f"{name}_keepdim", False, Type("bool")), before.constant(
+            f"{name}_dtype", None, Type("None"))
+        summed = before.add("aten::sum.dim_IntList", [whole, dims, keepdim, dtype],
+                            [Value(f"{name}_counts", Type("Tensor", "int64", (src.type.shape[dim],), device))],
+                            compare)[0]
+        return _as_list(before, summed, compare)
+    return counts_before, counter
+
+
+def _value_mask(mask: Value, body: Block, made: dict, inside: set[int], written: set[int]) -> Found:
+    """`mask` is `x == values[i]` (either way round): integers of one dtype, `values` a 1-dim tensor the loop
+    picks from by its counter, `x` loop-invariant."""
+    compare = made.get(mask.id)
+    if compare is None or compare.op != "aten::eq.Tensor" or len(compare.inputs) != 2 or mask.id in written:
+        return None
+    for x, picked in (compare.inputs, reversed(compare.inputs)):
+        pick = made.get(picked.id)
+        if pick is None or pick.op != "aten::select.int" or picked.type.shape != ():
+            continue
+        values, _, counter = pick.inputs
+        if (values.type.shape is not None and len(values.type.shape) == 1 and x.type.shape
+                and x.type.dtype in INTEGERS and values.type.dtype == x.type.dtype
+                and _counter(counter, body, made, inside) and _invariant(values, made, inside, written)
+                and _invariant(x, made, inside, written) and picked.id not in written):
+            return _equal_counts(mask, compare, x, values), counter
+    return None
+
+
+def _equal_counts(mask: Value, compare: Node, x: Value, values: Value) -> Callable[[_Before], Value]:
+    def counts_before(before: _Before) -> Value:
+        """How many of `x` equal each of `values`: searchsorted in sorted `x`, right side less left side."""
+        name, device = mask.name, x.type.device
+        every = Type("Tensor", x.type.dtype, None, device)
+        flat = before.add("aten::reshape", [before.outside(x), before.add(
+            "prim::ListConstruct", [before.constant(f"{name}_all", -1, INT)], [Value(f"{name}_flat_shape", INTS)],
+            compare)[0]], [Value(f"{name}_flat", every)], compare)[0]
+        ordered = before.add("aten::sort", [flat, before.constant(f"{name}_last", -1, INT),
+                                            before.constant(f"{name}_ascending", False, Type("bool"))],
+                             [Value(f"{name}_sorted", every), Value(f"{name}_order", Type("Tensor", "int64", None,
+                                                                                           device))], compare)[0]
+        found = Type("Tensor", "int64", values.type.shape, device)
+        ends = [before.add("aten::searchsorted.Tensor", [
+            ordered, before.outside(values), before.constant(f"{name}_int64_{side}", False, Type("bool")),
+            before.constant(f"{name}_right_{side}", side == "after", Type("bool")),
+            before.constant(f"{name}_side_{side}", None, Type("None")),
+            before.constant(f"{name}_sorter_{side}", None, Type("None"))], [Value(f"{name}_{side}", found)],
+            compare)[0] for side in ("before", "after")]
+        counts = before.add("aten::sub.Tensor", [ends[1], ends[0], before.constant(f"{name}_alpha", 1, INT)],
+                            [Value(f"{name}_counts", found)], compare)[0]
+        return _as_list(before, counts, compare)
+    return counts_before
+
+
+def _as_list(before: _Before, counts: Value, at: Node) -> Value:
+    """prim::tolist: the host's list of the counts (the one synchronisation)."""
+    name = counts.name
+    return before.add("prim::tolist", [counts, before.constant(f"{name}_rank", 1, INT),
+                                       before.constant(f"{name}_ints", 0, INT)], [Value(f"{name}_list", INTS)], at)[0]
 
 
 def _counter(value: Value, body: Block, made: dict, inside: set[int]) -> bool:
@@ -144,42 +268,3 @@ def _invariant(value: Value, made: dict, inside: set[int], written: set[int]) ->
     if _constant(node):
         return True
     return lookup(node.op).category == VIEW and all(_invariant(v, made, inside, written) for v in node.inputs)
-
-
-def _counts_before(compare: Node, src: Value, dim: int, before: list[Node], clones: dict[int, Value], made: dict,
-                   inside: set[int]) -> Value:
-    """Before the loop: the comparison over all of `src`, summed over every dim but `dim`, as a list of ints."""
-    def outside(value: Value) -> Value:
-        if value.id not in inside:
-            return value
-        if value.id not in clones:
-            node = made[value.id]
-            inputs = [outside(v) for v in node.inputs]
-            copy = Node(node.op, inputs, [Value(f"{o.name}_before", o.type) for o in node.outputs],
-                        attrs={**node.attrs, Attr.SYNTHETIC: True}, source=node.source)
-            before.append(copy)
-            clones.update({o.id: c for o, c in zip(node.outputs, copy.outputs)})
-        return clones[value.id]
-
-    src_before = outside(src)
-    operands = [src_before if v is compare.inputs[0] else outside(v) for v in compare.inputs]
-    shape, device = src.type.shape, src.type.device
-    name = compare.outputs[0].name
-
-    def add(op: str, inputs: list[Value], out: Value, **attrs) -> Value:
-        before.append(Node(op, inputs, [out], source=compare.source, attrs={Attr.SYNTHETIC: True, **attrs}))
-        return out
-
-    def constant(suffix: str, literal, kind: Type) -> Value:
-        return add("prim::Constant", [], Value(f"{name}_{suffix}", kind), **{Attr.VALUE: literal})
-
-    whole = add(compare.op, operands, Value(f"{name}_all", Type("Tensor", "bool", shape, device)),
-                **{Attr.SCHEMA: compare.attrs.get(Attr.SCHEMA) or schema_of(compare.op)})
-    others = [constant(f"dim{d}", d, INT) for d in range(len(shape)) if d != dim]
-    dims = add("prim::ListConstruct", others, Value(f"{name}_dims", Type("List", elems=(INT,))))
-    summed = add("aten::sum.dim_IntList",
-                 [whole, dims, constant("keepdim", False, Type("bool")), constant("dtype", None, Type("None"))],
-                 Value(f"{name}_counts", Type("Tensor", "int64", (shape[dim],), device)),
-                 **{Attr.SCHEMA: schema_of("aten::sum.dim_IntList")})
-    return add("prim::tolist", [summed, constant("rank", 1, INT), constant("elem", 0, INT)],
-               Value(f"{name}_count_list", Type("List", elems=(INT,))))

@@ -43,6 +43,10 @@ class OpInfo:
     sized_by: tuple[int, ...] = ()
     wraps_number: bool = False  # a 0-d tensor of a number (a trace's NumToTensor of a size): reading it reads no data
     keeps_best: bool = False  # its first output lists the kept items, best first (NMS): the count draws cut it
+    # the op is nonzero of its one mask: "indices" (nonzero's [count, dims]) or "unbound" (one-argument where: those
+    # columns as a list); a loop's such op may take a count read before the loop (transpiler/loop_counts.py)
+    nonzero_form: str = ""
+    compares: bool = False  # an elementwise comparison of its two operands (a bool tensor of their broadcast shape)
     # nearly equal inputs can give it different outputs (a comparison, an argmax, a sort's order, NMS, a floor):
     # where a package first differs from TorchScript at such an op, rounding decided it, not a wrong kernel
     # (deploy/packaging/culprit.py first_divergence); every op with a data-dependent size is
@@ -245,6 +249,10 @@ facts("aten::item aten::Int.Tensor aten::Float.Tensor aten::ScalarImplicit aten:
 facts("aten::nonzero aten::nonzero_numpy aten::argwhere aten::where", count_masks=(0,))  # (where: its one-argument form)
 facts("aten::masked_select", count_masks=(1,))
 facts("torchvision::nms", keeps_best=True)
+facts("aten::nonzero", nonzero_form="indices")
+facts("aten::where", nonzero_form="unbound")  # (its one-argument form)
+facts("""aten::gt.Scalar aten::gt.Tensor aten::ge.Scalar aten::ge.Tensor aten::lt.Scalar aten::lt.Tensor aten::le.Scalar
+    aten::le.Tensor aten::eq.Scalar aten::eq.Tensor aten::ne.Scalar aten::ne.Tensor""", compares=True)
 facts("aten::topk aten::nonzero_static aten::split.Tensor aten::split_with_sizes aten::split.sizes aten::chunk "
       "aten::repeat aten::tensor_split.sections aten::repeat_interleave.self_int", sized_by=(1,))
 facts("aten::slice.Tensor aten::narrow", sized_by=(2, 3))
