@@ -2,8 +2,11 @@
 `nonzero` becomes `nonzero_static` sized by the count read there, so on CUDA the loop no longer waits for the GPU
 once per iteration. Checked against TorchScript on fresh inputs whose counts differ from the example's and from
 one another (none to all of a slice), on both backends; left alone where the loop writes the tensor, or where a
-comparison's operand is not the same for the whole tensor as for a slice."""
+comparison's operand is not the same for the whole tensor as for a slice. The pass runs for CUDA packages; these
+tests run it for CPU packages too."""
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -65,6 +68,15 @@ class PerRowThreshold(torch.nn.Module):
             keep = score > thresh
             kept.append(score[keep].sum() + scores[keep].sum())
         return torch.stack(kept)
+
+
+@pytest.fixture(autouse=True)
+def on_the_cpu_too(monkeypatch):
+    """The pass runs for CUDA packages only (on the CPU it saves no synchronisation and costs time); here it runs for
+    CPU packages too, so that its rewrites are checked on this machine, under both CPU backends."""
+    from jit2triton.transpiler import pipeline
+    monkeypatch.setattr(pipeline, "PASSES", [dataclasses.replace(p, devices=pipeline.ALL_DEVICES)
+                                             if p.name == "count_masks_before_loops" else p for p in pipeline.PASSES])
 
 
 def _plan_ops(package) -> list[str]:

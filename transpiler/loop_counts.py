@@ -30,7 +30,8 @@ Taken only where that holds: the mask is one comparison, either of a slice `sele
 loop's counter, or `range(start, end, step)`'s value for it; every operand is made outside the loop (or by views of
 such values inside it, which are made again before it), and nothing writes any of them in place
 (alias_analysis.written_values). Runs after the sizes are typed and bound (it keeps every value's size): the
-nonzeros are shared_masks.py's, for the masks an indexing reads, and the model's own.
+nonzeros are shared_masks.py's, for the masks an indexing reads, and the model's own. For CUDA packages only: the
+CPU waits for nothing, and there counting first and `nonzero_static` cost more than `nonzero` (docs/benchmarks.md).
 """
 from __future__ import annotations
 

@@ -410,8 +410,10 @@ PASSES: list[Pass] = [
     Pass("infer_unobserved", lambda g, c: infer_unobserved(g), "rewrite"),  # branches the example did not take
     Pass("bind_sizes", _bind_sizes, "rewrite", optional=True),  # opaque sizes read at run time
     # a loop's per-slice masks counted once before it (no sync per iteration): after the sizes are typed and bound,
-    # since it keeps every value's size and only changes how the count is read
-    Pass("count_masks_before_loops", lambda g, c: count_masks_before_loops(g), "rewrite", optional=True),
+    # since it keeps every value's size and only changes how the count is read. CUDA only: the CPU has no sync to
+    # save, and there the counting first and nonzero_static cost more than they save (docs/benchmarks.md)
+    Pass("count_masks_before_loops", lambda g, c: count_masks_before_loops(g), "rewrite", optional=True,
+         devices=("cuda",)),
     Pass("fuse", lambda g, c: fuse(g, c.device.type, c.refused, c.kernel_dims, c.scalars_by_value),
          "lower"),  # returns a fused copy
     Pass("merge_kernels", lambda g, c: merge_kernels(g), "lower"),  # siblings over one iteration space
