@@ -195,6 +195,7 @@ def test_verification_runs_the_runtime_that_ships(monkeypatch, tmp_path):
     scripted, reference = _scripted_twice(Streaming)
     converted = jit2triton.convert(scripted, (torch.randn(4, 8),))
     assert converted.summary()["verification"]["runtimes"] == ["python", "cpp"]
+    assert "input sets in the python and cpp runtimes" in converted.report()  # (the report names them)
 
     real_call = verify._CppRunner.__call__
     monkeypatch.setattr(verify._CppRunner, "__call__", lambda self, *xs: real_call(self, *xs)[0] + 1.0)
@@ -202,6 +203,7 @@ def test_verification_runs_the_runtime_that_ships(monkeypatch, tmp_path):
     converted = jit2triton.convert(scripted, (torch.randn(4, 8),))
     verification = converted.summary()["verification"]
     assert verification["runtimes"] == ["python"]
+    assert "input sets in the python runtime (" in converted.report()
     assert any("the C++ runtime differed from TorchScript" in note for note in verification["notes"])
     converted.save(tmp_path / "m.j2t")
     with pytest.warns(UserWarning, match="runs only in the Python runtime"):

@@ -163,8 +163,10 @@ def _format_verification(verification: Any) -> list[str]:
     if not verification:
         return []
     status = verification["status"]
-    if status == "passed":
-        lines = [f"verified against TorchScript on {verification['input_sets']} input sets "
+    runtimes = verification.get("runtimes") or []
+    where = (f" in the {' and '.join(runtimes)} runtime{'s' if len(runtimes) > 1 else ''}" if runtimes else "")
+    if status == "passed":  # (which runtimes: the C++ one is what load() gives, where it runs the package)
+        lines = [f"verified against TorchScript on {verification['input_sets']} input sets{where} "
                  f"({verification['seconds']:.2f}s)"]
     else:
         lines = [f"verification: {status}"]
