@@ -269,11 +269,16 @@ def measure(name: str, args, folder: str) -> dict:
             row["convert_s"] = round(time.perf_counter() - started, 1)
             summary = converted.summary()
             row.update(kernel_nodes=summary["native_nodes"], fallback_nodes=summary["fallback_nodes"],
+                       unreached_nodes=summary.get("unreached_fallback_nodes", 0),
                        vendor_nodes=summary["extern_nodes"], host_nodes=summary["host_nodes"],
                        kernels=len(summary["kernels"]), verification=summary["verification"]["status"],
                        tf32=any(note.startswith("TF32 is on") for note in summary["verification"]["notes"]),
                        kernel_share=round(summary["native_nodes"] / max(1, summary["native_nodes"]
-                                          + summary["fallback_nodes"] + summary["extern_nodes"]), 3))
+                                          + summary["fallback_nodes"] + summary["extern_nodes"]), 3),
+                       # (the same, of the nodes a conversion run reached: code for other inputs left out)
+                       reached_kernel_share=round(summary["native_nodes"] / max(1, summary["native_nodes"]
+                                                  + summary["fallback_nodes"] + summary["extern_nodes"]
+                                                  - summary.get("unreached_fallback_nodes", 0)), 3))
             path = os.path.join(folder, f"{name}.j2t")
             converted.save(path)
             package = jit2triton.load(path)
@@ -330,8 +335,9 @@ def cell(row: dict, label: str) -> str:
 def table_line(row: dict) -> str:
     if "skipped" in row:
         return f"| {row['title']} | {row['skipped']} | | | | | | | |"
-    nodes = (f"{row['kernel_nodes']} / {row['fallback_nodes']} / {row['vendor_nodes']}" if "kernel_nodes" in row
-             else "-")
+    unreached = f" ({row['unreached_nodes']} unreached)" if row.get("unreached_nodes") else ""
+    nodes = (f"{row['kernel_nodes']} / {row['fallback_nodes']}{unreached} / {row['vendor_nodes']}"
+             if "kernel_nodes" in row else "-")
     error = row.get("max_rel_error")
     spread = row.get("torchscript_spread") or 0.0
     error_cell = "-" if error is None else f"{error:.1e}" + (

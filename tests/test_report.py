@@ -52,3 +52,25 @@ def test_convolutions_run_as_externs_not_fallbacks():
     assert summary["fallback_nodes"] == 0 and summary["extern_nodes"] == 2, converted.report()
     assert "aten::conv1d.padding x1" in converted.report() and "aten::conv_transpose1d x1" in converted.report()
     torch.testing.assert_close(converted(x), model(x))
+
+
+class Guarded(torch.nn.Module):
+    """A branch no input of the model's kind takes (a NaN in the scores: code for another input, as torchvision's
+    detectors hold for other image types and sizes), and one ATen op the taken path runs."""
+
+    def forward(self, scores):
+        if bool(scores.isnan().any()):
+            scores = torch.nan_to_num(scores).kron(scores).cummax(0)[0].flatten()
+        return scores.cumprod(0) + 1.0
+
+
+def test_the_fallbacks_no_conversion_run_reached_are_counted_apart():
+    model = torch.jit.script(Guarded().eval())
+    converted = jit2triton.convert(model, example_inputs=(torch.rand(6) + 0.5,), backend="cpp")
+    summary = converted.summary()
+    reached = summary["fallback_nodes"] - summary["unreached_fallback_nodes"]
+    assert summary["unreached_fallback_nodes"] >= 3 and reached >= 1, converted.report()  # (cumprod ran)
+    assert f"{summary['fallback_nodes']} fallback through ATen ({summary['unreached_fallback_nodes']} of them in " \
+           "branches no conversion run took)" in converted.report()
+    x = torch.rand(6) + 0.5
+    torch.testing.assert_close(converted(x), model(x))

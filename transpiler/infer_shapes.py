@@ -44,6 +44,7 @@ class ShapeRecorder:
         # value ids of tensors seen starting at an address that is not 16-byte aligned (a row of a matrix picked by
         # a loop counter, a slice from 1): kernel_alignment.py compiles the kernels reading them without assuming it
         self.misaligned: set[int] = set()
+        self.ran: set[int] = set()  # the uids of the nodes some run made outputs for (the report's reached nodes)
 
     def next_draw(self, sizes: dict[str, int]) -> None:
         """Types observed from here on belong to a run at these sizes of the dynamic dims."""
@@ -79,6 +80,7 @@ class ShapeRecorder:
         return False, None
 
     def __call__(self, node_index: int, outputs: tuple) -> None:
+        self.ran.add(self.nodes[node_index].uid)
         self.observe_values(self.nodes[node_index].outputs, outputs)
 
     def merge(self, a: Type, b: Type) -> Type:

@@ -36,7 +36,7 @@ from .fuse_attention import fuse_attention
 from .infer_shapes import ShapeRecorder, type_carried_values
 from .infer_unobserved import infer_unobserved
 from .kernel_alignment import mark_misaligned_inputs
-from .ir import Graph
+from .ir import Attr, Graph
 from .op_table import lookup
 from .merge_kernels import merge_kernels
 from .gemm_forms import gemm_forms
@@ -261,6 +261,11 @@ def observe(graph: Graph, ctx: Context) -> Graph:
     type_carried_values(graph)
     mark_data_dependent(graph, recorder, counted)  # sizes computed from data: opaque but where the draws saw them
     graph.misaligned = set(recorder.misaligned)
+    for node in graph.walk():  # (a node with no outputs is never observed: not known to be unreached)
+        if node.outputs and node.op != "prim::Constant" and node.uid not in recorder.ran:
+            node.attrs[Attr.UNREACHED] = True
+        else:
+            node.attrs.pop(Attr.UNREACHED, None)
     ctx.recorder = recorder
     return graph
 

@@ -32,6 +32,7 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
             counts[category] += len(entry.get("from_ops", [None]))  # a linear with its activation: two nodes
         else:
             counts["fallback"] += 1
+            counts["unreached"] += bool(entry.get("unreached"))
             fallback_ops[entry["op"]] += 1
             why = entry.get("why")
             reasons[entry["op"]] = (NOT_IN_TABLE if category == FALLBACK else
@@ -44,6 +45,9 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
         "host_nodes": counts[HOST],
         "alias_nodes": counts[ALIAS],
         "fallback_nodes": counts["fallback"],
+        # of those, the nodes in branches no conversion run took (code for other inputs: types, sizes, modes), which
+        # run through ATen if a call ever takes them; what a call meets through ATen is the rest
+        "unreached_fallback_nodes": counts["unreached"],
         "fallback_ops": dict(fallback_ops.most_common()),
         "fallback_reasons": reasons,
         "kernels": kernels,
@@ -65,7 +69,9 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
         f"{summary['nodes']} TorchScript nodes: {summary['native_nodes']} in {len(summary['kernels'])} generated "
         f"kernels, {summary['extern_nodes']} extern (vendor library), {summary['alias_nodes']} ATen views "
         f"(aliases, free), {summary['host_nodes']} host (control flow, scalars, lists), "
-        f"{summary['fallback_nodes']} fallback through ATen",
+        f"{summary['fallback_nodes']} fallback through ATen" + (
+            f" ({summary['unreached_fallback_nodes']} of them in branches no conversion run took)"
+            if summary.get("unreached_fallback_nodes") else ""),
     ]
     lines += [f"  kernel {kernel['name']}: {_kernel_line(kernel)}" for kernel in summary["kernels"]]
     if summary["fallback_ops"]:
