@@ -70,6 +70,22 @@ def convert_for(model, example: tuple, backend: str, **options):
     return jit2triton.convert(model, example, backend=backend, **options)
 
 
+def plan_ops(package) -> list[str]:
+    """The op of every step of a package's plan, in order, inside blocks and graph regions too ("kernel" for a
+    kernel step)."""
+    found: list[str] = []
+
+    def walk(steps):
+        for step in steps:
+            found.append(step.get("op") or "kernel")
+            for block in step.get("blocks") or []:
+                walk(block["steps"])
+            walk(step.get("steps") or [])
+
+    walk(package.manifest["plan"]["steps"])
+    return found
+
+
 def to_device(inputs: tuple, device) -> tuple:
     return tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs)
 

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from jit2triton import Dim
 
-from helpers import BACKENDS, convert_for
+from helpers import BACKENDS, convert_for, plan_ops
 
 
 class PerClass(torch.nn.Module):
@@ -79,20 +79,6 @@ def on_the_cpu_too(monkeypatch):
                                              if p.name == "count_masks_before_loops" else p for p in pipeline.PASSES])
 
 
-def _plan_ops(package) -> list[str]:
-    found = []
-
-    def walk(steps):
-        for step in steps:
-            found.append(step.get("op") or "kernel")
-            for block in step.get("blocks") or []:
-                walk(block["steps"])
-            walk(step.get("steps") or [])
-
-    walk(package.manifest["plan"]["steps"])
-    return found
-
-
 def _check(model, draw, backend: str, calls: int = 6, **options):
     device = "cuda" if backend == "cuda" else "cpu"
     scripted = torch.jit.script(model.to(device))
@@ -119,7 +105,7 @@ def _scores(rows: int = 40, classes: int = 6) -> Tensor:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_per_class_loop_reads_its_counts_before_it(backend) -> None:
     package = _check(PerClass(), lambda: (torch.rand(40, 4), _scores(), 0.5), backend)
-    ops = _plan_ops(package)
+    ops = plan_ops(package)
     assert "aten::nonzero" not in ops and ops.count("aten::nonzero_static") == 1, ops
     assert ops.count("prim::tolist") == 1  # the counts, read once a call
     assert package.summary()["verification"]["kernels_removed"] == []
@@ -130,23 +116,23 @@ def test_the_counts_follow_a_threshold_passed_in_and_a_dynamic_number_of_boxes()
     draw = lambda: (lambda n: (torch.rand(n, 4), _scores(n), float(torch.rand(()) * 0.8)))(  # noqa: E731
         int(torch.randint(3, 60, ())))
     package = _check(PerClass(), draw, "cpp", calls=8, dynamic_shapes=[{0: n}, {0: n}, None])
-    assert "aten::nonzero_static" in _plan_ops(package)
+    assert "aten::nonzero_static" in plan_ops(package)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_slice_by_the_loop_counter_compared_with_a_0_dim_tensor(backend) -> None:
     package = _check(Rows(), lambda: (torch.randn(7, 9), torch.randn(())), backend)
-    assert "aten::nonzero_static" in _plan_ops(package)
+    assert "aten::nonzero_static" in plan_ops(package)
 
 
 def test_a_tensor_the_loop_writes_is_counted_in_the_loop() -> None:
     package = _check(WrittenInLoop(), lambda: (torch.rand(20, 4),), "cpp")
-    assert "aten::nonzero_static" not in _plan_ops(package)
+    assert "aten::nonzero_static" not in plan_ops(package)
 
 
 def test_a_threshold_per_element_is_counted_in_the_loop() -> None:
     package = _check(PerRowThreshold(), lambda: (torch.rand(20, 4), torch.rand(20)), "cpp")
-    assert "aten::nonzero_static" not in _plan_ops(package)
+    assert "aten::nonzero_static" not in plan_ops(package)
 
 
 @pytest.mark.gpu
@@ -183,7 +169,7 @@ class PerLabelNms(torch.nn.Module):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_loop_over_unique_labels_reads_each_labels_count_before_it(backend) -> None:
     package = _check(PerLabelNms(), lambda: (torch.rand(50), torch.randint(0, 6, (50,))), backend)
-    ops = _plan_ops(package)
+    ops = plan_ops(package)
     assert ops.count("aten::where") == 1 and ops.count("aten::nonzero_static") == 1, ops  # (the loop's; and after)
     assert ops.count("aten::searchsorted.Tensor") == 2
 
@@ -191,4 +177,4 @@ def test_a_loop_over_unique_labels_reads_each_labels_count_before_it(backend) ->
 def test_float_labels_are_counted_in_the_loop() -> None:
     """Equality of floats: NaN equals nothing, which a count by sorted order would miss."""
     package = _check(PerLabelNms(), lambda: (torch.rand(50), torch.randint(0, 6, (50,)).float()), "cpp")
-    assert "aten::nonzero_static" not in _plan_ops(package)
+    assert "aten::nonzero_static" not in plan_ops(package)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import Tensor
 
-from helpers import BACKENDS, convert_for
+from helpers import BACKENDS, convert_for, plan_ops
 
 
 class PerClass(torch.nn.Module):
@@ -54,19 +54,6 @@ class InputMask(torch.nn.Module):
         return a, x[m].cos(), a
 
 
-def _plan_ops(package) -> list[str]:
-    found = []
-
-    def walk(steps):
-        for step in steps:
-            found.append(step.get("op") or "kernel")
-            for block in step.get("blocks") or []:
-                walk(block["steps"] if isinstance(block, dict) else block)
-
-    walk(package.manifest["plan"]["steps"])
-    return found
-
-
 def _check(model, draw, backend: str, calls: int = 4):
     device = "cuda" if backend == "cuda" else "cpu"
     scripted = torch.jit.script(model.to(device))
@@ -83,7 +70,7 @@ def _check(model, draw, backend: str, calls: int = 4):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_per_class_loop_counts_each_mask_once(backend) -> None:
     package = _check(PerClass(), lambda: (torch.rand(40, 4), torch.rand(40, 6)), backend)
-    ops = _plan_ops(package)  # in the loop's body: once a class, for scores and boxes (its count read before the
+    ops = plan_ops(package)  # in the loop's body: once a class, for scores and boxes (its count read before the
     assert ops.count("aten::nonzero") + ops.count("aten::nonzero_static") == 1  # loop: loop_counts.py)
 
 
@@ -94,7 +81,7 @@ def test_a_mask_of_two_dims_is_indexed_by_both_columns(backend) -> None:
 
 def test_a_mask_written_between_its_readers_is_not_shared() -> None:
     package = _check(WrittenBetween(), lambda: (torch.randn(8), torch.randn(8)), "cpp")
-    assert "aten::nonzero" not in _plan_ops(package)
+    assert "aten::nonzero" not in plan_ops(package)
 
 
 def test_a_rewrite_that_breaks_the_example_is_taken_out(monkeypatch) -> None:
@@ -110,7 +97,7 @@ def test_a_rewrite_that_breaks_the_example_is_taken_out(monkeypatch) -> None:
 
     monkeypatch.setattr(shared_masks, "_count", wrong_columns)
     package = _check(TwoDims(), lambda: (torch.randn(6, 5), torch.randn(6, 5)), "cpp")
-    assert "aten::nonzero" not in _plan_ops(package)
+    assert "aten::nonzero" not in plan_ops(package)
     assert any("after the optional rewrites: converted without them" in n
                for n in package.summary()["verification"]["notes"]), package.summary()["verification"]["notes"]
 
@@ -119,7 +106,7 @@ def test_a_rewrite_that_breaks_the_example_is_taken_out(monkeypatch) -> None:
 def test_a_mask_passed_in_and_read_in_two_blocks(backend) -> None:
     draw = lambda: (torch.randn(7, 3), torch.rand(7) > 0.4, bool(torch.rand(()) > 0.5))  # noqa: E731
     package = _check(InputMask(), draw, backend, calls=6)
-    assert _plan_ops(package).count("aten::nonzero") == 1  # in the branch that reads it twice
+    assert plan_ops(package).count("aten::nonzero") == 1  # in the branch that reads it twice
 
 
 class Escapes(torch.nn.Module):
@@ -156,7 +143,7 @@ def test_a_per_class_count_is_bound_in_the_loop_and_its_gathers_are_kernels(back
     draw = lambda: (torch.rand(40, 4), torch.rand(40, 6) * torch.tensor([1.0, 0.4, 0.6, 1.0, 2.0, 0.9]))  # noqa: E731
     package = _check(PerClass(), draw, backend, calls=6)
     assert _loop_kernels(package) >= 4  # the threshold, the kept rows' gather, the best few's gather, the labels
-    assert "aten::full_like" not in _plan_ops(package)  # filled with the loop's counter, in a kernel
+    assert "aten::full_like" not in plan_ops(package)  # filled with the loop's counter, in a kernel
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -176,4 +163,4 @@ class TwoMasks(torch.nn.Module):
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_two_masks_each_read_twice(backend) -> None:
     package = _check(TwoMasks(), lambda: (torch.randn(7, 6), torch.randn(7, 6)), backend, calls=6)
-    assert _plan_ops(package).count("aten::nonzero") == 2  # one per mask, each read twice
+    assert plan_ops(package).count("aten::nonzero") == 2  # one per mask, each read twice
