@@ -34,6 +34,20 @@ class PerClass(torch.nn.Module):
         return torch.cat(out_boxes), torch.cat(out_scores), torch.cat(out_labels)
 
 
+class PerImagePerClass(torch.nn.Module):
+    """SSD's shape: a loop over the images, in it the per-class loop over that image's scores (made in the outer
+    loop, so counted once per image, before the inner loop)."""
+
+    def forward(self, scores: Tensor, boxes: Tensor):
+        kept: list[Tensor] = []
+        for image in range(scores.shape[0]):
+            image_scores = scores[image] * 1.5
+            for label in range(1, image_scores.shape[1]):
+                keep = image_scores[:, label] > 0.6
+                kept.append(image_scores[:, label][keep] + boxes[image][keep].sum(1))
+        return torch.cat(kept) if len(kept) > 0 else scores.new_zeros(0)
+
+
 class Rows(torch.nn.Module):
     """A slice per row (dim 0, the loop's counter itself), compared with a 0-dim tensor; the mask read once."""
 
@@ -117,6 +131,13 @@ def test_the_counts_follow_a_threshold_passed_in_and_a_dynamic_number_of_boxes()
         int(torch.randint(3, 60, ())))
     package = _check(PerClass(), draw, "cpp", calls=8, dynamic_shapes=[{0: n}, {0: n}, None])
     assert "aten::nonzero_static" in plan_ops(package)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_per_class_loop_inside_a_per_image_loop(backend) -> None:
+    package = _check(PerImagePerClass(), lambda: (_scores(30, 6)[None].repeat(2, 1, 1) * torch.rand(2, 1, 1),
+                                                  torch.rand(2, 30, 4)), backend)
+    assert plan_ops(package).count("aten::nonzero_static") == 1  # (in the inner loop, counted before it)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
