@@ -141,7 +141,7 @@ class _PlanBuilder:
         if Attr.NOT_LOWERED in node.attrs:
             entry["why"] = node.attrs[Attr.NOT_LOWERED]
         if node.attrs.get(Attr.UNREACHED):
-            entry["unreached"] = True  # no conversion run reached it: the report says so of its fallbacks
+            entry["unreached"] = True  # no observed run reached it: the report counts such fallbacks apart
         if Attr.FROM_OPS in node.attrs:
             entry["from_ops"] = node.attrs[Attr.FROM_OPS]  # the TorchScript nodes a rewrite made it from
         if node.attrs.get(Attr.SYNTHETIC):

@@ -29,7 +29,7 @@ class Attr:
     KERNEL = "kernel"  # j2t::kernel: its kernel_ir.Kernel
     FUSED = "fused"  # j2t::kernel: the nodes it computes
     NOT_LOWERED = "not_lowered"  # fusion: why the node runs through ATen (the report's reason)
-    UNREACHED = "unreached"  # observe: no run of the plan made its outputs (a branch no conversion run took)
+    UNREACHED = "unreached"  # observe: no observed run made its outputs (a branch the example and draws never took)
     EXTERN = "extern"  # fusion: its lowering calls ATen on purpose (a GEMM, a convolution)
     ATEN_VIEW = "aten_view"  # fusion: a view made by ATen as an alias, where a kernel would copy
     SCALAR_CARRIER = "scalar_carrier"  # fusion: the aten::scalar_tensor that hands a runtime scalar to a kernel

@@ -45,8 +45,8 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
         "host_nodes": counts[HOST],
         "alias_nodes": counts[ALIAS],
         "fallback_nodes": counts["fallback"],
-        # of those, the nodes in branches no conversion run took (code for other inputs: types, sizes, modes), which
-        # run through ATen if a call ever takes them; what a call meets through ATen is the rest
+        # of those, the nodes in branches conversion never saw run, on the example or its other draws (code for other
+        # inputs: types, sizes, modes), which run through ATen if a call takes them; a call meets the rest
         "unreached_fallback_nodes": counts["unreached"],
         "fallback_ops": dict(fallback_ops.most_common()),
         "fallback_reasons": reasons,
@@ -70,7 +70,7 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
         f"kernels, {summary['extern_nodes']} extern (vendor library), {summary['alias_nodes']} ATen views "
         f"(aliases, free), {summary['host_nodes']} host (control flow, scalars, lists), "
         f"{summary['fallback_nodes']} fallback through ATen" + (
-            f" ({summary['unreached_fallback_nodes']} of them in branches no conversion run took)"
+            f" ({summary['unreached_fallback_nodes']} of them in branches conversion never saw run)"
             if summary.get("unreached_fallback_nodes") else ""),
     ]
     lines += [f"  kernel {kernel['name']}: {_kernel_line(kernel)}" for kernel in summary["kernels"]]
