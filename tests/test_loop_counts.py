@@ -3,7 +3,9 @@
 once per iteration. Checked against TorchScript on fresh inputs whose counts differ from the example's and from
 one another (none to all of a slice), on both backends; left alone where the loop writes the tensor, or where a
 comparison's operand is not the same for the whole tensor as for a slice. The pass runs for CUDA packages; these
-tests run it for CPU packages too."""
+tests run it for CPU packages too. And a loop's reads of integers out of a tensor it does not change (Mask R-CNN's
+paste loop) read the tensor once before the loop, the arithmetic on them done on the host (every device), left
+alone for floats and for a tensor the loop writes."""
 from __future__ import annotations
 
 import dataclasses
@@ -199,3 +201,86 @@ def test_float_labels_are_counted_in_the_loop() -> None:
     """Equality of floats: NaN equals nothing, which a count by sorted order would miss."""
     package = _check(PerLabelNms(), lambda: (torch.rand(50), torch.randint(0, 6, (50,)).float()), "cpp")
     assert "aten::nonzero_static" not in plan_ops(package)
+
+
+# --- integers read out of a loop-invariant tensor (read_ints_before_loops) -----------------------------------------
+
+def _paste_mask_in_image(mask: Tensor, box: Tensor, im_h: int, im_w: int):
+    """torchvision's `paste_mask_in_image` (Mask R-CNN): ten reads of the box's corners, each a wait on CUDA."""
+    w = max(int(box[2] - box[0] + 1), 1)
+    h = max(int(box[3] - box[1] + 1), 1)
+    mask = torch.nn.functional.interpolate(mask.expand((1, 1, -1, -1)), size=(h, w), mode="bilinear",
+                                           align_corners=False)[0][0]
+    im_mask = torch.zeros((im_h, im_w), dtype=mask.dtype, device=mask.device)
+    x_0 = max(box[0], 0)
+    x_1 = min(box[2] + 1, im_w)
+    y_0 = max(box[1], 0)
+    y_1 = min(box[3] + 1, im_h)
+    im_mask[y_0:y_1, x_0:x_1] = mask[(y_0 - box[1]):(y_1 - box[1]), (x_0 - box[0]):(x_1 - box[0])]
+    return im_mask
+
+
+class Paste(torch.nn.Module):
+    def forward(self, masks: Tensor, boxes: Tensor, im_h: int, im_w: int):
+        boxes = boxes.to(dtype=torch.int64)
+        pasted = [_paste_mask_in_image(m[0], b, im_h, im_w) for m, b in zip(masks, boxes)]
+        return torch.stack(pasted, dim=0)[:, None]
+
+
+class PasteFloatBoxes(torch.nn.Module):
+    """The same reads of float corners: float32 arithmetic on the device is not the host's (doubles)."""
+
+    def forward(self, masks: Tensor, boxes: Tensor, im_h: int, im_w: int):
+        pasted = [torch.zeros(im_h, im_w)[: int(b[3] - b[1] + 1), : int(b[2] - b[0] + 1)].sum() + m.sum()
+                  for m, b in zip(masks, boxes)]
+        return torch.stack(pasted)
+
+
+class WritesItsBoxes(torch.nn.Module):
+    """The loop moves the boxes it reads: each read must see the move."""
+
+    def forward(self, boxes: Tensor):
+        boxes = boxes.to(dtype=torch.int64)
+        widths: list[int] = []
+        for i in range(boxes.shape[0]):
+            widths.append(int(boxes[i][2] - boxes[i][0]))
+            boxes[(i + 1) % boxes.shape[0]] += 1
+        return torch.tensor(widths)
+
+
+def _masks_and_boxes(n: int = 12) -> tuple:
+    """Boxes over a 40 x 48 image, some partly outside it (negative corners, corners past its edges)."""
+    corner = torch.rand(n, 2) * torch.tensor([39.0, 33.0]) - 3
+    size = torch.rand(n, 2) * 11 + 4
+    return torch.rand(n, 1, 14, 14), torch.cat([corner, corner + size], 1), 40, 48
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_loop_reading_box_corners_reads_the_boxes_once(backend) -> None:
+    package = _check(Paste(), _masks_and_boxes, backend)
+    ops = plan_ops(package)
+    assert not {"aten::Int.Tensor", "aten::IntImplicit"} & set(ops), ops
+    assert ops.count("prim::tolist") == 1
+
+
+def test_float_corners_and_boxes_the_loop_writes_are_read_in_the_loop() -> None:
+    ops = plan_ops(_check(PasteFloatBoxes(), _masks_and_boxes, "cpp"))
+    assert "aten::Int.Tensor" in ops and "prim::tolist" not in ops
+    ops = plan_ops(_check(WritesItsBoxes(), lambda: (torch.rand(9, 4) * 50,), "cpp"))
+    assert "aten::Int.Tensor" in ops and "prim::tolist" not in ops
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_paste_loop_waits_for_the_gpu_once_a_call() -> None:
+    from torch.profiler import ProfilerActivity, profile
+    scripted = torch.jit.script(Paste().cuda())
+    draw = lambda: tuple(x.cuda() if isinstance(x, Tensor) else x for x in _masks_and_boxes())  # noqa: E731
+    package = convert_for(scripted, draw(), "cuda")
+    inputs = draw()
+    package(*inputs)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        package(*inputs)
+        torch.cuda.synchronize()
+    copies = [e for e in prof.events() if "Memcpy DtoH" in e.name]
+    assert len(copies) <= 2, [e.name for e in copies]  # (12 boxes, ten reads each: 120 before)

@@ -25,6 +25,11 @@ loop's launches then queue without a wait. The counts are the masks', exactly: a
 computes each slice's elements as the loop's comparison does (one elementwise op, the same operands), a sum of
 booleans is exact, and for integers the number equal to a value is the number at most it less the number below it.
 
+The same holds for numbers a loop reads out of a tensor it does not change (Mask R-CNN's paste loop reads each
+box's corners about ten times, `int(box[2] - box[0] + 1)`, each read a wait): `read_ints_before_loops` reads the
+whole integer tensor once before the loop (`tolist()`), and each read in the loop becomes host arithmetic on those
+numbers: int64 sums, differences, products and negations, as the 0-dim int64 tensor ops computed them.
+
 Taken only where that holds: the mask is one comparison, either of a slice `select(src, dim, i)` with numbers or
 0-dim tensors, or (equality of integers) of a tensor with `values[i]` of a 1-dim tensor of its dtype; `i` is the
 loop's counter, or `range(start, end, step)`'s value for it; every operand is made outside the loop (or by views of
@@ -38,7 +43,7 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from .alias_analysis import written_values
-from .ir import Attr, Block, Graph, Node, Type, Value, blocks, literals
+from .ir import Attr, Block, Graph, Node, Type, Value, blocks, literals, walk_block
 from .op_table import VIEW, lookup, schema_of
 
 INTEGERS = frozenset({"int8", "int16", "int32", "int64", "uint8"})
@@ -269,3 +274,115 @@ def _invariant(value: Value, made: dict, inside: set[int], written: set[int]) ->
     if _constant(node):
         return True
     return lookup(node.op).category == VIEW and all(_invariant(v, made, inside, written) for v in node.inputs)
+
+
+# --- integers read out of a loop-invariant tensor ------------------------------------------------------------------
+
+def read_ints_before_loops(graph: Graph) -> int:
+    """Rewrite in place; returns how many reads of a number in a loop became host arithmetic on numbers read
+    before it."""
+    written = written_values(graph)
+    numbers = literals(graph)
+    done = 0
+    for block in blocks(graph):
+        out: list[Node] = []
+        for node in block.nodes:
+            if node.op == "prim::Loop":
+                before, rewritten = _read_rows_before(node, written, numbers)
+                out += before
+                done += rewritten
+            out.append(node)
+        block.nodes = out
+    return done
+
+
+def _read_rows_before(loop: Node, written: set[int], numbers: dict) -> tuple[list[Node], int]:
+    body = loop.blocks[0]
+    made = {v.id: n for n in body.nodes for v in n.outputs}
+    inside = _defined_inside(body)
+    lists: dict[int, Value] = {}  # id of the tensor read -> its numbers, read before the loop
+    rows: dict[tuple[int, int], Value] = {}  # (tensor id, counter id) -> this iteration's row of numbers
+    before: list[Node] = []
+    replaced: set[int] = set()  # the uids of the tensor ops the rewritten reads read
+    done = 0
+    for read in [n for n in body.nodes if lookup(n.op).reads_int and len(n.inputs) == 1]:
+        host: list[Node] = []
+        visited: list[Node] = []
+
+        def number(value: Value) -> Optional[Value]:
+            """`value` (a 0-dim int64 tensor) as host nodes computing it, appended to `host`; None if it is not
+            made of elements of loop-invariant rows and numbers."""
+            node = made.get(value.id)
+            if node is None or not _int64_scalar(value):
+                return None
+            visited.append(node)
+            if node.op == "aten::select.int":
+                row, dim, index = node.inputs
+                picked = made.get(row.id)
+                if (numbers.get(dim.id) != 0 or type(numbers.get(index.id)) is not int or picked is None
+                        or picked.op != "aten::select.int"):
+                    return None
+                src, src_dim, counter = picked.inputs
+                if (numbers.get(src_dim.id) != 0 or not _counter(counter, body, made, inside)
+                        or src.id in inside or src.id in written or src.type.dtype != "int64"
+                        or src.type.shape is None or len(src.type.shape) != 2):
+                    return None
+                key = (src.id, counter.id)
+                if key not in rows:
+                    if src.id not in lists:
+                        lists[src.id] = _tolist_before(src, before)
+                    rows[key] = _host(host, "aten::__getitem__.t", [lists[src.id], counter],
+                                      Value(f"{src.name}_row", INTS), node)
+                return _host(host, "aten::__getitem__.t", [rows[key], index], Value(f"{value.name}_n", INT), node)
+            op = lookup(node.op).on_host_ints  # (alpha, where the op takes one, must be 1)
+            if not op or (len(node.inputs) == 3 and numbers.get(node.inputs[2].id) != 1):
+                return None
+            operands = []
+            for v in node.inputs[:2 if op != "aten::neg.int" else 1]:
+                operands.append(number(v) if v.type.is_tensor else v if v.type.kind == "int" else None)
+                if operands[-1] is None:
+                    return None
+            return _host(host, op, operands, Value(f"{value.name}_n", INT), node)
+
+        result = number(read.inputs[0])
+        if result is None:
+            continue
+        host[-1].outputs = [read.outputs[0]]  # the last host op gives the read's value
+        at = body.nodes.index(read)
+        body.nodes[at:at + 1] = host
+        replaced.update(n.uid for n in visited)
+        done += 1
+    _drop_unread(body, replaced)
+    return before, done
+
+
+def _int64_scalar(value: Value) -> bool:
+    return value.type.is_tensor and value.type.dtype == "int64" and value.type.shape == ()
+
+
+def _host(host: list[Node], op: str, inputs: list[Value], out: Value, at: Node) -> Value:
+    host.append(Node(op, inputs, [out], source=at.source, attrs={Attr.SCHEMA: schema_of(op), Attr.SYNTHETIC: True}))
+    return out
+
+
+def _tolist_before(src: Value, before: list[Node]) -> Value:
+    """`src.tolist()` before the loop: a list of rows of ints (the one synchronisation)."""
+    rank, ints = Value(f"{src.name}_rank", INT), Value(f"{src.name}_ints", INT)
+    listed = Value(f"{src.name}_list", Type("List", elems=(INTS,)))
+    before += [Node("prim::Constant", [], [rank], attrs={Attr.VALUE: 2}),
+               Node("prim::Constant", [], [ints], attrs={Attr.VALUE: 0}),
+               Node("prim::tolist", [src, rank, ints], [listed], attrs={Attr.SYNTHETIC: True})]
+    return listed
+
+
+def _drop_unread(body: Block, candidates: set[int]) -> None:
+    """The 0-dim tensor ops that only the rewritten reads read: dropped, so that the loop no longer launches them.
+    (Each is pure: an int64 sum, difference, product, negation or element; what else reads one keeps it.)"""
+    while True:
+        read = {v.id for n in walk_block(body) for v in n.inputs}
+        read.update(v.id for n in walk_block(body) for b in n.blocks for v in b.outputs)
+        read.update(v.id for v in body.outputs)
+        kept = [n for n in body.nodes if n.uid not in candidates or any(v.id in read for v in n.outputs)]
+        if len(kept) == len(body.nodes):
+            return
+        body.nodes = kept

@@ -47,6 +47,9 @@ class OpInfo:
     # columns as a list); a loop's such op may take a count read before the loop (transpiler/loop_counts.py)
     nonzero_form: str = ""
     compares: bool = False  # an elementwise comparison of its two operands (a bool tensor of their broadcast shape)
+    # the host op that computes it alike on 0-dim int64 tensors and ints (alpha 1): transpiler/loop_counts.py
+    on_host_ints: str = ""
+    reads_int: bool = False  # reads a 0-dim tensor's value into a host int
     # nearly equal inputs can give it different outputs (a comparison, an argmax, a sort's order, NMS, a floor):
     # where a package first differs from TorchScript at such an op, rounding decided it, not a wrong kernel
     # (deploy/packaging/culprit.py first_divergence); every op with a data-dependent size is
@@ -250,6 +253,11 @@ facts("aten::nonzero aten::nonzero_numpy aten::argwhere aten::where", count_mask
 facts("aten::masked_select", count_masks=(1,))
 facts("torchvision::nms", keeps_best=True)
 facts("aten::nonzero", nonzero_form="indices")
+facts("aten::add.Tensor aten::add.Scalar", on_host_ints="aten::add.int")
+facts("aten::sub.Tensor aten::sub.Scalar", on_host_ints="aten::sub.int")
+facts("aten::mul.Tensor aten::mul.Scalar", on_host_ints="aten::mul.int")
+facts("aten::neg", on_host_ints="aten::neg.int")
+facts("aten::Int.Tensor aten::IntImplicit", reads_int=True)
 facts("aten::where", nonzero_form="unbound")  # (its one-argument form)
 facts("""aten::gt.Scalar aten::gt.Tensor aten::ge.Scalar aten::ge.Tensor aten::lt.Scalar aten::lt.Tensor aten::le.Scalar
     aten::le.Tensor aten::eq.Scalar aten::eq.Tensor aten::ne.Scalar aten::ne.Tensor""", compares=True)

@@ -53,7 +53,7 @@ from .plan_arena import plan_arena
 from .precision import PrecisionPlan, cast_floats, reduce_precision
 from .complex_magnitude import complex_magnitude
 from .shared_masks import share_mask_counts
-from .loop_counts import count_masks_before_loops
+from .loop_counts import count_masks_before_loops, read_ints_before_loops
 from .split_conv_bias import split_conv_bias
 from .split_norms import split_norms
 from .unpack_splits import unpack_splits
@@ -419,6 +419,8 @@ PASSES: list[Pass] = [
     # save, and there the counting first and nonzero_static cost more than they save (docs/benchmarks.md)
     Pass("count_masks_before_loops", lambda g, c: count_masks_before_loops(g), "rewrite", optional=True,
          devices=("cuda",)),
+    # a loop's reads of numbers out of a tensor it does not change: the tensor read once before it (loop_counts.py)
+    Pass("read_ints_before_loops", lambda g, c: read_ints_before_loops(g), "rewrite", optional=True),
     Pass("fuse", lambda g, c: fuse(g, c.device.type, c.refused, c.kernel_dims, c.scalars_by_value),
          "lower"),  # returns a fused copy
     Pass("merge_kernels", lambda g, c: merge_kernels(g), "lower"),  # siblings over one iteration space
