@@ -221,8 +221,15 @@ def _paste_mask_in_image(mask: Tensor, box: Tensor, im_h: int, im_w: int):
 
 
 class Paste(torch.nn.Module):
+    """torchvision's `paste_masks_in_image`: the boxes are scaled by writes into a new tensor before the loop (which
+    `.to` may alias), then pasted."""
+
     def forward(self, masks: Tensor, boxes: Tensor, im_h: int, im_w: int):
-        boxes = boxes.to(dtype=torch.int64)
+        scaled = torch.zeros_like(boxes)
+        scaled[:, 0] = boxes[:, 0] - 1.0
+        scaled[:, 1] = boxes[:, 1] - 1.0
+        scaled[:, 2:] = boxes[:, 2:] + 1.0
+        boxes = scaled.to(dtype=torch.int64)
         pasted = [_paste_mask_in_image(m[0], b, im_h, im_w) for m, b in zip(masks, boxes)]
         return torch.stack(pasted, dim=0)[:, None]
 
