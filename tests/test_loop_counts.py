@@ -255,6 +255,17 @@ class WritesItsBoxes(torch.nn.Module):
         return torch.tensor(widths)
 
 
+class FirstFew(torch.nn.Module):
+    """A loop of three iterations over a tensor of many rows: reading every row first would cost more."""
+
+    def forward(self, boxes: Tensor):
+        boxes = boxes.to(dtype=torch.int64)
+        widths: list[int] = []
+        for i in range(3):
+            widths.append(int(boxes[i][2] - boxes[i][0]))
+        return torch.tensor(widths)
+
+
 def _masks_and_boxes(n: int = 12) -> tuple:
     """Boxes over a 40 x 48 image, some partly outside it (negative corners, corners past its edges)."""
     corner = torch.rand(n, 2) * torch.tensor([39.0, 33.0]) - 3
@@ -268,6 +279,18 @@ def test_a_loop_reading_box_corners_reads_the_boxes_once(backend) -> None:
     ops = plan_ops(package)
     assert not {"aten::Int.Tensor", "aten::IntImplicit"} & set(ops), ops
     assert ops.count("prim::tolist") == 1
+
+
+def test_a_paste_loop_over_a_number_of_boxes_set_per_call() -> None:
+    n = Dim("N", min=1, max=30)
+    draw = lambda: _masks_and_boxes(int(torch.randint(1, 30, ())))  # noqa: E731
+    package = _check(Paste(), draw, "cpp", calls=6, dynamic_shapes=[{0: n}, {0: n}, None, None])
+    assert not {"aten::Int.Tensor", "aten::IntImplicit"} & set(plan_ops(package))
+
+
+def test_a_few_reads_of_a_long_tensor_stay_in_the_loop() -> None:
+    ops = plan_ops(_check(FirstFew(), lambda: (torch.rand(400, 4) * 50,), "cpp"))
+    assert "aten::Int.Tensor" in ops and "prim::tolist" not in ops
 
 
 def test_float_corners_and_boxes_the_loop_writes_are_read_in_the_loop() -> None:

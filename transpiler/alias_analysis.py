@@ -7,8 +7,9 @@ op names.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Optional
 
-from .ir import Attr, Graph, Node
+from .ir import Attr, Block, Graph, Node, walk_block
 from .op_table import lookup, may_alias, returns_alias, writes_in_place
 
 
@@ -26,14 +27,17 @@ def mutated_views(graph: Graph) -> set[int]:
     return {node.uid for node in aliases if find(node.inputs[0].id) in written}
 
 
-def written_values(graph: Graph) -> set[int]:
-    """The ids of the tensors in an alias family (see mutated_views) that something writes in place."""
-    find, _, written = _families(graph)
+def written_values(graph: Graph, within: Optional[Block] = None) -> set[int]:
+    """The ids of the tensors in an alias family (see mutated_views) that something writes in place; with `within`,
+    something in that block (its nested blocks too): a loop's body, where a write before or after the loop does not
+    matter to what the loop reads each iteration."""
+    find, _, written = _families(graph, within)
     return {v.id for node in graph.walk() for v in (*node.inputs, *node.outputs) if find(v.id) in written}
 
 
-def _families(graph: Graph):
-    """(find: value id -> its alias family's representative, the alias-making nodes, the written families)."""
+def _families(graph: Graph, within: Optional[Block] = None):
+    """(find: value id -> its alias family's representative, the alias-making nodes, the families written (in
+    `within`, where given))."""
     family: dict[int, int] = {}
 
     def find(v: int) -> int:
@@ -46,7 +50,8 @@ def _families(graph: Graph):
     for node in aliases:
         for out in node.outputs:
             family[find(out.id)] = find(node.inputs[0].id)
-    written = {find(node.inputs[0].id) for node in graph.walk() if writes(node) == "tensor" and node.inputs}
+    writers = walk_block(within) if within is not None else graph.walk()
+    written = {find(node.inputs[0].id) for node in writers if writes(node) == "tensor" and node.inputs}
     return find, aliases, written
 
 

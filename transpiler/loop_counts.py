@@ -33,10 +33,16 @@ numbers: int64 sums, differences, products and negations, as the 0-dim int64 ten
 Taken only where that holds: the mask is one comparison, either of a slice `select(src, dim, i)` with numbers or
 0-dim tensors, or (equality of integers) of a tensor with `values[i]` of a 1-dim tensor of its dtype; `i` is the
 loop's counter, or `range(start, end, step)`'s value for it; every operand is made outside the loop (or by views of
-such values inside it, which are made again before it), and nothing writes any of them in place
-(alias_analysis.written_values). Runs after the sizes are typed and bound (it keeps every value's size): the
-nonzeros are shared_masks.py's, for the masks an indexing reads, and the model's own. For CUDA packages only: the
-CPU waits for nothing, and there counting first and `nonzero_static` cost more than `nonzero` (docs/benchmarks.md).
+such values inside it, which are made again before it), and nothing in the loop writes any of them in place
+(alias_analysis.written_values within its body: a write before the loop is done when the counts are read). Runs
+after the sizes are typed and bound (it keeps every value's size): the nonzeros are shared_masks.py's, for the masks
+an indexing reads, and the model's own. For CUDA packages only: the CPU waits for nothing, and there counting first
+and `nonzero_static` cost more than `nonzero` (docs/benchmarks.md).
+
+A read of numbers is taken where the tensor is int64 with two dims, made outside the loop and not written in it,
+its row picked by the loop's counter, and the loop runs once per row (a loop of three iterations over a long tensor
+keeps its reads); every op between the element and the read is one of the int64 ops above. On every device: on the
+CPU it saves the 0-dim tensor ops.
 """
 from __future__ import annotations
 
@@ -53,14 +59,13 @@ INTS = Type("List", elems=(INT,))
 
 def count_masks_before_loops(graph: Graph) -> int:
     """Rewrite in place; returns how many nonzeros (and wheres) now take a count read before their loop."""
-    written = written_values(graph)
     numbers = literals(graph)
     done = 0
     for block in blocks(graph):
         out: list[Node] = []
         for node in block.nodes:
-            if node.op == "prim::Loop":
-                before, hoisted = _hoist(node, written, numbers)
+            if node.op == "prim::Loop":  # (what the loop writes: a write before it is done when its counts are read)
+                before, hoisted = _hoist(node, written_values(graph, node.blocks[0]), numbers)
                 out += before
                 done += hoisted
             out.append(node)
@@ -281,14 +286,15 @@ def _invariant(value: Value, made: dict, inside: set[int], written: set[int]) ->
 def read_ints_before_loops(graph: Graph) -> int:
     """Rewrite in place; returns how many reads of a number in a loop became host arithmetic on numbers read
     before it."""
-    written = written_values(graph)
     numbers = literals(graph)
+    producers = {v.id: n for n in graph.walk() for v in n.outputs}
     done = 0
     for block in blocks(graph):
         out: list[Node] = []
         for node in block.nodes:
-            if node.op == "prim::Loop":
-                before, rewritten = _read_rows_before(node, written, numbers)
+            if node.op == "prim::Loop":  # (what the loop writes: a write before it is done when its numbers are read)
+                before, rewritten = _read_rows_before(node, written_values(graph, node.blocks[0]), numbers,
+                                                      producers)
                 out += before
                 done += rewritten
             out.append(node)
@@ -296,7 +302,7 @@ def read_ints_before_loops(graph: Graph) -> int:
     return done
 
 
-def _read_rows_before(loop: Node, written: set[int], numbers: dict) -> tuple[list[Node], int]:
+def _read_rows_before(loop: Node, written: set[int], numbers: dict, producers: dict) -> tuple[list[Node], int]:
     body = loop.blocks[0]
     made = {v.id: n for n in body.nodes for v in n.outputs}
     inside = _defined_inside(body)
@@ -325,7 +331,8 @@ def _read_rows_before(loop: Node, written: set[int], numbers: dict) -> tuple[lis
                 src, src_dim, counter = picked.inputs
                 if (numbers.get(src_dim.id) != 0 or not _counter(counter, body, made, inside)
                         or src.id in inside or src.id in written or src.type.dtype != "int64"
-                        or src.type.shape is None or len(src.type.shape) != 2):
+                        or src.type.shape is None or len(src.type.shape) != 2
+                        or not _over_rows(loop.inputs[0], src, numbers, producers)):
                     return None
                 key = (src.id, counter.id)
                 if key not in rows:
@@ -354,6 +361,24 @@ def _read_rows_before(loop: Node, written: set[int], numbers: dict) -> tuple[lis
         done += 1
     _drop_unread(body, replaced)
     return before, done
+
+
+def _over_rows(trips: Value, src: Value, numbers: dict, producers: dict) -> bool:
+    """Whether the loop runs once per row of `src` (its trip count is src's rows, or the fewest of several tensors',
+    as `zip` gives it): then reading all of `src` before it costs no more than the loop's own reads. A loop of a few
+    iterations over a tensor of many rows keeps its reads."""
+    if numbers.get(trips.id) is not None:
+        return numbers[trips.id] == src.type.shape[0]
+    node = producers.get(trips.id)
+    if node is None:
+        return False
+    if node.op == "prim::min.int":
+        return any(_over_rows(v, src, numbers, producers) for v in node.inputs)
+    if node.op == "prim::min.self_int":  # min of a list of counts
+        listed = producers.get(node.inputs[0].id)
+        return listed is not None and any(_over_rows(v, src, numbers, producers) for v in listed.inputs)
+    return ((node.op == "aten::len.Tensor" and node.inputs[0] is src)
+            or (node.op == "aten::size.int" and node.inputs[0] is src and numbers.get(node.inputs[1].id) == 0))
 
 
 def _int64_scalar(value: Value) -> bool:
