@@ -258,10 +258,10 @@ class WritesItsBoxes(torch.nn.Module):
 class FirstFew(torch.nn.Module):
     """A loop of three iterations over a tensor of many rows: reading every row first would cost more."""
 
-    def forward(self, boxes: Tensor):
+    def forward(self, boxes: Tensor, n: int):
         boxes = boxes.to(dtype=torch.int64)
         widths: list[int] = []
-        for i in range(3):
+        for i in range(n):
             widths.append(int(boxes[i][2] - boxes[i][0]))
         return torch.tensor(widths)
 
@@ -289,7 +289,7 @@ def test_a_paste_loop_over_a_number_of_boxes_set_per_call() -> None:
 
 
 def test_a_few_reads_of_a_long_tensor_stay_in_the_loop() -> None:
-    ops = plan_ops(_check(FirstFew(), lambda: (torch.rand(400, 4) * 50,), "cpp"))
+    ops = plan_ops(_check(FirstFew(), lambda: (torch.rand(400, 4) * 50, 3), "cpp"))
     assert "aten::Int.Tensor" in ops and "prim::tolist" not in ops
 
 
