@@ -214,3 +214,29 @@ def test_ops_that_bought_no_answer_go_back_into_kernels():
     assert [c[0] for c in stages.calls] == ["prepare", "build", "check", "build", "check", "build", "check"]
     assert stages.calls[3][4] == frozenset({1}) and stages.calls[5][4] == frozenset()  # out, then back in
     assert attempt.own_way_back and not attempt.refused and attempt.removed == []
+
+
+def test_a_rewrite_that_leaves_a_read_of_nothing_costs_that_rewrite(monkeypatch):
+    """An optional rewrite that runs after the graph was last typed and leaves a node reading a value nothing
+    defines fails no run of the example; prepare's check catches it, so the conversion goes on without that rewrite
+    (it was a KeyError when the plan was built)."""
+    import dataclasses
+
+    import torch
+
+    import jit2triton
+    from jit2triton.transpiler import pipeline
+    from jit2triton.transpiler.ir import Node, Value
+
+    def dangling(graph, ctx):
+        ghost = Value("ghost", graph.outputs[0].type)
+        graph.body.nodes.append(Node("aten::relu", [ghost], [Value("unused", ghost.type)]))
+
+    monkeypatch.setattr(pipeline, "PASSES", [dataclasses.replace(p, run=dangling) if p.name == "bind_sizes" else p
+                                             for p in pipeline.PASSES])
+    model = torch.jit.script(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()).eval())
+    x = torch.randn(2, 4)
+    converted = jit2triton.convert(model, (x,), backend="cpp")
+    notes = converted.summary()["verification"]["notes"]
+    assert any("pass bind_sizes failed" in n and "%ghost" in n and "converted without it" in n for n in notes), notes
+    torch.testing.assert_close(converted(x), model(x))

@@ -266,6 +266,20 @@ class FirstFew(torch.nn.Module):
         return torch.tensor(widths)
 
 
+class PartlyRead(torch.nn.Module):
+    """Two reads of one row: the first also reads a comparison (not int64 arithmetic) and stays in the loop, after
+    reaching the row; the second is rewritten, and must not take the row the first one never made."""
+
+    def forward(self, boxes: Tensor, scale: Tensor):
+        boxes = boxes.to(dtype=torch.int64)
+        out: list[int] = []
+        for i in range(boxes.shape[0]):
+            box = boxes[i]
+            first = int(box[0] * (scale[i] > 0.5).long())
+            out.append(first + int(box[2] - box[0]))
+        return torch.tensor(out)
+
+
 def _masks_and_boxes(n: int = 12) -> tuple:
     """Boxes over a 40 x 48 image, some partly outside it (negative corners, corners past its edges)."""
     corner = torch.rand(n, 2) * torch.tensor([39.0, 33.0]) - 3
@@ -286,6 +300,11 @@ def test_a_paste_loop_over_a_number_of_boxes_set_per_call() -> None:
     draw = lambda: _masks_and_boxes(int(torch.randint(1, 30, ())))  # noqa: E731
     package = _check(Paste(), draw, "cpp", calls=6, dynamic_shapes=[{0: n}, {0: n}, None, None])
     assert not {"aten::Int.Tensor", "aten::IntImplicit"} & set(plan_ops(package))
+
+
+def test_a_read_left_in_the_loop_leaves_no_row_to_the_next() -> None:
+    ops = plan_ops(_check(PartlyRead(), lambda: (torch.rand(9, 4) * 50, torch.rand(9)), "cpp"))
+    assert ops.count("aten::Int.Tensor") == 1 and ops.count("prim::tolist") == 1, ops
 
 
 def test_a_few_reads_of_a_long_tensor_stay_in_the_loop() -> None:

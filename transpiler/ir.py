@@ -214,6 +214,25 @@ def defined(graph: Graph):
         yield from n.outputs
 
 
+def undefined_reads(graph: Graph) -> list[Value]:
+    """The values a node reads, or a block returns, that nothing before it in scope defines: a rewrite's dangling
+    reference, which would otherwise fail only when the plan is built (pipeline.prepare checks each optional
+    rewrite's graph with it)."""
+    missing: list[Value] = []
+
+    def visit(block: Block, scope: set[int]) -> None:
+        scope = scope | {v.id for v in block.inputs}
+        for node in block.nodes:
+            missing.extend(v for v in node.inputs if v.id not in scope)
+            for inner in node.blocks:
+                visit(inner, scope)
+            scope.update(v.id for v in node.outputs)
+        missing.extend(v for v in block.outputs if v.id not in scope)
+
+    visit(graph.body, set())
+    return missing
+
+
 def blocks(graph: Graph) -> list[Block]:
     """The graph's body and every nested block, outermost first: a pass that rewrites block by block takes the list
     before it starts, so the blocks it adds or drops do not disturb the iteration."""

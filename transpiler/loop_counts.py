@@ -314,6 +314,11 @@ def _read_rows_before(loop: Node, written: set[int], numbers: dict, producers: d
     for read in [n for n in body.nodes if lookup(n.op).reads_int and len(n.inputs) == 1]:
         host: list[Node] = []
         visited: list[Node] = []
+        # what this read adds to the loop's lists and rows: kept only if the whole read is rewritten (a row made for
+        # a read that then fails is in no node the body runs)
+        new_lists: dict[int, Value] = {}
+        new_rows: dict[tuple[int, int], Value] = {}
+        new_before: list[Node] = []
 
         def number(value: Value) -> Optional[Value]:
             """`value` (a 0-dim int64 tensor) as host nodes computing it, appended to `host`; None if it is not
@@ -335,12 +340,14 @@ def _read_rows_before(loop: Node, written: set[int], numbers: dict, producers: d
                         or not _over_rows(loop.inputs[0], src, numbers, producers)):
                     return None
                 key = (src.id, counter.id)
-                if key not in rows:
-                    if src.id not in lists:
-                        lists[src.id] = _tolist_before(src, before)
-                    rows[key] = _host(host, "aten::__getitem__.t", [lists[src.id], counter],
-                                      Value(f"{src.name}_row", INTS), node)
-                return _host(host, "aten::__getitem__.t", [rows[key], index], Value(f"{value.name}_n", INT), node)
+                row_list = rows.get(key) or new_rows.get(key)
+                if row_list is None:
+                    listed = lists.get(src.id) or new_lists.get(src.id)
+                    if listed is None:
+                        listed = new_lists[src.id] = _tolist_before(src, new_before)
+                    row_list = new_rows[key] = _host(host, "aten::__getitem__.t", [listed, counter],
+                                                     Value(f"{src.name}_row", INTS), node)
+                return _host(host, "aten::__getitem__.t", [row_list, index], Value(f"{value.name}_n", INT), node)
             op = lookup(node.op).on_host_ints  # (alpha, where the op takes one, must be 1)
             if not op or (len(node.inputs) == 3 and numbers.get(node.inputs[2].id) != 1):
                 return None
@@ -354,6 +361,9 @@ def _read_rows_before(loop: Node, written: set[int], numbers: dict, producers: d
         result = number(read.inputs[0])
         if result is None:
             continue
+        lists.update(new_lists)
+        rows.update(new_rows)
+        before += new_before
         host[-1].outputs = [read.outputs[0]]  # the last host op gives the read's value
         at = body.nodes.index(read)
         body.nodes[at:at + 1] = host

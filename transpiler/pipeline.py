@@ -36,7 +36,7 @@ from .fuse_attention import fuse_attention
 from .infer_shapes import ShapeRecorder, type_carried_values
 from .infer_unobserved import infer_unobserved
 from .kernel_alignment import mark_misaligned_inputs
-from .ir import Attr, Graph
+from .ir import Attr, Graph, undefined_reads
 from .op_table import lookup
 from .merge_kernels import merge_kernels
 from .gemm_forms import gemm_forms
@@ -463,6 +463,12 @@ def prepare(graph: Graph, ctx: Context, generate_kernels: bool, skip: frozenset 
         try:
             with ctx.stopwatch.stage(step.name):
                 step.run(graph, ctx)
+            dangling = undefined_reads(graph) if step.optional else []
+            if dangling:  # (a rewrite after the graph was last typed fails no run: caught here, not at planning)
+                raise PassFailed(step.name, ValueError(f"it left reads of {', '.join(map(repr, dangling[:3]))}, "
+                                                       "which nothing defines"))
+        except PassFailed:
+            raise
         except TimeBudgetError:
             raise
         except ConversionError as err:
