@@ -113,6 +113,16 @@ def _check(model, draw, backend: str, calls: int = 6, **options):
     return package
 
 
+def _copies_back(package, inputs: tuple) -> list[str]:
+    """The device-to-host copies of one warm call (each a wait for the GPU)."""
+    from torch.profiler import ProfilerActivity, profile
+    package(*inputs)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        package(*inputs)
+        torch.cuda.synchronize()
+    return [e.name for e in prof.events() if "Memcpy DtoH" in e.name]
+
+
 def _scores(rows: int = 40, classes: int = 6) -> Tensor:
     """Per class, a scale: one class keeps none above 0.5, one all, the others some."""
     return torch.rand(rows, classes) * torch.tensor([1.0, 0.4, 0.6, 1.0, 2.0, 0.9, 1.2, 0.8][:classes])
@@ -162,17 +172,10 @@ def test_a_threshold_per_element_is_counted_in_the_loop() -> None:
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_per_class_loop_waits_for_the_gpu_once_a_call() -> None:
     """The device-to-host copies of a call: the counts once, where each class's nonzero copied its count back."""
-    from torch.profiler import ProfilerActivity, profile
     scripted = torch.jit.script(PerClass().cuda())
     draw = lambda: (torch.rand(400, 4, device="cuda"), _scores(400, 8).cuda(), 0.5)  # noqa: E731
-    package = convert_for(scripted, draw(), "cuda")
-    inputs = draw()
-    package(*inputs)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        package(*inputs)
-        torch.cuda.synchronize()
-    copies = [e for e in prof.events() if "Memcpy DtoH" in e.name]
-    assert len(copies) <= 2, [e.name for e in copies]  # (7 classes: 7 copies before)
+    copies = _copies_back(convert_for(scripted, draw(), "cuda"), draw())
+    assert len(copies) <= 2, copies  # (7 classes: 7 copies before)
 
 
 class PerLabelNms(torch.nn.Module):
@@ -322,14 +325,7 @@ def test_float_corners_and_boxes_the_loop_writes_are_read_in_the_loop() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_a_paste_loop_waits_for_the_gpu_once_a_call() -> None:
-    from torch.profiler import ProfilerActivity, profile
     scripted = torch.jit.script(Paste().cuda())
     draw = lambda: tuple(x.cuda() if isinstance(x, Tensor) else x for x in _masks_and_boxes())  # noqa: E731
-    package = convert_for(scripted, draw(), "cuda")
-    inputs = draw()
-    package(*inputs)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        package(*inputs)
-        torch.cuda.synchronize()
-    copies = [e for e in prof.events() if "Memcpy DtoH" in e.name]
-    assert len(copies) <= 2, [e.name for e in copies]  # (12 boxes, ten reads each: 120 before)
+    copies = _copies_back(convert_for(scripted, draw(), "cuda"), draw())
+    assert len(copies) <= 2, copies  # (12 boxes, ten reads each: 120 before)

@@ -325,7 +325,10 @@ def test_sigterm_stops_grpc_with_http_and_grpc_listens_where_asked(server):
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=90)
     sender.join(60)
-    assert (1, 8) in answers and set(answers) <= {(1, 8), "StatusCode.UNAVAILABLE"}, answers
+    # refused as the server stops: UNAVAILABLE for a call after stop(), CANCELLED for one gRPC had taken in but no
+    # handler had started when stop() came (gRPC's shutdown cancels those: grpc/grpc#41785; seen once on a loaded
+    # 2-core machine). Serve drains only after the gRPC server has stopped, so neither is a Serve going away.
+    assert (1, 8) in answers and set(answers) <= {(1, 8), "StatusCode.UNAVAILABLE", "StatusCode.CANCELLED"}, answers
     output = "".join(server["lines"])
     assert process.returncode == 0 and output.rstrip().endswith("stopped"), output[-2000:]
     assert "Traceback" not in output, output[-2000:]
