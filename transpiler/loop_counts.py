@@ -60,14 +60,20 @@ INTS = Type("List", elems=(INT,))
 def count_masks_before_loops(graph: Graph) -> int:
     """Rewrite in place; returns how many nonzeros (and wheres) now take a count read before their loop."""
     numbers = literals(graph)
+    return _before_each_loop(graph, lambda loop, written: _hoist(loop, written, numbers))
+
+
+def _before_each_loop(graph: Graph, rewrite: Callable[[Node, set[int]], tuple[list[Node], int]]) -> int:
+    """`rewrite(loop, what the loop writes)` for every loop, its nodes put just before the loop; -> how many
+    rewrites. (What the loop writes, not the graph: a write before the loop is done when its values are read.)"""
     done = 0
     for block in blocks(graph):
         out: list[Node] = []
         for node in block.nodes:
-            if node.op == "prim::Loop":  # (what the loop writes: a write before it is done when its counts are read)
-                before, hoisted = _hoist(node, written_values(graph, node.blocks[0]), numbers)
+            if node.op == "prim::Loop":
+                before, rewritten = rewrite(node, written_values(graph, node.blocks[0]))
                 out += before
-                done += hoisted
+                done += rewritten
             out.append(node)
         block.nodes = out
     return done
@@ -102,6 +108,14 @@ class _Before:
 
     def constant(self, name: str, literal, kind: Type) -> Value:
         return self.add("prim::Constant", [], [Value(name, kind)], None, **{Attr.VALUE: literal})[0]
+
+    def tolist(self, tensor: Value, rank: int, at: Optional[Node]) -> Value:
+        """prim::tolist: the host's (nested) list of an int tensor's values (the one synchronisation)."""
+        name, kind = tensor.name, INT
+        for _ in range(rank):
+            kind = Type("List", elems=(kind,))
+        return self.add("prim::tolist", [tensor, self.constant(f"{name}_rank", rank, INT),
+                                         self.constant(f"{name}_ints", 0, INT)], [Value(f"{name}_list", kind)], at)[0]
 
 
 def _hoist(loop: Node, written: set[int], numbers: dict) -> tuple[list[Node], int]:
@@ -153,15 +167,8 @@ def _static(node: Node, form: str, counts: Value, counter: Value, body: Block) -
 
 
 def _defined_inside(body: Block) -> set[int]:
-    ids = {v.id for v in body.inputs}
-    pending = list(body.nodes)
-    while pending:
-        node = pending.pop()
-        ids.update(v.id for v in node.outputs)
-        for block in node.blocks:
-            ids.update(v.id for v in block.inputs)
-            pending += block.nodes
-    return ids
+    return {v.id for v in body.inputs} | {v.id for n in walk_block(body) for v in (*n.outputs, *(
+        i for b in n.blocks for i in b.inputs))}
 
 
 Found = Optional[tuple[Callable[[_Before], Value], Value]]  # (makes the counts before the loop, the loop's index)
@@ -199,7 +206,7 @@ def _slice_mask(mask: Value, body: Block, made: dict, inside: set[int], written:
         summed = before.add("aten::sum.dim_IntList", [whole, dims, keepdim, dtype],
                             [Value(f"{name}_counts", Type("Tensor", "int64", (src.type.shape[dim],), device))],
                             compare)[0]
-        return _as_list(before, summed, compare)
+        return before.tolist(summed, 1, compare)
     return counts_before, counter
 
 
@@ -243,15 +250,10 @@ def _equal_counts(mask: Value, compare: Node, x: Value, values: Value) -> Callab
             compare)[0] for side in ("before", "after")]
         counts = before.add("aten::sub.Tensor", [ends[1], ends[0], before.constant(f"{name}_alpha", 1, INT)],
                             [Value(f"{name}_counts", found)], compare)[0]
-        return _as_list(before, counts, compare)
+        return before.tolist(counts, 1, compare)
     return counts_before
 
 
-def _as_list(before: _Before, counts: Value, at: Node) -> Value:
-    """prim::tolist: the host's list of the counts (the one synchronisation)."""
-    name = counts.name
-    return before.add("prim::tolist", [counts, before.constant(f"{name}_rank", 1, INT),
-                                       before.constant(f"{name}_ints", 0, INT)], [Value(f"{name}_list", INTS)], at)[0]
 
 
 def _counter(value: Value, body: Block, made: dict, inside: set[int]) -> bool:
@@ -288,18 +290,7 @@ def read_ints_before_loops(graph: Graph) -> int:
     before it."""
     numbers = literals(graph)
     producers = {v.id: n for n in graph.walk() for v in n.outputs}
-    done = 0
-    for block in blocks(graph):
-        out: list[Node] = []
-        for node in block.nodes:
-            if node.op == "prim::Loop":  # (what the loop writes: a write before it is done when its numbers are read)
-                before, rewritten = _read_rows_before(node, written_values(graph, node.blocks[0]), numbers,
-                                                      producers)
-                out += before
-                done += rewritten
-            out.append(node)
-        block.nodes = out
-    return done
+    return _before_each_loop(graph, lambda loop, written: _read_rows_before(loop, written, numbers, producers))
 
 
 def _read_rows_before(loop: Node, written: set[int], numbers: dict, producers: dict) -> tuple[list[Node], int]:
@@ -318,7 +309,7 @@ def _read_rows_before(loop: Node, written: set[int], numbers: dict, producers: d
         # a read that then fails is in no node the body runs)
         new_lists: dict[int, Value] = {}
         new_rows: dict[tuple[int, int], Value] = {}
-        new_before: list[Node] = []
+        new_before = _Before(made, inside)
 
         def number(value: Value) -> Optional[Value]:
             """`value` (a 0-dim int64 tensor) as host nodes computing it, appended to `host`; None if it is not
@@ -344,7 +335,7 @@ def _read_rows_before(loop: Node, written: set[int], numbers: dict, producers: d
                 if row_list is None:
                     listed = lists.get(src.id) or new_lists.get(src.id)
                     if listed is None:
-                        listed = new_lists[src.id] = _tolist_before(src, new_before)
+                        listed = new_lists[src.id] = new_before.tolist(src, 2, None)
                     row_list = new_rows[key] = _host(host, "aten::__getitem__.t", [listed, counter],
                                                      Value(f"{src.name}_row", INTS), node)
                 return _host(host, "aten::__getitem__.t", [row_list, index], Value(f"{value.name}_n", INT), node)
@@ -363,7 +354,7 @@ def _read_rows_before(loop: Node, written: set[int], numbers: dict, producers: d
             continue
         lists.update(new_lists)
         rows.update(new_rows)
-        before += new_before
+        before += new_before.nodes
         host[-1].outputs = [read.outputs[0]]  # the last host op gives the read's value
         at = body.nodes.index(read)
         body.nodes[at:at + 1] = host
@@ -398,16 +389,6 @@ def _int64_scalar(value: Value) -> bool:
 def _host(host: list[Node], op: str, inputs: list[Value], out: Value, at: Node) -> Value:
     host.append(Node(op, inputs, [out], source=at.source, attrs={Attr.SCHEMA: schema_of(op), Attr.SYNTHETIC: True}))
     return out
-
-
-def _tolist_before(src: Value, before: list[Node]) -> Value:
-    """`src.tolist()` before the loop: a list of rows of ints (the one synchronisation)."""
-    rank, ints = Value(f"{src.name}_rank", INT), Value(f"{src.name}_ints", INT)
-    listed = Value(f"{src.name}_list", Type("List", elems=(INTS,)))
-    before += [Node("prim::Constant", [], [rank], attrs={Attr.VALUE: 2}),
-               Node("prim::Constant", [], [ints], attrs={Attr.VALUE: 0}),
-               Node("prim::tolist", [src, rank, ints], [listed], attrs={Attr.SYNTHETIC: True})]
-    return listed
 
 
 def _drop_unread(body: Block, candidates: set[int]) -> None:
