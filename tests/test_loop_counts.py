@@ -9,11 +9,14 @@ alone for floats and for a tensor the loop writes."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import tempfile
 
 import pytest
 import torch
 from torch import Tensor
 
+import jit2triton
 from jit2triton import Dim
 
 from helpers import BACKENDS, convert_for, plan_ops
@@ -96,18 +99,27 @@ def on_the_cpu_too(monkeypatch):
 
 
 def _check(model, draw, backend: str, calls: int = 6, **options):
+    """`calls` fresh draws against TorchScript in the runtime convert gives (load()'s default), then, for a C++
+    package, in the Python runtime too."""
     device = "cuda" if backend == "cuda" else "cpu"
     scripted = torch.jit.script(model.to(device))
     torch.manual_seed(0)
     package = convert_for(scripted, draw(), backend, **options)
-    for _ in range(calls):
-        inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in draw())
-        want = scripted(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-        got = package(*inputs)
-        for got_one, want_one in zip(got if isinstance(got, tuple) else (got,),
-                                     want if isinstance(want, tuple) else (want,)):
-            assert got_one.shape == want_one.shape  # (the counts)
-            torch.testing.assert_close(got_one, want_one, rtol=1e-6, atol=1e-6)
+    runtimes = [package]
+    if backend == "cpp":
+        with tempfile.TemporaryDirectory() as folder:
+            package.save(os.path.join(folder, "m.j2t"))
+            runtimes.append(jit2triton.load(os.path.join(folder, "m.j2t"), runtime="python"))
+            assert [r.runtime for r in runtimes] == ["cpp", "python"]
+    for runtime in runtimes:
+        for _ in range(calls):
+            inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in draw())
+            want = scripted(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            got = runtime(*inputs)
+            for got_one, want_one in zip(got if isinstance(got, tuple) else (got,),
+                                         want if isinstance(want, tuple) else (want,)):
+                assert got_one.shape == want_one.shape  # (the counts)
+                torch.testing.assert_close(got_one, want_one, rtol=1e-6, atol=1e-6)
     notes = package.summary()["verification"]["notes"]  # (a wrong rewrite is caught there, and taken out)
     assert not any("optional rewrites" in note for note in notes), notes
     return package
