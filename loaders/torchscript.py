@@ -297,6 +297,7 @@ def _normalise(graph: torch._C.Graph) -> None:
     inline_calls(graph)
     dense_form(graph)  # (a model saved after torch.jit.optimize_for_inference: its MKL-DNN ops as dense ATen ones)
     _inline_fork_wait(graph)
+    objects_as_dicts(graph)  # again: a function inlined just now may create one (torchvision's initLevelMapper)
     _fold_isinstance(graph)
     torch._C._jit_pass_constant_propagation(graph)
     torch._C._jit_pass_remove_mutation(graph)

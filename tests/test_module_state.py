@@ -178,6 +178,34 @@ class Pool(torch.nn.Module):
         return mapper(x)
 
 
+def make_mapper(k: int) -> Mapper:  # a function that makes the object (torchvision's initLevelMapper) ...
+    return Mapper(k)
+
+
+def setup(x: torch.Tensor) -> Tuple[List[float], Mapper]:  # ... called by another (torchvision's _setup_scales)
+    k = int(x.shape[-1])
+    return [float(k)], make_mapper(k)
+
+
+def apply(x: torch.Tensor, mapper: Optional[Mapper]) -> torch.Tensor:  # (torchvision's _multiscale_roi_align)
+    assert mapper is not None
+    return mapper(x)
+
+
+class PoolThroughAFunction(torch.nn.Module):
+    __annotations__ = {"mapper": Optional[Mapper], "scales": Optional[List[float]]}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.mapper = None
+        self.scales = None  # (a list: module state freezing keeps, and with it the branch that sets it)
+
+    def forward(self, x):
+        if self.scales is None or self.mapper is None:
+            self.scales, self.mapper = setup(x)
+        return apply(x, self.mapper)
+
+
 class Boxes:  # made, written and read inside forward (torchvision's ImageList)
     def __init__(self, tensors: torch.Tensor, sizes: List[Tuple[int, int]]) -> None:
         self.tensors = tensors
@@ -253,6 +281,27 @@ def test_a_model_that_ran_before_converting_keeps_its_cached_object(tmp_path):
         for _ in range(6):
             x = torch.randn(3, 5)
             assert_close(loaded(x), reference(x))
+
+
+# ("plain" first: a function that once ran optimised keeps an inlined graph for the process, which hides the case)
+@pytest.mark.parametrize("ran_before", ["plain", "no", "optimized"])
+def test_an_object_made_in_a_function_the_graph_calls(ran_before, tmp_path):
+    """torchvision's poolers make their LevelMapper in a function (`initLevelMapper`) called by another: run
+    before converting in TorchScript's plain interpreter, freezing leaves the outer call, and conversion inlines it
+    after the objects became dicts. The object it makes is a dict like any other (it reached the plan as
+    `prim::CreateObject`, which no runtime runs, and Faster R-CNN did not convert)."""
+    model = torch.jit.script(PoolThroughAFunction().eval())
+    if ran_before != "no":
+        with torch.jit.optimized_execution(ran_before == "optimized"):
+            model(torch.randn(3, 5))
+    converted = jit2triton.convert(model, (torch.randn(3, 5),))
+    assert converted.summary()["verification"]["status"] == "passed", converted.report()
+    converted.save(tmp_path / "m.j2t")
+    for runtime in (None, "python"):
+        loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+        for _ in range(6):
+            x = torch.randn(3, 5)
+            assert_close(loaded(x), x + 5)
 
 
 class Counter(torch.nn.Module):
