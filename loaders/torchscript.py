@@ -184,6 +184,7 @@ def _method(frozen: torch.jit.ScriptModule, method: str, name: str, notes: list[
     function = getattr(frozen, method)
     graph = function.graph.copy()
     schema = function.schema
+    _inline(graph)  # first: the passes below must see the nodes of every function the graph calls
     drop_grad_modes(graph)
     refuse_effects(graph)
     objects_as_dicts(graph)
@@ -263,8 +264,10 @@ class _StatefulReference:
 
 def _from_function(function: torch.jit.ScriptFunction) -> ScriptGraph:
     graph = function.graph.copy()
+    _inline(graph)
     drop_grad_modes(graph)
     refuse_effects(graph)
+    objects_as_dicts(graph)
     _normalise(graph)
     refuse_unstored_layouts(graph)
     args = function.schema.arguments
@@ -293,11 +296,17 @@ def inline_calls(graph: torch._C.Graph) -> None:
         before = text
 
 
-def _normalise(graph: torch._C.Graph) -> None:
+def _inline(graph: torch._C.Graph) -> None:
+    """Every call inlined: freezing leaves the calls of a function first run in TorchScript's plain interpreter
+    (inline_calls), and what they hide (an object made, torchvision's initLevelMapper; a `no_grad` block; a seed)
+    reached the plan as ops no runtime runs."""
     inline_calls(graph)
-    dense_form(graph)  # (a model saved after torch.jit.optimize_for_inference: its MKL-DNN ops as dense ATen ones)
     _inline_fork_wait(graph)
-    objects_as_dicts(graph)  # again: a function inlined just now may create one (torchvision's initLevelMapper)
+
+
+def _normalise(graph: torch._C.Graph) -> None:
+    _inline(graph)
+    dense_form(graph)  # (a model saved after torch.jit.optimize_for_inference: its MKL-DNN ops as dense ATen ones)
     _fold_isinstance(graph)
     torch._C._jit_pass_constant_propagation(graph)
     torch._C._jit_pass_remove_mutation(graph)

@@ -350,3 +350,18 @@ def test_state_under_concurrent_calls(runtime, tmp_path, request):
         assert_close(out, expected_out)
     assert torchscript.calls == threads * calls == len(seen)
     assert torch.equal(loaded(torch.zeros(8))[1], torch.full((8,), threads * calls + 1.0))
+
+
+@torch.jit.script
+def scaled_through_an_object(x: torch.Tensor) -> torch.Tensor:  # a function, not a module, that makes an object
+    boxes = Boxes(x, [(x.shape[0], x.shape[1])])
+    return boxes.scaled(3.0) + boxes.sizes[0][1]
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_a_scripted_function_that_makes_an_object(runtime, tmp_path):
+    jit2triton.convert(scaled_through_an_object, (torch.randn(3, 5),)).save(tmp_path / "f.j2t")
+    loaded = jit2triton.load(tmp_path / "f.j2t", runtime=runtime)
+    for _ in range(6):
+        x = torch.randn(3, 5)
+        assert_close(loaded(x), x * 3.0 + 5)

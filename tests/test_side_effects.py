@@ -67,3 +67,47 @@ def test_seeding_in_forward_is_refused_with_its_line():
 def test_a_context_manager_of_the_models_own_is_refused_with_its_line():
     with pytest.raises(ConversionError, match=r"`with` block of .*Timer .*test_side_effects.py"):
         jit2triton.convert(torch.jit.script(OtherContext().eval()), (torch.randn(3),))
+
+
+def doubled_without_grad(x: torch.Tensor) -> torch.Tensor:  # (a function: freezing may leave the call to it)
+    with torch.no_grad():
+        y = x * 2
+    return y
+
+
+def seeded_noise(x: torch.Tensor) -> torch.Tensor:
+    torch.manual_seed(0)
+    return x + torch.rand(x.shape)
+
+
+class CallsNoGrad(torch.nn.Module):
+    def forward(self, x):
+        return doubled_without_grad(x) + 1
+
+
+class CallsSeed(torch.nn.Module):
+    def forward(self, x):
+        return seeded_noise(x)
+
+
+def _ran_plain(module: torch.nn.Module, x: torch.Tensor) -> torch.jit.ScriptModule:
+    """Scripted and run once in TorchScript's plain interpreter, as a user may before converting: freezing then
+    leaves the calls of its functions for conversion to inline, and what they hide is seen only after that."""
+    scripted = torch.jit.script(module.eval())
+    with torch.jit.optimized_execution(False):
+        scripted(x)
+    return scripted
+
+
+@pytest.mark.parametrize("runtime", ["python", "cpp"])
+def test_no_grad_inside_a_called_function(runtime, tmp_path):
+    jit2triton.convert(_ran_plain(CallsNoGrad(), torch.randn(3, 2)), (torch.randn(3, 2),)).save(tmp_path / "m.j2t")
+    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    for _ in range(6):
+        x = torch.randn(3, 2)
+        assert_same(loaded(x), x * 2 + 1)
+
+
+def test_seeding_inside_a_called_function_is_refused_with_its_line():
+    with pytest.raises(ConversionError, match=r"aten::manual_seed .*test_side_effects.py.*seed it before calling"):
+        jit2triton.convert(_ran_plain(CallsSeed(), torch.randn(3)), (torch.randn(3),))
