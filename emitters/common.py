@@ -234,6 +234,10 @@ class KernelWriter:
         self.counter += 1
         return f"{hint}{self.counter}"
 
+    def name_for(self, node: K.KExpr) -> str:
+        """A fresh name for `node`'s value: the op it spells, or _hint's stem."""
+        return self.fresh(self.spelled.get(id(node)) or _hint(node))
+
     def value(self, node: K.KExpr, scope: "Scope") -> str:
         """The code naming node's value in `scope`, emitting it (once) where it belongs if it is new."""
         if node.op == "var":
@@ -251,7 +255,7 @@ class KernelWriter:
         else:
             name = self.expression(node, target)
             if not name.isidentifier():  # (a cast that changes nothing in the compute dtype is its argument)
-                code, name = name, self.fresh(self.spelled.get(id(node)) or _hint(node))
+                code, name = name, self.name_for(node)
                 self.declare(target, name, node, code)
         target.names[id(node)] = name
         return name

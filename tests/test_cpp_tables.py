@@ -1,0 +1,70 @@
+"""The C++ renderer's tables: a value that varies only along a kernel's innermost swept dim and costs a libm call or
+a division (a BatchNorm's scale, 1/sqrt(var + eps) * weight, with channels innermost) is computed once per index of
+that dim, before the rows, not once per element (emitters/cpp.py, `table`). The same operations on the same
+operands: the package still gives TorchScript's bits."""
+import re
+
+import pytest
+import torch
+
+import jit2triton
+from helpers import assert_same
+
+TABLE = re.compile(r"float table\d+\[")
+
+
+class ConvBatchNorm(torch.nn.Module):
+    """A convolution, BatchNorm and an activation, with an argmax after: a discrete output keeps BatchNorm out of
+    the convolution's weights (discrete_outputs.py), so its kernel computes ATen's formula after it."""
+
+    def __init__(self, channels: int = 24) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, channels, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(channels)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1)
+            self.bn.running_var.uniform_(0.2, 3)
+            self.bn.weight.uniform_(0.5, 2)
+            self.bn.bias.uniform_(-1, 1)
+
+    def forward(self, x):
+        y = torch.nn.functional.hardswish(self.bn(self.conv(x)))
+        return y, y.mean(1).flatten(1).argmax(1)
+
+
+def _image(batch: int = 2) -> torch.Tensor:
+    return torch.randn(batch, 8, 12, 12).contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize("runtime", ["cpp", "python"])
+def test_a_channels_last_batch_norm_scales_once_per_channel(runtime, tmp_path):
+    torch.manual_seed(0)
+    model = torch.jit.script(ConvBatchNorm().eval())
+    converted = jit2triton.convert(model, (_image(),), backend="cpp")
+    assert converted.summary()["verification"]["status"] == "passed", converted.report()
+    code = converted.code
+    assert TABLE.search(code) and "std::sqrt" in code, code
+    # the square root is computed where the tables are filled, never in an `omp simd` sweep
+    for kernel in code.split("J2T_KERNEL")[1:]:
+        for sweep in kernel.split("#pragma omp simd")[1:]:
+            assert "std::sqrt" not in sweep, kernel
+    converted.save(tmp_path / "m.j2t")
+    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    for _ in range(6):
+        x = _image()
+        with torch.no_grad():
+            assert_same(loaded(x), model(x), tolerances={torch.float32: (0, 0)})  # bit for bit
+
+
+def test_no_table_past_its_size():
+    """A dim wider than a table holds keeps the value in the sweep (and the kernel right)."""
+    from jit2triton.emitters import cpp
+    torch.manual_seed(0)
+    channels = cpp.TABLE_SIZE + 8
+    model = torch.jit.script(ConvBatchNorm(channels).eval())
+    x = torch.randn(1, 8, 2, 2).contiguous(memory_format=torch.channels_last)
+    converted = jit2triton.convert(model, (x,), backend="cpp")
+    assert not TABLE.search(converted.code)
+    x = torch.randn(1, 8, 2, 2).contiguous(memory_format=torch.channels_last)
+    with torch.no_grad():
+        assert_same(converted(x), model(x), tolerances={torch.float32: (0, 0)})
