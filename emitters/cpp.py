@@ -239,7 +239,8 @@ OPS = {
 class _KernelWriter(KernelWriter):
     OPS = OPS  # libm has every op: C++ decomposes none
     simd_sweep: Optional[Scope] = None  # the scope of the kernel's innermost `omp simd` loop, once rendering
-    fill: Optional[Scope] = None  # the loop filling the tables of values along the sweep (`table`), once one is made
+    rows: Optional[Scope] = None  # the scope of one row, once rendering
+    fills: Optional[dict] = None  # loop variable -> the loop filling its tables (`table`), where tables are made
     # With a list: every static int64 (a literal, a size) is written as a placeholder and listed here as (value,
     # its code), so kernels that differ only in them can share one compiled body (cpp_shared.py)
     ints: Optional[list[tuple[int, str]]] = None
@@ -268,32 +269,31 @@ class _KernelWriter(KernelWriter):
         return table if table is not None else super().value(node, scope)
 
     def table(self, node: K.KExpr, scope: Scope) -> Optional[str]:
-        """Where `node` (to be computed in the sweep) varies only along the sweep's innermost dim and costs a libm
-        call or a division (TABLE_OPS): its name in the sweep, read from a table that `filled_tables` fills once
-        before the rows; else None."""
-        sweep = self.simd_sweep
-        if sweep is None or node.op in ("var", "const", "sym", "load", "reduce") or scope.lookup(node) is not None:
+        """Where `node` would be computed per element of an inner loop (the sweep, a reduction's loop) but varies
+        only along that loop's one variable and costs a libm call or a division (TABLE_OPS): its name there, read
+        from a table that `filled_tables` fills once before the rows; else None."""
+        if self.fills is None or node.op in ("var", "const", "sym", "load", "reduce") or scope.lookup(node):
             return None
-        along = self.nest.inner[-1]
-        extent = along.arg[1]
-        if (scope.home(node) is not sweep or K.free_vars(node) != {along} or not isinstance(extent, int)
-                or not 0 < extent <= TABLE_SIZE or compute_dtype(node.dtype) not in TABLE_DTYPES):
+        free = K.free_vars(node)
+        if len(free) != 1 or compute_dtype(node.dtype) not in TABLE_DTYPES:
             return None
+        (along,) = free
+        extent, home = along.arg[1], scope.home(node)
+        if home.parent is None or home is self.rows or not isinstance(extent, int) or not 0 < extent <= TABLE_SIZE:
+            return None  # (computed once per call or per row already, or a dim too wide or of a dynamic size)
         inside = K.nodes_in(node)
         if not any(n.op in TABLE_OPS for n in inside) or not all(_tabulable(n) for n in inside):
             return None
-        if self.fill is None:  # (one loop fills every table: what two share is computed once)
-            root = sweep.parent
-            while root.parent is not None:
-                root = root.parent
-            self.fill = Scope(root, frozenset({along}), "      ")
+        fill = self.fills.get(along)
+        if fill is None:  # (one loop per variable fills its tables: what two share is computed once)
+            fill = self.fills[along] = Scope(self.rows.parent, frozenset({along}), "      ")
         table = self.fresh("table")
-        code = super().value(node, self.fill)
+        code = super().value(node, fill)
         self.tables.append(f"  {ctype(node.dtype)} {table}[{TABLE_SIZE}];")
-        self.fill.lines.append(f"      {table}[{along.arg[0]}] = {code};")
+        fill.lines.append(f"      {table}[{along.arg[0]}] = {code};")
         name = self.name_for(node)
-        self.declare(sweep, name, node, f"{table}[{along.arg[0]}]")
-        sweep.names[id(node)] = name
+        self.declare(home, name, node, f"{table}[{along.arg[0]}]")
+        home.names[id(node)] = name
         return name
 
     def sweeping_index(self, load: K.KExpr) -> Optional[str]:
@@ -411,7 +411,8 @@ class _KernelWriter(KernelWriter):
     # --- the schedule's hooks: rows split across threads, each sweeping its inner dims in an `omp simd` loop ----
 
     def open_rows(self) -> Scope:
-        return Scope(Scope(None, frozenset(), "  "), frozenset(self.nest.outer), "    ")  # (the root: invariants)
+        self.rows = Scope(Scope(None, frozenset(), "  "), frozenset(self.nest.outer), "    ")  # (root: invariants)
+        return self.rows
 
     def open_sweep(self, rows: Scope) -> Scope:
         sweep = Scope(rows, frozenset(self.nest.ranges), "    " + "  " * len(self.nest.inner))
@@ -450,6 +451,7 @@ class _KernelWriter(KernelWriter):
         if channel is not None:
             return self.render_channels_inner(head, channel)
         self.tables: list[str] = []
+        self.fills = {}  # (the usual form only: the channels-innermost and scatter forms write their own loops)
         row, sweep = self.write()
         root = row.parent
         root.lines += self.filled_tables()
@@ -468,15 +470,17 @@ class _KernelWriter(KernelWriter):
         return "\n".join(lines)
 
     def filled_tables(self) -> list[str]:
-        """The tables' declarations and the loop that fills them, after the kernel's invariants (which the fill may
+        """The tables' declarations and the loops that fill them, after the kernel's invariants (which a fill may
         read), where there are rows (an empty output reads nothing)."""
-        if self.fill is None:
+        if not self.fills:
             return []
-        along = self.nest.inner[-1]
         rows = self.size(self.nest.outer_size) if self.nest.outer else "1"
-        return self.tables + [f"  if ({rows} > 0) {{",
-                              f"    for (int64_t {along.arg[0]} = 0; {along.arg[0]} < {self.size(along.arg[1])}; "
-                              f"++{along.arg[0]}) {{"] + self.fill.lines + ["    }", "  }"]
+        lines = self.tables + [f"  if ({rows} > 0) {{"]
+        for along, fill in self.fills.items():
+            var = along.arg[0]
+            lines += [f"    for (int64_t {var} = 0; {var} < {self.size(along.arg[1])}; ++{var}) {{"] + fill.lines
+            lines.append("    }")
+        return lines + ["  }"]
 
     def render_channels_inner(self, head: list[str], channel: K.KExpr) -> str:
         """The kernel with its channels innermost (cpp_channels_inner.py): rows and channel blocks split across

@@ -68,3 +68,26 @@ def test_no_table_past_its_size():
     x = torch.randn(1, 8, 2, 2).contiguous(memory_format=torch.channels_last)
     with torch.no_grad():
         assert_same(converted(x), model(x), tolerances={torch.float32: (0, 0)})
+
+
+class ScaledSum(torch.nn.Module):
+    """A per-column scale, 1/sqrt(v + eps) of an input (of a weight it would be folded at conversion), inside a sum
+    over the columns: the table serves a reduction's loop."""
+
+    def forward(self, x, v):
+        return (x * torch.rsqrt(v + 1e-5)).sum(-1)
+
+
+def test_a_reduction_reads_its_scale_from_a_table():
+    torch.manual_seed(0)
+    model = torch.jit.script(ScaledSum().eval())
+    converted = jit2triton.convert(model, (torch.randn(64, 96), torch.rand(96) + 0.5), backend="cpp")
+    code = converted.code
+    assert TABLE.search(code), code
+    for kernel in code.split("J2T_KERNEL")[1:]:
+        for loop in kernel.split("#pragma omp simd")[1:]:
+            assert "std::sqrt" not in loop, kernel
+    for _ in range(6):
+        x, v = torch.randn(64, 96), torch.rand(96) + 0.5
+        with torch.no_grad():
+            assert_same(converted(x, v), model(x, v), tolerances={torch.float32: (1e-5, 1e-5)})
