@@ -31,10 +31,10 @@ CTYPES = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloa
           "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t",
           "bool": "bool"}
 PARALLEL_WORK = 1 << 15  # below this many element-steps a kernel runs on one thread: spawning costs more
-# A value that varies only along the innermost swept dim and costs a libm call or a division per element (a
-# BatchNorm's scale, 1/sqrt(var + eps) * weight, with channels innermost) is computed once per index of that dim,
-# into a table before the rows, instead of once per element: the same operations on the same operands, so the
-# same bits. MobileNetV3's channels-last BatchNorm epilogues in Faster R-CNN took 2-3x ATen's time recomputing it.
+# A value that varies only along an inner loop's one variable and costs a libm call or a division (a BatchNorm's
+# scale, 1/sqrt(var + eps) * weight, with channels innermost) is computed once per index of that variable, into a
+# table before the rows, not once per element: the same operations on the same operands, so the same bits. A
+# channels-last BatchNorm + hardswish took 1.3x longer recomputing it (docs/benchmarks.md, "C++ tables").
 TABLE_OPS = frozenset({"truediv", "sqrt", "rsqrt", "reciprocal", "exp", "exp2", "expm1", "log", "log2", "log1p",
                        "sigmoid", "tanh", "erf", "sin", "cos", "tan", "pow", "fmod"})
 TABLE_SIZE = 2048  # the most entries a table holds (a stack array of this many values): wider dims are left alone

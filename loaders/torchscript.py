@@ -184,7 +184,7 @@ def _method(frozen: torch.jit.ScriptModule, method: str, name: str, notes: list[
     function = getattr(frozen, method)
     graph = function.graph.copy()
     schema = function.schema
-    _inline(graph)  # first: the passes below must see the nodes of every function the graph calls
+    inline_calls(graph)  # first: the passes below must see the nodes of every function the graph calls
     drop_grad_modes(graph)
     refuse_effects(graph)
     objects_as_dicts(graph)
@@ -264,7 +264,7 @@ class _StatefulReference:
 
 def _from_function(function: torch.jit.ScriptFunction) -> ScriptGraph:
     graph = function.graph.copy()
-    _inline(graph)
+    inline_calls(graph)  # (as _method)
     drop_grad_modes(graph)
     refuse_effects(graph)
     objects_as_dicts(graph)
@@ -296,17 +296,10 @@ def inline_calls(graph: torch._C.Graph) -> None:
         before = text
 
 
-def _inline(graph: torch._C.Graph) -> None:
-    """Every call inlined: freezing leaves the calls of a function first run in TorchScript's plain interpreter
-    (inline_calls), and what they hide (an object made, torchvision's initLevelMapper; a `no_grad` block; a seed)
-    reached the plan as ops no runtime runs."""
-    inline_calls(graph)
-    _inline_fork_wait(graph)
-
-
 def _normalise(graph: torch._C.Graph) -> None:
-    _inline(graph)
     dense_form(graph)  # (a model saved after torch.jit.optimize_for_inference: its MKL-DNN ops as dense ATen ones)
+    _inline_fork_wait(graph)
+    objects_as_dicts(graph)  # (what a forked function inlined just now makes)
     _fold_isinstance(graph)
     torch._C._jit_pass_constant_propagation(graph)
     torch._C._jit_pass_remove_mutation(graph)
