@@ -17,6 +17,7 @@ from jit2triton.deploy.packaging.cuda_graph_choice import choose_cuda_graph
 from jit2triton.deploy.packaging.culprit import find_culprit
 from jit2triton.deploy.packaging.output_dims import with_dims
 from jit2triton.deploy.policy import library_of
+from jit2triton.deploy.resolve import resolve_op
 from jit2triton.deploy.runtime import DeviceLike, placed_weights, python_runtimes
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.backends import KernelsFailed, backend_for, backend_named
@@ -37,7 +38,8 @@ from .dim_ranges import checked_ranges
 from .draw_rules import DrawRules, draw_rules
 from .reference_child import IsolatedReference
 from .dims import DynamicShapes
-from .errors import ConversionError, InputError, Jit2TritonError, ModelLoadError, PackageDeviceError, StepError
+from .errors import (ConversionError, InputError, Jit2TritonError, ModelLoadError, PackageDeviceError, PackageError,
+                     StepError)
 from .inputs import inputs_at, with_other_values
 from .verify import Verifier, cpp_runner, package_runner, run_where_the_weights_are, tensor_error, tf32_note
 
@@ -589,12 +591,36 @@ def _run_plan(target: torch.device, stopwatch: Optional[pipeline.Stopwatch] = No
         def observe(node, values) -> None:
             stopwatch.check()
             observer(node, values)
+        try:
+            executor = Executor(sched.plan, weights, sched.node_table,
+                                observe=observe if observer is not None else None)
+        except PackageError as err:  # (this torch made the graph: an op it lacks is one no runtime runs)
+            raise ConversionError(_unrunnable(sched, err)) from None
         try:  # (unobserved, as timing runs it: no check, which would slow every step)
-            return Executor(sched.plan, weights, sched.node_table,
-                            observe=observe if observer is not None else None)(inputs)
+            return executor(inputs)
         except StepError as err:
             raise ConversionError(f"running the model failed: {err}") from None
     return run
+
+
+def _unrunnable(sched: Plan, err: PackageError) -> str:
+    """Why the plan cannot run here, where the same torch made the graph: the first op of its call steps that
+    resolves to nothing, with the model's line (the runtime's own words, of a torch that lacks it, would mislead)."""
+    steps = list(sched.plan.get("steps", ()))
+    while steps:
+        step = steps.pop(0)
+        for block in step.get("blocks", ()):
+            steps.extend(block.get("steps", ()))
+        if step.get("kind") != "call":
+            continue
+        try:
+            resolve_op(step["op"])
+        except PackageError:
+            entry = sched.node_table[step["node"]]
+            where = f" ({entry['source']})" if entry.get("source") else ""
+            return (f"the model's graph holds {step['op']}{where}, which neither runtime runs: jit2triton does not "
+                    "support it yet; please report it with the model")
+    return str(err)
 
 
 def _inputs_that_take_none(script, isolated, inputs: list) -> set[int]:

@@ -365,3 +365,21 @@ def test_a_scripted_function_that_makes_an_object(runtime, tmp_path):
     for _ in range(6):
         x = torch.randn(3, 5)
         assert_close(loaded(x), x * 3.0 + 5)
+
+
+class NoGrad(torch.nn.Module):
+    def forward(self, x):
+        with torch.no_grad():
+            y = x * 2
+        return y + 1
+
+
+def test_an_op_no_runtime_runs_is_refused_with_its_line(monkeypatch):
+    """Conversion meets an op of a graph this torch made that neither runtime runs (here a `with` block's
+    prim::Enter, left in as if loading had not dropped grad modes): a ConversionError naming it (and its line, where it has one), not
+    the package error's "needs a torch that has it", which is wrong here."""
+    from jit2triton.errors import ConversionError
+    from jit2triton.loaders import torchscript
+    monkeypatch.setattr(torchscript, "drop_grad_modes", lambda graph: None)
+    with pytest.raises(ConversionError, match=r"holds prim::Enter.*neither runtime runs"):
+        jit2triton.convert(torch.jit.script(NoGrad().eval()), (torch.randn(3, 5),))
