@@ -6,7 +6,7 @@ that are not ops (`torch.ops.load_library`, `torch.ops.import_module`), which a 
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 
@@ -40,17 +40,23 @@ def resolve_op(op: str) -> Callable:
 
 def check_plan_ops(plan: dict) -> None:
     """Every op the plan's call steps name resolves here (blocks included): a package whose library is not loaded
-    (torchvision::nms before `import torchvision`) is refused before a server starts replicas that would each fail.
-    A plan of another shape is passed over: the runtime's checks at load refuse it, in their words."""
+    (torchvision::nms before `import torchvision`) is refused before a server starts replicas that would each fail."""
+    for step in call_steps(plan):
+        resolve_op(step["op"])
+
+
+def call_steps(plan: dict) -> Iterator[dict]:
+    """The plan's call steps, in order, those in blocks included. A plan of another shape yields what it can: the
+    runtime's checks at load refuse it, in their words."""
     for step in plan.get("steps") or () if isinstance(plan, dict) else ():
         if not isinstance(step, dict):
             continue
         if step.get("kind") == "call" and isinstance(step.get("op"), str):
-            resolve_op(step["op"])
+            yield step
         for block in step.get("blocks") or ():
-            check_plan_ops(block)
+            yield from call_steps(block)
         if "steps" in step:
-            check_plan_ops(step)
+            yield from call_steps(step)
 
 
 def interpreter_only(op: str) -> bool:

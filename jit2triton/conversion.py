@@ -17,7 +17,7 @@ from jit2triton.deploy.packaging.cuda_graph_choice import choose_cuda_graph
 from jit2triton.deploy.packaging.culprit import find_culprit
 from jit2triton.deploy.packaging.output_dims import with_dims
 from jit2triton.deploy.policy import library_of
-from jit2triton.deploy.resolve import resolve_op
+from jit2triton.deploy.resolve import call_steps, resolve_op
 from jit2triton.deploy.runtime import DeviceLike, placed_weights, python_runtimes
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.backends import KernelsFailed, backend_for, backend_named
@@ -606,13 +606,7 @@ def _run_plan(target: torch.device, stopwatch: Optional[pipeline.Stopwatch] = No
 def _unrunnable(sched: Plan, err: PackageError) -> str:
     """Why the plan cannot run here, where the same torch made the graph: the first op of its call steps that
     resolves to nothing, with the model's line (the runtime's own words, of a torch that lacks it, would mislead)."""
-    steps = list(sched.plan.get("steps", ()))
-    while steps:
-        step = steps.pop(0)
-        for block in step.get("blocks", ()):
-            steps.extend(block.get("steps", ()))
-        if step.get("kind") != "call":
-            continue
+    for step in call_steps(sched.plan):
         try:
             resolve_op(step["op"])
         except PackageError:
