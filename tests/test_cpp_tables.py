@@ -91,3 +91,15 @@ def test_a_reduction_reads_its_scale_from_a_table():
         x, v = torch.randn(64, 96), torch.rand(96) + 0.5
         with torch.no_grad():
             assert_same(converted(x, v), model(x, v), tolerances={torch.float32: (1e-5, 1e-5)})
+
+
+def test_the_tables_benchmark_runs():
+    """benchmarks/cpp_tables.py, whose numbers docs/benchmarks.md quotes, still runs (one round)."""
+    import os
+    import subprocess
+    import sys
+    script = os.path.join(os.path.dirname(__file__), "..", "benchmarks", "cpp_tables.py")
+    done = subprocess.run([sys.executable, script, "--rounds", "1"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| 1x")]
+    assert len(rows) == 3 and all(line.endswith("x |") for line in rows), done.stdout
