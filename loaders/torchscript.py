@@ -175,8 +175,40 @@ def _run_as_loaded(script: ScriptGraph, module: torch.jit.ScriptModule) -> None:
     scripts = {"forward": script, **script.methods}
     reference = copy.deepcopy(module) if any(s.state for s in scripts.values()) else module
     for method, each in scripts.items():
-        as_loaded = getattr(reference, method)
+        as_loaded = _OwnExecutor(getattr(reference, method))
         each.function = _StatefulReference(as_loaded, reference, each.state) if each.state else as_loaded
+
+
+class _OwnExecutor:
+    """A TorchScript method or function run by a graph executor of its own, so that verification's reference is
+    TorchScript's plain interpreter whatever the user's object ran before.
+
+    A method's executor keeps the first plan it makes for good: `torch.jit.optimized_execution(False)`, which
+    verification runs the reference under, stops a plan being optimised, but not one already optimised from being
+    used. A model the user warmed up before converting (a benchmark's three calls) answers from its fused plan from
+    then on; on CUDA TorchScript's fuser rounds otherwise than ATen (a multiply-add as one FMA), and a detector's
+    threshold turned that into another box (Faster R-CNN on an H200: refused with every op through ATen). Here the
+    method's graph, its calls inlined, runs in a new function whose executor has never planned; the attributes
+    `reference_child` reads (owner, name, graph, save_to_buffer) are the original's."""
+
+    def __init__(self, original: Any) -> None:
+        self.original = original
+        graph = original.graph.copy()
+        inline_calls(graph)  # (a call's own executor may hold an optimised plan too)
+        self.run = torch._C._create_function_from_graph(f"{original.name}_reference", graph)
+        owner = getattr(original, "owner", None)
+        self.bound = () if owner is None else (owner,)
+        arguments = original.schema.arguments[len(self.bound):]
+        self.defaults = [a.default_value if a.has_default_value() else NO_DEFAULT for a in arguments]
+
+    def __call__(self, *inputs: Any) -> Any:
+        missing = self.defaults[len(inputs):]  # (the new function's schema has no defaults: TorchScript's are filled)
+        if any(d is NO_DEFAULT for d in missing):
+            return self.original(*inputs)  # (TorchScript's own message for a missing argument)
+        return self.run(*self.bound, *inputs, *missing)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.original, name)
 
 
 def _method(frozen: torch.jit.ScriptModule, method: str, name: str, notes: list[str]) -> ScriptGraph:
@@ -272,7 +304,7 @@ def _from_function(function: torch.jit.ScriptFunction) -> ScriptGraph:
     refuse_unstored_layouts(graph)
     args = function.schema.arguments
     return ScriptGraph(graph, [a.name for a in args], [_default(a) for a in args], function.name,
-                       function=function)
+                       function=_OwnExecutor(function))
 
 
 CALLS = ("prim::CallFunction", "prim::CallMethod")
