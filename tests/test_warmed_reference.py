@@ -8,6 +8,8 @@ threshold after it decides otherwise: Faster R-CNN warmed by three calls was ref
 reference now runs the method's graph in an executor of its own (loaders/torchscript.py, `_OwnExecutor`)."""
 from __future__ import annotations
 
+import io
+
 import pytest
 import torch
 import torch.nn as nn
@@ -16,13 +18,19 @@ import jit2triton
 from jit2triton.loaders import load_script
 
 
-class Decide(nn.Module):
-    """How many of x * y + z are positive, and their sum: with z = -(x * y) rounded, ATen's multiply then add gives
-    exactly 0 everywhere (none positive), an FMA the rounding error of each product (about half positive)."""
+def decide() -> torch.jit.ScriptModule:
+    """A new scripted model each time: TorchScript compiles a Python class once and its modules share one executor
+    per method (so one plan), whichever device or test ran it first."""
 
-    def forward(self, x, y, z, scale: float = 1.0):
-        s = x * y + z
-        return (s > 0).sum(), s.sum() * scale
+    class Decide(nn.Module):
+        """How many of x * y + z are positive, and their sum: with z = -(x * y) rounded, ATen's multiply then add
+        gives exactly 0 everywhere (none positive), an FMA the rounding error of each product (about half)."""
+
+        def forward(self, x, y, z, scale: float = 1.0):
+            s = x * y + z
+            return (s > 0).sum(), s.sum() * scale
+
+    return torch.jit.script(Decide().eval())
 
 
 class Counter(nn.Module):
@@ -48,6 +56,15 @@ def _warm(model, inputs, calls: int = 4) -> list:
         return [model(*inputs) for _ in range(calls)]
 
 
+def _pristine(model: torch.jit.ScriptModule) -> torch.jit.ScriptModule:
+    """The model saved and loaded again, as a new process would have it: its own types, so executors that have made
+    no plan (TorchScript's plain answer, under optimized_execution(False))."""
+    buffer = io.BytesIO()
+    torch.jit.save(model, buffer)
+    buffer.seek(0)
+    return torch.jit.load(buffer)
+
+
 def _plain(model, inputs):
     with torch.no_grad(), torch.jit.optimized_execution(False):
         return model(*inputs)
@@ -57,8 +74,9 @@ def _plain(model, inputs):
     not torch.cuda.is_available(), reason="needs CUDA")])])
 def test_a_warmed_model_is_verified_against_the_plain_interpreter(device: str):
     inputs = _cancelling(device)
-    model = torch.jit.script(Decide().eval())
-    fresh = _plain(torch.jit.script(Decide().eval()), inputs)
+    model = decide()
+    pristine = _pristine(model)
+    fresh = _plain(pristine, inputs)
     assert fresh[0].item() == 0  # ATen's rounding: nothing left over
     warmed = _warm(model, inputs)[-1]
     if device == "cuda":  # the premise: this torch's fuser made the warmed plan round otherwise, and it sticks
@@ -71,7 +89,7 @@ def test_a_warmed_model_is_verified_against_the_plain_interpreter(device: str):
     for seed in (0, 1):
         drawn = _cancelling(device, seed=seed)
         count, total = converted(*drawn)
-        expected = _plain(torch.jit.script(Decide().eval()), drawn)
+        expected = _plain(pristine, drawn)
         assert count.item() == expected[0].item()
         torch.testing.assert_close(total, expected[1], rtol=1e-4, atol=1e-4)
 
@@ -79,7 +97,7 @@ def test_a_warmed_model_is_verified_against_the_plain_interpreter(device: str):
 def test_the_reference_fills_the_methods_defaults_and_runs_in_its_own_executor():
     """The reference is a new function over the method's graph: TorchScript's defaults are filled (its schema has
     none), and running it leaves the user's module's executor as it was."""
-    model = torch.jit.script(Decide().eval())
+    model = decide()
     inputs = _cancelling("cpu")
     _warm(model, inputs)
     reference = load_script(model).function
@@ -91,11 +109,11 @@ def test_the_reference_fills_the_methods_defaults_and_runs_in_its_own_executor()
 
 def test_a_warmed_model_with_state_converts_and_continues_its_sequence():
     model = torch.jit.script(Counter().eval())
+    twin = _pristine(model)
     inputs = _cancelling("cpu", n=64)
     _warm(model, inputs, calls=3)
     converted = jit2triton.convert(model, inputs)
     assert model.calls == 3  # (conversion ran a copy: the user's module is left as it was)
-    twin = torch.jit.script(Counter().eval())
     twin.calls = 3
     for seed in range(3):
         drawn = _cancelling("cpu", n=64, seed=seed)
