@@ -5,6 +5,10 @@ cached under ~/.cache/jit2triton/ext, keyed by a hash of the sources, the torch 
 later process (or a later load) only imports it, in a folder checked to be the user's own (emitters/cache.py), and
 only from bytes whose sha256 is the one recorded when it was built. Once loaded, a call converts the inputs, releases the GIL and runs
 the whole plan in C++ (kernels, ATen ops, control flow, CUDA graphs), so no per-step Python work remains.
+
+A package carries the build that verified it (`runtime/<build name>.so`, checked and signed with the package's other
+members): a machine that cannot build the runtime (no compiler, no ninja) runs it from there, where it was built from
+these sources for this torch and Python (the build name says so), instead of falling back to the Python runtime.
 """
 from __future__ import annotations
 
@@ -22,8 +26,9 @@ from typing import Any, Optional, Sequence
 import torch
 
 from jit2triton.emitters.cache import cache_dir, write_once
-from jit2triton.errors import (CorruptPackageError, InputError, ModelRaisedError, PackageDeviceError, PackageError,
-                               PackageVersionError, QuantizedEngineError, SignatureError, SizeChangedError, StepError)
+from jit2triton.errors import (CorruptPackageError, InputError, Jit2TritonError, ModelRaisedError, PackageDeviceError,
+                               PackageError, PackageVersionError, QuantizedEngineError, SignatureError, SizeChangedError,
+                               StepError)
 
 from .package import PackageContents, package_from_members
 from .policy import RECONVERT
@@ -43,9 +48,11 @@ HEADERS = ["include/jit2triton/jit2triton.h", "src/json.h", "src/sha256.h", "src
            "src/plan.h", "src/graph_admission.h", "src/host_ops.h", "src/plan_check.h", "src/state.h", "src/policy.h", "src/op_facts.h", "src/manifest_schema.h", "src/scalar_ops.h"]
 
 HASH_SUFFIX = ".sha256"  # beside the built extension: the sha256 of its bytes, written when it was built
+CARRIED = "runtime/"  # a package's member holding the runtime build that verified it: runtime/<build name>.so
 
 _lock = threading.Lock()
 _extension = None
+_bytes: Optional[tuple[str, bytes]] = None  # (build name, bytes) of the extension this process imported
 
 
 def with_cuda() -> bool:
@@ -59,28 +66,70 @@ def with_cuda() -> bool:
                 or os.path.exists("/usr/local/cuda"))
 
 
-def extension():
-    """The compiled runtime, built on first use (a minute or two) and cached by content."""
+def extension(package: Optional[str] = None, trusted_keys: Sequence[str] = ()):
+    """The compiled runtime, built on first use (a minute or two) and cached by content; where it cannot be built,
+    the one `package` carries, if that fits this machine (else the build's PackageError)."""
     global _extension
     with _lock:
         if _extension is None:
-            _extension = _build()
+            try:
+                _extension = _build()
+            except PackageError:
+                if package is None or _carried(package, trusted_keys) is None:
+                    raise
     return _extension
 
 
 _unavailable: Optional[str] = None
 
 
-def unavailable() -> Optional[str]:
-    """None when the C++ runtime can be used (building it now if this machine has not yet), else why not: the
-    default load then falls back to the Python runtime. A failed build is not retried in this process."""
+def unavailable(package: Optional[str] = None, trusted_keys: Sequence[str] = ()) -> Optional[str]:
+    """None when the C++ runtime can be used (building it now if this machine has not yet, or taking the build
+    `package` carries where none can be made here), else why not: the default load then falls back to the Python
+    runtime. A failed build is not retried in this process."""
     global _unavailable
     if _extension is None and _unavailable is None:
         try:
             extension()
         except PackageError as err:
             _unavailable = str(err)
+    if _extension is None and package is not None:
+        with _lock:
+            if _extension is None and _carried(package, trusted_keys) is None:
+                return (f"{_unavailable}; and the package carries no C++ runtime built from this jit2triton for "
+                        f"torch {torch.__version__} and Python {sys.version_info[0]}.{sys.version_info[1]}")
     return _unavailable if _extension is None else None
+
+
+def carried_member() -> Optional[tuple[str, bytes]]:
+    """(member name, bytes): the runtime build this process runs, for a package verified in it to carry to machines
+    that cannot build it; None where none is loaded."""
+    return None if _bytes is None else (f"{CARRIED}{_bytes[0]}.so", _bytes[1])
+
+
+def _carried(package: str, trusted_keys: Sequence[str]):
+    """The runtime build `package` carries, imported (and made this process's extension), where it is a build of
+    these sources for this torch and Python, with or without the GPU half: its member's name says which. None where
+    the package carries none that fits, or cannot be read (the load that follows says what is wrong with it).
+    Called under _lock."""
+    global _extension, _bytes
+    from .package import read_package
+    try:
+        files = read_package(package, mmap=True, trusted_keys=list(trusted_keys), keys_from_environment=False).files
+    except (Jit2TritonError, OSError):
+        return None
+    for name in (build_name(cuda) for cuda in (True, False)):
+        data = files.get(f"{CARRIED}{name}.so")
+        if data is None:
+            continue
+        data = bytes(data)
+        try:  # (the bytes the package's checksums cover, opened as they are: open_verified)
+            module = open_verified(data, lambda path, name=name: _import(name, path), name)
+        except (ImportError, OSError):
+            continue
+        _extension, _bytes = module, (name, data)
+        return module
+    return None
 
 
 def build_name(cuda: bool) -> str:
@@ -119,9 +168,12 @@ def _built_now(name: str, build_dir: str, built: str, cuda: bool):
                            "pip install ninja (or use the Python runtime: jit2triton.load(path, runtime='python'))")
     print(f"jit2triton: building the C++ runtime for torch {torch.__version__} (once per machine, about a minute; "
           f"cached in {build_dir})", file=sys.stderr, flush=True)
+    global _bytes
     module = _compile(name, build_dir, cuda)
     with open(built, "rb") as f:  # what a later process checks before it imports the build
-        write_once(built + HASH_SUFFIX, hashlib.sha256(f.read()).hexdigest().encode())
+        data = f.read()
+    write_once(built + HASH_SUFFIX, hashlib.sha256(data).hexdigest().encode())
+    _bytes = (name, data)
     return module
 
 
@@ -139,9 +191,13 @@ def _import_checked(name: str, built: str, empty: bool = True):
         data = None
     if data is not None and hashlib.sha256(data).hexdigest() == recorded:
         try:
-            return open_verified(data, lambda path: _import(name, path), name)
+            module = open_verified(data, lambda path: _import(name, path), name)
         except (ImportError, OSError):
             pass
+        else:
+            global _bytes
+            _bytes = (name, data)
+            return module
     if empty:
         _empty(os.path.dirname(built))
     return None
@@ -186,8 +242,8 @@ class CppRuntime:
                  trusted_keys: Sequence[str] = ()) -> None:
         device = "" if map_location is None else str(torch.device(map_location))
         self.path = os.fspath(path)
-        self.module = extension().Module(self.path, device, num_threads or 0, cuda_graphs, alias_outputs,
-                                         mmap, list(trusted_keys))
+        self.module = extension(self.path, trusted_keys).Module(self.path, device, num_threads or 0, cuda_graphs,
+                                                                alias_outputs, mmap, list(trusted_keys))
         self.device = torch.device(self.module.device)
         self.uses_cuda_graph = self.module.uses_cuda_graph
         # The C++ runtime returns a NamedTuple as a plain tuple (deploy/cpp/src/module.cpp says why); the model's

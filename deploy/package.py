@@ -8,6 +8,7 @@ shipped with torch), holding data only.
                       (channels-last stays channels-last); dtype/shape/offset/memory_order in the manifest
     kernels/          generated kernel sources (Triton, C++)
     binaries/         compiled kernels (cubins, shared libraries)
+    runtime/          the C++ runtime's Python extension that verified the package (deploy/cpp_runtime.py)
     checksums.json    sha256 of every other member
     signature.ed25519 optional: an Ed25519 signature over checksums.json (deploy/signing.py)
 
@@ -50,7 +51,7 @@ TORCHSCRIPT_RECORDS = ("constants.pkl", "data.pkl", "code/")  # what a torch.jit
 class PackageContents:
     manifest: dict[str, Any]  # with the plan's literals as Python values (decoded)
     weights: dict[str, torch.Tensor]  # on the CPU
-    files: dict[str, bytes] = field(default_factory=dict)  # kernels/..., binaries/...
+    files: dict[str, bytes] = field(default_factory=dict)  # kernels/..., binaries/..., runtime/...
     signed: bool = False  # read from a file that carried a signature (checked only where keys were trusted)
 
 

@@ -54,7 +54,8 @@ def load_runtime(path: Union[str, os.PathLike], runtime: Optional[str] = None, m
     why = None
     if runtime != "python":
         from . import cpp_runtime
-        why = cpp_runtime.unavailable() if runtime == "auto" else None  # "cpp": build it or say why it cannot
+        # "cpp": build it (or take the package's) or say why it cannot
+        why = cpp_runtime.unavailable(path, trusted_keys) if runtime == "auto" else None
         if why is None:
             if isinstance(map_location, dict):  # which entry applies depends on the device the package was built for
                 built_for = read_package(path, mmap=True, trusted_keys=trusted_keys,

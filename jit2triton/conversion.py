@@ -8,6 +8,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
+from jit2triton.deploy import cpp_runtime
 from jit2triton.deploy.executor import Executor
 from jit2triton.deploy.literals import encode
 from jit2triton.deploy.package import PackageContents
@@ -506,6 +507,9 @@ class _MethodStages:
             found = self.verifier.check(runner)
         self.runtimes_verified = ["python"] if found else ["python", "cpp"]
         self.cpp_note = ""
+        carried = None if found else cpp_runtime.carried_member()
+        if carried is not None:  # the build that verified it, for a machine that cannot build one (no compiler)
+            contents.files[carried[0]] = carried[1]
         if found:
             run_in_python_only(contents)
             self.cpp_note = ("the C++ runtime differed from TorchScript where the Python runtime matched (" +
