@@ -128,6 +128,9 @@ MESSAGES = {
                     "count computed from the data (a mask's, nonzero's) that conversion did not see vary. Convert "
                     "again with example inputs of the values you need; if the shapes and scalars are the example's, "
                     "please report it with the model",
+    # (a null shape read as none in C++, which then expected a 0-d tensor; agreement sweep small@48106)
+    "unshaped_tensor": "{label} is a tensor whose shape the package's signature does not give; the package is "
+                       "corrupted: " + RECONVERT,
     "missing_engine": "the package's quantized weights are packed for the {engine} quantized engine, which this torch "
                       "does not have (it has: {supported}); load it where torch.backends.quantized.supported_engines "
                       "lists {engine}, or convert the model on this machine (with torch.backends.quantized.engine set "

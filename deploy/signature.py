@@ -230,6 +230,8 @@ class InputChecker:
     def _tensor_check(self, label: str, desc: dict) -> Callable[..., Any]:
         """The check of a tensor input: dtype, device, dense layout and shape. A dynamic dim (a name in the shape)
         must be within its range and equal wherever else the same dim appears in this call (`bound`)."""
+        if not isinstance(desc.get("shape"), list):
+            raise CorruptPackageError(message("unshaped_tensor", label=label))
         dtype = _dtype(desc["dtype"])
         device_type = self.device.type
         expected = f"{desc['dtype']}[{', '.join(map(str, desc['shape']))}] on {device_type}"

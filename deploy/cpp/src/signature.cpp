@@ -108,6 +108,9 @@ Plan::InputCheck Plan::input_check(const Value& d, const std::string& label, con
   const std::string& kind = d.at("type").as_string();
   if (kind == "List" || kind == "Tuple" || kind == "Dict") return container_check(d, label, ranges, contiguous);
   if (kind == "Tensor") {
+    const Value* given = d.find("shape");
+    if (given == nullptr || !given->is_array())
+      throw Error(Error::Kind::CorruptPackage, policy::message::unshaped_tensor(label));
     at::ScalarType dtype = parse_dtype(d.at("dtype").as_string());
     // the dense layout generated kernels read inputs in: row-major, or channels-last where the example was
     at::MemoryFormat layout = at::MemoryFormat::Contiguous;
