@@ -26,10 +26,10 @@ CHILD = textwrap.dedent("""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         module = jit2triton.load(sys.argv[1])
-    reference = torch.jit.load(sys.argv[2])
+    reference = torch.jit.load(sys.argv[2], map_location=sys.argv[3])
     worst = 0.0
     for seed in range(3):
-        x = torch.randn(3, 8, generator=torch.Generator().manual_seed(seed))
+        x = torch.randn(3, 8, generator=torch.Generator().manual_seed(seed)).to(sys.argv[3])
         worst = max(worst, (module(x) - reference(x)).abs().max().item())
     print("runtime", module.runtime, "worst", worst)
     for w in caught:
@@ -46,17 +46,22 @@ class Model(torch.nn.Module):
         return torch.nn.functional.gelu(self.linear(x)).sum(-1, keepdim=True) * torch.sigmoid(x)
 
 
-@pytest.fixture(scope="module")
-def converted(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("carried")
-    model = torch.jit.script(Model().eval())
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA")])]
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def converted(request, tmp_path_factory):
+    device = request.param
+    folder = tmp_path_factory.mktemp(f"carried_{device}")
+    model = torch.jit.script(Model().eval()).to(device)
     torch.jit.save(model, str(folder / "model.pt"))
-    module = jit2triton.convert(model, (torch.randn(3, 8),))
+    module = jit2triton.convert(model, (torch.randn(3, 8, device=device),), device=device)
     module.save(str(folder / "model.j2t"))
-    return folder, module
+    return folder, module, device
 
 
-def _without_a_compiler(tmp_path, package, reference) -> str:
+def _without_a_compiler(tmp_path, package, reference, device: str) -> str:
     """The child's output, run where no compiler, ninja or earlier build of the runtime can be found."""
     script = tmp_path / "child.py"
     script.write_text(CHILD)
@@ -64,8 +69,8 @@ def _without_a_compiler(tmp_path, package, reference) -> str:
     (tmp_path / "cache").mkdir()
     env = {"PATH": str(tmp_path / "bin"), "HOME": str(tmp_path), "JIT2TRITON_CACHE": str(tmp_path / "cache"),
            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-    done = subprocess.run([sys.executable, str(script), str(package), str(reference)], env=env, capture_output=True,
-                          text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(script), str(package), str(reference), device], env=env,
+                          capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -80,7 +85,7 @@ def _rewritten(src, dst, change) -> None:
 
 
 def test_a_package_carries_the_runtime_build_that_verified_it(converted):
-    folder, module = converted
+    folder, module, _ = converted
     assert module.summary()["verification"]["runtimes"] == ["python", "cpp"]
     carried = {n: d for n, d in read_members(folder / "model.j2t").items() if n.startswith(cpp_runtime.CARRIED)}
     assert list(carried) == [f"{cpp_runtime.CARRIED}{cpp_runtime.build_name(cpp_runtime.with_cuda())}.so"]
@@ -88,16 +93,16 @@ def test_a_package_carries_the_runtime_build_that_verified_it(converted):
 
 
 def test_a_machine_without_a_compiler_runs_the_carried_runtime(converted, tmp_path):
-    folder, _ = converted
-    out = _without_a_compiler(tmp_path, folder / "model.j2t", folder / "model.pt")
+    folder, _, device = converted
+    out = _without_a_compiler(tmp_path, folder / "model.j2t", folder / "model.pt", device)
     runtime, worst = out.split()[1], float(out.split()[3])
-    assert runtime == "cpp" and worst < 1e-5, out
+    assert runtime == "cpp" and worst < 1e-4, out
     assert "warning" not in out, out
 
 
 @pytest.mark.parametrize("change", ["absent", "another build"])
 def test_without_a_fitting_build_it_falls_back_to_the_python_runtime_and_says_why(converted, tmp_path, change):
-    folder, _ = converted
+    folder, _, device = converted
     package = tmp_path / "edited.j2t"
 
     def edit(members):
@@ -106,6 +111,6 @@ def test_without_a_fitting_build_it_falls_back_to_the_python_runtime_and_says_wh
         if change == "another build":  # (built from other sources, or for another torch or Python)
             members[f"{cpp_runtime.CARRIED}jit2triton_runtime_0123456789abcdef.so"] = data
     _rewritten(folder / "model.j2t", package, edit)
-    out = _without_a_compiler(tmp_path, package, folder / "model.pt")
-    assert out.split()[1] == "python" and float(out.split()[3]) < 1e-5, out
+    out = _without_a_compiler(tmp_path, package, folder / "model.pt", device)
+    assert out.split()[1] == "python" and float(out.split()[3]) < 1e-4, out
     assert "carries no C++ runtime built from this jit2triton" in out, out
