@@ -416,7 +416,7 @@ def test_the_default_load_runs_the_cpp_runtime_and_the_environment_can_choose(sm
 def test_without_the_cpp_runtime_the_default_load_falls_back_to_python_saying_so_once(small_package,
                                                                                       monkeypatch) -> None:
     from jit2triton.deploy import cpp_runtime, runtime_choice
-    monkeypatch.setattr(cpp_runtime, "unavailable", lambda: "no C++ compiler on this machine")
+    monkeypatch.setattr(cpp_runtime, "unavailable", lambda *package: "no C++ compiler on this machine")
     monkeypatch.setattr(runtime_choice, "_noticed", set())
     path, traced = small_package
     with pytest.warns(UserWarning, match="Python runtime.*no C\\+\\+ compiler on this machine"):
@@ -434,7 +434,7 @@ def test_serving_chooses_the_runtime_as_load_does(small_package, monkeypatch) ->
     same warning, the same refusal of an unknown runtime."""
     from jit2triton.deploy import cpp_runtime, runtime_choice
     from jit2triton.deploy.serving.server import load_for_serving
-    monkeypatch.setattr(cpp_runtime, "unavailable", lambda: "no C++ compiler on this machine")
+    monkeypatch.setattr(cpp_runtime, "unavailable", lambda *package: "no C++ compiler on this machine")
     monkeypatch.setattr(runtime_choice, "_noticed", set())
     path = small_package[0]
     with pytest.warns(UserWarning, match="Python runtime.*no C\\+\\+ compiler on this machine"):
