@@ -84,6 +84,32 @@ def _load_interpreted(files: dict[str, bytes], entries: dict[str, dict]) -> dict
     return launchers
 
 
+def interpreted_for_cpp(files: dict[str, bytes], section: Optional[dict], kernels: list[dict]) -> dict[str, Callable]:
+    """Launchers of the package's Triton kernels on the CPU for the C++ runtime (deploy/cpp/python/bindings.cpp),
+    which calls each with the launch's inputs and outputs and its 64-bit words: the sizes the kernel takes, then the
+    bits of each host number it takes by value (a None among the inputs, where that number goes)."""
+    launchers = load_triton_kernels(files, section, kernels, torch.device("cpu"))
+    made = {}
+    for meta in kernels:
+        entry = section["kernels"][meta["name"]]
+        numbers = [(i, entry["arg_types"][i]) for i in meta.get("by_value") or ()]
+        if not all(kind in NUMBER_BITS for _, kind in numbers):
+            raise CorruptPackageError(message("kernel_numbers", kernel=repr(entry["function"])))
+        made[meta["name"]] = _from_words(launchers[meta["name"]], len(meta.get("sizes") or ()), numbers)
+    return made
+
+
+def _from_words(launch: Callable, num_sizes: int, numbers: list[tuple[int, str]]) -> Callable:
+    def call(inputs: list, outputs: list, words: list) -> None:
+        for (i, kind), word in zip(numbers, words[num_sizes:]):
+            inputs[i] = word if kind == "i64" else struct.unpack("<d", struct.pack("<q", word))[0]
+        if num_sizes:
+            launch(inputs, outputs, words[:num_sizes])
+        else:
+            launch(inputs, outputs)
+    return call
+
+
 def _grid_function(entry: dict) -> Callable[[list], int]:
     """A kernel's grid size (programs on axis 0) from the call's size arguments: fixed for a static grid."""
     if "grid_items" not in entry:

@@ -9,6 +9,7 @@
 
 #include "graph_admission.h"
 #include "jit2triton/jit2triton.h"
+#include "plan.h"
 
 namespace py = pybind11;
 using jit2triton::Error;
@@ -82,9 +83,88 @@ py::str text(const std::string& bytes) {
       PyUnicode_DecodeUTF8(bytes.data(), static_cast<Py_ssize_t>(bytes.size()), "replace"));
 }
 
+py::object to_python(const jit2triton::json::Value& v) {
+  using Kind = jit2triton::json::Value::Kind;
+  switch (v.kind) {
+    case Kind::Bool: return py::bool_(v.boolean);
+    case Kind::Int: return py::int_(v.integer);
+    case Kind::Float: return py::float_(v.number);
+    case Kind::String: return text(v.text);
+    case Kind::Array: {
+      py::list out;
+      for (const auto& x : v.items) out.append(to_python(x));
+      return out;
+    }
+    case Kind::Object: {
+      py::dict out;
+      for (const auto& [key, x] : v.members) out[text(key)] = to_python(x);
+      return out;
+    }
+    default: return py::none();
+  }
+}
+
+// A Python exception met while loading or running interpreted kernels, as the runtime's own error: its class is
+// the runtime's (a PackageDeviceError stays one, so that load falls back as it did), its message Python's.
+[[noreturn]] void rethrow(py::error_already_set& err) {
+  std::string name = py::str(err.type().attr("__name__"));
+  std::string what = py::str(err.value());
+  Error::Kind kind = name == "PackageDeviceError" ? Error::Kind::PackageDevice
+                     : name == "CorruptPackageError" ? Error::Kind::CorruptPackage
+                     : name == "SizeChangedError" ? Error::Kind::SizeChanged
+                                                  : Error::Kind::Step;
+  throw Error(kind, name == "PackageDeviceError" || name == "CorruptPackageError" || name == "SizeChangedError"
+                        ? what : "a Triton kernel under Triton's interpreter failed: " + name + ": " + what);
+}
+
+// Triton kernels on the CPU, for this extension's plans: Triton's interpreter in Python
+// (deploy/triton_kernels.py, interpreted_for_cpp), called with the GIL taken for each launch. Each launcher's
+// Python callable is held by a shared pointer that releases it under the GIL, as plan steps copy launchers while
+// the GIL is released.
+jit2triton::Launchers interpreted_kernels(const jit2triton::Package& pkg, c10::Device, int) {
+  py::gil_scoped_acquire gil;
+  jit2triton::Launchers out;
+  try {
+    py::dict files;
+    for (const auto& [name, data] : pkg.members)  // (the kernels' sources: not the weights, which may be large)
+      if (name.compare(0, 8, "kernels/") == 0) files[text(name)] = py::bytes(data.data(), data.size());
+    const jit2triton::json::Value& manifest = pkg.manifest;
+    py::object section = manifest.find("triton") ? to_python(manifest.at("triton")) : py::none();
+    py::dict made = py::module_::import("jit2triton.deploy.triton_kernels").attr("interpreted_for_cpp")(
+        files, section, to_python(manifest.at("kernels")));
+    for (const auto& meta : manifest.at("kernels").items) {
+      const std::string& name = meta.at("name").as_string();
+      size_t words = (meta.find("sizes") ? meta.at("sizes").size() : 0) +
+                     (meta.optional("by_value") ? meta.at("by_value").size() : 0);
+      std::shared_ptr<py::object> fn(new py::object(made[py::str(name)]), [](py::object* p) {
+        py::gil_scoped_acquire again;
+        delete p;
+      });
+      out[name] = [fn, words](std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs,
+                              const int64_t* sizes) {
+        py::gil_scoped_acquire held;
+        try {
+          py::list ins, outs, numbers;
+          for (const auto& t : inputs) ins.append(t.defined() ? py::cast(t) : py::none());
+          for (const auto& t : outputs) outs.append(py::cast(t));
+          for (size_t i = 0; i < words; ++i) numbers.append(py::int_(sizes[i]));
+          (*fn)(ins, outs, numbers);
+        } catch (py::error_already_set& err) {
+          rethrow(err);
+        }
+      };
+    }
+  } catch (py::error_already_set& err) {
+    rethrow(err);
+  }
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  jit2triton::set_interpreted_kernels(&interpreted_kernels);
+
   // C++ errors become the Python runtime's own exception classes, with the same messages.
   py::register_exception_translator([](std::exception_ptr p) {
     try {

@@ -7,13 +7,18 @@ namespace jit2triton {
 
 namespace {
 Launchers load_cubins(const Package& pkg, c10::Device device);
+KernelLoader interpreted = nullptr;
 }  // namespace
 
-Launchers load_cuda_kernels(const Package& pkg, c10::Device device, int) {
-  if (!device.is_cuda())
+void set_interpreted_kernels(KernelLoader loader) { interpreted = loader; }
+
+Launchers load_cuda_kernels(const Package& pkg, c10::Device device, int num_threads) {
+  if (!device.is_cuda()) {
+    if (interpreted != nullptr) return interpreted(pkg, device, num_threads);
     throw Error(Error::Kind::PackageDevice, "the package's Triton kernels run on the CPU only under Triton's "
-                                            "interpreter, which the C++ runtime does not have; load it with the "
-                                            "Python runtime, or convert with backend='cpp'");
+                                            "interpreter, which the C++ runtime has only from Python; load it from "
+                                            "Python, or convert with backend='cpp'");
+  }
   return load_cubins(pkg, device);
 }
 

@@ -53,6 +53,9 @@ using Launchers = std::map<std::string, Launcher>;
 using KernelLoader = Launchers (*)(const Package& pkg, c10::Device device, int num_threads);
 Launchers load_cpu_kernels(const Package& pkg, c10::Device device, int num_threads);
 Launchers load_cuda_kernels(const Package& pkg, c10::Device device, int num_threads);
+// Where the loader of Triton kernels on the CPU is set (the Python extension sets one that runs them under Triton's
+// interpreter, in Python), load_cuda_kernels hands a CPU device to it; the C++ loader sets none, and refuses.
+void set_interpreted_kernels(KernelLoader loader);
 
 // A size in a plan: an int, or a polynomial over the dynamic dims ([[coef, [dim, ...]], ...], deploy/sizes.py),
 // with each dim as its index into the call's dims (the plan's "dims" order).
