@@ -78,10 +78,20 @@ def test_both_runtimes_refuse_a_backend_they_do_not_know(runtime, small_package,
         jit2triton.load(edited, runtime=runtime)
 
 
-def test_the_cpp_runtime_sends_cpu_triton_kernels_to_the_python_runtime(cpp_runtime, tmp_path) -> None:
+def test_the_cpp_runtime_runs_cpu_triton_kernels_under_tritons_interpreter(cpp_runtime, tmp_path,
+                                                                           monkeypatch) -> None:
+    """From Python the C++ runtime hands a CPU Triton kernel's launches to Triton's interpreter; where that is off in
+    the process, it refuses the package as the Python runtime does."""
     pytest.importorskip("triton")
+    from jit2triton.emitters import compile_triton
     model = torch.jit.trace(lambda x: torch.sigmoid(x) * 2, torch.randn(3, 5))
     path = tmp_path / "triton.j2t"
     jit2triton.convert(model, (torch.randn(3, 5),), backend="triton", verify=False).save(path)
-    with pytest.raises(jit2triton.PackageDeviceError, match="only under Triton's interpreter"):
+    if compile_triton.interpreter_active():
+        module = jit2triton.load(path, runtime="cpp")
+        x = torch.randn(3, 5)
+        assert module.runtime == "cpp"
+        torch.testing.assert_close(module(x), model(x))
+    monkeypatch.setattr(compile_triton, "interpreter_active", lambda: False)
+    with pytest.raises(jit2triton.PackageDeviceError, match="Triton's interpreter, which is off in this process"):
         jit2triton.load(path, runtime="cpp")

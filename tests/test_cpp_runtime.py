@@ -451,16 +451,19 @@ def test_serving_in_the_cpp_runtime_reads_the_manifest_it_loaded(small_package, 
 
 
 @pytest.mark.skipif(not INTERPRETED, reason="a Triton package on the CPU runs under Triton's interpreter")
-def test_a_package_only_the_python_runtime_can_run_falls_back_by_default(tmp_path, cpp_runtime, monkeypatch) -> None:
-    from jit2triton.deploy import runtime_choice
-    monkeypatch.setattr(runtime_choice, "_noticed", set())  # another test may have heard this reason already
+def test_a_triton_package_on_the_cpu_loads_in_the_cpp_runtime_by_default(tmp_path, cpp_runtime) -> None:
+    """Its kernels run under Triton's interpreter, called back from the C++ plan: no fallback, and conversion
+    verified that runtime too."""
     example = (torch.randn(3, 5),)
     model = torch.jit.trace(lambda x: torch.sin(x) * 2, example)
     path = tmp_path / "interpreted.j2t"
-    jit2triton.convert(model, example_inputs=example, backend="triton").save(path)
-    with pytest.warns(UserWarning, match="Python runtime.*interpreter"):
+    converted = jit2triton.convert(model, example_inputs=example, backend="triton")
+    assert converted.runtime == "cpp" and converted.summary()["verification"]["runtimes"] == ["python", "cpp"]
+    converted.save(path)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # (no fallback notice)
         module = jit2triton.load(path)
-    assert module.runtime == "python"
+    assert module.runtime == "cpp"
     x = torch.randn(3, 5)
     torch.testing.assert_close(module(x), model(x))
 

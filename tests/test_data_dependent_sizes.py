@@ -211,8 +211,6 @@ def test_what_follows_a_mask_runs_in_kernels_over_the_count(backend, runtime, tm
     thinned the mask, so it saw which sizes are counts and which, the 4 and 2 coordinates, are not); every count
     from none to all 160, and fewer or more than 50, gives TorchScript's answer, in both runtimes."""
     if runtime == "cpp":
-        if backend == "triton":
-            pytest.skip("Triton kernels on the CPU run under Triton's interpreter, in the Python runtime only")
         request.getfixturevalue("cpp_runtime")
     converted = convert_for(postprocess, _inputs("postprocess", 0), backend)
     summary = converted.summary()

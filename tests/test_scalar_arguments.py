@@ -59,6 +59,7 @@ def test_a_kernel_takes_the_host_numbers_it_reads(name, backend, tmp_path):
     model, make = PROGRAMS[name]
     converted = convert_for(model, make(0, 9), backend)
     assert converted.summary()["verification"]["status"] == "passed"
+    assert converted.summary()["verification"]["runtimes"] == ["python", "cpp"]  # (C++ agreed: not Python-only)
     ops = _ops(converted.manifest["plan"]["steps"])
     numbers = [k["by_value"] for k in converted.manifest["kernels"] if k.get("by_value")]
     if backend == "cpp":
@@ -69,10 +70,11 @@ def test_a_kernel_takes_the_host_numbers_it_reads(name, backend, tmp_path):
     converted.save(path)
     saved = json.loads(read_members(str(path))["manifest.json"])  # (an older reader refuses what it cannot run)
     assert ("scalar_arguments" in saved.get("requires", ())) == (backend != "cpp")
-    # load()'s default runtime first, then the Python one (Triton on the CPU runs under the interpreter, in Python only)
-    runtimes = [None] if backend == "triton" else [None, "python"]
-    for runtime in runtimes:
+    # load()'s default runtime first (on the CPU a Triton kernel's launch goes from the C++ plan to Triton's
+    # interpreter, the numbers as 64-bit words), then the Python one
+    for runtime in (None, "python"):
         package = jit2triton.load(path, runtime=runtime)
+        assert package.runtime == (runtime or "cpp")
         for seed, n in ((1, 9), (2, 0), (3, 5), (4, 11), (5, 1), (6, 7)):
             inputs = make(seed, n)
             assert_same(to_cpu(package(*to_device(inputs, converted.device))), model(*inputs), f"{runtime}, n={n}")
@@ -137,6 +139,7 @@ def test_no_fill_launch_makes_a_number_a_tensor_on_the_gpu(runtime, tmp_path, re
         path = tmp_path / f"{name}.j2t"
         converted.save(path)
         package = jit2triton.load(path, runtime=runtime)
+        assert package.runtime == (runtime or "cpp")
         for seed, n in ((1, 9), (2, 3), (3, 9), (4, 0)):
             inputs = to_device(make(seed, n), "cuda")
             assert_same(to_cpu(package(*inputs)), model(*to_cpu(inputs)), f"{name}, n={n}",
