@@ -2,8 +2,8 @@
 list of slots, and a call runs the closures in order.
 
 The runtime of record is the C++ one (deploy/cpp: what `jit2triton.load` runs, and what verification checks as it
-ships). This one is what conversion types graphs with and watches node by node (`observe`: the culprit search), what
-runs a Triton package on the CPU (under Triton's interpreter) and what a machine without a C++ compiler gets. So it
+ships). This one is what conversion types graphs with and watches node by node (`observe`: the culprit search), and
+what a machine gets where the C++ runtime neither builds nor comes with the package. So it
 holds none of the production machinery: no CUDA graphs, no memory arena, no fast paths. Each kernel's outputs are
 fresh tensors, every step runs as a step.
 """

@@ -2,10 +2,13 @@
 alike.
 
 "auto" (the default, or the JIT2TRITON_RUNTIME environment variable) takes the C++ runtime and falls back to the
-Python one, with a one-time warning, where the C++ one cannot be built on this machine (no compiler: the user gets
-the Python runtime, the reference interpreter: a few microseconds of Python per plan step, and on CUDA no CUDA graphs)
-or cannot run the package (a Triton package on
-the CPU runs under Triton's interpreter, which only Python has). "cpp" and "python" insist on one.
+Python one, with a one-time warning, where the C++ one can neither be built on this machine (no compiler) nor be
+taken from the package (which carries the build that verified it, usable where this jit2triton, torch and Python made
+it): the user then gets the Python runtime, the reference interpreter: a few microseconds of Python per plan step,
+and on CUDA no CUDA graphs. It falls back too where the C++ runtime cannot run the package (kernels built for
+another CPU or GPU, which the Python runtime rebuilds; a package conversion found it to run wrongly). A Triton
+package on the CPU runs in the C++ runtime, its kernels under Triton's interpreter, called back into Python.
+"cpp" and "python" insist on one.
 """
 from __future__ import annotations
 
