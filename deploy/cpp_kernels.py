@@ -39,7 +39,7 @@ def load_kernels(contents: PackageContents, num_threads: Optional[int], device: 
 
 def load_cpp_kernels(library: bytes, source: str, isa: str, kernels: list[dict],
                      num_threads: int | None = None) -> dict[str, Callable]:
-    library = _usable_library(library, source, isa)
+    library = usable_library(library, source, isa)
     digest = hashlib.sha256(library).hexdigest()
     lib = _opened.get(digest)
     if lib is None:
@@ -112,7 +112,9 @@ def _input_check(meta: dict) -> Callable[[list, list], None]:
     return check
 
 
-def _usable_library(library: bytes, source: str, isa: str) -> bytes:
+def usable_library(library: bytes, source: str, isa: str) -> bytes:
+    """The library, or where it was built for another CPU, one rebuilt for this CPU from its source (the C++
+    runtime's Python extension calls this too)."""
     if library[:4] != b"\x7fELF":
         raise CorruptPackageError("the package's kernel library is not a shared library (ELF); " + RECONVERT)
     machine = int.from_bytes(library[18:20], "little")

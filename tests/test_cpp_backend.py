@@ -60,8 +60,10 @@ def test_library_for_another_cpu_is_rebuilt_from_the_bundled_source(tmp_path):
     path, traced = _package(tmp_path)
     foreign = tmp_path / "foreign.j2t"
     _replace_library(path, foreign, _as_foreign_architecture)
-    with pytest.warns(UserWarning, match="rebuilding them from the bundled source"):
+    with pytest.warns(UserWarning, match="rebuilding them from the bundled source") as heard:
         module = jit2triton.load(foreign)
+    assert module.runtime == "cpp"  # (the C++ runtime rebuilt it through its Python extension: no fallback)
+    assert not any("running the package in the Python runtime" in str(w.message) for w in heard)
     x = torch.randn(4, 8)
     torch.testing.assert_close(module(x), traced(x))
 

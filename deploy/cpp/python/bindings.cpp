@@ -160,10 +160,24 @@ jit2triton::Launchers interpreted_kernels(const jit2triton::Package& pkg, c10::D
   return out;
 }
 
+// A C++ kernel library built for another CPU, rebuilt for this one from the package's bundled source by the Python
+// loader (deploy/cpp_kernels.py, usable_library: with its warning, or its error naming what to install).
+std::string rebuilt_library(std::string_view library, std::string_view source, const std::string& isa) {
+  py::gil_scoped_acquire gil;
+  try {
+    py::bytes out = py::module_::import("jit2triton.deploy.cpp_kernels").attr("usable_library")(
+        py::bytes(library.data(), library.size()), text(std::string(source)), isa);
+    return std::string(out);
+  } catch (py::error_already_set& err) {
+    rethrow(err);
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   jit2triton::set_interpreted_kernels(&interpreted_kernels);
+  jit2triton::set_library_rebuilder(&rebuilt_library);
 
   // C++ errors become the Python runtime's own exception classes, with the same messages.
   py::register_exception_translator([](std::exception_ptr p) {

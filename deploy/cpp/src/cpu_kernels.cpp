@@ -14,6 +14,7 @@
 #include <stdexcept>
 
 #include "plan.h"
+#include "sha256.h"
 
 namespace jit2triton {
 
@@ -69,7 +70,9 @@ void* open_verified(std::string_view library, const std::string& sha) {
   return opened[sha] = handle;
 }
 
-void check_cpu(std::string_view library, const std::string& isa) {
+// Why the library cannot run on this CPU (built for another architecture, or for an instruction set it lacks), or
+// "" where it can.
+std::string foreign_to_this_cpu(std::string_view library, const std::string& isa) {
   if (library.size() < 20 || library.substr(0, 4) != "\x7f" "ELF")
     throw Error(Error::Kind::CorruptPackage, std::string("the package's kernel library is not a shared library (ELF); ") + policy::kReconvert);
   unsigned machine = static_cast<unsigned char>(library[18]) | (static_cast<unsigned char>(library[19]) << 8);
@@ -83,12 +86,8 @@ void check_cpu(std::string_view library, const std::string& isa) {
 #else
   bool foreign = false, missing_isa = false;
 #endif
-  if (foreign || missing_isa) {
-    std::string why = foreign ? "another CPU architecture" : "the " + isa + " instruction set, which this CPU lacks";
-    throw Error(Error::Kind::PackageDevice,
-                "the package's C++ kernels were built for " + why + "; the C++ runtime does not compile: convert the "
-                "model again on this machine, or load it once with the Python runtime, which rebuilds them");
-  }
+  if (!foreign && !missing_isa) return "";
+  return foreign ? "another CPU architecture" : "the " + isa + " instruction set, which this CPU lacks";
 }
 
 // What a kernel reads must be what it was built for (the kernel index's inputs: dtype, shape, strides on every dim
@@ -140,12 +139,28 @@ void check_inputs(const std::string& name, const std::vector<InputSpec>& specs, 
 
 }  // namespace
 
+namespace {
+LibraryRebuilder rebuilder = nullptr;
+}  // namespace
+
+void set_library_rebuilder(LibraryRebuilder r) { rebuilder = r; }
+
 Launchers load_cpu_kernels(const Package& pkg, c10::Device, int num_threads) {
   std::string_view library = pkg.member("binaries/kernels.so");
-  pkg.member("kernels/kernels.cpp");
-  check_cpu(library, pkg.manifest.at("cpp").at("isa").as_string());
+  std::string_view source = pkg.member("kernels/kernels.cpp");
+  const std::string& isa = pkg.manifest.at("cpp").at("isa").as_string();
+  std::string sha = pkg.checksums.at("binaries/kernels.so"), rebuilt;
+  if (std::string why = foreign_to_this_cpu(library, isa); !why.empty()) {
+    if (rebuilder == nullptr)
+      throw Error(Error::Kind::PackageDevice,
+                  "the package's C++ kernels were built for " + why + "; the C++ runtime does not compile: convert "
+                  "the model again on this machine, or load it once from Python, which rebuilds them");
+    rebuilt = rebuilder(library, source, isa);  // (from the bundled source, with the Python loader's warning)
+    library = rebuilt;
+    sha = sha256_hex(reinterpret_cast<const uint8_t*>(rebuilt.data()), rebuilt.size());
+  }
   // Kept open for the life of the process, as the Python runtime does: kernels of other loads may share it.
-  void* handle = open_verified(library, pkg.checksums.at("binaries/kernels.so"));
+  void* handle = open_verified(library, sha);
   int threads = num_threads > 0 ? num_threads : at::get_num_threads();
   Launchers launchers;
   for (const auto& meta : pkg.manifest.at("kernels").items) {

@@ -56,6 +56,11 @@ Launchers load_cuda_kernels(const Package& pkg, c10::Device device, int num_thre
 // Where the loader of Triton kernels on the CPU is set (the Python extension sets one that runs them under Triton's
 // interpreter, in Python), load_cuda_kernels hands a CPU device to it; the C++ loader sets none, and refuses.
 void set_interpreted_kernels(KernelLoader loader);
+// Where set (the Python extension sets one that compiles, in Python), a C++ kernel library built for another CPU is
+// rebuilt from the package's bundled source by `rebuilder(library, source, isa)`, which returns the new library's
+// bytes; the C++ loader sets none, and refuses such a package.
+using LibraryRebuilder = std::string (*)(std::string_view library, std::string_view source, const std::string& isa);
+void set_library_rebuilder(LibraryRebuilder rebuilder);
 
 // A size in a plan: an int, or a polynomial over the dynamic dims ([[coef, [dim, ...]], ...], deploy/sizes.py),
 // with each dim as its index into the call's dims (the plan's "dims" order).
