@@ -182,6 +182,7 @@ def _import_checked(name: str, built: str, empty: bool = True):
     recorded (deploy/verified_library.py). None when there is none, or it is not what was built (damaged, replaced,
     or from a jit2triton that recorded no hash): then, with `empty` (under the build lock), its folder is emptied,
     so the build starts from nothing of what was there."""
+    global _bytes
     try:
         with open(built + HASH_SUFFIX, "rb") as f:
             recorded = f.read().decode("ascii", "replace").strip()
@@ -195,7 +196,6 @@ def _import_checked(name: str, built: str, empty: bool = True):
         except (ImportError, OSError):
             pass
         else:
-            global _bytes
             _bytes = (name, data)
             return module
     if empty:
