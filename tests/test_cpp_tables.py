@@ -102,4 +102,4 @@ def test_the_tables_benchmark_runs():
     done = subprocess.run([sys.executable, script, "--rounds", "1"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| 1x")]
-    assert len(rows) == 3 and all(line.endswith("x |") for line in rows), done.stdout
+    assert len(rows) == 6 and all(line.endswith("x |") for line in rows), done.stdout  # (two layouts)
