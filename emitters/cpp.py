@@ -452,6 +452,7 @@ class _KernelWriter(KernelWriter):
                         f"(const {CTYPES[b.dtype]}*)buffers[{i}];")
         for j, b in enumerate(kernel.outputs):
             head.append(f"  {CTYPES[b.dtype]}* __restrict out_{b.name} = ({CTYPES[b.dtype]}*)buffers[{len(kernel.inputs) + j}];")
+        self.nest = nest = _single_points_in_rows(nest)
         channel = channels_inner.channel_var(nest)
         if channel is not None:
             return self.render_channels_inner(head, channel)
@@ -532,6 +533,17 @@ class _KernelWriter(KernelWriter):
             lines.append("    " + "  " * depth + "}")
         lines.append("  }")
         return lines
+
+
+def _single_points_in_rows(nest: LoopNest) -> LoopNest:
+    """A reduction kernel's dims of one point (a batch of one) among its rows, not swept: a reduction does not read
+    them, so the nest swept them after it, a loop of one that kept the kernel from the channels-innermost form (an
+    `amax(1)` over NCHW channels read each output's 16 channels 25,600 floats apart: 8x ATen's time)."""
+    ones = [v for v in nest.inner if v.arg[1] == 1]
+    if not ones or not nest.reductions:
+        return nest
+    return LoopNest(nest.ranges, tuple(v for v in nest.ranges if v in nest.outer or v in ones),
+                    tuple(v for v in nest.inner if v not in ones), nest.reductions)
 
 
 def _short_sweep_widened(nest: LoopNest) -> LoopNest:

@@ -84,3 +84,23 @@ def test_nan_propagates_through_a_channels_inner_max(tmp_path):
     got, want = converted(x)[1], traced(x)[1]
     assert torch.isnan(got[1]).any() and torch.equal(torch.isnan(got), torch.isnan(want))
     assert cpp_channels_inner.BLOCK == 64  # (72 channels: the test covers a full block and a partial one)
+
+
+class ChannelReductions(torch.nn.Module):
+    """Reductions over NCHW channels (a spatial attention map's max and mean, a channel argmax): for each output
+    pixel the channels lie H*W floats apart, as channels-last activations' pixels do for a pool."""
+
+    def forward(self, x):
+        return x.amax(1), x.mean(1, keepdim=True), x.sum(1).flatten(1).argmax(1)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_reductions_over_nchw_channels_run_with_the_output_row_innermost(batch, tmp_path):
+    """A batch of one once kept them in the usual form (the batch dim, which no reduction reads, swept after the
+    reduction: a loop of one), reading every output's channels 25,600 floats apart: 8x ATen's time."""
+    make = lambda: torch.randn(batch, 16, 12, 40)
+    scripted = torch.jit.script(ChannelReductions().eval())
+    converted = jit2triton.convert(scripted, (make(),), choices="fixed")
+    interchanged = _interchanged(converted)
+    assert any("amax" in k for k in interchanged) and any("mean" in k for k in interchanged), interchanged
+    assert_runtimes_match(converted, scripted, make, tmp_path)
