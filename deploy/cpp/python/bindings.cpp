@@ -104,9 +104,10 @@ py::object to_python(const jit2triton::json::Value& v) {
   }
 }
 
-// A Python exception met while loading or running interpreted kernels, as the runtime's own error: its class is
-// the runtime's (a PackageDeviceError stays one, so that load falls back as it did), its message Python's.
-[[noreturn]] void rethrow(py::error_already_set& err) {
+// A Python exception met in a call into Python (`doing`: what the runtime asked of it), as the runtime's own error:
+// its class is the runtime's (a PackageDeviceError stays one, so that load falls back as it did), its message
+// Python's.
+[[noreturn]] void rethrow(py::error_already_set& err, const std::string& doing) {
   std::string name = py::str(err.type().attr("__name__"));
   std::string what = py::str(err.value());
   Error::Kind kind = name == "PackageDeviceError" ? Error::Kind::PackageDevice
@@ -114,7 +115,7 @@ py::object to_python(const jit2triton::json::Value& v) {
                      : name == "SizeChangedError" ? Error::Kind::SizeChanged
                                                   : Error::Kind::Step;
   throw Error(kind, name == "PackageDeviceError" || name == "CorruptPackageError" || name == "SizeChangedError"
-                        ? what : "a Triton kernel under Triton's interpreter failed: " + name + ": " + what);
+                        ? what : doing + " failed: " + name + ": " + what);
 }
 
 // Triton kernels on the CPU, for this extension's plans: Triton's interpreter in Python
@@ -150,12 +151,12 @@ jit2triton::Launchers interpreted_kernels(const jit2triton::Package& pkg, c10::D
           for (size_t i = 0; i < words; ++i) numbers.append(py::int_(sizes[i]));
           (*fn)(ins, outs, numbers);
         } catch (py::error_already_set& err) {
-          rethrow(err);
+          rethrow(err, "a Triton kernel under Triton's interpreter");
         }
       };
     }
   } catch (py::error_already_set& err) {
-    rethrow(err);
+    rethrow(err, "loading the Triton kernels under Triton's interpreter");
   }
   return out;
 }
@@ -169,7 +170,7 @@ std::string rebuilt_library(std::string_view library, std::string_view source, c
         py::bytes(library.data(), library.size()), text(std::string(source)), isa);
     return std::string(out);
   } catch (py::error_already_set& err) {
-    rethrow(err);
+    rethrow(err, "rebuilding the C++ kernels for this CPU");
   }
 }
 
