@@ -10,6 +10,7 @@ interpreter.
 from __future__ import annotations
 
 import ctypes
+import json
 import struct
 import warnings
 from typing import Any, Callable, Optional
@@ -39,6 +40,29 @@ def load_kernels(contents: PackageContents, num_threads: Optional[int], device: 
 
 def load_triton_kernels(files: dict[str, bytes], section: Optional[dict], kernels: list[dict],
                         device: torch.device) -> dict[str, Callable]:
+    entries = _entries(files, section, kernels)
+    if device.type == "cuda":
+        return _load_cuda(files, entries, device)
+    return _load_interpreted(files, entries)
+
+
+def rebuilt_for_cpp(files: dict[str, bytes], section: Optional[dict], kernels: list[dict], arch: int,
+                    index: int) -> tuple[str, dict[str, bytes]]:
+    """For the C++ runtime (deploy/cpp/python/bindings.cpp): the Triton section, as JSON, with every kernel rebuilt
+    for this GPU (sm_`arch`) from the bundled sources, and the new cubins by kernel name (_rebuilt's warning, or
+    its error naming what to install)."""
+    entries = _entries(files, section, kernels)
+    rebuilt = _rebuilt(files, entries, arch, {entry.get("arch") for entry in entries.values()},
+                       torch.device("cuda", index))
+    cubins = {name: entry.pop("cubin") for name, entry in rebuilt.items()}
+    for entry in rebuilt.values():
+        entry["arch"] = arch
+        entry["zeroed"] = list(entry["zeroed"])
+    return json.dumps(dict(section, kernels={**section["kernels"], **rebuilt})), cubins
+
+
+def _entries(files: dict[str, bytes], section: Optional[dict], kernels: list[dict]) -> dict[str, dict]:
+    """Each kernel's launch entry, checked against the kernel index, with what the launchers need from it."""
     if not section or "kernels" not in section:
         raise CorruptPackageError("the package lists Triton kernels but has no 'triton' manifest section; " + RECONVERT)
     entries = {}
@@ -50,9 +74,7 @@ def load_triton_kernels(files: dict[str, bytes], section: Optional[dict], kernel
             raise CorruptPackageError(message("kernel_sizes", kernel=repr(entry["function"])))
         # (the kernel index says which inputs are host numbers the kernel takes by value; the launcher needs it)
         entries[meta["name"]] = dict(entry, by_value=meta.get("by_value", []), zeroed=_zeroed(entry, meta))
-    if device.type == "cuda":
-        return _load_cuda(files, entries, device)
-    return _load_interpreted(files, entries)
+    return entries
 
 
 def _zeroed(entry: dict, meta: dict) -> tuple[int, ...]:

@@ -315,6 +315,7 @@ def test_gpu_of_another_architecture_rebuilds_from_source_with_one_warning(tmp_p
         loaded = jit2triton.load(foreign)
     rebuilt = [w for w in caught if "rebuilding them from the bundled sources" in str(w.message)]
     assert len(rebuilt) == 1, [str(w.message) for w in caught]
+    assert loaded.runtime == "cpp"  # (rebuilt through the C++ runtime's Python extension: no fallback)
     x = torch.randn(8, 32)
     torch.testing.assert_close(loaded(x.cuda()).cpu(), model(x), rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)
 

@@ -122,13 +122,18 @@ py::object to_python(const jit2triton::json::Value& v) {
 // (deploy/triton_kernels.py, interpreted_for_cpp), called with the GIL taken for each launch. Each launcher's
 // Python callable is held by a shared pointer that releases it under the GIL, as plan steps copy launchers while
 // the GIL is released.
+py::dict kernel_sources(const jit2triton::Package& pkg) {
+  py::dict files;
+  for (const auto& [name, data] : pkg.members)  // (the kernels' sources: not the weights, which may be large)
+    if (name.compare(0, 8, "kernels/") == 0) files[text(name)] = py::bytes(data.data(), data.size());
+  return files;
+}
+
 jit2triton::Launchers interpreted_kernels(const jit2triton::Package& pkg, c10::Device, int) {
   py::gil_scoped_acquire gil;
   jit2triton::Launchers out;
   try {
-    py::dict files;
-    for (const auto& [name, data] : pkg.members)  // (the kernels' sources: not the weights, which may be large)
-      if (name.compare(0, 8, "kernels/") == 0) files[text(name)] = py::bytes(data.data(), data.size());
+    py::dict files = kernel_sources(pkg);
     const jit2triton::json::Value& manifest = pkg.manifest;
     py::object section = manifest.find("triton") ? to_python(manifest.at("triton")) : py::none();
     py::dict made = py::module_::import("jit2triton.deploy.triton_kernels").attr("interpreted_for_cpp")(
@@ -174,11 +179,29 @@ std::string rebuilt_library(std::string_view library, std::string_view source, c
   }
 }
 
+// Cubins built for another GPU, rebuilt for this one by the Python loader (deploy/triton_kernels.py,
+// rebuilt_for_cpp: with its warning, or its error naming what to install).
+jit2triton::RebuiltCubins rebuilt_cubins(const jit2triton::Package& pkg, int64_t arch, c10::Device device) {
+  py::gil_scoped_acquire gil;
+  try {
+    py::tuple made = py::module_::import("jit2triton.deploy.triton_kernels").attr("rebuilt_for_cpp")(
+        kernel_sources(pkg), to_python(pkg.manifest.at("triton")), to_python(pkg.manifest.at("kernels")), arch,
+        device.index());
+    jit2triton::RebuiltCubins out;
+    out.section = jit2triton::json::parse(made[0].cast<std::string>());
+    for (auto item : made[1].cast<py::dict>()) out.cubins[item.first.cast<std::string>()] = item.second.cast<std::string>();
+    return out;
+  } catch (py::error_already_set& err) {
+    rethrow(err, "rebuilding the GPU kernels for this GPU");
+  }
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   jit2triton::set_interpreted_kernels(&interpreted_kernels);
   jit2triton::set_library_rebuilder(&rebuilt_library);
+  jit2triton::set_cubin_rebuilder(&rebuilt_cubins);
 
   // C++ errors become the Python runtime's own exception classes, with the same messages.
   py::register_exception_translator([](std::exception_ptr p) {

@@ -8,9 +8,11 @@ namespace jit2triton {
 namespace {
 Launchers load_cubins(const Package& pkg, c10::Device device);
 KernelLoader interpreted = nullptr;
+CubinRebuilder cubin_rebuilder = nullptr;
 }  // namespace
 
 void set_interpreted_kernels(KernelLoader loader) { interpreted = loader; }
+void set_cubin_rebuilder(CubinRebuilder rebuilder) { cubin_rebuilder = rebuilder; }
 
 Launchers load_cuda_kernels(const Package& pkg, c10::Device device, int num_threads) {
   if (!device.is_cuda()) {
@@ -107,6 +109,17 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
   cudaFree(nullptr);  // makes the device's primary context current on this thread
   const cudaDeviceProp* props = at::cuda::getDeviceProperties(device.index());
   int64_t arch = props->major * 10 + props->minor;
+  RebuiltCubins rebuilt;  // (where the kernels were built for another GPU and this process can rebuild them)
+  bool foreign = false;
+  for (const auto& meta : pkg.manifest.at("kernels").items) {
+    const json::Value* entry = section->at("kernels").find(meta.at("name").as_string());
+    const json::Value* built = entry ? entry->find("arch") : nullptr;
+    foreign |= entry && (!built || built->is_null() || built->as_int() != arch);
+  }
+  if (foreign && cubin_rebuilder != nullptr) {
+    rebuilt = cubin_rebuilder(pkg, arch, device);
+    section = &rebuilt.section;
+  }
   const Driver& cu = driver();
   Launchers launchers;
   for (const auto& meta : pkg.manifest.at("kernels").items) {
@@ -123,7 +136,9 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
                       "the Python runtime, which rebuilds them");
     if (entry->find("num_ctas") && entry->at("num_ctas").as_int() != 1)
       throw Error(Error::Kind::PackageDevice, "the package's kernels use thread-block clusters, which this runtime does not launch; convert again with this jit2triton");
-    std::string_view cubin = pkg.member(entry->at("binary").as_string());
+    auto fresh = rebuilt.cubins.find(name);
+    std::string_view cubin = fresh != rebuilt.cubins.end() ? std::string_view(fresh->second)
+                                                           : pkg.member(entry->at("binary").as_string());
     std::string image(cubin);  // the driver wants a buffer it may read after this call returns
     void* module = nullptr;
     void* function = nullptr;

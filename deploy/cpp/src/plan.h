@@ -61,6 +61,15 @@ void set_interpreted_kernels(KernelLoader loader);
 // bytes; the C++ loader sets none, and refuses such a package.
 using LibraryRebuilder = std::string (*)(std::string_view library, std::string_view source, const std::string& isa);
 void set_library_rebuilder(LibraryRebuilder rebuilder);
+// Where set (the Python extension sets one that compiles with Triton, in Python), cubins built for another GPU are
+// rebuilt for this one (sm_`arch`) from the bundled sources: the package's Triton section with the rebuilt entries,
+// and each kernel's new cubin by name. The C++ loader sets none, and refuses such a package.
+struct RebuiltCubins {
+  json::Value section;
+  std::map<std::string, std::string> cubins;
+};
+using CubinRebuilder = RebuiltCubins (*)(const Package& pkg, int64_t arch, c10::Device device);
+void set_cubin_rebuilder(CubinRebuilder rebuilder);
 
 // A size in a plan: an int, or a polynomial over the dynamic dims ([[coef, [dim, ...]], ...], deploy/sizes.py),
 // with each dim as its index into the call's dims (the plan's "dims" order).
