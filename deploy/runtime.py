@@ -1,8 +1,8 @@
 """The Python runtime: a loaded package, ready to call, in the reference interpreter (deploy/executor.py).
 
 `jit2triton.load` runs the C++ runtime (deploy/cpp), the runtime of record; this one runs where that cannot: a
-machine that can neither build it nor use the package's build, kernels built for another CPU or GPU (rebuilt
-here), and conversion itself. It checks
+machine that can neither build it nor use the package's build, a package conversion found the C++ runtime to run
+wrongly, and conversion itself. It checks
 a package as the C++ runtime does (the same schema and messages) and runs its plan step by step, without CUDA graphs.
 Everything that can be decided once is decided at load: compatibility with this machine, weights moved to the
 device, the plan compiled into closures, the input check built.

@@ -5,9 +5,9 @@ alike.
 Python one, with a one-time warning, where the C++ one can neither be built on this machine (no compiler) nor be
 taken from the package (which carries the build that verified it, usable where this jit2triton, torch and Python made
 it): the user then gets the Python runtime, the reference interpreter: a few microseconds of Python per plan step,
-and on CUDA no CUDA graphs. It falls back too where the C++ runtime cannot run the package (kernels built for
-another CPU or GPU, which the Python runtime rebuilds; a package conversion found it to run wrongly). A Triton
-package on the CPU runs in the C++ runtime, its kernels under Triton's interpreter, called back into Python.
+and on CUDA no CUDA graphs. It falls back too where conversion found the C++ runtime to run the package wrongly.
+From Python the C++ runtime runs, through its extension, what it cannot alone: a Triton package on the CPU (its
+kernels under Triton's interpreter) and kernels built for another CPU or GPU (rebuilt from the bundled sources).
 "cpp" and "python" insist on one.
 """
 from __future__ import annotations

@@ -291,8 +291,8 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
     `runtime` picks what runs the plan. "auto" (the default, or the JIT2TRITON_RUNTIME environment variable) takes
     the C++ runtime (the one C++ programs link: no per-step Python work; built on first use, once per machine and
     torch version, and cached) and falls back to the Python runtime, with a one-time warning, where the C++ one
-    can neither be built nor taken from the package (which carries the build that verified it), or cannot run the
-    package (kernels built for another CPU or GPU). "cpp" or "python" insist on one. Weights are copied
+    can neither be built nor taken from the package (which carries the build that verified it), or conversion found
+    it to run the package wrongly. "cpp" or "python" insist on one. Weights are copied
     at load, so later changes to the file cannot reach the module; `mmap=True` maps them instead (no copy; the
     file must not change while the module lives). `_extra_files` is filled as torch.jit.load fills it: each name
     the package holds (from the model's .pt, or given to save) gets its bytes, the others b"".

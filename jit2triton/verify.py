@@ -453,8 +453,7 @@ class _StatefulRunner:
 
 def cpp_runner(contents, device: torch.device, folder: str) -> tuple[Optional[Callable], str]:
     """(the package in the C++ runtime, what `jit2triton.load` runs by default; why not), the runner None where that
-    runtime is not built here or does not run such a package (kernels built for another CPU). The package is saved
-    under `folder` for it to load."""
+    runtime is not built here or refuses the package. The package is saved under `folder` for it to load."""
     from jit2triton.deploy import cpp_runtime
     from jit2triton.deploy.package import save_package
 
