@@ -103,3 +103,36 @@ def test_the_tables_benchmark_runs():
     assert done.returncode == 0, done.stderr
     rows = [line for line in done.stdout.splitlines() if line.startswith("| 1x")]
     assert len(rows) == 6 and all(line.endswith("x |") for line in rows), done.stdout  # (two layouts)
+
+
+class NchwBatchNorm(torch.nn.Module):
+    """BatchNorm + hardswish on NCHW activations 12 wide, with an argmax after (BatchNorm stays unfolded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = ConvBatchNorm().bn
+
+    def forward(self, x):
+        y = torch.nn.functional.hardswish(self.bn(x))
+        return y, y.flatten(1).argmax(1)
+
+
+def test_a_short_last_dim_is_swept_with_the_one_before_it(tmp_path):
+    """A kernel whose last dim is short sweeps its last two dims in each row (emitters/cpp.py, SHORT_SWEEP), so the
+    BatchNorm's scale is computed once per channel and H x W: the same bits as TorchScript, in both runtimes, over
+    six calls."""
+    torch.manual_seed(0)
+    model = torch.jit.script(NchwBatchNorm().eval())
+    converted = jit2triton.convert(model, (torch.randn(2, 24, 10, 12),), backend="cpp")
+    kernel = next(k for k in converted.summary()["kernels"] if "batch_norm" in k["name"])
+    body = converted.code[converted.code.find(f"int {kernel['name']}("):].split("return j2t_status")[0]
+    assert re.search(r"row < 48;.*for \(int64_t \w+ = 0; \w+ < 10;.*#pragma omp simd\s+for \(int64_t \w+ = 0; \w+ < 12;",
+                     body, re.S), body
+    path = tmp_path / "nchw.j2t"
+    converted.save(path)
+    for runtime in ("cpp", "python"):
+        loaded = jit2triton.load(path, runtime=runtime)
+        for call in range(6):
+            x = torch.randn(2, 24, 10, 12)
+            with torch.no_grad():
+                assert_same(loaded(x), model(x), f"{runtime}, call {call}", tolerances={torch.float32: (0, 0)})
