@@ -53,7 +53,6 @@ def main() -> None:
             paths["compile-ro"] = torch.compile(model, mode="reduce-overhead")
         paths["j2t cpp, regions"] = jit2triton.load(package, runtime="cpp")
         paths["j2t cpp, no graphs"] = jit2triton.load(package, runtime="cpp", cuda_graphs=False)
-        paths["j2t python (no graphs)"] = jit2triton.load(package, runtime="python")
         errors = {label: (fn(*inputs) - expected).abs().max().item() for label, fn in paths.items()}
         times = interleaved_us(paths, inputs, args.runs)
         rows = [{"path": label, "us": times[label], "max error": errors[label]} for label in paths]

@@ -1,7 +1,6 @@
 """Peak memory per call: how much memory one call allocates at its worst moment, above what was held before it
 (weights and the module itself excluded; the call's outputs included), for torch.jit against a package loaded the
-default way (the C++ runtime), with the Python runtime, and (both runtimes) with its arena stripped, as packages were
-before it; and the arena itself, which a loaded package holds between calls (one per thread calling it). Then
+default way (the C++ runtime), and with its arena stripped, as packages were before it; and the arena itself, which a loaded package holds between calls (one per thread calling it). Then
 the time per call of the default load with and without its arena, interleaved.
 
     python benchmarks/peak_memory.py [--set zoo|real|all] [--only NAME,NAME] [--device cpu|cuda]
@@ -86,7 +85,7 @@ def main() -> None:
     only = set(filter(None, args.only.split(",")))
     measure = peak_cuda if args.device == "cuda" else peak_cpu
     folder = tempfile.mkdtemp()
-    labels = ["torch.jit", "default", "python", "default, no arena", "python, no arena"]
+    labels = ["torch.jit", "default", "default, no arena"]
     print(f"torch {torch.__version__}, {args.device}; KiB allocated at the peak of one call, above what was held; "
           "the arena's KiB (held between calls); ms per call of the default load with and without its arena")
     print(f"{'model':36s} " + " ".join(f"{label:>17s}" for label in labels) + f" {'arena':>9s} {'ms':>8s} "
@@ -106,7 +105,6 @@ def main() -> None:
         paths = {"torch.jit": model}
         for suffix, file in (("", "model.j2t"), (", no arena", "bare.j2t")):
             paths["default" + suffix] = jit2triton.load(os.path.join(folder, file))
-            paths["python" + suffix] = jit2triton.load(os.path.join(folder, file), runtime="python")
         kib = {}
         with torch.no_grad():
             for label in labels:

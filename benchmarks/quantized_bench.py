@@ -1,4 +1,4 @@
-"""Quantized models on the CPU: our package (C++ and Python runtimes) against TorchScript, in one process.
+"""Quantized models on the CPU: our package (the C++ runtime) against TorchScript, in one process.
 
 Workloads (tests/quantized_models.py, wider): a dynamic-quantized MLP (quantize_dynamic over nn.Linear), a
 dynamic-quantized two-layer LSTM, and a static-quantized conv net (fused conv-bn-relu, quantized add and cat,
@@ -60,7 +60,7 @@ def run(name: str, runs: int) -> dict:
     frozen = torch.jit.freeze(torch.jit.load(script_path))
     jit2triton.convert(script_path, example_inputs=inputs).save(package)
     paths = {"torch.jit": script, "torch.jit frozen": frozen,
-             "j2t cpp": jit2triton.load(package, runtime="cpp"), "j2t python": jit2triton.load(package, runtime="python")}
+             "j2t cpp": jit2triton.load(package, runtime="cpp")}
     summary = paths["j2t cpp"].summary()
     with torch.inference_mode():
         expected = script(*inputs)
@@ -85,14 +85,14 @@ def main() -> None:
           f"threads; torch {torch.__version__}, quantized engine {torch.backends.quantized.engine}; "
           f"load average {os.getloadavg()[0]:.1f}; {time.strftime('%Y-%m-%d')}; median of {args.runs} interleaved "
           "calls under torch.inference_mode")
-    header = ("| workload                   | torch.jit ms | frozen ms | j2t cpp ms | j2t python ms | vs torch.jit "
+    header = ("| workload                   | torch.jit ms | frozen ms | j2t cpp ms | vs torch.jit "
               "| vs frozen | kernels / extern / fallback | max error |")
     print(header)
     print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
     for r in rows:
         t = r["ms"]
         print(f"| {r['workload']:26s} | {t['torch.jit']:12.3f} | {t['torch.jit frozen']:9.3f} | {t['j2t cpp']:10.3f} "
-              f"| {t['j2t python']:13.3f} | {t['torch.jit'] / t['j2t cpp']:11.2f}x "
+              f"| {t['torch.jit'] / t['j2t cpp']:11.2f}x "
               f"| {t['torch.jit frozen'] / t['j2t cpp']:8.2f}x "
               f"| {r['kernels']:>9d} / {r['extern']} / {r['fallback']:<8d} | {max(r['max error'].values()):9.2e} |")
     if args.json:

@@ -1,5 +1,5 @@
-"""Per-call overhead of the runtimes, side by side in one process: torch.jit (traced, frozen, warmed up), our
-Python runtime and our C++ runtime (`jit2triton.load(..., runtime="cpp")`), on a tiny model (sin+cos of a 0-d
+"""Per-call overhead of the runtime, side by side in one process: torch.jit (traced, frozen, warmed up) and our
+C++ runtime (`jit2triton.load`), on a tiny model (sin+cos of a 0-d
 tensor, where the call is all overhead) and on BERT base at batch 1 x seq 9 (transformers; a BERT-like layer
 when transformers is missing); and (`--programs host`) on programs that are mostly host steps
 (benchmarks/host_programs.py: an NMS post-process, a loop over a List[Tensor] input, a scripted refinement loop in a
@@ -75,9 +75,7 @@ def measure(workload: Workload, device: str, folder: str, keep: str = "") -> dic
             traced.save(stem + ".pt")
             with open(path, "rb") as src, open(stem + ".j2t", "wb") as dst:
                 dst.write(src.read())
-        paths = {"torch.jit": lambda: traced}
-        for runtime in ("python", "cpp"):
-            paths[f"jit2triton {runtime}"] = (lambda r=runtime: jit2triton.load(path, runtime=r))
+        paths = {"torch.jit": lambda: traced, "jit2triton cpp": lambda: jit2triton.load(path)}
         expected = traced(*inputs)
         row = {"workload": workload.name}
         for name, make in paths.items():
@@ -143,12 +141,10 @@ def measure_host_program(name: str, device: str, folder: str, runs: int, calls: 
         converted = jit2triton.convert(program.model, program.example, device=device)
         converted.save(path)
         nodes = converted.summary()
-        paths = {"torch.jit": program.model}
-        for runtime in ("python", "cpp"):
-            paths[f"jit2triton {runtime}"] = jit2triton.load(path, runtime=runtime, cuda_graphs=cuda_graphs)
+        paths = {"torch.jit": program.model, "jit2triton cpp": jit2triton.load(path, cuda_graphs=cuda_graphs)}
         row = {"workload": name, "kernel_nodes": nodes["native_nodes"], "host_nodes": nodes["host_nodes"],
                "aten_nodes": nodes["fallback_nodes"] + nodes["extern_nodes"],
-               "steps": steps_per_call(jit2triton.load(path, runtime="cpp"), program)}
+               "steps": steps_per_call(jit2triton.load(path), program)}
         for label, fn in paths.items():
             if program.reset:
                 getattr(fn, program.reset)()
@@ -161,27 +157,25 @@ def measure_host_program(name: str, device: str, folder: str, runs: int, calls: 
 
 
 def print_host_table(rows: list) -> None:
-    print("\n| program | kernel / host / ATen nodes | steps per call | torch.jit | jit2triton python | jit2triton cpp "
-          "| µs per step: torch.jit / cpp | cpp vs torch.jit | python vs torch.jit |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| program | kernel / host / ATen nodes | steps per call | torch.jit | jit2triton cpp "
+          "| µs per step: torch.jit / cpp | cpp vs torch.jit |")
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
-        jit, py, cpp = (row[p]["wall_us"] for p in ("torch.jit", "jit2triton python", "jit2triton cpp"))
+        jit, cpp = (row[p]["wall_us"] for p in ("torch.jit", "jit2triton cpp"))
         steps = max(row["steps"], 1)
         print(f"| {row['workload']} | {row['kernel_nodes']} / {row['host_nodes']} / {row['aten_nodes']} | "
-              f"{row['steps']} | {jit:.1f} | {py:.1f} | {cpp:.1f} | {jit / steps:.3f} / {cpp / steps:.3f} | "
-              f"{jit / cpp:.2f}x | {jit / py:.2f}x |")
+              f"{row['steps']} | {jit:.1f} | {cpp:.1f} | {jit / steps:.3f} / {cpp / steps:.3f} | {jit / cpp:.2f}x |")
     for row in rows:
-        errors = {p: row[p]["max_abs_error"] for p in ("jit2triton python", "jit2triton cpp")}
-        if any(e > 1e-4 for e in errors.values()):
-            print(f"{row['workload']}: outputs differ from TorchScript's: {errors}")
+        if row["jit2triton cpp"]["max_abs_error"] > 1e-4:
+            print(f"{row['workload']}: outputs differ from TorchScript's: {row['jit2triton cpp']['max_abs_error']}")
 
 
 def print_overhead_table(rows: list, name: str, device: str) -> None:
     print(f"\n{name}, torch {torch.__version__}: microseconds per call (back-to-back wall"
           f"{'; CUDA events of one call' if device == 'cuda' else ''})\n")
-    paths = ["torch.jit", "jit2triton python", "jit2triton cpp"]
-    print("| workload | " + " | ".join(paths) + " | cpp vs python | cpp vs torch.jit |")
-    print("|---|" + "---|" * (len(paths) + 2))
+    paths = ["torch.jit", "jit2triton cpp"]
+    print("| workload | " + " | ".join(paths) + " | cpp vs torch.jit |")
+    print("|---|" + "---|" * (len(paths) + 1))
     for row in rows:
         cells = []
         for p in paths:
@@ -189,13 +183,11 @@ def print_overhead_table(rows: list, name: str, device: str) -> None:
             if "event_us" in row[p]:
                 cell += f" ({row[p]['event_us']:.1f})"
             cells.append(cell)
-        ratio_py = row["jit2triton python"]["wall_us"] / row["jit2triton cpp"]["wall_us"]
         ratio_jit = row["torch.jit"]["wall_us"] / row["jit2triton cpp"]["wall_us"]
-        print(f"| {row['workload']} | " + " | ".join(cells) + f" | {ratio_py:.2f}x | {ratio_jit:.2f}x |")
+        print(f"| {row['workload']} | " + " | ".join(cells) + f" | {ratio_jit:.2f}x |")
     for row in rows:
-        print(f"{row['workload']}: load ms python {row['jit2triton python']['load_ms']:.1f}, "
-              f"cpp {row['jit2triton cpp']['load_ms']:.1f}; max abs error python "
-              f"{row['jit2triton python']['max_abs_error']:.2e}, cpp {row['jit2triton cpp']['max_abs_error']:.2e}")
+        print(f"{row['workload']}: load ms {row['jit2triton cpp']['load_ms']:.1f}; max abs error "
+              f"{row['jit2triton cpp']['max_abs_error']:.2e}")
 
 
 def main() -> None:

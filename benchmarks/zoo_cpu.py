@@ -1,5 +1,5 @@
 """Every zoo model (tests/models.py) and real architectures on the CPU: torch.jit against a package loaded the
-default way (the C++ runtime) and with the Python runtime, in one process, on the same inputs; median of interleaved
+default way (the C++ runtime), in one process, on the same inputs; median of interleaved
 calls after warm-up. Prints a table and the geometric means of the speed-ups over torch.jit.
 
     python benchmarks/zoo_cpu.py [--set zoo|real|all] [--calls 200] [--only PART,PART] [--compile] [--profile N]
@@ -106,11 +106,11 @@ def main() -> None:
     warnings.simplefilter("ignore")
     only = set(filter(None, (part.strip() for part in args.only.split(","))))
     folder = tempfile.mkdtemp()
-    labels = (["eager", "torch.compile"] if args.compile else []) + ["torch.jit", "default", "python"]
+    labels = (["eager", "torch.compile"] if args.compile else []) + ["torch.jit", "default"]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; ms per call, median of {args.calls}")
     print(f"{'model':36s} " + " ".join(f"{label:>13s}" for label in labels) +
-          f" {'jit/default':>12s} {'jit/python':>11s}" + (f" {'compile/default':>16s}" if args.compile else ""))
-    ratios = {"default": [], "python": [], "compile": []}
+          f" {'jit/default':>12s}" + (f" {'compile/default':>16s}" if args.compile else ""))
+    ratios = {"default": [], "compile": []}
     profiles = []  # (torch.jit / default, name, package, inputs)
     rows = {"zoo": [_zoo], "real": [_real], "all": [_zoo, _real]}[args.set]
     for name, model, example, call in (row for source in rows for row in source()):
@@ -119,8 +119,7 @@ def main() -> None:
         torch.manual_seed(0)
         path = os.path.join(folder, f"model{len(ratios['default'])}.j2t")
         jit2triton.convert(model, example_inputs=example).save(path)
-        paths = {"torch.jit": model, "default": jit2triton.load(path),
-                 "python": jit2triton.load(path, runtime="python")}
+        paths = {"torch.jit": model, "default": jit2triton.load(path)}
         eager = _EAGER.get(id(model)) if args.compile else None
         if eager is not None:
             paths = {"eager": eager, "torch.compile": torch.compile(eager), **paths}
@@ -135,36 +134,35 @@ def main() -> None:
                     fn(*call)
                     times[label].append(time.perf_counter() - start)
         ms = {label: statistics.median(t) * 1e3 for label, t in times.items()}
-        for label in ("default", "python"):
-            ratios[label].append(ms["torch.jit"] / ms[label])
+        ratios["default"].append(ms["torch.jit"] / ms["default"])
         profiles.append((ms["torch.jit"] / ms["default"], name, path, call))
         line = f"{name:36s} " + " ".join(f"{ms[label]:13.4f}" if label in ms else f"{'-':>13s}" for label in labels)
-        line += f" {ms['torch.jit'] / ms['default']:11.2f}x {ms['torch.jit'] / ms['python']:10.2f}x"
+        line += f" {ms['torch.jit'] / ms['default']:11.2f}x"
         if "torch.compile" in ms:
             ratios["compile"].append(ms["torch.compile"] / ms["default"])
             line += f" {ms['torch.compile'] / ms['default']:15.2f}x"
         print(line, flush=True)
-    names = {"default": "torch.jit / default", "python": "torch.jit / python", "compile": "torch.compile / default"}
+    names = {"default": "torch.jit / default", "compile": "torch.compile / default"}
     for label, values in ratios.items():
         if values:
             geomean = math.exp(sum(map(math.log, values)) / len(values))
             print(f"geomean {names[label]}: {geomean:.2f}x (min {min(values):.2f}x, {len(values)} models)")
     for ratio, name, path, call in sorted(profiles, key=lambda row: row[0])[:args.profile]:
-        print(f"\n{name} ({ratio:.2f}x torch.jit): time per plan step over {args.calls} calls (Python runtime)")
+        print(f"\n{name} ({ratio:.2f}x torch.jit): time per plan step over {args.calls} calls")
         for line in _profile(path, call, args.calls):
             print(line)
 
 
 def _profile(path: str, inputs: tuple, calls: int) -> list[str]:
-    from jit2triton.bench import StepProfiler, format_profile, profile_rows
-    module = jit2triton.load(path, runtime="python")
-    profiler = StepProfiler(cuda=False)
+    from jit2triton.bench import _Row, format_profile, profile_rows
+    module = jit2triton.load(path)
     with torch.no_grad():
         module(*inputs)  # a warm call outside the profile
-        module._runtime.executor.step_timer = profiler
+        module._runtime.set_profiling(True)
         for _ in range(calls):
             module(*inputs)
-    return format_profile(profile_rows(profiler, module.manifest["nodes"], module.manifest["kernels"], calls))
+    steps = [_Row(node, seconds, runs) for node, seconds, runs in module._runtime.step_times()]
+    return format_profile(profile_rows(steps, module.manifest["nodes"], module.manifest["kernels"], calls))
 
 
 if __name__ == "__main__":

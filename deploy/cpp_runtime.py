@@ -1,4 +1,4 @@
-"""The C++ runtime from Python: `jit2triton.load(path, runtime="cpp")`.
+"""The C++ runtime from Python: what `jit2triton.load` runs, and what conversion verifies a package in.
 
 The runtime's sources (deploy/cpp) are built into a Python extension with torch's cpp_extension on first use and
 cached under ~/.cache/jit2triton/ext, keyed by a hash of the sources, the torch version and the Python version: a
@@ -8,7 +8,8 @@ the whole plan in C++ (kernels, ATen ops, control flow, CUDA graphs), so no per-
 
 A package carries the build that verified it (`runtime/<build name>.so`, checked and signed with the package's other
 members): a machine that cannot build the runtime (no compiler, no ninja) runs it from there, where it was built from
-these sources for this torch and Python (the build name says so), instead of falling back to the Python runtime.
+these sources for this torch and Python (the build name says so). Where neither is possible, load says what to
+install (deploy/runtime_choice.py).
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from .policy import RECONVERT
 from .signature import output_rebuilder
 from .verified_library import open_verified
 
-# The classes the extension raises, by name: the C++ runtime's errors are the Python runtime's exceptions.
+# The classes the extension raises, by name: the C++ runtime's errors are jit2triton's exceptions.
 EXCEPTIONS = {cls.__name__: cls for cls in (PackageError, CorruptPackageError, PackageVersionError, PackageDeviceError,
                                             SignatureError, InputError, StepError, ModelRaisedError,
                                             QuantizedEngineError, SizeChangedError)}
@@ -85,8 +86,7 @@ _unavailable: Optional[str] = None
 
 def unavailable(package: Optional[str] = None, trusted_keys: Sequence[str] = ()) -> Optional[str]:
     """None when the C++ runtime can be used (building it now if this machine has not yet, or taking the build
-    `package` carries where none can be made here), else why not: the default load then falls back to the Python
-    runtime. A failed build is not retried in this process."""
+    `package` carries where none can be made here), else why not. A failed build is not retried in this process."""
     global _unavailable
     if _extension is None and _unavailable is None:
         try:
@@ -165,7 +165,7 @@ def _built_now(name: str, build_dir: str, built: str, cuda: bool):
     from torch.utils import cpp_extension
     if not cpp_extension.is_ninja_available():
         raise PackageError("the C++ runtime is built on first use with torch's cpp_extension, which needs ninja: "
-                           "pip install ninja (or use the Python runtime: jit2triton.load(path, runtime='python'))")
+                           "pip install ninja")
     print(f"jit2triton: building the C++ runtime for torch {torch.__version__} (once per machine, about a minute; "
           f"cached in {build_dir})", file=sys.stderr, flush=True)
     global _bytes
@@ -219,8 +219,8 @@ def _compile(name: str, build_dir: str, cuda: bool):
                                   extra_cflags=flags, extra_ldflags=["-ldl"], with_cuda=cuda,
                                   build_directory=build_dir, verbose=False)
     except (RuntimeError, OSError) as err:
-        raise PackageError(f"building the C++ runtime failed ({err}); it needs a C++17 compiler and torch's headers. "
-                           "Use the Python runtime meanwhile: jit2triton.load(path, runtime='python')") from None
+        raise PackageError(f"building the C++ runtime failed ({err}); it needs a C++17 compiler (g++ or clang++) "
+                           "and torch's headers") from None
 
 
 def _import(name: str, path: str):
@@ -233,7 +233,7 @@ def _import(name: str, path: str):
 
 
 class CppRuntime:
-    """A package loaded by the C++ runtime; called like the Python `Runtime`."""
+    """A package loaded by the C++ runtime, called like the model."""
 
     name = "cpp"
 
@@ -247,7 +247,7 @@ class CppRuntime:
         self.device = torch.device(self.module.device)
         self.uses_cuda_graph = self.module.uses_cuda_graph
         # The C++ runtime returns a NamedTuple as a plain tuple (deploy/cpp/src/module.cpp says why); the model's
-        # NamedTuple classes are made here, once, from the signature the C++ runtime checked, as the Python one does.
+        # NamedTuple classes are made here, once, from the signature the C++ runtime checked.
         self.rebuilders = named_tuple_rebuilders(self.module.member("manifest.json"))
         self.rebuild_outputs = self.rebuilders.get("forward")
         self.fastest_call = self.module if self.rebuild_outputs is None else self  # (no Python frame between)

@@ -1,19 +1,22 @@
-"""The reference interpreter of an execution plan: each step is compiled once, at load, into a small closure over a
-list of slots, and a call runs the closures in order.
+"""The reference interpreter of an execution plan: each step is compiled once into a small closure over a list of
+slots, and a call runs the closures in order.
 
-The runtime of record is the C++ one (deploy/cpp: what `jit2triton.load` runs, and what verification checks as it
-ships). This one is what conversion types graphs with and watches node by node (`observe`: the culprit search), and
-what a machine gets where the C++ runtime neither builds nor comes with the package. So it
-holds none of the production machinery: no CUDA graphs, no memory arena, no fast paths. Each kernel's outputs are
-fresh tensors, every step runs as a step.
+The runtime is the C++ one (deploy/cpp: what `jit2triton.load` runs, and what verification checks as it ships).
+This one is conversion's: what it types graphs with and watches node by node (`observe`: the culprit search finds
+the first kernel to part from ATen). So it holds none of the production machinery: it reads no package (it takes
+the plan conversion built), checks no inputs, keeps no module state, runs no CUDA graphs, no memory arena, no fast
+paths. Each kernel's outputs are fresh tensors, every step runs as a step.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Any, Callable, Optional
 
 import torch
 
-from jit2triton.errors import Jit2TritonError, SizeChangedError, StepError
+from jit2triton.emitters.backends import BACKENDS
+
+from jit2triton.errors import Jit2TritonError, PackageVersionError, SizeChangedError, StepError
 
 from .op_facts import UNPACKS
 from .packed import build_packed, packed_constant
@@ -25,6 +28,23 @@ Step = Callable[[list], None]
 Observer = Callable[[int, tuple], None]  # (node index, output values)
 
 
+def placed_weights(weights: dict[str, torch.Tensor], plan: dict, device: torch.device) -> dict[str, torch.Tensor]:
+    """The weights where the plan runs: on `device`, but those the plan keeps on the CPU (its "host_weights")."""
+    host = set(plan.get("host_weights", ()))
+    return {name: w.to("cpu" if name in host else device) for name, w in weights.items()}
+
+
+def load_kernels(contents, device: torch.device) -> dict:
+    """A launcher per kernel of a package's contents, from the Python loader its backend names."""
+    backend = BACKENDS.get(contents.manifest["backend"])
+    if backend is None:
+        raise PackageVersionError(f"the package uses kernel backend {contents.manifest['backend']!r}, which this "
+                                  "jit2triton does not know; upgrade jit2triton")
+    if backend.python_loader is None or not contents.manifest["kernels"]:
+        return {}
+    return importlib.import_module(backend.python_loader).load_kernels(contents, None, torch.device(device))
+
+
 class Executor:
     def __init__(self, plan: dict, weights: dict[str, torch.Tensor], nodes: list[dict],
                  observe: Optional[Observer] = None, kernels: Optional[dict[str, Callable]] = None,
@@ -34,8 +54,6 @@ class Executor:
         self.device = device
         self.nodes = nodes
         self.observe = observe
-        # set by a profiler (jit2triton bench --profile): runs each step and accounts its time to its node
-        self.step_timer: Optional[Callable[[Step, int, list], None]] = None
         self.num_slots = plan["num_slots"]
         self.input_slots = plan["inputs"]
         # Dynamic dims: read from the inputs once per call, into the slot after the plan's own (kernels take them)
@@ -57,10 +75,9 @@ class Executor:
         return [get(env) for get in self.output_getters]
 
     def run_steps(self, steps: list[tuple[Step, int]], env: list) -> None:
-        timer = self.step_timer
         for step, node in steps:
             try:
-                step(env) if timer is None else timer(step, node, env)
+                step(env)
             except Jit2TritonError:
                 raise
             except Exception as err:

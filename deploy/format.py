@@ -1,13 +1,12 @@
 """The manifest's schema: each field of a package's manifest.json, its type, whether a package must have it, what a
 reader takes when it is absent, and the check that refuses a damaged or unknown value, with the message it says.
 
-Both runtimes read the manifest through it. The Python runtime calls `read_manifest` (and `check_fields` per plan
-step); the C++ runtime includes `deploy/cpp/src/manifest_schema.h`, generated from this file:
+The package reader (deploy/package.py: tools, conversion) calls `read_manifest`; the C++ runtime includes `deploy/cpp/src/manifest_schema.h`, generated from this file:
 
     python -m jit2triton.deploy.format > deploy/cpp/src/manifest_schema.h
 
 (tests/test_manifest_schema.py fails while the checked-in header differs from what this file generates). A field
-added here is checked by both runtimes at load, read by the Python runtime as an attribute of `Manifest`, and, where
+added here is checked by the runtime at load, read in Python as an attribute of `Manifest`, and, where
 it has a `write`, recorded by save_package (deploy/package.py) from the manifest that
 deploy/packaging/build_manifest.py built.
 """
@@ -64,8 +63,8 @@ class Section:
 # one would run the package wrongly (drop the module state it carries, the methods it holds), so it refuses it and
 # asks for an upgrade. Each records whether a manifest uses it.
 FEATURES: dict[str, Callable[[dict], bool]] = {
-    "state": lambda m: bool(m.get("state")),  # module attributes the plan reads and writes (deploy/state.py)
-    "methods": lambda m: bool(m.get("methods")),  # methods besides forward (deploy/methods.py)
+    "state": lambda m: bool(m.get("state")),  # module attributes the plan reads and writes (deploy/cpp/src/state.cpp)
+    "methods": lambda m: bool(m.get("methods")),  # methods besides forward (deploy/cpp/src/module.cpp)
     "bound_dims": lambda m: bool(m["plan"].get("bound_dims")),  # sizes bound from tensors a step makes
     "host_weights": lambda m: bool(m["plan"].get("host_weights")),  # weights a GPU plan keeps on the CPU
     # kernels that take host numbers as arguments (KernelBuffer.by_value): a reader without it would pass a number
@@ -93,11 +92,11 @@ MANIFEST = Section("manifest", (
     Field("ir", "str", False, "", "the IR the plan came from, as text"),
     Field("cuda_graph", "bool", False, None, "whether a straight-line CUDA plan runs as one graph (decided at "
                                              "conversion; absent in older packages, which decide at load)"),
-    Field("state", "list", False, None, "module attributes the plan reads and writes (deploy/state.py)"),
-    Field("methods", "object", False, None, "methods besides forward, each a manifest of its own (deploy/methods.py)"),
-    Field("runtime", "str", False, None, "the one runtime verification found right: 'python' where the C++ "
-                                         "runtime's outputs differed from TorchScript's at conversion (it refuses "
-                                         "the package)"),
+    Field("state", "list", False, None, "module attributes the plan reads and writes (deploy/cpp/src/state.cpp)"),
+    Field("methods", "object", False, None, "methods besides forward, each a manifest of its own (deploy/cpp/src/module.cpp)"),
+    Field("runtime", "str", False, None, "'python' in packages of older jit2triton whose C++ runtime differed "
+                                         "from TorchScript at conversion; the C++ runtime refuses them (never "
+                                         "written now)"),
     Field("cpp", "object", False, None, "the C++ kernels' section (their instruction set)"),
     Field("triton", "object", False, None, "the Triton kernels' section (their launch metadata)"),
     Field("requires", "strs", False, (), "the FEATURES it uses, which a reader must know to run it",
@@ -168,7 +167,7 @@ WEIGHT = Section("weights index", (
     Field("nbytes", "count", most=MAX_BYTES, doc="how many"),
     Field("memory_order", "sizes", False, None, "its dims outermost first, when not row-major"),
 ))
-# A module state entry (deploy/state.py, state.cpp): an attribute the plan reads and writes, and its initial value
+# A module state entry (deploy/cpp/src/state.cpp): an attribute the plan reads and writes, and its initial value
 STATE = Section("module state", (
     Field("name", "str", doc="the attribute's name"),
     Field("written", "bool", doc="whether forward assigns it"),

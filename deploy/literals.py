@@ -84,7 +84,7 @@ def _list(value: Any) -> list:
 
 
 def map_manifest_plans(manifest: dict, fn: Callable[[Any], Any]) -> dict:
-    """`manifest` with map_plan_literals applied to its plan and to each of its methods' plans (deploy/methods.py)."""
+    """`manifest` with map_plan_literals applied to its plan and to each of its methods' plans (deploy/cpp/src/module.cpp)."""
     out = dict(manifest, plan=map_plan_literals(manifest["plan"], fn))
     if isinstance(manifest.get("methods"), dict):
         out["methods"] = {name: dict(method, plan=map_plan_literals(method["plan"], fn)) if isinstance(method, dict)

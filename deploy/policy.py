@@ -1,7 +1,7 @@
 """The one source of what both runtimes must agree on: the package format's constants, the runtime policy numbers,
 the dtype table and the messages a package is refused with.
 
-The Python runtime imports this module; the C++ runtime includes `deploy/cpp/src/policy.h`, generated from it:
+Python imports this module; the C++ runtime includes `deploy/cpp/src/policy.h`, generated from it:
 
     python -m jit2triton.deploy.policy > deploy/cpp/src/policy.h
 

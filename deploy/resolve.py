@@ -84,7 +84,7 @@ _SCALARS = {"int": (int, torch.dtype, torch.layout, torch.memory_format), "float
 def _typed(op: str, fn: Callable) -> Callable:
     """A host op that refuses a number of another type than its schema's (a bool, a tensor or a list where it takes
     an int), as TorchScript's operator and the C++ runtime's do, where Python's operators would compute something
-    (tests/test_runtime_parity.py: a plan edited to pass another slot there)."""
+    (tests/test_runtime_refusals.py: a plan edited to pass another slot there)."""
     name, _, overload = op.partition(".")
     schema = next((s for s in _schemas(name) if s.overload_name == overload), None)
     checks = [(i, _SCALARS[str(a.type)], a.name) for i, a in enumerate(schema.arguments if schema else ())

@@ -1,44 +1,41 @@
-"""Which runtime runs a package: `jit2triton.load` and serving's replicas load through `load_runtime`, so both choose
-alike.
+"""How a package is loaded: `jit2triton.load`, `jit2triton.convert`'s module and serving's replicas load through
+`load_runtime`, so all run it alike, in the C++ runtime (deploy/cpp), the runtime conversion verified it in.
 
-"auto" (the default, or the JIT2TRITON_RUNTIME environment variable) takes the C++ runtime and falls back to the
-Python one, with a one-time warning, where the C++ one can neither be built on this machine (no compiler) nor be
-taken from the package (which carries the build that verified it, usable where this jit2triton, torch and Python made
-it): the user then gets the Python runtime, the reference interpreter: a few microseconds of Python per plan step,
-and on CUDA no CUDA graphs. It falls back too where conversion found the C++ runtime to run the package wrongly.
-From Python the C++ runtime runs, through its extension, what it cannot alone: a Triton package on the CPU (its
-kernels under Triton's interpreter) and kernels built for another CPU or GPU (rebuilt from the bundled sources).
-"cpp" and "python" insist on one.
+From Python the runtime is a Python extension built on first use (deploy/cpp_runtime.py), or taken from the package
+(which carries the build that verified it) where this machine cannot build one. Where neither is possible (no
+compiler, and the package's build is of another jit2triton, torch or Python), load raises a RuntimeUnavailableError
+that says what to install. Through the extension the C++ runtime runs what it cannot alone: a Triton package on the
+CPU (its kernels under Triton's interpreter) and kernels built for another CPU or GPU (rebuilt from the bundled
+sources).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-import warnings
 from typing import Any, Callable, Optional, Sequence, Union
 
-from jit2triton.errors import PackageDeviceError
+import torch
+
+from jit2triton.errors import PackageDeviceError, RuntimeUnavailableError
 
 from .package import PackageContents, read_package
-from .runtime import DeviceLike, python_runtimes, resolve_map_location
 from .signing import trusted_key_paths
 
-RUNTIMES = ("auto", "cpp", "python")
+DeviceLike = Union[str, torch.device, dict, None]  # a dict maps the device saved to the one wanted, as torch.jit
+RUNTIMES = ("auto", "cpp")
 
 
 @dataclasses.dataclass(frozen=True)
 class LoadedRuntime:
-    """A package in the runtime chosen for it: forward's runtime, one per other method, and the package (the C++
-    runtime's as it read it, built when first asked: `contents()` copies the weights)."""
+    """A package in the C++ runtime: forward's, one per other method, and the package as the runtime read it (built
+    when first asked: `contents()` copies the weights)."""
     runtime: Any
     methods: dict
-    contents: Union[PackageContents, Callable[[], PackageContents]]
+    contents: Callable[[], PackageContents]
 
     @property
     def manifest(self) -> dict:
-        if isinstance(self.contents, PackageContents):
-            return self.contents.manifest
         return json.loads(self.runtime.module.member("manifest.json"))  # the bytes the C++ runtime read
 
 
@@ -46,48 +43,54 @@ def load_runtime(path: Union[str, os.PathLike], runtime: Optional[str] = None, m
                  num_threads: Optional[int] = None, cuda_graphs: bool = True, alias_outputs: bool = False,
                  mmap: bool = False, trusted_keys: Optional[Sequence[Union[str, os.PathLike]]] = None,
                  built_here: bool = False) -> LoadedRuntime:
-    """The package at `path` in the runtime `runtime` names (None: JIT2TRITON_RUNTIME, else "auto"). `built_here`:
-    a package this process just converted (`jit2triton.convert`'s module), which no key signed and none need, and
-    which falls back to the Python runtime without the warning (its `runtime` says where it runs)."""
+    """The package at `path` in the C++ runtime. `runtime` (None: JIT2TRITON_RUNTIME, else "auto") is "auto" or
+    "cpp", both the C++ runtime. `built_here`: a package this process just converted (`jit2triton.convert`'s
+    module), which no key signed and none need."""
+    from . import cpp_runtime
+
     path = os.fspath(path)
     trusted_keys = [] if built_here else trusted_key_paths(trusted_keys)
     runtime = runtime or os.environ.get("JIT2TRITON_RUNTIME") or "auto"
+    if runtime == "python":
+        raise ValueError("the Python runtime is retired: packages run in the C++ runtime, which conversion verified "
+                         "them in (from Python through its extension, built on first use or carried by the package). "
+                         "Leave `runtime` out (and unset JIT2TRITON_RUNTIME)")
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
-    why = None
-    if runtime != "python":
-        from . import cpp_runtime
-        # "cpp": build it (or take the package's) or say why it cannot
-        why = cpp_runtime.unavailable(path, trusted_keys) if runtime == "auto" else None
-        if why is None:
-            if isinstance(map_location, dict):  # which entry applies depends on the device the package was built for
-                built_for = read_package(path, mmap=True, trusted_keys=trusted_keys,
-                                         keys_from_environment=False).manifest["device"]
-                map_location = resolve_map_location(map_location, built_for)
-            try:
-                loaded = cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap,
-                                                trusted_keys)
-                return LoadedRuntime(loaded, loaded.methods(), loaded.contents)
-            except PackageDeviceError as err:
-                if runtime == "cpp":
-                    raise
-                why = str(err)  # the Python runtime may run it (rebuilding kernels, or under Triton's interpreter)
-    contents = read_package(path, mmap=mmap, trusted_keys=trusted_keys, keys_from_environment=False)
-    forward, methods = python_runtimes(contents, map_location, num_threads)  # (no CUDA graphs there)
-    if runtime == "auto" and not built_here:  # only once it runs there: a package neither runtime can run gets its one
-        _python_fallback_notice(why)       # error alone (convert's module says which runs it: its `runtime`)
-    return LoadedRuntime(forward, methods, contents)
+    why = cpp_runtime.unavailable(path, trusted_keys)
+    if why is not None:
+        raise RuntimeUnavailableError(
+            f"the C++ runtime that runs packages cannot be used here: {why}. Install a C++17 compiler (g++ or "
+            "clang++) and ninja (pip install ninja) once, and load again (the runtime is built once per machine and "
+            "cached); or convert the package with this jit2triton, torch and Python, so that it carries a build "
+            "that runs here")
+    if isinstance(map_location, dict):  # which entry applies depends on the device the package was built for
+        built_for = read_package(path, mmap=True, trusted_keys=trusted_keys,
+                                 keys_from_environment=False).manifest["device"]
+        map_location = resolve_map_location(map_location, built_for)
+    loaded = cpp_runtime.CppRuntime(path, map_location, num_threads, cuda_graphs, alias_outputs, mmap, trusted_keys)
+    return LoadedRuntime(loaded, loaded.methods(), loaded.contents)
 
 
-_noticed: set[str] = set()
-
-
-def _python_fallback_notice(why: str) -> None:
-    """Once per reason and process: the default fell back to the Python runtime, and what that costs."""
-    if why in _noticed:
-        return
-    _noticed.add(why)
-    warnings.warn(f"jit2triton: running the package in the Python runtime, the reference interpreter, which adds a "
-                  f"few microseconds of Python per plan step to every call and runs no CUDA graphs (the C++ runtime "
-                  f"adds none and runs them): {why}. Pass runtime='python' (or set "
-                  "JIT2TRITON_RUNTIME=python) to choose it and silence this", stacklevel=4)
+def resolve_map_location(map_location: DeviceLike, built_for: str) -> Union[str, torch.device, None]:
+    """torch.jit.load's map_location forms: a device (or its name), or a dict from the device the package was built
+    for to the one to load it on; a dict without that device leaves it where it was built. A package records only
+    its device type (its kernels run on any GPU of the same architecture), so a "cuda:0" key applies to a CUDA
+    package as "cuda" does (an exact "cuda" key first)."""
+    if not isinstance(map_location, dict):
+        return map_location
+    built = torch.device(built_for)
+    keys = {}
+    for saved, wanted in map_location.items():
+        try:
+            keys[saved] = torch.device(saved)
+        except (RuntimeError, TypeError):
+            raise PackageDeviceError(f"map_location has a key {saved!r} that is not a device (use names like "
+                                     "'cpu', 'cuda' or 'cuda:0')") from None
+    for saved, wanted in map_location.items():
+        if keys[saved] == built:
+            return wanted
+    for saved, wanted in map_location.items():
+        if keys[saved].type == built.type:
+            return wanted
+    return None

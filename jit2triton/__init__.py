@@ -25,6 +25,7 @@ from .errors import (  # noqa: E402
     PackageError,
     PackageVersionError,
     QuantizedEngineError,
+    RuntimeUnavailableError,
     SignatureError,
     StepError,
     UnsafeCacheError,
@@ -34,7 +35,7 @@ from .version import __version__  # noqa: E402
 __all__ = [
     "convert", "load", "Converted", "Dim", "__version__",
     "Jit2TritonError", "ModelLoadError", "ConversionError", "PackageError", "CorruptPackageError",
-    "PackageVersionError", "PackageDeviceError", "QuantizedEngineError", "SignatureError", "InputError", "StepError",
+    "PackageVersionError", "PackageDeviceError", "QuantizedEngineError", "RuntimeUnavailableError", "SignatureError", "InputError", "StepError",
     "ModelRaisedError", "UnsafeCacheError", "PrecisionWarning",
     "SlowerPrecisionWarning",
 ]

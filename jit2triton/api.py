@@ -16,8 +16,7 @@ import torch
 
 from jit2triton.deploy.literals import decode
 from jit2triton.deploy.package import PackageContents, save_package
-from jit2triton.deploy.runtime import DeviceLike, Runtime, python_runtimes
-from jit2triton.deploy.runtime_choice import load_runtime
+from jit2triton.deploy.runtime_choice import DeviceLike, load_runtime
 from jit2triton.deploy.signature import format_input, format_type
 
 from .errors import InputError, PackageDeviceError
@@ -33,7 +32,7 @@ class Converted(TorchModuleFace):
     else code written for a torch.jit module calls on it (`.to`, `.half()`, `.training`, `state_dict()`, the
     attributes the model writes) is in module_face.py."""
 
-    def __init__(self, contents: Union[PackageContents, Callable[[], PackageContents]], runtime: Runtime,
+    def __init__(self, contents: Union[PackageContents, Callable[[], PackageContents]], runtime: Any,
                  methods: Optional[dict[str, Callable]] = None) -> None:
         self._package = contents  # the contents, or what reads them when first asked (CppRuntime.contents)
         self._runtime = runtime
@@ -94,8 +93,7 @@ class Converted(TorchModuleFace):
             raise PackageDeviceError(
                 f"the package's kernels are compiled for {self.device.type} and cannot run on {device.type}: convert "
                 f"the model again with device={device.type!r}")
-        runtime, methods = python_runtimes(self._contents, device)
-        return Converted(self._contents, runtime, methods)
+        return _as_loaded(self._contents, device)
 
     def cuda(self, device: Union[int, str, torch.device, None] = None, non_blocking: bool = False) -> "Converted":
         return self.to(torch.device("cuda", device) if isinstance(device, int) else torch.device(device or "cuda"))
@@ -175,7 +173,7 @@ class Converted(TorchModuleFace):
 
     @property
     def runtime(self) -> str:
-        """What runs the plan: "cpp" (the C++ runtime) or "python"."""
+        """What runs the plan: "cpp", the C++ runtime (the only one)."""
         return self._runtime.name
 
     def signature(self, method: str = "forward") -> str:
@@ -251,9 +249,9 @@ def convert(model, example_inputs: Union[Sequence[Any], torch.Tensor, None] = No
 
 
 def _as_loaded(contents: PackageContents, target: torch.device) -> Converted:
-    """The converted model in the runtime `jit2triton.load` gives its package (the C++ one, where that runs it), so
-    what is called right after converting is what ships, CUDA graphs and arena included. The package is saved to
-    a temporary file for it: the runtimes load from files, and copy the weights as they do."""
+    """The converted model in the runtime `jit2triton.load` gives its package, so what is called right after
+    converting is what ships, CUDA graphs and arena included. The package is saved to a temporary file for it: the
+    runtime loads from files, and copies the weights as it does."""
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "converted.j2t")
         save_package(contents, path)
@@ -288,11 +286,10 @@ def load(path: Union[str, os.PathLike], map_location: DeviceLike = None, num_thr
     straight-line GPU work runs as one CUDA graph unless `cuda_graphs=False`; its outputs are copies unless
     `alias_outputs=True` (then the next call overwrites them).
 
-    `runtime` picks what runs the plan. "auto" (the default, or the JIT2TRITON_RUNTIME environment variable) takes
-    the C++ runtime (the one C++ programs link: no per-step Python work; built on first use, once per machine and
-    torch version, and cached) and falls back to the Python runtime, with a one-time warning, where the C++ one
-    can neither be built nor taken from the package (which carries the build that verified it), or conversion found
-    it to run the package wrongly. "cpp" or "python" insist on one. Weights are copied
+    The package runs in the C++ runtime, the one conversion verified it in and C++ programs link (no per-step
+    Python work): built on first use, once per machine and torch version, and cached; where no compiler is at hand,
+    the build the package carries, if it was made with this jit2triton, torch and Python; else a
+    RuntimeUnavailableError says what to install. `runtime` ("auto" or "cpp") is kept for older code. Weights are copied
     at load, so later changes to the file cannot reach the module; `mmap=True` maps them instead (no copy; the
     file must not change while the module lives). `_extra_files` is filled as torch.jit.load fills it: each name
     the package holds (from the model's .pt, or given to save) gets its bytes, the others b"".

@@ -16,7 +16,7 @@ import platform
 import re
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -181,33 +181,6 @@ class _Row:
     calls: int = 0
 
 
-@dataclass
-class StepProfiler:
-    """Exclusive time per plan node: a step that holds others (a loop, a branch, a graph region) is charged only
-    for what its inner steps do not account for. CUDA work is synchronised around each step."""
-    cuda: bool
-    rows: dict[int, _Row] = field(default_factory=dict)
-    _inner: list[float] = field(default_factory=list)  # per open step: the time its inner steps took
-
-    def __call__(self, step: Callable, node: int, env: list) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
-        self._inner.append(0.0)
-        start = time.perf_counter()
-        try:
-            step(env)
-            if self.cuda:
-                torch.cuda.synchronize()
-        finally:
-            elapsed = time.perf_counter() - start
-            inner = self._inner.pop()
-            if self._inner:
-                self._inner[-1] += elapsed
-            row = self.rows.setdefault(node, _Row(node))
-            row.seconds += elapsed - inner
-            row.calls += 1
-
-
 def profile_rows(steps: Sequence[_Row], nodes: list[dict], kernels: list[dict], calls: int) -> list[dict]:
     """The profile's rows, largest share first: what ran (op or kernel), ms per model call, share, where from.
 
@@ -269,9 +242,8 @@ def _source_cell(source: str, code_chars: int = 60) -> str:
 
 def _profile(o: Bench, inputs: list, timed_calls: int, runtime: str,
              echo: Callable[[str], None]) -> dict[str, Any]:
-    """Where the time goes, step by step, in the runtime the statistics above came from (the C++ runtime's per-step
-    timers, or the Python runtime's step hook): a second load of the package without CUDA graphs, synchronised
-    around each step, so its steps add up to more than an unprofiled call."""
+    """Where the time goes, step by step, in the C++ runtime's per-step timers: a second load of the package without
+    CUDA graphs, synchronised around each step, so its steps add up to more than an unprofiled call."""
     from .api import load
 
     profiled = load(o.package, map_location=o.device, num_threads=o.threads, cuda_graphs=False, runtime=runtime,
@@ -279,27 +251,18 @@ def _profile(o: Bench, inputs: list, timed_calls: int, runtime: str,
     calls = max(5, min(100, timed_calls))
     with torch.inference_mode():
         profiled(*inputs)  # a warm call outside the profile
-        step_times = _start_step_timers(profiled._runtime)
+        profiled._runtime.set_profiling(True)
         started = time.perf_counter()
         for _ in range(calls):
             profiled(*inputs)
     call_ms = (time.perf_counter() - started) * 1e3 / calls
-    rows = profile_rows(step_times(), profiled.manifest["nodes"], profiled.manifest["kernels"], calls)
+    steps = [_Row(node, seconds, runs) for node, seconds, runs in profiled._runtime.step_times()]
+    rows = profile_rows(steps, profiled.manifest["nodes"], profiled.manifest["kernels"], calls)
     echo(f"profile: the {runtime} runtime, {calls} calls, each step synchronised, {call_ms:.3f} ms a call (times add "
          "up to more than an unprofiled call's):")
     for line in format_profile(rows):
         echo(line)
     return {"profile": rows, "profiled_call_ms": call_ms, "profile_runtime": runtime}
-
-
-def _start_step_timers(runtime: Any) -> Callable[[], list[_Row]]:
-    """Turns on a runtime's per-step timers; -> a function that reads them."""
-    if runtime.name == "cpp":
-        runtime.set_profiling(True)
-        return lambda: [_Row(node, seconds, runs) for node, seconds, runs in runtime.step_times()]
-    profiler = StepProfiler(cuda=runtime.device.type == "cuda")
-    runtime.executor.step_timer = profiler
-    return lambda: list(profiler.rows.values())
 
 
 def device_name(device: torch.device) -> str:

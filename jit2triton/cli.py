@@ -268,8 +268,8 @@ def verify_signature(package, trusted_keys) -> None:
 @click.option("--runs", type=click.IntRange(min=1), default=20, show_default=True, help="timed calls after one warm-up")
 @click.option("--seed", default=0, show_default=True)
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
-@click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True,
-              help="auto: the C++ runtime where it can run the package, else the Python one")
+@click.option("--runtime", type=click.Choice(["auto", "cpp"]), default="auto", show_default=True, hidden=True,
+              help="kept for older scripts: every package runs in the C++ runtime")
 @click.option("--shape", "shape_specs", multiple=True,
               help="sizes of the package's dynamic dims: DIM=N[,DIM=N] (B=4,S=128); default: the example's")
 @click.option("--inputs-file", type=click.Path(exists=True, dir_okay=False),
@@ -345,8 +345,8 @@ def run(package, reference, rtol, atol, runs, seed, device, runtime, shape_specs
               help="CPU threads: torch's (torch.set_num_threads) and the generated kernels' (default: torch's)")
 @click.option("--cuda-graphs", type=click.Choice(["on", "off"]), default="on", show_default=True,
               help="on CUDA: run a straight-line plan as one CUDA graph")
-@click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True,
-              help="auto: the C++ runtime where it can run the package, else the Python one")
+@click.option("--runtime", type=click.Choice(["auto", "cpp"]), default="auto", show_default=True, hidden=True,
+              help="kept for older scripts: every package runs in the C++ runtime")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="override the package's device")
 @click.option("--shape", "shape_specs", multiple=True, help="sizes of dynamic dims: DIM=N[,DIM=N] (B=4,S=128)")
 @click.option("--inputs-file", type=click.Path(exists=True, dir_okay=False),
@@ -390,8 +390,8 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
 @click.option("--grpc-port", type=click.IntRange(1, 65535), default=None,
               help="also serve the KServe v2 gRPC protocol (tritonclient.grpc) on this port, at --host as HTTP is "
                    "(needs grpcio and tritonclient[grpc])")
-@click.option("--runtime", type=click.Choice(["auto", "cpp", "python"]), default="auto", show_default=True,
-              help="auto: the C++ runtime where it can run the package, else the Python one")
+@click.option("--runtime", type=click.Choice(["auto", "cpp"]), default="auto", show_default=True, hidden=True,
+              help="kept for older scripts: every package runs in the C++ runtime")
 @click.option("--num-gpus", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="GPUs per replica (a CUDA package needs 1)")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="CPU threads per replica (default: torch's)")

@@ -2,24 +2,22 @@
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
 from jit2triton.deploy import cpp_runtime
-from jit2triton.deploy.executor import Executor
+from jit2triton.deploy.executor import Executor, placed_weights
 from jit2triton.deploy.literals import encode
 from jit2triton.deploy.package import PackageContents
-from jit2triton.deploy.packaging.build_manifest import (BuiltKernels, add_method, build_package, model_outputs,
-                                                         run_in_python_only)
+from jit2triton.deploy.packaging.build_manifest import BuiltKernels, add_method, build_package, model_outputs
 from jit2triton.deploy.packaging.cuda_graph_choice import choose_cuda_graph
 from jit2triton.deploy.packaging.culprit import find_culprit
 from jit2triton.deploy.packaging.output_dims import with_dims
 from jit2triton.deploy.policy import library_of
 from jit2triton.deploy.resolve import call_steps, resolve_op
-from jit2triton.deploy.runtime import DeviceLike, placed_weights, python_runtimes
+from jit2triton.deploy.runtime_choice import DeviceLike
 from jit2triton.deploy.signature import CHANNELS_LAST, describe
 from jit2triton.emitters.backends import KernelsFailed, backend_for, backend_named
 from jit2triton.loaders import load_script
@@ -42,7 +40,7 @@ from .dims import DynamicShapes
 from .errors import (ConversionError, InputError, Jit2TritonError, ModelLoadError, PackageDeviceError, PackageError,
                      StepError)
 from .inputs import inputs_at, with_other_values
-from .verify import Verifier, cpp_runner, package_runner, run_where_the_weights_are, tensor_error, tf32_note
+from .verify import PackageRunner, Verifier, run_where_the_weights_are, tensor_error, tf32_note
 
 Progress = Any
 
@@ -168,16 +166,17 @@ def _check_methods_in_order(contents: PackageContents, script, forward_examples,
     so in turn), and where those differ too the model is refused. -> the contents that matched."""
     from .method_sequences import check_methods_in_order
 
-    forward, methods = python_runtimes(contents, target)
     signatures = {"forward": contents.manifest["signature"]["inputs"],
                   **{n: contents.manifest["methods"][n]["signature"]["inputs"] for n in method_examples}}
     examples = {"forward": _complete_inputs(forward_examples, script.input_names, script.input_defaults),
                 **{n: _complete_inputs(e, script.methods[n].input_names, script.methods[n].input_defaults)
                    for n, e in method_examples.items()}}
     say("verifying the methods called one after another")
-    with stopwatch.stage("verify_methods_in_order"):
+    with stopwatch.stage("verify_methods_in_order"), PackageRunner(contents, target) as runner:
+        module = runner.fresh()  # (from the saved state)
         mismatches, notes, order = check_methods_in_order(script, examples, signatures,
-                                                          {"forward": forward, **methods}, forward.state.store, target)
+                                                          {"forward": module, **module.methods()}, module.attribute,
+                                                          target)
     found = "; ".join(str(m) for m in mismatches[:2])
     if mismatches and backend != "aten":
         say(f"the methods called in the order {order} differ from TorchScript; every op through ATen instead")
@@ -313,7 +312,10 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
     if verifier is not None:
         contents.manifest["report"]["verification"]["draws"] = rules.describe(taken)
     if precision_plan is not None:
-        measured = precision.measure(package_runner(contents, target), verifier) if verifier else []
+        measured = []
+        if verifier:
+            with PackageRunner(contents, target) as run:
+                measured = precision.measure(run, verifier)
         contents.manifest["report"]["precision"] = precision.report_section(precision_plan, tolerance, measured)
     contents.manifest["report"]["pass_seconds"] = stopwatch.report()
     if dynamic:
@@ -385,8 +387,6 @@ class _MethodStages:
                                                                                model_info)
         self.verify_seconds = 0.0
         self.rounded: list[str] = []  # where outputs differ because a discontinuous op met rounding
-        self.runtimes_verified: list[str] = []  # "python", and "cpp" where the C++ runtime matched too
-        self.cpp_note = ""  # why the C++ runtime was not verified, or where it differed
         self.bisecting = False  # the build under check is a round of the ladder's bisection (rung 3)
         self.own_way_back = False  # the ops that round their own way were taken out, bought nothing, and are back
         self.none_draws: list[list] = []  # the example with Optional[Tensor] inputs None (pipeline.Context's)
@@ -457,18 +457,18 @@ class _MethodStages:
             return fallbacks.Verdict(passed=True)
         started = time.perf_counter()
         self.say(f"verifying against TorchScript on {verifier.compared} input sets")
-        with self.stopwatch.stage("verify"):
-            mismatches = verifier.check(package_runner(contents, self.target))
+        with self.stopwatch.stage("verify"), PackageRunner(contents, self.target) as run:
+            mismatches = verifier.check(run)
             if mismatches and verifier.drop_unsteady():  # (TorchScript differs from itself there)
-                mismatches = verifier.check(package_runner(contents, self.target)) if verifier.compared else []
+                mismatches = verifier.check(run) if verifier.compared else []
         culprit = None
         if mismatches and contents.manifest["kernels"] and not self.bisecting:
             with self.stopwatch.stage("culprit_search"), verifier.exact():
                 culprit = find_culprit(graph, sched, contents, verifier.failed_inputs, self.target,
                                        lambda actual, expected: tensor_error(actual, expected)[0])
-        if not mismatches and not self.bisecting:
-            with self.stopwatch.stage("verify_cpp_runtime"):
-                self.check_cpp_runtime(contents)
+        carried = cpp_runtime.carried_member()
+        if not mismatches and carried is not None:  # the build that verified it, for a machine that cannot build one
+            contents.files[carried[0]] = carried[1]
         self.verify_seconds += time.perf_counter() - started
         if not mismatches:
             return fallbacks.Verdict(passed=True)
@@ -494,29 +494,6 @@ class _MethodStages:
             return fallbacks.Verdict(passed=True, rounding=True)
         return failed
 
-    def check_cpp_runtime(self, contents: PackageContents) -> None:
-        """Verification ran the Python runtime; `jit2triton.load` runs the C++ one by default: run the same cases
-        there. Where it differs from TorchScript while the Python runtime matched, the package is marked to run in
-        the Python runtime only (the C++ runtime refuses it, and load falls back), and the report says where."""
-        with tempfile.TemporaryDirectory() as folder:
-            runner, why = cpp_runner(contents, self.target, folder)
-            if runner is None:
-                self.runtimes_verified = ["python"]
-                self.cpp_note = f"the C++ runtime was not verified ({why})"
-                return
-            found = self.verifier.check(runner)
-        self.runtimes_verified = ["python"] if found else ["python", "cpp"]
-        self.cpp_note = ""
-        carried = None if found else cpp_runtime.carried_member()
-        if carried is not None:  # the build that verified it, for a machine that cannot build one (no compiler)
-            contents.files[carried[0]] = carried[1]
-        if found:
-            run_in_python_only(contents)
-            self.cpp_note = ("the C++ runtime differed from TorchScript where the Python runtime matched (" +
-                             "; ".join(str(m) for m in found[:2]) + "): the package runs in the Python runtime "
-                             "(jit2triton.load takes it; the C++ runtime refuses the package)")
-            self.say(self.cpp_note)
-
     def verification(self, attempt: fallbacks.Attempt, notes: list[str]) -> dict[str, Any]:
         """The report's verification section: how it went, and every step down the fallback ladder."""
         verifier = self.verifier
@@ -526,9 +503,8 @@ class _MethodStages:
             "input_sets": verifier.compared if verifier else 0,
             "seconds": round(self.verify_seconds, 3),
             "kernels_removed": attempt.removed,
-            "runtimes": self.runtimes_verified,
-            "notes": (verifier.notes if verifier else []) + self.rounded + attempt.notes + notes +
-                     ([self.cpp_note] if self.cpp_note else []),
+            "runtime": "cpp" if verifier is not None and verifier.compared else None,  # (load()'s, always)
+            "notes": (verifier.notes if verifier else []) + self.rounded + attempt.notes + notes,
         }
 
 

@@ -42,6 +42,11 @@ class PackageDeviceError(PackageError):
     """The package was built for a device this machine or this call cannot provide."""
 
 
+class RuntimeUnavailableError(PackageDeviceError):
+    """The C++ runtime, which runs every package, can neither be built on this machine (no compiler, no ninja) nor
+    taken from the package (whose build is of another jit2triton, torch or Python)."""
+
+
 class QuantizedEngineError(PackageDeviceError):
     """The package's quantized weights are packed for a quantized engine (x86, fbgemm, qnnpack, onednn) this torch
     does not have."""

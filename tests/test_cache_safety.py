@@ -91,7 +91,7 @@ def test_a_link_planted_as_a_cache_folder_is_refused(cache, tmp_path) -> None:
         cache_dir("cpp")
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_a_library_planted_in_a_shared_cache_never_runs(runtime, small_package, cache, tmp_path, monkeypatch,
                                                          request) -> None:
     """The attack of item 3: another user's world-writable sticky `cpp` folder holding `lib-<sha>.so` of the
@@ -100,7 +100,7 @@ def test_a_library_planted_in_a_shared_cache_never_runs(runtime, small_package, 
         request.getfixturevalue("cpp_runtime")
     private, public = generate_keys(tmp_path / "keys")
     signed = tmp_path / "signed.j2t"
-    jit2triton.load(small_package[0], runtime="python").save(signed, signing_key=private)
+    jit2triton.load(small_package[0]).save(signed, signing_key=private)
     library = read_members(signed)["binaries/kernels.so"]
     shared = cache / "cpp"
     shared.mkdir(parents=True)

@@ -14,7 +14,7 @@ from helpers import assert_same
 from jit2triton import conversion, verify
 from jit2triton.method_sequences import call_order, check_methods_in_order
 
-RUNTIMES = ["cpp", "python"]  # (the one load() takes by default first)
+RUNTIMES = ["cpp"]  # (the one load() takes by default first)
 
 
 def _loaded(converted, tmp_path, runtime: str):
@@ -123,7 +123,7 @@ def test_verification_catches_a_package_wrong_from_the_second_call(monkeypatch, 
     def converted_and_second_call_error():
         scripted, reference = _scripted_twice(KVCache)
         converted = jit2triton.convert(scripted, (torch.randn(1, 1, 16),))
-        loaded = _loaded(converted, tmp_path, "python")
+        loaded = _loaded(converted, tmp_path, "cpp")
         errors = []
         for _ in range(3):
             x = torch.randn(1, 1, 16)
@@ -142,22 +142,24 @@ def test_verification_catches_a_package_wrong_from_the_second_call(monkeypatch, 
 
 def test_methods_called_in_order_catch_a_method_that_does_not_reset(tmp_path):
     """The methods-in-order check compares the state after every call: a reset that does nothing is found."""
-    from jit2triton.api import python_runtimes
     from jit2triton.loaders import load_script
 
     torch.manual_seed(0)
     model = torch.jit.script(KVCache().eval())
     script = load_script(model, methods=["reset"])
     converted = jit2triton.convert(model, {"forward": (torch.randn(1, 1, 16),), "reset": ()})
-    forward, methods = python_runtimes(converted._contents, "cpu")
     examples = {"forward": [torch.randn(1, 1, 16)], "reset": []}
     signatures = {"forward": converted._contents.manifest["signature"]["inputs"], "reset": []}
-    runtimes = {"forward": forward, "reset": methods["reset"]}
-    assert check_methods_in_order(script, examples, signatures, runtimes, forward.state.store, torch.device("cpu")) \
+
+    def loaded() -> tuple:
+        module = _loaded(converted, tmp_path, "cpp")  # (from the saved state)
+        return {"forward": module, "reset": module.reset}, module._runtime.attribute
+    runtimes, attribute = loaded()
+    assert check_methods_in_order(script, examples, signatures, runtimes, attribute, torch.device("cpu")) \
         == ([], [], "forward, forward, reset, forward, forward, forward")
+    runtimes, attribute = loaded()
     runtimes["reset"] = lambda: None
-    mismatches, _, _ = check_methods_in_order(script, examples, signatures, runtimes, forward.state.store,
-                                           torch.device("cpu"))
+    mismatches, _, _ = check_methods_in_order(script, examples, signatures, runtimes, attribute, torch.device("cpu"))
     assert mismatches and mismatches[0].where.startswith("state['k_cache'] on call 3 (reset)")
 
 
@@ -188,37 +190,29 @@ def test_an_int_the_model_ran_at_no_other_value_is_refused_at_the_boundary(runti
         loaded(x, 2)  # (TorchScript runs n=2; the package's sizes were fitted to 5 rows)
 
 
-def test_verification_runs_the_runtime_that_ships(monkeypatch, tmp_path):
-    """Verification runs the C++ runtime too (what load() uses): where it differs from TorchScript and the Python
-    runtime matches, the package is marked for the Python runtime, which load() then takes, and the C++ runtime
-    refuses it with the reason."""
+def test_verification_runs_the_runtime_that_ships(monkeypatch):
+    """Verification runs the package in the C++ runtime (what load() runs): where that runtime's outputs are wrong,
+    the conversion is refused, even with every op through ATen."""
     scripted, reference = _scripted_twice(Streaming)
     converted = jit2triton.convert(scripted, (torch.randn(4, 8),))
-    assert converted.summary()["verification"]["runtimes"] == ["python", "cpp"]
-    assert "input sets in the python and cpp runtimes" in converted.report()  # (the report names them)
+    assert converted.summary()["verification"]["runtime"] == "cpp"
+    assert "input sets in the cpp runtime" in converted.report()  # (the report names it)
 
-    real_call = verify._CppRunner.__call__
-    monkeypatch.setattr(verify._CppRunner, "__call__", lambda self, *xs: real_call(self, *xs)[0] + 1.0)
+    real_call = verify.PackageRunner.__call__
+
+    def wrong(self, *xs):
+        (output, memory), state = real_call(self, *xs)
+        return (output + 1.0, memory), state
+    monkeypatch.setattr(verify.PackageRunner, "__call__", wrong)
     scripted, reference = _scripted_twice(Streaming)
-    converted = jit2triton.convert(scripted, (torch.randn(4, 8),))
-    verification = converted.summary()["verification"]
-    assert verification["runtimes"] == ["python"]
-    assert "input sets in the python runtime (" in converted.report()
-    assert any("the C++ runtime differed from TorchScript" in note for note in verification["notes"])
-    converted.save(tmp_path / "m.j2t")
-    with pytest.warns(UserWarning, match="runs only in the Python runtime"):
-        loaded = jit2triton.load(tmp_path / "m.j2t")
-    x = torch.randn(4, 8)
-    assert_same(loaded(x), reference(x))
-    with pytest.raises(jit2triton.PackageDeviceError, match="runs only in the Python runtime"):
-        jit2triton.load(tmp_path / "m.j2t", runtime="cpp")
+    with pytest.raises(jit2triton.ConversionError, match="does not match TorchScript"):
+        jit2triton.convert(scripted, (torch.randn(4, 8),))
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_a_forward_that_needs_another_method_first(runtime, tmp_path):
     """Conversion observes forward from the state `encode` leaves (from the saved state it raises, in TorchScript
-    too); the package starts from the saved state, so forward before encode raises there as well, the same error in
-    both runtimes; the methods are verified in the order encode, forward, ..."""
+    too); the package starts from the saved state, so forward before encode raises there as well; the methods are verified in the order encode, forward, ..."""
     scripted, reference = _scripted_twice(EncodeThenDecode)
     converted = jit2triton.convert(scripted, {"forward": (torch.randn(3, 4),), "encode": (torch.randn(3, 4),)})
     verification = converted.summary()["verification"]

@@ -33,7 +33,7 @@ def test_sign_then_verify_with_the_key_and_load(signing, monkeypatch):
     assert result.exit_code == 0, result.output
     result = _invoke("verify", signed, "--trusted-key", pub)
     assert result.exit_code == 0 and "signed by a trusted key" in result.stdout, result.output
-    jit2triton.load(signed, trusted_keys=[pub], runtime="python")  # what verify said, load agrees with
+    jit2triton.load(signed, trusted_keys=[pub])  # what verify said, load agrees with
     result = _invoke("verify", signed)  # no keys: checksums only, and it says the signature was not checked
     assert result.exit_code == 0 and "signed (signature not checked" in result.stdout, result.output
 

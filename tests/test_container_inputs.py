@@ -12,7 +12,7 @@ import torch
 import jit2triton
 from jit2triton.errors import InputError, SizeChangedError
 
-RUNTIMES = ("cpp", "python")
+RUNTIMES = ("cpp",)
 
 
 class Loop(torch.nn.Module):
@@ -108,10 +108,7 @@ WRONG = [
 
 @pytest.mark.parametrize("name,value,message", WRONG)
 def test_a_wrong_item_or_element_is_an_input_error_naming_it(packages, name, value, message) -> None:
-    said = {}
     for runtime in RUNTIMES:
         with pytest.raises(InputError) as raised:
             packages[name][1][runtime](value())
-        said[runtime] = str(raised.value)
-        assert message in said[runtime], runtime
-    assert said["cpp"] == said["python"]
+        assert message in str(raised.value), runtime

@@ -38,7 +38,7 @@ def test_a_draw_that_crashes_torchscript_is_skipped_and_named(tmp_path):
     assert verification["status"] == "passed" and verification["input_sets"] == 1  # the example still compared
     assert "crashed TorchScript itself" in converted.report()
     converted.save(tmp_path / "fragile.j2t")
-    loaded = jit2triton.load(tmp_path / "fragile.j2t", runtime="python")
+    loaded = jit2triton.load(tmp_path / "fragile.j2t")
     x = torch.rand(16, 16) * 2 - 1  # other values it runs on
     assert_same(loaded(x), scripted(x))
 
@@ -157,7 +157,7 @@ def test_the_command_line_takes_a_timeout_and_input_sets(tmp_path):
     extra = CliRunner().invoke(main, args + ["-o", str(tmp_path / "b.j2t"),
                                              "--verify-inputs", str(tmp_path / "sets.pt")])
     assert plain.exit_code == 0 and extra.exit_code == 0, plain.output + extra.output
-    counts = [jit2triton.load(tmp_path / f"{n}.j2t", runtime="python").summary()["verification"]["input_sets"]
+    counts = [jit2triton.load(tmp_path / f"{n}.j2t").summary()["verification"]["input_sets"]
               for n in "ab"]
     assert counts[1] == counts[0] + 1
 

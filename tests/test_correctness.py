@@ -403,7 +403,7 @@ def test_a_kernel_writes_the_layout_torchscript_gave_so_no_input_is_copied(monke
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "convnext.j2t")
         jit2triton.convert(traced, example_inputs=(torch.randn(2, 8, 12, 12),)).save(path)
-        loaded = jit2triton.load(path, runtime="python")
+        loaded = jit2triton.load(path)
         for _ in range(2):
             x = torch.randn(2, 8, 12, 12)
             torch.testing.assert_close(loaded(x), traced(x), rtol=1e-4, atol=1e-4)
@@ -427,7 +427,7 @@ def test_a_kernel_generated_for_a_broadcast_input_reads_one_laid_out_densely(bac
     assert converted.manifest["kernels"], "the test needs generated kernels"
     path = tmp_path / "m.j2t"
     converted.save(path)
-    for runtime in (["python"] if backend == "triton" else ["python", "cpp"]):
+    for runtime in ["cpp"]:
         loaded = jit2triton.load(path, runtime=runtime)
         for n in ((2, 5) if dynamic else (2, 2)):
             args = make(n)
@@ -450,7 +450,7 @@ def test_a_constant_list_of_tensors_and_none_converts(backend, tmp_path):
     converted = convert_for(model, make(), backend)
     path = tmp_path / "m.j2t"
     converted.save(path)
-    for runtime in (["python"] if backend != "cpp" else ["python", "cpp"]):
+    for runtime in ["cpp"]:
         loaded = jit2triton.load(path, runtime=runtime)
         for _ in range(2):
             args = make()

@@ -399,48 +399,33 @@ def test_j2t_run_runs_a_gpu_package(tmp_path, cmake_build):
     torch.testing.assert_close(torch.from_numpy(raw).reshape(expected.shape), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_the_default_load_runs_the_cpp_runtime_and_the_environment_can_choose(small_package, cpp_runtime,
-                                                                             monkeypatch) -> None:
+def test_the_default_load_runs_the_cpp_runtime_and_the_python_runtime_is_retired(small_package, cpp_runtime,
+                                                                                monkeypatch) -> None:
     path, traced = small_package
     x, y = torch.randn(2, 4), torch.randn(2, 3)
     module = jit2triton.load(path)
     assert module.runtime == "cpp"
     torch.testing.assert_close(module(x, y), traced(x, y))
     monkeypatch.setenv("JIT2TRITON_RUNTIME", "python")
-    assert jit2triton.load(path).runtime == "python"
+    with pytest.raises(ValueError, match="the Python runtime is retired"):
+        jit2triton.load(path)
     assert jit2triton.load(path, runtime="cpp").runtime == "cpp"  # an explicit choice wins over the environment
-    with pytest.raises(ValueError, match="runtime must be one of auto, cpp, python"):
+    with pytest.raises(ValueError, match="runtime must be one of auto, cpp"):
         jit2triton.load(path, runtime="rust")
 
 
-def test_without_the_cpp_runtime_the_default_load_falls_back_to_python_saying_so_once(small_package,
-                                                                                      monkeypatch) -> None:
-    from jit2triton.deploy import cpp_runtime, runtime_choice
-    monkeypatch.setattr(cpp_runtime, "unavailable", lambda *package: "no C++ compiler on this machine")
-    monkeypatch.setattr(runtime_choice, "_noticed", set())
-    path, traced = small_package
-    with pytest.warns(UserWarning, match="Python runtime.*no C\\+\\+ compiler on this machine"):
-        module = jit2triton.load(path)
-    assert module.runtime == "python"
-    x, y = torch.randn(2, 4), torch.randn(2, 3)
-    torch.testing.assert_close(module(x, y), traced(x, y))
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the second load says nothing more
-        assert jit2triton.load(path).runtime == "python"
-
-
-def test_serving_chooses_the_runtime_as_load_does(small_package, monkeypatch) -> None:
-    """One choice (deploy/runtime_choice.py) for jit2triton.load and serving's replicas: the same fallback, the
-    same warning, the same refusal of an unknown runtime."""
-    from jit2triton.deploy import cpp_runtime, runtime_choice
+def test_without_a_cpp_runtime_load_says_what_to_install(small_package, monkeypatch) -> None:
+    """No compiler here and no fitting build in the package: a clear error, for load and serving alike (one choice,
+    deploy/runtime_choice.py)."""
+    from jit2triton.deploy import cpp_runtime
     from jit2triton.deploy.serving.server import load_for_serving
     monkeypatch.setattr(cpp_runtime, "unavailable", lambda *package: "no C++ compiler on this machine")
-    monkeypatch.setattr(runtime_choice, "_noticed", set())
     path = small_package[0]
-    with pytest.warns(UserWarning, match="Python runtime.*no C\\+\\+ compiler on this machine"):
-        model, manifest = load_for_serving(path)
-    assert model.name == "python" and manifest["signature"]["inputs"][0]["name"] == "x"
-    with pytest.raises(ValueError, match="runtime must be one of auto, cpp, python"):
+    for load in (jit2triton.load, load_for_serving):
+        with pytest.raises(jit2triton.RuntimeUnavailableError,
+                           match="no C\\+\\+ compiler on this machine. Install a C\\+\\+17 compiler"):
+            load(path)
+    with pytest.raises(ValueError, match="runtime must be one of auto, cpp"):
         load_for_serving(path, runtime="rust")
 
 
@@ -458,7 +443,7 @@ def test_a_triton_package_on_the_cpu_loads_in_the_cpp_runtime_by_default(tmp_pat
     model = torch.jit.trace(lambda x: torch.sin(x) * 2, example)
     path = tmp_path / "interpreted.j2t"
     converted = jit2triton.convert(model, example_inputs=example, backend="triton")
-    assert converted.runtime == "cpp" and converted.summary()["verification"]["runtimes"] == ["python", "cpp"]
+    assert converted.runtime == "cpp" and converted.summary()["verification"]["runtime"] == "cpp"
     converted.save(path)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # (no fallback notice)

@@ -258,7 +258,7 @@ class LoopedBlock(torch.nn.Module):
         return x
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_graph_regions_over_dynamic_dims(backend, runtime, tmp_path, request) -> None:
     if runtime == "cpp":

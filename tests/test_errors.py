@@ -116,7 +116,7 @@ def test_wrong_number_of_inputs(small_package):
         module(torch.randn(2, 4))
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_one_input_is_one_input_in_the_count_message(runtime, tmp_path):
     model = torch.jit.trace(lambda x: x.relu(), (torch.randn(3),))
     jit2triton.convert(model, (torch.randn(3),)).save(tmp_path / "one.j2t")
@@ -289,7 +289,7 @@ def test_a_map_location_dict_applies_the_entry_for_the_packages_device(small_pac
         jit2triton.load(small_package[0], map_location={"cpu": "cuda:1"})
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_extra_files_travel_from_the_pt_into_the_package_as_with_torch_jit(runtime, tmp_path, request):
     if runtime == "cpp":
         request.getfixturevalue("cpp_runtime")
@@ -340,7 +340,7 @@ def test_a_node_torchscript_made_without_a_source_range_names_its_nearest_consum
 
 
 def test_a_map_location_dict_keyed_by_a_gpu_index_applies_to_a_cuda_package():
-    from jit2triton.deploy.runtime import resolve_map_location
+    from jit2triton.deploy.runtime_choice import resolve_map_location
     assert resolve_map_location({"cuda:0": "cuda:1"}, "cuda") == "cuda:1"
     assert resolve_map_location({"cuda:0": "cuda:1", "cuda": "cuda:2"}, "cuda") == "cuda:2"  # the exact key first
     assert resolve_map_location({torch.device("cuda", 0): "cpu"}, "cpu") is None
@@ -368,7 +368,7 @@ def test_a_rewrite_that_changes_the_model_falls_back_to_torchscript_s_own_graph(
     assert any("rewritten model does not match" in n for n in notes), notes
     path = tmp_path / "m.j2t"
     converted.save(path)
-    for runtime in ("python", "cpp"):
+    for runtime in ("cpp",):
         loaded = jit2triton.load(path, runtime=runtime)
         for n in ((4, 11) if dynamic else (4,)):
             x = torch.randn(n, 8)
@@ -400,7 +400,7 @@ def test_a_pass_that_crashes_costs_speed_not_the_conversion(where, monkeypatch, 
     path = tmp_path / "m.j2t"
     converted.save(path)
     x = torch.randn(4, 8)
-    torch.testing.assert_close(jit2triton.load(path, runtime="python")(x), model(x))
+    torch.testing.assert_close(jit2triton.load(path)(x), model(x))
 
 
 def test_a_pass_that_crashes_with_every_op_through_aten_is_a_clear_bug_report(monkeypatch):

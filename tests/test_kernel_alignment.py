@@ -37,7 +37,7 @@ def test_a_row_picked_by_a_loop_counter_is_read_where_it_is(backend, tmp_path):
     path = tmp_path / "rows.j2t"
     converted.save(path)
     # load()'s default runtime first, then the Python one (Triton on the CPU runs under the interpreter, in Python only)
-    for runtime in [None] if backend == "triton" else [None, "python"]:
+    for runtime in [None] if backend == "triton" else [None]:
         package = jit2triton.load(path, runtime=runtime)
         for seed, n in ((1, 9), (2, 4), (3, 1), (4, 0), (5, 8), (6, 2)):
             inputs = _inputs(seed, n)
@@ -46,7 +46,7 @@ def test_a_row_picked_by_a_loop_counter_is_read_where_it_is(backend, tmp_path):
 
 
 @on_gpu
-@pytest.mark.parametrize("runtime", ["cpp", "python"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_no_input_is_copied_to_an_aligned_address_on_the_gpu(runtime, tmp_path, request):
     if runtime == "cpp":
         request.getfixturevalue("cpp_runtime")

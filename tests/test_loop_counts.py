@@ -99,18 +99,16 @@ def on_the_cpu_too(monkeypatch):
 
 
 def _check(model, draw, backend: str, calls: int = 6, **options):
-    """`calls` fresh draws against TorchScript in the runtime convert gives (load()'s default), then, for a C++
-    package, in the Python runtime too."""
+    """`calls` fresh draws against TorchScript in the module convert gives, then in the package saved and loaded."""
     device = "cuda" if backend == "cuda" else "cpu"
     scripted = torch.jit.script(model.to(device))
     torch.manual_seed(0)
     package = convert_for(scripted, draw(), backend, **options)
     runtimes = [package]
-    if backend == "cpp":
-        with tempfile.TemporaryDirectory() as folder:
-            package.save(os.path.join(folder, "m.j2t"))
-            runtimes.append(jit2triton.load(os.path.join(folder, "m.j2t"), runtime="python"))
-            assert [r.runtime for r in runtimes] == ["cpp", "python"]
+    with tempfile.TemporaryDirectory() as folder:
+        package.save(os.path.join(folder, "m.j2t"))
+        runtimes.append(jit2triton.load(os.path.join(folder, "m.j2t")))
+    assert [r.runtime for r in runtimes] == ["cpp", "cpp"]
     for runtime in runtimes:
         for _ in range(calls):
             inputs = tuple(x.to(device) if isinstance(x, torch.Tensor) else x for x in draw())

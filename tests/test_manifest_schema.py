@@ -13,7 +13,7 @@ import jit2triton
 from package_tools import manifest_of, rewrite_package
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNTIMES = ["python", "cpp"]
+RUNTIMES = ["cpp"]
 
 
 def test_the_cpp_schema_header_is_generated_from_the_python_schema() -> None:

@@ -43,7 +43,7 @@ def _pair():
 EXAMPLES = {"forward": (torch.randn(4, 6),), "encode": (torch.randn(4, 6),), "decode": (torch.randn(4, 16),)}
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_exported_methods_match_torchscript_call_after_call(runtime, tmp_path):
     model, reference = _pair()
     converted = jit2triton.convert(model, EXAMPLES)

@@ -46,11 +46,11 @@ def _nothing():
     return contextlib.nullcontext()
 
 
-def _load(folder, name="model.j2t", runtime: Optional[str] = "python"):
+def _load(folder, name="model.j2t", runtime: Optional[str] = None):
     return jit2triton.load(folder / name, runtime=runtime)
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_to_takes_torch_jits_forms(packages, runtime):
     m, t = _load(packages, runtime=runtime), torch.jit.load(str(packages / "model.pt"))
     for args, kwargs in [((torch.float32,), {}), (("cpu", torch.float32), {}), (("cpu",), {"non_blocking": True}),
@@ -91,7 +91,7 @@ def test_training_is_false_as_after_eval(packages):
         m.train()
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_weights_are_copies_of_what_the_package_holds(packages, runtime):
     m, t = _load(packages, runtime=runtime), torch.jit.load(str(packages / "model.pt"))
     ours = dict(m.named_parameters())
@@ -112,7 +112,7 @@ def test_weights_are_copies_of_what_the_package_holds(packages, runtime):
         m.load_state_dict(state)
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_written_attributes_read_as_torch_jit_shows_them(packages, runtime):
     m, t = _load(packages, runtime=runtime), torch.jit.load(str(packages / "model.pt"))
     assert m.calls == t.calls == 0
@@ -139,7 +139,7 @@ class Remembers(torch.nn.Module):  # tensor state, and a list of tensors: the va
         return out
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_tensor_state_reads_back_as_a_copy(tmp_path, runtime):
     torch.jit.script(Remembers()).save(str(tmp_path / "m.pt"))
     jit2triton.convert(str(tmp_path / "m.pt"), (torch.randn(2, 4),)).save(tmp_path / "m.j2t")
@@ -175,7 +175,7 @@ class Outer(torch.nn.Module):  # state in a submodule: torch.jit shows it as m.i
         return self.inner(x) + 1
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_a_submodules_written_attribute_reads_through_the_submodule(tmp_path, runtime):
     jit2triton.convert(torch.jit.script(Outer()), (torch.randn(3),)).save(tmp_path / "m.j2t")
     m, t = jit2triton.load(tmp_path / "m.j2t", runtime=runtime), torch.jit.script(Outer())

@@ -69,7 +69,7 @@ class Grows(torch.nn.Module):  # a list and a dict changed in place, never assig
 MODELS = [Warns, Counts, Caches, Grows]
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
 def test_state_follows_torchscript_call_after_call(model, runtime, tmp_path):
     torch.manual_seed(0)
@@ -91,28 +91,27 @@ def test_state_is_per_loaded_module(tmp_path):
     """Two loads of one package each start from the saved state, as two torch.jit.load's do."""
     scripted = torch.jit.script(Counts().eval())
     jit2triton.convert(scripted, (torch.randn(2, 8),)).save(tmp_path / "m.j2t")
-    first, second = (jit2triton.load(tmp_path / "m.j2t", runtime="python") for _ in range(2))
+    first, second = (jit2triton.load(tmp_path / "m.j2t") for _ in range(2))
     x = torch.ones(2, 8)
     first(x), first(x)
     reference = torch.jit.script(Counts().eval())
     assert_close(second(x), reference(x))
 
 
-def test_verification_compares_the_written_state():
-    """A package whose state update is wrong is caught: the new state is compared, not only the outputs."""
-    from jit2triton.deploy import state as state_module
-    original = state_module.ModelState.run
+def test_verification_compares_the_written_state(monkeypatch):
+    """A package whose state update is wrong is caught: the new state is compared, not only the outputs (the
+    runner made to report the state as the call found it: the writes dropped)."""
+    from jit2triton import verify
 
-    def forgets(self, run, inputs):  # drops the writes: outputs of one call still match
-        outputs = run(list(inputs) + [self.store.values[name] for name in self.names])
-        return outputs[:len(outputs) - len(self.written)]
-    state_module.ModelState.run = forgets
-    try:
-        with pytest.raises(jit2triton.ConversionError):
-            jit2triton.convert(torch.jit.script(Counts().eval()), (torch.randn(2, 8),), backend="aten")
-    finally:
-        state_module.ModelState.run = original
-
+    def forgets(self, *inputs):
+        module = self.fresh()
+        before = {name: module.attribute(name) for name in self.compared}
+        return module(*inputs), before
+    monkeypatch.setattr(verify.PackageRunner, "__call__", forgets)
+    monkeypatch.setattr(verify.PackageRunner, "sequence", lambda self, calls: [
+        (forgets(self, *inputs), None) for inputs in calls])
+    with pytest.raises(jit2triton.ConversionError):
+        jit2triton.convert(torch.jit.script(Counts().eval()), (torch.randn(2, 8),), backend="aten")
 
 class StateInLoop(torch.nn.Module):
     def __init__(self) -> None:
@@ -227,7 +226,7 @@ class MakesObjects(torch.nn.Module):
         return self.pool(boxes.scaled(2.0)), boxes.sizes[0][0]
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_objects_the_model_makes_and_caches(runtime, tmp_path):
     model = torch.jit.script(MakesObjects().eval())
     torch.jit.save(model, tmp_path / "m.pt")  # from the archive, whose classes Python cannot import
@@ -254,7 +253,7 @@ class Anchors(torch.nn.Module):  # torchvision's AnchorGenerator: a list of tens
         return total
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_a_list_of_tensors_as_state(runtime, tmp_path):
     jit2triton.convert(torch.jit.script(Anchors().eval()), (torch.randn(4),)).save(tmp_path / "m.j2t")
     loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
@@ -274,7 +273,7 @@ def test_a_model_that_ran_before_converting_keeps_its_cached_object(tmp_path):
     verification = converted.summary()["verification"]
     assert verification["status"] == "passed" and verification["input_sets"] >= 2, converted.report()
     converted.save(tmp_path / "m.j2t")
-    for runtime in (None, "python"):  # load()'s default first
+    for runtime in (None,):  # load()'s default first
         loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
         reference = torch.jit.script(MakesObjects().eval())
         reference(torch.randn(3, 5))
@@ -297,7 +296,7 @@ def test_an_object_made_in_a_function_the_graph_calls(ran_before, tmp_path):
     converted = jit2triton.convert(model, (torch.randn(3, 5),))
     assert converted.summary()["verification"]["status"] == "passed", converted.report()
     converted.save(tmp_path / "m.j2t")
-    for runtime in (None, "python"):
+    for runtime in (None,):
         loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
         reference = torch.jit.script(PoolThroughAFunction().eval())
         for _ in range(6):
@@ -317,7 +316,7 @@ class Counter(torch.nn.Module):
         return x + self.calls, self.total
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_state_under_concurrent_calls(runtime, tmp_path, request):
     """8 threads x 300 calls to a counting model lose no update (issue 43: 1,274 of 2,400 were lost in the Python
     runtime, 517 in C++): calls to a module that writes state run one at a time, so the calls, ordered by the
@@ -359,7 +358,7 @@ def scaled_through_an_object(x: torch.Tensor) -> torch.Tensor:  # a function, no
     return boxes.scaled(3.0) + boxes.sizes[0][1]
 
 
-@pytest.mark.parametrize("runtime", ["cpp", "python"])  # (load()'s default first)
+@pytest.mark.parametrize("runtime", ["cpp"])  # (load()'s default first)
 def test_a_scripted_function_that_makes_an_object(runtime, tmp_path):
     jit2triton.convert(scaled_through_an_object, (torch.randn(3, 5),)).save(tmp_path / "f.j2t")
     loaded = jit2triton.load(tmp_path / "f.j2t", runtime=runtime)

@@ -17,10 +17,8 @@ NOT_FACTS = {
     ("transpiler/onednn_conv.py", "OP"): "the names of the two ops it builds",
     ("transpiler/onednn_conv.py", "ACTIVATIONS"): "op -> the oneDNN attribute naming it in the op it builds",
     ("transpiler/onednn_linear.py", "EPILOGUES"): "op -> the oneDNN attribute naming it in the op it builds",
-    ("deploy/plan_check.py", "CONTAINERS"): "the type a list or dict step records, by op: the kind host_ops.cpp's "
-                                            "container_type reads for the same two ops",
-    ("deploy/host_ops.py", "HOST_OPS"): "the Python runtime's implementation of each host op",
-    ("deploy/host_ops.py", "<module>"): "the Python runtime's implementation of each host op",
+    ("deploy/host_ops.py", "HOST_OPS"): "the reference interpreter's implementation of each host op",
+    ("deploy/host_ops.py", "<module>"): "the reference interpreter's implementation of each host op",
     ("loaders/side_effects.py", "REFUSED"): "the message each refused op gets; the loader runs before the op table "
                                             "(a test below keeps its ops among the table's forbidden ones)",
     ("loaders/side_effects.py", "drop_grad_modes"): "the two TorchScript node kinds of a `with` block it removes",

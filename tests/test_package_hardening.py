@@ -51,7 +51,7 @@ EDITS = {
 
 
 @pytest.mark.parametrize("case", sorted(EDITS))
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_a_hand_edited_manifest_is_refused(case, runtime, small_package, tmp_path, request) -> None:
     if runtime == "cpp":
         request.getfixturevalue("cpp_runtime")
@@ -63,7 +63,7 @@ def test_a_hand_edited_manifest_is_refused(case, runtime, small_package, tmp_pat
         module(torch.randn(2, 4), torch.randn(2, 3))
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_a_deeply_nested_checksum_table_is_refused_not_a_stack_overflow(runtime, small_package, tmp_path,
                                                                          request) -> None:
     if runtime == "cpp":
@@ -75,7 +75,7 @@ def test_a_deeply_nested_checksum_table_is_refused_not_a_stack_overflow(runtime,
         jit2triton.load(edited, runtime=runtime)
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_a_loaded_module_owns_its_weights(runtime, tmp_path, request) -> None:
     """Overwriting or truncating the file under a loaded module changes nothing for it (as with torch.jit.load)."""
     if runtime == "cpp":
@@ -102,7 +102,7 @@ def test_a_loaded_module_owns_its_weights(runtime, tmp_path, request) -> None:
 
 
 @pytest.mark.parametrize("op", ["aten::save", "aten::manual_seed"])
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_a_plan_cannot_reach_outside_the_model(op, runtime, small_package, tmp_path, request) -> None:
     """An injected step that would write files (or reseed the process) is refused at load, before any call."""
     if runtime == "cpp":
@@ -123,7 +123,7 @@ def test_a_plan_cannot_reach_outside_the_model(op, runtime, small_package, tmp_p
 
 
 @pytest.mark.parametrize("signed", [False, True])
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_mutated_packages_are_refused_cleanly_never_a_crash_or_a_raw_exception(runtime, signed, small_package,
                                                                               tmp_path, request):
     """tests/mutate_packages.py in a subprocess (a crash must not take pytest down): zip metadata bytes, random
@@ -137,7 +137,7 @@ def test_mutated_packages_are_refused_cleanly_never_a_crash_or_a_raw_exception(r
         from jit2triton.deploy.signing import generate_keys
         private, public = generate_keys(tmp_path / "keys")
         package = str(tmp_path / "signed.j2t")
-        jit2triton.load(small_package[0], runtime="python").save(package, signing_key=private)
+        jit2triton.load(small_package[0]).save(package, signing_key=private)
         extra = ["--trusted-key", public]
     script = os.path.join(os.path.dirname(__file__), "mutate_packages.py")
     result = subprocess.run([sys.executable, script, "--package", package, "--runtime", runtime,
@@ -152,7 +152,7 @@ def test_mutated_packages_are_refused_cleanly_never_a_crash_or_a_raw_exception(r
 
 @pytest.mark.parametrize("op", ["load_library::__call__.__call__", "import_module::__call__.__call__",
                                 "aten::__call__", "ops::load_library"])
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_a_plan_calls_only_registered_ops(op, runtime, small_package, tmp_path, monkeypatch, request) -> None:
     """A call step's op is resolved through torch's operator registry (and the runtime's own host ops), never
     through other attributes of torch.ops: `torch.ops.load_library(path)` would run a library's constructor,

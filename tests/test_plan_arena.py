@@ -15,7 +15,7 @@ import jit2triton
 from jit2triton.errors import CorruptPackageError
 from package_tools import rewrite_package
 
-RUNTIMES = ["python", "cpp"]
+RUNTIMES = ["cpp"]
 
 
 class Block(nn.Module):

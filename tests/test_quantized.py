@@ -32,7 +32,7 @@ CASES = {  # name -> (the quantized model, its inputs)
     "convnet": (static_convnet, lambda: (torch.randn(2, 3, 16, 16),)),
     "embeddings": (quantized_embeddings, lambda: (torch.randint(0, 100, (4, 6)),)),
 }
-RUNTIMES = ["python", "cpp"]
+RUNTIMES = ["cpp"]
 
 
 @pytest.fixture(scope="module")

@@ -120,7 +120,7 @@ def test_sanitized_python_runtime_survives_mutations(package, packages, tmp_path
     env = dict(os.environ, LD_PRELOAD=" ".join(libraries), ASAN_OPTIONS=ASAN_OPTIONS, UBSAN_OPTIONS="print_stacktrace=1",
                JIT2TRITON_CACHE=str(tmp_path / "cache"))
     env.pop("JIT2TRITON_TRUSTED_KEYS", None)
-    done = subprocess.run([sys.executable, MUTATE, "--package", packages[package], "--runtime", "python", "--count",
+    done = subprocess.run([sys.executable, MUTATE, "--package", packages[package], "--count",
                            "300"], capture_output=True, text=True, env=env, timeout=1200)
     lines = done.stdout.splitlines()
     assert done.returncode == 0, ([line for line in lines if line.startswith("FAIL")][:5], "last mutation:",

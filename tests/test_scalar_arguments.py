@@ -59,7 +59,7 @@ def test_a_kernel_takes_the_host_numbers_it_reads(name, backend, tmp_path):
     model, make = PROGRAMS[name]
     converted = convert_for(model, make(0, 9), backend)
     assert converted.summary()["verification"]["status"] == "passed"
-    assert converted.summary()["verification"]["runtimes"] == ["python", "cpp"]  # (C++ agreed: not Python-only)
+    assert converted.summary()["verification"]["runtime"] == "cpp"
     ops = _ops(converted.manifest["plan"]["steps"])
     numbers = [k["by_value"] for k in converted.manifest["kernels"] if k.get("by_value")]
     if backend == "cpp":
@@ -70,9 +70,8 @@ def test_a_kernel_takes_the_host_numbers_it_reads(name, backend, tmp_path):
     converted.save(path)
     saved = json.loads(read_members(str(path))["manifest.json"])  # (an older reader refuses what it cannot run)
     assert ("scalar_arguments" in saved.get("requires", ())) == (backend != "cpp")
-    # load()'s default runtime first (on the CPU a Triton kernel's launch goes from the C++ plan to Triton's
-    # interpreter, the numbers as 64-bit words), then the Python one
-    for runtime in (None, "python"):
+    # (on the CPU a Triton kernel's launch goes from the C++ plan to Triton's interpreter, the numbers as 64-bit words)
+    for runtime in (None,):
         package = jit2triton.load(path, runtime=runtime)
         assert package.runtime == (runtime or "cpp")
         for seed, n in ((1, 9), (2, 0), (3, 5), (4, 11), (5, 1), (6, 7)):
@@ -120,16 +119,14 @@ def test_a_step_passing_other_numbers_than_its_kernel_takes_is_refused(damage, t
         else:
             for kernel in manifest["kernels"]:
                 kernel.pop("by_value", None)
-    runtimes = ["python"] + (["cpp"] if backend == "cuda" else [])
-    for runtime in runtimes:
-        if runtime == "cpp":
-            request.getfixturevalue("cpp_runtime")
+    for runtime in ["cpp"]:
+        request.getfixturevalue("cpp_runtime")
         with pytest.raises(CorruptPackageError, match="by value"):
             jit2triton.load(_with_manifest(path, tmp_path, edit), runtime=runtime)
 
 
 @on_gpu
-@pytest.mark.parametrize("runtime", ["cpp", "python"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_no_fill_launch_makes_a_number_a_tensor_on_the_gpu(runtime, tmp_path, request):
     """And with CUDA graphs on: a kernel taking a number is never replayed with another call's number."""
     if runtime == "cpp":

@@ -514,7 +514,7 @@ def test_the_python_handle_batches_and_refuses_like_http(server, package):
 
 @needs_ray
 def test_a_request_sent_before_the_app_is_up_waits_or_is_refused_cleanly(server, tmp_path):
-    """A static package (no batch dim: one request per call) in the Python runtime, deployed while requests
+    """A static package (no batch dim: one request per call), deployed while requests
     already arrive: each gets 404/503 with a message until the app is up, then the right answer."""
     from jit2triton.serving import app
 
@@ -523,7 +523,7 @@ def test_a_request_sent_before_the_app_is_up_waits_or_is_refused_cleanly(server,
     traced = torch.jit.trace(TwoInputs().eval(), example)
     path = tmp_path / "static.j2t"
     jit2triton.convert(traced, example_inputs=example).save(path)
-    deploying = threading.Thread(target=serve.run, args=(app(str(path), runtime="python", num_cpus=0.25),),
+    deploying = threading.Thread(target=serve.run, args=(app(str(path), num_cpus=0.25),),
                                  kwargs={"name": "static", "route_prefix": "/static"})
     deploying.start()
     try:
@@ -542,7 +542,7 @@ def test_a_request_sent_before_the_app_is_up_waits_or_is_refused_cleanly(server,
     print(f"\nreadiness: {len(early)} requests before the app was up, answered {sorted(set(early))}")
     info = json.loads(client.send("GET", "/static")[1])
     assert info["batch_dim"] is None and "no dynamic dim on axis 0" in info["not_batched_because"]
-    assert info["runtime"] == "python"
+    assert info["runtime"] == "cpp"
     serve.delete("static")
 
 
@@ -559,7 +559,7 @@ class Embed(torch.nn.Module):
 def test_a_request_whose_values_make_the_model_raise_fails_alone(server, tmp_path):
     """Ids out of the embedding's range pass the signature check (it knows dtypes and shapes, not values), so
     the model raises inside a batch: that request gets 500 with the op's message, the others of its batch their
-    answers (the Python runtime, batching)."""
+    answers (batching)."""
     from jit2triton.serving import app
 
     torch.manual_seed(2)
@@ -568,7 +568,7 @@ def test_a_request_whose_values_make_the_model_raise_fails_alone(server, tmp_pat
     path = tmp_path / "embed.j2t"
     batch = jit2triton.Dim("batch", min=1, max=16)
     jit2triton.convert(traced, example_inputs=(example,), dynamic_shapes={"ids": {0: batch}}).save(path)
-    serve.run(app(str(path), runtime="python", num_cpus=0.25, batch_wait_timeout_s=0.2,
+    serve.run(app(str(path), num_cpus=0.25, batch_wait_timeout_s=0.2,
                   logging_config={"enable_access_log": False}), name="embed", route_prefix="/embed")
     try:
         requests = [torch.randint(0, 10, (n, 3)) for n in (2, 1, 3, 2, 1, 4)]

@@ -125,7 +125,7 @@ def server(repository):
     port, grpc_port = _free_port(), _free_port()
     process = subprocess.Popen([sys.executable, "-m", "jit2triton.cli", "serve", repository[0], "--host", HOST,
                                 "--port", str(port), "--grpc-port", str(grpc_port), "--max-batch", "8",
-                                "--batch-wait-ms", "2", "--runtime", "python"],
+                                "--batch-wait-ms", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     lines: list = []
     reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)

@@ -164,7 +164,7 @@ def server(repository):
         probe.bind((HOST, 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen([sys.executable, "-m", "jit2triton.cli", "serve", repository[0], "--host", HOST,
-                                "--port", str(port), "--max-batch", "8", "--batch-wait-ms", "2", "--runtime", "python"],
+                                "--port", str(port), "--max-batch", "8", "--batch-wait-ms", "2"],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     running = Server(process, port)
     try:

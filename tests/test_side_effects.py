@@ -22,7 +22,7 @@ class Talks(torch.nn.Module):
         return y + 1
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_warn_print_and_no_grad_run_as_torchscript_runs_them(runtime, tmp_path, capfd):
     scripted = torch.jit.script(Talks().eval())
     jit2triton.convert(scripted, (torch.randn(3, 2),)).save(tmp_path / "m.j2t")
@@ -99,7 +99,7 @@ def _ran_plain(module: torch.nn.Module, x: torch.Tensor) -> torch.jit.ScriptModu
     return scripted
 
 
-@pytest.mark.parametrize("runtime", ["cpp", "python"])  # (load()'s default first)
+@pytest.mark.parametrize("runtime", ["cpp"])  # (load()'s default first)
 def test_no_grad_inside_a_called_function(runtime, tmp_path):
     model = _ran_plain(CallsNoGrad(), torch.randn(3, 2))
     jit2triton.convert(model, (torch.randn(3, 2),)).save(tmp_path / "m.j2t")

@@ -19,7 +19,7 @@ from jit2triton.deploy.signing import SIGNATURE_MEMBER, generate_keys
 
 from package_tools import read_members, rewrite_package
 
-RUNTIMES = ["python", "cpp"]
+RUNTIMES = ["cpp"]
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ def keys(tmp_path):
 def signed(small_package, keys, tmp_path):
     """The small package, signed by the signer: (path, torchscript model)."""
     path = tmp_path / "signed.j2t"
-    jit2triton.load(small_package[0], runtime="python").save(path, signing_key=keys[0][0])
+    jit2triton.load(small_package[0]).save(path, signing_key=keys[0][0])
     return path, small_package[1]
 
 
@@ -110,7 +110,7 @@ def test_a_signed_package_changed_and_re_checksummed_is_refused(edit, runtime, s
     tampered = tmp_path / "tampered.j2t"
     rewrite_package(signed[0], tampered, edit_member=edit)
     assert SIGNATURE_MEMBER in read_members(tampered)
-    jit2triton.load(tampered, runtime="python")  # without keys the checksums pass: only the signature catches it
+    jit2triton.load(tampered)  # without keys the checksums pass: only the signature catches it
     assert "changed after signing" in _refusal(tampered, _runtime(runtime, request), [keys[0][1]])
 
 
@@ -167,15 +167,9 @@ def test_converting_where_signatures_are_required_checks_and_returns_the_package
     model = small_package[1]
     converted = jit2triton.convert(model, example_inputs=(torch.randn(2, 4), torch.randn(2, 3)))
     assert converted.runtime == "cpp"
-    assert converted.summary()["verification"]["runtimes"] == ["python", "cpp"]
+    assert converted.summary()["verification"]["runtime"] == "cpp"
     _check_runs(converted, model)
     assert "is not signed" in _refusal(small_package[0], "cpp", None)
-
-
-def test_both_runtimes_refuse_with_the_same_message(signed, small_package, keys, request) -> None:
-    request.getfixturevalue("cpp_runtime")
-    for path, trusted in ((small_package[0], [keys[0][1]]), (signed[0], [keys[1][1]])):
-        assert _refusal(path, "python", trusted) == _refusal(path, "cpp", trusted)
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES)
@@ -188,7 +182,7 @@ def test_an_unusable_key_file_is_named(runtime, signed, tmp_path, request) -> No
 
 
 def test_signing_with_a_public_key_or_a_missing_file_says_so(small_package, keys, tmp_path) -> None:
-    module = jit2triton.load(small_package[0], runtime="python")
+    module = jit2triton.load(small_package[0])
     for key in (keys[0][1], tmp_path / "missing.key"):
         with pytest.raises(jit2triton.SignatureError):
             module.save(tmp_path / "out.j2t", signing_key=key)
@@ -196,11 +190,11 @@ def test_signing_with_a_public_key_or_a_missing_file_says_so(small_package, keys
 
 
 def test_a_re_saved_package_is_signed_only_if_asked(signed, keys, tmp_path) -> None:
-    module = jit2triton.load(signed[0], runtime="python", trusted_keys=[keys[0][1]])
+    module = jit2triton.load(signed[0], trusted_keys=[keys[0][1]])
     module.save(tmp_path / "again.j2t")
     assert SIGNATURE_MEMBER not in read_members(tmp_path / "again.j2t")
     module.save(tmp_path / "resigned.j2t", signing_key=keys[1][0])
-    jit2triton.load(tmp_path / "resigned.j2t", runtime="python", trusted_keys=[keys[1][1]])
+    jit2triton.load(tmp_path / "resigned.j2t", trusted_keys=[keys[1][1]])
 
 
 def test_the_cli_makes_keys_signs_checks_and_shows_it(tmp_path, keys) -> None:
@@ -214,10 +208,10 @@ def test_the_cli_makes_keys_signs_checks_and_shows_it(tmp_path, keys) -> None:
                                   "--quiet"], catch_exceptions=False)
     assert "signed" in result.output.splitlines()[-1]
     package = str(tmp_path / "m.j2t")
-    result = runner.invoke(main, ["run", package, "--runtime", "python", "--trusted-key", str(public),
+    result = runner.invoke(main, ["run", package, "--trusted-key", str(public),
                                   "--check", str(tmp_path / "m.pt")], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     result = runner.invoke(main, ["inspect", package, "--trusted-key", str(public)], catch_exceptions=False)
     assert "signed: yes, by a trusted key" in result.output
-    result = runner.invoke(main, ["run", package, "--runtime", "python", "--trusted-key", str(keys[1][1])])
+    result = runner.invoke(main, ["run", package, "--trusted-key", str(keys[1][1])])
     assert result.exit_code != 0 and "none of the trusted keys" in result.output

@@ -56,7 +56,7 @@ def test_the_generated_form_computes_what_torchscript_does(tmp_path):
     assert "x[9, 128] @ w[64, 128]^T + b" in converted.code  # the readable template, with its provenance
     path = tmp_path / "model.j2t"
     converted.save(path)
-    loaded = jit2triton.load(path, runtime="python")
+    loaded = jit2triton.load(path)
     for call in range(2):
         x = make()
         assert_same(loaded(x), traced(x), f"call {call}", HALF)
@@ -143,7 +143,7 @@ def test_timed_on_the_gpu_and_right_in_both_runtimes(dtype, tmp_path, monkeypatc
     assert choices and all("skinny" in c["times_us"] for c in choices), choices  # the template was timed
     path = tmp_path / "m.j2t"
     converted.save(path)
-    for runtime in ("python", "cpp"):
+    for runtime in ("cpp",):
         loaded = jit2triton.load(path, runtime=runtime)
         for call in range(3):
             x = make()

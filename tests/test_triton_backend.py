@@ -432,7 +432,7 @@ def test_repeated_layers_compile_once_and_share_a_binary(tmp_path):
     from package_tools import read_members
     binaries = [m for m in read_members(path) if m.startswith("binaries/")]
     assert len(binaries) == 2 and all(m.removeprefix("binaries/").removesuffix(".cubin") in entries for m in binaries)
-    for runtime in ("python", "cpp"):
+    for runtime in ("cpp",):
         loaded = jit2triton.load(path, runtime=runtime)
         x = torch.randn(16, 32)
         torch.testing.assert_close(loaded(x.cuda()).cpu(), model(x), rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)
@@ -472,7 +472,7 @@ def test_conversion_times_the_cuda_graph_and_the_runtimes_follow_its_choice(grap
     assert report["graph_us"] > 0 and report["steps_us"] > 0 and report["host_us"] > 0
     converted.save(path)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # the CPU reference has no TF32
-    for runtime in ("python", "cpp"):
+    for runtime in ("cpp",):
         loaded = jit2triton.load(path, runtime=runtime)
         for _ in range(3):  # the second call captures a graph, where one is chosen
             x = torch.randn(64, 256)
@@ -499,7 +499,7 @@ def test_ops_with_weights_fuse_on_cuda_as_on_the_cpu(monkeypatch):
 
 @on_gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 @pytest.mark.parametrize("where", ["cuda:1", torch.device("cuda", 1), {"cuda": "cuda:1"}, {"cuda:0": "cuda:1"}])
 def test_a_gpu_package_loads_onto_another_gpu_of_the_same_architecture(runtime, where, tmp_path, request):
     if runtime == "cpp":

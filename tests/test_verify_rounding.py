@@ -8,8 +8,7 @@ import pytest
 import torch
 
 import jit2triton
-from jit2triton.deploy import runtime as runtime_module
-from jit2triton.deploy.packaging import culprit as culprit_module
+from jit2triton.emitters import cpp as cpp_emitter
 
 from helpers import FRESH_SEED, assert_same
 
@@ -27,34 +26,22 @@ class SortByScore(torch.nn.Module):
         return torch.gather(x, -1, order)
 
 
-def _perturbed(amount):
-    """load_kernels whose kernels move every other float output element by `amount` (ulps when an int)."""
-    real = runtime_module.load_kernels
-
-    def load(*args, **kwargs):
-        kernels = real(*args, **kwargs)
-
-        def wrap(launch):
-            def launched(inputs, outputs, *rest):
-                launch(inputs, outputs, *rest)
-                for out in outputs:
-                    if out.is_floating_point() and out.numel():
-                        flat = out.view(-1)
-                        even = flat[::2]
-                        moved = (torch.nextafter(even, torch.full_like(even, float("inf"))) if isinstance(amount, int)
-                                 else even * (1 + amount))
-                        even.copy_(moved)
-            return launched
-        return {name: wrap(launch) for name, launch in kernels.items()}
-    return load
-
-
 @pytest.fixture
 def kernels_rounding_differently(monkeypatch):
+    """Generated C++ kernels that move every other float32 output element by `amount` (ulps when an int): the
+    nudge is in the kernels' source, so the C++ runtime verification runs and the culprit search both see it."""
+    real = cpp_emitter._KernelWriter.store
+
     def use(amount):
-        load = _perturbed(amount)
-        monkeypatch.setattr(runtime_module, "load_kernels", load)
-        monkeypatch.setattr(culprit_module, "load_kernels", load)
+        def store(self, sweep, out, code):
+            if out.dtype == "float32":
+                index = self.value(cpp_emitter.store_index(self.kernel, out.strides), sweep)
+                value = f"(float)({code})"
+                moved = (f"std::nextafter({value}, INFINITY)" if isinstance(amount, int)
+                         else f"({value} * {1 + amount}f)")
+                code = f"((({index}) % 2 == 0) ? {moved} : {value})"
+            real(self, sweep, out, code)
+        monkeypatch.setattr(cpp_emitter._KernelWriter, "store", store)
     return use
 
 

@@ -305,7 +305,7 @@ facts("""aten::exp aten::expm1 aten::log aten::log1p aten::pow.Tensor_Scalar ate
     aten::reciprocal aten::rsqrt""", keeps_fp32="overflows or loses its range in float16")
 
 # The host: what reads a shape, a number or an identity (fold_shapes.py), what waits for the device or acts on the
-# host (deploy/packaging/graph_regions.py, merge_kernels.py), and what a plan must not call (deploy/plan_check.py, plan.cpp)
+# host (deploy/packaging/graph_regions.py, merge_kernels.py), and what a plan must not call (deploy/cpp/src/plan_check.cpp)
 facts("""aten::size.int aten::size aten::dim aten::len.Tensor aten::Int.Tensor aten::Float.Tensor aten::Bool.Tensor
     aten::ScalarImplicit aten::item aten::numel prim::device prim::dtype aten::is_floating_point aten::__is__
     aten::__isnot__""", on_host=True)

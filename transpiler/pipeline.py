@@ -330,7 +330,7 @@ def _observe_later_calls(graph: Graph, sched: Plan, ctx: Context, recorder: Shap
 
 
 def _copied(value: Any) -> Any:
-    """A state value copied (deploy/state.py's copy_value, which this stage may not import)."""
+    """A state value copied (jit2triton/verify.py's copy_value, which this stage may not import)."""
     if isinstance(value, list):
         return [_copied(v) for v in value]
     if isinstance(value, dict):

@@ -169,9 +169,9 @@ def _format_verification(verification: Any) -> list[str]:
     if not verification:
         return []
     status = verification["status"]
-    runtimes = verification.get("runtimes") or []
-    where = (f" in the {' and '.join(runtimes)} runtime{'s' if len(runtimes) > 1 else ''}" if runtimes else "")
-    if status == "passed":  # (which runtimes: the C++ one is what load() gives, where it runs the package)
+    runtime = verification.get("runtime")
+    where = f" in the {runtime} runtime" if runtime else ""  # (the runtime load() runs it in)
+    if status == "passed":
         lines = [f"verified against TorchScript on {verification['input_sets']} input sets{where} "
                  f"({verification['seconds']:.2f}s)"]
     else:

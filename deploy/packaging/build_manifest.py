@@ -73,7 +73,7 @@ def build_package(sched, plan_graph, built: BuiltKernels, signature: dict, model
 
 
 def state_section(slots: list) -> tuple[list[dict], dict[str, torch.Tensor]]:
-    """The manifest's `state` (deploy/state.py: the module attributes the plan takes and returns) and the
+    """The manifest's `state` (the module attributes the plan takes and returns) and the
     tensors among them, stored as weights."""
     entries, tensors = [], {}
     for slot in slots:
@@ -134,12 +134,6 @@ def _triton_version() -> str:
 
 # ---- what conversion decides after a build ----------------------------------------------------------------------
 
-def run_in_python_only(contents: PackageContents) -> None:
-    """The package runs in the Python runtime only (`runtime`): the C++ runtime's outputs differed from TorchScript's
-    where the Python one's matched, or a method's did. The C++ runtime refuses it, and load falls back."""
-    contents.manifest["runtime"] = "python"
-
-
 def set_cuda_graph(contents: PackageContents, use_graph: bool, timed_us: dict[str, float]) -> None:
     """The CUDA graph timing's choice (packaging/cuda_graph_choice.py), over the one the plan's shape made."""
     contents.manifest["cuda_graph"] = use_graph
@@ -147,13 +141,10 @@ def set_cuda_graph(contents: PackageContents, use_graph: bool, timed_us: dict[st
 
 
 def add_method(contents: PackageContents, name: str, method: PackageContents) -> None:
-    """Store `method` (converted as a package of its own) in `contents` as method `name` (deploy/methods.py reads
-    it back). A method that runs in the Python runtime only takes the package there: the C++ runtime loads the
-    methods with forward."""
+    """Store `method` (converted as a package of its own) in `contents` as method `name` (the C++ runtime's
+    module.cpp reads it back)."""
     prefix = f"{METHOD_PREFIX}{name}/"
     own = {k: v for k, v in method.manifest.items() if k not in METHOD_SHARED_FIELDS}
     contents.manifest.setdefault("methods", {})[name] = own
     contents.weights.update({prefix + k: w for k, w in method.weights.items()})
     contents.files.update({prefix + k: data for k, data in method.files.items() if not k.startswith("extra/")})
-    if own.get("runtime") == "python":
-        run_in_python_only(contents)

@@ -31,8 +31,7 @@ def choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.dev
     if timing.fixed():  # the graph, as the plan's shape decided
         timing.take_fixed(WHAT, "graph", "graph")
         return
-    why = cpp_runtime.unavailable() or ("the package runs in the Python runtime, which has no CUDA graphs"
-                                        if contents.manifest.get("runtime") == "python" else None)
+    why = cpp_runtime.unavailable()
     if why is not None:
         say(f"CUDA graph: kept as the plan's shape decided, untimed ({why})")
         return

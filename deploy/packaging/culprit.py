@@ -14,8 +14,7 @@ from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.ir import KERNEL_OP
 from jit2triton.transpiler.op_table import lookup
 
-from ..executor import Executor
-from ..runtime import load_kernels, placed_weights
+from ..executor import Executor, load_kernels, placed_weights
 
 ErrorOf = Callable[[torch.Tensor, torch.Tensor], float]  # (actual, expected) -> 0 where they agree to rounding
 Trace = dict[tuple[int, int], torch.Tensor]  # (IR value id, which time the plan made it) -> the tensor, in order
@@ -82,7 +81,7 @@ def observed_values(plan: dict, weights: dict, node_table: list, nodes: list, in
 def fused_values(contents, plan: dict, nodes: list, inputs: list, device: torch.device) -> Trace:
     """Every tensor the package makes on `inputs`, its kernels' and its ATen steps', as observed_values keeps them."""
     weights = placed_weights(contents.weights, plan, device)
-    kernels = load_kernels(contents, None, device)
+    kernels = load_kernels(contents, device)
     return observed_values(plan, weights, contents.manifest["nodes"], nodes, inputs, device, kernels)
 
 

@@ -55,8 +55,8 @@ class BodyTooLarge(Exception):
 
 def load_for_serving(path: str, runtime: str = "auto", num_threads: Optional[int] = None,
                      trusted_keys: Sequence[str] = ()) -> tuple[Any, dict]:
-    """The package loaded as jit2triton.load loads it (runtime_choice.load_runtime: the C++ runtime, else the
-    Python one, with its warning), and its manifest."""
+    """The package loaded as jit2triton.load loads it (runtime_choice.load_runtime, the C++ runtime), and its
+    manifest."""
     from ..runtime_choice import load_runtime
     loaded = load_runtime(path, runtime, num_threads=num_threads, trusted_keys=trusted_keys)
     return loaded.runtime, loaded.manifest
@@ -420,8 +420,7 @@ def app(package: str, *, runtime: str = "auto", max_batch_size: int = 32, batch_
         **deployment_options: Any) -> Any:
     """A bound Ray Serve deployment of a package, ready for `serve.run(app(...))` on any Ray cluster.
 
-    Each replica loads the package from `package` (a path every node can read) with `runtime` ("auto", "cpp",
-    "python"), on `num_gpus` GPUs (Ray picks which), and batches concurrent requests up to `max_batch_size` rows of
+    Each replica loads the package from `package` (a path every node can read) in the C++ runtime (`runtime`: "auto" or "cpp"), on `num_gpus` GPUs (Ray picks which), and batches concurrent requests up to `max_batch_size` rows of
     the package's batch dim, waiting at most `batch_wait_timeout_s` for a batch to fill. The KServe v2 protocol
     serves it as `model_name` (default: the package's file name without .j2t); `mount`: the model's path
     (/v2/models/NAME) where the app is deployed at that route prefix, as a model repository deploys it; `imports`:

@@ -203,7 +203,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   jit2triton::set_library_rebuilder(&rebuilt_library);
   jit2triton::set_cubin_rebuilder(&rebuilt_cubins);
 
-  // C++ errors become the Python runtime's own exception classes, with the same messages.
+  // C++ errors become jit2triton's exception classes, with the same messages.
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);

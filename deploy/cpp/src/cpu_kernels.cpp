@@ -159,7 +159,7 @@ Launchers load_cpu_kernels(const Package& pkg, c10::Device, int num_threads) {
     library = rebuilt;
     sha = sha256_hex(reinterpret_cast<const uint8_t*>(rebuilt.data()), rebuilt.size());
   }
-  // Kept open for the life of the process, as the Python runtime does: kernels of other loads may share it.
+  // Kept open for the life of the process: kernels of other loads may share it.
   void* handle = open_verified(library, sha);
   int threads = num_threads > 0 ? num_threads : at::get_num_threads();
   Launchers launchers;
@@ -190,7 +190,7 @@ Launchers load_cpu_kernels(const Package& pkg, c10::Device, int num_threads) {
       size_t i = 0;
       for (auto& t : inputs) buffers[i++] = t.data_ptr();
       for (auto& t : outputs) buffers[i++] = t.data_ptr();
-      // (named as TorchScript's and the Python runtime's error is: "ZeroDivisionError: integer division by zero")
+      // (named as TorchScript's error is: "ZeroDivisionError: integer division by zero")
       if (fn(buffers, sizes, threads))
         throw std::domain_error("ZeroDivisionError: integer division by zero in kernel " + name);
     };

@@ -132,8 +132,8 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
                   "the package's GPU kernels were built for " +
                       (built && !built->is_null() ? "sm_" + std::to_string(built->as_int()) : std::string("an unknown GPU")) +
                       " and this GPU is sm_" + std::to_string(arch) +
-                      "; the C++ runtime does not compile: convert the model again on this GPU, or load it once with "
-                      "the Python runtime, which rebuilds them");
+                      "; this runtime does not compile them alone: convert the model again on this GPU, or load it with "
+                      "jit2triton.load from Python, which rebuilds them from the package's sources");
     if (entry->find("num_ctas") && entry->at("num_ctas").as_int() != 1)
       throw Error(Error::Kind::PackageDevice, "the package's kernels use thread-block clusters, which this runtime does not launch; convert again with this jit2triton");
     auto fresh = rebuilt.cubins.find(name);

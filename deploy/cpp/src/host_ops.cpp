@@ -1,5 +1,5 @@
 // TorchScript's container and control ops that carry their types on the node, not in a schema: the plan steps the
-// C++ runtime runs itself rather than through an ATen operator (deploy/host_ops.py is the Python runtime's table).
+// C++ runtime runs itself rather than through an ATen operator (deploy/host_ops.py is the reference interpreter's table).
 #include "host_ops.h"
 
 #include <ATen/core/Dict.h>

@@ -23,7 +23,7 @@ void flatten(const c10::IValue& v, std::vector<at::Tensor>& out) {
   }
 }
 
-// Method `name` of the package as a package of its own (deploy/methods.py): its weights, members and checksums are
+// Method `name` of the package as a package of its own (deploy/packaging/build_manifest.py's add_method): its weights, members and checksums are
 // those under methods/<name>/, and its manifest is the package's shared fields and the method's own.
 Package method_package(const Package& pkg, const std::string& name, const json::Value& own) {
   if (!own.is_object())
@@ -58,13 +58,12 @@ Package method_package(const Package& pkg, const std::string& name, const json::
 
 Module load_module(const std::string& path, const LoadOptions& options) {
   Package pkg = read_package(path, options.mmap, options.trusted_keys, options.keys_from_environment);
-  // Verification ran this runtime too, and it differed from TorchScript where the Python runtime matched: refused
-  // as a package this runtime cannot run here (jit2triton.load then takes the Python runtime; see deploy/format.py)
+  // An older jit2triton verified this package in its Python runtime, retired since, and found this one to differ
+  // from TorchScript (deploy/format.py's "runtime"): refused, never run wrong
   if (const json::Value* only = pkg.manifest.find("runtime"); only && only->is_string() && only->as_string() == "python")
-    throw Error(Error::Kind::PackageDevice,
-                "this package runs only in the Python runtime: at conversion this (C++) runtime's outputs differed "
-                "from TorchScript's where the Python runtime's matched (the conversion report says where); load it "
-                "with jit2triton.load(path, runtime='python'), or convert it again with a jit2triton that fixes it");
+    throw Error(Error::Kind::PackageVersion,
+                "this package was verified, by an older jit2triton, to run only in its Python runtime, which is "
+                "retired: convert the model again (conversion now verifies it in this runtime)");
   auto state = std::make_shared<StateStore>();  // the module's attributes, shared by its methods
   auto methods = std::make_shared<Module::Methods>();
   if (const json::Value* listed = pkg.manifest.optional("methods")) {
@@ -79,7 +78,7 @@ Module load_module(const std::string& path, const LoadOptions& options) {
 // A container that holds itself, or nests past any model's depth, is refused before anything walks it (flatten
 // above, j2t-run's printing, the conversion to Python objects), which would recurse without end. Only a damaged
 // plan builds one (TorchScript's types cannot express it): a list stored into itself by an edited argument.
-constexpr int kMaxOutputDepth = 100;  // MAX_OUTPUT_DEPTH in deploy/plan_check.py
+constexpr int kMaxOutputDepth = 100;  // how deep a model's nested outputs may be
 
 void check_finite_nesting(const c10::IValue& v, std::set<const void*>& open, std::set<const void*>& done, int depth) {
   if (!v.isTuple() && !v.isList() && !v.isGenericDict()) return;

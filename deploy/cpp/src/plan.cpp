@@ -105,7 +105,7 @@ Shape parse_shape(const Value& list, const std::vector<std::string>& dims) {
 }
 
 // A control-flow step's condition and trip count, as TorchScript types them (a damaged plan may hold another value
-// there: a clean error, as the Python runtime gives it, not IValue's internal assert)
+// there: a clean error, not IValue's internal assert)
 bool condition_of(const IValue& v) {
   if (!v.isBool()) throw std::invalid_argument("a condition is " + v.tagKind() + ", not a bool");
   return v.toBool();
@@ -225,7 +225,7 @@ class Builder {
     // TorchScript's interpreter makes some operations per graph node, from the node's attributes (prim::ChunkSizes,
     // prim::rpc_sync): with no node they read through null. Its own prim:: ops of variadic schema are made for its
     // stack (a fusion group, a bailout) and are never a converted model's. A plan calls neither; the host ops above
-    // are the prim:: ops this runtime runs that way (plan_check.py's interpreter_only is the Python runtime's rule).
+    // are the prim:: ops this runtime runs that way.
     if (!handle->hasOperation() || (schema.is_vararg() && op.rfind("prim::", 0) == 0)) interpreter_only(op);
     // A stack-based operation pops exactly its schema's arguments: fewer would read past the stack (a hand-edited
     // plan with an emptied argument list freed an invalid pointer; found by tests/mutate_packages.py)
@@ -450,7 +450,7 @@ class Builder {
         if (c.has_shape) {
           at::IntArrayRef shape = c.shape.at(d, scratch_shape);
           if (x.sizes() != shape)
-            throw Error(Error::Kind::SizeChanged,  // the Python runtime's SizeChangedError, with its message
+            throw Error(Error::Kind::SizeChanged,  // SizeChangedError, with its message
                         policy::message::size_changed(std::to_string(c.index), join_dims(x.sizes()), join_dims(shape)));
         }
         at::IntArrayRef strides = c.strides.at(d, scratch_strides);
@@ -636,7 +636,7 @@ Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> 
   check_structure(manifest, pkg_.weights);
   num_slots_ = static_cast<int>(plan.at("num_slots").as_int());
   input_slots_ = ints(&plan.at("inputs"));
-  {  // a slot per signature input, then per module state value (plan_check.check_inputs in the Python runtime)
+  {  // a slot per signature input, then per module state value
     const Value* state = manifest.optional("state");
     size_t expected = manifest.at("signature").at("inputs").size() + (state ? state->size() : 0);
     if (input_slots_.size() != expected)
@@ -649,7 +649,7 @@ Plan::Plan(Package pkg, const LoadOptions& options, std::shared_ptr<StateStore> 
       int64_t at = d[1].as_int(), axis = d[2].as_int();
       size_t position = static_cast<size_t>(at);
       const Value& inputs = manifest.at("signature").at("inputs");
-      // read from a tensor input's axis (plan_check.check_dims in the Python runtime)
+      // read from a tensor input's axis
       if (at < 0 || position >= input_slots_.size() || position >= inputs.size() ||
           inputs[position].at("type").as_string() != "Tensor" || axis < 0 ||
           axis >= static_cast<int64_t>(inputs[position].at("shape").size()))

@@ -1,4 +1,4 @@
-// What a plan's kernels rely on, checked once at load (deploy/plan_check.py does the same in Python): a kernel step
+// What a plan's kernels rely on, checked once at load: a kernel step
 // passes the buffers its kernel was built for, allocates its outputs dense, checks its inputs against the kernel's
 // layouts and reads weights of the kernel's dtype, shape and layout; control flow gives as many values as its
 // outputs; the arena is no larger than what is planned into it; each dynamic dim's range is one a call can meet.

@@ -1,4 +1,4 @@
-// A package's signature: the per-input checks built at load (the Python runtime's messages, word for word), the
+// A package's signature: the per-input checks built at load (their messages the ones users read), the
 // printed signature, and random inputs that fit it.
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
@@ -16,7 +16,7 @@ using json::Value;
 
 namespace {
 
-// torch's name of a layout, as the Python runtime prints it (no iostreams in the extension: see cuda_graph.cpp).
+// torch's name of a layout, as torch prints it (no iostreams in the extension: see cuda_graph.cpp).
 std::string layout_name(at::Layout layout) {
   switch (layout) {
     case at::kSparse: return "torch.sparse_coo";

@@ -1,4 +1,4 @@
-// Module state (deploy/state.py is the Python runtime's): the attributes a scripted model writes (a warned-once
+// Module state: the attributes a scripted model writes (a warned-once
 // flag, a call counter, a cached tensor), held by the loaded module between calls. Each method's plan is a pure
 // function: it takes the state after the method's inputs and returns the written attributes' new values after its
 // outputs. The store is the loaded module's, shared by its methods, as TorchScript's module attributes are. Calls

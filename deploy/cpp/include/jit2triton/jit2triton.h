@@ -43,7 +43,7 @@ class Error : public std::runtime_error {
 struct LoadOptions {
   std::string device;        // "cpu", "cuda", "cuda:1"; empty: the device the package was built for
   int num_threads = 0;       // OpenMP threads for CPU kernels; 0: at::get_num_threads()
-  bool cuda_graphs = true;   // run a straight-line GPU plan as one CUDA graph, as the Python runtime does
+  bool cuda_graphs = true;   // run a straight-line GPU plan as one CUDA graph
   bool alias_outputs = false;  // with CUDA graphs: return the graph's own output buffers (the next call reuses them)
   // false: the file is read once into memory the module owns, so a later change to the file (or its truncation)
   // cannot reach it, as with torch::jit::load. true: weights stay views of the mapped file (no copy; the file must

@@ -1,6 +1,6 @@
-"""Both runtimes tell the same story (issue 34, item 9): a damaged member is named the same way by each, and a model
-that raises raises what TorchScript raises (a torch.jit.Error), so code written around torch.jit.load keeps
-working."""
+"""The runtime tells a clear story (issue 34, item 9): a damaged member is named, a model that raises raises what
+TorchScript raises (a torch.jit.Error), so code written around torch.jit.load keeps working, and every mutated
+package is run or refused with jit2triton's own error (issue 45)."""
 from __future__ import annotations
 
 from typing import List
@@ -26,9 +26,9 @@ def _refusal(path, runtime) -> str:
 
 
 @pytest.mark.parametrize("damage", ["renamed", "changed", "two changed"])
-def test_both_runtimes_name_the_same_damaged_member(damage, small_package, tmp_path, request) -> None:
-    """A member renamed in the archive (as a case-folding copy would), changed, or two changed (each runtime
-    named the first it met, in the archive's order or its own): the same message from each."""
+def test_the_runtime_names_the_damaged_member(damage, small_package, tmp_path, request) -> None:
+    """A member renamed in the archive (as a case-folding copy would), changed, or two changed: the message names
+    the first in sorted order (the Python and C++ readers once named the first each met, in their own orders)."""
     members = read_members(small_package[0])
     if damage == "renamed":
         members["binaries/Kernels.so"] = members.pop("binaries/kernels.so")
@@ -39,12 +39,11 @@ def test_both_runtimes_name_the_same_damaged_member(damage, small_package, tmp_p
         members["manifest.json"] = members["manifest.json"].replace(b'"format"', b'"Format"', 1)
     damaged = tmp_path / "damaged.j2t"
     write_members(damaged, members)
-    python, cpp = _refusal(damaged, "python"), _refusal(damaged, _runtime("cpp", request))
-    assert python == cpp
-    assert ("'binaries/Kernels.so'" if damage == "renamed" else "'binaries/kernels.so'") in python  # sorted first
+    said = _refusal(damaged, _runtime("cpp", request))
+    assert ("'binaries/Kernels.so'" if damage == "renamed" else "'binaries/kernels.so'") in said  # sorted first
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_a_member_name_that_is_not_utf8_is_refused_as_damage(runtime, small_package, tmp_path, request) -> None:
     """Its bytes in the archive's headers, not in checksums.json: the C++ runtime's message quotes the name, which
     reached Python as a UnicodeDecodeError instead of the refusal (found by the mutation fuzz)."""
@@ -65,7 +64,7 @@ class Raises(torch.nn.Module):
         return x.relu() + 1
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_a_model_that_raises_raises_what_torchscript_raises(runtime, tmp_path, request) -> None:
     model = torch.jit.script(Raises())
     path = tmp_path / "raises.j2t"
@@ -114,7 +113,7 @@ class ToLists(torch.nn.Module):
         return rows, signs, rounded, first
 
 
-@pytest.mark.parametrize("runtime", ["python", "cpp"])
+@pytest.mark.parametrize("runtime", ["cpp"])
 def test_tolist_matches_torchscript(runtime, tmp_path, request) -> None:
     """Issue 43: the C++ runtime, load()'s default, passed prim::tolist an argument count after its arguments, as
     TorchScript's interpreter does only for the variadic ops whose operation it makes once (not per node), and
@@ -171,12 +170,12 @@ def _outcome(path: str, runtime: str) -> str:
 
 
 @pytest.mark.parametrize("program", ["small", "stepped"])
-def test_both_runtimes_run_or_refuse_each_mutant_alike(program, small_package, tmp_path, request) -> None:
+def test_the_runtime_runs_or_refuses_each_mutant(program, small_package, tmp_path, request) -> None:
     """Issue 45: mutated packages (tests/mutate_packages.py: damaged bytes, manifest edits with the checksums
-    recomputed, structural edits), each loaded and called by both runtimes: one running what the other refuses is a
-    disagreement, and there are none. Found this way and mended: a step's `kwnames` not a list, a reference of an
-    unknown kind, a kernel's `sizes` not a list, a kernel listed twice, a null weights index, a non-string `isa`,
-    `aten::__not__` of a tensor."""
+    recomputed, structural edits), each loaded and called: run, or refused with a jit2triton error, never another
+    exception. (While a Python runtime read packages too, this found the two disagreeing on a step's `kwnames` not a
+    list, a reference of an unknown kind, a kernel's `sizes` not a list, a kernel listed twice, a null weights index,
+    a non-string `isa`, `aten::__not__` of a tensor.)"""
     request.getfixturevalue("cpp_runtime")
     from mutate_packages import mutate
     if program == "small":
@@ -186,12 +185,14 @@ def test_both_runtimes_run_or_refuse_each_mutant_alike(program, small_package, t
         jit2triton.convert(stepped, (torch.randn(12), 9)).save(path)
     data, members = open(path, "rb").read(), read_members(path)
     mutant = str(tmp_path / "mutant.j2t")
-    disagreements = []
+    escaped, outcomes = [], set()
     for seed in range(300):
         what, damaged = mutate(data, members, seed)
         with open(mutant, "wb") as f:
             f.write(damaged)
-        python, cpp = _outcome(mutant, "python"), _outcome(mutant, "cpp")
-        if python != cpp or python not in ("ran", "refused"):
-            disagreements.append(f"seed {seed} ({what}): python {python}, cpp {cpp}")
-    assert not disagreements, disagreements
+        outcome = _outcome(mutant, "cpp")
+        outcomes.add(outcome)
+        if outcome not in ("ran", "refused"):
+            escaped.append(f"seed {seed} ({what}): {outcome}")
+    assert not escaped, escaped
+    assert outcomes == {"ran", "refused"}, outcomes  # (the mutations reach both)
