@@ -2,27 +2,22 @@
 slots, and a call runs the closures in order.
 
 The runtime is the C++ one (deploy/cpp: what `jit2triton.load` runs, and what verification checks as it ships).
-This one is conversion's: what it types graphs with and watches node by node (`observe`: the culprit search finds
-the first kernel to part from ATen). So it holds none of the production machinery: it reads no package (it takes
-the plan conversion built), checks no inputs, keeps no module state, runs no CUDA graphs, no memory arena, no fast
-paths. Each kernel's outputs are fresh tensors, every step runs as a step.
+This one is conversion's: it runs plans before fusion, every op through ATen, to type graphs and to give the
+culprit search ATen's value of every IR value (`observe`; the C++ runtime gives the package's: Module::observe).
+So it holds none of the production machinery: it reads no package (it takes the plan conversion built), runs no
+kernels, checks no inputs, keeps no module state, runs no CUDA graphs, no memory arena, no fast paths.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable, Optional
 
 import torch
 
-from jit2triton.emitters.backends import BACKENDS
-
-from jit2triton.errors import Jit2TritonError, PackageVersionError, SizeChangedError, StepError
+from jit2triton.errors import Jit2TritonError, StepError
 
 from .op_facts import UNPACKS
 from .packed import build_packed, packed_constant
-from .policy import RECONVERT, message
 from .resolve import resolve_op
-from .sizes import is_dynamic, shape_function
 
 Step = Callable[[list], None]
 Observer = Callable[[int, tuple], None]  # (node index, output values)
@@ -34,29 +29,15 @@ def placed_weights(weights: dict[str, torch.Tensor], plan: dict, device: torch.d
     return {name: w.to("cpu" if name in host else device) for name, w in weights.items()}
 
 
-def load_kernels(contents, device: torch.device) -> dict:
-    """A launcher per kernel of a package's contents, from the Python loader its backend names."""
-    backend = BACKENDS.get(contents.manifest["backend"])
-    if backend is None:
-        raise PackageVersionError(f"the package uses kernel backend {contents.manifest['backend']!r}, which this "
-                                  "jit2triton does not know; upgrade jit2triton")
-    if backend.python_loader is None or not contents.manifest["kernels"]:
-        return {}
-    return importlib.import_module(backend.python_loader).load_kernels(contents, None, torch.device(device))
-
-
 class Executor:
     def __init__(self, plan: dict, weights: dict[str, torch.Tensor], nodes: list[dict],
-                 observe: Optional[Observer] = None, kernels: Optional[dict[str, Callable]] = None,
-                 device: torch.device = torch.device("cpu")) -> None:
+                 observe: Optional[Observer] = None) -> None:
         self.weights = weights
-        self.kernels = kernels or {}
-        self.device = device
         self.nodes = nodes
         self.observe = observe
         self.num_slots = plan["num_slots"]
         self.input_slots = plan["inputs"]
-        # Dynamic dims: read from the inputs once per call, into the slot after the plan's own (kernels take them)
+        # Dynamic dims: read from the inputs once per call, into the slot after the plan's own
         self.dim_sources = [(name, position, axis) for name, position, axis in plan.get("dims", ())]
         self.sizes_slot = self.num_slots
         # a size table per call also where no dim comes from the inputs but steps bind some (a count read from data)
@@ -112,11 +93,8 @@ class Executor:
             return self.compile_if(step)
         if kind == "loop":
             return self.compile_loop(step)
-        if kind == "kernel":
-            return self.compile_kernel(step)
-        if kind == "graph":
-            return self.compile_graph(step)
-        raise Jit2TritonError(f"unknown step kind {kind!r} in the plan; the package needs a newer jit2triton")
+        raise Jit2TritonError(f"a {kind!r} step: the reference interpreter runs plans before fusion (every op through "
+                              "ATen), with no kernel or region steps")
 
     def compile_call(self, step: dict) -> Step:
         fn = resolve_op(step["op"])
@@ -180,83 +158,6 @@ class Executor:
     def sizes_of(self, inputs: list) -> dict:
         return {name: inputs[position].shape[axis] for name, position, axis in self.dim_sources}
 
-    def kernel_launcher(self, step: dict) -> Callable[[list, list], None]:
-        launch = self.kernels.get(step["kernel"])
-        if launch is None:
-            raise Jit2TritonError(f"kernel {step['kernel']!r} is missing from the package; {RECONVERT}")
-        return launch
-
-    def output_allocator(self, step: dict) -> Callable[[Optional[dict]], list]:
-        """Fresh output tensors in the planned dtype, shape and strides, for the call's dynamic dims (`sizes`;
-        a static kernel's shapes are fixed). `torch.empty_strided` is the cheapest allocation torch offers from
-        Python, cheaper than `torch.empty`."""
-        device, empty = self.device, torch.empty_strided
-        if any(is_dynamic(shape) or is_dynamic(strides) for shape, _, strides in step["out_types"]):
-            specs = [(shape_function(shape), shape_function(strides), getattr(torch, dtype))
-                     for shape, dtype, strides in step["out_types"]]
-            return lambda sizes: [empty(shape(sizes), strides(sizes), dtype=dtype, device=device)
-                                  for shape, strides, dtype in specs]
-        fixed = [(tuple(shape), tuple(strides), getattr(torch, dtype)) for shape, dtype, strides in step["out_types"]]
-        if len(fixed) == 1:
-            (shape, strides, dtype), = fixed
-            return lambda sizes: [empty(shape, strides, dtype=dtype, device=device)]
-        return lambda sizes: [empty(shape, strides, dtype=dtype, device=device) for shape, strides, dtype in fixed]
-
-    def relayout(self, step: dict) -> Optional[Callable[[list, Optional[dict]], list]]:
-        """The check that each input ATen made has the shape the kernel was generated for (else an error: a
-        scalar input changed it) and exactly the layout it indexes with (copied into that layout when not), at
-        the call's dynamic dims; None when no input needs it."""
-        shapes = step.get("in_shapes") or [None] * len(step.get("in_strides", ()))
-        checked = [(i, shape_function(strides), shape_function(shape) if shape is not None else None)
-                   for i, (strides, shape) in enumerate(zip(step.get("in_strides", ()), shapes)) if strides is not None]
-        if not checked:
-            return None
-
-        def relayout(inputs: list, sizes: Optional[dict]) -> list:
-            copied = None
-            for i, strides_at, shape_at in checked:
-                x = inputs[i]
-                if shape_at is not None and x.shape != shape_at(sizes):
-                    raise SizeChangedError(message("size_changed", index=i, got=", ".join(map(str, x.shape)),
-                                                   expected=", ".join(map(str, shape_at(sizes)))))
-                strides = strides_at(sizes)
-                if x.stride() != strides:
-                    copied = copied or list(inputs)
-                    copied[i] = into_layout(x, strides)
-            return copied or inputs
-
-        return relayout
-
-    def compile_kernel(self, step: dict) -> Step:
-        """A generated kernel: `launch(inputs, outputs[, sizes])` with outputs allocated here, in the planned dtype
-        and shape; a kernel over dynamic dims also gets the call's values of the dims it takes."""
-        launch = self.kernel_launcher(step)
-        getters = [self.getter(r) for r in step["args"]]
-        allocate = self.output_allocator(step)
-        relayout = self.relayout(step)
-        names = step.get("sizes", ())
-        outs, free, sizes_slot = step["outs"], step.get("free", ()), self.sizes_slot
-        node, observe = step["node"], self.observe
-
-        def kernel(env: list) -> None:
-            sizes = env[sizes_slot]
-            outputs = allocate(sizes)
-            inputs = [get(env) for get in getters]
-            if relayout:
-                inputs = relayout(inputs, sizes)
-            if names:
-                launch(inputs, outputs, [sizes[n] for n in names])
-            else:
-                launch(inputs, outputs)
-            for slot, value in zip(outs, outputs):
-                env[slot] = value
-            if observe:
-                observe(node, tuple(outputs))
-            for slot in free:
-                env[slot] = None
-
-        return kernel
-
     def compile_if(self, step: dict) -> Step:
         cond = self.getter(step["args"][0])
         branches = [self.compile_subblock(b) for b in step["blocks"]]
@@ -306,27 +207,8 @@ class Executor:
 
         return loop
 
-    def compile_graph(self, step: dict) -> Step:
-        """A region of steps the C++ runtime may run as a CUDA graph (deploy/packaging/graph_regions.py): here, its
-        steps."""
-        steps, run = self.compile_block(step["steps"]), self.run_steps
-        return lambda env: run(steps, env)
-
     def compile_subblock(self, block: dict) -> tuple[list[tuple[Step, int]], list[Callable]]:
         return self.compile_block(block["steps"]), [self.getter(r) for r in block["outputs"]]
-
-
-def into_layout(x: torch.Tensor, strides: tuple) -> torch.Tensor:
-    """`x` in exactly `strides`: a copy, except that a dim the kernel reads broadcast (stride 0, as ATen gave it
-    while converting) keeps stride 0 and only its first element is copied. The kernel reads that element for every
-    index of the dim; the values along it are one value repeated (a broadcast), however the producer laid them out
-    this time (a kernel upstream that wrote the expanded value out densely, and an ATen op between)."""
-    source, broadcast = x, False
-    for d, (n, s) in enumerate(zip(x.shape, strides)):
-        if s == 0 and n > 1:
-            source, broadcast = source.narrow(d, 0, 1), True
-    dense = torch.empty_strided(source.shape, strides, dtype=x.dtype, device=x.device).copy_(source)
-    return dense.as_strided(x.shape, strides) if broadcast else dense
 
 
 def _condition(value: Any) -> bool:

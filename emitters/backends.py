@@ -1,11 +1,10 @@
 """The kernel backends, one record each: what renders and compiles a model's kernels, the manifest section that
-build writes, and what loads them again in each runtime. Conversion, both runtimes and the CLI look a backend up
+build writes, and what loads them again in the runtime. Conversion, the runtime and the CLI look a backend up
 here by name (the manifest's "backend") instead of comparing strings, so a new backend is one record plus its
-renderer and loaders (as Triton keeps one `backends/<name>/` pair per backend).
+renderer and loader (as Triton keeps one `backends/<name>/` pair per backend).
 
-The loaders are named, not imported: deploy/ comes after emitters/ in the flow, so a Python loader is a module
-of deploy/ with a `load_kernels(contents, num_threads, device)` function, and a C++ loader is a function of the
-C++ runtime, listed in plan.cpp's table of backends (a test holds the two lists equal).
+The loader is named, not imported: it is a function of the C++ runtime, listed in plan.cpp's table of backends (a
+test holds the two lists equal).
 """
 from __future__ import annotations
 
@@ -31,7 +30,6 @@ class Backend:
     # (rendered, kernels, target device or None for this process's, progress) -> (package files, manifest section)
     compile: Optional[Callable[[Any, list[Kernel], Optional[torch.device], Progress],
                                tuple[Files, dict[str, Any]]]] = None
-    python_loader: Optional[str] = None  # the deploy/ module whose load_kernels launches them
     cpp_loader: Optional[str] = None  # the C++ runtime's loader (plan.cpp, kKernelBackends)
     # The GEMM form it generates for transpiler/gemm_forms.py to time (its `Generated` hook), if any
     generated_gemm: Optional[Callable[..., Any]] = None
@@ -137,12 +135,12 @@ def _triton_gemm(*args) -> Any:
 
 
 BACKENDS: dict[str, Backend] = {b.name: b for b in [
-    Backend("cpp", "cpp", _render_cpp, _compile_cpp, "jit2triton.deploy.cpp_kernels", "load_cpu_kernels",
+    Backend("cpp", "cpp", _render_cpp, _compile_cpp, "load_cpu_kernels",
             generated_conv=_cpp_conv, devices=("cpu",), default_on=("cpu",),
             hint="the C++ backend generates CPU kernels; use device='cpu' or backend='triton'"),
     # (on the CPU its kernels run under the Triton interpreter: for tests, slow)
-    Backend("triton", "triton", _render_triton, _compile_triton, "jit2triton.deploy.triton_kernels",
-            "load_cuda_kernels", _triton_gemm, default_on=("cuda",), scalars_by_value=True),
+    Backend("triton", "triton", _render_triton, _compile_triton, "load_cuda_kernels", _triton_gemm,
+            default_on=("cuda",), scalars_by_value=True),
     Backend("aten"),  # no generated kernels: every op runs through ATen
 ]}
 NAMES = tuple(BACKENDS)

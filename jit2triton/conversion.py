@@ -457,15 +457,16 @@ class _MethodStages:
             return fallbacks.Verdict(passed=True)
         started = time.perf_counter()
         self.say(f"verifying against TorchScript on {verifier.compared} input sets")
-        with self.stopwatch.stage("verify"), PackageRunner(contents, self.target) as run:
-            mismatches = verifier.check(run)
-            if mismatches and verifier.drop_unsteady():  # (TorchScript differs from itself there)
-                mismatches = verifier.check(run) if verifier.compared else []
         culprit = None
-        if mismatches and contents.manifest["kernels"] and not self.bisecting:
-            with self.stopwatch.stage("culprit_search"), verifier.exact():
-                culprit = find_culprit(graph, sched, contents, verifier.failed_inputs, self.target,
-                                       lambda actual, expected: tensor_error(actual, expected)[0])
+        with PackageRunner(contents, self.target) as run:
+            with self.stopwatch.stage("verify"):
+                mismatches = verifier.check(run)
+                if mismatches and verifier.drop_unsteady():  # (TorchScript differs from itself there)
+                    mismatches = verifier.check(run) if verifier.compared else []
+            if mismatches and contents.manifest["kernels"] and not self.bisecting:
+                with self.stopwatch.stage("culprit_search"), verifier.exact():
+                    culprit = find_culprit(graph, sched, run.observe, verifier.failed_inputs, self.target,
+                                           lambda actual, expected: tensor_error(actual, expected)[0])
         carried = cpp_runtime.carried_member()
         if not mismatches and carried is not None:  # the build that verified it, for a machine that cannot build one
             contents.files[carried[0]] = carried[1]

@@ -483,6 +483,13 @@ class PackageRunner:
         the plan on them)."""
         return list(inputs) + (self.state_of(self.fresh()) or [])
 
+    def observe(self, plan_inputs: list, per_node: int) -> list:
+        """[(node, outputs)] of every step the package runs on `plan_inputs` (the model's, then its state's values),
+        in the order made: the culprit search (deploy/packaging/culprit.py). A load of its own, without CUDA graphs,
+        so every step runs as a step."""
+        from jit2triton.deploy.cpp_runtime import CppRuntime
+        return CppRuntime(self.path, self.device, cuda_graphs=False).module.observe(list(plan_inputs), per_node)
+
     def state_of(self, module) -> Optional[list]:
         """The state `module` holds, in the plan's order; None where a value cannot be handed to Python."""
         try:

@@ -3,7 +3,6 @@ each Python loader they name exists, and the C++ runtime's table of loaders (pla
 with the same loaders."""
 from __future__ import annotations
 
-import importlib
 import re
 from pathlib import Path
 
@@ -29,18 +28,11 @@ def test_the_cpp_runtime_loads_the_backends_the_records_name() -> None:
     assert cpp_kernel_backends() == {b.name: b.cpp_loader for b in BACKENDS.values() if b.cpp_loader}
 
 
-@pytest.mark.parametrize("name", [b.name for b in BACKENDS.values() if b.python_loader])
-def test_each_python_loader_is_a_deploy_module_with_load_kernels(name: str) -> None:
-    module = BACKENDS[name].python_loader
-    assert module.startswith("jit2triton.deploy.")
-    assert callable(importlib.import_module(module).load_kernels)
-
-
 def test_a_backend_that_generates_kernels_writes_its_own_section_and_loads_them() -> None:
     for backend in BACKENDS.values():
         generates = backend.generates_kernels
         assert (backend.section == backend.name) == generates
-        assert (backend.python_loader is not None) == generates
+        assert (backend.cpp_loader is not None) == generates
         assert (backend.render is not None) == (backend.compile is not None) == generates
 
 

@@ -6,6 +6,7 @@ Each is compared with TorchScript on fresh random inputs; bad packages are refus
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -467,3 +468,35 @@ def test_a_module_the_cpp_runtime_loaded_reports_and_saves_after_its_file_is_gon
     x, y = torch.randn(2, 4), torch.randn(2, 3)
     torch.testing.assert_close(jit2triton.load(tmp_path / "again.j2t")(x, y), traced(x, y))
     torch.testing.assert_close(module(x, y), traced(x, y))
+
+
+@torch.jit.script
+def _looped(x, w):
+    for _ in range(5):
+        x = torch.sin(x) * 2.0
+    return x @ w
+
+
+def test_observe_hands_over_every_step_s_outputs_in_the_order_made(tmp_path, cpp_runtime) -> None:
+    """Module::observe, the culprit search's view of the package (deploy/packaging/culprit.py): each step's node and
+    outputs, in the order the steps ran, a loop's iterations apart up to the cap per node, tensors copied (a later
+    step reusing the memory changes nothing handed over)."""
+    from jit2triton.deploy.cpp_runtime import CppRuntime
+    example = (torch.randn(3, 4), torch.randn(4, 2))
+    jit2triton.convert(_looped, example).save(tmp_path / "m.j2t")
+    module = CppRuntime(str(tmp_path / "m.j2t"), cuda_graphs=False).module
+    manifest = json.loads(module.member("manifest.json"))
+    x, w = torch.randn(3, 4), torch.randn(4, 2)
+    seen = module.observe([x, w], 3)
+    nodes = [manifest["nodes"][node] for node, _ in seen]
+    kernels = [outputs[0] for (node, outputs), info in zip(seen, nodes) if info.get("kernel")]
+    assert len(kernels) == 3  # five iterations, three handed over
+    expected = x
+    for made in kernels:
+        expected = torch.sin(expected) * 2.0
+        torch.testing.assert_close(made, expected)
+    loop = next(outputs for (node, outputs), info in zip(seen, nodes) if info["op"] == "prim::Loop")
+    matmul = next(outputs for (node, outputs), info in zip(seen, nodes) if info["op"] == "aten::matmul")
+    torch.testing.assert_close(matmul[0], _looped(x, w))
+    torch.testing.assert_close(loop[-1] @ w, matmul[0])
+    assert [info["op"] for info in nodes][-1] == "aten::matmul"  # (the order they ran)

@@ -156,7 +156,7 @@ def test_the_culprit_search_compares_a_loop_s_iterations_apart():
     sched = pipeline.plan(from_torchscript(script.graph, script.input_names, script.name, False))
     cpu = torch.device("cpu")
     trace = observed_values(sched.plan, placed_weights(sched.weights, sched.plan, cpu), sched.node_table,
-                            sched.nodes, [torch.randn(4)], cpu)
+                            sched.nodes, [torch.randn(4)])
     sin = next(n for n in sched.nodes if n.op == "aten::sin")
     assert [k for k in trace if k[0] == sin.outputs[0].id] == [(sin.outputs[0].id, i) for i in range(3)]
     actual = dict(trace)

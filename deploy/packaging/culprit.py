@@ -1,6 +1,7 @@
 """Which generated kernel makes a package disagree with TorchScript: found by running the plan before fusion (every
-op through ATen) and the package side by side on the inputs that failed, and comparing every value a kernel writes
-with the value ATen computed for the same IR value. Conversion only: the runtimes never import this module.
+op through ATen, in the reference interpreter) and the package (in the C++ runtime that ships it, every step
+observed) side by side on the inputs that failed, and comparing every value a kernel writes with the value ATen
+computed for the same IR value. Conversion only: the runtimes never import this module.
 """
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.ir import KERNEL_OP
 from jit2triton.transpiler.op_table import lookup
 
-from ..executor import Executor, load_kernels, placed_weights
+from ..executor import Executor, placed_weights
 
 ErrorOf = Callable[[torch.Tensor, torch.Tensor], float]  # (actual, expected) -> 0 where they agree to rounding
+# The package run on a plan's inputs, every step observed: [(node, its outputs)] in the order made, at most
+# MAX_OCCURRENCES per node (the C++ runtime's Module::observe, through verify.PackageRunner)
+Observe = Callable[[list, int], list]
 Trace = dict[tuple[int, int], torch.Tensor]  # (IR value id, which time the plan made it) -> the tensor, in order
 # A loop's iterations compared apart, up to this many per value (each a copy kept while the search runs): where only
 # the last is kept, a decision rounding flipped in an earlier iteration (a detector's top-k per feature level) goes
@@ -34,16 +38,16 @@ class Culprit:
     error: float
 
 
-def find_culprit(graph, sched: pipeline.Plan, contents, failed_inputs: list[list], device: torch.device,
+def find_culprit(graph, sched: pipeline.Plan, observe: Observe, failed_inputs: list[list], device: torch.device,
                  error_of: ErrorOf) -> Optional[Culprit]:
-    """Why the package (`contents`, built from `sched`, the plan of `graph` after fusion) disagrees with TorchScript
-    on `failed_inputs`; None when neither a kernel nor rounding explains it."""
+    """Why the package (built from `sched`, the plan of `graph` after fusion; `observe` runs it) disagrees with
+    TorchScript on `failed_inputs`; None when neither a kernel nor rounding explains it."""
     before = pipeline.plan(graph)
     weights = placed_weights(before.weights, before.plan, device)
     rounding = None
     for inputs in failed_inputs:
-        reference = observed_values(before.plan, weights, before.node_table, before.nodes, inputs, device)
-        actual = fused_values(contents, sched.plan, sched.nodes, inputs, device)
+        reference = observed_values(before.plan, weights, before.node_table, before.nodes, inputs)
+        actual = fused_values(observe, sched.nodes, inputs)
         first = first_divergence(reference, actual, sched.nodes, error_of)
         if first is not None and first.node.op == KERNEL_OP:
             return first
@@ -57,20 +61,17 @@ def find_culprit(graph, sched: pipeline.Plan, contents, failed_inputs: list[list
     return rounding
 
 
-def observed_values(plan: dict, weights: dict, node_table: list, nodes: list, inputs: list, device: torch.device,
-                    kernels: Optional[dict] = None) -> Trace:
-    """Run a plan on `inputs` and keep every tensor it makes, by IR value id and occurrence (a loop's iterations
-    apart, up to MAX_OCCURRENCES), in the order made. A run that fails keeps what it made before the failure."""
+def observed_values(plan: dict, weights: dict, node_table: list, nodes: list, inputs: list) -> Trace:
+    """Run a plan (every op through ATen) on `inputs` in the reference interpreter and keep every tensor it makes,
+    by IR value id and occurrence (a loop's iterations apart, up to MAX_OCCURRENCES), in the order made. A run
+    that fails keeps what it made before the failure."""
     seen: Trace = {}
     made: Counter = Counter()
 
     def observe(index: int, outputs: tuple) -> None:
-        for value, obj in zip(nodes[index].outputs, outputs):
-            if isinstance(obj, torch.Tensor) and made[value.id] < MAX_OCCURRENCES:
-                seen[(value.id, made[value.id])] = obj.detach().clone()
-            made[value.id] += 1
+        _keep(seen, made, nodes[index], outputs)
 
-    executor = Executor(plan, weights, node_table, observe=observe, kernels=kernels, device=device)
+    executor = Executor(plan, weights, node_table, observe=observe)
     try:
         executor([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
     except Exception:  # noqa: BLE001 - what it made before the failure is what there is to compare
@@ -78,11 +79,21 @@ def observed_values(plan: dict, weights: dict, node_table: list, nodes: list, in
     return seen
 
 
-def fused_values(contents, plan: dict, nodes: list, inputs: list, device: torch.device) -> Trace:
-    """Every tensor the package makes on `inputs`, its kernels' and its ATen steps', as observed_values keeps them."""
-    weights = placed_weights(contents.weights, plan, device)
-    kernels = load_kernels(contents, device)
-    return observed_values(plan, weights, contents.manifest["nodes"], nodes, inputs, device, kernels)
+def fused_values(observe: Observe, nodes: list, inputs: list) -> Trace:
+    """Every tensor the package makes on `inputs` in the C++ runtime, its kernels' and its ATen steps', as
+    observed_values keeps them."""
+    seen: Trace = {}
+    made: Counter = Counter()
+    for index, outputs in observe([x.clone() if isinstance(x, torch.Tensor) else x for x in inputs], MAX_OCCURRENCES):
+        _keep(seen, made, nodes[index], outputs)
+    return seen
+
+
+def _keep(seen: Trace, made: Counter, node, outputs: tuple) -> None:
+    for value, obj in zip(node.outputs, outputs):
+        if isinstance(obj, torch.Tensor) and made[value.id] < MAX_OCCURRENCES:
+            seen[(value.id, made[value.id])] = obj.detach().clone()
+        made[value.id] += 1
 
 
 def divergent_kernel(reference: Trace, fused: Trace, nodes: list, error_of: ErrorOf) -> Optional[Culprit]:

@@ -279,6 +279,23 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def("attribute", [](const jit2triton::Module& self, const std::string& name) {
         return torch::jit::toPyObject(self.attribute(name));
       })
+      .def("observe",  // [(node, (tensor or None, ...))] in the order made: conversion's culprit search
+           [](const jit2triton::Module& self, py::list args, int per_node) {
+             std::vector<c10::IValue> inputs;
+             for (size_t i = 0; i < args.size(); ++i) inputs.push_back(to_ivalue(args[i], i));
+             std::vector<jit2triton::StepOutputs> seen;
+             {
+               py::gil_scoped_release released;
+               seen = self.observe(inputs, per_node);
+             }
+             py::list out;
+             for (auto& step : seen) {
+               py::list values;
+               for (auto& v : step.outputs) values.append(torch::jit::toPyObject(std::move(v)));
+               out.append(py::make_tuple(step.node, py::tuple(values)));
+             }
+             return out;
+           })
       .def("set_profiling", &jit2triton::Module::set_profiling)
       .def("step_times", [](const jit2triton::Module& self) {
         py::list out;  // (node, op, source, seconds, runs) per step that ran

@@ -155,7 +155,12 @@ class Builder {
 
   std::vector<Step> block(const Value& steps) {
     std::vector<Step> out;
-    for (const auto& s : steps.items) out.push_back({step(s), static_cast<int>(s.at("node").as_int())});
+    for (const auto& s : steps.items) {
+      std::vector<int> outs;  // (a region's node is its first step's: its outputs are not that node's)
+      if (s.at("kind").as_string() != "graph" && s.find("outs") && s.at("outs").is_array())
+        for (const auto& o : s.at("outs").items) outs.push_back(static_cast<int>(o.as_int()));
+      out.push_back({step(s), static_cast<int>(s.at("node").as_int()), std::move(outs)});
+    }
     return out;
   }
 
@@ -722,6 +727,19 @@ IValue Plan::call(std::vector<IValue> inputs) const {
   return state_ ? state_->run(run_plan, std::move(inputs)) : run_plan(std::move(inputs));
 }
 
+IValue Plan::observe(std::vector<IValue> inputs, const StepObserver& seen) const {
+  c10::AutoGradMode no_grad(false);
+  c10::impl::ExcludeDispatchKeyGuard below_autograd(c10::autograd_dispatch_keyset);
+  Bound bound{std::vector<int64_t>(dim_names_.size(), -1), std::vector<std::string>(dim_names_.size())};
+  for (size_t i = 0; i < checks_.size() && i < inputs.size(); ++i) checks_[i](inputs[i], bound);  // (layouts)
+  observer_ = &seen;
+  struct Done {
+    const Plan* plan;
+    ~Done() { plan->observer_ = nullptr; }
+  } done{this};
+  return run(std::move(inputs));
+}
+
 c10::List<at::Tensor> Plan::take_arena() const {
   {
     std::lock_guard<std::mutex> lock(arena_mutex_);
@@ -780,6 +798,11 @@ void Plan::run_steps(const std::vector<Step>& steps, Env& env) const {
     try {
       if (profile) profile->time(step, env);
       else step.run(env);
+      if (observer_ && !step.outs.empty()) {
+        std::vector<IValue> outputs;
+        for (int slot : step.outs) outputs.push_back(env[slot]);
+        (*observer_)(step.node, outputs);
+      }
     } catch (const Error&) {
       throw;
     } catch (const c10::Error& err) {

@@ -133,6 +133,7 @@ class StepProfile {
 struct Step {
   std::function<void(Env&)> run;
   int node;
+  std::vector<int> outs;  // the slots it writes, for an observer (Plan::observe); none for a region's `graph` step
 };
 
 class Plan {
@@ -147,6 +148,10 @@ class Plan {
   const Package& package() const { return pkg_; }
   void set_profiling(bool on);
   std::vector<StepTime> step_times() const;
+  // Runs the plan on `inputs` (the model's, then the module state's values, in the plan's order) and hands each
+  // step's outputs to `seen` as the step finishes (conversion's culprit search: Module::observe). Not alongside
+  // other calls of this plan.
+  c10::IValue observe(std::vector<c10::IValue> inputs, const StepObserver& seen) const;
   // Random inputs that fit the signature; `sizes` sets dynamic dims (the others take the example's size).
   std::vector<c10::IValue> random_inputs(uint64_t seed, const std::map<std::string, int64_t>& sizes = {}) const;
 
@@ -203,6 +208,7 @@ class Plan {
   void give_back_arena(c10::List<at::Tensor> arena) const;
 
   std::unique_ptr<StepProfile> profile_;  // null unless profiling: run_steps times each step through it
+  mutable const StepObserver* observer_ = nullptr;  // set for one observe() call
 
   void run_steps(const std::vector<Step>& steps, Env& env) const;
   void build_input_checks();  // signature.cpp

@@ -71,6 +71,13 @@ struct StepTime {
   int64_t runs;        // how often it ran (a step in a loop runs once per trip)
 };
 
+// What a step made, as Module::observe hands it over: the step's node and its outputs (tensors cloned).
+struct StepOutputs {
+  int node;
+  std::vector<c10::IValue> outputs;
+};
+using StepObserver = std::function<void(int node, const std::vector<c10::IValue>& outputs)>;
+
 class Module {
  public:
   // Runs the model; the outputs (a tensor, or tuples, lists and dicts of them) flattened into tensors, in order.
@@ -104,6 +111,12 @@ class Module {
   // clears the times. Off, a call pays one pointer test per step. Profile one caller at a time.
   void set_profiling(bool on) const;
   std::vector<StepTime> step_times() const;  // since profiling was turned on, in plan order
+
+  // Conversion's culprit search (deploy/packaging/culprit.py): runs the plan on `inputs` (the model's, then the
+  // values of its state, as the plan takes them) and returns what each step made, in the order made, at most
+  // `per_node` times per node (a loop's iterations), tensors cloned. A step that fails ends the run: what came
+  // before it is returned. Load with cuda_graphs = false; not alongside other calls.
+  std::vector<StepOutputs> observe(const std::vector<c10::IValue>& inputs, int per_node) const;
 
   // The attributes the model writes (`self.calls`, a cache), as torch.jit's module shows them between calls: the
   // names, and a copy of one's current value (tensors cloned: changing it changes nothing in the module). Throws
