@@ -72,7 +72,6 @@ CONVERT_TIME = ("jit2triton.deploy.packaging", "jit2triton.transpiler", "jit2tri
 # What the runtime still takes from emitters/, each for a reason of load time. Moving these below the runtime is
 # the next step (compile_triton and triton import the transpiler's kernel IR); this list may only shrink.
 RUNTIME_USES_FROM_EMITTERS = {
-    "jit2triton.emitters.backends": "the backend records: which loader reads a manifest's kernels",
     "jit2triton.emitters.cache": "the private cache folder the C++ runtime's extension is built in",
     "jit2triton.emitters.compile_cpp": "a package's C++ kernels rebuilt for this CPU's instruction set",
     "jit2triton.emitters.compile_triton": "Triton's interpreter on the CPU; GPU kernels rebuilt for another GPU",
