@@ -117,7 +117,7 @@ SIGNATURE_INPUT = Section("signature", (
     # sweep small@13682)
     Field("shape", "shape", False, None, "a tensor's sizes, each a number or a dynamic dim's name"),
 ))
-# a container input's item or element type (deploy/signature.py's describe): checked where a runtime builds its check
+# a container input's item or element type (deploy/signature.py's describe): checked where the runtime builds its check
 SIGNATURE_ITEM = Section("signature", (
     Field("type", "str", doc="its TorchScript type: Tensor, int, float, bool, a container..."),
     Field("shape", "shape", False, None, "a tensor's sizes"),

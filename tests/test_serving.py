@@ -20,12 +20,12 @@ import pytest
 import torch
 
 import jit2triton
-from jit2triton.deploy.literals import encode as encode_literal
 from jit2triton.deploy.serving.batching import concat_inputs, plan_batching, plan_chunks, split_rows
-from jit2triton.deploy.serving.json_form import Request, RequestReader, encode
+from jit2triton.deploy.serving.json_form import Request, encode
 from jit2triton.errors import InputError, StepError
 from helpers import LONG_TESTS, LinearGeluNorm, long_test
 from serving_models import TwoInputs
+from serving_packages import reader_for
 
 try:
     with warnings.catch_warnings():  # Ray's own pydantic deprecations, not ours to fix
@@ -57,8 +57,9 @@ SIGNATURE = {
 }
 
 
-def _reader(signature=SIGNATURE, max_batch_size=32):
-    return RequestReader(signature, plan_batching(signature, max_batch_size).dim is not None)
+def _reader(name="tagger", max_batch_size=32):
+    """The reader a replica of a package with SIGNATURE (or another of serving_packages.py) builds."""
+    return reader_for(name, max_batch_size)
 
 
 def _b64(t: torch.Tensor, dtype: str = None) -> dict:
@@ -103,12 +104,9 @@ def test_requests_read_as_nested_lists_base64_by_name_and_position():
 
 
 def test_inputs_with_defaults_may_be_left_out():
-    signature = {"inputs": [{"name": "x", **_tensor("float32", 2)}, {"name": "alpha", "type": "float",
-                                                                      "default": encode_literal(0.5)}],
-                 "outputs": _output("float32", 2), "dims": {}}
-    request = _reader(signature).from_json(_body(inputs={"x": [1.0, 2.0]}))
+    request = _reader("scaled").from_json(_body(inputs={"x": [1.0, 2.0]}))
     assert request.inputs[1] == 0.5 and request.rows == 1 and request.group == ()
-    assert _reader(signature).from_json(_body(inputs={"x": [1.0, 2.0], "alpha": 2})).inputs[1] == 2
+    assert _reader("scaled").from_json(_body(inputs={"x": [1.0, 2.0], "alpha": 2})).inputs[1] == 2
 
 
 def _fixed(*shape: int) -> torch.Tensor:

@@ -15,10 +15,9 @@ import torch
 
 import jit2triton
 from jit2triton.deploy.serving import v2
-from jit2triton.deploy.serving.batching import plan_batching
-from jit2triton.deploy.serving.json_form import RequestReader
 from jit2triton.errors import InputError
 from helpers import LinearGeluNorm
+from serving_packages import reader_for
 from listening_sockets import LOOPBACK, listening, process_tree
 
 try:
@@ -53,8 +52,8 @@ ONE_INPUT = {"inputs": [{"name": "x", **_tensor("float32", "batch", 4)}], "outpu
              "dims": {"batch": {"min": 1, "max": 16}}}
 
 
-def _reader(signature):
-    return RequestReader(signature, plan_batching(signature, 32).dim is not None)
+def _reader(name):
+    return reader_for(name)
 
 
 def _infer_body(doc: dict, binary: bytes = b"") -> tuple[bytes, str]:
@@ -67,11 +66,11 @@ def _infer_body(doc: dict, binary: bytes = b"") -> tuple[bytes, str]:
 def test_the_only_input_may_be_sent_as_its_tensor_and_a_missing_input_is_named():
     x = torch.randn(4, 4)  # 4 rows: read as 4 inputs by position before the fix
     for sent in (x.tolist(), [x.tolist()], {"x": x.tolist()}):
-        assert torch.equal(_reader(ONE_INPUT).from_json(json.dumps({"inputs": sent}).encode()).inputs[0], x)
+        assert torch.equal(_reader("one_input").from_json(json.dumps({"inputs": sent}).encode()).inputs[0], x)
     three = torch.randn(2, 3, 4).tolist()
     for sent in ({"x": three}, three, [three]):  # ids is required: named, whichever way x came
         with pytest.raises(InputError, match=r"input 'ids' missing, without a default; the model takes \(x, ids\)"):
-            _reader(SIGNATURE).from_json(json.dumps({"inputs": sent}).encode())
+            _reader("tagger").from_json(json.dumps({"inputs": sent}).encode())
 
 
 def test_v2_metadata_names_each_output_of_the_structure():

@@ -12,14 +12,14 @@ import dataclasses
 import json
 import math
 import time
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
 from jit2triton.errors import InputError
 
 from ..literals import decode
-from ..signature import NO_DEFAULT, InputChecker
+from ..signature import NO_DEFAULT
 
 ENCODINGS = ("list", "base64")
 BODY_EXAMPLE = '{"inputs": {"x": [[0.5, 1.0]]}}'
@@ -27,7 +27,7 @@ BODY_EXAMPLE = '{"inputs": {"x": [[0.5, 1.0]]}}'
 
 @dataclasses.dataclass
 class Request:
-    """One validated request: its inputs (CPU tensors, defaults filled), its rows of the batch dim, the key of the
+    """One validated request: its inputs (on the model's device, defaults filled), its rows of the batch dim, the key of the
     requests it may be concatenated with (every input's shape past axis 0), and how to encode its answer."""
     inputs: list
     rows: int = 1
@@ -38,16 +38,16 @@ class Request:
 
 class RequestReader:
     """Turns an HTTP body or a handle call into a validated `Request`, or raises InputError saying what is wrong.
-    Built once per replica: the package's own input check, by name and position, with the package's messages.
-    `batched`: requests are concatenated along axis 0, so each request's rows and group are read."""
+    Built once per replica. `check` is the runtime's own input check (the loaded package's `check_inputs`: the same
+    messages a call gives), by position, defaults filled. `batched`: requests are concatenated along axis 0, so each
+    request's rows and group are read."""
 
-    def __init__(self, signature: dict, batched: bool) -> None:
+    def __init__(self, signature: dict, batched: bool, check: Callable[[list], list]) -> None:
         self.inputs = signature["inputs"]
         self.names = [d["name"] for d in self.inputs]
         self.defaults = [decode(d["default"]) if "default" in d else NO_DEFAULT for d in self.inputs]
         self.dtypes = [getattr(torch, d["dtype"], None) if d["type"] == "Tensor" else None for d in self.inputs]
-        # requests arrive as CPU tensors; the batch is moved to the model's device once, after concatenation
-        self.check = InputChecker(self.inputs, torch.device("cpu"), self.defaults, dims=signature.get("dims"))
+        self.check = check
         self.batched = batched
 
     def from_json(self, body: bytes) -> Request:
@@ -88,8 +88,7 @@ class RequestReader:
     def from_values(self, args: Sequence[Any], named: dict[str, Any]) -> Request:
         """A Python handle call: tensors by position and by name, as the loaded module takes them."""
         args = self._bind(named, list(args)) if named else list(args)
-        values = [a.cpu() if isinstance(a, torch.Tensor) else a for a in args]
-        return self._checked(values, "list")
+        return self._checked(args, "list")
 
     def _bind(self, given: dict, positional: Sequence[Any] = ()) -> list:
         """Inputs by name after those by position, in the model's order up to the last one named; a gap takes the
@@ -125,7 +124,7 @@ class RequestReader:
         if missing:
             raise InputError(f"input{'s' if len(missing) > 1 else ''} {', '.join(missing)} missing, without a "
                              f"default; the model takes ({', '.join(self.names)})")
-        inputs = self.check(tuple(values))
+        inputs = self.check(list(values))
         if not self.batched:
             return Request(inputs, 1, (), reply)
         return Request(inputs, inputs[0].shape[0], tuple(t.shape[1:] for t in inputs), reply)

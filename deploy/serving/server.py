@@ -31,7 +31,7 @@ import os
 import re
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 
@@ -51,6 +51,14 @@ log = logging.getLogger("jit2triton.serving")
 
 class BodyTooLarge(Exception):
     """A request body over the replica's limit (answered 413)."""
+
+
+def request_check(model) -> Callable[[list], list]:
+    """The runtime's own check of a call's inputs (the loaded package's `check_inputs`), for each request before it
+    joins a batch, its tensors moved to the model's device first, where the check expects them (a GPU model's batch
+    is then concatenated there)."""
+    check, device = model.module.check_inputs, model.device
+    return lambda values: check([v.to(device) if isinstance(v, torch.Tensor) else v for v in values])
 
 
 def load_for_serving(path: str, runtime: str = "auto", num_threads: Optional[int] = None,
@@ -108,7 +116,7 @@ class ModelServer:
         self.model, manifest = load_for_serving(package, runtime, num_threads, trusted_keys)
         signature = manifest["signature"]
         self.batching = plan_batching(signature, max_batch_size)
-        self.reader = RequestReader(signature, self.batching.dim is not None)
+        self.reader = RequestReader(signature, self.batching.dim is not None, request_check(self.model))
         self.max_body_bytes = max_body_bytes
         self._response = Response
         # one model call at a time, off the event loop: requests keep arriving and forming the next batch while the

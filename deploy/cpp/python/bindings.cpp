@@ -250,6 +250,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              }
              return torch::jit::toPyObject(std::move(out));
            })
+      .def("check_inputs",  // a call's inputs checked, defaults filled: serving's per-request check
+           [](const jit2triton::Module& self, py::list args) {
+             std::vector<c10::IValue> inputs;
+             for (size_t i = 0; i < args.size(); ++i) inputs.push_back(to_ivalue(args[i], i));
+             py::list out;
+             for (auto& v : self.check_inputs(inputs)) out.append(torch::jit::toPyObject(std::move(v)));
+             return out;
+           })
       .def("method", &jit2triton::Module::method)
       .def("method_names", &jit2triton::Module::method_names)
       .def_property_readonly("device", &jit2triton::Module::device)

@@ -137,6 +137,10 @@ Module load(const std::string& path, const std::string& device) {
 
 c10::IValue Module::call(const std::vector<c10::IValue>& inputs) const { return checked(plan_->call(inputs)); }
 
+std::vector<c10::IValue> Module::check_inputs(const std::vector<c10::IValue>& inputs) const {
+  return plan_->checked_inputs(inputs);
+}
+
 std::vector<at::Tensor> Module::forward(const std::vector<c10::IValue>& inputs) const {
   std::vector<at::Tensor> out;
   flatten(checked(plan_->call(inputs)), out);

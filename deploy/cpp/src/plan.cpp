@@ -707,13 +707,21 @@ IValue Plan::call(std::vector<IValue> inputs) const {
   // dispatch per op; the tensors made stay ordinary ones (an inference tensor would refuse later in-place use).
   c10::AutoGradMode no_grad(false);
   c10::impl::ExcludeDispatchKeyGuard below_autograd(c10::autograd_dispatch_keyset);
+  inputs = checked_inputs(std::move(inputs));
+  auto run_plan = [this](std::vector<IValue> in) {
+    return graph_ ? run_graph(*graph_, std::move(in)) : run(std::move(in));
+  };
+  return state_ ? state_->run(run_plan, std::move(inputs)) : run_plan(std::move(inputs));
+}
+
+std::vector<IValue> Plan::checked_inputs(std::vector<IValue> inputs) const {
   size_t n = inputs.size(), total = input_names_.size();
   if (n != total) {
     if (n < required_ || n > total) {
       std::string names;
       for (size_t i = 0; i < total; ++i) names += (i ? ", " : "") + input_names_[i];
       std::string expected = required_ == total ? std::to_string(total) : std::to_string(required_) + " to " + std::to_string(total);
-      const char* noun = total == 1 ? " input (" : " inputs (";  // (as signature.py words it)
+      const char* noun = total == 1 ? " input (" : " inputs (";
       throw Error(Error::Kind::Input, "expected " + expected + noun + names + "), got " + std::to_string(n) +
                                           "; pass them in that order");
     }
@@ -721,10 +729,7 @@ IValue Plan::call(std::vector<IValue> inputs) const {
   }
   Bound bound{std::vector<int64_t>(dim_names_.size(), -1), std::vector<std::string>(dim_names_.size())};
   for (size_t i = 0; i < total; ++i) checks_[i](inputs[i], bound);
-  auto run_plan = [this](std::vector<IValue> in) {
-    return graph_ ? run_graph(*graph_, std::move(in)) : run(std::move(in));
-  };
-  return state_ ? state_->run(run_plan, std::move(inputs)) : run_plan(std::move(inputs));
+  return inputs;
 }
 
 IValue Plan::observe(std::vector<IValue> inputs, const StepObserver& seen) const {

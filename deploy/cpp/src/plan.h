@@ -143,6 +143,8 @@ class Plan {
   ~Plan();
 
   c10::IValue call(std::vector<c10::IValue> inputs) const;  // checks the inputs first
+  // The inputs as call takes them (defaults filled, each checked, in the layout the kernels read), or Error(Input)
+  std::vector<c10::IValue> checked_inputs(std::vector<c10::IValue> inputs) const;
   c10::IValue run(std::vector<c10::IValue> inputs) const;   // trusts them
   std::string signature() const;
   const Package& package() const { return pkg_; }

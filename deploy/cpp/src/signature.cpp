@@ -102,7 +102,7 @@ void Plan::build_input_checks() {
   }
 }
 
-// The check of one input, or of a container input's item or element (deploy/signature.py's _value_check).
+// The check of one input, or of a container input's item or element.
 Plan::InputCheck Plan::input_check(const Value& d, const std::string& label, const std::vector<DimRange>& ranges,
                                    bool contiguous) const {
   const std::string& kind = d.at("type").as_string();
@@ -178,7 +178,7 @@ Plan::InputCheck Plan::input_check(const Value& d, const std::string& label, con
     };
   }
   if (kind == "int" || kind == "float" || kind == "bool" || kind == "str") {
-    // an int the package serves at the example's value only (deploy/signature.py fixed_value_message)
+    // an int the package serves at the example's value only
     const Value* fixed = d.find("fixed");
     const Value* example = d.find("example");
     bool one_value = kind == "int" && fixed && fixed->kind == Value::Kind::Bool && fixed->boolean && example &&
@@ -202,7 +202,7 @@ Plan::InputCheck Plan::input_check(const Value& d, const std::string& label, con
 
 // A tuple is checked item by item (its arity is its TorchScript type's); a list's or dict's elements by their
 // "element" type, where the signature has one. An element a check replaces (a tensor made dense) goes into a copy:
-// the caller's container is not changed (deploy/signature.py's _container_check).
+// the caller's container is not changed.
 Plan::InputCheck Plan::container_check(const Value& d, const std::string& label, const std::vector<DimRange>& ranges,
                                        bool contiguous) const {
   const std::string& kind = d.at("type").as_string();

@@ -88,6 +88,10 @@ class Module {
   // Python makes a new class per call. The Python face (deploy/cpp_runtime.py) rebuilds the NamedTuples.
   c10::IValue call(const std::vector<c10::IValue>& inputs) const;
 
+  // The inputs as `call` takes them (defaults filled, each checked against the signature, in the layout the
+  // kernels read), or Error(Input) saying what is wrong: a server checks each request before it joins a batch.
+  std::vector<c10::IValue> check_inputs(const std::vector<c10::IValue>& inputs) const;
+
   std::string device() const;  // where it runs: "cpu", "cuda:0"
   std::string signature() const;  // "(x: float32[4, 4]) -> float32[4]"
   bool uses_cuda_graph() const;
