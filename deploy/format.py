@@ -158,8 +158,8 @@ BLOCK = Section("plan", (  # an if's branch, a loop's body
     Field("steps", "list"),
     Field("outputs", "refs", doc="a reference per output"),
 ))
-# A weights index entry (a weight's place in weights.bin; deploy/package.py writes it, both runtimes' weight readers
-# check each entry so). (A bool offset read as an integer in C++ and was refused in Python: sweep damageable@3630.)
+# A weights index entry (a weight's place in weights.bin; deploy/package.py writes it, the weight readers (C++
+# and Python) check each entry so). (A bool offset read as an integer in C++ and was refused in Python: sweep damageable@3630.)
 WEIGHT = Section("weights index", (
     Field("dtype", "str", doc="its dtype's name, one of policy.DTYPES"),
     Field("shape", "sizes", doc="its sizes"),
@@ -183,9 +183,9 @@ KERNEL = Section("manifest", (
 ))
 
 # Every other key a runtime reads, by the part of the package it sits in. The sections above are checked at load
-# by both runtimes from this file; these are checked where they are read (plan_check, signature, the kernel and
+# from this file (by the runtime and the Python reader); these are checked where they are read (plan_check, signature, the kernel and
 # weight loaders), and are named here so that the package is described in one place: tests/test_manifest_schema.py
-# scans both runtimes' sources and fails on a key read that neither a section nor this table declares. (Moving each
+# scans the runtime's and Python's sources and fails on a key read that neither a section nor this table declares. (Moving each
 # part into a checked Section, with the C++ reader generated from it, is issue 45's next step.)
 DECLARED: dict[str, dict[str, str]] = {
     "the package's envelope": {

@@ -12,7 +12,7 @@ shipped with torch), holding data only.
     checksums.json    sha256 of every other member
     signature.ed25519 optional: an Ed25519 signature over checksums.json (deploy/signing.py)
 
-torch's container stores every record uncompressed and 64-byte aligned, so both runtimes use them in place in the
+torch's container stores every record uncompressed and 64-byte aligned, so the runtime and this reader use them in place in the
 file's bytes, read once into memory they own (or mapped), with no inflate, through a reader that torch maintains
 and fuzzes rather than one of our own.
 torch adds its own bookkeeping records (`version`, `byteorder`, `.data/serialization_id`), which are not members.

@@ -1,4 +1,4 @@
-"""The one source of what both runtimes must agree on: the package format's constants, the runtime policy numbers,
+"""The one source of what Python and the C++ runtime must agree on: the package format's constants, the runtime policy numbers,
 the dtype table and the messages a package is refused with.
 
 Python imports this module; the C++ runtime includes `deploy/cpp/src/policy.h`, generated from it:
@@ -7,7 +7,7 @@ Python imports this module; the C++ runtime includes `deploy/cpp/src/policy.h`, 
 
 (tests/test_structure.py fails while the checked-in header differs from what this file generates, so the two cannot
 drift). A message is a template whose `{fields}` are filled with text as given: callers quote names themselves
-(`repr(path)` in Python, `repr(path)` in C++), so both runtimes say exactly the same thing.
+(`repr(path)` in Python, `repr(path)` in C++), so both say exactly the same thing.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ QUANTIZED_ENGINES = {"fbgemm": 1, "qnnpack": 2, "onednn": 3, "x86": 4}
 
 # --- messages ------------------------------------------------------------------------------------------------------
 RECONVERT = "re-run `jit2triton convert`"
-# How to load a package on the CPU, in the words of each caller: both runtimes serve Python, C++ and j2t-run
+# How to load a package on the CPU, in the words of each caller: the runtime serves Python, C++ and j2t-run
 ON_THE_CPU = ("load it on the CPU (map_location='cpu' from Python, LoadOptions::device = \"cpu\" from C++, "
               "--device cpu in j2t-run)")
 # The op namespaces torch registers itself. An op of another (torchvision::nms, a custom op) is a library's: the

@@ -7,7 +7,7 @@ prefix keeps a signature made for something else from passing as a package's.
 
 Without trusted keys a package loads as before (and a signed one too). With trusted keys, from `load(...,
 trusted_keys=[...])` or the JIT2TRITON_TRUSTED_KEYS environment variable (paths separated by os.pathsep, read by
-both runtimes, so an operator can require signatures fleet-wide), an unsigned package, or one no trusted key
+the runtime and this reader, so an operator can require signatures fleet-wide), an unsigned package, or one no trusted key
 signed, is refused before its manifest is read and before any of its code, or any cached build of it, is loaded.
 The C++ runtime does the same check (deploy/cpp/src/signing.cpp) with OpenSSL's libcrypto.
 

@@ -1,7 +1,7 @@
 """A differential fuzzer for programs with module state: random scripted modules whose forward reads and writes
 their own attributes (caches grown by `cat` and trimmed to a maximum, counters, buffers updated in place, running
 means, lists appended and trimmed, lists and dicts changed in place) beside random pointwise work, with a `reset` method. Each is converted (forward
-and reset), saved, loaded in both runtimes and called over a sequence (forward x3, reset, forward x3) of fresh
+and reset), saved, loaded and called over a sequence (forward x3, reset, forward x3) of fresh
 inputs beside the TorchScript module called the same way; the outputs after every call must match. A kernel that
 convert-time verification had to take out is a failure too (it names a kernel that was wrong over calls).
 

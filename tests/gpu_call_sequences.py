@@ -1,6 +1,6 @@
 """On the GPU machine: the programs of tests/test_call_sequences.py (a cache grown by `cat` with a reset method, a
 streaming list of state tensors, a loop count given as an input, flat ids with offsets of varying length),
-converted for CUDA and called over sequences of fresh inputs in both runtimes beside TorchScript on the GPU; then
+converted for CUDA and called over sequences of fresh inputs in the runtime beside TorchScript on the GPU; then
 the stateful fuzzer's programs for CUDA. Prints one line per program and runtime, and exits non-zero on a mismatch.
 Under `compute-sanitizer --tool memcheck` it is the memory-safety run of issue 43.
 

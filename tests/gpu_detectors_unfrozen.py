@@ -6,8 +6,7 @@ beside it: where that is large, folding would have picked other boxes. Also prin
 counts (`--counts-only` for models only counted). One JSON line per model on stdout; not collected by pytest
 (torchvision installs only on the GPU machine).
 
-The C++ runtime's verification is skipped (its extension's first build takes minutes): the answers compared here
-are the Python runtime's, which verification checks first.
+The answers compared here are the C++ runtime's, which verification runs.
 
     python tests/gpu_detectors_unfrozen.py --models fcos_resnet50_fpn,maskrcnn_resnet50_fpn_v2 [--images 3]
 """

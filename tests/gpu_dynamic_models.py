@@ -1,6 +1,6 @@
 """On the GPU machine: one BERT-base package (batch 1-32, sequence 8-512) and one resnet18 package (batch 1-64),
-each converted once with dynamic dims for CUDA, served at the ranges' ends and at random sizes inside them from the
-Python runtime, the C++ runtime and `j2t-run --shape`, against TorchScript on fresh inputs; sizes outside the
+each converted once with dynamic dims for CUDA, served at the ranges' ends and at random sizes inside them from
+Python (the C++ runtime's extension) and `j2t-run --shape`, against TorchScript on fresh inputs; sizes outside the
 ranges must be refused with an InputError (and by j2t-run with its message). Not collected by pytest: it needs
 transformers and torchvision on a CUDA machine.
 

@@ -264,7 +264,7 @@ def permuted(call: tuple) -> tuple:
 
 
 def assert_runtimes_match(converted, model, make_input, tmp_path, calls: int = 2, tolerance: float = 1e-5) -> None:
-    """The package saved and loaded in both runtimes, each called `calls` times on fresh inputs, against TorchScript
+    """The package saved and loaded, called `calls` times on fresh inputs, against TorchScript
     (float32 within `tolerance`, relative and absolute)."""
     path = tmp_path / "model.j2t"
     converted.save(path)

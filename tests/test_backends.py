@@ -73,7 +73,7 @@ def test_both_runtimes_refuse_a_backend_they_do_not_know(runtime, small_package,
 def test_the_cpp_runtime_runs_cpu_triton_kernels_under_tritons_interpreter(cpp_runtime, tmp_path,
                                                                            monkeypatch) -> None:
     """From Python the C++ runtime hands a CPU Triton kernel's launches to Triton's interpreter; where that is off in
-    the process, it refuses the package as the Python runtime does."""
+    the process, it refuses the package, saying how to turn it on."""
     pytest.importorskip("triton")
     from jit2triton.emitters import compile_triton
     model = torch.jit.trace(lambda x: torch.sigmoid(x) * 2, torch.randn(3, 5))

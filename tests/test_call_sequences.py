@@ -1,6 +1,6 @@
 """Use over time: programs called again and again, with state whose shape changes between calls (a cache grown by
 `cat`, a streaming encoder's memory), sizes set by values (`range(n)`, flat ids with offsets), and methods that
-reset the state. Each is converted and called over a sequence of fresh inputs in both runtimes, beside the
+reset the state. Each is converted and called over a sequence of fresh inputs, beside the
 TorchScript module called the same way; and verification itself must catch a package that is right on the first
 call and wrong on the second."""
 from typing import List, Optional
@@ -41,8 +41,7 @@ CONVERSIONS = {  # name -> (model, example inputs, convert's other arguments)
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
-    """Each program converted once (path of its package, its report's verification, its TorchScript twin), for
-    both runtimes' tests."""
+    """Each program converted once (path of its package, its report's verification, its TorchScript twin)."""
     made = {}
 
     def package(name: str):

@@ -1,6 +1,6 @@
 """Reductions over channels-last activations run with the channels innermost in the C++ kernels
 (emitters/cpp_channels_inner.py): a global pool's loads are then contiguous and vectorize. Each package is checked
-against TorchScript on fresh inputs in both runtimes."""
+against TorchScript on fresh inputs."""
 import pytest
 import torch
 import torch.nn.functional as F

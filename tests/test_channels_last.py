@@ -100,7 +100,7 @@ def test_the_timed_choice_keeps_nchw_where_channels_last_is_not_faster(monkeypat
 
 def test_a_dynamic_batch_runs_channels_last_at_every_size(always, tmp_path):
     """Converted at one size and checked at the others conversion observes; served at sizes never seen, values and
-    strides as TorchScript's, in both runtimes."""
+    strides as TorchScript's,."""
     traced = _traced(ConvNet(), torch.randn(2, 3, 12, 12))
     batch = jit2triton.Dim("batch", min=1, max=8)
     converted = jit2triton.convert(traced, (torch.randn(2, 3, 12, 12),), dynamic_shapes={0: {0: batch}})

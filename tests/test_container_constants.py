@@ -1,6 +1,6 @@
 """A module attribute that holds tensors in a container (a Dict[str, Tensor] table by name, a list or tuple of
 tensors) becomes, once frozen, a constant container: it is built at run time from one weight per tensor
-(transpiler/from_torchscript.py), in both runtimes. A dict of tensors raised "TypeError: cannot store a literal of
+(transpiler/from_torchscript.py). A dict of tensors raised "TypeError: cannot store a literal of
 type Tensor in a package"."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Container inputs (a List, Tuple or Dict of tensors or numbers): both runtimes check each item or element against
+"""Container inputs (a List, Tuple or Dict of tensors or numbers): the runtime checks each item or element against
 the signature as they check a tensor input, so a wrong one is an InputError naming it at the call's boundary (it
 was a SizeChangedError at the first kernel, a "package is damaged" kernel error, or TorchScript's internal assert),
 and a list or dict of another length runs as TorchScript runs it."""
@@ -49,7 +49,7 @@ EXAMPLES = {"loop": (Loop, lambda: _tensors(3)), "pair": (Pair, lambda: tuple(_t
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory) -> dict:
-    """Each model scripted, and its package loaded in both runtimes."""
+    """Each model scripted, and its package loaded."""
     folder, out = tmp_path_factory.mktemp("containers"), {}
     for name, (model, draw) in EXAMPLES.items():
         scripted = torch.jit.script(model())

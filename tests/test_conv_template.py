@@ -1,7 +1,7 @@
 """Generated convolutions for channels-last CPU nets (emitters/cpp_conv.py, transpiler/conv_kernels.py): the 1x1 and
 depthwise templates with the pointwise kernel after each as its epilogue. The template is forced
 (`onednn_conv.TEMPLATE = "always"`) where a test is about its form, since the timed choice depends on the machine;
-every package is checked against TorchScript on fresh inputs, in both runtimes."""
+every package is checked against TorchScript on fresh inputs."""
 import math
 import random
 
@@ -196,7 +196,7 @@ def _random_net(rng) -> tuple[nn.Module, tuple]:
 
 
 def _check_chain(seed: int, tmp_path) -> bool:
-    """The random chain of `seed` converted and checked against TorchScript in both runtimes; -> whether it has a
+    """The random chain of `seed` converted and checked against TorchScript; -> whether it has a
     template kernel (a chain whose convolution ATen gave an NCHW output stays ATen's)."""
     model, shape = _random_net(random.Random(seed))
     torch.manual_seed(seed)

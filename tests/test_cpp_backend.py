@@ -60,10 +60,9 @@ def test_library_for_another_cpu_is_rebuilt_from_the_bundled_source(tmp_path):
     path, traced = _package(tmp_path)
     foreign = tmp_path / "foreign.j2t"
     _replace_library(path, foreign, _as_foreign_architecture)
-    with pytest.warns(UserWarning, match="rebuilding them from the bundled source") as heard:
+    with pytest.warns(UserWarning, match="rebuilding them from the bundled source"):
         module = jit2triton.load(foreign)
-    assert module.runtime == "cpp"  # (the C++ runtime rebuilt it through its Python extension: no fallback)
-    assert not any("running the package in the Python runtime" in str(w.message) for w in heard)
+    assert module.runtime == "cpp"  # (the C++ runtime rebuilt it through its Python extension)
     x = torch.randn(4, 8)
     torch.testing.assert_close(module(x), traced(x))
 
@@ -165,7 +164,7 @@ class SameKernelAtThreeSizes(torch.nn.Module):
 def test_kernels_that_differ_only_in_sizes_share_one_compiled_body(tmp_path):
     """The kernels at three shapes compile as one body taking their loop bounds as arguments, each kernel a wrapper
     passing its own; the x3 kernel differs in a float literal, so it keeps its own body. Each output against
-    TorchScript's, through both runtimes."""
+    TorchScript's."""
     example = (torch.randn(4, 8), torch.randn(3, 16), torch.randn(5, 7), torch.randn(6, 8))
     traced = torch.jit.trace(SameKernelAtThreeSizes(), example)
     converted = jit2triton.convert(traced, example_inputs=example)

@@ -1,4 +1,4 @@
-"""The C++ runtime (deploy/cpp) on the same packages as the Python runtime.
+"""The C++ runtime (deploy/cpp), the one runtime, from Python and from C++.
 
 Two ways in: the Python extension (`jit2triton.load(path, runtime="cpp")`: the whole plan runs in C++), and programs
 built with CMake against libtorch, with no Python in the process (`j2t-run`, and the README's example program).
@@ -80,7 +80,7 @@ def test_cpp_runtime_reports_like_the_python_runtime(small_package, cpp_runtime)
     assert cpp.device == torch.device("cpu")
 
 
-# ---- bad packages and inputs: the same refusals, with the same messages, as the Python runtime --------------------
+# ---- bad packages and inputs: refusals, with messages that say what to do ----------------------------------------
 
 def _truncated(path, tmp_path):
     data = path.read_bytes()
@@ -183,7 +183,7 @@ def test_a_failing_op_names_the_op_and_source(tmp_path, cpp_runtime) -> None:
 
 def test_a_scalar_input_that_sets_a_kernel_input_shape_is_served(tmp_path, cpp_runtime) -> None:
     """Conversion runs the model at other values of `n`, so no kernel is fitted to the example's (a size the package
-    did fix is a SizeChangedError in both runtimes: tests/test_fixed_sizes.py)."""
+    did fix is a SizeChangedError in the runtime: tests/test_fixed_sizes.py)."""
     @torch.jit.script
     def tile(x, n: int):
         return x.repeat(n + 1, 1) * 2.0 + 1.0

@@ -119,7 +119,7 @@ class NchwBatchNorm(torch.nn.Module):
 
 def test_a_short_last_dim_is_swept_with_the_one_before_it(tmp_path):
     """A kernel whose last dim is short sweeps its last two dims in each row (emitters/cpp.py, SHORT_SWEEP), so the
-    BatchNorm's scale is computed once per channel and H x W: the same bits as TorchScript, in both runtimes, over
+    BatchNorm's scale is computed once per channel and H x W: the same bits as TorchScript, over
     six calls."""
     torch.manual_seed(0)
     model = torch.jit.script(NchwBatchNorm().eval())

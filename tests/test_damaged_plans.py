@@ -1,5 +1,5 @@
 """Manifest edits with recomputed checksums that crashed a runtime (SIGSEGV, heap corruption) or escaped as a raw
-exception (issue 34, items 4 and 5) are refused by both runtimes with a jit2triton error naming the damage, at
+exception (issue 34, items 4 and 5) are refused by the runtime with a jit2triton error naming the damage, at
 load where the plan shows it, else at the call that meets it. The mutation fuzz (tests/mutate_packages.py, its
 structural edits in tests/mutate_structure.py) looks for more of their kind."""
 from __future__ import annotations

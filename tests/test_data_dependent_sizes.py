@@ -209,7 +209,7 @@ def test_what_follows_a_mask_runs_in_kernels_over_the_count(backend, runtime, tm
     """The box arithmetic after `boxes[scores > t]`, the best 50 and the suppression loop's comparisons are
     generated kernels taking the counts the runtime reads from the ATen tensors that carry them (conversion's draws
     thinned the mask, so it saw which sizes are counts and which, the 4 and 2 coordinates, are not); every count
-    from none to all 160, and fewer or more than 50, gives TorchScript's answer, in both runtimes."""
+    from none to all 160, and fewer or more than 50, gives TorchScript's answer,."""
     if runtime == "cpp":
         request.getfixturevalue("cpp_runtime")
     converted = convert_for(postprocess, _inputs("postprocess", 0), backend)

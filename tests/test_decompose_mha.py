@@ -1,7 +1,7 @@
 """nn.MultiheadAttention's inference fast path (`aten::_native_multi_head_attention`) is written out as two linears
 and scaled_dot_product_attention (transpiler/decompose_mha.py), so its GEMMs take the GEMM rewrites and the ops
 around it fuse; calls it does not cover stay as they are. Every package is checked against TorchScript on fresh
-inputs, in both runtimes."""
+inputs,."""
 import pytest
 import torch
 

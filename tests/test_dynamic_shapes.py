@@ -409,7 +409,7 @@ class StridedConvNet(torch.nn.Module):
 @pytest.mark.parametrize("backend", ["cpp", BACKENDS[1]])
 def test_ops_over_opaque_sizes_become_kernels_with_sizes_bound_at_run_time(backend, tmp_path) -> None:
     """#31 item 4: a size no polynomial explains is read at run time from the ATen tensor that has it (the
-    strided conv's output) into the call's size table; the ops over it lower into kernels in both runtimes."""
+    strided conv's output) into the call's size table; the ops over it lower into kernels."""
     torch.manual_seed(0)
     example = (torch.randn(2, 3, 32, 32),)
     model = torch.jit.trace(StridedConvNet().eval(), example)

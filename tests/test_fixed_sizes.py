@@ -1,4 +1,4 @@
-"""A size the package fixed at conversion that a call changes is one error in both runtimes: SizeChangedError (an
+"""A size the package fixed at conversion that a call changes is one error: SizeChangedError (an
 InputError) with the same message, raised where a kernel meets the size (the C++ runtime raised a StepError)."""
 import pytest
 import torch

@@ -1,6 +1,6 @@
 """TorchScript's generic container ops (`t`, `t[]`, `Dict(str, t)` schemas: str(i), OrderedDict(zip(...)), dict
-pop/update/setdefault, list sort/reverse/repeat) run in both runtimes as TorchScript runs them. torch.ops cannot
-bind a type variable from a Python value, so the Python runtime has its own; torchvision's detection models use
+pop/update/setdefault, list sort/reverse/repeat) run in the runtime as TorchScript runs them (and in conversion's reference interpreter: torch.ops
+cannot bind a type variable from a Python value, so it has its own); torchvision's detection models use
 them all (FPN's OrderedDict, SSD's str keys, roi_align's isinstance on a Union)."""
 from collections import OrderedDict
 from typing import Dict, List, Union

@@ -1,9 +1,9 @@
 """CUDA graph regions: the straight-line runs of a plan with control flow (deploy/packaging/graph_regions.py).
 
 On the CPU: which steps form a region, what it reads and hands out, and that a plan with regions runs them as their
-steps in both runtimes and still matches TorchScript. On a GPU: the C++ runtime captures regions and replays them
-(inside a loop, once per iteration), seen as graph launches in torch's profiler, and still matches TorchScript (the
-Python runtime, a reference interpreter, runs them as their steps).
+steps and still matches TorchScript. On a GPU: the C++ runtime captures regions and replays them
+(inside a loop, once per iteration), seen as graph launches in torch's profiler, and still matches TorchScript
+(`cuda_graphs=False` runs them as their steps).
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A plan step calling one of TorchScript's interpreter's own prim:: ops, which no runtime can call as a step (its
 operation is made from the graph node, or for the interpreter's stack: prim::ChunkSizes, prim::rpc_sync, a fusion
-group), is refused at load by both runtimes with a CorruptPackageError naming the op (issue 43: such a package
-passed the "registered op" check and crashed both runtimes and j2t-run on its first call). Each runtime loads
+group), is refused at load by the runtime with a CorruptPackageError naming the op (issue 43: such a package
+passed the "registered op" check and crashed the runtimes and j2t-run on its first call). Each runtime loads
 every planted package in a child process (tests/planted_ops.py), so a crash fails the test instead of killing it."""
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def _draw(batch: int, frames: int, generator: torch.Generator):
 
 
 def test_a_mask_from_lengths_passes_multihead_attention_s_check_and_matches():
-    """Through ATen (the check is a host op, the same for every backend), verified in both runtimes; dims on batch
+    """Through ATen (the check is a host op, the same for every backend), verified in the runtime; dims on batch
     and time are tests/gpu_conformer.py's (the Conformer itself, on the GPU machine)."""
     torch.manual_seed(0)
     scripted = torch.jit.script(MaskedEncoder().eval())

@@ -1,6 +1,6 @@
-"""One manifest schema (deploy/format.py) for both runtimes: the C++ checks are generated from it, a field missing or
-of the wrong type is refused by both with the same message, and a package using a format feature a runtime does
-not know (the schema's `requires` field) is refused by both, where it would otherwise run wrongly."""
+"""One manifest schema (deploy/format.py) for the runtime and the Python reader: the C++ checks are generated from
+it, a field missing or of the wrong type is refused with the same message, and a package using a format feature a runtime does
+not know (the schema's `requires` field) is refused, where it would otherwise run wrongly."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -82,7 +82,7 @@ def test_a_field_missing_or_mistyped_is_refused_by_both_runtimes_alike(case, run
 def test_a_package_needing_a_feature_this_runtime_lacks_is_refused(runtime, small_package, tmp_path,
                                                                    request) -> None:
     """The `requires` field: a package from a newer jit2triton whose plan relies on a field this one would ignore
-    (and so run wrongly) says so, and both runtimes refuse it, naming the feature, before running anything."""
+    (and so run wrongly) says so, and the runtime refuses it, naming the feature, before running anything."""
     if runtime == "cpp":
         request.getfixturevalue("cpp_runtime")
     edited = _edited(small_package, tmp_path, lambda m: m["requires"].append("int4_weights"))
@@ -130,15 +130,15 @@ def test_a_package_written_before_the_field_still_loads(runtime, small_package, 
     torch.testing.assert_close(module(x, y), traced(x, y))
 
 
-# Both runtimes' package readers: the C++ sources, and the Python runtime's modules
-RUNTIME_PY = ("executor", "runtime", "signature", "state", "package", "literals", "cuda_graph", "host_ops",
-              "triton_kernels", "cpp_kernels", "methods", "packed", "sizes", "plan_check")
+# What reads packages and plans: the C++ runtime's sources, and the Python modules (the package reader, the kernel
+# callbacks of the runtime's extension, conversion's reference interpreter)
+RUNTIME_PY = ("executor", "signature", "package", "literals", "host_ops", "triton_kernels", "cpp_kernels", "packed")
 NOT_KEYS = {"_CapturedRegion": "a class named in a string annotation",
             "synchroniz": "a piece of CUDA's error message, matched in it"}
 
 
 def _keys_read() -> dict[str, set[str]]:
-    """Every string key either runtime reads: C++ `at("k")` / `find("k")`, Python `x["k"]` / `.get("k")`."""
+    """Every string key the runtime or Python reads: C++ `at("k")` / `find("k")`, Python `x["k"]` / `.get("k")`."""
     import re
     patterns = [(ROOT / "deploy" / "cpp" / "src", "*.cpp", r'(?:\.|->)(?:at|find)\("([A-Za-z_]\w*)"\)'),
                 (ROOT / "deploy", "*.py", r'\[\s*"([A-Za-z_]\w*)"\s*\]|\.get\("([A-Za-z_]\w*)"')]

@@ -1,5 +1,5 @@
 """Every method: a module's `@torch.jit.export`ed methods convert beside forward, each with its own examples and
-signature, and the loaded package calls them as TorchScript's module does (`m.encode(x)`), in both runtimes,
+signature, and the loaded package calls them as TorchScript's module does (`m.encode(x)`),
 sharing the module's state. What deployed code calls on a torch.jit module (.eval(), .forward, .to) works."""
 from __future__ import annotations
 

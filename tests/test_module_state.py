@@ -1,6 +1,6 @@
 """Module state: a scripted model that reads and writes its own attributes (a warned-once flag, a call counter, a
 cached tensor, state written in branches and loops) converts, and the package's calls see the same state as
-TorchScript's, call after call, in both runtimes."""
+TorchScript's, call after call."""
 from typing import Dict, List, Optional, Tuple
 
 import pytest

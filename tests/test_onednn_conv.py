@@ -1,6 +1,6 @@
 """2-d convolutions by constant weights run as oneDNN's fused `_convolution_pointwise` on the CPU where it is faster
 (transpiler/onednn_conv.py), a residual add and an activation after one as its post-ops. Every package is checked
-against TorchScript on fresh inputs, in both runtimes; the rewrite is forced (`MODE = "always"`) where a test is
+against TorchScript on fresh inputs; the rewrite is forced (`MODE = "always"`) where a test is
 about its form, since the timed choice depends on the machine."""
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Hand-edited packages (checksums recomputed, as anyone who edits one can) are refused at load by both runtimes
+"""Hand-edited packages (checksums recomputed, as anyone who edits one can) are refused at load by the runtime
 with a CorruptPackageError, never read out of bounds: the findings of an adversarial pass over the readers."""
 from __future__ import annotations
 

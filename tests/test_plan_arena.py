@@ -1,8 +1,7 @@
 """The arena (transpiler/plan_arena.py): CPU kernels write intermediate outputs into one buffer planned at convert
 time. What can go wrong is sharing: two values alive at once on the same bytes, a value the caller holds (or a view
 of it) overwritten by the next call, two threads' calls on one arena. Each test below fails when that happens. The
-C++ runtime places outputs in the arena (the Python runtime, a reference interpreter, allocates each afresh); both
-refuse a damaged one."""
+C++ runtime places outputs in the arena, and refuses a damaged one."""
 from __future__ import annotations
 
 import threading

@@ -1,5 +1,5 @@
 """The program's own types and features (issue 43, item 5): NamedTuple outputs come back as TorchScript returns
-them, fork/wait run in order, isinstance on an Optional is evaluated per call; in both runtimes, on fresh inputs.
+them, fork/wait run in order, isinstance on an Optional is evaluated per call; on fresh inputs.
 And the refusals: an op neither runtime runs, and a file read, named with the model's source line."""
 
 from typing import Dict, List, NamedTuple, Optional, Tuple, Union

@@ -1,5 +1,5 @@
 """Quantized TorchScript models: quantize_dynamic's Linear, LSTM and GRU, a static-quantized conv net and 8-bit
-embeddings convert and match TorchScript on fresh inputs in both runtimes. A quantized op's own output matches
+embeddings convert and match TorchScript on fresh inputs. A quantized op's own output matches
 exactly (the same ATen kernel over the same packed weights); where a generated float kernel follows, within float
 rounding. Packed parameters are stored as their parts (integers, scales, zero points) and packed again at load; a
 package whose packing engine is missing here, or whose packing step was edited, is refused clearly."""

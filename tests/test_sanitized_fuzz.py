@@ -1,9 +1,9 @@
-"""The mutation fuzz of package loading under AddressSanitizer and UBSan, in both runtimes: zip metadata bytes,
+"""The mutation fuzz of package loading under AddressSanitizer and UBSan: zip metadata bytes,
 random bytes, manifest edits and structure-aware manifest edits with recomputed checksums (tests/mutate_packages.py)
 of four packages (a small traced one, control flow with a dynamic dim, a kernel reading weights with a branch, lists
 and dicts), each with its kernel library rebuilt from its own source with the sanitizers, so that a kernel reading
 or writing past a buffer is caught too. The C++ runtime runs as built with `-DJIT2TRITON_SANITIZE=ON` (the j2t-fuzz
-driver); the Python runtime with the sanitizer preloaded. Every package must be refused with a jit2triton error or
+driver), and from Python through its extension with the sanitizer preloaded. Every package must be refused with a jit2triton error or
 load and run; a crash, an out-of-bounds access, undefined behaviour or a raw exception fails the test. The same
 mutations run without sanitizers in tests/test_package_hardening.py."""
 from __future__ import annotations
@@ -90,7 +90,7 @@ def _fuzz(driver, package: str, folder, count: int, first: int = 0, trusted_key=
     shutil.rmtree(mutations)
 
 
-COUNTS = {"small": 3000, "looped": 1500, "damageable": 1500, "containers": 1000}  # C++ (the Python runtime: 300)
+COUNTS = {"small": 3000, "looped": 1500, "damageable": 1500, "containers": 1000}  # j2t-fuzz (from Python: 300)
 
 
 @pytest.mark.parametrize("package", sorted(COUNTS))
@@ -110,8 +110,8 @@ def test_sanitized_cpp_runtime_checks_signatures_of_mutated_packages(fuzz_driver
 
 
 @pytest.mark.parametrize("package", sorted(COUNTS))
-def test_sanitized_python_runtime_survives_mutations(package, packages, tmp_path) -> None:
-    """The Python runtime (and the kernels it launches) with ASan preloaded: libstdc++ too, so that ASan's
+def test_sanitized_runtime_from_python_survives_mutations(package, packages, tmp_path) -> None:
+    """The runtime's Python extension (and the kernels it launches) with ASan preloaded: libstdc++ too, so that ASan's
     interceptor of C++ throws finds it (python itself does not link it)."""
     libraries = [subprocess.run([find_compiler(), f"-print-file-name={name}"], capture_output=True,
                                 text=True).stdout.strip() for name in ("libasan.so", "libstdc++.so")]

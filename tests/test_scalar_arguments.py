@@ -1,5 +1,5 @@
 """A host number a Triton kernel reads (a loop counter, `float(total)`, an `int` input) is the kernel's argument,
-passed by value by both runtimes' launchers (KernelBuffer.by_value), where an `aten::scalar_tensor` step made a 0-d
+passed by value by the runtime's launchers (KernelBuffer.by_value), where an `aten::scalar_tensor` step made a 0-d
 tensor of it first: on a GPU, a fill launch per number per call (823 a call in Mask R-CNN v2, 46 in an NMS loop).
 The C++ backend's kernels still read a 0-d tensor (no launch on the CPU). A kernel taking numbers stays out of
 CUDA graphs, which would replay the numbers they were captured with."""

@@ -1,4 +1,4 @@
-"""Signed packages (deploy/signing.py, deploy/cpp/src/signing.cpp): with trusted keys set, both runtimes load only a
+"""Signed packages (deploy/signing.py, deploy/cpp/src/signing.cpp): with trusted keys set, load takes only a
 package one of the keys signed, and refuse an unsigned, re-signed or tampered one before anything in it is read or
 run; without keys, packages load as before."""
 from __future__ import annotations

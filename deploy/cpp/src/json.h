@@ -46,7 +46,7 @@ class Value {
 // Throws std::runtime_error with the byte offset of the first problem.
 Value parse(std::string_view text);
 
-// Whether two values are the same JSON (objects' members in the same order, as both runtimes write them).
+// Whether two values are the same JSON (objects' members in the same order, as Python and C++ write them).
 bool equal(const Value& a, const Value& b);
 
 }  // namespace jit2triton::json

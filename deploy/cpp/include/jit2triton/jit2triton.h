@@ -25,8 +25,8 @@ constexpr int kPackageFormatVersion = 2;
 
 class Error : public std::runtime_error {
  public:
-  // The same families as the Python package's exceptions (jit2triton.errors), so both runtimes can be told apart
-  // the same way.
+  // The same families as the Python package's exceptions (jit2triton.errors), so errors from C++ and from Python
+  // can be told apart the same way.
   enum class Kind {
     Package, CorruptPackage, PackageVersion, PackageDevice, Signature, Input, Step, ModelRaised,
     QuantizedEngine,  // a PackageDevice error: the quantized engine the package's packed weights need is missing
