@@ -8,7 +8,7 @@ from typing import Any, Callable, Optional, Sequence, Union
 import torch
 
 from jit2triton.deploy import cpp_runtime
-from jit2triton.deploy.executor import Executor, placed_weights
+from jit2triton.deploy.packaging.interpreter import Executor, placed_weights
 from jit2triton.deploy.literals import encode
 from jit2triton.deploy.package import PackageContents
 from jit2triton.deploy.packaging.build_manifest import BuiltKernels, add_method, build_package, model_outputs

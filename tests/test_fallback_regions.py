@@ -147,7 +147,7 @@ def test_the_culprit_search_compares_a_loop_s_iterations_apart():
     iteration agrees (a top-k that rounding flipped in a detector's first feature level, not a kernel after the
     loop that the last iteration's values would have blamed)."""
     from jit2triton.deploy.packaging.culprit import first_divergence, observed_values
-    from jit2triton.deploy.executor import placed_weights
+    from jit2triton.deploy.packaging.interpreter import placed_weights
     from jit2triton.loaders import load_script
     from jit2triton.transpiler import pipeline
     from jit2triton.transpiler.from_torchscript import from_torchscript

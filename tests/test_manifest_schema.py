@@ -130,9 +130,9 @@ def test_a_package_written_before_the_field_still_loads(runtime, small_package, 
     torch.testing.assert_close(module(x, y), traced(x, y))
 
 
-# What reads packages and plans: the C++ runtime's sources, and the Python modules (the package reader, the kernel
-# callbacks of the runtime's extension, conversion's reference interpreter)
-RUNTIME_PY = ("executor", "signature", "package", "literals", "host_ops", "triton_kernels", "cpp_kernels", "packed")
+# What reads packages: the C++ runtime's sources, and the Python modules beside it (the package reader, the kernel
+# callbacks of the runtime's extension)
+RUNTIME_PY = ("signature", "package", "literals", "host_ops", "triton_kernels", "cpp_kernels")
 NOT_KEYS = {"_CapturedRegion": "a class named in a string annotation",
             "synchroniz": "a piece of CUDA's error message, matched in it"}
 

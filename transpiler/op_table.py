@@ -78,7 +78,7 @@ class OpInfo:
     # and both runtimes refuse a package that does
     forbidden: bool = False
     # rebuilds a quantized op's packed weights from their stored parts at load: the only ops a plan's "packed" list
-    # may run (deploy/packed.py, literals.cpp)
+    # may run (deploy/packaging/packed.py, literals.cpp)
     packs_weights: bool = False
     # makes a value no op should compute twice nor drop (a random draw, uninitialised memory): set by the words in
     # its name (_IMPURE_WORDS), so that it holds for every overload

@@ -15,7 +15,7 @@ from jit2triton.transpiler import pipeline
 from jit2triton.transpiler.ir import KERNEL_OP
 from jit2triton.transpiler.op_table import lookup
 
-from ..executor import Executor, placed_weights
+from .interpreter import Executor, placed_weights
 
 ErrorOf = Callable[[torch.Tensor, torch.Tensor], float]  # (actual, expected) -> 0 where they agree to rounding
 # The package run on a plan's inputs, every step observed: [(node, its outputs)] in the order made, at most

@@ -1,4 +1,4 @@
-// Plans as CUDA graphs (conversion's reference interpreter, deploy/executor.py, has none). A straight-line GPU plan runs whole as graphs captured once
+// Plans as CUDA graphs (the reference interpreter has none). A straight-line GPU plan runs whole as graphs captured once
 // per tuple of scalar inputs (which a graph bakes in); a call copies the inputs into the graph's static buffers and
 // replays it. Whether a plan qualifies was decided at convert time (the manifest's "cuda_graph"). A plan with
 // control flow runs its `graph` steps (regions, deploy/packaging/graph_regions.py) as graphs keyed by their inputs' layouts

@@ -25,7 +25,7 @@ c10::TypePtr parse_type(const json::Value& tag);
 
 std::string dtype_name(at::ScalarType t);
 
-// The plan's packed constants (a quantized op's packed weights: deploy/packed.py), built once at load in their order
+// The plan's packed constants (a quantized op's packed weights: deploy/packaging/packed.py), built once at load in their order
 // by the ops op_facts::packs_weights allows, each under the quantized engine it names; `ref` resolves a weight or
 // literal reference. `entries` may be null (a plan with none).
 std::map<std::string, c10::IValue> build_packed(const json::Value* entries,

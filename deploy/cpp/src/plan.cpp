@@ -32,7 +32,7 @@ using json::Value;
 
 namespace {
 
-// `x` in exactly `strides`, as deploy/executor.py's into_layout does: a copy, except that a dim the kernel reads
+// `x` in exactly `strides`: a copy, except that a dim the kernel reads
 // broadcast (stride 0, as ATen gave it while converting) keeps stride 0 and only its first element is copied. The
 // kernel reads that element for every index of the dim; the values along it are one value repeated (a broadcast),
 // however the producer laid them out this time.

@@ -1,5 +1,6 @@
-// The execution plan of a package, compiled once at load into closures over numbered slots, as deploy/executor.py
-// does in Python: a call copies its inputs into slots, runs the steps, reads the outputs.
+// The execution plan of a package, compiled once at load into closures over numbered slots (as conversion's reference
+// interpreter, deploy/packaging/interpreter.py, does in Python): a call copies its inputs into slots, runs the
+// steps, reads the outputs.
 #pragma once
 
 #include <ATen/core/List.h>

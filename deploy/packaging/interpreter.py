@@ -15,9 +15,9 @@ import torch
 
 from jit2triton.errors import Jit2TritonError, StepError
 
-from .op_facts import UNPACKS
+from ..op_facts import UNPACKS
 from .packed import build_packed, packed_constant
-from .resolve import resolve_op
+from ..resolve import resolve_op
 
 Step = Callable[[list], None]
 Observer = Callable[[int, tuple], None]  # (node index, output values)

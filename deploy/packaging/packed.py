@@ -16,9 +16,9 @@ import torch
 
 from jit2triton.errors import CorruptPackageError, QuantizedEngineError
 
-from .op_facts import PACKING_OPS
-from .policy import QUANTIZED_ENGINES, message
-from .resolve import resolve_op
+from ..op_facts import PACKING_OPS
+from ..policy import QUANTIZED_ENGINES, message
+from ..resolve import resolve_op
 
 _ENGINE_SWITCH = threading.Lock()  # torch's quantized engine is process-wide: one load switches it at a time
 
