@@ -1,9 +1,10 @@
 """A differential fuzzer for programs with module state: random scripted modules whose forward reads and writes
 their own attributes (caches grown by `cat` and trimmed to a maximum, counters, buffers updated in place, running
-means, lists appended and trimmed, lists and dicts changed in place) beside random pointwise work, with a `reset` method. Each is converted (forward
-and reset), saved, loaded and called over a sequence (forward x3, reset, forward x3) of fresh
-inputs beside the TorchScript module called the same way; the outputs after every call must match. A kernel that
-convert-time verification had to take out is a failure too (it names a kernel that was wrong over calls).
+means, lists appended and trimmed, lists and dicts changed in place) beside random pointwise work, with a `reset`
+method. Each is converted (forward and reset), saved, loaded and called over a sequence (forward x3, reset, forward
+x3) of fresh inputs beside the TorchScript module called the same way; the outputs after every call must match. A
+kernel that convert-time verification had to take out is a failure too (it names a kernel that was wrong over
+calls).
 
     python tests/fuzz_stateful.py --seeds 200 [--first 0] [--backend cpp|triton] [--device cpu|cuda]
 """
@@ -111,21 +112,20 @@ def failure_of(seed: int, backend: str = "cpp", device: str = "cpu") -> Optional
             return f"verification took kernels out: {removed}\n{source}"
         path = os.path.join(folder, "m.j2t")
         converted.save(path)
-        for runtime in ("cpp",):
-            loaded = jit2triton.load(path, runtime=runtime)
-            reference = torch.jit.script(program().to(device))
-            reference.reset()
-            for number, method in enumerate(CALLS, 1):
-                if method == "reset":
-                    loaded.reset(), reference.reset()
-                    continue
-                x = torch.randn(4, FEATURES, generator=generator).to(device)
-                try:
-                    mismatches = compare(loaded(x), reference(x))
-                except Exception as err:  # noqa: BLE001
-                    return f"{runtime} runtime, call {number}: {type(err).__name__}: {err}\n{source}"
-                if mismatches:
-                    return f"{runtime} runtime, call {number} of {CALLS}: {mismatches[0]}\n{source}"
+        loaded = jit2triton.load(path)
+        reference = torch.jit.script(program().to(device))
+        reference.reset()
+        for number, method in enumerate(CALLS, 1):
+            if method == "reset":
+                loaded.reset(), reference.reset()
+                continue
+            x = torch.randn(4, FEATURES, generator=generator).to(device)
+            try:
+                mismatches = compare(loaded(x), reference(x))
+            except Exception as err:  # noqa: BLE001
+                return f"call {number}: {type(err).__name__}: {err}\n{source}"
+            if mismatches:
+                return f"call {number} of {CALLS}: {mismatches[0]}\n{source}"
     return None
 
 

@@ -1,7 +1,7 @@
 """On the GPU machine: the programs of tests/test_call_sequences.py (a cache grown by `cat` with a reset method, a
 streaming list of state tensors, a loop count given as an input, flat ids with offsets of varying length),
 converted for CUDA and called over sequences of fresh inputs in the runtime beside TorchScript on the GPU; then
-the stateful fuzzer's programs for CUDA. Prints one line per program and runtime, and exits non-zero on a mismatch.
+the stateful fuzzer's programs for CUDA. Prints one line per program, and exits non-zero on a mismatch.
 Under `compute-sanitizer --tool memcheck` it is the memory-safety run of issue 43.
 
     python tests/gpu_call_sequences.py [--fuzz-seeds 20]
@@ -53,7 +53,7 @@ PROGRAMS = {
 }
 
 
-def check_program(name: str, folder: str) -> list[str]:
+def check_program(name: str, folder: str) -> str:
     model_class, examples, options = PROGRAMS[name]
     torch.manual_seed(0)
     model = model_class().eval().to(CUDA)
@@ -66,20 +66,17 @@ def check_program(name: str, folder: str) -> list[str]:
     summary = converted.summary()
     path = os.path.join(folder, f"{name}.j2t")
     converted.save(path)
-    lines = []
-    for runtime in ("cpp",):
-        reference = torch.jit.script(model)
-        loaded = jit2triton.load(path, runtime=runtime)
-        bad = []
-        for number, (method, inputs) in enumerate(calls(name, torch.Generator().manual_seed(5)), 1):
-            got = getattr(loaded, method)(*inputs)
-            want = getattr(reference, method)(*inputs)
-            mismatches = compare(got, want, slack=10.0)
-            if mismatches:
-                bad.append(f"call {number} ({method}): {mismatches[0]}")
-        lines.append(f"{name} [{runtime}] kernels={len(summary['kernels'])} verification="
-                     f"{summary['verification']['status']}: " + ("ok" if not bad else "MISMATCH " + "; ".join(bad)))
-    return lines
+    reference = torch.jit.script(model)
+    loaded = jit2triton.load(path)
+    bad = []
+    for number, (method, inputs) in enumerate(calls(name, torch.Generator().manual_seed(5)), 1):
+        got = getattr(loaded, method)(*inputs)
+        want = getattr(reference, method)(*inputs)
+        mismatches = compare(got, want, slack=10.0)
+        if mismatches:
+            bad.append(f"call {number} ({method}): {mismatches[0]}")
+    return (f"{name} kernels={len(summary['kernels'])} verification={summary['verification']['status']}: "
+            + ("ok" if not bad else "MISMATCH " + "; ".join(bad)))
 
 
 def main(argv=None) -> int:
@@ -90,9 +87,9 @@ def main(argv=None) -> int:
     failed = 0
     with tempfile.TemporaryDirectory() as folder:
         for name in [n for n in args.only.split(",") if n] or list(PROGRAMS):
-            for line in check_program(name, folder):
-                failed += "ok" not in line.split(": ", 1)[1][:2]
-                print(line, flush=True)
+            line = check_program(name, folder)
+            failed += "ok" not in line.split(": ", 1)[1][:2]
+            print(line, flush=True)
     for seed in range(args.fuzz_seeds):
         report = failure_of(seed, backend="triton", device="cuda")
         failed += report is not None

@@ -268,12 +268,11 @@ def assert_runtimes_match(converted, model, make_input, tmp_path, calls: int = 2
     (float32 within `tolerance`, relative and absolute)."""
     path = tmp_path / "model.j2t"
     converted.save(path)
-    for runtime in ("cpp",):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for call in range(calls):
-            x = make_input()
-            with torch.no_grad():
-                assert_same(loaded(x), model(x), f"{runtime}, call {call}", {torch.float32: (tolerance, tolerance)})
+    loaded = jit2triton.load(path)
+    for call in range(calls):
+        x = make_input()
+        with torch.no_grad():
+            assert_same(loaded(x), model(x), f"call {call}", {torch.float32: (tolerance, tolerance)})
 
 
 def record_built_kernels(monkeypatch) -> list:

@@ -60,14 +60,11 @@ def test_each_device_has_one_default_backend_and_a_backend_refuses_a_device_it_c
         backend_for(None, torch.device("meta"))
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_both_runtimes_refuse_a_backend_they_do_not_know(runtime, small_package, tmp_path, request) -> None:
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
+def test_the_runtime_refuses_a_backend_it_does_not_know(small_package, tmp_path, cpp_runtime) -> None:
     edited = tmp_path / "metal.j2t"
     rewrite_package(small_package[0], edited, edit_manifest=lambda m: m.update(backend="metal"))
     with pytest.raises(jit2triton.PackageVersionError, match="kernel backend 'metal'.*upgrade jit2triton"):
-        jit2triton.load(edited, runtime=runtime)
+        jit2triton.load(edited)
 
 
 def test_the_cpp_runtime_runs_cpu_triton_kernels_under_tritons_interpreter(cpp_runtime, tmp_path,

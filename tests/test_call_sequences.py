@@ -14,12 +14,10 @@ from helpers import assert_same
 from jit2triton import conversion, verify
 from jit2triton.method_sequences import call_order, check_methods_in_order
 
-RUNTIMES = ["cpp"]  # (the one load() takes by default first)
 
-
-def _loaded(converted, tmp_path, runtime: str):
+def _loaded(converted, tmp_path):
     converted.save(tmp_path / "m.j2t")
-    return jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    return jit2triton.load(tmp_path / "m.j2t")
 
 
 def _scripted_twice(model_class):
@@ -56,12 +54,11 @@ def packages(tmp_path_factory):
     return package
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_cache_grown_by_cat_with_a_reset_method(runtime, packages):
+def test_a_cache_grown_by_cat_with_a_reset_method(packages):
     path, verification, reference = packages("kv_cache")
     assert verification["status"] == "passed" and verification["methods_in_order"].count("reset") == 1
     reference.reset()
-    loaded = jit2triton.load(path, runtime=runtime)
+    loaded = jit2triton.load(path)
     for method in ["forward"] * 3 + ["reset"] + ["forward"] * 4 + ["reset", "forward"]:
         if method == "reset":
             assert loaded.reset() is None and reference.reset() is None
@@ -70,29 +67,26 @@ def test_a_cache_grown_by_cat_with_a_reset_method(runtime, packages):
         assert_same(loaded(x), reference(x))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_list_of_state_tensors_that_grows_to_a_maximum(runtime, packages):
+def test_a_list_of_state_tensors_that_grows_to_a_maximum(packages):
     path, _, reference = packages("streaming")
-    reference.memory, reference.chunks = [torch.zeros(0, 8)], 0  # (the other runtime's test called it)
-    loaded = jit2triton.load(path, runtime=runtime)
+    reference.memory, reference.chunks = [torch.zeros(0, 8)], 0  # (as saved: this module's tests share the twin)
+    loaded = jit2triton.load(path)
     for _ in range(7):  # the memory grows for 3 chunks, then stays at 3 rows
         x = torch.randn(4, 8)
         assert_same(loaded(x), reference(x))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_loop_count_given_as_an_input(runtime, packages):
+def test_a_loop_count_given_as_an_input(packages):
     path, _, reference = packages("loop_n")
-    loaded = jit2triton.load(path, runtime=runtime)
+    loaded = jit2triton.load(path)
     for n in (1, 9, 5, 3, 12, 2):
         x = torch.randn(2, 4)
         assert_same(loaded(x, n), reference(x, n))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_flat_ids_and_offsets_of_varying_total_length(runtime, packages):
+def test_flat_ids_and_offsets_of_varying_total_length(packages):
     path, _, reference = packages("bag")
-    loaded = jit2triton.load(path, runtime=runtime)
+    loaded = jit2triton.load(path)
     generator = torch.Generator().manual_seed(3)
     for count in (10, 8, 12, 40, 64, 7):
         flat = torch.randint(0, 50, (count,), generator=generator)
@@ -101,10 +95,9 @@ def test_flat_ids_and_offsets_of_varying_total_length(runtime, packages):
         assert_same(loaded(flat, offsets), reference(flat, offsets))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_beam_search_on_fresh_inputs(runtime, packages):
+def test_a_beam_search_on_fresh_inputs(packages):
     path, _, reference = packages("beam_search")
-    loaded = jit2triton.load(path, runtime=runtime)
+    loaded = jit2triton.load(path)
     generator = torch.Generator().manual_seed(11)
     steps = set()
     for call in range(20):
@@ -122,7 +115,7 @@ def test_verification_catches_a_package_wrong_from_the_second_call(monkeypatch, 
     def converted_and_second_call_error():
         scripted, reference = _scripted_twice(KVCache)
         converted = jit2triton.convert(scripted, (torch.randn(1, 1, 16),))
-        loaded = _loaded(converted, tmp_path, "cpp")
+        loaded = _loaded(converted, tmp_path)
         errors = []
         for _ in range(3):
             x = torch.randn(1, 1, 16)
@@ -151,7 +144,7 @@ def test_methods_called_in_order_catch_a_method_that_does_not_reset(tmp_path):
     signatures = {"forward": converted._contents.manifest["signature"]["inputs"], "reset": []}
 
     def loaded() -> tuple:
-        module = _loaded(converted, tmp_path, "cpp")  # (from the saved state)
+        module = _loaded(converted, tmp_path)  # (from the saved state)
         return {"forward": module, "reset": module.reset}, module._runtime.attribute
     runtimes, attribute = loaded()
     assert check_methods_in_order(script, examples, signatures, runtimes, attribute, torch.device("cpu")) \
@@ -178,11 +171,10 @@ def test_stateful_fuzz(seed):
     assert report is None, report
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_an_int_the_model_ran_at_no_other_value_is_refused_at_the_boundary(runtime, tmp_path):
+def test_an_int_the_model_ran_at_no_other_value_is_refused_at_the_boundary(tmp_path):
     scripted, reference = _scripted_twice(RowsByValue)
     converted = jit2triton.convert(scripted, (torch.randn(10), 5))
-    loaded = _loaded(converted, tmp_path, runtime)
+    loaded = _loaded(converted, tmp_path)
     x = torch.randn(10)
     assert_same(loaded(x, 5), reference(x, 5))
     with pytest.raises(jit2triton.InputError, match=r"input 1 \('n'\): the package serves only the value 5 .* got 2"):
@@ -208,15 +200,14 @@ def test_verification_runs_the_runtime_that_ships(monkeypatch):
         jit2triton.convert(scripted, (torch.randn(4, 8),))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_forward_that_needs_another_method_first(runtime, tmp_path):
+def test_a_forward_that_needs_another_method_first(tmp_path):
     """Conversion observes forward from the state `encode` leaves (from the saved state it raises, in TorchScript
     too); the package starts from the saved state, so forward before encode raises there as well; the methods are verified in the order encode, forward, ..."""
     scripted, reference = _scripted_twice(EncodeThenDecode)
     converted = jit2triton.convert(scripted, {"forward": (torch.randn(3, 4),), "encode": (torch.randn(3, 4),)})
     verification = converted.summary()["verification"]
     assert verification["status"] == "passed" and verification["methods_in_order"].startswith("encode, forward")
-    loaded = _loaded(converted, tmp_path, runtime)
+    loaded = _loaded(converted, tmp_path)
     with pytest.raises(jit2triton.ModelRaisedError, match="call encode first"):
         loaded(torch.randn(3, 4))
     for _ in range(3):
@@ -246,12 +237,11 @@ class TrimmedCache(torch.nn.Module):
         return torch.softmax(x @ c.t(), -1) @ c
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_condition_on_a_size_no_conversion_run_reached_stays_a_condition(runtime, tmp_path):
+def test_a_condition_on_a_size_no_conversion_run_reached_stays_a_condition(tmp_path):
     scripted, reference = _scripted_twice(TrimmedCache)
     converted = jit2triton.convert(scripted, (torch.randn(3, 8),),
                                    dynamic_shapes={"x": {0: jit2triton.Dim("rows", min=1, max=16)}})
-    loaded = _loaded(converted, tmp_path, runtime)
+    loaded = _loaded(converted, tmp_path)
     for rows in [2, 1, 5, 3, 4, 2, 6, 1, 9]:  # 23 rows at the seventh call: the first trim
         x = torch.randn(rows, 8)
         assert_same(loaded(x), reference(x))
@@ -265,10 +255,9 @@ class SplitBySizes(torch.nn.Module):
         return torch.stack([p.sum(0) * n for p in parts]).relu() + torch.arange(n).float().sum()
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_sizes_set_by_a_list_input_follow_each_calls_list(runtime, tmp_path):
+def test_sizes_set_by_a_list_input_follow_each_calls_list(tmp_path):
     scripted, reference = _scripted_twice(SplitBySizes)
-    loaded = _loaded(jit2triton.convert(scripted, (torch.randn(10, 4), 3, [4, 6])), tmp_path, runtime)
+    loaded = _loaded(jit2triton.convert(scripted, (torch.randn(10, 4), 3, [4, 6])), tmp_path)
     for n, splits in [(5, [2, 3, 5]), (2, [10]), (4, [1, 1, 1, 7]), (3, [4, 6]), (1, [9, 1]), (6, [1] * 10)]:
         x = torch.randn(10, 4)
         assert_same(loaded(x, n, splits), reference(x, n, splits))
@@ -287,17 +276,16 @@ class NeedsMask(torch.nn.Module):  # typed Optional, but refuses None: the packa
         return x.masked_fill(mask, 0.0).relu()
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_an_optional_tensor_given_in_the_example_takes_none_as_torchscript_does(runtime, tmp_path):
+def test_an_optional_tensor_given_in_the_example_takes_none_as_torchscript_does(tmp_path):
     scripted, reference = _scripted_twice(MaskedSoftmax)
     converted = jit2triton.convert(scripted, (torch.randn(3, 5), torch.rand(3, 5) > 0.5, 2.0))
     assert converted.summary()["verification"]["status"] == "passed"
-    loaded = _loaded(converted, tmp_path, runtime)
+    loaded = _loaded(converted, tmp_path)
     assert "mask: Optional[bool[3, 5]] = None" in loaded.signature()
     for call in [(torch.randn(3, 5),), (torch.randn(3, 5), torch.rand(3, 5) > 0.5), (torch.randn(3, 5), None, 3.0),
                  (torch.randn(3, 5), torch.rand(3, 5) > 0.2, 0.5), (torch.randn(3, 5), None), (torch.randn(3, 5),)]:
         assert_same(loaded(*call), reference(*call))
     strict = _loaded(jit2triton.convert(torch.jit.script(NeedsMask()), (torch.randn(3, 5), torch.rand(3, 5) > 0.5)),
-                     tmp_path, runtime)
+                     tmp_path)
     with pytest.raises(jit2triton.InputError, match=r"input 1 \('mask'\): expected a tensor bool\[3, 5\] on cpu, got"):
         strict(torch.randn(3, 5), None)

@@ -1,7 +1,7 @@
 """CPU conv nets run on channels-last activations where that is faster (transpiler/channels_last.py): the image
 inputs are converted once, convolution weights stored channels-last, and every returned tensor comes back in the
-layout TorchScript returned it in. Checked against TorchScript on fresh inputs, values and strides, in both
-runtimes; the rewrite is forced (`MODE = "always"`) where a test is about its form."""
+layout TorchScript returned it in. Checked against TorchScript on fresh inputs, values and strides, in the
+runtime; the rewrite is forced (`MODE = "always"`) where a test is about its form."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -60,11 +60,10 @@ def test_a_conv_net_runs_channels_last_and_returns_torchscripts_layouts(always, 
                                 for w in conv_weights)
     path = tmp_path / "model.j2t"
     converted.save(path)
-    for runtime in ("cpp",):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for call in range(2):
-            x = torch.randn(2, 3, 12, 12)
-            _same_with_strides(loaded(x), traced(x), f"{runtime}, call {call}")
+    loaded = jit2triton.load(path)
+    for call in range(2):
+        x = torch.randn(2, 3, 12, 12)
+        _same_with_strides(loaded(x), traced(x), f"call {call}")
 
 
 def test_a_model_that_cannot_run_channels_last_keeps_its_layout(always):
@@ -107,11 +106,10 @@ def test_a_dynamic_batch_runs_channels_last_at_every_size(always, tmp_path):
     assert any("contiguous" in str(n) for n in converted.manifest["nodes"])
     path = tmp_path / "model.j2t"
     converted.save(path)
-    for runtime in ("cpp",):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for n in (1, 5, 8):
-            x = torch.randn(n, 3, 12, 12)
-            _same_with_strides(loaded(x), traced(x), f"{runtime}, batch {n}")
+    loaded = jit2triton.load(path)
+    for n in (1, 5, 8):
+        x = torch.randn(n, 3, 12, 12)
+        _same_with_strides(loaded(x), traced(x), f"batch {n}")
 
 
 def test_a_model_that_runs_channels_last_only_at_some_sizes_keeps_its_layout(always):
@@ -186,9 +184,8 @@ def test_channels_last_example_inputs_are_the_layout_the_package_takes(backend, 
     assert [1, 32, 4] in [st[1:] for st in read]
     converted.save(tmp_path / "m.j2t")
     generator = torch.Generator().manual_seed(FRESH_SEED)
-    for runtime in ["cpp"]:
-        loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
-        for layout in (torch.channels_last, torch.contiguous_format):
-            x = torch.randn(3 if dynamic else 2, 4, 8, 8, generator=generator).contiguous(memory_format=layout)
-            got = loaded(*to_device((x,), "cuda")) if backend == "cuda" else loaded(x)
-            torch.testing.assert_close(got.cpu(), model(x))
+    loaded = jit2triton.load(tmp_path / "m.j2t")
+    for layout in (torch.channels_last, torch.contiguous_format):
+        x = torch.randn(3 if dynamic else 2, 4, 8, 8, generator=generator).contiguous(memory_format=layout)
+        got = loaded(*to_device((x,), "cuda")) if backend == "cuda" else loaded(x)
+        torch.testing.assert_close(got.cpu(), model(x))

@@ -27,15 +27,14 @@ class Tables(torch.nn.Module):
 
 
 @pytest.mark.parametrize("backend", ["cpp", "aten"])
-def test_a_dict_of_tensors_attribute_converts_and_runs_in_both_runtimes(backend: str, tmp_path) -> None:
+def test_a_dict_of_tensors_attribute_converts_and_runs_in_the_runtime(backend: str, tmp_path) -> None:
     torch.manual_seed(0)
     model = torch.jit.script(Tables().eval())
     converted = jit2triton.convert(model, (torch.randn(4),), backend=backend)
     path = os.path.join(tmp_path, "tables.j2t")
     converted.save(path)
     g = torch.Generator().manual_seed(FRESH_SEED)
-    for runtime in ("cpp",):
-        package = jit2triton.load(path, runtime=runtime)
-        for name, index in (("small", 7), ("large", 7)):  # (an int input is served at its example value)
-            x = torch.randn(4, generator=g)
-            torch.testing.assert_close(package(x, name, index), model(x, name, index), rtol=1e-6, atol=1e-6)
+    package = jit2triton.load(path)
+    for name, index in (("small", 7), ("large", 7)):  # (an int input is served at its example value)
+        x = torch.randn(4, generator=g)
+        torch.testing.assert_close(package(x, name, index), model(x, name, index), rtol=1e-6, atol=1e-6)

@@ -1,5 +1,5 @@
 """Container inputs (a List, Tuple or Dict of tensors or numbers): the runtime checks each item or element against
-the signature as they check a tensor input, so a wrong one is an InputError naming it at the call's boundary (it
+the signature as it checks a tensor input, so a wrong one is an InputError naming it at the call's boundary (it
 was a SizeChangedError at the first kernel, a "package is damaged" kernel error, or TorchScript's internal assert),
 and a list or dict of another length runs as TorchScript runs it."""
 from __future__ import annotations
@@ -11,8 +11,6 @@ import torch
 
 import jit2triton
 from jit2triton.errors import InputError, SizeChangedError
-
-RUNTIMES = ("cpp",)
 
 
 class Loop(torch.nn.Module):
@@ -55,35 +53,32 @@ def packages(tmp_path_factory) -> dict:
         scripted = torch.jit.script(model())
         path = str(folder / f"{name}.j2t")
         jit2triton.convert(scripted, (draw(),), backend="cpp").save(path)
-        out[name] = scripted, {runtime: jit2triton.load(path, runtime=runtime) for runtime in RUNTIMES}
+        out[name] = scripted, jit2triton.load(path)
     return out
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_container_inputs_match_torchscript_on_fresh_values(packages, runtime) -> None:
+def test_container_inputs_match_torchscript_on_fresh_values(packages) -> None:
     torch.manual_seed(1)
     calls = [("loop", _tensors(3)), ("loop", _tensors(5)), ("loop", _tensors(1)), ("pair", tuple(_tensors(2))),
              ("named", dict(zip("ab", _tensors(2)))), ("named", dict(zip("bac", _tensors(3)))),
              ("nested", (_tensors(2), 3))]
     for name, value in calls:
         scripted, loaded = packages[name]
-        torch.testing.assert_close(loaded[runtime](value), scripted(value), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(loaded(value), scripted(value), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_size_a_lists_length_set_is_refused_not_wrong(packages, runtime) -> None:
+def test_a_size_a_lists_length_set_is_refused_not_wrong(packages) -> None:
     """`torch.stack(xs)` makes a size of the list's length, which the package fixed at the example's (2)."""
     with pytest.raises(SizeChangedError, match=r"has shape \[4, 4, 8\], .* \[2, 4, 8\]: .* a list input's length"):
-        packages["nested"][1][runtime]((_tensors(4), 3))
+        packages["nested"][1]((_tensors(4), 3))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_strided_element_is_made_dense_in_a_copy(packages, runtime) -> None:
+def test_a_strided_element_is_made_dense_in_a_copy(packages) -> None:
     """Kernels read inputs as dense row-major tensors: a transposed element is copied so, into a new list; the
     caller's list keeps its own tensor."""
     scripted, loaded = packages["loop"]
     xs = [torch.randn(8, 4).t(), *_tensors(2)]
-    torch.testing.assert_close(loaded[runtime](xs), scripted(xs), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(loaded(xs), scripted(xs), rtol=1e-5, atol=1e-5)
     assert not xs[0].is_contiguous()
 
 
@@ -108,7 +103,6 @@ WRONG = [
 
 @pytest.mark.parametrize("name,value,message", WRONG)
 def test_a_wrong_item_or_element_is_an_input_error_naming_it(packages, name, value, message) -> None:
-    for runtime in RUNTIMES:
-        with pytest.raises(InputError) as raised:
-            packages[name][1][runtime](value())
-        assert message in str(raised.value), runtime
+    with pytest.raises(InputError) as raised:
+        packages[name][1](value())
+    assert message in str(raised.value)

@@ -167,10 +167,9 @@ def test_clamps_by_constants_keep_nan_and_infinities(tmp_path):
         assert_ran_in_a_kernel(op, converted)                # that loses the NaN, and ATen would answer)
     path = tmp_path / "clamps.j2t"
     converted.save(path)
-    for runtime in ("cpp",):
-        out = jit2triton.load(path, runtime=runtime)(x)
-        assert_same(out, traced(x), runtime)
-        assert all(torch.isnan(o[0, 0]) for o in out)
+    out = jit2triton.load(path)(x)
+    assert_same(out, traced(x))
+    assert all(torch.isnan(o[0, 0]) for o in out)
 
 
 
@@ -209,7 +208,7 @@ def _check_chain(seed: int, tmp_path) -> bool:
 
 @pytest.mark.parametrize("seed", range(6))
 def test_random_convolution_chains(seed, tmp_path):
-    """Random chains of template convolutions and activations against TorchScript, in both runtimes
+    """Random chains of template convolutions and activations against TorchScript, in the runtime
     (`python tests/test_conv_template.py N` runs N more seeds)."""
     assert _check_chain(seed, tmp_path)  # (these seeds' chains all take a template)
 

@@ -426,12 +426,11 @@ def test_a_kernel_generated_for_a_broadcast_input_reads_one_laid_out_densely(bac
     assert converted.manifest["kernels"], "the test needs generated kernels"
     path = tmp_path / "m.j2t"
     converted.save(path)
-    for runtime in ["cpp"]:
-        loaded = jit2triton.load(path, runtime=runtime)
-        for n in ((2, 5) if dynamic else (2, 2)):
-            args = make(n)
-            got = loaded(*(to_device(args, "cuda") if backend == "cuda" else args))
-            torch.testing.assert_close(got.cpu(), _expanded_through_aten(*args), rtol=1e-5, atol=1e-5)
+    loaded = jit2triton.load(path)
+    for n in ((2, 5) if dynamic else (2, 2)):
+        args = make(n)
+        got = loaded(*(to_device(args, "cuda") if backend == "cuda" else args))
+        torch.testing.assert_close(got.cpu(), _expanded_through_aten(*args), rtol=1e-5, atol=1e-5)
 
 
 class LastOfEachHead(torch.nn.Module):
@@ -449,12 +448,11 @@ def test_a_constant_list_of_tensors_and_none_converts(backend, tmp_path):
     converted = convert_for(model, make(), backend)
     path = tmp_path / "m.j2t"
     converted.save(path)
-    for runtime in ["cpp"]:
-        loaded = jit2triton.load(path, runtime=runtime)
-        for _ in range(2):
-            args = make()
-            got = loaded(*(to_device(args, "cuda") if backend == "cuda" else args))
-            torch.testing.assert_close(got.cpu(), model(*args))
+    loaded = jit2triton.load(path)
+    for _ in range(2):
+        args = make()
+        got = loaded(*(to_device(args, "cuda") if backend == "cuda" else args))
+        torch.testing.assert_close(got.cpu(), model(*args))
 
 
 class Positions(nn.Module):

@@ -133,9 +133,8 @@ def test_a_padded_pool_over_channels_vectorizes_and_keeps_nan_and_inf(tmp_path):
     x = torch.randn(2, 16, 9, 10, generator=torch.Generator().manual_seed(7))
     x[0, 3, 0, 0], x[1, 5, 4, 4], x[1, 7, 8, 9], x[0, 0, 5, 5] = float("nan"), float("inf"), float("-inf"), 1e30
     converted.save(tmp_path / "m.j2t")
-    for runtime in ("cpp",):
-        got = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)(x)
-        torch.testing.assert_close(got, model(x), equal_nan=True)
+    got = jit2triton.load(tmp_path / "m.j2t")(x)
+    torch.testing.assert_close(got, model(x), equal_nan=True)
 
 
 def test_a_row_max_and_min_run_as_simd_lanes_and_keep_torch_s_nan_and_inf(tmp_path):
@@ -148,9 +147,8 @@ def test_a_row_max_and_min_run_as_simd_lanes_and_keep_torch_s_nan_and_inf(tmp_pa
     y[0], y[1], y[2, 5], y[3], y[4], y[5, 36] = float("-inf"), float("inf"), float("nan"), float("nan"), -3e38, \
         float("-inf")
     converted.save(tmp_path / "m.j2t")
-    for runtime in ("cpp",):
-        for got, expected in zip(jit2triton.load(tmp_path / "m.j2t", runtime=runtime)(y), model(y)):
-            torch.testing.assert_close(got, expected, equal_nan=True, rtol=0, atol=0)
+    for got, expected in zip(jit2triton.load(tmp_path / "m.j2t")(y), model(y)):
+        torch.testing.assert_close(got, expected, equal_nan=True, rtol=0, atol=0)
 
 
 class SameKernelAtThreeSizes(torch.nn.Module):
@@ -172,6 +170,5 @@ def test_kernels_that_differ_only_in_sizes_share_one_compiled_body(tmp_path):
     assert converted.code.count("return k0_mul_relu_shared(buffers, sizes, num_threads, params);") == 3, converted.code
     converted.save(tmp_path / "m.j2t")
     fresh = tuple(torch.randn(x.shape) for x in example)
-    for runtime in ("cpp",):
-        for got, want in zip(jit2triton.load(tmp_path / "m.j2t", runtime=runtime)(*fresh), traced(*fresh)):
-            torch.testing.assert_close(got, want)
+    for got, want in zip(jit2triton.load(tmp_path / "m.j2t")(*fresh), traced(*fresh)):
+        torch.testing.assert_close(got, want)

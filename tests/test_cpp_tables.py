@@ -4,7 +4,6 @@ that dim, before the rows, not once per element (emitters/cpp.py, `table`). The 
 operands: the package still gives TorchScript's bits."""
 import re
 
-import pytest
 import torch
 
 import jit2triton
@@ -36,8 +35,7 @@ def _image(batch: int = 2) -> torch.Tensor:
     return torch.randn(batch, 8, 12, 12).contiguous(memory_format=torch.channels_last)
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_channels_last_batch_norm_scales_once_per_channel(runtime, tmp_path):
+def test_a_channels_last_batch_norm_scales_once_per_channel(tmp_path):
     torch.manual_seed(0)
     model = torch.jit.script(ConvBatchNorm().eval())
     converted = jit2triton.convert(model, (_image(),), backend="cpp")
@@ -49,7 +47,7 @@ def test_a_channels_last_batch_norm_scales_once_per_channel(runtime, tmp_path):
         for sweep in kernel.split("#pragma omp simd")[1:]:
             assert "std::sqrt" not in sweep, kernel
     converted.save(tmp_path / "m.j2t")
-    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "m.j2t")
     for _ in range(6):
         x = _image()
         with torch.no_grad():
@@ -130,9 +128,8 @@ def test_a_short_last_dim_is_swept_with_the_one_before_it(tmp_path):
                      body, re.S), body
     path = tmp_path / "nchw.j2t"
     converted.save(path)
-    for runtime in ("cpp",):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for call in range(6):
-            x = torch.randn(2, 24, 10, 12)
-            with torch.no_grad():
-                assert_same(loaded(x), model(x), f"{runtime}, call {call}", tolerances={torch.float32: (0, 0)})
+    loaded = jit2triton.load(path)
+    for call in range(6):
+        x = torch.randn(2, 24, 10, 12)
+        with torch.no_grad():
+            assert_same(loaded(x), model(x), f"call {call}", tolerances={torch.float32: (0, 0)})

@@ -88,31 +88,25 @@ CASES = {  # name: (package, edit, error, what the message says)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_damaged_plan_is_refused_cleanly(case, runtime, packages, tmp_path, request) -> None:
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
+def test_a_damaged_plan_is_refused_cleanly(case, packages, tmp_path, cpp_runtime) -> None:
     package, edit, error, message = CASES[case]
     edited = tmp_path / "edited.j2t"
     rewrite_package(packages[package], edited, edit_manifest=edit)
     with pytest.raises(error, match=message):
-        module = jit2triton.load(edited, runtime=runtime)
+        module = jit2triton.load(edited)
         inputs = (torch.randn(4, 32), True) if package == "damageable" else (torch.randn(3, 5), torch.randn(3, 5))
         module(*inputs)
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_the_undamaged_packages_run(runtime, packages, request) -> None:
+def test_the_undamaged_packages_run(packages, cpp_runtime) -> None:
     """The checks refuse only the damage: the same packages, unedited, load and agree with TorchScript."""
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
     from fuzz_packages import Containers, Damageable
     torch.manual_seed(0)
     model = torch.jit.script(Damageable())
-    damageable = jit2triton.load(packages["damageable"], runtime=runtime)
+    damageable = jit2triton.load(packages["damageable"])
     for flag in (True, False):
         x = torch.randn(5, 32)
         torch.testing.assert_close(damageable(x, flag), model(x, flag))
-    containers = jit2triton.load(packages["containers"], runtime=runtime)
+    containers = jit2triton.load(packages["containers"])
     x, y = torch.randn(3, 5), torch.randn(3, 5)
     torch.testing.assert_close(containers(x, y), torch.jit.script(Containers())(x, y))

@@ -203,15 +203,12 @@ def _scores_above(n: int, seed: int) -> tuple:
     return _boxes(160, g), scores
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])  # (load()'s default first)
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_what_follows_a_mask_runs_in_kernels_over_the_count(backend, runtime, tmp_path, request):
+def test_what_follows_a_mask_runs_in_kernels_over_the_count(backend, tmp_path, cpp_runtime):
     """The box arithmetic after `boxes[scores > t]`, the best 50 and the suppression loop's comparisons are
     generated kernels taking the counts the runtime reads from the ATen tensors that carry them (conversion's draws
     thinned the mask, so it saw which sizes are counts and which, the 4 and 2 coordinates, are not); every count
     from none to all 160, and fewer or more than 50, gives TorchScript's answer,."""
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
     converted = convert_for(postprocess, _inputs("postprocess", 0), backend)
     summary = converted.summary()
     assert summary["verification"]["status"] == "passed" and not summary["verification"]["kernels_removed"]
@@ -220,7 +217,7 @@ def test_what_follows_a_mask_runs_in_kernels_over_the_count(backend, runtime, tm
     assert converted.manifest["plan"].get("bound_dims"), "no count was read at run time"
     path = tmp_path / "postprocess.j2t"
     converted.save(path)
-    package = jit2triton.load(path, runtime=runtime)
+    package = jit2triton.load(path)
     for n in (0, 1, 7, 49, 50, 51, 160):
         inputs = _scores_above(n, seed=n)
         expected = postprocess(*inputs)

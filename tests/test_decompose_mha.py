@@ -45,12 +45,11 @@ def _convert(mode, shape=(2, 7, 64)):
 def _check(traced, converted, tmp_path, shape=(2, 7, 64)):
     path = tmp_path / "m.j2t"
     converted.save(path)
-    for runtime in ("cpp",):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for call in range(2):
-            x = torch.randn(*shape)
-            with torch.no_grad():
-                assert_same(loaded(x), traced(x), f"{runtime}, call {call}", {torch.float32: (1e-5, 1e-5)})
+    loaded = jit2triton.load(path)
+    for call in range(2):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            assert_same(loaded(x), traced(x), f"call {call}", {torch.float32: (1e-5, 1e-5)})
 
 
 def test_self_attention_is_written_out_and_matches_torchscript(tmp_path):

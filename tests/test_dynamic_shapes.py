@@ -258,13 +258,8 @@ class LoopedBlock(torch.nn.Module):
         return x
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_graph_regions_over_dynamic_dims(backend, runtime, tmp_path, request) -> None:
-    if runtime == "cpp":
-        if backend == "triton":
-            pytest.skip("the C++ runtime runs Triton kernels only on CUDA (no interpreter)")
-        request.getfixturevalue("cpp_runtime")
+def test_graph_regions_over_dynamic_dims(backend, tmp_path, cpp_runtime) -> None:
     torch.manual_seed(0)
     model = torch.jit.script(LoopedBlock().eval())
     dims = {"x": {0: Dim("rows", max=64), 1: Dim("cols", max=24)}}
@@ -279,7 +274,7 @@ def test_graph_regions_over_dynamic_dims(backend, runtime, tmp_path, request) ->
         assert "graph" in set(kinds(converted.manifest["plan"]["steps"])), "no graph region to test"
     path = tmp_path / "looped.j2t"
     converted.save(path)
-    module = jit2triton.load(path, runtime=runtime)
+    module = jit2triton.load(path)
     generator = torch.Generator().manual_seed(FRESH_SEED)
     for rows, cols, steps in [(1, 1, 3), (64, 24, 2), (5, 7, 3), (5, 9, 3), (30, 7, 1)]:
         x = torch.randn(rows, cols, 16, generator=generator)

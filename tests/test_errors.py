@@ -116,12 +116,11 @@ def test_wrong_number_of_inputs(small_package):
         module(torch.randn(2, 4))
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_one_input_is_one_input_in_the_count_message(runtime, tmp_path):
+def test_one_input_is_one_input_in_the_count_message(tmp_path):
     model = torch.jit.trace(lambda x: x.relu(), (torch.randn(3),))
     jit2triton.convert(model, (torch.randn(3),)).save(tmp_path / "one.j2t")
     with pytest.raises(jit2triton.InputError, match=r"^expected 1 input \(x\), got 2; pass them in that order$"):
-        jit2triton.load(tmp_path / "one.j2t", runtime=runtime)(torch.randn(3), torch.randn(3))
+        jit2triton.load(tmp_path / "one.j2t")(torch.randn(3), torch.randn(3))
 
 
 def test_wrong_shape_names_the_input(small_package):
@@ -289,16 +288,13 @@ def test_a_map_location_dict_applies_the_entry_for_the_packages_device(small_pac
         jit2triton.load(small_package[0], map_location={"cpu": "cuda:1"})
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_extra_files_travel_from_the_pt_into_the_package_as_with_torch_jit(runtime, tmp_path, request):
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
+def test_extra_files_travel_from_the_pt_into_the_package_as_with_torch_jit(tmp_path, cpp_runtime):
     model = torch.jit.trace(torch.nn.Linear(3, 2).eval(), torch.randn(1, 3))
     pt, package = tmp_path / "model.pt", tmp_path / "model.j2t"
     torch.jit.save(model, str(pt), _extra_files={"labels.json": b'["cat", "dog"]', "version.txt": "1.2"})
     jit2triton.convert(str(pt), (torch.randn(1, 3),)).save(package, _extra_files={"version.txt": "1.3"})
     wanted = {"labels.json": "", "version.txt": "", "missing.txt": "x"}
-    jit2triton.load(package, runtime=runtime, _extra_files=wanted)
+    jit2triton.load(package, _extra_files=wanted)
     reference = {"labels.json": "", "missing.txt": "x"}
     torch.jit.load(str(pt), _extra_files=reference)
     assert wanted["labels.json"] == reference["labels.json"] == b'["cat", "dog"]'
@@ -368,11 +364,10 @@ def test_a_rewrite_that_changes_the_model_falls_back_to_torchscript_s_own_graph(
     assert any("rewritten model does not match" in n for n in notes), notes
     path = tmp_path / "m.j2t"
     converted.save(path)
-    for runtime in ("cpp",):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for n in ((4, 11) if dynamic else (4,)):
-            x = torch.randn(n, 8)
-            torch.testing.assert_close(loaded(x), model(x))
+    loaded = jit2triton.load(path)
+    for n in ((4, 11) if dynamic else (4,)):
+        x = torch.randn(n, 8)
+        torch.testing.assert_close(loaded(x), model(x))
 
 
 @pytest.mark.parametrize("where", ["optional rewrite", "required pass"])

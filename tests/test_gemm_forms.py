@@ -66,11 +66,10 @@ def test_each_form_computes_what_torchscript_does(form, monkeypatch, tmp_path):
         assert stored_kn == {"self_W.t", "self_conv1d_weight.t"}, sorted(weights)
     path = tmp_path / "model.j2t"
     converted.save(path)
-    for runtime in ("cpp",):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for call in range(2):
-            x = make()
-            assert_same(loaded(x), traced(x), f"{form}, {runtime}, call {call}", {torch.float32: (1e-5, 1e-5)})
+    loaded = jit2triton.load(path)
+    for call in range(2):
+        x = make()
+        assert_same(loaded(x), traced(x), f"{form}, call {call}", {torch.float32: (1e-5, 1e-5)})
 
 
 def test_a_bias_taken_out_of_the_gemm_joins_the_kernel_after_it(monkeypatch):
@@ -167,8 +166,7 @@ def test_timed_forms_on_the_gpu_match_torchscript(dtype, rows, tmp_path, monkeyp
     path = tmp_path / "m.j2t"
     converted.save(path)
     tolerance = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-2, 2e-2)}
-    for runtime in ("cpp",):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for call in range(3):
-            x = torch.randn(1, rows, 768, device="cuda", dtype=dtype)
-            assert_same(loaded(x), traced(x), f"{runtime}, call {call}", tolerance)
+    loaded = jit2triton.load(path)
+    for call in range(3):
+        x = torch.randn(1, rows, 768, device="cuda", dtype=dtype)
+        assert_same(loaded(x), traced(x), f"call {call}", tolerance)

@@ -1,7 +1,7 @@
 """TorchScript's generic container ops (`t`, `t[]`, `Dict(str, t)` schemas: str(i), OrderedDict(zip(...)), dict
-pop/update/setdefault, list sort/reverse/repeat) run in the runtime as TorchScript runs them (and in conversion's reference interpreter: torch.ops
-cannot bind a type variable from a Python value, so it has its own); torchvision's detection models use
-them all (FPN's OrderedDict, SSD's str keys, roi_align's isinstance on a Union)."""
+pop/update/setdefault, list sort/reverse/repeat) run in the runtime as TorchScript runs them (and in conversion's
+reference interpreter: torch.ops cannot bind a type variable from a Python value, so it has its own); torchvision's
+detection models use them all (FPN's OrderedDict, SSD's str keys, roi_align's isinstance on a Union)."""
 from collections import OrderedDict
 from typing import Dict, List, Union
 
@@ -39,14 +39,13 @@ class Rois(torch.nn.Module):
         return roi_like(x) * 2  # after inlining, isinstance(x, (list, tuple)) has a known answer
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
 @pytest.mark.parametrize("model", [Containers, Rois], ids=lambda m: m.__name__)
-def test_generic_container_ops(model, runtime, tmp_path):
+def test_generic_container_ops(model, tmp_path):
     scripted = torch.jit.script(model().eval())
     converted = jit2triton.convert(scripted, (torch.randn(2, 3),))
     assert converted.summary()["verification"]["status"] == "passed"
     converted.save(tmp_path / "m.j2t")
-    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "m.j2t")
     for _ in range(2):
         x = torch.randn(2, 3)
         assert_same(loaded(x), scripted(x))
@@ -63,11 +62,10 @@ class Tensors(torch.nn.Module):  # torchvision's transform: torch.as_tensor(self
         return (x - mean) * scale.to(x.dtype)
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_tensors_from_lists(runtime, tmp_path):
+def test_tensors_from_lists(tmp_path):
     scripted = torch.jit.script(Tensors().eval())
     jit2triton.convert(scripted, (torch.randn(2, 3),)).save(tmp_path / "m.j2t")
-    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "m.j2t")
     x = torch.randn(2, 3)
     assert_same(loaded(x), scripted(x))
 

@@ -87,10 +87,8 @@ def test_list_appends_are_container_writes(tmp_path) -> None:
     assert appends and all(s["mutates"] == "container" for s in appends)
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_regions_run_as_their_steps_off_the_gpu_and_match_torchscript(runtime, tmp_path) -> None:
-    if runtime == "cpp":
-        pytest.importorskip("ninja")
+def test_regions_run_as_their_steps_off_the_gpu_and_match_torchscript(tmp_path) -> None:
+    pytest.importorskip("ninja")
     manifest, path, reference, example = cpu_package(DECODER, tmp_path)
     grouped = tmp_path / "grouped.j2t"
 
@@ -98,7 +96,7 @@ def test_regions_run_as_their_steps_off_the_gpu_and_match_torchscript(runtime, t
         m["plan"] = group_regions(m["plan"], m["nodes"])
 
     rewrite_package(path, grouped, edit_manifest=regroup)
-    loaded = jit2triton.load(grouped, runtime=runtime)
+    loaded = jit2triton.load(grouped)
     assert any(s["kind"] == "graph" for s in steps_of(loaded.manifest["plan"]["steps"]))
     for call in fresh_calls(DECODER, example):
         assert_same_outputs(loaded(*copied(call)), reference(*copied(call)), DECODER)
@@ -154,14 +152,12 @@ def masked_steps(x, n: int):
 
 
 @on_gpu
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_region_whose_capture_fails_runs_step_by_step(runtime, tmp_path) -> None:
-    if runtime == "cpp":
-        pytest.importorskip("ninja")
+def test_a_region_whose_capture_fails_runs_step_by_step(tmp_path) -> None:
+    pytest.importorskip("ninja")
     scripted = torch.jit.script(masked_steps)
     path = tmp_path / "masked.j2t"
     jit2triton.convert(scripted, example_inputs=(torch.randn(64, 32, device="cuda"), 3), device="cuda").save(path)
-    loaded = jit2triton.load(path, runtime=runtime)
+    loaded = jit2triton.load(path)
     assert any(s["kind"] == "graph" for s in steps_of(loaded.manifest["plan"]["steps"]))
     for n in (1, 4, 4):
         x = torch.randn(64, 32)

@@ -36,24 +36,18 @@ def test_a_row_picked_by_a_loop_counter_is_read_where_it_is(backend, tmp_path):
         assert len(marked[0]["unaligned"]) == 1, marked
     path = tmp_path / "rows.j2t"
     converted.save(path)
-    # load()'s default runtime first, then the Python one (Triton on the CPU runs under the interpreter, in Python only)
-    for runtime in [None] if backend == "triton" else [None]:
-        package = jit2triton.load(path, runtime=runtime)
-        for seed, n in ((1, 9), (2, 4), (3, 1), (4, 0), (5, 8), (6, 2)):
-            inputs = _inputs(seed, n)
-            assert_same(to_cpu(package(*to_device(inputs, converted.device))), rows_in_a_loop(*inputs),
-                        f"{runtime}, {n} rows")
+    package = jit2triton.load(path)
+    for seed, n in ((1, 9), (2, 4), (3, 1), (4, 0), (5, 8), (6, 2)):
+        inputs = _inputs(seed, n)
+        assert_same(to_cpu(package(*to_device(inputs, converted.device))), rows_in_a_loop(*inputs), f"{n} rows")
 
 
 @on_gpu
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_no_input_is_copied_to_an_aligned_address_on_the_gpu(runtime, tmp_path, request):
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
+def test_no_input_is_copied_to_an_aligned_address_on_the_gpu(tmp_path, cpp_runtime):
     converted = convert_for(rows_in_a_loop, _inputs(0), "cuda")
     path = tmp_path / "rows.j2t"
     converted.save(path)
-    package = jit2triton.load(path, runtime=runtime, cuda_graphs=False)
+    package = jit2triton.load(path, cuda_graphs=False)
     inputs = to_device(_inputs(4, 8), "cuda")
     package(*inputs)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:

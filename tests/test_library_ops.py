@@ -1,5 +1,5 @@
 """A package that calls an op of a library, not of torch (torchvision::nms in a detector): loaded where the library's
-ops are not registered, both runtimes name the library and how to load it; `--import` loads it for the CLI."""
+ops are not registered, the runtime names the library and how to load it; `--import` loads it for the CLI."""
 import os
 import subprocess
 import sys
@@ -36,26 +36,24 @@ def _python(code: str, path: str) -> subprocess.CompletedProcess:
                           env={**os.environ, "PYTHONPATH": HERE})
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_library_op_not_loaded_is_named_with_how_to_load_it(package, runtime) -> None:
-    if runtime == "cpp":
-        from jit2triton.deploy.cpp_runtime import unavailable
-        if unavailable():
-            pytest.skip(unavailable())
+def test_a_library_op_not_loaded_is_named_with_how_to_load_it(package) -> None:
+    from jit2triton.deploy.cpp_runtime import unavailable
+    if unavailable():
+        pytest.skip(unavailable())
     out = _python("import sys, jit2triton\n"
                   "try:\n"
-                  f"    jit2triton.load(sys.argv[1], runtime={runtime!r})\n"
+                  "    jit2triton.load(sys.argv[1])\n"
                   "except jit2triton.PackageError as err:\n"
                   "    print(err)\n", package)
     assert NOT_TORCHS in out.stdout and "`import j2t_test_ops`" in out.stdout, out.stdout + out.stderr
     assert "does not exist in this torch" not in out.stdout  # (a torch without it was the old message's guess)
     # with the library imported first, the package loads and gives TorchScript's answer on fresh inputs
     out = _python("import sys, torch, jit2triton, j2t_test_ops\n"
-                  f"package = jit2triton.load(sys.argv[1], runtime={runtime!r})\n"
+                  "package = jit2triton.load(sys.argv[1])\n"
                   "x, y = torch.randn(4, 8), torch.randn(4, 8)\n"
                   "torch.testing.assert_close(package(x, y), (x.relu() + 0.5 * y) * 2)\n"
                   "print('ok', package.runtime)\n", package)
-    assert out.stdout.split() == ["ok", runtime], out.stdout + out.stderr
+    assert out.stdout.split() == ["ok", "cpp"], out.stdout + out.stderr
 
 
 def test_the_cli_imports_the_library_it_is_told_to(package) -> None:

@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 import torch
 
 import jit2triton
@@ -57,16 +56,8 @@ def _stop(process: subprocess.Popen) -> None:
     process.wait()
 
 
-def _runtime(runtime, request) -> str:
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
-    return runtime
-
-
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_library_swapped_in_while_a_signed_package_loads_never_runs(runtime, small_package, tmp_path,
-                                                                       monkeypatch, request) -> None:
-    _runtime(runtime, request)
+def test_a_library_swapped_in_while_a_signed_package_loads_never_runs(small_package, tmp_path, monkeypatch,
+                                                                       cpp_runtime) -> None:
     private, public = generate_keys(tmp_path / "keys")
     path = tmp_path / "signed.j2t"
     jit2triton.load(small_package[0]).save(path, signing_key=private)
@@ -89,7 +80,7 @@ def test_a_library_swapped_in_while_a_signed_package_loads_never_runs(runtime, s
             # an empty cache each time: nothing of an earlier load is reused (that is where the swap got in)
             monkeypatch.setenv("JIT2TRITON_CACHE", str(tmp_path / f"cache-{loads + refused}"))
             try:
-                module = jit2triton.load(path, runtime=runtime, trusted_keys=[public])
+                module = jit2triton.load(path, trusted_keys=[public])
             except (jit2triton.SignatureError, jit2triton.CorruptPackageError):
                 refused += 1  # a package changing under the reader may be refused, never run
                 continue
@@ -112,11 +103,9 @@ def _linear_package(folder, name: str, features: int, seed: int):
     return path, model
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_loading_while_another_process_saves_the_same_path_never_fails(runtime, tmp_path, request) -> None:
+def test_loading_while_another_process_saves_the_same_path_never_fails(tmp_path, cpp_runtime) -> None:
     """Two packages of different input shapes saved over one name in turn: each load gets one of them whole (its
     signature and its plan from the same file), never a checksum failure or an input error."""
-    _runtime(runtime, request)
     first, second = _linear_package(tmp_path, "first", 4, 0), _linear_package(tmp_path, "second", 6, 1)
     models = {4: first[1], 6: second[1]}
     path = tmp_path / "served.j2t"
@@ -127,7 +116,7 @@ def test_loading_while_another_process_saves_the_same_path_never_fails(runtime, 
         end = time.monotonic() + SECONDS
         while time.monotonic() < end:
             try:
-                module = jit2triton.load(path, runtime=runtime)
+                module = jit2triton.load(path)
                 features = module.manifest["signature"]["inputs"][0]["shape"][1]
                 x = torch.randn(2, features)
                 torch.testing.assert_close(module(x), models[features](x))

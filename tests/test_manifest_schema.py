@@ -1,6 +1,6 @@
 """One manifest schema (deploy/format.py) for the runtime and the Python reader: the C++ checks are generated from
-it, a field missing or of the wrong type is refused with the same message, and a package using a format feature a runtime does
-not know (the schema's `requires` field) is refused, where it would otherwise run wrongly."""
+it, a field missing or of the wrong type is refused with a message naming it, and a package using a format feature
+the runtime does not know (the schema's `requires` field) is refused, where it would otherwise run wrongly."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +13,6 @@ import jit2triton
 from package_tools import manifest_of, rewrite_package
 
 ROOT = Path(__file__).resolve().parent.parent
-RUNTIMES = ["cpp"]
 
 
 def test_the_cpp_schema_header_is_generated_from_the_python_schema() -> None:
@@ -25,7 +24,7 @@ def test_the_cpp_schema_header_is_generated_from_the_python_schema() -> None:
 
 
 def test_every_field_a_package_holds_is_in_the_schema(small_package) -> None:
-    """A field written without a schema entry would be read by neither runtime's checks."""
+    """A field written without a schema entry would be read by none of the runtime's checks."""
     from jit2triton.deploy.format import KERNEL, MANIFEST, PLAN, SIGNATURE
     manifest = manifest_of(small_package[0])
     saved_by_the_file_writer = {"format", "format_version", "weights"}  # checked where the file is read
@@ -35,8 +34,8 @@ def test_every_field_a_package_holds_is_in_the_schema(small_package) -> None:
     assert {"name", "num_buffers"} <= {f.name for f in KERNEL.fields}
 
 
-def _load_and_call(path, runtime):
-    module = jit2triton.load(path, runtime=runtime)
+def _load_and_call(path):
+    module = jit2triton.load(path)
     return module(torch.randn(2, 4), torch.randn(2, 3))
 
 
@@ -68,30 +67,22 @@ DAMAGE = {  # name: (edit, error, what the message says)
 
 
 @pytest.mark.parametrize("case", sorted(DAMAGE))
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_field_missing_or_mistyped_is_refused_by_both_runtimes_alike(case, runtime, small_package, tmp_path,
-                                                                       request) -> None:
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
+def test_a_field_missing_or_mistyped_is_refused_by_the_runtime(case, small_package, tmp_path, cpp_runtime) -> None:
     edit, error, message = DAMAGE[case]
     with pytest.raises(error, match=message):
-        _load_and_call(_edited(small_package, tmp_path, edit), runtime)
+        _load_and_call(_edited(small_package, tmp_path, edit))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_package_needing_a_feature_this_runtime_lacks_is_refused(runtime, small_package, tmp_path,
-                                                                   request) -> None:
+def test_a_package_needing_a_feature_this_runtime_lacks_is_refused(small_package, tmp_path, cpp_runtime) -> None:
     """The `requires` field: a package from a newer jit2triton whose plan relies on a field this one would ignore
     (and so run wrongly) says so, and the runtime refuses it, naming the feature, before running anything."""
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
     edited = _edited(small_package, tmp_path, lambda m: m["requires"].append("int4_weights"))
     with pytest.raises(jit2triton.PackageVersionError, match="uses 'int4_weights', a feature of the package format "
                                                              "this jit2triton does not know.*upgrade jit2triton"):
-        _load_and_call(edited, runtime)
+        _load_and_call(edited)
     mistyped = _edited(small_package, tmp_path, lambda m: m.update(requires="state"))
     with pytest.raises(jit2triton.CorruptPackageError, match=r"'requires' is not a list of strings"):
-        _load_and_call(mistyped, runtime)
+        _load_and_call(mistyped)
 
 
 class Counts(torch.nn.Module):  # module state: a runtime ignoring it would return the first call's answer forever
@@ -104,28 +95,22 @@ class Counts(torch.nn.Module):  # module state: a runtime ignoring it would retu
         return x * self.calls
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_the_features_a_package_uses_are_recorded_and_run(runtime, small_package, tmp_path, request) -> None:
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
+def test_the_features_a_package_uses_are_recorded_and_run(small_package, tmp_path, cpp_runtime) -> None:
     assert manifest_of(small_package[0])["requires"] == []
     path = tmp_path / "counts.j2t"
     jit2triton.convert(torch.jit.script(Counts().eval()), (torch.randn(3),)).save(path)
     assert manifest_of(path)["requires"] == ["state"]
-    scripted, module = torch.jit.script(Counts().eval()), jit2triton.load(path, runtime=runtime)
+    scripted, module = torch.jit.script(Counts().eval()), jit2triton.load(path)
     for _ in range(3):
         x = torch.randn(3)
         torch.testing.assert_close(module(x), scripted(x))
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_package_written_before_the_field_still_loads(runtime, small_package, tmp_path, request) -> None:
+def test_a_package_written_before_the_field_still_loads(small_package, tmp_path, cpp_runtime) -> None:
     """Packages of format 2 written before `requires` existed need nothing beyond it: absent means none."""
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
     path, traced = small_package
     older = _edited(small_package, tmp_path, lambda m: m.pop("requires"))
-    module = jit2triton.load(older, runtime=runtime)
+    module = jit2triton.load(older)
     x, y = torch.randn(2, 4), torch.randn(2, 3)
     torch.testing.assert_close(module(x, y), traced(x, y))
 
@@ -154,8 +139,9 @@ def _keys_read() -> dict[str, set[str]]:
 
 
 def test_every_key_a_runtime_reads_is_declared_in_the_schema() -> None:
-    """The package is described in one place (deploy/format.py): a key either runtime reads is a field of a checked
-    section or declared in its DECLARED table, so a key added to one runtime alone fails here."""
+    """The package is described in one place (deploy/format.py): a key the runtime reads, in C++ or in the Python
+    beside it, is a field of a checked section or declared in its DECLARED table, so a key added to the readers
+    alone fails here."""
     from jit2triton.deploy import format
     declared = {f.name for section in vars(format).values() if isinstance(section, format.Section)
                 for f in section.fields}

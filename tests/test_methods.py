@@ -43,13 +43,12 @@ def _pair():
 EXAMPLES = {"forward": (torch.randn(4, 6),), "encode": (torch.randn(4, 6),), "decode": (torch.randn(4, 16),)}
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_exported_methods_match_torchscript_call_after_call(runtime, tmp_path):
+def test_exported_methods_match_torchscript_call_after_call(tmp_path):
     model, reference = _pair()
     converted = jit2triton.convert(model, EXAMPLES)
     assert converted.signature("decode") == "(h: float32[4, 16], temperature: float = 2.0) -> float32[4, 6]"
     converted.save(tmp_path / "m.j2t")
-    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "m.j2t")
     for _ in range(2):
         x, h = torch.randn(4, 6), torch.randn(4, 16)
         assert_same(loaded.encode(x), reference.encode(x), "encode")

@@ -1,7 +1,7 @@
 """The loaded module against torch.jit's, for what code calls besides forward: `.to` in its forms, `.half()` /
 `.float()`, `.training`, the weights (`parameters()`, `state_dict()`), the attributes the model writes, the
 package's `dir()`, and defaults in the signature. Each is held to what `torch.jit.load`'s module does."""
-from typing import List, Optional
+from typing import List
 
 import pytest
 import torch
@@ -46,13 +46,12 @@ def _nothing():
     return contextlib.nullcontext()
 
 
-def _load(folder, name="model.j2t", runtime: Optional[str] = None):
-    return jit2triton.load(folder / name, runtime=runtime)
+def _load(folder, name="model.j2t"):
+    return jit2triton.load(folder / name)
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_to_takes_torch_jits_forms(packages, runtime):
-    m, t = _load(packages, runtime=runtime), torch.jit.load(str(packages / "model.pt"))
+def test_to_takes_torch_jits_forms(packages):
+    m, t = _load(packages), torch.jit.load(str(packages / "model.pt"))
     for args, kwargs in [((torch.float32,), {}), (("cpu", torch.float32), {}), (("cpu",), {"non_blocking": True}),
                          ((torch.float32,), {"non_blocking": True}), ((torch.zeros(1),), {}),
                          ((), {"device": "cpu", "dtype": torch.float32}), ((torch.device("cpu"),), {})]:
@@ -91,9 +90,8 @@ def test_training_is_false_as_after_eval(packages):
         m.train()
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_weights_are_copies_of_what_the_package_holds(packages, runtime):
-    m, t = _load(packages, runtime=runtime), torch.jit.load(str(packages / "model.pt"))
+def test_weights_are_copies_of_what_the_package_holds(packages):
+    m, t = _load(packages), torch.jit.load(str(packages / "model.pt"))
     ours = dict(m.named_parameters())
     assert sorted(ours) == ["self_lin_bias", "self_lin_weight"]  # the package's names for lin.bias, lin.weight
     assert torch.equal(ours["self_lin_weight"], t.lin.weight) and torch.equal(ours["self_lin_bias"], t.lin.bias)
@@ -112,9 +110,8 @@ def test_weights_are_copies_of_what_the_package_holds(packages, runtime):
         m.load_state_dict(state)
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_written_attributes_read_as_torch_jit_shows_them(packages, runtime):
-    m, t = _load(packages, runtime=runtime), torch.jit.load(str(packages / "model.pt"))
+def test_written_attributes_read_as_torch_jit_shows_them(packages):
+    m, t = _load(packages), torch.jit.load(str(packages / "model.pt"))
     assert m.calls == t.calls == 0
     for n in range(1, 4):
         x = torch.randn(2, 4)
@@ -139,11 +136,10 @@ class Remembers(torch.nn.Module):  # tensor state, and a list of tensors: the va
         return out
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_tensor_state_reads_back_as_a_copy(tmp_path, runtime):
+def test_tensor_state_reads_back_as_a_copy(tmp_path):
     torch.jit.script(Remembers()).save(str(tmp_path / "m.pt"))
     jit2triton.convert(str(tmp_path / "m.pt"), (torch.randn(2, 4),)).save(tmp_path / "m.j2t")
-    m, t = jit2triton.load(tmp_path / "m.j2t", runtime=runtime), torch.jit.load(str(tmp_path / "m.pt"))
+    m, t = jit2triton.load(tmp_path / "m.j2t"), torch.jit.load(str(tmp_path / "m.pt"))
     for _ in range(3):
         x = torch.randn(2, 4)
         torch.testing.assert_close(m(x), t(x))
@@ -175,10 +171,9 @@ class Outer(torch.nn.Module):  # state in a submodule: torch.jit shows it as m.i
         return self.inner(x) + 1
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_submodules_written_attribute_reads_through_the_submodule(tmp_path, runtime):
+def test_a_submodules_written_attribute_reads_through_the_submodule(tmp_path):
     jit2triton.convert(torch.jit.script(Outer()), (torch.randn(3),)).save(tmp_path / "m.j2t")
-    m, t = jit2triton.load(tmp_path / "m.j2t", runtime=runtime), torch.jit.script(Outer())
+    m, t = jit2triton.load(tmp_path / "m.j2t"), torch.jit.script(Outer())
     for n in range(1, 3):
         x = torch.randn(3)
         torch.testing.assert_close(m(x), t(x))

@@ -69,9 +69,8 @@ class Grows(torch.nn.Module):  # a list and a dict changed in place, never assig
 MODELS = [Warns, Counts, Caches, Grows]
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
 @pytest.mark.parametrize("model", MODELS, ids=lambda m: m.__name__)
-def test_state_follows_torchscript_call_after_call(model, runtime, tmp_path):
+def test_state_follows_torchscript_call_after_call(model, tmp_path):
     torch.manual_seed(0)
     scripted = torch.jit.script(model().eval())
     reference = torch.jit.script(model().eval())
@@ -80,7 +79,7 @@ def test_state_follows_torchscript_call_after_call(model, runtime, tmp_path):
     converted = jit2triton.convert(scripted, (example,))
     assert converted.summary()["verification"]["status"] == "passed"
     converted.save(tmp_path / "m.j2t")
-    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "m.j2t")
     for call in range(12):  # the first call takes the other branch, later ones see the written state (Grows: past
         # the calls conversion and verification made)
         x = torch.randn(3, 8)
@@ -226,14 +225,13 @@ class MakesObjects(torch.nn.Module):
         return self.pool(boxes.scaled(2.0)), boxes.sizes[0][0]
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_objects_the_model_makes_and_caches(runtime, tmp_path):
+def test_objects_the_model_makes_and_caches(tmp_path):
     model = torch.jit.script(MakesObjects().eval())
     torch.jit.save(model, tmp_path / "m.pt")  # from the archive, whose classes Python cannot import
     converted = jit2triton.convert(str(tmp_path / "m.pt"), (torch.randn(3, 5),))
     assert converted.summary()["verification"]["status"] == "passed"
     converted.save(tmp_path / "m.j2t")
-    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "m.j2t")
     reference = torch.jit.script(MakesObjects().eval())
     for _ in range(3):
         x = torch.randn(3, 5)
@@ -253,10 +251,9 @@ class Anchors(torch.nn.Module):  # torchvision's AnchorGenerator: a list of tens
         return total
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_list_of_tensors_as_state(runtime, tmp_path):
+def test_a_list_of_tensors_as_state(tmp_path):
     jit2triton.convert(torch.jit.script(Anchors().eval()), (torch.randn(4),)).save(tmp_path / "m.j2t")
-    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "m.j2t")
     reference = torch.jit.script(Anchors().eval())
     for _ in range(3):
         x = torch.randn(4)
@@ -273,13 +270,12 @@ def test_a_model_that_ran_before_converting_keeps_its_cached_object(tmp_path):
     verification = converted.summary()["verification"]
     assert verification["status"] == "passed" and verification["input_sets"] >= 2, converted.report()
     converted.save(tmp_path / "m.j2t")
-    for runtime in (None,):  # load()'s default first
-        loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
-        reference = torch.jit.script(MakesObjects().eval())
-        reference(torch.randn(3, 5))
-        for _ in range(6):
-            x = torch.randn(3, 5)
-            assert_close(loaded(x), reference(x))
+    loaded = jit2triton.load(tmp_path / "m.j2t")
+    reference = torch.jit.script(MakesObjects().eval())
+    reference(torch.randn(3, 5))
+    for _ in range(6):
+        x = torch.randn(3, 5)
+        assert_close(loaded(x), reference(x))
 
 
 # ("plain" first: a function that once ran optimised keeps an inlined graph for the process, which hides the case)
@@ -296,12 +292,11 @@ def test_an_object_made_in_a_function_the_graph_calls(ran_before, tmp_path):
     converted = jit2triton.convert(model, (torch.randn(3, 5),))
     assert converted.summary()["verification"]["status"] == "passed", converted.report()
     converted.save(tmp_path / "m.j2t")
-    for runtime in (None,):
-        loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
-        reference = torch.jit.script(PoolThroughAFunction().eval())
-        for _ in range(6):
-            x = torch.randn(3, 5)
-            assert_close(loaded(x), reference(x))
+    loaded = jit2triton.load(tmp_path / "m.j2t")
+    reference = torch.jit.script(PoolThroughAFunction().eval())
+    for _ in range(6):
+        x = torch.randn(3, 5)
+        assert_close(loaded(x), reference(x))
 
 
 class Counter(torch.nn.Module):
@@ -316,16 +311,13 @@ class Counter(torch.nn.Module):
         return x + self.calls, self.total
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_state_under_concurrent_calls(runtime, tmp_path, request):
+def test_state_under_concurrent_calls(tmp_path, cpp_runtime):
     """8 threads x 300 calls to a counting model lose no update (issue 43: 1,274 of 2,400 were lost in the Python
     runtime, 517 in C++): calls to a module that writes state run one at a time, so the calls, ordered by the
     count each saw, are a sequence of calls to TorchScript, output for output, and the count ends at 2,400."""
     import threading
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
     jit2triton.convert(torch.jit.script(Counter().eval()), (torch.zeros(8),)).save(tmp_path / "m.j2t")
-    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "m.j2t")
     threads, calls = 8, 300
     seen, errors = [], []
 
@@ -358,10 +350,9 @@ def scaled_through_an_object(x: torch.Tensor) -> torch.Tensor:  # a function, no
     return boxes.scaled(3.0) + boxes.sizes[0][1]
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])  # (load()'s default first)
-def test_a_scripted_function_that_makes_an_object(runtime, tmp_path):
+def test_a_scripted_function_that_makes_an_object(tmp_path):
     jit2triton.convert(scaled_through_an_object, (torch.randn(3, 5),)).save(tmp_path / "f.j2t")
-    loaded = jit2triton.load(tmp_path / "f.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "f.j2t")
     for _ in range(6):
         x = torch.randn(3, 5)
         assert_close(loaded(x), scaled_through_an_object(x))
@@ -375,9 +366,9 @@ class NoGrad(torch.nn.Module):
 
 
 def test_an_op_no_runtime_runs_is_refused_with_its_line(monkeypatch):
-    """Conversion meets an op of a graph this torch made that neither runtime runs (here a `with` block's
-    prim::Enter, left in as if loading had not dropped grad modes): a ConversionError naming it (and its line, where it has one), not
-    the package error's "needs a torch that has it", which is wrong here."""
+    """Conversion meets an op of a graph this torch made that the runtime does not run (here a `with` block's
+    prim::Enter, left in as if loading had not dropped grad modes): a ConversionError naming it (and its line, where
+    it has one), not the package error's "needs a torch that has it", which is wrong here."""
     from jit2triton.errors import ConversionError
     from jit2triton.loaders import torchscript
     monkeypatch.setattr(torchscript, "drop_grad_modes", lambda graph: None)

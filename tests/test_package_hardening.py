@@ -51,35 +51,25 @@ EDITS = {
 
 
 @pytest.mark.parametrize("case", sorted(EDITS))
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_hand_edited_manifest_is_refused(case, runtime, small_package, tmp_path, request) -> None:
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
+def test_a_hand_edited_manifest_is_refused(case, small_package, tmp_path, cpp_runtime) -> None:
     edit, message = EDITS[case]
     edited = tmp_path / "edited.j2t"
     rewrite_package(small_package[0], edited, edit_manifest=edit)
     with pytest.raises(jit2triton.CorruptPackageError, match=message):
-        module = jit2triton.load(edited, runtime=runtime)
+        module = jit2triton.load(edited)
         module(torch.randn(2, 4), torch.randn(2, 3))
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_deeply_nested_checksum_table_is_refused_not_a_stack_overflow(runtime, small_package, tmp_path,
-                                                                         request) -> None:
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
+def test_a_deeply_nested_checksum_table_is_refused_not_a_stack_overflow(small_package, tmp_path, cpp_runtime) -> None:
     edited = tmp_path / "nested.j2t"
     rewrite_package(small_package[0], edited, recompute_checksums=False,
                     edit_member=lambda members: ("checksums.json", b"[" * 200_000 + b"]" * 200_000))
     with pytest.raises(jit2triton.CorruptPackageError, match="checksums.json is damaged"):
-        jit2triton.load(edited, runtime=runtime)
+        jit2triton.load(edited)
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_loaded_module_owns_its_weights(runtime, tmp_path, request) -> None:
+def test_a_loaded_module_owns_its_weights(tmp_path, cpp_runtime) -> None:
     """Overwriting or truncating the file under a loaded module changes nothing for it (as with torch.jit.load)."""
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
     torch.manual_seed(0)
     linear = torch.nn.Linear(64, 64)
     model = torch.jit.trace(linear.eval(), torch.randn(2, 64))
@@ -90,7 +80,7 @@ def test_a_loaded_module_owns_its_weights(runtime, tmp_path, request) -> None:
         negated.weight.copy_(-linear.weight)
         negated.bias.copy_(-linear.bias)
     jit2triton.convert(torch.jit.trace(negated.eval(), torch.randn(2, 64)), (torch.randn(2, 64),)).save(other)
-    module = jit2triton.load(path, runtime=runtime)
+    module = jit2triton.load(path)
     x = torch.randn(2, 64)
     expected = model(x)
     with open(path, "r+b") as f:  # in place, as `cp other.j2t model.j2t` writes
@@ -102,11 +92,8 @@ def test_a_loaded_module_owns_its_weights(runtime, tmp_path, request) -> None:
 
 
 @pytest.mark.parametrize("op", ["aten::save", "aten::manual_seed"])
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_plan_cannot_reach_outside_the_model(op, runtime, small_package, tmp_path, request) -> None:
+def test_a_plan_cannot_reach_outside_the_model(op, small_package, tmp_path, cpp_runtime) -> None:
     """An injected step that would write files (or reseed the process) is refused at load, before any call."""
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
     node = {"op": op, "category": "fallback", "source": ""}
 
     def inject(manifest):
@@ -118,20 +105,17 @@ def test_a_plan_cannot_reach_outside_the_model(op, runtime, small_package, tmp_p
     edited = tmp_path / "edited.j2t"
     rewrite_package(small_package[0], edited, edit_manifest=inject)
     with pytest.raises(jit2triton.CorruptPackageError, match=f"plan calls {op}"):
-        jit2triton.load(edited, runtime=runtime)(torch.randn(2, 4), torch.randn(2, 3))
+        jit2triton.load(edited)(torch.randn(2, 4), torch.randn(2, 3))
     assert not (tmp_path / "leak.pt").exists()
 
 
 @pytest.mark.parametrize("signed", [False, True])
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_mutated_packages_are_refused_cleanly_never_a_crash_or_a_raw_exception(runtime, signed, small_package,
-                                                                              tmp_path, request):
+def test_mutated_packages_are_refused_cleanly_never_a_crash_or_a_raw_exception(signed, small_package, tmp_path,
+                                                                              cpp_runtime):
     """tests/mutate_packages.py in a subprocess (a crash must not take pytest down): zip metadata bytes, random
     bytes and manifest edits with recomputed checksums; each package is refused with a jit2triton error, or loads
     and runs; signed, with the key trusted, one that loads holds exactly the signed members. Longer runs:
     `python tests/mutate_packages.py --package P --count 5000`."""
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
     package, extra = str(small_package[0]), []
     if signed:
         from jit2triton.deploy.signing import generate_keys
@@ -140,9 +124,8 @@ def test_mutated_packages_are_refused_cleanly_never_a_crash_or_a_raw_exception(r
         jit2triton.load(small_package[0]).save(package, signing_key=private)
         extra = ["--trusted-key", public]
     script = os.path.join(os.path.dirname(__file__), "mutate_packages.py")
-    result = subprocess.run([sys.executable, script, "--package", package, "--runtime", runtime,
-                             "--count", "300" if signed else "500", *extra],
-                            capture_output=True, text=True, timeout=900)
+    result = subprocess.run([sys.executable, script, "--package", package, "--count", "300" if signed else "500",
+                             *extra], capture_output=True, text=True, timeout=900)
     lines = result.stdout.splitlines()
     failures = [line for line in lines if line.startswith("FAIL")]
     last = [line for line in lines if line.startswith("seed ")][-1:]
@@ -152,13 +135,10 @@ def test_mutated_packages_are_refused_cleanly_never_a_crash_or_a_raw_exception(r
 
 @pytest.mark.parametrize("op", ["load_library::__call__.__call__", "import_module::__call__.__call__",
                                 "aten::__call__", "ops::load_library"])
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_plan_calls_only_registered_ops(op, runtime, small_package, tmp_path, monkeypatch, request) -> None:
+def test_a_plan_calls_only_registered_ops(op, small_package, tmp_path, monkeypatch, cpp_runtime) -> None:
     """A call step's op is resolved through torch's operator registry (and the runtime's own host ops), never
     through other attributes of torch.ops: `torch.ops.load_library(path)` would run a library's constructor,
     `torch.ops.import_module(name)` a module's code."""
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
     from planted import planted_library
     mark = tmp_path / "planted-ran"
     monkeypatch.setenv("J2T_PLANTED_MARK", str(mark))
@@ -178,5 +158,5 @@ def test_a_plan_calls_only_registered_ops(op, runtime, small_package, tmp_path, 
     with pytest.raises(jit2triton.PackageError,
                        match="does not exist in this torch" if op.startswith("aten::") else "is not registered in this "
                        f"process: it belongs to the library {op.partition('::')[0]}"):
-        jit2triton.load(edited, runtime=runtime)(torch.randn(2, 4), torch.randn(2, 3))
+        jit2triton.load(edited)(torch.randn(2, 4), torch.randn(2, 3))
     assert not mark.exists()

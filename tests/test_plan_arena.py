@@ -14,8 +14,6 @@ import jit2triton
 from jit2triton.errors import CorruptPackageError
 from package_tools import rewrite_package
 
-RUNTIMES = ["cpp"]
-
 
 class Block(nn.Module):
     """Kernels between GEMMs, some values read long after they are made (the residuals), some right away."""
@@ -55,8 +53,7 @@ def _arena_steps(plan: dict) -> list[dict]:
     return [step for step in plan["steps"] if step.get("arena")]
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_kernels_write_into_the_arena_and_agree_with_torchscript(tmp_path, runtime) -> None:
+def test_kernels_write_into_the_arena_and_agree_with_torchscript(tmp_path) -> None:
     """Verification at convert time takes out a kernel that disagrees with ATen, so a packing that overlapped live
     values would show as removed kernels; then fresh inputs against TorchScript, twice over."""
     torch.manual_seed(0)
@@ -64,7 +61,7 @@ def test_kernels_write_into_the_arena_and_agree_with_torchscript(tmp_path, runti
     plan = converted.manifest["plan"]
     assert plan["arena"]["bytes"] > 0 and len(_arena_steps(plan)) >= 3, plan.get("arena")
     assert converted.manifest["report"]["verification"]["kernels_removed"] == []
-    loaded = jit2triton.load(tmp_path / "block.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "block.j2t")
     for _ in range(3):
         x = torch.randn(4, 32)
         torch.testing.assert_close(loaded(x), traced(x), rtol=1e-5, atol=1e-5)
@@ -100,8 +97,7 @@ def test_values_alive_at_once_never_share_bytes(tmp_path) -> None:
     assert plan["arena"]["bytes"] < sum(-(-(e - s) // 64) * 64 for _, _, s, e in placed)
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_what_the_caller_receives_is_never_in_the_arena(tmp_path, runtime) -> None:
+def test_what_the_caller_receives_is_never_in_the_arena(tmp_path) -> None:
     """Outputs, outputs in containers and views of kernel outputs stay the caller's: a second call must not change
     the first call's results."""
     torch.manual_seed(0)
@@ -109,7 +105,7 @@ def test_what_the_caller_receives_is_never_in_the_arena(tmp_path, runtime) -> No
     # (verification would take every kernel out of a package whose outputs a second call overwrites)
     assert converted.manifest["report"]["verification"]["kernels_removed"] == []
     assert any(step["kind"] == "kernel" for step in converted.manifest["plan"]["steps"])
-    loaded = jit2triton.load(tmp_path / "escapes.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "escapes.j2t")
     x1, x2 = torch.randn(6, 6), torch.randn(6, 6)
     first = loaded(x1)
     kept = [t.clone() for t in (first[0], first[1], first[2]["c"], first[2]["d"])]
@@ -119,11 +115,10 @@ def test_what_the_caller_receives_is_never_in_the_arena(tmp_path, runtime) -> No
     torch.testing.assert_close(first, traced(x1))
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_concurrent_calls_each_get_their_own_arena(tmp_path, runtime) -> None:
+def test_concurrent_calls_each_get_their_own_arena(tmp_path) -> None:
     torch.manual_seed(0)
     traced, _ = _convert(Block(), (torch.randn(64, 32),), tmp_path / "block.j2t")
-    loaded = jit2triton.load(tmp_path / "block.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "block.j2t")
     failures = []
 
     def calls(seed: int) -> None:
@@ -143,9 +138,8 @@ def test_concurrent_calls_each_get_their_own_arena(tmp_path, runtime) -> None:
     assert not failures, failures[0]
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("damage", ["offset past the end", "negative size", "unaligned offset", "not a list"])
-def test_a_damaged_arena_is_refused(tmp_path, runtime, damage) -> None:
+def test_a_damaged_arena_is_refused(tmp_path, damage) -> None:
     torch.manual_seed(0)
     _convert(Block(), (torch.randn(4, 32),), tmp_path / "block.j2t")
 
@@ -161,4 +155,4 @@ def test_a_damaged_arena_is_refused(tmp_path, runtime, damage) -> None:
             step["arena"] = 0
     rewrite_package(tmp_path / "block.j2t", tmp_path / "damaged.j2t", edit_manifest=lambda m: edit(m["plan"]))
     with pytest.raises(CorruptPackageError, match="arena"):
-        jit2triton.load(tmp_path / "damaged.j2t", runtime=runtime)(torch.randn(4, 32))
+        jit2triton.load(tmp_path / "damaged.j2t")(torch.randn(4, 32))

@@ -1,6 +1,6 @@
 """The program's own types and features (issue 43, item 5): NamedTuple outputs come back as TorchScript returns
 them, fork/wait run in order, isinstance on an Optional is evaluated per call; on fresh inputs.
-And the refusals: an op neither runtime runs, and a file read, named with the model's source line."""
+And the refusals: an op the runtime does not run, and a file read, named with the model's source line."""
 
 from typing import Dict, List, NamedTuple, Optional, Tuple, Union
 
@@ -9,8 +9,6 @@ import torch
 
 import jit2triton
 from helpers import FRESH_SEED, assert_same
-
-RUNTIMES = ["cpp"]
 
 
 class Det(NamedTuple):
@@ -69,10 +67,10 @@ def assert_same_program_output(actual, expected, where: str = "output") -> None:
         assert_same(actual, expected, where)
 
 
-def converted_in(runtime: str, model: torch.nn.Module, example: tuple, tmp_path, **options):
+def converted_and_loaded(model: torch.nn.Module, example: tuple, tmp_path, **options):
     scripted = torch.jit.script(model.eval())
     jit2triton.convert(scripted, example, **options).save(tmp_path / "m.j2t")
-    return scripted, jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    return scripted, jit2triton.load(tmp_path / "m.j2t")
 
 
 def assert_matches_on_fresh_inputs(scripted, loaded, make_inputs, calls: int = 3) -> None:
@@ -82,9 +80,8 @@ def assert_matches_on_fresh_inputs(scripted, loaded, make_inputs, calls: int = 3
         assert_same_program_output(loaded(*inputs), scripted(*inputs), f"call {call}")
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_named_tuple_output_is_torchscripts(runtime, tmp_path):
-    scripted, loaded = converted_in(runtime, Detector(), (torch.randn(3, 4),), tmp_path)
+def test_named_tuple_output_is_torchscripts(tmp_path):
+    scripted, loaded = converted_and_loaded(Detector(), (torch.randn(3, 4),), tmp_path)
     assert_matches_on_fresh_inputs(scripted, loaded, lambda: (torch.randn(3, 4),))
     out = loaded(torch.randn(3, 4))
     assert type(out)._fields == ("boxes", "scores") and type(out).__name__ == "Det"
@@ -92,11 +89,9 @@ def test_named_tuple_output_is_torchscripts(runtime, tmp_path):
     assert type(loaded(torch.randn(3, 4))) is type(out)  # the class is made once, at load
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_nested_and_optional_named_tuples(runtime, tmp_path):
+def test_nested_and_optional_named_tuples(tmp_path):
     rows = jit2triton.Dim("rows", min=1, max=8)
-    scripted, loaded = converted_in(runtime, Nested(), (torch.randn(3, 4),), tmp_path,
-                                    dynamic_shapes={"x": {0: rows}})
+    scripted, loaded = converted_and_loaded(Nested(), (torch.randn(3, 4),), tmp_path, dynamic_shapes={"x": {0: rows}})
     # more rows than the example: the list holds more Parts than conversion saw
     assert_matches_on_fresh_inputs(scripted, loaded, lambda: (torch.randn(5, 4),))
 
@@ -142,11 +137,10 @@ class EnsembleOfList(torch.nn.Module):
         return torch.stack([torch.jit.wait(f) for f in futures]).sum(0)
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("model", [Ensemble, EnsembleOfList])
-def test_fork_wait_run_in_order(model, runtime, tmp_path):
+def test_fork_wait_run_in_order(model, tmp_path):
     torch.manual_seed(0)
-    scripted, loaded = converted_in(runtime, model(), (torch.randn(2, 4),), tmp_path)
+    scripted, loaded = converted_and_loaded(model(), (torch.randn(2, 4),), tmp_path)
     assert_matches_on_fresh_inputs(scripted, loaded, lambda: (torch.randn(2, 4),))
 
 
@@ -176,12 +170,11 @@ class GraphLayer(torch.nn.Module):
         return with_edges(aggregate(self.linear(x)) + aggregate((x, x.sigmoid())), edges)
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_isinstance_of_an_optional_is_evaluated_per_call(runtime, tmp_path):
+def test_isinstance_of_an_optional_is_evaluated_per_call(tmp_path):
     torch.manual_seed(0)
-    scripted, loaded = converted_in(runtime, GraphLayer(), (torch.randn(2, 4), torch.randn(2, 4)), tmp_path)
+    scripted, loaded = converted_and_loaded(GraphLayer(), (torch.randn(2, 4), torch.randn(2, 4)), tmp_path)
     assert_matches_on_fresh_inputs(scripted, loaded, lambda: (torch.randn(2, 4), torch.randn(2, 4)))
-    scripted, without = converted_in(runtime, GraphLayer(), (torch.randn(2, 4),), tmp_path)
+    scripted, without = converted_and_loaded(GraphLayer(), (torch.randn(2, 4),), tmp_path)
     assert_matches_on_fresh_inputs(scripted, without, lambda: (torch.randn(2, 4),))
     assert_matches_on_fresh_inputs(scripted, without, lambda: (torch.randn(2, 4), None))
 

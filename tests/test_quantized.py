@@ -32,7 +32,6 @@ CASES = {  # name -> (the quantized model, its inputs)
     "convnet": (static_convnet, lambda: (torch.randn(2, 3, 16, 16),)),
     "embeddings": (quantized_embeddings, lambda: (torch.randint(0, 100, (4, 6)),)),
 }
-RUNTIMES = ["cpp"]
 
 
 @pytest.fixture(scope="module")
@@ -56,16 +55,15 @@ def converted(tmp_path_factory):
 @pytest.mark.parametrize("case, how", [("mlp", "trace"), ("mlp", "script"), ("lstm", "trace"), ("lstm", "script"),
                                        ("gru", "trace"), ("lstm_fp16", "trace"), ("convnet", "trace"),
                                        ("convnet", "script"), ("embeddings", "trace")])
-def test_a_quantized_model_matches_torchscript_in_both_runtimes(case: str, how: str, converted, cpp_runtime) -> None:
+def test_a_quantized_model_matches_torchscript_in_the_runtime(case: str, how: str, converted, cpp_runtime) -> None:
     path, script, inputs = converted(case, how)
     torch.manual_seed(FRESH_SEED)
     draws = [inputs() for _ in range(3)]
-    for runtime in RUNTIMES:
-        loaded = jit2triton.load(path, runtime=runtime)
-        assert loaded.summary()["verification"]["status"] == "passed"
-        for i, call in enumerate(draws):
-            with torch.inference_mode():
-                assert_same(loaded(*call), script(*call), f"{runtime} runtime, draw {i}", FLOAT_ROUNDING)
+    loaded = jit2triton.load(path)
+    assert loaded.summary()["verification"]["status"] == "passed"
+    for i, call in enumerate(draws):
+        with torch.inference_mode():
+            assert_same(loaded(*call), script(*call), f"draw {i}", FLOAT_ROUNDING)
 
 
 def test_a_static_quantized_op_output_matches_torchscript_exactly(tmp_path, cpp_runtime) -> None:
@@ -86,11 +84,10 @@ def test_a_static_quantized_op_output_matches_torchscript_exactly(tmp_path, cpp_
     path = tmp_path / "logits.j2t"
     jit2triton.convert(traced, example_inputs=(torch.randn(2, 3, 16, 16),)).save(path)
     torch.manual_seed(FRESH_SEED)
-    for runtime in RUNTIMES:
-        loaded = jit2triton.load(path, runtime=runtime)
-        for _ in range(3):
-            x = torch.randn(2, 3, 16, 16) * 3
-            assert torch.equal(loaded(x), traced(x)), runtime
+    loaded = jit2triton.load(path)
+    for _ in range(3):
+        x = torch.randn(2, 3, 16, 16) * 3
+        assert torch.equal(loaded(x), traced(x))
 
 
 def test_packed_parameters_are_stored_as_their_parts_and_packed_at_load(converted) -> None:
@@ -124,9 +121,7 @@ def test_quantized_tensors_never_enter_a_generated_kernel(converted) -> None:
     assert summary["extern_nodes"] == 3  # two fused conv-relus and the linear: FBGEMM / oneDNN kernels
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_package_packed_for_an_engine_this_torch_lacks_is_refused(runtime: str, converted, tmp_path,
-                                                                     cpp_runtime) -> None:
+def test_a_package_packed_for_an_engine_this_torch_lacks_is_refused(converted, tmp_path, cpp_runtime) -> None:
     path, _, _ = converted("mlp", "trace")
     other = tmp_path / "other_engine.j2t"
 
@@ -137,11 +132,10 @@ def test_a_package_packed_for_an_engine_this_torch_lacks_is_refused(runtime: str
     rewrite_package(path, other, edit_manifest=pack_for_another_engine)
     with pytest.raises(QuantizedEngineError, match=r"packed for the mobile_npu quantized engine, which this torch "
                                                    r"does not have \(it has: .*x86.*\)"):
-        jit2triton.load(other, runtime=runtime)
+        jit2triton.load(other)
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_packing_step_edited_to_another_op_is_refused(runtime: str, converted, tmp_path, cpp_runtime) -> None:
+def test_a_packing_step_edited_to_another_op_is_refused(converted, tmp_path, cpp_runtime) -> None:
     path, _, _ = converted("mlp", "trace")
     edited = tmp_path / "edited.j2t"
 
@@ -149,7 +143,7 @@ def test_a_packing_step_edited_to_another_op_is_refused(runtime: str, converted,
         manifest["plan"]["packed"][0]["op"] = "aten::from_file"
     rewrite_package(path, edited, edit_manifest=call_another_op)
     with pytest.raises(CorruptPackageError, match="aten::from_file.*not an op that packs quantized weights"):
-        jit2triton.load(edited, runtime=runtime)
+        jit2triton.load(edited)
 
 
 def _drop_arguments(plan: dict) -> None:
@@ -166,13 +160,12 @@ def _step_reads_an_unbuilt_constant(plan: dict) -> None:
 
 
 @pytest.mark.parametrize("damage", [_drop_arguments, _read_an_unbuilt_constant, _step_reads_an_unbuilt_constant])
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_damaged_packed_list_is_refused_as_corrupt(damage, runtime: str, converted, tmp_path, cpp_runtime) -> None:
+def test_a_damaged_packed_list_is_refused_as_corrupt(damage, converted, tmp_path, cpp_runtime) -> None:
     path, _, _ = converted("lstm", "trace")  # RNN cells pack packed linears: entries read earlier entries
     damaged = tmp_path / "damaged.j2t"
     rewrite_package(path, damaged, edit_manifest=lambda manifest: damage(manifest["plan"]))
     with pytest.raises(CorruptPackageError, match=re.escape(RECONVERT)):
-        jit2triton.load(damaged, runtime=runtime)
+        jit2triton.load(damaged)
 
 
 def test_a_torchscript_object_other_than_packed_parameters_is_refused_by_class() -> None:

@@ -59,8 +59,7 @@ class ReturnsSparse(torch.nn.Module):
         return (torch.relu(x) * 2.0).to_sparse()
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_sparse_tensor_the_model_makes_is_returned_as_torchscript_returns_it(runtime: str, tmp_path) -> None:
+def test_a_sparse_tensor_the_model_makes_is_returned_as_torchscript_returns_it(tmp_path) -> None:
     """Not refused: a sparse tensor the model makes runs through ATen (no kernel reads it) and comes back sparse.
     Conversion failed reading its data pointer ("Cannot access data pointer of Tensor that doesn't have storage")."""
     model = torch.jit.script(ReturnsSparse())
@@ -68,7 +67,7 @@ def test_a_sparse_tensor_the_model_makes_is_returned_as_torchscript_returns_it(r
     assert converted.summary()["native_nodes"] >= 2  # (relu and the multiply stay a kernel)
     path = str(tmp_path / "sparse.j2t")
     converted.save(path)
-    package = jit2triton.load(path, runtime=runtime)
+    package = jit2triton.load(path)
     x = torch.randn(4, 4)
     got, want = package(x), model(x)
     assert got.layout == torch.sparse_coo and torch.equal(got.to_dense(), want.to_dense())

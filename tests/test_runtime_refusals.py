@@ -13,20 +13,14 @@ import jit2triton
 from package_tools import read_members, write_members
 
 
-def _runtime(runtime, request) -> str:
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
-    return runtime
-
-
-def _refusal(path, runtime) -> str:
+def _refusal(path) -> str:
     with pytest.raises(jit2triton.CorruptPackageError) as err:
-        jit2triton.load(path, runtime=runtime)
+        jit2triton.load(path)
     return str(err.value)
 
 
 @pytest.mark.parametrize("damage", ["renamed", "changed", "two changed"])
-def test_the_runtime_names_the_damaged_member(damage, small_package, tmp_path, request) -> None:
+def test_the_runtime_names_the_damaged_member(damage, small_package, tmp_path, cpp_runtime) -> None:
     """A member renamed in the archive (as a case-folding copy would), changed, or two changed: the message names
     the first in sorted order (the Python and C++ readers once named the first each met, in their own orders)."""
     members = read_members(small_package[0])
@@ -39,12 +33,11 @@ def test_the_runtime_names_the_damaged_member(damage, small_package, tmp_path, r
         members["manifest.json"] = members["manifest.json"].replace(b'"format"', b'"Format"', 1)
     damaged = tmp_path / "damaged.j2t"
     write_members(damaged, members)
-    said = _refusal(damaged, _runtime("cpp", request))
+    said = _refusal(damaged)
     assert ("'binaries/Kernels.so'" if damage == "renamed" else "'binaries/kernels.so'") in said  # sorted first
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_member_name_that_is_not_utf8_is_refused_as_damage(runtime, small_package, tmp_path, request) -> None:
+def test_a_member_name_that_is_not_utf8_is_refused_as_damage(small_package, tmp_path, cpp_runtime) -> None:
     """Its bytes in the archive's headers, not in checksums.json: the C++ runtime's message quotes the name, which
     reached Python as a UnicodeDecodeError instead of the refusal (found by the mutation fuzz)."""
     data = bytearray(small_package[0].read_bytes())
@@ -54,7 +47,7 @@ def test_a_member_name_that_is_not_utf8_is_refused_as_damage(runtime, small_pack
         data[at + len("binaries/k")] = 0xD5
     damaged = tmp_path / "damaged.j2t"
     damaged.write_bytes(bytes(data))
-    _refusal(damaged, _runtime(runtime, request))
+    _refusal(damaged)
 
 
 class Raises(torch.nn.Module):
@@ -64,12 +57,11 @@ class Raises(torch.nn.Module):
         return x.relu() + 1
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_a_model_that_raises_raises_what_torchscript_raises(runtime, tmp_path, request) -> None:
+def test_a_model_that_raises_raises_what_torchscript_raises(tmp_path, cpp_runtime) -> None:
     model = torch.jit.script(Raises())
     path = tmp_path / "raises.j2t"
     jit2triton.convert(model, (torch.randn(4, 8),)).save(path)
-    module = jit2triton.load(path, runtime=_runtime(runtime, request))
+    module = jit2triton.load(path)
     large = torch.full((4, 8), 10.0)
     with pytest.raises(torch.jit.Error) as theirs:
         model(large)
@@ -79,10 +71,9 @@ def test_a_model_that_raises_raises_what_torchscript_raises(runtime, tmp_path, r
     assert isinstance(ours.value, type(theirs.value))
 
 
-def test_the_cpp_runtimes_module_gives_its_own_package_to_python(small_package, tmp_path, request) -> None:
+def test_the_cpp_runtimes_module_gives_its_own_package_to_python(small_package, tmp_path, cpp_runtime) -> None:
     """Its manifest, files and weights come from the bytes the C++ runtime read (the weights without a copy), and
     saving it again gives a package that runs the same."""
-    _runtime("cpp", request)
     module = jit2triton.load(small_package[0], runtime="cpp")
     contents = module._contents
     held = module._runtime.module.weights()
@@ -113,17 +104,15 @@ class ToLists(torch.nn.Module):
         return rows, signs, rounded, first
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_tolist_matches_torchscript(runtime, tmp_path, request) -> None:
+def test_tolist_matches_torchscript(tmp_path, cpp_runtime) -> None:
     """Issue 43: the C++ runtime, load()'s default, passed prim::tolist an argument count after its arguments, as
     TorchScript's interpreter does only for the variadic ops whose operation it makes once (not per node), and
     every call failed ("Expected Tensor but got Int"); verification had run the Python runtime."""
     split, lists = torch.jit.script(SplitByLengths()), torch.jit.script(ToLists())
     jit2triton.convert(split, (torch.randn(10, 4), torch.tensor([[1, 2], [3, 4]]))).save(tmp_path / "split.j2t")
     jit2triton.convert(lists, (torch.randn(3, 4),)).save(tmp_path / "lists.j2t")
-    runtime = _runtime(runtime, request)
-    loaded_split = jit2triton.load(tmp_path / "split.j2t", runtime=runtime)
-    loaded_lists = jit2triton.load(tmp_path / "lists.j2t", runtime=runtime)
+    loaded_split = jit2triton.load(tmp_path / "split.j2t")
+    loaded_lists = jit2triton.load(tmp_path / "lists.j2t")
     for lengths in ([[2, 2], [1, 5]], [[0, 3], [4, 3]], [[5, 5], [0, 0]]):
         values, lengths = torch.randn(10, 4), torch.tensor(lengths)
         torch.testing.assert_close(loaded_split(values, lengths), split(values, lengths))
@@ -144,11 +133,11 @@ def stepped(x, n: int):
     return x[seen].sin() * 2.0 + float(len(values)), seen
 
 
-def _outcome(path: str, runtime: str) -> str:
+def _outcome(path: str) -> str:
     """'ran', or 'refused' (a jit2triton error at load or at the call), or what else escaped."""
     from jit2triton.inputs import random_inputs
     try:
-        module = jit2triton.load(path, runtime=runtime)
+        module = jit2triton.load(path)
         signature = module.manifest["signature"]
     except jit2triton.Jit2TritonError:
         return "refused"
@@ -190,7 +179,7 @@ def test_the_runtime_runs_or_refuses_each_mutant(program, small_package, tmp_pat
         what, damaged = mutate(data, members, seed)
         with open(mutant, "wb") as f:
             f.write(damaged)
-        outcome = _outcome(mutant, "cpp")
+        outcome = _outcome(mutant)
         outcomes.add(outcome)
         if outcome not in ("ran", "refused"):
             escaped.append(f"seed {seed} ({what}): {outcome}")

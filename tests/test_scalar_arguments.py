@@ -71,12 +71,11 @@ def test_a_kernel_takes_the_host_numbers_it_reads(name, backend, tmp_path):
     saved = json.loads(read_members(str(path))["manifest.json"])  # (an older reader refuses what it cannot run)
     assert ("scalar_arguments" in saved.get("requires", ())) == (backend != "cpp")
     # (on the CPU a Triton kernel's launch goes from the C++ plan to Triton's interpreter, the numbers as 64-bit words)
-    for runtime in (None,):
-        package = jit2triton.load(path, runtime=runtime)
-        assert package.runtime == (runtime or "cpp")
-        for seed, n in ((1, 9), (2, 0), (3, 5), (4, 11), (5, 1), (6, 7)):
-            inputs = make(seed, n)
-            assert_same(to_cpu(package(*to_device(inputs, converted.device))), model(*inputs), f"{runtime}, n={n}")
+    package = jit2triton.load(path)
+    assert package.runtime == "cpp"
+    for seed, n in ((1, 9), (2, 0), (3, 5), (4, 11), (5, 1), (6, 7)):
+        inputs = make(seed, n)
+        assert_same(to_cpu(package(*to_device(inputs, converted.device))), model(*inputs), f"n={n}")
 
 
 def _with_manifest(path, tmp_path, edit) -> str:
@@ -119,24 +118,20 @@ def test_a_step_passing_other_numbers_than_its_kernel_takes_is_refused(damage, t
         else:
             for kernel in manifest["kernels"]:
                 kernel.pop("by_value", None)
-    for runtime in ["cpp"]:
-        request.getfixturevalue("cpp_runtime")
-        with pytest.raises(CorruptPackageError, match="by value"):
-            jit2triton.load(_with_manifest(path, tmp_path, edit), runtime=runtime)
+    request.getfixturevalue("cpp_runtime")
+    with pytest.raises(CorruptPackageError, match="by value"):
+        jit2triton.load(_with_manifest(path, tmp_path, edit))
 
 
 @on_gpu
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_no_fill_launch_makes_a_number_a_tensor_on_the_gpu(runtime, tmp_path, request):
+def test_no_fill_launch_makes_a_number_a_tensor_on_the_gpu(tmp_path, cpp_runtime):
     """And with CUDA graphs on: a kernel taking a number is never replayed with another call's number."""
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
     for name, (model, make) in PROGRAMS.items():
         converted = convert_for(model, make(0, 9), "cuda")
         path = tmp_path / f"{name}.j2t"
         converted.save(path)
-        package = jit2triton.load(path, runtime=runtime)
-        assert package.runtime == (runtime or "cpp")
+        package = jit2triton.load(path)
+        assert package.runtime == "cpp"
         for seed, n in ((1, 9), (2, 3), (3, 9), (4, 0)):
             inputs = to_device(make(seed, n), "cuda")
             assert_same(to_cpu(package(*inputs)), model(*to_cpu(inputs)), f"{name}, n={n}",

@@ -178,23 +178,21 @@ def test_scatters_run_in_kernels_and_match_torchscript(name: str, backend: str, 
 def test_a_scatter_over_a_count_the_data_sets_stays_right_call_after_call(backend: str, tmp_path) -> None:
     """GCN with its self loops masked out: each fresh graph has another number of edges, which the scatters' kernels
     take per call (and a Triton sum's output is zeroed by its launcher each call, in memory the last call used). Six
-    calls on fresh graphs, in load()'s default runtime, then the Python one (a Triton package on the CPU runs only
-    there), against TorchScript."""
+    calls on fresh graphs in the runtime, against TorchScript."""
     model = traced("self_loop_gcn")
     converted = convert_for(model, graph(), backend)
     assert not SCATTERS & set(converted.summary()["fallback_ops"]), converted.report()  # (the kernels are tested)
     converted.save(tmp_path / "m.j2t")
     device = "cuda" if backend == "cuda" else "cpu"
-    for runtime in [None]:
-        loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
-        torch.manual_seed(5)
-        counts = set()
-        for _ in range(6):
-            x, edge_index, weight = graph()
-            counts.add(int((edge_index[0] != edge_index[1]).sum()))
-            got = loaded(x.to(device), edge_index.to(device), weight.to(device))
-            torch.testing.assert_close(got.cpu(), model(x, edge_index, weight), rtol=1e-4, atol=1e-5)
-        assert len(counts) > 1  # (the edge count did change between calls)
+    loaded = jit2triton.load(tmp_path / "m.j2t")
+    torch.manual_seed(5)
+    counts = set()
+    for _ in range(6):
+        x, edge_index, weight = graph()
+        counts.add(int((edge_index[0] != edge_index[1]).sum()))
+        got = loaded(x.to(device), edge_index.to(device), weight.to(device))
+        torch.testing.assert_close(got.cpu(), model(x, edge_index, weight), rtol=1e-4, atol=1e-5)
+    assert len(counts) > 1  # (the edge count did change between calls)
 
 
 @on_gpu

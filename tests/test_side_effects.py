@@ -1,5 +1,5 @@
-"""What forward() does besides its outputs (#34's side-effect ops): warnings.warn warns and print prints in both
-runtimes, `with torch.no_grad():` is its body, and what a package cannot repeat per call (seeding, reading a file)
+"""What forward() does besides its outputs (#34's side-effect ops): warnings.warn warns and print prints in the
+runtime, `with torch.no_grad():` is its body, and what a package cannot repeat per call (seeding, reading a file)
 is refused at conversion with the op and its source line."""
 import warnings
 from typing import Any
@@ -22,11 +22,10 @@ class Talks(torch.nn.Module):
         return y + 1
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])
-def test_warn_print_and_no_grad_run_as_torchscript_runs_them(runtime, tmp_path, capfd):
+def test_warn_print_and_no_grad_run_as_torchscript_runs_them(tmp_path, capfd):
     scripted = torch.jit.script(Talks().eval())
     jit2triton.convert(scripted, (torch.randn(3, 2),)).save(tmp_path / "m.j2t")
-    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "m.j2t")
     capfd.readouterr()
     x = torch.randn(3, 2)
     with pytest.warns(UserWarning, match="inputs are not normalised"):
@@ -99,11 +98,10 @@ def _ran_plain(module: torch.nn.Module, x: torch.Tensor) -> torch.jit.ScriptModu
     return scripted
 
 
-@pytest.mark.parametrize("runtime", ["cpp"])  # (load()'s default first)
-def test_no_grad_inside_a_called_function(runtime, tmp_path):
+def test_no_grad_inside_a_called_function(tmp_path):
     model = _ran_plain(CallsNoGrad(), torch.randn(3, 2))
     jit2triton.convert(model, (torch.randn(3, 2),)).save(tmp_path / "m.j2t")
-    loaded = jit2triton.load(tmp_path / "m.j2t", runtime=runtime)
+    loaded = jit2triton.load(tmp_path / "m.j2t")
     for _ in range(6):
         x = torch.randn(3, 2)
         assert_same(loaded(x), model(x))

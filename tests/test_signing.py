@@ -19,8 +19,6 @@ from jit2triton.deploy.signing import SIGNATURE_MEMBER, generate_keys
 
 from package_tools import read_members, rewrite_package
 
-RUNTIMES = ["cpp"]
-
 
 @pytest.fixture
 def keys(tmp_path):
@@ -36,20 +34,14 @@ def signed(small_package, keys, tmp_path):
     return path, small_package[1]
 
 
-def _runtime(runtime, request):
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
-    return runtime
-
-
 def _check_runs(module, model) -> None:
     x, y = torch.randn(2, 4), torch.randn(2, 3)
     torch.testing.assert_close(module(x, y), model(x, y))
 
 
-def _refusal(path, runtime, keys) -> str:
+def _refusal(path, keys) -> str:
     with pytest.raises(jit2triton.SignatureError) as err:
-        jit2triton.load(path, runtime=runtime, trusted_keys=keys)
+        jit2triton.load(path, trusted_keys=keys)
     return str(err.value)
 
 
@@ -66,28 +58,23 @@ def test_keygen_writes_a_private_key_only_its_owner_reads_and_never_overwrites(t
     assert open(private).read() != before
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_package_signed_by_a_trusted_key_loads_and_runs(runtime, signed, keys, request) -> None:
-    module = jit2triton.load(signed[0], runtime=_runtime(runtime, request), trusted_keys=[keys[1][1], keys[0][1]])
-    assert module.runtime == runtime
+def test_a_package_signed_by_a_trusted_key_loads_and_runs(signed, keys, cpp_runtime) -> None:
+    module = jit2triton.load(signed[0], trusted_keys=[keys[1][1], keys[0][1]])
+    assert module.runtime == "cpp"
     _check_runs(module, signed[1])
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_without_trusted_keys_signed_and_unsigned_packages_load_as_before(runtime, signed, small_package,
-                                                                          request) -> None:
+def test_without_trusted_keys_signed_and_unsigned_packages_load_as_before(signed, small_package, cpp_runtime) -> None:
     for path in (signed[0], small_package[0]):
-        _check_runs(jit2triton.load(path, runtime=_runtime(runtime, request)), signed[1])
+        _check_runs(jit2triton.load(path), signed[1])
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_an_unsigned_package_is_refused_when_keys_are_trusted(runtime, small_package, keys, request) -> None:
-    assert "is not signed" in _refusal(small_package[0], _runtime(runtime, request), [keys[0][1]])
+def test_an_unsigned_package_is_refused_when_keys_are_trusted(small_package, keys, cpp_runtime) -> None:
+    assert "is not signed" in _refusal(small_package[0], [keys[0][1]])
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_package_signed_by_another_key_is_refused(runtime, signed, keys, request) -> None:
-    assert "by none of the trusted keys" in _refusal(signed[0], _runtime(runtime, request), [keys[1][1]])
+def test_a_package_signed_by_another_key_is_refused(signed, keys, cpp_runtime) -> None:
+    assert "by none of the trusted keys" in _refusal(signed[0], [keys[1][1]])
 
 
 def _tampered_weights(members):
@@ -103,31 +90,25 @@ def _tampered_manifest(members):
 
 
 @pytest.mark.parametrize("edit", [_tampered_weights, _tampered_manifest])
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_signed_package_changed_and_re_checksummed_is_refused(edit, runtime, signed, keys, tmp_path,
-                                                                request) -> None:
+def test_a_signed_package_changed_and_re_checksummed_is_refused(edit, signed, keys, tmp_path, cpp_runtime) -> None:
     """rewrite_package recomputes checksums.json, as anyone who edits a package can; the old signature stays."""
     tampered = tmp_path / "tampered.j2t"
     rewrite_package(signed[0], tampered, edit_member=edit)
     assert SIGNATURE_MEMBER in read_members(tampered)
     jit2triton.load(tampered)  # without keys the checksums pass: only the signature catches it
-    assert "changed after signing" in _refusal(tampered, _runtime(runtime, request), [keys[0][1]])
+    assert "changed after signing" in _refusal(tampered, [keys[0][1]])
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_a_forged_signature_of_any_length_is_refused_not_a_crash(runtime, signed, keys, tmp_path, request) -> None:
-    _runtime(runtime, request)
+def test_a_forged_signature_of_any_length_is_refused_not_a_crash(signed, keys, tmp_path, cpp_runtime) -> None:
     for forged in (b"", b"\0" * 64, b"\xff" * 63, read_members(signed[0])[SIGNATURE_MEMBER] * 2):
         path = tmp_path / "forged.j2t"
         rewrite_package(signed[0], path, edit_member=lambda m: (SIGNATURE_MEMBER, forged))
-        assert "by none of the trusted keys" in _refusal(path, runtime, [keys[0][1]])
+        assert "by none of the trusted keys" in _refusal(path, [keys[0][1]])
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_no_code_from_a_tampered_package_runs(runtime, signed, keys, tmp_path, monkeypatch, request) -> None:
+def test_no_code_from_a_tampered_package_runs(signed, keys, tmp_path, monkeypatch, cpp_runtime) -> None:
     """A kernel library replaced by one whose constructor writes a file, checksums recomputed: with the signer's
     key trusted, the load is refused and the constructor never runs (nor does a build from the package's source)."""
-    _runtime(runtime, request)
     compiler = shutil.which("g++") or shutil.which("c++")
     if compiler is None:
         pytest.skip("no C++ compiler to build the planted library")
@@ -140,21 +121,19 @@ def test_no_code_from_a_tampered_package_runs(runtime, signed, keys, tmp_path, m
     monkeypatch.setenv("JIT2TRITON_CACHE", str(tmp_path / "cache"))
     tampered = tmp_path / "tampered.j2t"
     rewrite_package(signed[0], tampered, edit_member=lambda m: ("binaries/kernels.so", library.read_bytes()))
-    _refusal(tampered, runtime, [keys[0][1]])
+    _refusal(tampered, [keys[0][1]])
     assert not marker.exists()
     result = CliRunner().invoke(main, ["inspect", str(tampered), "--trusted-key", str(keys[0][1])])
     assert result.exit_code == 2 and "changed after signing" in result.output
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_the_environment_variable_requires_signatures_and_a_program_cannot_opt_out(runtime, signed, small_package,
-                                                                                 keys, monkeypatch, request) -> None:
-    _runtime(runtime, request)
+def test_the_environment_variable_requires_signatures_and_a_program_cannot_opt_out(signed, small_package, keys,
+                                                                                 monkeypatch, cpp_runtime) -> None:
     monkeypatch.setenv("JIT2TRITON_TRUSTED_KEYS", os.pathsep.join(["", str(keys[0][1])]))
-    _check_runs(jit2triton.load(signed[0], runtime=runtime), signed[1])
+    _check_runs(jit2triton.load(signed[0]), signed[1])
     for passed in (None, [], [keys[1][1]]):
-        assert "is not signed" in _refusal(small_package[0], runtime, passed)
+        assert "is not signed" in _refusal(small_package[0], passed)
 
 
 def test_converting_where_signatures_are_required_checks_and_returns_the_package_it_built(small_package, keys,
@@ -169,16 +148,14 @@ def test_converting_where_signatures_are_required_checks_and_returns_the_package
     assert converted.runtime == "cpp"
     assert converted.summary()["verification"]["runtime"] == "cpp"
     _check_runs(converted, model)
-    assert "is not signed" in _refusal(small_package[0], "cpp", None)
+    assert "is not signed" in _refusal(small_package[0], None)
 
 
-@pytest.mark.parametrize("runtime", RUNTIMES)
-def test_an_unusable_key_file_is_named(runtime, signed, tmp_path, request) -> None:
-    _runtime(runtime, request)
+def test_an_unusable_key_file_is_named(signed, tmp_path, cpp_runtime) -> None:
     not_a_key = tmp_path / "key.pub"
     not_a_key.write_text("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
-    assert "key.pub" in _refusal(signed[0], runtime, [not_a_key])
-    assert "cannot read the trusted key" in _refusal(signed[0], runtime, [tmp_path / "missing.pub"])
+    assert "key.pub" in _refusal(signed[0], [not_a_key])
+    assert "cannot read the trusted key" in _refusal(signed[0], [tmp_path / "missing.pub"])
 
 
 def test_signing_with_a_public_key_or_a_missing_file_says_so(small_package, keys, tmp_path) -> None:

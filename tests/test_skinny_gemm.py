@@ -1,6 +1,6 @@
 """The generated GEMM form for few rows (emitters/triton_gemm.py, transpiler/gemm_kernels.py): forced on the CPU
 (`gemm_forms.MODE = "skinny"`, Triton's interpreter) every package is checked against TorchScript on fresh inputs;
-on the GPU the form is timed against cuBLAS's and each runtime's answers checked the same way.
+on the GPU the form is timed against cuBLAS's and the runtime's answers checked the same way.
 
 float16 on the CPU: the interpreter computes bfloat16 dots wrongly (verification takes such a kernel out, which
 `test_a_template_kernel_that_disagrees_with_aten_is_taken_out` shows on purpose)."""
@@ -132,7 +132,7 @@ def test_a_template_kernel_that_disagrees_with_aten_is_taken_out(monkeypatch):
 
 @on_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_timed_on_the_gpu_and_right_in_both_runtimes(dtype, tmp_path, monkeypatch):
+def test_timed_on_the_gpu_and_right_in_the_runtime(dtype, tmp_path, monkeypatch):
     monkeypatch.setattr(gemm_forms, "MODE", "auto")
 
     torch.manual_seed(0)
@@ -143,11 +143,10 @@ def test_timed_on_the_gpu_and_right_in_both_runtimes(dtype, tmp_path, monkeypatc
     assert choices and all("skinny" in c["times_us"] for c in choices), choices  # the template was timed
     path = tmp_path / "m.j2t"
     converted.save(path)
-    for runtime in ("cpp",):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for call in range(3):
-            x = make()
-            assert_same(loaded(x), traced(x), f"{runtime}, call {call}", {dtype: (2e-2, 2e-2)})
+    loaded = jit2triton.load(path)
+    for call in range(3):
+        x = make()
+        assert_same(loaded(x), traced(x), f"call {call}", {dtype: (2e-2, 2e-2)})
 
 
 def test_the_template_fits_few_rows_of_half_types_with_int32_offsets():

@@ -432,10 +432,9 @@ def test_repeated_layers_compile_once_and_share_a_binary(tmp_path):
     from package_tools import read_members
     binaries = [m for m in read_members(path) if m.startswith("binaries/")]
     assert len(binaries) == 2 and all(m.removeprefix("binaries/").removesuffix(".cubin") in entries for m in binaries)
-    for runtime in ("cpp",):
-        loaded = jit2triton.load(path, runtime=runtime)
-        x = torch.randn(16, 32)
-        torch.testing.assert_close(loaded(x.cuda()).cpu(), model(x), rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)
+    loaded = jit2triton.load(path)
+    x = torch.randn(16, 32)
+    torch.testing.assert_close(loaded(x.cuda()).cpu(), model(x), rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)
 
 
 @on_gpu
@@ -456,8 +455,8 @@ def test_a_launch_bound_plan_runs_as_one_cuda_graph(tmp_path, monkeypatch):
 
 @on_gpu
 @pytest.mark.parametrize("graph_wins", [True, False])
-def test_conversion_times_the_cuda_graph_and_the_runtimes_follow_its_choice(graph_wins, tmp_path, monkeypatch,
-                                                                             cpp_runtime, steady_timing):
+def test_conversion_times_the_cuda_graph_and_the_runtime_follows_its_choice(graph_wins, tmp_path, monkeypatch,
+                                                                            cpp_runtime, steady_timing):
     from jit2triton.deploy.packaging import cuda_graph_choice
     # the margins force the choice either way, whatever the timings (steps >= 0 * graph; steps < 1e9 * graph and
     # host < 1e9 * steps)
@@ -472,13 +471,11 @@ def test_conversion_times_the_cuda_graph_and_the_runtimes_follow_its_choice(grap
     assert report["graph_us"] > 0 and report["steps_us"] > 0 and report["host_us"] > 0
     converted.save(path)
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # the CPU reference has no TF32
-    for runtime in ("cpp",):
-        loaded = jit2triton.load(path, runtime=runtime)
-        for _ in range(3):  # the second call captures a graph, where one is chosen
-            x = torch.randn(64, 256)
-            torch.testing.assert_close(loaded(x.cuda()).cpu(), model(x), rtol=1e-4, atol=1e-4)
-        # the C++ runtime follows the choice; the Python one, a reference interpreter, runs no graphs
-        assert loaded._runtime.uses_cuda_graph is (graph_wins and runtime == "cpp")
+    loaded = jit2triton.load(path)
+    for _ in range(3):  # the second call captures a graph, where one is chosen
+        x = torch.randn(64, 256)
+        torch.testing.assert_close(loaded(x.cuda()).cpu(), model(x), rtol=1e-4, atol=1e-4)
+    assert loaded._runtime.uses_cuda_graph is graph_wins  # the runtime follows the choice
 
 
 @on_gpu
@@ -499,16 +496,13 @@ def test_ops_with_weights_fuse_on_cuda_as_on_the_cpu(monkeypatch):
 
 @on_gpu
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
-@pytest.mark.parametrize("runtime", ["cpp"])
 @pytest.mark.parametrize("where", ["cuda:1", torch.device("cuda", 1), {"cuda": "cuda:1"}, {"cuda:0": "cuda:1"}])
-def test_a_gpu_package_loads_onto_another_gpu_of_the_same_architecture(runtime, where, tmp_path, request):
-    if runtime == "cpp":
-        request.getfixturevalue("cpp_runtime")
+def test_a_gpu_package_loads_onto_another_gpu_of_the_same_architecture(where, tmp_path, cpp_runtime):
     example = (torch.randn(64, 300),)
     model = torch.jit.trace(lambda x: torch.softmax(x, -1) * torch.tanh(x), example)
     path = tmp_path / "m.j2t"
     jit2triton.convert(model, example_inputs=to_device(example, "cuda:0"), device="cuda:0").save(path)
-    loaded = jit2triton.load(path, map_location=where, runtime=runtime)
+    loaded = jit2triton.load(path, map_location=where)
     assert loaded.device == torch.device("cuda", 1)
     for _ in range(3):  # past CUDA graph capture
         x = torch.randn(64, 300)
