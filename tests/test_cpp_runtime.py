@@ -500,3 +500,13 @@ def test_observe_hands_over_every_step_s_outputs_in_the_order_made(tmp_path, cpp
     torch.testing.assert_close(matmul[0], _looped(x, w))
     torch.testing.assert_close(loop[-1] @ w, matmul[0])
     assert [info["op"] for info in nodes][-1] == "aten::matmul"  # (the order they ran)
+
+
+def test_without_a_cpp_runtime_conversion_says_what_to_install(monkeypatch) -> None:
+    """Conversion verifies a package in the runtime that ships it: where that runtime cannot be had, it says so
+    rather than verifying elsewhere."""
+    from jit2triton.deploy import cpp_runtime
+    monkeypatch.setattr(cpp_runtime, "unavailable", lambda *package: "no C++ compiler on this machine")
+    with pytest.raises(jit2triton.ConversionError, match="in the C\\+\\+ runtime that runs it, which cannot be built "
+                                                         "here: no C\\+\\+ compiler on this machine"):
+        jit2triton.convert(torch.jit.trace(lambda x: torch.sin(x) * 2.0, (torch.randn(3),)), (torch.randn(3),))
