@@ -437,6 +437,8 @@ class PackageRunner:
         entries = contents.manifest.get("state") or []
         self.names = [e["name"] for e in entries]
         self.compared = [e["name"] for e in entries if e["written"] is True and e.get("compared", True)]
+        self._observing = None  # (a load of its own for the culprit search, without CUDA graphs: made when asked)
+        self._saved_state: Optional[list] = None
         save_package(contents, self.path)
         try:
             self.module = cpp_runtime.CppRuntime(self.path, device)
@@ -481,14 +483,18 @@ class PackageRunner:
     def plan_inputs(self, inputs: list) -> list:
         """The plan's inputs for a call from the saved state: the model's, then the state (the culprit search runs
         the plan on them)."""
-        return list(inputs) + (self.state_of(self.fresh()) or [])
+        if self.names and self._saved_state is None:
+            self._saved_state = self.state_of(self.fresh()) or []
+        return list(inputs) + [copy_value(v) for v in self._saved_state or []]
 
     def observe(self, plan_inputs: list, per_node: int) -> list:
         """[(node, outputs)] of every step the package runs on `plan_inputs` (the model's, then its state's values),
         in the order made: the culprit search (deploy/packaging/culprit.py). A load of its own, without CUDA graphs,
-        so every step runs as a step."""
-        from jit2triton.deploy.cpp_runtime import CppRuntime
-        return CppRuntime(self.path, self.device, cuda_graphs=False).module.observe(list(plan_inputs), per_node)
+        so every step runs as a step, made once."""
+        if self._observing is None:  # (observe runs the plan on the state given: one load serves every case)
+            from jit2triton.deploy.cpp_runtime import CppRuntime
+            self._observing = CppRuntime(self.path, self.device, cuda_graphs=False).module
+        return self._observing.observe(list(plan_inputs), per_node)
 
     def state_of(self, module) -> Optional[list]:
         """The state `module` holds, in the plan's order; None where a value cannot be handed to Python."""
