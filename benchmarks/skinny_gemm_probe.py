@@ -24,6 +24,7 @@ from jit2triton.transpiler.timing import graphs_gpu_us
 
 SHAPES = [(768, 2304), (768, 768), (768, 3072), (3072, 768), (1024, 4096), (4096, 1024)]  # K, N
 COLD_BYTES = 2 * 50 * 2 ** 20
+SKIP_SPLIT_K = True  # fma_k lost to fma_n at every BERT shape on an H200 (below)
 
 
 @triton.jit
@@ -67,7 +68,99 @@ def split_k(x, w, acc_out, M, N: tl.constexpr, K: tl.constexpr, MP: tl.constexpr
                   sem="relaxed")
 
 
-def _candidates(m: int, k: int, n: int):
+@triton.jit
+def fma_n(x, w, out, M, N: tl.constexpr, K: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr,
+          BK: tl.constexpr, STAGES: tl.constexpr):
+    """float32 without tensor cores: BN columns per program over all of K, each BK chunk's products of every row
+    summed across the chunk (a [MP, BN, BK] product, tree-summed), fp32 FMAs as cuBLAS's non-TF32 kernels do."""
+    rm = tl.arange(0, MP)
+    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    x_at = x + rm[:, None] * K + rk[None, :]
+    w_at = w + rn[:, None] * K + rk[None, :]
+    acc = tl.zeros((MP, BN), tl.float32)
+    for _ in tl.range(0, K, BK, num_stages=STAGES):
+        a = tl.load(x_at, mask=rm[:, None] < M, other=0.0)
+        b = tl.load(w_at)
+        acc += tl.sum(a[:, None, :] * b[None, :, :], axis=2)
+        x_at += BK
+        w_at += BK
+    tl.store(out + rm[:, None] * N + rn[None, :], acc, mask=rm[:, None] < M)
+
+
+@triton.jit
+def fma3(x, w, out, M, N: tl.constexpr, K: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr,
+         BK: tl.constexpr, STAGES: tl.constexpr):
+    """fma_n, but the products are accumulated per K lane ([MP, BN, BK]) and summed across the lanes once at the
+    end: the loop is loads and FMAs only, no cross-thread sum per chunk."""
+    rm = tl.arange(0, MP)
+    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    x_at = x + rm[:, None] * K + rk[None, :]
+    w_at = w + rn[:, None] * K + rk[None, :]
+    acc = tl.zeros((MP, BN, BK), tl.float32)
+    for _ in tl.range(0, K, BK, num_stages=STAGES):
+        a = tl.load(x_at, mask=rm[:, None] < M, other=0.0)
+        b = tl.load(w_at)
+        acc += a[:, None, :] * b[None, :, :]
+        x_at += BK
+        w_at += BK
+    tl.store(out + rm[:, None] * N + rn[None, :], tl.sum(acc, axis=2), mask=rm[:, None] < M)
+
+
+@triton.jit
+def fma_k(x, w, part, M, N: tl.constexpr, K: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr,
+          BK: tl.constexpr, KS: tl.constexpr, STAGES: tl.constexpr):
+    """fma_n over K / KS of the columns' block, each split's partial sums stored apart ([KS, M, N]): summed in a
+    fixed order after, so the result is deterministic."""
+    rm = tl.arange(0, MP)
+    rn = tl.program_id(0) * BN + tl.arange(0, BN)
+    split = tl.program_id(1)
+    rk = split * (K // KS) + tl.arange(0, BK)
+    x_at = x + rm[:, None] * K + rk[None, :]
+    w_at = w + rn[:, None] * K + rk[None, :]
+    acc = tl.zeros((MP, BN), tl.float32)
+    for _ in tl.range(0, K // KS, BK, num_stages=STAGES):
+        a = tl.load(x_at, mask=rm[:, None] < M, other=0.0)
+        b = tl.load(w_at)
+        acc += tl.sum(a[:, None, :] * b[None, :, :], axis=2)
+        x_at += BK
+        w_at += BK
+    tl.store(part + split * M * N + rm[:, None] * N + rn[None, :], acc, mask=rm[:, None] < M)
+
+
+@triton.jit
+def sum_splits(part, out, MN: tl.constexpr, KS: tl.constexpr, XBLOCK: tl.constexpr):
+    i = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
+    mask = i < MN
+    acc = tl.load(part + i, mask=mask, other=0.0)
+    for s in tl.static_range(1, KS):
+        acc += tl.load(part + s * MN + i, mask=mask, other=0.0)
+    tl.store(out + i, acc, mask=mask)
+
+
+def _fma_candidates(m: int, k: int, n: int):
+    mp = triton.next_power_of_2(m)
+    for bn, bk, warps, stages in ((4, 256, 4, 4),):
+        if n % bn or k % bk or mp * bn * bk > 32768:
+            continue
+        yield f"fma_n bn{bn} bk{bk} w{warps} s{stages}", ("fn", mp, bn, bk, 1, warps, stages)
+    for bn, bk, warps, stages in itertools.product((4, 8, 16, 32), (16, 32, 64, 128), (2, 4, 8), (4, 5)):
+        if n % bn or k % bk or mp * bn * bk > 16384 or mp * bn * bk < 1024:
+            continue
+        yield f"fma3 bn{bn} bk{bk} w{warps} s{stages}", ("f3", mp, bn, bk, 1, warps, stages)
+    for bn, bk, ks, warps, stages in itertools.product((8, 16), (64, 128), (2, 4, 8), (4,), (2, 4)):
+        if SKIP_SPLIT_K:
+            break
+        if n % bn or k % (bk * ks) or mp * bn * bk > 32768:
+            continue
+        yield f"fma_k bn{bn} bk{bk} ks{ks} w{warps} s{stages}", ("fk", mp, bn, bk, ks, warps, stages)
+
+
+def _candidates(m: int, k: int, n: int, fma: bool = False):
+    if fma:
+        yield from _fma_candidates(m, k, n)
+        return
     mp = max(16, triton.next_power_of_2(m))
     for bn, bk, warps, stages in itertools.product((16, 32, 64), (64, 128, 256), (2, 4, 8), (3, 4, 6)):
         if n % bn or k % bk:
@@ -83,6 +176,14 @@ def _call(cfg, x, w, out, acc):
     kind, mp, bn, bk, ks, warps, stages = cfg
     m, k = x.shape
     n = w.shape[0]
+    if kind == "fn":
+        return lambda: fma_n[(n // bn,)](x, w, out, m, n, k, mp, bn, bk, stages, num_warps=warps)
+    if kind == "f3":
+        return lambda: fma3[(n // bn,)](x, w, out, m, n, k, mp, bn, bk, stages, num_warps=warps)
+    if kind == "fk":
+        part = torch.empty(ks, m, n, device=x.device, dtype=torch.float32)
+        return lambda: (fma_k[(n // bn, ks)](x, w, part, m, n, k, mp, bn, bk, ks, stages, num_warps=warps),
+                        sum_splits[(triton.cdiv(m * n, 1024),)](part, out, m * n, ks, 1024, num_warps=4))
     if kind == "n":
         return lambda: split_n[(n // bn,)](x, w, out, m, n, k, mp, bn, bk, _precision(x), num_warps=warps,
                                            num_stages=stages)
@@ -100,7 +201,7 @@ def _precision(x) -> str:
     return "ieee" if x.dtype == torch.float32 else "tf32"
 
 
-def probe(m: int, k: int, n: int, dtype: torch.dtype) -> dict:
+def probe(m: int, k: int, n: int, dtype: torch.dtype, fma: bool = False) -> dict:
     copies = max(2, min(32, COLD_BYTES // ((n * k + m * k) * dtype.itemsize)))
     ops = [(torch.randn(m, k, device="cuda", dtype=dtype), torch.randn(n, k, device="cuda", dtype=dtype) / math.sqrt(k))
            for _ in range(copies)]
@@ -112,7 +213,7 @@ def probe(m: int, k: int, n: int, dtype: torch.dtype) -> dict:
                       "kn": [lambda x=x, wt=wt: torch.matmul(x, wt) for (x, _), wt in zip(ops, wts)]})
     best: dict[str, tuple[float, str]] = {}
     tried = {}
-    for label, cfg in _candidates(m, k, n):
+    for label, cfg in _candidates(m, k, n, fma):
         try:
             _call(cfg, ops[0][0], ops[0][1], outs[0], accs[0])()
             torch.cuda.synchronize()
@@ -129,21 +230,24 @@ def probe(m: int, k: int, n: int, dtype: torch.dtype) -> dict:
         if kind not in best or us < best[kind][0]:
             best[kind] = (us, label)
     roofline = (n * k + m * k + m * n) * dtype.itemsize / 3.0e6  # us at 3 TB/s
-    return {"m": m, "k": k, "n": n, "aten": base, "best": best, "roofline_3TBs_us": roofline}
+    return {"m": m, "k": k, "n": n, "aten": base, "best": best, "roofline_3TBs_us": roofline, "tried": tried}
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--rows", default="1,9,16")
     p.add_argument("--dtype", default="float16")
+    p.add_argument("--fma", action="store_true", help="float32: the kernels without tensor cores (fma_n, fma_k)")
+    p.add_argument("--shapes", help="K:N,... (default: BERT-base's and a 1024-wide model's)")
     p.add_argument("--json")
     a = p.parse_args()
     dtype = getattr(torch, a.dtype)
     results = []
     print(f"{torch.cuda.get_device_name()}  triton {triton.__version__}  {a.dtype}  (GPU us per call, L2 cold)")
     for m in map(int, a.rows.split(",")):
-        for k, n in SHAPES:
-            r = probe(m, k, n, dtype)
+        shapes = [tuple(map(int, s.split(":"))) for s in a.shapes.split(",")] if a.shapes else SHAPES
+        for k, n in shapes:
+            r = probe(m, k, n, dtype, a.fma)
             results.append(r)
             bests = "  ".join(f"{kind} {us:.2f} ({label})" for kind, (us, label) in r["best"].items())
             print(f"{m:3d}x{k}->{n}: linear {r['aten']['linear']:.2f} kn {r['aten']['kn']:.2f} "

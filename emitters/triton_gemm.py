@@ -6,9 +6,17 @@ bandwidth, when enough loads are in flight. cuBLAS's kernels for such shapes are
 2.8 here, 9x768 -> 2304 4.4-4.6 against 3.9; at 9x3072 -> 768 cuBLAS's split-K stayed ahead. So the template is one
 of the forms `transpiler/gemm_forms.py` times per GEMM, kept only where it wins.
 
-Each program computes BN output columns for every row (rows padded to 16, the smallest `tl.dot`), reading its BN
-rows of the weight once over all of K, RBLOCK at a time, pipelined `STAGES` deep; fp32 accumulation, the bias
-added in fp32, one rounding to the output's type (as cuBLAS's epilogue does).
+Each program computes BN output columns for every row, reading its BN rows of the weight once over all of K, RBLOCK
+at a time, pipelined `STAGES` deep; fp32 accumulation, the bias added in fp32, one rounding to the output's type (as
+cuBLAS's epilogue does). Two loop bodies:
+
+    dot    float16, bfloat16: tensor-core `tl.dot`s, rows padded to 16 (the smallest dot)
+    lanes  float32: ATen computes float32 GEMMs without TF32 by default, so FMAs, no tensor cores. Each program
+           keeps a product sum per K lane ([rows, BN, RBLOCK], rows padded to a power of two) and sums the lanes
+           once after the loop, so the loop is loads and FMAs only. On an H200 (benchmarks/skinny_gemm_probe.py
+           --dtype float32 --fma, weights cold in L2, GPU us), BERT-base's 9x768 -> 2304 took 8.2 against cuBLAS's
+           11.5, 9x768 -> 768 5.1 against 8.0, 9x768 -> 3072 8.6 against 11.8, 9x3072 -> 768 10.0 against 13.8;
+           `tl.dot` in ieee precision took 17-19, and a sum across the chunk each iteration 22.5
 """
 from __future__ import annotations
 
@@ -25,13 +33,15 @@ from .common import provenance_comment
 from .triton import POINTER_TYPES, TritonKernel, _KernelWriter
 from .triton_math import HELPERS, TL_TYPES, ordered
 
-# float32 would need ieee dots for ATen's numerics (no TF32): on an H100 at 9 rows those took 17-19 us where cuBLAS
-# took 8-11 (benchmarks/skinny_gemm_probe.py --dtype float32)
-DTYPES = ("float16", "bfloat16")
+DOT_DTYPES = ("float16", "bfloat16")
+DTYPES = DOT_DTYPES + ("float32",)
 MAX_ROWS = 16  # one tl.dot tile of rows
 INT32_LIMIT = 2 ** 31 - 1  # the template's offsets are int32
-# (BN, RBLOCK, warps, stages): the winners of the probe's sweep at BERT's shapes on the H200; the last for small K
-CONFIGS = ((16, 128, 2, 6), (16, 128, 4, 6), (32, 128, 4, 6), (16, 256, 2, 6), (32, 256, 2, 4), (16, 64, 2, 4))
+# (BN, RBLOCK, warps, stages): the winners of the probe's sweeps at BERT's shapes on the H200; the last for small K
+DOT_CONFIGS = ((16, 128, 2, 6), (16, 128, 4, 6), (32, 128, 4, 6), (16, 256, 2, 6), (32, 256, 2, 4), (16, 64, 2, 4))
+# the lanes body's: its [rows, BN, RBLOCK] sums live in registers, at most 8,192 of them over 16 rows
+LANES_CONFIGS = ((4, 32, 2, 5), (4, 64, 4, 5), (8, 32, 2, 5), (4, 128, 2, 5), (8, 32, 4, 5), (2, 128, 2, 4),
+                 (2, 32, 2, 4))
 COLD_BYTES = 2 * 50 * 2 ** 20  # operand copies timed: past an H100's 50 MiB L2, twice over
 MAX_COPIES = 24
 
@@ -49,13 +59,27 @@ def {name}({params}, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     ks = tl.arange(0, RBLOCK)
     x_at = x + rows[:, None] * {k} + ks[None, :]
     w_at = w + cols[:, None] * {k} + ks[None, :]
+{loop}{bias}{store}'''
+
+_DOT = """\
     acc = tl.zeros(({padded}, XBLOCK), tl.float32)
     for _ in tl.range(0, {k}, RBLOCK, num_stages={stages}):
         a = tl.load(x_at, mask=rows[:, None] < {rows}, other=0.0)
         acc += tl.dot(a, tl.trans(tl.load(w_at)))
         x_at += RBLOCK
         w_at += RBLOCK
-{bias}{store}'''
+"""
+
+_LANES = """\
+    # float32 FMAs (ATen's float32 GEMMs use no TF32): a sum per K lane, the lanes summed once after the loop
+    lanes = tl.zeros(({padded}, XBLOCK, RBLOCK), tl.float32)
+    for _ in tl.range(0, {k}, RBLOCK, num_stages={stages}):
+        a = tl.load(x_at, mask=rows[:, None] < {rows}, other=0.0)
+        lanes += a[:, None, :] * tl.load(w_at)[None, :, :]
+        x_at += RBLOCK
+        w_at += RBLOCK
+    acc = tl.sum(lanes, axis=2)
+"""
 
 _STORE = """\
     tl.store(out + rows[:, None] * {n} + cols[None, :], acc.to(out.dtype.element_ty), mask=rows[:, None] < {rows})
@@ -71,9 +95,14 @@ _EPILOGUE_HEAD = """\
 """
 
 
+def configs(dtype: str) -> tuple:
+    """The launch configurations of the loop body this dtype takes."""
+    return DOT_CONFIGS if dtype in DOT_DTYPES else LANES_CONFIGS
+
+
 def fits(rows: int, k: int, n: int, dtype: str) -> bool:
     """Whether the template computes this GEMM (a configuration divides its shape)."""
-    return (dtype in DTYPES and 0 < rows <= MAX_ROWS and any(_divides(c, k, n) for c in CONFIGS)
+    return (dtype in DTYPES and 0 < rows <= MAX_ROWS and any(_divides(c, k, n) for c in configs(dtype))
             and n * k <= INT32_LIMIT and MAX_ROWS * max(k, n) <= INT32_LIMIT)
 
 
@@ -82,25 +111,30 @@ def _divides(config: tuple, k: int, n: int) -> bool:
     return n % bn == 0 and k % rblock == 0
 
 
-def source(name: str, rows: int, k: int, n: int, bias: bool, config: dict, head: str, params: str = "out",
-           store: Optional[str] = None, helpers: str = "") -> str:
+def source(name: str, rows: int, k: int, n: int, bias: bool, config: dict, head: str, dtype: str,
+           params: str = "out", store: Optional[str] = None, helpers: str = "") -> str:
     """The template's module; `head` opens it (the provenance comment). Without `store` (an epilogue's lines and
     its output parameters `params`), the product is stored to `out`."""
+    dot = dtype in DOT_DTYPES
+    padded = 1 << (rows - 1).bit_length()
+    padded = max(16, padded) if dot else padded
+    loop = (_DOT if dot else _LANES).format(padded=padded, k=k, rows=rows, stages=config["stages"])
     return _TEMPLATE.format(name=name, params=("x, w, b, " if bias else "x, w, ") + params, head=head,
-                            helpers=helpers, rows=rows, k=k, n=n, padded=max(16, 1 << (rows - 1).bit_length()),
-                            stages=config["stages"], bias_note=" + b" if bias else "",
+                            helpers=helpers, rows=rows, k=k, n=n, padded=padded, loop=loop,
+                            bias_note=" + b" if bias else "",
                             bias="    acc += tl.load(b + cols)[None, :].to(tl.float32)\n" if bias else "",
                             store=store if store is not None else _STORE.format(n=n, rows=rows))
 
 
 def render_gemm(kernel: K.GemmKernel) -> TritonKernel:
     """The kernel's module and launch: one program per XBLOCK output columns, at the configuration it was timed at."""
-    config, head = kernel.config, provenance_comment(kernel, "#")
+    config, head, dtype = kernel.config, provenance_comment(kernel, "#"), kernel.inputs[0].dtype
     if kernel.epilogue is None:
-        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head)
+        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, dtype)
     else:
         params, store, helpers = _epilogue(kernel)
-        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, params, store, helpers)
+        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, dtype, params, store,
+                      helpers)
     arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
     launch = {"constants": {"XBLOCK": config["bn"], "RBLOCK": config["rblock"]}, "num_warps": config["warps"]}
     return TritonKernel(kernel.name, text, arg_types, items=kernel.n, configs=[launch])
@@ -151,7 +185,7 @@ def gemm_template(rows: int, k: int, n: int, dtype: str, has_bias: bool, timed: 
     if not fits(rows, k, n, dtype):
         return None
     if not timed or not torch.cuda.is_available():
-        bn, rblock, warps, stages = next(c for c in CONFIGS if _divides(c, k, n))
+        bn, rblock, warps, stages = next(c for c in configs(dtype) if _divides(c, k, n))
         return None, {"bn": bn, "rblock": rblock, "warps": warps, "stages": stages}
     return _timed(rows, k, n, dtype, has_bias, torch.cuda.current_device())
 
@@ -167,17 +201,18 @@ def _timed(rows: int, k: int, n: int, dtype: str, has_bias: bool, device: int) -
         b = torch.randn(n, device="cuda", dtype=torch_dtype) if has_bias else None
         operands.append((x, w, b, torch.empty(rows, n, device="cuda", dtype=torch_dtype)))
     calls, configs = {}, {}
-    for bn, rblock, warps, stages in CONFIGS:
+    tolerance = 1e-2 if dtype in DOT_DTYPES else 1e-4
+    for bn, rblock, warps, stages in configs(dtype):
         if not _divides((bn, rblock, warps, stages), k, n):
             continue
         config = {"bn": bn, "rblock": rblock, "warps": warps, "stages": stages}
         label = f"bn{bn} rblock{rblock} w{warps} s{stages}"
         try:
-            launch = _compiled(rows, k, n, has_bias, stages)
+            launch = _compiled(rows, k, n, has_bias, stages, dtype)
             x, w, b, out = operands[0]
             launch(x, w, b, out, bn, rblock, warps)
             expected = torch.nn.functional.linear(x, w, b)
-            if not torch.allclose(out.float(), expected.float(), rtol=1e-2, atol=1e-2):
+            if not torch.allclose(out.float(), expected.float(), rtol=tolerance, atol=tolerance):
                 continue  # never chosen where it computes something else
         except Exception:  # noqa: BLE001 - a configuration this Triton cannot compile here
             continue
@@ -191,11 +226,11 @@ def _timed(rows: int, k: int, n: int, dtype: str, has_bias: bool, device: int) -
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(rows: int, k: int, n: int, has_bias: bool, stages: int):
+def _compiled(rows: int, k: int, n: int, has_bias: bool, stages: int, dtype: str):
     """A launcher of the template at this shape: launch(x, w, b, out, bn, rblock, warps)."""
     from .compile_triton import kernel_function
     name = "skinny_gemm"
-    fn = kernel_function(source(name, rows, k, n, has_bias, {"stages": stages}, "# timed by gemm_forms"), name)
+    fn = kernel_function(source(name, rows, k, n, has_bias, {"stages": stages}, "# timed by gemm_forms", dtype), name)
 
     def launch(x, w, b, out, bn: int, rblock: int, warps: int) -> None:
         args = (x, w, b, out) if has_bias else (x, w, out)
