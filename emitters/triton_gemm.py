@@ -200,7 +200,7 @@ def _timed(rows: int, k: int, n: int, dtype: str, has_bias: bool, device: int) -
         w = torch.randn(n, k, device="cuda", dtype=torch_dtype) / math.sqrt(k)
         b = torch.randn(n, device="cuda", dtype=torch_dtype) if has_bias else None
         operands.append((x, w, b, torch.empty(rows, n, device="cuda", dtype=torch_dtype)))
-    calls, configs = {}, {}
+    calls, by_label = {}, {}
     tolerance = 1e-2 if dtype in DOT_DTYPES else 1e-4
     for bn, rblock, warps, stages in configs(dtype):
         if not _divides((bn, rblock, warps, stages), k, n):
@@ -217,12 +217,12 @@ def _timed(rows: int, k: int, n: int, dtype: str, has_bias: bool, device: int) -
         except Exception:  # noqa: BLE001 - a configuration this Triton cannot compile here
             continue
         calls[label] = [functools.partial(launch, *ops, bn, rblock, warps) for ops in operands]
-        configs[label] = config
+        by_label[label] = config
     if not calls:
         return None
     micros = graphs_gpu_us(calls)
     best = min(micros, key=micros.get)
-    return micros[best] / 1e6, configs[best]
+    return micros[best] / 1e6, by_label[best]
 
 
 @functools.lru_cache(maxsize=None)

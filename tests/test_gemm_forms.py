@@ -139,6 +139,21 @@ def test_a_form_that_cannot_be_timed_keeps_the_model_s_own(monkeypatch):
     assert gemm_forms.choose(_gemm(transposed=True), True, [{}]) == "kn"
 
 
+def test_a_generated_form_whose_timing_fails_leaves_aten_s_forms_chosen(monkeypatch):
+    """The template's own timing raising (a Triton that cannot build it here) costs that form only: the GEMM still
+    takes the fastest of ATen's forms, and conversion's other GEMMs their choices."""
+    monkeypatch.setattr(gemm_forms, "_time_forms", lambda forms, *rest: {"linear": 33.8, "linear_add": 19.8,
+                                                                          "kn": 13.7})
+
+    def template(timed):
+        if timed:
+            raise TypeError("the template's timing failed")
+        return None, {}
+    assert gemm_forms.choose(_gemm(), True, [{}], template) == "kn"
+    monkeypatch.setattr(gemm_forms, "_timed", {})
+    assert gemm_forms.choose(_gemm(), True, [{}], lambda timed: (1e-6, {})) == gemm_forms.GENERATED
+
+
 def test_without_a_bias_only_the_two_layouts_are_timed(monkeypatch):
     timed = []
     monkeypatch.setattr(gemm_forms, "_time_forms", lambda forms, *rest: timed.extend(forms) or dict.fromkeys(forms, 1.0))

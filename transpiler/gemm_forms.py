@@ -124,10 +124,19 @@ def choose(gemm: ConstantGemm, bias_fuses: bool, points: list[dict[str, int]],
     if timing.fixed():
         return timing.take_fixed(what, own, own).chosen
     seconds = [_timed_at(m, k, n, gemm.x.type.dtype, has_bias, bias_fuses) for m in rows]
-    generated = template(True) if template is not None and len(rows) == 1 else None
+    generated = _timed_template(template) if template is not None and len(rows) == 1 else None
     if generated is not None and generated[0] is not None and seconds[0]:
         seconds[0] = dict(seconds[0], **{GENERATED: generated[0]})
     return timing.settle_over(what, seconds, own, MARGIN).chosen  # none timed: the model's own
+
+
+def _timed_template(template: Callable[[bool], tuple]) -> Optional[tuple]:
+    """The generated form's (seconds, configuration) at this shape; None where timing it fails (a Triton that
+    cannot build it here): the GEMM keeps ATen's forms, which are timed apart, and the other GEMMs their choices."""
+    try:
+        return template(True)
+    except Exception:  # noqa: BLE001 - whatever the template's build or launch raised
+        return None
 
 
 def _timed_at(rows: int, k: int, n: int, dtype: str, has_bias: bool, bias_fuses: bool) -> dict[str, float]:
