@@ -120,17 +120,10 @@ class Executor:
                 result = fn(*a)
             if unpacks and len(result) != len(outs):
                 raise ValueError(f"cannot unpack {len(result)} values into {len(outs)}")
-            if len(outs) == 1 and not unpacks:
-                env[outs[0]] = result
-                if observe:
-                    observe(node, (result,))
-            elif outs:
-                for slot, value in zip(outs, result):
-                    env[slot] = value
-                if observe:
-                    observe(node, tuple(result))
-            for slot in free:
-                env[slot] = None
+            if not outs:  # (a call made for its effect: nothing to store or observe)
+                _store(env, outs, (), free, None, node)
+            else:
+                _store(env, outs, (result,) if len(outs) == 1 and not unpacks else tuple(result), free, observe, node)
 
         return call
 
@@ -167,13 +160,7 @@ class Executor:
         def if_(env: list) -> None:
             steps, results = branches[0] if _condition(cond(env)) else branches[1]
             run(steps, env)
-            values = [get(env) for get in results]
-            for slot, value in zip(outs, values):
-                env[slot] = value
-            if observe:
-                observe(node, tuple(values))
-            for slot in free:
-                env[slot] = None
+            _store(env, outs, tuple(get(env) for get in results), free, observe, node)
 
         return if_
 
@@ -223,3 +210,14 @@ def _trip_count(value: Any) -> int:
     if type(value) is not int:
         raise TypeError(f"a loop's trip count is {type(value).__name__}, not an int")
     return value
+
+
+def _store(env: list, outs: list, values: tuple, free, observe, node: int) -> None:
+    """A step's outputs into their slots (handed to `observe` where there is one), then the slots it was the last
+    reader of released."""
+    for slot, value in zip(outs, values):
+        env[slot] = value
+    if observe:
+        observe(node, values)
+    for slot in free:
+        env[slot] = None
