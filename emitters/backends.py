@@ -33,6 +33,8 @@ class Backend:
     cpp_loader: Optional[str] = None  # the C++ runtime's loader (plan.cpp, kKernelBackends)
     # The GEMM form it generates for transpiler/gemm_forms.py to time (its `Generated` hook), if any
     generated_gemm: Optional[Callable[..., Any]] = None
+    # The attention it generates for transpiler/attention_kernels.py to time (its `Generated` hook), if any
+    generated_attention: Optional[Callable[..., Any]] = None
     # The convolutions it generates for transpiler/onednn_conv.py to time (ConvKernels -> calls to time), if any
     generated_conv: Optional[Callable[..., Any]] = None
     devices: tuple[str, ...] = ("cpu", "cuda")  # the device types its packages run on
@@ -109,11 +111,13 @@ def _compile_cpp(source: str, kernels: list[Kernel], device: Optional[torch.devi
 
 
 def _render_triton(kernels: list[Kernel]) -> list:
-    from jit2triton.transpiler.kernel_ir import GemmKernel
+    from jit2triton.transpiler.kernel_ir import AttentionKernel, GemmKernel
 
     from .triton import render_kernel
-    from .triton_gemm import render_gemm  # a template, not expressions
-    return [render_gemm(k) if isinstance(k, GemmKernel) else render_kernel(k) for k in kernels]
+    from .triton_attention import render_attention  # templates, not expressions
+    from .triton_gemm import render_gemm
+    return [render_gemm(k) if isinstance(k, GemmKernel) else render_attention(k) if isinstance(k, AttentionKernel)
+            else render_kernel(k) for k in kernels]
 
 
 def _compile_triton(rendered: list, kernels: list[Kernel], device: Optional[torch.device],
@@ -134,13 +138,18 @@ def _triton_gemm(*args) -> Any:
     return gemm_template(*args)
 
 
+def _triton_attention(*args) -> Any:
+    from .triton_attention import attention_template
+    return attention_template(*args)
+
+
 BACKENDS: dict[str, Backend] = {b.name: b for b in [
     Backend("cpp", "cpp", _render_cpp, _compile_cpp, "load_cpu_kernels",
             generated_conv=_cpp_conv, devices=("cpu",), default_on=("cpu",),
             hint="the C++ backend generates CPU kernels; use device='cpu' or backend='triton'"),
     # (on the CPU its kernels run under the Triton interpreter: for tests, slow)
     Backend("triton", "triton", _render_triton, _compile_triton, "load_cuda_kernels", _triton_gemm,
-            default_on=("cuda",), scalars_by_value=True),
+            generated_attention=_triton_attention, default_on=("cuda",), scalars_by_value=True),
     Backend("aten"),  # no generated kernels: every op runs through ATen
 ]}
 NAMES = tuple(BACKENDS)

@@ -429,6 +429,7 @@ class _MethodStages:
         ctx.precision = precision_plan or self.precision_plan
         backend = backend_named(self.backend)
         ctx.generated_gemm = backend.generated_gemm  # a GEMM over few rows may take its form
+        ctx.generated_attention = backend.generated_attention  # attention over few keys may take its kernel
         ctx.generated_conv = backend.generated_conv  # a conv net's 1x1, depthwise, small convolutions may too
         ctx.scalars_by_value = backend.scalars_by_value
         pipeline.prepare(graph, ctx, generate_kernels=rewrites, skip=frozenset(skipped))

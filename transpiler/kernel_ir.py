@@ -632,6 +632,40 @@ class GemmKernel(TemplateKernel):
 
 
 @dataclass
+class AttentionKernel(Kernel):
+    """softmax(q @ k^T * scale [+ mask]) @ v over a short key sequence, from emitters/triton_attention.py: inputs q
+    [*batch, l, d], k [*batch, s, d], v [*batch, s, e] and, where `mask` is "additive" or "boolean", the mask
+    (broadcast to [*batch, l, s]); "causal" masks keys after the query's position; the output is [*batch, l, e].
+    Every buffer is read or written at its own strides. `config` is the launch configuration timed fastest
+    (transpiler/attention_kernels.py). Not a TemplateKernel: it takes no epilogue."""
+    batch: tuple[int, ...] = ()
+    l: int = 0
+    s: int = 0
+    d: int = 0
+    e: int = 0
+    scale: float = 1.0
+    mask: str = ""
+    config: dict = field(default_factory=dict)
+
+    def strides(self) -> tuple[tuple[int, ...], ...]:
+        """q's, k's, v's, the mask's (() without one) and the output's strides at the full rank, [*batch, ., .]: a
+        dim the mask broadcasts along (missing, or of size 1) strides 0."""
+        rank = len(self.batch) + 2
+        own = [tuple(b.strides) for b in self.inputs[:3]]
+        mask = ()
+        if self.mask in ("additive", "boolean"):
+            buffer = self.inputs[3]
+            pad = rank - len(buffer.shape)
+            mask = (0,) * pad + tuple(0 if n == 1 else st for n, st in zip(buffer.shape, buffer.strides))
+        return (*own, mask, tuple(self.outputs[0].strides))
+
+    def spec(self) -> tuple:
+        """What the template is rendered and timed from (hashable): emitters/triton_attention.py's `spec`."""
+        return (self.batch, self.l, self.s, self.d, self.e, self.inputs[0].dtype, self.scale, self.mask,
+                self.strides())
+
+
+@dataclass
 class ConvKernel(TemplateKernel):
     """A 2-d convolution by a constant weight over a channels-last activation, from emitters/cpp_conv.py: `kind`
     "pointwise" (1x1, stride 1, no padding, one group: a GEMM over the pixels), "depthwise" (a group per channel)

@@ -41,6 +41,7 @@ from .op_table import lookup
 from .merge_kernels import merge_kernels
 from .gemm_forms import gemm_forms
 from .gemm_kernels import gemm_kernels
+from .attention_kernels import attention_kernels
 from .conv_kernels import conv_kernels
 from .epilogues import take_epilogues
 from .onednn_linear import onednn_linear
@@ -163,6 +164,8 @@ class Context:
     # The generated GEMM form's hook (gemm_forms.Generated), where the face generates Triton kernels: the transpiler
     # cannot import the emitters that render and time it
     generated_gemm: Optional[Callable] = None
+    # The generated attention's hook (attention_kernels.Generated), likewise
+    generated_attention: Optional[Callable] = None
     # The generated convolutions' hook (onednn_conv.py times them), where the face generates C++ kernels
     generated_conv: Optional[Callable] = None
     scalars_by_value: bool = False  # kernels take host numbers as arguments (the backend's launchers pass them)
@@ -425,6 +428,8 @@ PASSES: list[Pass] = [
          "lower"),  # returns a fused copy
     Pass("merge_kernels", lambda g, c: merge_kernels(g), "lower"),  # siblings over one iteration space
     Pass("gemm_kernels", lambda g, c: gemm_kernels(g, c.refused), "lower"),  # the GEMMs given the generated form
+    # short-sequence attention, where timed faster than ATen's
+    Pass("attention_kernels", lambda g, c: attention_kernels(g, c.refused, c.generated_attention), "lower"),
     Pass("conv_kernels", lambda g, c: conv_kernels(g, c.refused), "lower"),  # convolutions onednn_conv marked
     Pass("epilogues", lambda g, c: take_epilogues(g), "lower"),  # a template kernel takes the pointwise one after it
     Pass("kernel_alignment", lambda g, c: mark_misaligned_inputs(g), "lower"),  # inputs seen unaligned: no vector loads
