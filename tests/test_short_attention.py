@@ -121,6 +121,33 @@ def test_an_attention_kernel_that_disagrees_with_aten_is_taken_out(monkeypatch):
     assert_same(converted(*inputs), traced(*inputs), "after the culprit search")
 
 
+class Copied(torch.nn.Module):
+    """The attention's output copied into another layout (its heads' dims swapped, made contiguous), and, with
+    `twice`, also returned as it is: a product read twice keeps its own store."""
+
+    def __init__(self, twice: bool = False) -> None:
+        super().__init__()
+        self.twice = twice
+
+    def forward(self, q, k, v):
+        attended = F.scaled_dot_product_attention(q, k, v)
+        moved = attended.transpose(-1, -2).contiguous().view(2, 3, -1)
+        return (moved, attended) if self.twice else moved
+
+
+@pytest.mark.parametrize("twice", [False, True])
+def test_a_copy_of_the_attention_s_output_into_another_layout_is_stored_by_the_attention(twice):
+    make = lambda: (torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4))  # noqa: E731
+    traced = torch.jit.trace(Copied(twice).eval(), make())
+    converted = jit2triton.convert(traced, make(), backend="triton")
+    kernels = {k["name"]: k["ops"] for k in converted.summary()["kernels"]}
+    assert "aten::contiguous" in kernels["a0_attention"] and len(kernels) == 1 if not twice else \
+        "aten::contiguous" not in kernels["a0_attention"] and len(kernels) == 2, converted.report()
+    for call in range(2):
+        inputs = make()
+        assert_same(converted(*inputs), traced(*inputs), f"call {call}")
+
+
 def test_the_template_covers_short_sequences_only():
     assert triton_attention.fits((1, 12), 9, 9, 64, 64, "float32")
     assert triton_attention.fits((8, 12), 128, 128, 64, 64, "float16")

@@ -646,6 +646,9 @@ class AttentionKernel(Kernel):
     scale: float = 1.0
     mask: str = ""
     config: dict = field(default_factory=dict)
+    # where the output's [*batch, l, e] elements go in outputs[0], per dim, when that is another layout's buffer (a
+    # copy it took over, transpiler/store_through_copies.py); () for outputs[0]'s own strides
+    out_strides: tuple[int, ...] = ()
 
     def strides(self) -> tuple[tuple[int, ...], ...]:
         """q's, k's, v's, the mask's (() without one) and the output's strides at the full rank, [*batch, ., .]: a
@@ -657,7 +660,7 @@ class AttentionKernel(Kernel):
             buffer = self.inputs[3]
             pad = rank - len(buffer.shape)
             mask = (0,) * pad + tuple(0 if n == 1 else st for n, st in zip(buffer.shape, buffer.strides))
-        return (*own, mask, tuple(self.outputs[0].strides))
+        return (*own, mask, tuple(self.out_strides or self.outputs[0].strides))
 
     def spec(self) -> tuple:
         """What the template is rendered and timed from (hashable): emitters/triton_attention.py's `spec`."""

@@ -42,6 +42,7 @@ from .merge_kernels import merge_kernels
 from .gemm_forms import gemm_forms
 from .gemm_kernels import gemm_kernels
 from .attention_kernels import attention_kernels
+from .store_through_copies import store_through_copies
 from .conv_kernels import conv_kernels
 from .epilogues import take_epilogues
 from .onednn_linear import onednn_linear
@@ -430,6 +431,7 @@ PASSES: list[Pass] = [
     Pass("gemm_kernels", lambda g, c: gemm_kernels(g, c.refused), "lower"),  # the GEMMs given the generated form
     # short-sequence attention, where timed faster than ATen's
     Pass("attention_kernels", lambda g, c: attention_kernels(g, c.refused, c.generated_attention), "lower"),
+    Pass("store_through_copies", lambda g, c: store_through_copies(g), "lower"),  # an attention's output copied
     Pass("conv_kernels", lambda g, c: conv_kernels(g, c.refused), "lower"),  # convolutions onednn_conv marked
     Pass("epilogues", lambda g, c: take_epilogues(g), "lower"),  # a template kernel takes the pointwise one after it
     Pass("kernel_alignment", lambda g, c: mark_misaligned_inputs(g), "lower"),  # inputs seen unaligned: no vector loads
