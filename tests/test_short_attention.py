@@ -60,10 +60,10 @@ def _attention_kernels(converted) -> list[str]:
     return [k["name"] for k in converted.summary()["kernels"] if k["name"].endswith("_attention")]
 
 
-def _bert_inputs(dtype=torch.float32, device="cpu", tokens=9):
+def _bert_inputs(dtype=torch.float32, device="cpu", tokens=9, width=64):
     keep = (torch.rand(2, tokens, device=device) > 0.3).to(dtype)
     keep[:, 0] = 1
-    return torch.randn(2, tokens, 64, device=device, dtype=dtype), keep
+    return torch.randn(2, tokens, width, device=device, dtype=dtype), keep
 
 
 def test_bert_s_attention_reads_the_projection_s_heads_in_place_and_computes_what_torchscript_does(tmp_path):
@@ -163,7 +163,7 @@ def test_timed_on_the_gpu_and_right_in_the_runtime(dtype, tmp_path, monkeypatch)
     monkeypatch.setattr(gemm_forms, "MODE", "auto")
     torch.manual_seed(0)
     model = SelfAttention(heads=12, head_dim=64).eval().cuda().to(dtype)
-    make = lambda: _bert_inputs(dtype, "cuda")  # noqa: E731
+    make = lambda: _bert_inputs(dtype, "cuda", width=768)  # noqa: E731
     traced = torch.jit.trace(model, make())
     converted = jit2triton.convert(traced, make(), device="cuda")
     choices = [c for c in converted.summary()["timed_choices"] if c["what"].startswith("attention form")]

@@ -420,7 +420,9 @@ def test_kernels_identical_but_for_names_comments_and_buffer_numbers_share_one_i
 
 
 @on_gpu
-def test_repeated_layers_compile_once_and_share_a_binary(tmp_path):
+def test_repeated_layers_compile_once_and_share_a_binary(tmp_path, monkeypatch):
+    from jit2triton.transpiler import gemm_forms
+    monkeypatch.setattr(gemm_forms, "MODE", "never")  # (16 rows: the GEMMs would be template kernels, and twins too)
     example = (torch.randn(16, 32),)
     model = torch.jit.trace(RepeatedLayers(), example)
     path = tmp_path / "m.j2t"
@@ -481,9 +483,10 @@ def test_conversion_times_the_cuda_graph_and_the_runtime_follows_its_choice(grap
 @on_gpu
 def test_ops_with_weights_fuse_on_cuda_as_on_the_cpu(monkeypatch):
     from jit2triton.demo import build_demo_model
-    from jit2triton.transpiler import gemm_forms, onednn_conv, onednn_linear
-    # the GEMM and convolution rewrites each device has (oneDNN's epilogues, a bias out of cuBLAS) change what
-    # fuses: not here
+    from jit2triton.transpiler import attention_kernels, gemm_forms, onednn_conv, onednn_linear
+    # the GEMM, attention and convolution rewrites each device has (oneDNN's epilogues, a bias out of cuBLAS, the
+    # GPU's attention template) change what fuses: not here
+    monkeypatch.setattr(attention_kernels, "MODE", "never")
     monkeypatch.setattr(onednn_linear, "MODE", "never")
     monkeypatch.setattr(onednn_conv, "MODE", "never")
     monkeypatch.setattr(gemm_forms, "MODE", "never")
