@@ -57,7 +57,7 @@ def {name}({params}, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     rows = tl.arange(0, {padded})
     cols = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     ks = tl.arange(0, RBLOCK)
-    x_at = x + rows[:, None] * {k} + ks[None, :]
+    x_at = x + rows[:, None] * {x_row} + ks[None, :]
     w_at = w + cols[:, None] * {k} + ks[None, :]
 {loop}{bias}{store}'''
 
@@ -112,15 +112,15 @@ def _divides(config: tuple, k: int, n: int) -> bool:
 
 
 def source(name: str, rows: int, k: int, n: int, bias: bool, config: dict, head: str, dtype: str,
-           params: str = "out", store: Optional[str] = None, helpers: str = "") -> str:
+           params: str = "out", store: Optional[str] = None, helpers: str = "", x_row: int = 0) -> str:
     """The template's module; `head` opens it (the provenance comment). Without `store` (an epilogue's lines and
-    its output parameters `params`), the product is stored to `out`."""
+    its output parameters `params`), the product is stored to `out`. `x_row`: x's row stride where not k."""
     dot = dtype in DOT_DTYPES
     padded = 1 << (rows - 1).bit_length()
     padded = max(16, padded) if dot else padded
     loop = (_DOT if dot else _LANES).format(padded=padded, k=k, rows=rows, stages=config["stages"])
     return _TEMPLATE.format(name=name, params=("x, w, b, " if bias else "x, w, ") + params, head=head,
-                            helpers=helpers, rows=rows, k=k, n=n, padded=padded, loop=loop,
+                            helpers=helpers, rows=rows, k=k, n=n, padded=padded, loop=loop, x_row=x_row or k,
                             bias_note=" + b" if bias else "",
                             bias="    acc += tl.load(b + cols)[None, :].to(tl.float32)\n" if bias else "",
                             store=store if store is not None else _STORE.format(n=n, rows=rows))
@@ -130,11 +130,12 @@ def render_gemm(kernel: K.GemmKernel) -> TritonKernel:
     """The kernel's module and launch: one program per XBLOCK output columns, at the configuration it was timed at."""
     config, head, dtype = kernel.config, provenance_comment(kernel, "#"), kernel.inputs[0].dtype
     if kernel.epilogue is None:
-        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, dtype)
+        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, dtype,
+                      x_row=kernel.x_row)
     else:
         params, store, helpers = _epilogue(kernel)
         text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, dtype, params, store,
-                      helpers)
+                      helpers, kernel.x_row)
     arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
     launch = {"constants": {"XBLOCK": config["bn"], "RBLOCK": config["rblock"]}, "num_warps": config["warps"]}
     return TritonKernel(kernel.name, text, arg_types, items=kernel.n, configs=[launch])

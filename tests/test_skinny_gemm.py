@@ -134,6 +134,24 @@ def test_rows_that_are_not_dense_stay_a_linear():
     assert_same(converted(x), traced(x), "transposed rows", HALF)
 
 
+def test_rows_apart_in_a_larger_tensor_are_read_in_place():
+    class Pooler(torch.nn.Module):  # BERT's pooler: the first token of each sequence, rows 9 x 128 apart
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(128, 64)
+
+        def forward(self, x):
+            return torch.tanh(self.fc(x[:, 0]))
+
+    make = lambda: torch.randn(2, 9, 128)  # noqa: E731
+    traced, converted = _convert(Pooler(), make, torch.float32)
+    assert _template_kernels(converted) == ["g0_linear_tanh"], converted.report()
+    assert "x_at = x + rows[:, None] * 1152 + ks[None, :]" in converted.code
+    for call in range(2):
+        x = make()
+        assert_same(converted(x), traced(x), f"call {call}")
+
+
 @pytest.mark.parametrize("dtype, body, wrong", [(torch.float16, "_DOT", ("acc += tl.dot(", "acc -= tl.dot(")),
                                                 (torch.float32, "_LANES", ("lanes += a", "lanes -= a"))])
 def test_a_template_kernel_that_disagrees_with_aten_is_taken_out(dtype, body, wrong, monkeypatch):

@@ -40,9 +40,11 @@ def kernel_inputs(node: Node) -> list:
 
 
 def _kernel(node: Node, number: int) -> GemmKernel | None:
-    """The template kernel for `node`, where each operand is dense in rows (the template's only layout)."""
+    """The template kernel for `node`, where each operand is dense in rows (the template's only layout) but x,
+    whose rows may be apart (one token of each sequence) where each row is dense."""
     values = kernel_inputs(node) + list(node.outputs)
-    if not all(_dense(v.type) for v in values):
+    x_row = row_stride(values[0].type)
+    if x_row is None or not all(_dense(v.type) for v in values[1:]):
         return None
     x, w = values[0], values[1]
     rows = 1
@@ -50,9 +52,30 @@ def _kernel(node: Node, number: int) -> GemmKernel | None:
         rows *= n
     buffers = [KernelBuffer(f"buf{v.id}", v.type.dtype, tuple(v.type.shape), contiguous_strides(v.type.shape))
                for v in values]
+    buffers[0] = KernelBuffer(buffers[0].name, x.type.dtype, tuple(x.type.shape), tuple(x.type.strides or
+                                                                                     buffers[0].strides))
     return GemmKernel(name=f"g{number}_linear", ranges=(), inputs=buffers[:-1], outputs=buffers[-1:], values=[],
                       provenance=[provenance_line(node)], rows=rows, k=x.type.shape[-1], n=w.type.shape[0],
-                      bias=len(values) == 4, config=node.attrs[Attr.GEMM_CONFIG])
+                      bias=len(values) == 4, config=node.attrs[Attr.GEMM_CONFIG],
+                      x_row=0 if x_row == x.type.shape[-1] else x_row)
+
+
+def row_stride(t) -> int | None:
+    """The stride between x's rows (its dims but the last, flattened), where each row is dense and the rows are
+    evenly apart; None otherwise."""
+    if not (t.is_tensor and t.shape is not None and all(isinstance(n, int) for n in (*t.shape, *(t.strides or ())))):
+        return None
+    shape, strides = tuple(t.shape), tuple(t.strides or contiguous_strides(t.shape))
+    if len(shape) < 2 or (shape[-1] != 1 and strides[-1] != 1):
+        return None
+    leading = [(n, s) for n, s in zip(shape[:-1], strides[:-1]) if n != 1]
+    if not leading:
+        return shape[-1]  # one row
+    for (_, outer), (inner_n, inner) in zip(leading, leading[1:]):
+        if outer != inner * inner_n:
+            return None
+    stride = leading[-1][1]
+    return stride if isinstance(stride, int) and stride >= shape[-1] else None
 
 
 def _dense(t) -> bool:

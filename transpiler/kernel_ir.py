@@ -629,6 +629,7 @@ class GemmKernel(TemplateKernel):
     n: int = 0
     bias: bool = False
     config: dict = field(default_factory=dict)
+    x_row: int = 0  # x's stride between rows, where not k (a row of a larger tensor: BERT's pooler reads token 0)
 
 
 @dataclass
