@@ -63,7 +63,7 @@ def copy_strides(copy: K.Kernel, product: K.KernelBuffer) -> Optional[tuple[int,
     into its output; None unless it is a copy of every element once, linear in the product's coordinates."""
     if type(copy) is not K.Kernel or len(copy.inputs) != 1 or len(copy.outputs) != 1 or len(copy.values) != 1:
         return None
-    load, out = copy.values[0], copy.outputs[0]
+    load, out = _uncast(copy.values[0], product.dtype), copy.outputs[0]
     if (load.op != "load" or len(load.args) != 1 or load.arg != copy.inputs[0].name or out.dtype != product.dtype
             or copy.inputs[0].dtype != product.dtype or tuple(copy.inputs[0].strides) != tuple(product.strides)):
         return None
@@ -90,6 +90,14 @@ def copy_strides(copy: K.Kernel, product: K.KernelBuffer) -> Optional[tuple[int,
     strides = tuple(int(at[s]) if n > 1 else 0 for n, s in zip(shape, product.strides))
     expected = (np.asarray(strides, dtype=np.int64)[:, None] * coordinates).sum(axis=0)
     return strides if np.array_equal(placed, expected) else None
+
+
+def _uncast(x: K.KExpr, dtype: str) -> K.KExpr:
+    """`x` without the casts that keep every value of `dtype` as it is (a half type computed in float32)."""
+    exact = {dtype, K.compute_dtype(dtype)}
+    while x.op == "cast" and x.arg in exact:
+        x = x.args[0]
+    return x
 
 
 def _points(index: tuple) -> Optional[dict[str, np.ndarray]]:
