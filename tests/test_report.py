@@ -74,3 +74,36 @@ def test_the_fallbacks_in_branches_conversion_never_saw_run_are_counted_apart():
            "branches conversion never saw run)" in converted.report()
     x = torch.rand(6) + 0.5
     torch.testing.assert_close(converted(x), model(x))
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 32)
+        self.norm = torch.nn.LayerNorm(32)
+
+    def forward(self, x):
+        return self.norm(x + torch.relu(self.fc(x)))
+
+
+class _Layers(torch.nn.Module):
+    """Three alike layers of a GEMM (an extern) and a kernel (residual, ReLU, LayerNorm), then a head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(_Layer() for _ in range(3))
+        self.head = torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x).softmax(-1)
+
+
+def test_the_report_counts_launches_per_call_and_per_repeated_layer():
+    example = (torch.randn(2, 5, 32),)
+    converted = jit2triton.convert(torch.jit.trace(_Layers().eval(), example), example)
+    launches = converted.summary()["launches"]
+    assert launches == {"per_call": 8, "layers": 3, "per_layer": 2}, converted.report()
+    assert "launches per call: 8 (kernels and ATen calls, a loop's body once); 3 repeated layers, 2 launches each" \
+        in converted.report()

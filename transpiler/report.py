@@ -4,11 +4,12 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any, Optional
 
-from .op_table import EXTERN, FALLBACK, HOST
+from .op_table import EXTERN, FALLBACK, HOST, VIEW
 
 NO_BACKEND = "no generated kernel for it yet: runs through ATen"
 ALIAS = "alias"  # a view kept as an ATen alias because its consumer is an extern op: cheaper than a copy
 NOT_IN_TABLE = "not in the op table: runs through ATen by its schema"
+NO_LAUNCH = (HOST, VIEW, ALIAS)  # node categories that launch no device work
 
 
 def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
@@ -51,7 +52,27 @@ def summarize(node_table: list[dict[str, Any]]) -> dict[str, Any]:
         "fallback_ops": dict(fallback_ops.most_common()),
         "fallback_reasons": reasons,
         "kernels": kernels,
+        "launches": launches(node_table),
     }
+
+
+def launches(node_table: list[dict[str, Any]]) -> dict[str, int]:
+    """The plan's steps that launch device work (a generated kernel, an ATen op: one or more of its kernels), a loop's
+    body counted once; and, where the model repeats a layer (a transformer's), how many times and how many of those
+    launches one layer makes: the steps made from the same source lines, repeated the most common number of times."""
+    repeats: Counter = Counter()
+    for entry in node_table:
+        if entry["category"] in NO_LAUNCH:
+            continue
+        fused = entry.get("fused")
+        repeats[tuple((f["op"], f["source"]) for f in fused) if fused else ((entry["op"], entry["source"]),)] += 1
+    found = {"per_call": sum(repeats.values())}
+    with_sources = {key: n for key, n in repeats.items() if n > 1 and all(source for _, source in key)}
+    layers = Counter(with_sources.values()).most_common()
+    if layers and layers[0][1] > 1:  # (two or more step kinds repeated alike: a layer, not one op in a loop)
+        count = max(n for n, kinds in layers if kinds == layers[0][1])
+        found.update(layers=count, per_layer=sum(n for n in with_sources.values() if n == count) // count)
+    return found
 
 
 def packed_summary(plan: dict[str, Any]) -> dict[str, Any]:
@@ -74,6 +95,7 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
             if summary.get("unreached_fallback_nodes") else ""),
     ]
     lines += [f"  kernel {kernel['name']}: {_kernel_line(kernel)}" for kernel in summary["kernels"]]
+    lines += _format_launches(summary.get("launches"))
     if summary["fallback_ops"]:
         lines.append("fallback ops:")
         for op, count in summary["fallback_ops"].items():
@@ -97,6 +119,15 @@ def format_report(summary: dict[str, Any], node_table: list[dict[str, Any]]) -> 
     lines += _format_precision(summary.get("precision"))
     lines += _format_pass_seconds(summary.get("pass_seconds"))
     return "\n".join(lines)
+
+
+def _format_launches(launches: Optional[dict[str, int]]) -> list[str]:
+    if not launches:
+        return []
+    line = f"launches per call: {launches['per_call']} (kernels and ATen calls, a loop's body once)"
+    if "layers" in launches:
+        line += f"; {launches['layers']} repeated layers, {launches['per_layer']} launches each"
+    return [line]
 
 
 def _format_precision(precision: Optional[dict[str, Any]]) -> list[str]:

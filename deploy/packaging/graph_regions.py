@@ -17,12 +17,13 @@ from typing import Iterator
 
 import torch
 
+from jit2triton.transpiler.report import NO_LAUNCH
+
 from ..op_facts import CONTAINERS, SYNCS_HOST
 from ..policy import COPY_BYTES_PER_US, LAUNCH_US
 
 MIN_STEPS = 3
 MIN_REGION_LAUNCHES = 4  # a region's replay costs three launches (copy in, graph, copy out): fewer gain nothing
-NO_LAUNCH = ("host", "view", "alias")  # node categories that launch no GPU work
 
 
 def capturable(plan: dict, on_host: frozenset = frozenset(), counts: frozenset = frozenset()) -> bool:
