@@ -21,6 +21,7 @@ from .lowering import contiguous_strides
 SDPA = "aten::scaled_dot_product_attention"
 MODE = "auto"  # "auto": timed on CUDA; "never"; "generated": every call site the template fits, any device (tests)
 MARGIN = 0.97  # the template must take at most this share of ATen's time (~1% noise)
+INT32_LIMIT = 2 ** 31 - 1
 # The backend's hook: (AttentionKernel.spec(), timed) -> ({"aten": s, "generated": s} or None, configuration), or
 # None where the template does not fit the call site
 Generated = Callable[[tuple, bool], Optional[tuple[Optional[dict], dict]]]
@@ -99,6 +100,8 @@ def _kernel(node: Node, literals: dict, number: int) -> Optional[AttentionKernel
     buffers = [KernelBuffer(f"buf{x.id}", x.type.dtype, tuple(x.type.shape),
                             tuple(x.type.strides) if x.type.strides is not None else contiguous_strides(x.type.shape))
                for x in values]
+    if any(sum((n - 1) * st for n, st in zip(b.shape, b.strides)) > INT32_LIMIT for b in buffers):
+        return None  # (the template's offsets are int32)
     return AttentionKernel(name=f"a{number}_attention", ranges=(), inputs=buffers[:-1], outputs=buffers[-1:],
                            values=[], provenance=[provenance_line(node)], batch=batch, l=l, s=s, d=d, e=e,
                            scale=float(scale) if scale is not None else 1.0 / math.sqrt(d), mask=kind)
