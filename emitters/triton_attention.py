@@ -7,12 +7,16 @@ cores) plus a fill and a copy that pad the additive mask to 16 keys (1.8 us). So
 `scaled_dot_product_attention`, kept only where it wins.
 
 One program computes XBLOCK queries of one (batch, head) against every key, BN keys at a time, with the online
-softmax of flash attention: a running maximum and sum per query, the output rescaled as the maximum grows. The
-products are float32 multiply-adds over the whole head dim in registers ([XBLOCK, BN, D], summed along the head
-dim or the keys), never tensor cores, so float32 is computed as ATen computes it (no TF32) and float16/bfloat16
-inputs are computed in float32 and rounded once at the store. Every operand is read through its own strides (the
-heads of a QKV projection's output, a mask broadcast over heads and queries) and the output written at the
-strides ATen's kernel gave it, so no copy is needed on either side.
+softmax of flash attention: a running maximum and sum per query, the output rescaled as the maximum grows. Both
+products are `tl.dot`s of float32 tiles in ieee precision (no TF32: float32 is computed as ATen computes it;
+float16/bfloat16 inputs are widened, computed in float32 and rounded once at the store). Every operand is read
+through its own strides (the heads of a QKV projection's output, a mask broadcast over heads and queries) and the
+output written at the strides it is given, so no copy is needed on either side.
+
+`benchmarks/attention_probe.py` chose the body on an H200 (GPU us, operands cold in L2, against ATen): at BERT's
+1x12x9x9x64 the dots took 3.15 (fp32) and 3.57 (fp16) against ATen's 11.5 and 7.3; multiply-adds over
+[XBLOCK, BN, head dim] register tiles summed along an axis took 4.5-4.8, and in float32 at XBLOCK 16 Triton 3.6
+compiled them to wrong answers (the checks before timing caught it). At 128 keys ATen's kernels won by 2-6x.
 """
 from __future__ import annotations
 
@@ -29,12 +33,12 @@ from .common import provenance_comment
 from .triton import POINTER_TYPES, TritonKernel
 
 DTYPES = ("float32", "float16", "bfloat16")
-MAX_KEYS = 256  # past this, ATen's tiled kernels are the better form: not timed
+MAX_KEYS = 64  # past this, ATen's tiled kernels are the better form (the probe: at 128 keys by 2-6x): not timed
 MAX_HEAD_DIM = 128
-MAX_TILE = 16384  # elements of a [XBLOCK, BN, head dim] product held in registers
+MIN_DOT = 16  # the smallest tl.dot: blocks and head dims are padded to it
 INT32_LIMIT = 2 ** 31 - 1  # the template's offsets are int32
-# (XBLOCK queries, BN keys, warps) tried where the product tile fits MAX_TILE and the blocks fit the sequence
-CONFIGS = ((16, 16, 4), (16, 16, 2), (8, 16, 2), (16, 32, 4), (32, 16, 4), (16, 8, 2), (8, 8, 1), (32, 32, 8))
+# (XBLOCK queries, BN keys, warps) tried where the blocks fit the sequence; the probe's winners first
+CONFIGS = ((16, 16, 4), (16, 16, 2), (16, 16, 1), (16, 32, 4), (32, 16, 4), (32, 32, 4), (64, 64, 4))
 COLD_BYTES = 2 * 50 * 2 ** 20  # operand copies timed: past an H100's 50 MiB L2, twice over
 MAX_COPIES = 24
 
@@ -62,7 +66,7 @@ def {name}({params}, XBLOCK: tl.constexpr, BN: tl.constexpr):
         keys = start + tl.arange(0, BN)
         k_tile = tl.load(k + k_off + {k_rows} + {k_cols},
                          mask=(keys[:, None] < {s}) & (d[None, :] < {d}), other=0.0).to(tl.float32)
-        scores = tl.sum(q_tile[:, None, :] * k_tile[None, :, :], axis=2) * {scale!r}
+        scores = tl.dot(q_tile, tl.trans(k_tile), input_precision="ieee") * {scale!r}
 {mask}        scores = tl.where(keys[None, :] < {s}, scores, float("-inf"))
         new_max = tl.maximum(running_max, tl.max(scores, axis=1))
         # a query whose every score so far is -inf (masked out) subtracts 0, not -inf, so it gets no NaN from here
@@ -72,7 +76,7 @@ def {name}({params}, XBLOCK: tl.constexpr, BN: tl.constexpr):
         running_sum = running_sum * rescale + tl.sum(p, axis=1)
         v_tile = tl.load(v + v_off + {v_rows} + {v_cols},
                          mask=(keys[:, None] < {s}) & (e[None, :] < {e}), other=0.0).to(tl.float32)
-        acc = acc * rescale[:, None] + tl.sum(p[:, :, None] * v_tile[None, :, :], axis=1)
+        acc = acc * rescale[:, None] + tl.dot(p, v_tile, input_precision="ieee")
         running_max = new_max
     # a query whose every key is masked out sums to 0 and gets zeros, as from ATen's attention (its safe softmax)
     acc = acc / tl.where(running_sum == 0.0, 1.0, running_sum)[:, None]
@@ -95,23 +99,20 @@ _CAUSAL = """\
 
 
 def _p2(n: int) -> int:
-    return 1 << max(0, n - 1).bit_length()
+    """n's tile width: the next power of two, at least a dot's."""
+    return max(MIN_DOT, 1 << max(0, n - 1).bit_length())
 
 
 def fits(batch: tuple[int, ...], l: int, s: int, d: int, e: int, dtype: str) -> bool:
     """Whether the template computes this attention: a short key sequence, a head dim that fits its registers."""
     elements = math.prod(batch) * max(l, s) * max(d, e)
     return (dtype in DTYPES and 0 < s <= MAX_KEYS and 0 < l and 0 < d <= MAX_HEAD_DIM and 0 < e <= MAX_HEAD_DIM
-            and 0 < math.prod(batch) and elements <= INT32_LIMIT and bool(configs(l, s, d, e)))
+            and 0 < math.prod(batch) and elements <= INT32_LIMIT)
 
 
 def configs(l: int, s: int, d: int, e: int) -> list[tuple[int, int, int]]:
-    """The configurations worth trying at this shape: blocks no larger than the sequence needs (but the first),
-    product tiles that fit the registers."""
-    width = max(_p2(d), _p2(e))
-    fitting = [c for c in CONFIGS if c[0] * c[1] * width <= MAX_TILE]
-    short = [c for c in fitting if c[0] <= max(8, _p2(l)) and c[1] <= max(8, _p2(s))]
-    return short or fitting[:1]
+    """The configurations worth trying at this shape: blocks no larger than the sequence needs."""
+    return [c for c in CONFIGS if c[0] <= _p2(l) and c[1] <= _p2(s)]
 
 
 @functools.lru_cache(maxsize=None)
