@@ -65,7 +65,7 @@ def launcher(spec_: tuple, body: str, xblock: int):
         template = template.replace(old, new)
     saved, A._TEMPLATE = A._TEMPLATE, template
     try:
-        text = A._with_blocks(A.source("probe", "# probe", batch, l, s, d, e, scale, mask, strides), l, xblock)
+        text = A.source("probe", "# probe", batch, l, s, d, e, scale, mask, strides, xblock)
     finally:
         A._TEMPLATE = saved
     fn = kernel_function(text, "probe")

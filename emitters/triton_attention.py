@@ -135,10 +135,10 @@ def _batch_offsets(batch: tuple[int, ...], strides: tuple[tuple[int, ...], ...])
 
 
 def source(name: str, head: str, batch: tuple[int, ...], l: int, s: int, d: int, e: int, scale: float,
-           mask: str, strides: tuple[tuple[int, ...], ...]) -> str:
-    """The template's module. `mask`: "" (none), "additive", "boolean" or "causal"; `strides`: q's, k's, v's, the
-    mask's (() where none is read) and the output's, each at the full rank of the batch dims and the two after
-    (a mask's broadcast dims 0)."""
+           mask: str, strides: tuple[tuple[int, ...], ...], xblock: int) -> str:
+    """The template's module at one XBLOCK (the programs per (batch, head) are a literal). `mask`: "" (none),
+    "additive", "boolean" or "causal"; `strides`: q's, k's, v's, the mask's (() where none is read) and the output's,
+    each at the full rank of the batch dims and the two after (a mask's broadcast dims 0)."""
     nb = len(batch)
     reads_mask = mask in ("additive", "boolean")
     q, k, v, m, o = strides
@@ -154,7 +154,7 @@ def source(name: str, head: str, batch: tuple[int, ...], l: int, s: int, d: int,
     return _TEMPLATE.format(
         head=head, name=name, params="q, k, v, mask, out" if reads_mask else "q, k, v, out",
         out_shape=list(batch) + [l, e], q_shape=list(batch) + [l, d], k_shape=list(batch) + [s, d],
-        v_shape=list(batch) + [s, e], scale=scale, mask_note=note, query_blocks="{query_blocks}",
+        v_shape=list(batch) + [s, e], scale=scale, mask_note=note, query_blocks=-(-l // xblock),
         batch_offsets=_batch_offsets(batch, tuple(per)), d_p2=_p2(d), e_p2=_p2(e), l=l, s=s, d=d, e=e,
         q_rows=_times("rows[:, None]", q[0]), q_cols=_times("d[None, :]", q[1]),
         k_rows=_times("keys[:, None]", k[0]), k_cols=_times("d[None, :]", k[1]),
@@ -167,18 +167,12 @@ def _times(index: str, stride: int) -> str:
     return "0" if stride == 0 else index if stride == 1 else f"{index} * {stride}"
 
 
-def _with_blocks(text: str, l: int, xblock: int) -> str:
-    """The source at one XBLOCK: the number of query blocks per (batch, head) is a literal of the module."""
-    return text.replace("{query_blocks}", str(-(-l // xblock)))
-
-
 def render_attention(kernel: K.AttentionKernel) -> TritonKernel:
     """The kernel's module and launch: one program per XBLOCK queries of each (batch, head), at the configuration it
     was timed at."""
     config = kernel.config
-    text = _with_blocks(source(kernel.name, provenance_comment(kernel, "#"), kernel.batch, kernel.l, kernel.s,
-                               kernel.d, kernel.e, kernel.scale, kernel.mask, kernel.strides()),
-                        kernel.l, config["xblock"])
+    text = source(kernel.name, provenance_comment(kernel, "#"), kernel.batch, kernel.l, kernel.s, kernel.d, kernel.e,
+                  kernel.scale, kernel.mask, kernel.strides(), config["xblock"])
     arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
     launch = {"constants": {"XBLOCK": config["xblock"], "BN": config["bn"]}, "num_warps": config["warps"]}
     items = math.prod(kernel.batch) * -(-kernel.l // config["xblock"]) * config["xblock"]
@@ -258,8 +252,7 @@ def _compiled(spec: tuple, xblock: int):
     from .compile_triton import kernel_function
     batch, l, s, d, e, dtype, scale, mask, strides = spec
     name = "short_attention"
-    text = _with_blocks(source(name, "# timed by attention_kernels", batch, l, s, d, e, scale, mask, strides), l,
-                        xblock)
+    text = source(name, "# timed by attention_kernels", batch, l, s, d, e, scale, mask, strides, xblock)
     fn = kernel_function(text, name)
     grid = (math.prod(batch) * -(-l // xblock),)
 
