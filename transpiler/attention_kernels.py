@@ -56,6 +56,8 @@ def _chosen(kernel: AttentionKernel, device: Optional[str], generated: Generated
     spec = kernel.spec()
     what = (f"attention form, {'x'.join(map(str, kernel.batch))} x {kernel.l} queries x {kernel.s} keys, head "
             f"{kernel.d}, {kernel.inputs[0].dtype}{', ' + kernel.mask + ' mask' if kernel.mask else ''}")
+    if generated(spec, False) is None:  # the template does not fit it: no choice to make
+        return False
     if MODE == "auto" and timing.fixed():
         return timing.take_fixed(what, "aten", "aten").chosen != "aten"
     answer = generated(spec, MODE == "auto")
