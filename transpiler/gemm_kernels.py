@@ -10,9 +10,13 @@ The template computes an epilogue on the product's tile, rounded first as ATen's
 """
 from __future__ import annotations
 
+import math
+
 from .ir import GENERATED_GEMM, KERNEL_OP, Attr, Graph, Node, blocks, provenance_line
 from .kernel_ir import GemmKernel, KernelBuffer
 from .lowering import contiguous_strides
+
+INT32_LIMIT = 2 ** 31 - 1  # the template's offsets are int32
 
 
 def gemm_kernels(graph: Graph, refused: dict[int, str]) -> int:
@@ -66,7 +70,7 @@ def row_stride(t) -> int | None:
     if not (t.is_tensor and t.shape is not None and all(isinstance(n, int) for n in (*t.shape, *(t.strides or ())))):
         return None
     shape, strides = tuple(t.shape), tuple(t.strides or contiguous_strides(t.shape))
-    if len(shape) < 2 or (shape[-1] != 1 and strides[-1] != 1):
+    if not shape or (shape[-1] != 1 and strides[-1] != 1):
         return None
     leading = [(n, s) for n, s in zip(shape[:-1], strides[:-1]) if n != 1]
     if not leading:
@@ -74,8 +78,8 @@ def row_stride(t) -> int | None:
     for (_, outer), (inner_n, inner) in zip(leading, leading[1:]):
         if outer != inner * inner_n:
             return None
-    stride = leading[-1][1]
-    return stride if isinstance(stride, int) and stride >= shape[-1] else None
+    stride, rows = leading[-1][1], math.prod(n for n, _ in leading)
+    return stride if shape[-1] <= stride and rows * stride <= INT32_LIMIT else None
 
 
 def _dense(t) -> bool:
