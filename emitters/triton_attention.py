@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 
 from jit2triton.transpiler import kernel_ir as K
-from jit2triton.transpiler.timing import graphs_gpu_us
+from jit2triton.transpiler.timing import cold_copies, fastest_checked
 
 from .common import provenance_comment
 from .triton import POINTER_TYPES, TritonKernel
@@ -39,8 +39,6 @@ MIN_DOT = 16  # the smallest tl.dot: blocks and head dims are padded to it
 INT32_LIMIT = 2 ** 31 - 1  # the template's offsets are int32
 # (XBLOCK queries, BN keys, warps) tried where the blocks fit the sequence; the probe's winners first
 CONFIGS = ((16, 16, 4), (16, 16, 2), (16, 16, 1), (16, 32, 4), (32, 16, 4), (32, 32, 4), (64, 64, 4))
-COLD_BYTES = 2 * 50 * 2 ** 20  # operand copies timed: past an H100's 50 MiB L2, twice over
-MAX_COPIES = 24
 
 _TEMPLATE = '''\
 {head}
@@ -190,7 +188,7 @@ def attention_template(spec: tuple, timed: bool) -> Optional[tuple[Optional[dict
     if not timed or not torch.cuda.is_available():
         xblock, bn, warps = configs(l, s, d, e)[0]
         return None, {"xblock": xblock, "bn": bn, "warps": warps}
-    return _timed(spec, torch.cuda.current_device())
+    return _timed(spec, f"cuda:{torch.cuda.current_device()}")
 
 
 def operands(spec: tuple, device: str) -> tuple:
@@ -219,31 +217,24 @@ def aten_call(spec: tuple, q, k, v, m):
 
 
 @functools.lru_cache(maxsize=None)
-def _timed(spec: tuple, device: int) -> Optional[tuple[dict[str, float], dict]]:
+def _timed(spec: tuple, device: str) -> Optional[tuple[dict[str, float], dict]]:
+    """The template's fastest configuration at the call site against ATen's call, timed side by side on `device`."""
     batch, l, s, d, e, dtype = spec[:6]
     itemsize = getattr(torch, dtype).itemsize
-    copies = max(2, min(MAX_COPIES, COLD_BYTES // max(1, math.prod(batch) * (l * d + s * d + s * e) * itemsize)))
-    copied = [operands(spec, "cuda") for _ in range(copies)]
-    calls, by_label = {"aten": [aten_call(spec, *ops[:4]) for ops in copied]}, {}
-    tolerance = 1e-4 if dtype == "float32" else 2e-2
-    q, k, v, m, out = copied[0]
-    expected = aten_call(spec, q, k, v, m)()
-    for xblock, bn, warps in configs(l, s, d, e):
-        label = f"xblock{xblock} bn{bn} w{warps}"
-        try:
-            launch = _compiled(spec, xblock)
-            launch(q, k, v, m, out, bn, warps)
-            if not torch.allclose(out.float(), expected.float(), rtol=tolerance, atol=tolerance, equal_nan=True):
-                continue  # never chosen where it computes something else
-        except Exception:  # noqa: BLE001 - a configuration this Triton cannot compile here
-            continue
-        calls[label] = [functools.partial(launch, *ops, bn, warps) for ops in copied]
-        by_label[label] = {"xblock": xblock, "bn": bn, "warps": warps}
-    if not by_label:
+    copied = [operands(spec, device) for _ in range(cold_copies(math.prod(batch) * (l * d + s * d + s * e) * itemsize))]
+    by_label = {f"xblock{xblock} bn{bn} w{warps}": {"xblock": xblock, "bn": bn, "warps": warps}
+                for xblock, bn, warps in configs(l, s, d, e)}
+
+    def launcher(c: dict):
+        launch = _compiled(spec, c["xblock"])
+        return lambda q, k, v, m, out: launch(q, k, v, m, out, c["bn"], c["warps"])
+    micros, kept = fastest_checked(by_label, launcher, copied, aten_call(spec, *copied[0][:4])(),
+                                   1e-4 if dtype == "float32" else 2e-2,
+                                   beside={"aten": [aten_call(spec, *ops[:4]) for ops in copied]})
+    if not kept:
         return None
-    micros = graphs_gpu_us(calls)
-    best = min(by_label, key=micros.get)
-    return {"aten": micros["aten"] / 1e6, "generated": micros[best] / 1e6}, by_label[best]
+    best = min(kept, key=micros.get)
+    return {"aten": micros["aten"] / 1e6, "generated": micros[best] / 1e6}, kept[best]
 
 
 @functools.lru_cache(maxsize=None)

@@ -27,7 +27,7 @@ from typing import Optional
 import torch
 
 from jit2triton.transpiler import kernel_ir as K
-from jit2triton.transpiler.timing import graphs_gpu_us
+from jit2triton.transpiler.timing import cold_copies, fastest_checked
 
 from .common import provenance_comment
 from .triton import POINTER_TYPES, TritonKernel, _KernelWriter
@@ -42,8 +42,6 @@ DOT_CONFIGS = ((16, 128, 2, 6), (16, 128, 4, 6), (32, 128, 4, 6), (16, 256, 2, 6
 # the lanes body's: its [rows, BN, RBLOCK] sums live in registers, at most 8,192 of them over 16 rows
 LANES_CONFIGS = ((4, 32, 2, 5), (4, 64, 4, 5), (8, 32, 2, 5), (4, 128, 2, 5), (8, 32, 4, 5), (2, 128, 2, 4),
                  (2, 32, 2, 4))
-COLD_BYTES = 2 * 50 * 2 ** 20  # operand copies timed: past an H100's 50 MiB L2, twice over
-MAX_COPIES = 24
 
 _TEMPLATE = '''\
 {head}
@@ -188,42 +186,32 @@ def gemm_template(rows: int, k: int, n: int, dtype: str, has_bias: bool, timed: 
     if not timed or not torch.cuda.is_available():
         bn, rblock, warps, stages = next(c for c in configs(dtype) if _divides(c, k, n))
         return None, {"bn": bn, "rblock": rblock, "warps": warps, "stages": stages}
-    return _timed(rows, k, n, dtype, has_bias, torch.cuda.current_device())
+    return _timed(rows, k, n, dtype, has_bias, f"cuda:{torch.cuda.current_device()}")
 
 
 @functools.lru_cache(maxsize=None)
-def _timed(rows: int, k: int, n: int, dtype: str, has_bias: bool, device: int) -> Optional[tuple[float, dict]]:
+def _timed(rows: int, k: int, n: int, dtype: str, has_bias: bool, device: str) -> Optional[tuple[float, dict]]:
     torch_dtype = getattr(torch, dtype)
-    copies = max(2, min(MAX_COPIES, COLD_BYTES // ((n * k + rows * k) * torch_dtype.itemsize)))
     operands = []
-    for _ in range(copies):
-        x = torch.randn(rows, k, device="cuda", dtype=torch_dtype)
-        w = torch.randn(n, k, device="cuda", dtype=torch_dtype) / math.sqrt(k)
-        b = torch.randn(n, device="cuda", dtype=torch_dtype) if has_bias else None
-        operands.append((x, w, b, torch.empty(rows, n, device="cuda", dtype=torch_dtype)))
-    calls, by_label = {}, {}
-    tolerance = 1e-2 if dtype in DOT_DTYPES else 1e-4
-    for bn, rblock, warps, stages in configs(dtype):
-        if not _divides((bn, rblock, warps, stages), k, n):
-            continue
-        config = {"bn": bn, "rblock": rblock, "warps": warps, "stages": stages}
-        label = f"bn{bn} rblock{rblock} w{warps} s{stages}"
-        try:
-            launch = _compiled(rows, k, n, has_bias, stages, dtype)
-            x, w, b, out = operands[0]
-            launch(x, w, b, out, bn, rblock, warps)
-            expected = torch.nn.functional.linear(x, w, b)
-            if not torch.allclose(out.float(), expected.float(), rtol=tolerance, atol=tolerance):
-                continue  # never chosen where it computes something else
-        except Exception:  # noqa: BLE001 - a configuration this Triton cannot compile here
-            continue
-        calls[label] = [functools.partial(launch, *ops, bn, rblock, warps) for ops in operands]
-        by_label[label] = config
-    if not calls:
+    for _ in range(cold_copies((n * k + rows * k) * torch_dtype.itemsize)):
+        x = torch.randn(rows, k, device=device, dtype=torch_dtype)
+        w = torch.randn(n, k, device=device, dtype=torch_dtype) / math.sqrt(k)
+        b = torch.randn(n, device=device, dtype=torch_dtype) if has_bias else None
+        operands.append((x, w, b, torch.empty(rows, n, device=device, dtype=torch_dtype)))
+    by_label = {f"bn{bn} rblock{rblock} w{warps} s{stages}": {"bn": bn, "rblock": rblock, "warps": warps,
+                                                              "stages": stages}
+                for bn, rblock, warps, stages in configs(dtype) if _divides((bn, rblock, warps, stages), k, n)}
+
+    def launcher(c: dict):
+        launch = _compiled(rows, k, n, has_bias, c["stages"], dtype)
+        return lambda x, w, b, out: launch(x, w, b, out, c["bn"], c["rblock"], c["warps"])
+    x, w, b, _ = operands[0]
+    micros, kept = fastest_checked(by_label, launcher, operands, torch.nn.functional.linear(x, w, b),
+                                   1e-2 if dtype in DOT_DTYPES else 1e-4)
+    if not kept:
         return None
-    micros = graphs_gpu_us(calls)
-    best = min(micros, key=micros.get)
-    return micros[best] / 1e6, by_label[best]
+    best = min(kept, key=micros.get)
+    return micros[best] / 1e6, kept[best]
 
 
 @functools.lru_cache(maxsize=None)

@@ -150,6 +150,35 @@ def test_a_copy_of_the_attention_s_output_into_another_layout_is_stored_by_the_a
         assert_same(converted(*inputs), traced(*inputs), f"call {call}", {**TOLERANCE, torch.bfloat16: (2e-2, 2e-2)})
 
 
+@pytest.mark.parametrize("wrong", [False, True])
+def test_timing_keeps_only_configurations_that_compute_aten_s_answer(wrong, monkeypatch):
+    """The GPU's timing path, run on the CPU (the template under the interpreter, the graph timing faked): every
+    configuration is checked against ATen's call before it is timed beside it, and one that is wrong never is."""
+    from jit2triton.transpiler import timing
+    timed = []
+    monkeypatch.setattr(timing, "graphs_gpu_us", lambda calls: timed.append(set(calls)) or
+                        {label: 10.0 if label == "aten" else 2.0 + len(label) / 100 for label in calls})
+    if wrong:
+        monkeypatch.setattr(triton_attention, "_TEMPLATE", triton_attention._TEMPLATE.replace(
+            "acc = acc / tl.where", "acc = 2 * acc / tl.where"))
+    contiguous = lambda *shape: tuple(torch.empty(shape).stride())  # noqa: E731
+    spec = ((1, 2), 9, 9, 16, 16, "float32", 0.25, "additive",
+            (contiguous(1, 2, 9, 16), contiguous(1, 2, 9, 16), contiguous(1, 2, 9, 16), (9, 0, 0, 1),
+             contiguous(1, 2, 9, 16)))
+    triton_attention._compiled.cache_clear()  # (each variant of the template compiles anew)
+    try:
+        answer = triton_attention._timed.__wrapped__(spec, "cpu")
+    finally:
+        triton_attention._compiled.cache_clear()
+    if wrong:
+        assert answer is None and not timed  # nothing to time: ATen's call stays
+        return
+    seconds, config = answer
+    assert timed and "aten" in timed[0] and len(timed[0]) == 1 + len(triton_attention.configs(9, 9, 16, 16))
+    assert seconds["aten"] == 10e-6 and seconds["generated"] < seconds["aten"] and set(config) == {"xblock", "bn",
+                                                                                                 "warps"}
+
+
 def test_the_template_covers_short_sequences_only():
     assert triton_attention.fits((1, 12), 9, 9, 64, 64, "float32")
     assert triton_attention.fits((8, 12), 64, 64, 64, 64, "float16")

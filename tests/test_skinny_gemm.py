@@ -164,6 +164,28 @@ def test_a_template_kernel_that_disagrees_with_aten_is_taken_out(dtype, body, wr
     assert_same(converted(x), traced(x), "after the culprit search", HALF if dtype == torch.float16 else None)
 
 
+@pytest.mark.parametrize("wrong", [False, True])
+def test_timing_keeps_only_configurations_that_compute_the_gemm(wrong, monkeypatch):
+    """The GPU's timing path, run on the CPU (the float32 template under the interpreter, the graph timing faked)."""
+    from jit2triton.transpiler import timing
+    monkeypatch.setattr(timing, "graphs_gpu_us", lambda calls: {label: 1.0 + len(label) for label in calls})
+    if wrong:
+        monkeypatch.setattr(triton_gemm, "_LANES", triton_gemm._LANES.replace("lanes += a", "lanes -= a"))
+        triton_gemm._compiled.cache_clear()
+    try:
+        answer = triton_gemm._timed.__wrapped__(3, 64, 32, "float32", True, "cpu")
+    finally:
+        triton_gemm._compiled.cache_clear()
+    if wrong:
+        assert answer is None
+        return
+    seconds, config = answer
+    shortest = min((c for c in triton_gemm.LANES_CONFIGS if triton_gemm._divides(c, 64, 32)),
+                   key=lambda c: len(f"bn{c[0]} rblock{c[1]} w{c[2]} s{c[3]}"))
+    assert seconds == (1.0 + len(f"bn{shortest[0]} rblock{shortest[1]} w{shortest[2]} s{shortest[3]}")) / 1e6
+    assert set(config) == {"bn", "rblock", "warps", "stages"}
+
+
 @on_gpu
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_timed_on_the_gpu_and_right_in_the_runtime(dtype, tmp_path, monkeypatch):

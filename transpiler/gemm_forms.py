@@ -41,8 +41,6 @@ MODE = "auto"  # "auto": timed on CUDA; "never"; or a form name: every GEMM take
 # where the template does not fit; without timing, its default configuration
 Generated = Callable[[int, int, int, str, bool, bool], Optional[tuple[Optional[float], dict]]]
 MARGIN = 0.97  # another form must take at most this share of the model's own form's time (~1% noise)
-COLD_BYTES = 2 * 50 * 2 ** 20  # operand copies timed per form: past an H100's 50 MiB L2, twice over
-MAX_COPIES = 24
 MAX_TIMED_BYTES = 2 ** 30  # a range's end whose activation is larger is not timed (a GEMM there is bound anyway)
 
 _LINEAR = "aten::linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor"
@@ -155,7 +153,7 @@ def _timed_at(rows: int, k: int, n: int, dtype: str, has_bias: bool, bias_fuses:
 def _time_forms(forms: tuple, rows: int, k: int, n: int, dtype: torch.dtype, has_bias: bool,
                 bias_fuses: bool) -> dict[str, float]:
     """GPU microseconds per call of each form, weights cold in L2 (each call reads its own operands)."""
-    copies = max(2, min(MAX_COPIES, COLD_BYTES // max(1, (n * k + rows * k) * dtype.itemsize)))
+    copies = timing.cold_copies((n * k + rows * k) * dtype.itemsize)
     calls: dict[str, list] = {form: [] for form in forms}
     for _ in range(copies):
         x = torch.randn(rows, k, device="cuda", dtype=dtype)

@@ -22,6 +22,7 @@ the model's own, the margin and the outcome; the conversion puts it in the repor
 """
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from contextlib import contextmanager
@@ -246,6 +247,38 @@ def best_time(run: Callable[[], object], runs: int = 20, budget_s: float = 0.02,
         if spent > budget_s:
             break
     return best
+
+
+COLD_BYTES = 2 * 50 * 2 ** 20  # operand bytes timed per candidate: past an H100's 50 MiB L2, twice over
+MAX_COPIES = 24
+
+
+def cold_copies(bytes_per_copy: int) -> int:
+    """How many copies of its operands a candidate's CUDA graph reads in turn, so that each call finds them cold in
+    L2 as a model whose weights do not fit there does."""
+    return max(2, min(MAX_COPIES, COLD_BYTES // max(1, bytes_per_copy)))
+
+
+def fastest_checked(configs: dict[str, dict], launcher: Callable[[dict], Callable], operands: list[tuple],
+                    expected: torch.Tensor, tolerance: float, beside: Optional[dict[str, list]] = None
+                    ) -> tuple[dict[str, float], dict[str, dict]]:
+    """A template's launch configurations timed (`graphs_gpu_us`, one call per copy of `operands`, beside the calls
+    of `beside`): (GPU us of each timed, the configurations that were). A configuration is timed where its launch
+    (`launcher(config)(*operands[0])`) compiles here and leaves `expected` in the operands' last tensor, the output:
+    one that computes something else is never chosen. Nothing timed where none is."""
+    calls, kept = dict(beside or {}), {}
+    for label, config in configs.items():
+        try:
+            launch = launcher(config)
+            launch(*operands[0])
+            if not torch.allclose(operands[0][-1].float(), expected.float(), rtol=tolerance, atol=tolerance,
+                                  equal_nan=True):
+                continue
+        except Exception:  # noqa: BLE001 - a configuration this Triton cannot compile here
+            continue
+        calls[label] = [functools.partial(launch, *ops) for ops in operands]
+        kept[label] = config
+    return (graphs_gpu_us(calls) if kept else {}), kept
 
 
 def graphs_gpu_us(calls: dict[str, list[Callable[[], object]]], replays: int = 7) -> dict[str, float]:
