@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from jit2triton.transpiler import kernel_ir as K
-from jit2triton.transpiler.kernel_ir import compute_dtype
+from jit2triton.transpiler.kernel_ir import INT32_LIMIT, compute_dtype
 
 from .common import (KernelWriter, LoopNest, ReductionLoop, Scope, provenance_comment, reduction_size, row_major,
                      size_code, store_index, unravel)
@@ -34,7 +34,6 @@ SCALAR_TYPES = {"int64": "i64", "float64": "fp64"}  # a host number a kernel tak
 PERSISTENT_LIMIT = 4096  # a reduction (or sweep) up to this many elements is one tile; beyond, a loop of chunks
 TILE_BUDGET = 4096  # elements in a program's widest tile (XBLOCK rows x the widest reduction or sweep)
 LOOP_BLOCK = 1024  # chunk width of a looped reduction or sweep
-INT32_LIMIT = 2 ** 31 - 1
 
 
 @dataclass

@@ -27,6 +27,7 @@ from typing import Optional
 import torch
 
 from jit2triton.transpiler import kernel_ir as K
+from jit2triton.transpiler.kernel_ir import INT32_LIMIT
 from jit2triton.transpiler.timing import cold_copies, fastest_checked
 
 from .common import provenance_comment
@@ -36,7 +37,6 @@ DTYPES = ("float32", "float16", "bfloat16")
 MAX_KEYS = 64  # past this, ATen's tiled kernels are the better form (the probe: at 128 keys by 2-6x): not timed
 MAX_HEAD_DIM = 128
 MIN_DOT = 16  # the smallest tl.dot: blocks and head dims are padded to it
-INT32_LIMIT = 2 ** 31 - 1  # the template's offsets are int32
 # (XBLOCK queries, BN keys, warps) tried where the blocks fit the sequence; the probe's winners first
 CONFIGS = ((16, 16, 4), (16, 16, 2), (16, 16, 1), (16, 32, 4), (32, 16, 4), (32, 32, 4), (64, 64, 4))
 

@@ -27,6 +27,7 @@ from typing import Optional
 import torch
 
 from jit2triton.transpiler import kernel_ir as K
+from jit2triton.transpiler.kernel_ir import INT32_LIMIT
 from jit2triton.transpiler.timing import cold_copies, fastest_checked
 
 from .common import provenance_comment
@@ -36,7 +37,6 @@ from .triton_math import HELPERS, TL_TYPES, ordered
 DOT_DTYPES = ("float16", "bfloat16")
 DTYPES = DOT_DTYPES + ("float32",)
 MAX_ROWS = 16  # one tl.dot tile of rows
-INT32_LIMIT = 2 ** 31 - 1  # the template's offsets are int32
 # (BN, RBLOCK, warps, stages): the winners of the probe's sweeps at BERT's shapes on the H200; the last for small K
 DOT_CONFIGS = ((16, 128, 2, 6), (16, 128, 4, 6), (32, 128, 4, 6), (16, 256, 2, 6), (32, 256, 2, 4), (16, 64, 2, 4))
 # the lanes body's: its [rows, BN, RBLOCK] sums live in registers, at most 8,192 of them over 16 rows

@@ -9,8 +9,21 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Optional
 
-from .ir import Attr, Block, Graph, Node, walk_block
+from .ir import KERNEL_OP, Attr, Block, Graph, Node, walk_block
 from .op_table import lookup, may_alias, returns_alias, writes_in_place
+
+
+def sole_kernel_reader(node: Node, block: Block, position: dict[int, int],
+                       read_by: dict[int, list]) -> Optional[Node]:
+    """The generated kernel that alone reads `node`'s output, later in `block` (`position`: id(node) -> its index
+    there), where nothing between the two writes memory or holds a block: the pair can become one kernel, the
+    output never stored (an epilogue), or stored where the reader would have put it. None otherwise."""
+    users = read_by.get(node.output.id, [])
+    after = users[0] if len(users) == 1 else None
+    if after is None or after.op != KERNEL_OP or position.get(id(after), -1) < position[id(node)]:
+        return None
+    between = block.nodes[position[id(node)] + 1:position[id(after)]]
+    return None if any(writes(n) or n.blocks for n in between) else after
 
 
 def writes(node: Node) -> str:

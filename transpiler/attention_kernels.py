@@ -8,6 +8,7 @@ ATen call it was. The package records the choice; a load never times anything. W
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Callable, Optional
 
@@ -15,13 +16,12 @@ import torch
 
 from . import timing
 from .ir import KERNEL_OP, Attr, Graph, Node, Value, blocks, literals as literals_of, provenance_line
-from .kernel_ir import AttentionKernel, KernelBuffer
+from .kernel_ir import INT32_LIMIT, AttentionKernel, KernelBuffer
 from .lowering import contiguous_strides
 
 SDPA = "aten::scaled_dot_product_attention"
 MODE = "auto"  # "auto": timed on CUDA; "never"; "generated": every call site the template fits, any device (tests)
 MARGIN = 0.97  # the template must take at most this share of ATen's time (~1% noise)
-INT32_LIMIT = 2 ** 31 - 1
 # The backend's hook: (AttentionKernel.spec(), timed) -> ({"aten": s, "generated": s} or None, configuration), or
 # None where the template does not fit the call site
 Generated = Callable[[tuple, bool], Optional[tuple[Optional[dict], dict]]]
@@ -37,9 +37,11 @@ def attention_kernels(graph: Graph, refused: dict[int, str], generated: Optional
         nodes = []
         for node in block.nodes:
             kernel = _kernel(node, literals, made) if node.op == SDPA and node.uid not in refused else None
-            if kernel is None or not _chosen(kernel, node.output.type.device, generated):
+            config = _chosen(kernel, node.output.type.device, generated) if kernel is not None else None
+            if config is None:
                 nodes.append(node)
                 continue
+            kernel = dataclasses.replace(kernel, config=config)
             made += 1
             nodes.append(Node(KERNEL_OP, node.inputs[:4 if kernel.mask in ("additive", "boolean") else 3],
                               list(node.outputs), source=node.source,
@@ -48,27 +50,30 @@ def attention_kernels(graph: Graph, refused: dict[int, str], generated: Optional
     return made
 
 
-def _chosen(kernel: AttentionKernel, device: Optional[str], generated: Generated) -> bool:
-    """Whether the call site takes the template (its configuration set on `kernel`): where the mode forces it, or
-    where it was timed faster than ATen's."""
+def _chosen(kernel: AttentionKernel, device: Optional[str], generated: Generated) -> Optional[dict]:
+    """The template's configuration where the call site takes it (the mode forces it, or it was timed faster than
+    ATen's call); None where it keeps ATen's."""
     if MODE == "auto" and not (device == "cuda" and torch.cuda.is_available()):
-        return False
+        return None
     spec = kernel.spec()
+    if generated(spec, False) is None:  # the template does not fit it: no choice to make
+        return None
     what = (f"attention form, {'x'.join(map(str, kernel.batch))} x {kernel.l} queries x {kernel.s} keys, head "
             f"{kernel.d}, {kernel.inputs[0].dtype}{', ' + kernel.mask + ' mask' if kernel.mask else ''}")
-    if generated(spec, False) is None:  # the template does not fit it: no choice to make
-        return False
     if MODE == "auto" and timing.fixed():
-        return timing.take_fixed(what, "aten", "aten").chosen != "aten"
-    answer = generated(spec, MODE == "auto")
+        timing.take_fixed(what, "aten", "aten")
+        return None
+    try:
+        answer = generated(spec, MODE == "auto")
+    except Exception:  # noqa: BLE001 - a template this Triton cannot build here costs this call site its form only
+        return None
     if answer is None:
-        return False
-    seconds, kernel.config = answer
+        return None
+    seconds, config = answer
     if MODE != "auto":
-        return True
-    if seconds is None:
-        return False
-    return timing.settle(what, seconds, "aten", MARGIN).chosen == "generated"
+        return config
+    chosen = seconds is not None and timing.settle(what, seconds, "aten", MARGIN).chosen == "generated"
+    return config if chosen else None
 
 
 def _kernel(node: Node, literals: dict, number: int) -> Optional[AttentionKernel]:

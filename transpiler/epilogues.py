@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 
 from . import kernel_ir as K
-from .alias_analysis import writes
+from .alias_analysis import sole_kernel_reader
 from .ir import KERNEL_OP, Attr, Block, Graph, Node, Value, blocks, readers
 from .kernel_ir import TemplateKernel
 from .lowering import contiguous_strides
@@ -32,13 +32,8 @@ def _take(block: Block, read_by: dict[int, list]) -> int:
         kernel = template.attrs.get(Attr.KERNEL)
         if not isinstance(kernel, TemplateKernel) or kernel.epilogue is not None:
             continue
-        users = read_by.get(template.output.id, [])
-        after = users[0] if len(users) == 1 else None
-        if (after is None or after.op != KERNEL_OP or id(after) in taken
-                or position.get(id(after), -1) < position[id(template)]):
-            continue
-        between = block.nodes[position[id(template)] + 1:position[id(after)]]
-        if any(writes(n) or n.blocks for n in between):
+        after = sole_kernel_reader(template, block, position, read_by)
+        if after is None or id(after) in taken:
             continue
         product = after.attrs[Attr.KERNEL].inputs[after.inputs.index(template.output)].name
         if not fits(after.attrs[Attr.KERNEL], product, template.output, kernel.inner_dim):

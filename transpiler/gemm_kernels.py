@@ -13,10 +13,8 @@ from __future__ import annotations
 import math
 
 from .ir import GENERATED_GEMM, KERNEL_OP, Attr, Graph, Node, blocks, provenance_line
-from .kernel_ir import GemmKernel, KernelBuffer
+from .kernel_ir import INT32_LIMIT, GemmKernel, KernelBuffer
 from .lowering import contiguous_strides
-
-INT32_LIMIT = 2 ** 31 - 1  # the template's offsets are int32
 
 
 def gemm_kernels(graph: Graph, refused: dict[int, str]) -> int:
@@ -79,7 +77,7 @@ def row_stride(t) -> int | None:
         if outer != inner * inner_n:
             return None
     stride, rows = leading[-1][1], math.prod(n for n, _ in leading)
-    return stride if shape[-1] <= stride and rows * stride <= INT32_LIMIT else None
+    return stride if shape[-1] <= stride and rows * stride <= INT32_LIMIT else None  # (the template's offsets)
 
 
 def _dense(t) -> bool:

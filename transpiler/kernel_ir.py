@@ -46,6 +46,7 @@ DTYPES = frozenset({"float32", "float64", "float16", "bfloat16", "int64", "int32
 # Bytes: a GPU kernel is compiled assuming each buffer starts at such an address (vector loads), unless the buffer
 # says it may not (`KernelBuffer.aligned`); the runtime copies an input that breaks the assumption
 ALIGNMENT = 16
+INT32_LIMIT = 2 ** 31 - 1  # the largest offset a Triton kernel's int32 index arithmetic holds
 
 
 def compute_dtype(dtype: str) -> str:

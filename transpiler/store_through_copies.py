@@ -16,7 +16,7 @@ from typing import Optional
 import numpy as np
 
 from . import kernel_ir as K
-from .alias_analysis import writes
+from .alias_analysis import sole_kernel_reader
 from .ir import KERNEL_OP, Attr, Block, Graph, Node, blocks, readers
 from .kernel_ir import AttentionKernel
 from .lowering import contiguous_strides
@@ -37,12 +37,8 @@ def _fold(block: Block, read_by: dict[int, list]) -> int:
         kernel = node.attrs.get(Attr.KERNEL)
         if not isinstance(kernel, AttentionKernel) or kernel.out_strides:
             continue
-        users = read_by.get(node.output.id, [])
-        copy = users[0] if len(users) == 1 else None
-        if copy is None or copy.op != KERNEL_OP or position.get(id(copy), -1) < position[id(node)]:
-            continue
-        between = block.nodes[position[id(node)] + 1:position[id(copy)]]
-        if any(writes(n) or n.blocks for n in between):
+        copy = sole_kernel_reader(node, block, position, read_by)
+        if copy is None:
             continue
         strides = copy_strides(copy.attrs[Attr.KERNEL], kernel.outputs[0])
         if strides is None:
