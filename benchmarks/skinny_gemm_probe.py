@@ -14,12 +14,18 @@ added in a fixed order by a second kernel). On an H200 (2026-11-29, GPU us, weig
 best form: 9x768->2304 8.2 / 11.5, 9x768->768 5.1 / 8.0, 9x768->3072 8.6 / 11.8, 9x3072->768 10.0 / 13.8,
 9x1024->4096 11.0 / 16.4, 9x4096->1024 12.1 / 16.1; fma_n 10-46, fma_k 15-79.
 
+With `--rows-body`, the body generated per row count instead (`rows`: one [BN, BK] accumulator per row, no
+padding of the rows to a power of two, the products summed across K once after the loop; for any dtype, fp32
+FMAs) and, for float32, `tf32x3` (split_n's tensor-core dots in three-pass TF32, near float32's accuracy), with
+`rows_k` (split K, fp32 atomics into a zeroed buffer) as the bound split K could reach.
+
     python benchmarks/skinny_gemm_probe.py [--rows 1,9,16] [--dtype float16|bfloat16|float32] [--fma]
-                                           [--shapes K:N,...] [--json out.json]
+                                           [--rows-body] [--shapes K:N,...] [--json out.json]
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -165,7 +171,10 @@ def _fma_candidates(m: int, k: int, n: int):
         yield f"fma_k bn{bn} bk{bk} ks{ks} w{warps} s{stages}", ("fk", mp, bn, bk, ks, warps, stages)
 
 
-def _candidates(m: int, k: int, n: int, fma: bool = False):
+def _candidates(m: int, k: int, n: int, fma: bool = False, rows_body: bool = False, dtype=torch.float16):
+    if rows_body:
+        yield from _rows_candidates(m, k, n, dtype)
+        return
     if fma:
         yield from _fma_candidates(m, k, n)
         return
@@ -180,10 +189,74 @@ def _candidates(m: int, k: int, n: int, fma: bool = False):
         yield f"split_k bn{bn} bk{bk} ks{ks} w{warps} s{stages}", ("k", mp, bn, bk, ks, warps, stages)
 
 
+def rows_source(m: int, k: int, n: int, stages: int, split: int = 1) -> str:
+    """The `rows` body for m rows: an accumulator per row, written out, so no row is padded. With `split` > 1, the
+    program's K / split partial sums are added with fp32 atomics (into a zeroed fp32 buffer)."""
+    accs = "".join(f"    acc{r} = tl.zeros((BN, BK), tl.float32)\n" for r in range(m))
+    fmas = "".join(f"        acc{r} += wt * tl.load(x_at + {r * k}).to(tl.float32)[None, :]\n" for r in range(m))
+    if split == 1:
+        stores = "".join(f"    tl.store(out + {r * n} + cols, tl.sum(acc{r}, axis=1).to(out.dtype.element_ty))\n"
+                         for r in range(m))
+    else:
+        stores = "".join(f"    tl.atomic_add(out + {r * n} + cols, tl.sum(acc{r}, axis=1), sem='relaxed')\n"
+                         for r in range(m))
+    return f"""import triton
+import triton.language as tl
+
+
+@triton.jit
+def rows_gemm(x, w, out, BN: tl.constexpr, BK: tl.constexpr):
+    cols = tl.program_id(0) * BN + tl.arange(0, BN)
+    ks = tl.program_id(1) * {k // split} + tl.arange(0, BK)
+    x_at = x + ks
+    w_at = w + cols[:, None] * {k} + ks[None, :]
+{accs}    for _ in tl.range(0, {k // split}, BK, num_stages={stages}):
+        wt = tl.load(w_at).to(tl.float32)
+{fmas}        x_at += BK
+        w_at += BK
+{stores}"""
+
+
+@functools.lru_cache(maxsize=None)
+def _rows_kernel(m: int, k: int, n: int, stages: int, split: int):
+    from jit2triton.emitters.compile_triton import kernel_function
+    return kernel_function(rows_source(m, k, n, stages, split), "rows_gemm")
+
+
+def _rows_candidates(m: int, k: int, n: int, dtype: torch.dtype):
+    for bn, bk, warps, stages in itertools.product((2, 4, 8, 16), (128, 256, 512), (2, 4, 8), (2, 4)):
+        per_thread = bn * bk // (32 * warps)
+        if n % bn or k % bk or per_thread not in (4, 8, 16) or m * per_thread > 144:
+            continue
+        yield f"rows bn{bn} bk{bk} w{warps} s{stages}", ("r", m, bn, bk, 1, warps, stages)
+        if stages == 4 and bn in (4, 8) and n // bn < 264:
+            for ks in (2, 4):
+                if k % (bk * ks) == 0:
+                    yield f"rows_k bn{bn} bk{bk} ks{ks} w{warps}", ("rk", m, bn, bk, ks, warps, 1)
+    if dtype == torch.float32:
+        for bn, bk, warps, stages in itertools.product((16, 32), (64, 128, 256), (2, 4), (4, 6)):
+            if n % bn == 0 and k % bk == 0:
+                yield f"tf32x3 bn{bn} bk{bk} w{warps} s{stages}", ("x3", 16, bn, bk, 1, warps, stages)
+
+
 def _call(cfg, x, w, out, acc):
     kind, mp, bn, bk, ks, warps, stages = cfg
     m, k = x.shape
     n = w.shape[0]
+    if kind == "r":
+        fn = _rows_kernel(m, k, n, stages, 1)
+        return lambda: fn[(n // bn, 1)](x, w, out, bn, bk, num_warps=warps)
+    if kind == "rk":
+        fn = _rows_kernel(m, k, n, 1, ks)
+
+        def run_split():
+            acc.zero_()
+            fn[(n // bn, ks)](x, w, acc, bn, bk, num_warps=warps)
+            out.copy_(acc)
+        return run_split
+    if kind == "x3":
+        return lambda: split_n[(n // bn,)](x, w, out, m, n, k, mp, bn, bk, "tf32x3", num_warps=warps,
+                                           num_stages=stages)
     if kind == "fn":
         return lambda: fma_n[(n // bn,)](x, w, out, m, n, k, mp, bn, bk, stages, num_warps=warps)
     if kind == "f3":
@@ -209,7 +282,7 @@ def _precision(x) -> str:
     return "ieee" if x.dtype == torch.float32 else "tf32"
 
 
-def probe(m: int, k: int, n: int, dtype: torch.dtype, fma: bool = False) -> dict:
+def probe(m: int, k: int, n: int, dtype: torch.dtype, fma: bool = False, rows_body: bool = False) -> dict:
     copies = max(2, min(32, COLD_BYTES // ((n * k + m * k) * dtype.itemsize)))
     ops = [(torch.randn(m, k, device="cuda", dtype=dtype), torch.randn(n, k, device="cuda", dtype=dtype) / math.sqrt(k))
            for _ in range(copies)]
@@ -221,7 +294,7 @@ def probe(m: int, k: int, n: int, dtype: torch.dtype, fma: bool = False) -> dict
                       "kn": [lambda x=x, wt=wt: torch.matmul(x, wt) for (x, _), wt in zip(ops, wts)]})
     best: dict[str, tuple[float, str]] = {}
     tried = {}
-    for label, cfg in _candidates(m, k, n, fma):
+    for label, cfg in _candidates(m, k, n, fma, rows_body, dtype):
         try:
             _call(cfg, ops[0][0], ops[0][1], outs[0], accs[0])()
             torch.cuda.synchronize()
@@ -246,6 +319,8 @@ def main() -> None:
     p.add_argument("--rows", default="1,9,16")
     p.add_argument("--dtype", default="float16")
     p.add_argument("--fma", action="store_true", help="float32: the kernels without tensor cores (fma_n, fma_k)")
+    p.add_argument("--rows-body", action="store_true", help="the bodies generated per row count (rows, rows_k, "
+                   "and tf32x3 for float32)")
     p.add_argument("--shapes", help="K:N,... (default: BERT-base's and a 1024-wide model's)")
     p.add_argument("--json")
     a = p.parse_args()
@@ -255,7 +330,7 @@ def main() -> None:
     for m in map(int, a.rows.split(",")):
         shapes = [tuple(map(int, s.split(":"))) for s in a.shapes.split(",")] if a.shapes else SHAPES
         for k, n in shapes:
-            r = probe(m, k, n, dtype, a.fma)
+            r = probe(m, k, n, dtype, a.fma, a.rows_body)
             results.append(r)
             bests = "  ".join(f"{kind} {us:.2f} ({label})" for kind, (us, label) in r["best"].items())
             print(f"{m:3d}x{k}->{n}: linear {r['aten']['linear']:.2f} kn {r['aten']['kn']:.2f} "
