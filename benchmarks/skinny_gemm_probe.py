@@ -38,6 +38,7 @@ from jit2triton.transpiler.timing import graphs_gpu_us
 
 SHAPES = [(768, 2304), (768, 768), (768, 3072), (3072, 768), (1024, 4096), (4096, 1024)]  # K, N
 COLD_BYTES = 2 * 50 * 2 ** 20
+NO_SPLIT = False
 SKIP_SPLIT_K = True  # fma_k lost to fma_n at every BERT shape on an H200 (below)
 
 
@@ -223,17 +224,20 @@ def _rows_kernel(m: int, k: int, n: int, stages: int, split: int):
     return kernel_function(rows_source(m, k, n, stages, split), "rows_gemm")
 
 
+ROWS_STAGES = (2, 4)
+
+
 def _rows_candidates(m: int, k: int, n: int, dtype: torch.dtype):
-    for bn, bk, warps, stages in itertools.product((2, 4, 8, 16), (128, 256, 512), (2, 4, 8), (2, 4)):
+    for bn, bk, warps, stages in itertools.product((2, 4, 8, 16), (128, 256, 512), (2, 4, 8), ROWS_STAGES):
         per_thread = bn * bk // (32 * warps)
         if n % bn or k % bk or per_thread not in (4, 8, 16) or m * per_thread > 144:
             continue
         yield f"rows bn{bn} bk{bk} w{warps} s{stages}", ("r", m, bn, bk, 1, warps, stages)
-        if stages == 4 and bn in (4, 8) and n // bn < 264:
+        if not NO_SPLIT and stages == 4 and bn in (4, 8) and n // bn < 264:
             for ks in (2, 4):
                 if k % (bk * ks) == 0:
                     yield f"rows_k bn{bn} bk{bk} ks{ks} w{warps}", ("rk", m, bn, bk, ks, warps, 1)
-    if dtype == torch.float32:
+    if dtype == torch.float32 and not NO_SPLIT:
         for bn, bk, warps, stages in itertools.product((16, 32), (64, 128, 256), (2, 4), (4, 6)):
             if n % bn == 0 and k % bk == 0:
                 yield f"tf32x3 bn{bn} bk{bk} w{warps} s{stages}", ("x3", 16, bn, bk, 1, warps, stages)
@@ -321,10 +325,14 @@ def main() -> None:
     p.add_argument("--fma", action="store_true", help="float32: the kernels without tensor cores (fma_n, fma_k)")
     p.add_argument("--rows-body", action="store_true", help="the bodies generated per row count (rows, rows_k, "
                    "and tf32x3 for float32)")
+    p.add_argument("--rows-stages", default="2,4", help="the rows body's pipeline depths swept")
+    p.add_argument("--no-split", action="store_true", help="leave rows_k and tf32x3 out")
     p.add_argument("--shapes", help="K:N,... (default: BERT-base's and a 1024-wide model's)")
     p.add_argument("--json")
     a = p.parse_args()
     dtype = getattr(torch, a.dtype)
+    global ROWS_STAGES, NO_SPLIT
+    ROWS_STAGES, NO_SPLIT = tuple(map(int, a.rows_stages.split(","))), a.no_split
     results = []
     print(f"{torch.cuda.get_device_name()}  triton {triton.__version__}  {a.dtype}  (GPU us per call, L2 cold)")
     for m in map(int, a.rows.split(",")):

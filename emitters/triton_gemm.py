@@ -8,15 +8,17 @@ of the forms `transpiler/gemm_forms.py` times per GEMM, kept only where it wins.
 
 Each program computes BN output columns for every row, reading its BN rows of the weight once over all of K, RBLOCK
 at a time, pipelined `STAGES` deep; fp32 accumulation, the bias added in fp32, one rounding to the output's type (as
-cuBLAS's epilogue does). Two loop bodies:
+cuBLAS's epilogue does). Two loop bodies, each configuration of either timed at the GEMM's shape:
 
     dot    float16, bfloat16: tensor-core `tl.dot`s, rows padded to 16 (the smallest dot)
-    lanes  float32: ATen computes float32 GEMMs without TF32 by default, so FMAs, no tensor cores. Each program
-           keeps a product sum per K lane ([rows, BN, RBLOCK], rows padded to a power of two) and sums the lanes
-           once after the loop, so the loop is loads and FMAs only. On an H200 (benchmarks/skinny_gemm_probe.py
-           --dtype float32 --fma, weights cold in L2, GPU us), BERT-base's 9x768 -> 2304 took 8.2 against cuBLAS's
-           11.5, 9x768 -> 768 5.1 against 8.0, 9x768 -> 3072 8.6 against 11.8, 9x3072 -> 768 10.0 against 13.8;
-           `tl.dot` in ieee precision took 17-19, and a sum across the chunk each iteration 22.5
+    rows   any dtype, fp32 FMAs (ATen computes float32 GEMMs without TF32 by default, so no tensor cores for
+           float32): one [BN, RBLOCK] product sum per row, written out per row so no row is padded, each summed
+           across K once after the loop, so the loop is loads and FMAs only. On an H200
+           (benchmarks/skinny_gemm_probe.py --rows-body, weights cold in L2, GPU us), BERT-base's float32
+           9x768 -> 2304 took 6.8 against cuBLAS's 11.2, 9x768 -> 768 4.2 / 7.9, 9x768 -> 3072 7.3 / 11.6,
+           9x3072 -> 768 7.8 / 13.7; the previous body, a sum per K lane over rows padded to a power of two
+           ([16, BN, RBLOCK]), 8.2, 5.1, 8.6 and 10.0. In float16 it beat the dot body at 9x3072 -> 768 (6.3 against
+           cuBLAS's 7.5); the more loads in flight per thread, the faster, up to the registers' limit
 """
 from __future__ import annotations
 
@@ -37,11 +39,15 @@ from .triton_math import HELPERS, TL_TYPES, ordered
 DOT_DTYPES = ("float16", "bfloat16")
 DTYPES = DOT_DTYPES + ("float32",)
 MAX_ROWS = 16  # one tl.dot tile of rows
-# (BN, RBLOCK, warps, stages): the winners of the probe's sweeps at BERT's shapes on the H200; the last for small K
-DOT_CONFIGS = ((16, 128, 2, 6), (16, 128, 4, 6), (32, 128, 4, 6), (16, 256, 2, 6), (32, 256, 2, 4), (16, 64, 2, 4))
-# the lanes body's: its [rows, BN, RBLOCK] sums live in registers, at most 8,192 of them over 16 rows
-LANES_CONFIGS = ((4, 32, 2, 5), (4, 64, 4, 5), (8, 32, 2, 5), (4, 128, 2, 5), (8, 32, 4, 5), (2, 128, 2, 4),
-                 (2, 32, 2, 4))
+# (body, BN, RBLOCK, warps, stages): the winners of the probe's sweeps at BERT's shapes on the H200. The dot body's
+# last is for small K; the rows body's last two for small shapes
+DOT_CONFIGS = tuple(("dot",) + c for c in ((16, 128, 2, 6), (16, 128, 4, 6), (32, 128, 4, 6), (16, 256, 2, 6),
+                                           (32, 256, 2, 4), (16, 64, 2, 4)))
+ROWS_CONFIGS = tuple(("rows",) + c for c in ((8, 128, 2, 4), (4, 128, 2, 4), (4, 256, 2, 4), (8, 128, 4, 4),
+                                             (8, 256, 4, 4), (2, 512, 2, 4), (4, 128, 4, 4), (2, 64, 2, 4),
+                                             (2, 32, 1, 4)))
+# the rows body keeps rows x (its weight elements per thread) sums in registers: past this, they spill
+MAX_ROW_SUMS = 144
 
 _TEMPLATE = '''\
 {head}
@@ -55,11 +61,11 @@ def {name}({params}, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     rows = tl.arange(0, {padded})
     cols = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     ks = tl.arange(0, RBLOCK)
-    x_at = x + rows[:, None] * {x_row} + ks[None, :]
     w_at = w + cols[:, None] * {k} + ks[None, :]
 {loop}{bias}{store}'''
 
 _DOT = """\
+    x_at = x + rows[:, None] * {x_row} + ks[None, :]
     acc = tl.zeros(({padded}, XBLOCK), tl.float32)
     for _ in tl.range(0, {k}, RBLOCK, num_stages={stages}):
         a = tl.load(x_at, mask=rows[:, None] < {rows}, other=0.0)
@@ -68,16 +74,27 @@ _DOT = """\
         w_at += RBLOCK
 """
 
-_LANES = """\
-    # float32 FMAs (ATen's float32 GEMMs use no TF32): a sum per K lane, the lanes summed once after the loop
-    lanes = tl.zeros(({padded}, XBLOCK, RBLOCK), tl.float32)
-    for _ in tl.range(0, {k}, RBLOCK, num_stages={stages}):
-        a = tl.load(x_at, mask=rows[:, None] < {rows}, other=0.0)
-        lanes += a[:, None, :] * tl.load(w_at)[None, :, :]
-        x_at += RBLOCK
+_ROWS = """\
+    # fp32 FMAs (ATen's float32 GEMMs use no TF32): a product sum per row and weight element, summed after the loop
+    x_at = x + ks
+{sums}    for _ in tl.range(0, {k}, RBLOCK, num_stages={stages}):
+        wt = tl.load(w_at).to(tl.float32)
+{fmas}        x_at += RBLOCK
         w_at += RBLOCK
-    acc = tl.sum(lanes, axis=2)
-"""
+    # the rows' sums, gathered into one [rows, XBLOCK] tile as the dot body leaves it
+    acc = tl.zeros(({padded}, XBLOCK), tl.float32)
+{gather}"""
+
+
+def _rows_body(rows: int, k: int, x_row: int, padded: int, stages: int) -> str:
+    return _ROWS.format(
+        k=k, stages=stages, padded=padded,
+        sums="".join(f"    sum{r} = tl.zeros((XBLOCK, RBLOCK), tl.float32)\n" for r in range(rows)),
+        fmas="".join(f"        sum{r} += wt * tl.load(x_at{f' + {r * x_row}' if r else ''}).to(tl.float32)[None, :]\n"
+                     for r in range(rows)),
+        gather="".join(f"    acc = tl.where(rows[:, None] == {r}, tl.sum(sum{r}, axis=1)[None, :], acc)\n"
+                       for r in range(rows)))
+
 
 _STORE = """\
     tl.store(out + rows[:, None] * {n} + cols[None, :], acc.to(out.dtype.element_ty), mask=rows[:, None] < {rows})
@@ -93,32 +110,38 @@ _EPILOGUE_HEAD = """\
 """
 
 
-def configs(dtype: str) -> tuple:
-    """The launch configurations of the loop body this dtype takes."""
-    return DOT_CONFIGS if dtype in DOT_DTYPES else LANES_CONFIGS
+def configs(rows: int, k: int, n: int, dtype: str) -> list[dict]:
+    """The launch configurations of the loop bodies this dtype takes that fit this shape: their BN divides N, their
+    RBLOCK divides K, and the rows body's sums fit the registers."""
+    return [{"body": body, "bn": bn, "rblock": rblock, "warps": warps, "stages": stages}
+            for body, bn, rblock, warps, stages in (DOT_CONFIGS if dtype in DOT_DTYPES else ()) + ROWS_CONFIGS
+            if n % bn == 0 and k % rblock == 0
+            and (body == "dot" or rows * max(1, bn * rblock // (32 * warps)) <= MAX_ROW_SUMS)]
+
+
+def label(config: dict) -> str:
+    return "{body} bn{bn} rblock{rblock} w{warps} s{stages}".format(**config)
 
 
 def fits(rows: int, k: int, n: int, dtype: str) -> bool:
-    """Whether the template computes this GEMM (a configuration divides its shape)."""
-    return (dtype in DTYPES and 0 < rows <= MAX_ROWS and any(_divides(c, k, n) for c in configs(dtype))
+    """Whether the template computes this GEMM (a configuration fits its shape)."""
+    return (dtype in DTYPES and 0 < rows <= MAX_ROWS and bool(configs(rows, k, n, dtype))
             and n * k <= INT32_LIMIT and MAX_ROWS * max(k, n) <= INT32_LIMIT)
 
 
-def _divides(config: tuple, k: int, n: int) -> bool:
-    bn, rblock, _, _ = config
-    return n % bn == 0 and k % rblock == 0
-
-
-def source(name: str, rows: int, k: int, n: int, bias: bool, config: dict, head: str, dtype: str,
-           params: str = "out", store: Optional[str] = None, helpers: str = "", x_row: int = 0) -> str:
-    """The template's module; `head` opens it (the provenance comment). Without `store` (an epilogue's lines and
-    its output parameters `params`), the product is stored to `out`. `x_row`: x's row stride where not k."""
-    dot = dtype in DOT_DTYPES
-    padded = 1 << (rows - 1).bit_length()
-    padded = max(16, padded) if dot else padded
-    loop = (_DOT if dot else _LANES).format(padded=padded, k=k, rows=rows, stages=config["stages"])
+def source(name: str, rows: int, k: int, n: int, bias: bool, config: dict, head: str, params: str = "out",
+           store: Optional[str] = None, helpers: str = "", x_row: int = 0) -> str:
+    """The template's module, with `config`'s loop body; `head` opens it (the provenance comment). Without `store`
+    (an epilogue's lines and its output parameters `params`), the product is stored to `out`. `x_row`: x's row
+    stride where not k."""
+    padded, x_row = 1 << (rows - 1).bit_length(), x_row or k
+    if config["body"] == "dot":
+        padded = max(16, padded)
+        loop = _DOT.format(padded=padded, k=k, rows=rows, stages=config["stages"], x_row=x_row)
+    else:
+        loop = _rows_body(rows, k, x_row, padded, config["stages"])
     return _TEMPLATE.format(name=name, params=("x, w, b, " if bias else "x, w, ") + params, head=head,
-                            helpers=helpers, rows=rows, k=k, n=n, padded=padded, loop=loop, x_row=x_row or k,
+                            helpers=helpers, rows=rows, k=k, n=n, padded=padded, loop=loop,
                             bias_note=" + b" if bias else "",
                             bias="    acc += tl.load(b + cols)[None, :].to(tl.float32)\n" if bias else "",
                             store=store if store is not None else _STORE.format(n=n, rows=rows))
@@ -126,14 +149,13 @@ def source(name: str, rows: int, k: int, n: int, bias: bool, config: dict, head:
 
 def render_gemm(kernel: K.GemmKernel) -> TritonKernel:
     """The kernel's module and launch: one program per XBLOCK output columns, at the configuration it was timed at."""
-    config, head, dtype = kernel.config, provenance_comment(kernel, "#"), kernel.inputs[0].dtype
+    config, head = kernel.config, provenance_comment(kernel, "#")
     if kernel.epilogue is None:
-        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, dtype,
-                      x_row=kernel.x_row)
+        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, x_row=kernel.x_row)
     else:
         params, store, helpers = _epilogue(kernel)
-        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, dtype, params, store,
-                      helpers, kernel.x_row)
+        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, params, store, helpers,
+                      kernel.x_row)
     arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
     launch = {"constants": {"XBLOCK": config["bn"], "RBLOCK": config["rblock"]}, "num_warps": config["warps"]}
     return TritonKernel(kernel.name, text, arg_types, items=kernel.n, configs=[launch])
@@ -184,8 +206,7 @@ def gemm_template(rows: int, k: int, n: int, dtype: str, has_bias: bool, timed: 
     if not fits(rows, k, n, dtype):
         return None
     if not timed or not torch.cuda.is_available():
-        bn, rblock, warps, stages = next(c for c in configs(dtype) if _divides(c, k, n))
-        return None, {"bn": bn, "rblock": rblock, "warps": warps, "stages": stages}
+        return None, configs(rows, k, n, dtype)[0]
     return _timed(rows, k, n, dtype, has_bias, f"cuda:{torch.cuda.current_device()}")
 
 
@@ -198,12 +219,10 @@ def _timed(rows: int, k: int, n: int, dtype: str, has_bias: bool, device: str) -
         w = torch.randn(n, k, device=device, dtype=torch_dtype) / math.sqrt(k)
         b = torch.randn(n, device=device, dtype=torch_dtype) if has_bias else None
         operands.append((x, w, b, torch.empty(rows, n, device=device, dtype=torch_dtype)))
-    by_label = {f"bn{bn} rblock{rblock} w{warps} s{stages}": {"bn": bn, "rblock": rblock, "warps": warps,
-                                                              "stages": stages}
-                for bn, rblock, warps, stages in configs(dtype) if _divides((bn, rblock, warps, stages), k, n)}
+    by_label = {label(c): c for c in configs(rows, k, n, dtype)}
 
     def launcher(c: dict):
-        launch = _compiled(rows, k, n, has_bias, c["stages"], dtype)
+        launch = _compiled(rows, k, n, has_bias, c["body"], c["stages"], dtype)
         return lambda x, w, b, out: launch(x, w, b, out, c["bn"], c["rblock"], c["warps"])
     x, w, b, _ = operands[0]
     micros, kept = fastest_checked(by_label, launcher, operands, torch.nn.functional.linear(x, w, b),
@@ -215,11 +234,12 @@ def _timed(rows: int, k: int, n: int, dtype: str, has_bias: bool, device: str) -
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(rows: int, k: int, n: int, has_bias: bool, stages: int, dtype: str):
+def _compiled(rows: int, k: int, n: int, has_bias: bool, body: str, stages: int, dtype: str):
     """A launcher of the template at this shape: launch(x, w, b, out, bn, rblock, warps)."""
     from .compile_triton import kernel_function
     name = "skinny_gemm"
-    fn = kernel_function(source(name, rows, k, n, has_bias, {"stages": stages}, "# timed by gemm_forms", dtype), name)
+    fn = kernel_function(source(name, rows, k, n, has_bias, {"body": body, "stages": stages},
+                                "# timed by gemm_forms"), name)
 
     def launch(x, w, b, out, bn: int, rblock: int, warps: int) -> None:
         args = (x, w, b, out) if has_bias else (x, w, out)
