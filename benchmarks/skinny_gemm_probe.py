@@ -16,8 +16,11 @@ best form: 9x768->2304 8.2 / 11.5, 9x768->768 5.1 / 8.0, 9x768->3072 8.6 / 11.8,
 
 With `--rows-body`, the body generated per row count instead (`rows`: one [BN, BK] accumulator per row, no
 padding of the rows to a power of two, the products summed across K once after the loop; for any dtype, fp32
-FMAs) and, for float32, `tf32x3` (split_n's tensor-core dots in three-pass TF32, near float32's accuracy), with
-`rows_k` (split K, fp32 atomics into a zeroed buffer) as the bound split K could reach.
+FMAs; `vec`: each thread's 16 bytes of products summed in the thread every iteration, fewer sums to keep) and, for float32, `tf32x3` (split_n's tensor-core dots in three-pass TF32, near float32's accuracy), with
+`rows_k` (split K, fp32 atomics into a zeroed buffer) as the bound split K could reach. On an H200 (2026-11-29,
+GPU us, BERT-base's 9x768 -> 2304, 768, 3072 and 9x3072 -> 768): rows 6.8, 4.2, 7.1-7.3, 7.7-8.0 in float32 (cuBLAS
+11.2, 7.8, 11.5, 13.6) and 5.6, 3.2, 5.9, 6.3-6.5 in float16 (cuBLAS 4.4, 4.0, 4.7, 7.5); vec 7.6, 4.7, 8.9, 8.9 and
+6.1, 3.7, 6.8, 7.7; rows_k 6.8-11.3; tf32x3 8.1-25.7. Pipelining 4 deep beat 2, 3, 6 and 8.
 
     python benchmarks/skinny_gemm_probe.py [--rows 1,9,16] [--dtype float16|bfloat16|float32] [--fma]
                                            [--rows-body] [--shapes K:N,...] [--json out.json]
@@ -218,10 +221,36 @@ def rows_gemm(x, w, out, BN: tl.constexpr, BK: tl.constexpr):
 {stores}"""
 
 
+def vec_source(m: int, k: int, n: int, stages: int, v: int) -> str:
+    """The `vec` body: `rows`, but each thread's V consecutive products (one 16-byte load of the weight) summed in
+    the thread every iteration, so the per-row sums are [BN, BK / V]: V times fewer registers, more loads in flight."""
+    accs = "".join(f"    acc{r} = tl.zeros((BN, BK // {v}), tl.float32)\n" for r in range(m))
+    fmas = "".join(f"        acc{r} += tl.sum(wt * tl.load(x_at + {r * k}).to(tl.float32)[None, :, :], axis=2)\n"
+                   for r in range(m))
+    stores = "".join(f"    tl.store(out + {r * n} + cols, tl.sum(acc{r}, axis=1).to(out.dtype.element_ty))\n"
+                     for r in range(m))
+    return f"""import triton
+import triton.language as tl
+
+
+@triton.jit
+def rows_gemm(x, w, out, BN: tl.constexpr, BK: tl.constexpr):
+    cols = tl.program_id(0) * BN + tl.arange(0, BN)
+    ks = tl.arange(0, BK // {v})[:, None] * {v} + tl.arange(0, {v})[None, :]
+    x_at = x + ks
+    w_at = w + cols[:, None, None] * {k} + ks[None, :, :]
+{accs}    for _ in tl.range(0, {k}, BK, num_stages={stages}):
+        wt = tl.load(w_at).to(tl.float32)
+{fmas}        x_at += BK
+        w_at += BK
+{stores}"""
+
+
 @functools.lru_cache(maxsize=None)
-def _rows_kernel(m: int, k: int, n: int, stages: int, split: int):
+def _rows_kernel(m: int, k: int, n: int, stages: int, split: int, vec: int = 0):
     from jit2triton.emitters.compile_triton import kernel_function
-    return kernel_function(rows_source(m, k, n, stages, split), "rows_gemm")
+    return kernel_function(vec_source(m, k, n, stages, vec) if vec else rows_source(m, k, n, stages, split),
+                           "rows_gemm")
 
 
 ROWS_STAGES = (2, 4)
@@ -237,6 +266,12 @@ def _rows_candidates(m: int, k: int, n: int, dtype: torch.dtype):
             for ks in (2, 4):
                 if k % (bk * ks) == 0:
                     yield f"rows_k bn{bn} bk{bk} ks{ks} w{warps}", ("rk", m, bn, bk, ks, warps, 1)
+    v = 16 // dtype.itemsize
+    for bn, bk, warps, stages in itertools.product((4, 8, 16), (128, 256, 512), (2, 4, 8), (3, 4)):
+        per_thread = bn * bk // (32 * warps)
+        if n % bn or k % bk or per_thread not in (8, 16, 32, 64) or m * per_thread // v > 144:
+            continue
+        yield f"vec bn{bn} bk{bk} w{warps} s{stages}", ("v", m, bn, bk, v, warps, stages)
     if dtype == torch.float32 and not NO_SPLIT:
         for bn, bk, warps, stages in itertools.product((16, 32), (64, 128, 256), (2, 4), (4, 6)):
             if n % bn == 0 and k % bk == 0:
@@ -249,6 +284,9 @@ def _call(cfg, x, w, out, acc):
     n = w.shape[0]
     if kind == "r":
         fn = _rows_kernel(m, k, n, stages, 1)
+        return lambda: fn[(n // bn, 1)](x, w, out, bn, bk, num_warps=warps)
+    if kind == "v":
+        fn = _rows_kernel(m, k, n, stages, 1, ks)
         return lambda: fn[(n // bn, 1)](x, w, out, bn, bk, num_warps=warps)
     if kind == "rk":
         fn = _rows_kernel(m, k, n, 1, ks)
