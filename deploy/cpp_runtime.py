@@ -44,7 +44,8 @@ EXCEPTIONS = {cls.__name__: cls for cls in (PackageError, CorruptPackageError, P
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpp")
 SOURCES = ["src/json.cpp", "src/sha256.cpp", "src/signing.cpp", "src/package.cpp", "src/literals.cpp", "src/plan.cpp",
            "src/host_ops.cpp", "src/plan_check.cpp", "src/state.cpp", "src/signature.cpp", "src/module.cpp",
-           "src/cpu_kernels.cpp", "src/cuda_kernels.cpp", "src/cuda_graph.cpp", "python/bindings.cpp"]
+           "src/cpu_kernels.cpp", "src/cuda_kernels.cpp", "src/cuda_graph.cpp", "src/native_ops.cpp",
+           "python/bindings.cpp"]
 HEADERS = ["include/jit2triton/jit2triton.h", "src/json.h", "src/sha256.h", "src/signing.h", "src/package.h", "src/literals.h",
            "src/plan.h", "src/graph_admission.h", "src/host_ops.h", "src/plan_check.h", "src/state.h", "src/policy.h", "src/op_facts.h", "src/manifest_schema.h", "src/scalar_ops.h"]
 

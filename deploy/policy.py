@@ -142,10 +142,15 @@ def message(key: str, **fields) -> str:
     return MESSAGES[key].format(**{k: str(v) for k, v in fields.items()})
 
 
+# The runtime's own ops (deploy/cpp/src/native_ops.cpp): registered when the runtime loads, no library to import
+RUNTIME_NAMESPACE = "j2t"
+
+
 def library_of(op: str) -> "str | None":
-    """The library an op not found belongs to (`torchvision` for torchvision::nms), or None for torch's own."""
+    """The library an op not found belongs to (`torchvision` for torchvision::nms), or None for torch's own and the
+    runtime's."""
     namespace = op.partition("::")[0]
-    return None if namespace in TORCH_NAMESPACES else namespace
+    return None if namespace in TORCH_NAMESPACES or namespace == RUNTIME_NAMESPACE else namespace
 
 
 def unknown_op(op: str, version: str) -> str:

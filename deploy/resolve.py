@@ -14,7 +14,7 @@ from jit2triton.errors import PackageError
 
 from .host_ops import HOST_OPS
 from .op_facts import NODE_ATTRIBUTE_OPS
-from .policy import unknown_op
+from .policy import RUNTIME_NAMESPACE, unknown_op
 
 
 def resolve_op(op: str) -> Callable:
@@ -42,7 +42,8 @@ def check_plan_ops(plan: dict) -> None:
     """Every op the plan's call steps name resolves here (blocks included): a package whose library is not loaded
     (torchvision::nms before `import torchvision`) is refused before a server starts replicas that would each fail."""
     for step in call_steps(plan):
-        resolve_op(step["op"])
+        if step["op"].partition("::")[0] != RUNTIME_NAMESPACE:  # (the runtime's own: there when it loads)
+            resolve_op(step["op"])
 
 
 def call_steps(plan: dict) -> Iterator[dict]:

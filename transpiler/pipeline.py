@@ -45,6 +45,7 @@ from .attention_kernels import attention_kernels
 from .store_through_copies import store_through_copies
 from .conv_kernels import conv_kernels
 from .epilogues import take_epilogues
+from .native_ops import native_ops
 from .onednn_linear import onednn_linear
 from .onednn_conv import as_it_will_run, onednn_conv
 from .pixel_convs import pixel_convs
@@ -434,6 +435,7 @@ PASSES: list[Pass] = [
     Pass("store_through_copies", lambda g, c: store_through_copies(g), "lower"),  # an attention's output copied
     Pass("conv_kernels", lambda g, c: conv_kernels(g, c.refused), "lower"),  # convolutions onednn_conv marked
     Pass("epilogues", lambda g, c: take_epilogues(g), "lower"),  # a template kernel takes the pointwise one after it
+    Pass("native_ops", lambda g, c: native_ops(g, c.refused), "lower", devices=("cpu",)),  # the runtime's own kernels
     Pass("kernel_alignment", lambda g, c: mark_misaligned_inputs(g), "lower"),  # inputs seen unaligned: no vector loads
     Pass("build_plan", lambda g, c: build_plan(g), "plan"),  # the graph becomes a Plan
     Pass("plan_arena", lambda sched, c: plan_arena(sched.plan, sched.nodes), "plan", devices=("cpu",)),

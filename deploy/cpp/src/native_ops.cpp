@@ -1,0 +1,153 @@
+// Ops the runtime computes itself where the library's own kernel is slow (namespace j2t, registered with torch's
+// dispatcher when the runtime loads): transpiler/native_ops.py names them in a plan in place of the library's op.
+//
+// j2t::roi_align: torchvision::roi_align on the CPU. torchvision's CPU kernel runs one thread, a channel at a time,
+// each bilinear sample a scalar: 61 ms of Faster R-CNN MobileNetV3-320's 193 ms a call here (one thread, 165 boxes
+// over a 2x256x10x12 map). This one computes each sample's four positions and weights once, as torchvision does,
+// then adds the four pixels' channels as vectors from a channels-last copy of the map, a box per task
+// (at::parallel_for). The arithmetic is torchvision's, in its order, with no contraction into FMAs: each element
+// gets the same bits (tests/test_native_ops.py), so a detector's boxes do not move.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3", "fp-contract=off")
+#endif
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace jit2triton {
+
+namespace {
+
+template <typename T>
+struct Sample {  // one bilinear sample: the four pixels' offsets in the map (in pixels) and their weights
+  int64_t at[4];
+  T w[4];
+};
+
+// A box's samples over its pooled_height x pooled_width bins, grid_h x grid_w per bin, bin by bin: torchvision's
+// pre_calc_for_bilinear_interpolate, the same operations in the same order (a NaN coordinate is an empty sample).
+template <typename T>
+void box_samples(int64_t height, int64_t width, int64_t pooled_height, int64_t pooled_width, T start_h, T start_w,
+                 T bin_h, T bin_w, int64_t grid_h, int64_t grid_w, std::vector<Sample<T>>& out) {
+  out.clear();
+  for (int64_t ph = 0; ph < pooled_height; ph++)
+    for (int64_t pw = 0; pw < pooled_width; pw++)
+      for (int64_t iy = 0; iy < grid_h; iy++) {
+        const T yy = start_h + ph * bin_h + static_cast<T>(iy + .5f) * bin_h / static_cast<T>(grid_h);
+        for (int64_t ix = 0; ix < grid_w; ix++) {
+          const T xx = start_w + pw * bin_w + static_cast<T>(ix + .5f) * bin_w / static_cast<T>(grid_w);
+          T y = yy, x = xx;
+          Sample<T> s{{0, 0, 0, 0}, {0, 0, 0, 0}};
+          if (!(y >= -1.0 && y <= height && x >= -1.0 && x <= width)) {
+            out.push_back(s);
+            continue;
+          }
+          if (y <= 0) y = 0;
+          if (x <= 0) x = 0;
+          int64_t y_low = static_cast<int>(y), x_low = static_cast<int>(x), y_high, x_high;
+          if (y_low >= height - 1) {
+            y_high = y_low = height - 1;
+            y = static_cast<T>(y_low);
+          } else {
+            y_high = y_low + 1;
+          }
+          if (x_low >= width - 1) {
+            x_high = x_low = width - 1;
+            x = static_cast<T>(x_low);
+          } else {
+            x_high = x_low + 1;
+          }
+          T ly = y - y_low, lx = x - x_low;
+          T hy = 1. - ly, hx = 1. - lx;
+          s.w[0] = hy * hx, s.w[1] = hy * lx, s.w[2] = ly * hx, s.w[3] = ly * lx;
+          s.at[0] = y_low * width + x_low, s.at[1] = y_low * width + x_high;
+          s.at[2] = y_high * width + x_low, s.at[3] = y_high * width + x_high;
+          out.push_back(s);
+        }
+      }
+}
+
+// out[k, c, ph, pw] for boxes [begin, end): `map` is [batch, height, width, channels] (channels innermost), `acc`
+// a channels-long row. Per channel: sum over the bin's samples of w1 v1 + w2 v2 + w3 v3 + w4 v4, then / count.
+template <typename T>
+void boxes(const T* map, const T* rois, T* out, int64_t begin, int64_t end, int64_t channels, int64_t height,
+           int64_t width, int64_t pooled_height, int64_t pooled_width, T scale, int64_t sampling_ratio, bool aligned) {
+  std::vector<Sample<T>> samples;
+  std::vector<T> acc(channels);
+  const int64_t bins = pooled_height * pooled_width;
+  for (int64_t k = begin; k < end; k++) {
+    const T* roi = rois + k * 5;
+    const int64_t batch = static_cast<int>(roi[0]);
+    const T offset = aligned ? (T)0.5 : (T)0.0;
+    const T start_w = roi[1] * scale - offset, start_h = roi[2] * scale - offset;
+    const T end_w = roi[3] * scale - offset, end_h = roi[4] * scale - offset;
+    T roi_w = end_w - start_w, roi_h = end_h - start_h;
+    if (!aligned) {
+      roi_w = std::max(roi_w, (T)1.);
+      roi_h = std::max(roi_h, (T)1.);
+    }
+    const T bin_h = static_cast<T>(roi_h) / static_cast<T>(pooled_height);
+    const T bin_w = static_cast<T>(roi_w) / static_cast<T>(pooled_width);
+    const int64_t grid_h = sampling_ratio > 0 ? sampling_ratio : static_cast<int>(std::ceil(roi_h / pooled_height));
+    const int64_t grid_w = sampling_ratio > 0 ? sampling_ratio : static_cast<int>(std::ceil(roi_w / pooled_width));
+    const T count = std::max<int64_t>(grid_h * grid_w, 1);
+    box_samples(height, width, pooled_height, pooled_width, start_h, start_w, bin_h, bin_w, grid_h, grid_w, samples);
+    const T* plane = map + batch * height * width * channels;
+    T* box_out = out + k * channels * bins;
+    const Sample<T>* s = samples.data();
+    for (int64_t bin = 0; bin < bins; bin++) {
+      std::fill(acc.begin(), acc.end(), T(0));
+      T* a = acc.data();
+      for (int64_t i = 0; i < grid_h * grid_w; i++, s++) {
+        const T *v1 = plane + s->at[0] * channels, *v2 = plane + s->at[1] * channels;
+        const T *v3 = plane + s->at[2] * channels, *v4 = plane + s->at[3] * channels;
+        const T w1 = s->w[0], w2 = s->w[1], w3 = s->w[2], w4 = s->w[3];
+        for (int64_t c = 0; c < channels; c++) a[c] += w1 * v1[c] + w2 * v2[c] + w3 * v3[c] + w4 * v4[c];
+      }
+      for (int64_t c = 0; c < channels; c++) box_out[c * bins + bin] = a[c] / count;
+    }
+  }
+}
+
+at::Tensor roi_align(const at::Tensor& input, const at::Tensor& rois, double spatial_scale, int64_t pooled_height,
+                     int64_t pooled_width, int64_t sampling_ratio, bool aligned) {
+  TORCH_CHECK(input.device().is_cpu() && rois.device().is_cpu(), "j2t::roi_align: CPU tensors only");
+  TORCH_CHECK(input.dim() == 4, "j2t::roi_align: input must be [N, C, H, W]");
+  TORCH_CHECK(rois.dim() == 2 && rois.size(1) == 5, "rois must have shape as Tensor[K, 5]");
+  TORCH_CHECK(input.scalar_type() == rois.scalar_type(), "input should have the same type as rois");
+  const int64_t num_rois = rois.size(0), channels = input.size(1), height = input.size(2), width = input.size(3);
+  at::Tensor out = at::empty({num_rois, channels, pooled_height, pooled_width}, input.options());  // (all written)
+  if (out.numel() == 0) return out;
+  // channels innermost: a sample's four pixels are four contiguous rows of channels
+  at::Tensor map = input.permute({0, 2, 3, 1}).contiguous();
+  at::Tensor boxes_ = rois.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(input.scalar_type(), "j2t::roi_align", [&] {
+    const scalar_t* m = map.const_data_ptr<scalar_t>();
+    const scalar_t* r = boxes_.const_data_ptr<scalar_t>();
+    scalar_t* o = out.mutable_data_ptr<scalar_t>();
+    at::parallel_for(0, num_rois, 1, [&](int64_t begin, int64_t end) {
+      boxes<scalar_t>(m, r, o, begin, end, channels, height, width, pooled_height, pooled_width,
+                      static_cast<scalar_t>(spatial_scale), sampling_ratio, aligned);
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY(j2t, m) {
+  m.def("roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width, "
+        "int sampling_ratio, bool aligned) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(j2t, CPU, m) { m.impl("roi_align", &roi_align); }
+
+}  // namespace jit2triton
