@@ -79,13 +79,17 @@ void box_samples(int64_t height, int64_t width, int64_t pooled_height, int64_t p
 // a channels-long row. Per channel: sum over the bin's samples of w1 v1 + w2 v2 + w3 v3 + w4 v4, then / count.
 template <typename T>
 void boxes(const T* map, const T* rois, T* out, int64_t begin, int64_t end, int64_t channels, int64_t height,
-           int64_t width, int64_t pooled_height, int64_t pooled_width, T scale, int64_t sampling_ratio, bool aligned) {
+           int64_t width, int64_t pooled_height, int64_t pooled_width, T scale, int64_t sampling_ratio, bool aligned,
+           int64_t batches) {
   std::vector<Sample<T>> samples;
   std::vector<T> acc(channels);
   const int64_t bins = pooled_height * pooled_width;
   for (int64_t k = begin; k < end; k++) {
     const T* roi = rois + k * 5;
     const int64_t batch = static_cast<int>(roi[0]);
+    // (torchvision reads outside its input here; this raises, as an index out of range does)
+    TORCH_CHECK(batch >= 0 && batch < batches, "roi_align: box ", k, " names image ", batch, " of a batch of ",
+                batches, " (its first column is the image's index in the batch)");
     const T offset = aligned ? (T)0.5 : (T)0.0;
     const T start_w = roi[1] * scale - offset, start_h = roi[2] * scale - offset;
     const T end_w = roi[3] * scale - offset, end_h = roi[4] * scale - offset;
@@ -135,7 +139,7 @@ at::Tensor roi_align(const at::Tensor& input, const at::Tensor& rois, double spa
     scalar_t* o = out.mutable_data_ptr<scalar_t>();
     at::parallel_for(0, num_rois, 1, [&](int64_t begin, int64_t end) {
       boxes<scalar_t>(m, r, o, begin, end, channels, height, width, pooled_height, pooled_width,
-                      static_cast<scalar_t>(spatial_scale), sampling_ratio, aligned);
+                      static_cast<scalar_t>(spatial_scale), sampling_ratio, aligned, input.size(0));
     });
   });
   return out;

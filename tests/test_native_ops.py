@@ -1,0 +1,145 @@
+"""The runtime's own CPU kernels for library ops (deploy/cpp/src/native_ops.cpp, transpiler/native_ops.py):
+`j2t::roi_align` in place of torchvision's.
+
+Where torchvision is installed, the runtime's op must give torchvision's bits exactly. Where it is not (CI), a
+stand-in `torchvision::roi_align` is registered here, computing torchvision's algorithm in torch ops (in another
+order, so compared within float32's rounding): a scripted model calls it, and the package must match it."""
+import math
+
+import pytest
+import torch
+
+import jit2triton
+from jit2triton.deploy import cpp_runtime
+from helpers import assert_same
+
+try:
+    import torchvision  # noqa: F401 - registers torchvision::roi_align
+    TORCHVISION = True
+except ImportError:
+    TORCHVISION = False
+
+
+def reference_roi_align(x, rois, spatial_scale, pooled_height, pooled_width, sampling_ratio, aligned):
+    """torchvision's CPU algorithm, a box and a bin at a time, every channel at once."""
+    out = x.new_zeros(rois.shape[0], x.shape[1], pooled_height, pooled_width)
+    height, width = x.shape[2:]
+    for k, (b, x1, y1, x2, y2) in enumerate(rois.tolist()):
+        if not 0 <= int(b) < x.shape[0]:  # (torchvision reads outside its input; the runtime raises)
+            raise IndexError(f"roi_align: box {k} names image {int(b)} of a batch of {x.shape[0]}")
+        offset = 0.5 if aligned else 0.0
+        start_w, start_h = x1 * spatial_scale - offset, y1 * spatial_scale - offset
+        roi_w, roi_h = x2 * spatial_scale - offset - start_w, y2 * spatial_scale - offset - start_h
+        if not aligned:
+            roi_w, roi_h = max(roi_w, 1.0), max(roi_h, 1.0)
+        bin_h, bin_w = roi_h / pooled_height, roi_w / pooled_width
+        grid_h = sampling_ratio if sampling_ratio > 0 else math.ceil(roi_h / pooled_height)
+        grid_w = sampling_ratio if sampling_ratio > 0 else math.ceil(roi_w / pooled_width)
+        for ph in range(pooled_height):
+            for pw in range(pooled_width):
+                acc = x.new_zeros(x.shape[1])
+                for iy in range(grid_h):
+                    for ix in range(grid_w):
+                        y = start_h + ph * bin_h + (iy + 0.5) * bin_h / grid_h
+                        xx = start_w + pw * bin_w + (ix + 0.5) * bin_w / grid_w
+                        if not (-1.0 <= y <= height and -1.0 <= xx <= width):
+                            continue
+                        y, xx = max(y, 0.0), max(xx, 0.0)
+                        y_low, x_low = int(y), int(xx)
+                        y_high, x_high = y_low + 1, x_low + 1
+                        if y_low >= height - 1:
+                            y_high = y_low = height - 1
+                            y = float(y_low)
+                        if x_low >= width - 1:
+                            x_high = x_low = width - 1
+                            xx = float(x_low)
+                        ly, lx = y - y_low, xx - x_low
+                        hy, hx = 1.0 - ly, 1.0 - lx
+                        plane = x[int(b)]
+                        acc += (hy * hx * plane[:, y_low, x_low] + hy * lx * plane[:, y_low, x_high]
+                                + ly * hx * plane[:, y_high, x_low] + ly * lx * plane[:, y_high, x_high])
+                out[k, :, ph, pw] = acc / max(grid_h * grid_w, 1)
+    return out
+
+
+if not TORCHVISION:  # the stand-in, as torchvision would register it
+    LIBRARY = torch.library.Library("torchvision", "DEF")
+    LIBRARY.define("roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, "
+                   "SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor")
+    LIBRARY.impl("roi_align", reference_roi_align, "CPU")
+
+
+def boxes(k: int, batch: int, height: int, width: int, scale: float, generator: torch.Generator) -> torch.Tensor:
+    """k boxes [batch index, x1, y1, x2, y2] in image coordinates over the map: inside, across its edges, one wholly
+    outside, one empty and one inverted (x2 < x1) among them."""
+    xy = (torch.rand(k, 2, generator=generator) * 1.4 - 0.2) * torch.tensor([width, height]) / scale
+    size = torch.rand(k, 2, generator=generator) * torch.tensor([width, height]) / scale
+    rois = torch.cat([torch.randint(0, batch, (k, 1), generator=generator).float(), xy, xy + size], 1)
+    rois[0, 1:] = torch.tensor([-60.0, -60.0, -45.0, -45.0])
+    rois[1, 1:] = rois[1, 1:3].repeat(2)
+    rois[2, 3] = rois[2, 1] - 3.0
+    return rois
+
+
+CASES = [(0.5, 3, 3, 2, False), (0.25, 7, 7, 0, True), (1.0, 2, 4, -1, False)]
+
+
+@pytest.mark.parametrize("scale, pooled_h, pooled_w, sampling, aligned", CASES)
+def test_the_runtimes_roi_align_computes_torchvisions(scale, pooled_h, pooled_w, sampling, aligned):
+    cpp_runtime.extension()  # (registers the j2t ops)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 24, 11, 9, generator=g)
+    rois = boxes(12, 2, 11, 9, scale, g)
+    got = torch.ops.j2t.roi_align(x, rois, scale, pooled_h, pooled_w, sampling, aligned)
+    want = torch.ops.torchvision.roi_align(x, rois, scale, pooled_h, pooled_w, sampling, aligned)
+    if TORCHVISION:
+        assert torch.equal(got, want), (got - want).abs().max()  # the same bits
+    else:
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)  # (the stand-in rounds in double)
+    assert torch.ops.j2t.roi_align(x, rois[:0], scale, pooled_h, pooled_w, sampling, aligned).shape == \
+        (0, 24, pooled_h, pooled_w)
+    rois[3, 0] = 2.0
+    with pytest.raises(RuntimeError, match="box 3 names image 2 of a batch of 2"):
+        torch.ops.j2t.roi_align(x, rois, scale, pooled_h, pooled_w, sampling, aligned)
+
+
+class Pooled(torch.nn.Module):
+    def __init__(self, scale: float, pooled_h: int, pooled_w: int, sampling: int, aligned: bool) -> None:
+        super().__init__()
+        self.scale, self.pooled_h, self.pooled_w, self.sampling, self.aligned = \
+            scale, pooled_h, pooled_w, sampling, aligned
+
+    def forward(self, features, rois):
+        pooled = torch.ops.torchvision.roi_align(torch.relu(features), rois, self.scale, self.pooled_h,
+                                                 self.pooled_w, self.sampling, self.aligned)
+        return pooled, pooled.mean(dim=(2, 3))
+
+
+@pytest.mark.parametrize("scale, pooled_h, pooled_w, sampling, aligned", CASES)
+def test_a_cpu_package_calls_the_runtimes_roi_align(scale, pooled_h, pooled_w, sampling, aligned, tmp_path):
+    g = torch.Generator().manual_seed(1)
+    make = lambda: (torch.randn(2, 24, 11, 9, generator=g), boxes(12, 2, 11, 9, scale, g))  # noqa: E731
+    scripted = torch.jit.script(Pooled(scale, pooled_h, pooled_w, sampling, aligned))
+    converted = jit2triton.convert(scripted, make(), device="cpu")
+    report = converted.report()
+    assert "j2t::roi_align x1" in report and "torchvision::roi_align" not in report, report
+    path = tmp_path / "m.j2t"
+    converted.save(path)
+    loaded = jit2triton.load(path)
+    for call in range(3):
+        inputs = make()
+        got, want = loaded(*inputs), scripted(*inputs)
+        if TORCHVISION:
+            assert torch.equal(got[0], want[0]), f"call {call}"
+        assert_same(got, want, f"call {call}")
+
+
+def test_float64_keeps_the_librarys_roi_align():
+    g = torch.Generator().manual_seed(2)
+    make = lambda: (torch.randn(1, 4, 8, 8, generator=g, dtype=torch.float64),  # noqa: E731
+                    boxes(5, 1, 8, 8, 1.0, g).double())
+    scripted = torch.jit.script(Pooled(1.0, 2, 2, 2, False))
+    converted = jit2triton.convert(scripted, make(), device="cpu")
+    assert "j2t::roi_align" not in converted.report()
+    inputs = make()
+    assert_same(converted(*inputs), scripted(*inputs))
