@@ -143,3 +143,10 @@ def test_float64_keeps_the_librarys_roi_align():
     assert "j2t::roi_align" not in converted.report()
     inputs = make()
     assert_same(converted(*inputs), scripted(*inputs))
+
+
+def test_a_plan_naming_the_runtimes_op_needs_no_library():
+    from jit2triton.deploy.policy import library_of
+    from jit2triton.deploy.resolve import check_plan_ops
+    assert library_of("j2t::roi_align") is None and library_of("torchvision::roi_align") == "torchvision"
+    check_plan_ops({"steps": [{"kind": "call", "op": "j2t::roi_align"}]})  # (no library to import for it)
