@@ -22,6 +22,9 @@ def resolve_op(op: str) -> Callable:
     if op in HOST_OPS:
         return _typed(op, HOST_OPS[op])
     namespace, _, rest = op.partition("::")
+    if namespace == RUNTIME_NAMESPACE:  # the runtime's own ops: registered with torch when it loads
+        from .cpp_runtime import extension
+        extension()
     name, _, overload = rest.partition(".")
     qualified = f"{namespace}::{name}"
     if any(schema.overload_name == overload for schema in _schemas(qualified)):

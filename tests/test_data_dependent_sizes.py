@@ -256,7 +256,7 @@ def _nms_op():
         import torchvision  # noqa: F401
     except ImportError:
         if not hasattr(torch.ops.torchvision, "nms"):
-            library = torch.library.Library("torchvision", "DEF")
+            library = torch.library.Library("torchvision", "FRAGMENT")  # (other tests add their stand-ins)
             library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
             library.impl("nms", _greedy_nms, "CPU")
             _nms_op.library = library  # (kept alive: the op goes with it)

@@ -63,7 +63,7 @@ def reference_roi_align(x, rois, spatial_scale, pooled_height, pooled_width, sam
 
 
 if not TORCHVISION:  # the stand-in, as torchvision would register it
-    LIBRARY = torch.library.Library("torchvision", "DEF")
+    LIBRARY = torch.library.Library("torchvision", "FRAGMENT")  # (other tests add their stand-ins)
     LIBRARY.define("roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, "
                    "SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor")
     LIBRARY.impl("roi_align", reference_roi_align, "CPU")
@@ -150,3 +150,12 @@ def test_a_plan_naming_the_runtimes_op_needs_no_library():
     from jit2triton.deploy.resolve import check_plan_ops
     assert library_of("j2t::roi_align") is None and library_of("torchvision::roi_align") == "torchvision"
     check_plan_ops({"steps": [{"kind": "call", "op": "j2t::roi_align"}]})  # (no library to import for it)
+
+
+def test_the_reference_interpreter_finds_the_runtimes_op_in_a_fresh_process():
+    """conversion's Executor (the culprit search) resolves plan ops by name: a j2t op loads the runtime first."""
+    import subprocess
+    import sys
+    code = "from jit2triton.deploy.resolve import resolve_op; print(resolve_op('j2t::roi_align'))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0 and "j2t.roi_align" in done.stdout, done.stderr[-2000:]
