@@ -193,42 +193,25 @@ def _candidates(m: int, k: int, n: int, fma: bool = False, rows_body: bool = Fal
         yield f"split_k bn{bn} bk{bk} ks{ks} w{warps} s{stages}", ("k", mp, bn, bk, ks, warps, stages)
 
 
-def rows_source(m: int, k: int, n: int, stages: int, split: int = 1) -> str:
+def rows_source(m: int, k: int, n: int, stages: int, split: int = 1, vec: int = 0) -> str:
     """The `rows` body for m rows: an accumulator per row, written out, so no row is padded. With `split` > 1, the
-    program's K / split partial sums are added with fp32 atomics (into a zeroed fp32 buffer)."""
-    accs = "".join(f"    acc{r} = tl.zeros((BN, BK), tl.float32)\n" for r in range(m))
-    fmas = "".join(f"        acc{r} += wt * tl.load(x_at + {r * k}).to(tl.float32)[None, :]\n" for r in range(m))
-    if split == 1:
-        stores = "".join(f"    tl.store(out + {r * n} + cols, tl.sum(acc{r}, axis=1).to(out.dtype.element_ty))\n"
-                         for r in range(m))
+    program's K / split partial sums are added with fp32 atomics (into a zeroed fp32 buffer). With `vec` (the `vec`
+    body), each thread's `vec` consecutive products (one 16-byte load of the weight) are summed in the thread every
+    iteration, so the per-row sums are [BN, BK / vec]: fewer registers, more loads in flight."""
+    if vec:
+        ks = f"tl.arange(0, BK // {vec})[:, None] * {vec} + tl.arange(0, {vec})[None, :]"
+        w_index, acc_shape, x_at = "cols[:, None, None]", f"(BN, BK // {vec})", "[None, :, :]"
+        product = "tl.sum({}, axis=2)"
     else:
-        stores = "".join(f"    tl.atomic_add(out + {r * n} + cols, tl.sum(acc{r}, axis=1), sem='relaxed')\n"
-                         for r in range(m))
-    return f"""import triton
-import triton.language as tl
-
-
-@triton.jit
-def rows_gemm(x, w, out, BN: tl.constexpr, BK: tl.constexpr):
-    cols = tl.program_id(0) * BN + tl.arange(0, BN)
-    ks = tl.program_id(1) * {k // split} + tl.arange(0, BK)
-    x_at = x + ks
-    w_at = w + cols[:, None] * {k} + ks[None, :]
-{accs}    for _ in tl.range(0, {k // split}, BK, num_stages={stages}):
-        wt = tl.load(w_at).to(tl.float32)
-{fmas}        x_at += BK
-        w_at += BK
-{stores}"""
-
-
-def vec_source(m: int, k: int, n: int, stages: int, v: int) -> str:
-    """The `vec` body: `rows`, but each thread's V consecutive products (one 16-byte load of the weight) summed in
-    the thread every iteration, so the per-row sums are [BN, BK / V]: V times fewer registers, more loads in flight."""
-    accs = "".join(f"    acc{r} = tl.zeros((BN, BK // {v}), tl.float32)\n" for r in range(m))
-    fmas = "".join(f"        acc{r} += tl.sum(wt * tl.load(x_at + {r * k}).to(tl.float32)[None, :, :], axis=2)\n"
+        ks = f"tl.program_id(1) * {k // split} + tl.arange(0, BK)"
+        w_index, acc_shape, x_at, product = "cols[:, None]", "(BN, BK)", "[None, :]", "{}"
+    accs = "".join(f"    acc{r} = tl.zeros({acc_shape}, tl.float32)\n" for r in range(m))
+    fmas = "".join(f"        acc{r} += " + product.format(f"wt * tl.load(x_at + {r * k}).to(tl.float32){x_at}") + "\n"
                    for r in range(m))
-    stores = "".join(f"    tl.store(out + {r * n} + cols, tl.sum(acc{r}, axis=1).to(out.dtype.element_ty))\n"
-                     for r in range(m))
+    store = ("    tl.atomic_add(out + {at} + cols, tl.sum(acc{r}, axis=1), sem='relaxed')\n" if split > 1 else
+             "    tl.store(out + {at} + cols, tl.sum(acc{r}, axis=1).to(out.dtype.element_ty))\n")
+    stores = "".join(store.format(at=r * n, r=r) for r in range(m))
+    w_ks = "ks[None, :, :]" if vec else "ks[None, :]"
     return f"""import triton
 import triton.language as tl
 
@@ -236,10 +219,10 @@ import triton.language as tl
 @triton.jit
 def rows_gemm(x, w, out, BN: tl.constexpr, BK: tl.constexpr):
     cols = tl.program_id(0) * BN + tl.arange(0, BN)
-    ks = tl.arange(0, BK // {v})[:, None] * {v} + tl.arange(0, {v})[None, :]
+    ks = {ks}
     x_at = x + ks
-    w_at = w + cols[:, None, None] * {k} + ks[None, :, :]
-{accs}    for _ in tl.range(0, {k}, BK, num_stages={stages}):
+    w_at = w + {w_index} * {k} + {w_ks}
+{accs}    for _ in tl.range(0, {k // split}, BK, num_stages={stages}):
         wt = tl.load(w_at).to(tl.float32)
 {fmas}        x_at += BK
         w_at += BK
@@ -249,8 +232,7 @@ def rows_gemm(x, w, out, BN: tl.constexpr, BK: tl.constexpr):
 @functools.lru_cache(maxsize=None)
 def _rows_kernel(m: int, k: int, n: int, stages: int, split: int, vec: int = 0):
     from jit2triton.emitters.compile_triton import kernel_function
-    return kernel_function(vec_source(m, k, n, stages, vec) if vec else rows_source(m, k, n, stages, split),
-                           "rows_gemm")
+    return kernel_function(rows_source(m, k, n, stages, split, vec), "rows_gemm")
 
 
 ROWS_STAGES = (2, 4)

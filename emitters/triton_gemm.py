@@ -120,6 +120,7 @@ def configs(rows: int, k: int, n: int, dtype: str) -> list[dict]:
 
 
 def label(config: dict) -> str:
+    """How a configuration is named in the timed choices and the tests."""
     return "{body} bn{bn} rblock{rblock} w{warps} s{stages}".format(**config)
 
 
