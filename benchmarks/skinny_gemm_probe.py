@@ -14,13 +14,14 @@ added in a fixed order by a second kernel). On an H200 (2026-11-29, GPU us, weig
 best form: 9x768->2304 8.2 / 11.5, 9x768->768 5.1 / 8.0, 9x768->3072 8.6 / 11.8, 9x3072->768 10.0 / 13.8,
 9x1024->4096 11.0 / 16.4, 9x4096->1024 12.1 / 16.1; fma_n 10-46, fma_k 15-79.
 
-With `--rows-body`, the body generated per row count instead (`rows`: one [BN, BK] accumulator per row, no
-padding of the rows to a power of two, the products summed across K once after the loop; for any dtype, fp32
-FMAs; `vec`: each thread's 16 bytes of products summed in the thread every iteration, fewer sums to keep) and,
-for float32, `tf32x3` (split_n's tensor-core dots in three-pass TF32, near float32's accuracy), with `rows_k`
-(split K, fp32 atomics into a zeroed buffer) as the bound split K could reach. On an H200 (2026-11-29, GPU us, BERT-base's 9x768 -> 2304, 768, 3072 and 9x3072 -> 768): rows 6.8, 4.2, 7.1-7.3, 7.7-8.0 in float32 (cuBLAS
-11.2, 7.8, 11.5, 13.6) and 5.6, 3.2, 5.9, 6.3-6.5 in float16 (cuBLAS 4.4, 4.0, 4.7, 7.5); vec 7.6, 4.7, 8.9, 8.9 and
-6.1, 3.7, 6.8, 7.7; rows_k 6.8-11.3; tf32x3 8.1-25.7. Pipelining 4 deep beat 2, 3, 6 and 8.
+With `--rows-body`, the body generated per row count instead (`rows`: one [BN, BK] accumulator per row, no padding
+of the rows to a power of two, the products summed across K once after the loop; for any dtype, fp32 FMAs; `vec`:
+each thread's 16 bytes of products summed in the thread every iteration, fewer sums to keep) and, for float32,
+`tf32x3` (split_n's tensor-core dots in three-pass TF32, near float32's accuracy), with `rows_k` (split K, fp32
+atomics into a zeroed buffer) as the bound split K could reach. On an H200 (2026-11-29, GPU us, BERT-base's 9x768 ->
+2304, 768, 3072 and 9x3072 -> 768): rows 6.8, 4.2, 7.1-7.3, 7.7-8.0 in float32 (cuBLAS 11.2, 7.8, 11.5, 13.6) and
+5.6, 3.2, 5.9, 6.3-6.5 in float16 (cuBLAS 4.4, 4.0, 4.7, 7.5); vec 7.6, 4.7, 8.9, 8.9 and 6.1, 3.7, 6.8, 7.7; rows_k
+6.8-11.3; tf32x3 8.1-25.7. Pipelining 4 deep beat 2, 3, 6 and 8.
 
     python benchmarks/skinny_gemm_probe.py [--rows 1,9,16] [--dtype float16|bfloat16|float32] [--fma]
                                            [--rows-body] [--shapes K:N,...] [--json out.json]
