@@ -1,9 +1,10 @@
 """The runtime's own CPU kernels for library ops (deploy/cpp/src/native_ops.cpp, transpiler/native_ops.py):
-`j2t::roi_align` in place of torchvision's.
+`j2t::roi_align` and `j2t::nms` in place of torchvision's.
 
-Where torchvision is installed, the runtime's op must give torchvision's bits exactly. Where it is not (CI), a
-stand-in `torchvision::roi_align` is registered here, computing torchvision's algorithm in torch ops (in another
-order, so compared within float32's rounding): a scripted model calls it, and the package must match it."""
+Where torchvision is installed, the runtime's ops must give torchvision's answers exactly. Where it is not (CI),
+stand-ins are registered here, computing torchvision's algorithms in torch ops (roi_align's in another order, so
+compared within float32's rounding; nms's kept boxes exactly): scripted models call them, and the packages must
+match them."""
 import math
 
 import pytest
@@ -62,11 +63,32 @@ def reference_roi_align(x, rois, spatial_scale, pooled_height, pooled_width, sam
     return out
 
 
-if not TORCHVISION:  # the stand-in, as torchvision would register it
+def reference_nms(boxes, scores, iou_threshold):
+    """torchvision's CPU algorithm: by descending score (its unstable sort), each box kept unless a kept one
+    overlaps it by more than the threshold, the IoU computed as torchvision computes it."""
+    x1, y1, x2, y2 = boxes.unbind(1)
+    area = (x2 - x1) * (y2 - y1)
+    kept = []
+    for i in scores.sort(0, descending=True)[1].tolist():
+        if kept:
+            j = torch.tensor(kept)
+            w = (torch.minimum(x2[i], x2[j]) - torch.maximum(x1[i], x1[j])).clamp(min=0)
+            h = (torch.minimum(y2[i], y2[j]) - torch.maximum(y1[i], y1[j])).clamp(min=0)
+            inter = w * h
+            if bool(((inter / (area[j] + area[i] - inter)) > iou_threshold).any()):
+                continue
+        kept.append(i)
+    return torch.tensor(kept, dtype=torch.int64)
+
+
+if not TORCHVISION:  # the stand-ins, as torchvision would register them
     LIBRARY = torch.library.Library("torchvision", "FRAGMENT")  # (other tests add their stand-ins)
     LIBRARY.define("roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, "
                    "SymInt pooled_width, int sampling_ratio, bool aligned) -> Tensor")
     LIBRARY.impl("roi_align", reference_roi_align, "CPU")
+    if not hasattr(torch.ops.torchvision, "nms"):  # (tests/test_data_dependent_sizes.py may have made one)
+        LIBRARY.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        LIBRARY.impl("nms", reference_nms, "CPU")
 
 
 def boxes(k: int, batch: int, height: int, width: int, scale: float, generator: torch.Generator) -> torch.Tensor:
@@ -159,3 +181,50 @@ def test_the_reference_interpreter_finds_the_runtimes_op_in_a_fresh_process():
     code = "from jit2triton.deploy.resolve import resolve_op; print(resolve_op('j2t::roi_align'))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "j2t.roi_align" in done.stdout, done.stderr[-2000:]
+
+
+def scored_boxes(n: int, generator: torch.Generator, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """n boxes over a 60x60 image with scores, among them equal scores, copies of one box, zero-area boxes and
+    inverted ones (x2 < x1)."""
+    xy = torch.rand(n, 2, generator=generator) * 50
+    boxes = torch.cat([xy, xy + torch.rand(n, 2, generator=generator) * 25 - 2], 1)
+    if n >= 8:
+        boxes[: n // 8] = boxes[n // 8]
+        boxes[n // 8: n // 4, 2:] = boxes[n // 8: n // 4, :2]
+    scores = (torch.rand(n, generator=generator) * 4).round() / 4 * torch.rand(n, generator=generator).round()
+    return boxes.to(dtype), scores.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_runtimes_nms_keeps_torchvisions_boxes(dtype):
+    cpp_runtime.extension()
+    g = torch.Generator().manual_seed(3)
+    for n in (0, 1, 2, 17, 64, 300):
+        for threshold in (0.0, 0.3, 0.45, 0.5, 0.7, 1.0, -1.0):
+            boxes, scores = scored_boxes(n, g, dtype)
+            got = torch.ops.j2t.nms(boxes, scores, threshold)
+            want = torch.ops.torchvision.nms(boxes, scores, threshold)
+            assert torch.equal(got, want), (n, threshold, got, want)
+    with pytest.raises(RuntimeError, match="boxes should have 4 elements in dimension 1"):
+        torch.ops.j2t.nms(torch.zeros(3, 5, dtype=dtype), torch.zeros(3, dtype=dtype), 0.5)
+
+
+def test_a_cpu_package_calls_the_runtimes_nms(tmp_path):
+    @torch.jit.script
+    def postprocess(boxes, scores):
+        keep = torch.ops.torchvision.nms(boxes, scores, 0.45)
+        return boxes[keep] * 2.0, scores[keep]
+
+    g = torch.Generator().manual_seed(4)
+    converted = jit2triton.convert(postprocess, scored_boxes(120, g), device="cpu")
+    assert "j2t::nms x1" in converted.report() and "torchvision::nms" not in converted.report(), converted.report()
+    path = tmp_path / "m.j2t"
+    converted.save(path)
+    loaded = jit2triton.load(path)
+    counts = set()
+    for call in range(4):
+        inputs = scored_boxes(120, g)
+        want = postprocess(*inputs)
+        counts.add(want[0].shape[0])
+        assert_same(loaded(*inputs), want, f"call {call}")
+    assert len(counts) > 1, counts  # (the kept count moved)

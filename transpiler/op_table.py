@@ -244,14 +244,14 @@ register(EXTERN, """
 facts("""
     aten::index.Tensor aten::nonzero aten::nonzero_numpy aten::argwhere aten::where aten::masked_select
     aten::unique aten::_unique aten::_unique2 aten::unique_dim aten::unique_consecutive aten::unique_dim_consecutive
-    aten::repeat_interleave.Tensor aten::repeat_interleave.self_Tensor aten::bincount torchvision::nms
+    aten::repeat_interleave.Tensor aten::repeat_interleave.self_Tensor aten::bincount torchvision::nms j2t::nms
     aten::tensor_split.tensor_indices_or_sections
 """, data_dependent_size="tensor")
 facts("aten::item aten::Int.Tensor aten::Float.Tensor aten::ScalarImplicit aten::IntImplicit prim::tolist",
       data_dependent_size="scalar")
 facts("aten::nonzero aten::nonzero_numpy aten::argwhere aten::where", count_masks=(0,))  # (where: its one-argument form)
 facts("aten::masked_select", count_masks=(1,))
-facts("torchvision::nms", keeps_best=True)
+facts("torchvision::nms j2t::nms", keeps_best=True)  # (j2t::: the runtime's own, transpiler/native_ops.py)
 facts("aten::nonzero", nonzero_form="indices")
 facts("aten::add.Tensor aten::add.Scalar", on_host_ints="aten::add.int")
 facts("aten::sub.Tensor aten::sub.Scalar", on_host_ints="aten::sub.int")
@@ -275,7 +275,8 @@ facts("""
     aten::kthvalue aten::median.dim aten::mode aten::floor aten::ceil aten::round aten::round.decimals aten::trunc
     aten::sign aten::floor_divide aten::floor_divide.Scalar aten::div.Tensor_mode aten::div.Scalar_mode
     aten::remainder.Tensor aten::remainder.Scalar aten::fmod.Tensor aten::fmod.Scalar aten::searchsorted.Tensor
-    aten::bucketize.Tensor aten::histc aten::threshold torchvision::roi_align torchvision::roi_pool
+    aten::bucketize.Tensor aten::histc aten::threshold torchvision::roi_align torchvision::roi_pool j2t::roi_align
+    j2t::nms
 """, discontinuous=True)
 
 # Kernels that round their own way (see OpInfo.rounds_own_way): float sums in another order, and functions computed
