@@ -93,13 +93,14 @@ if not TORCHVISION:  # the stand-ins, as torchvision would register them
 
 def boxes(k: int, batch: int, height: int, width: int, scale: float, generator: torch.Generator) -> torch.Tensor:
     """k boxes [batch index, x1, y1, x2, y2] in image coordinates over the map: inside, across its edges, one wholly
-    outside, one empty and one inverted (x2 < x1) among them."""
+    outside, one empty and two inverted (x2 < x1; and y2 < y1) among them."""
     xy = (torch.rand(k, 2, generator=generator) * 1.4 - 0.2) * torch.tensor([width, height]) / scale
     size = torch.rand(k, 2, generator=generator) * torch.tensor([width, height]) / scale
     rois = torch.cat([torch.randint(0, batch, (k, 1), generator=generator).float(), xy, xy + size], 1)
     rois[0, 1:] = torch.tensor([-60.0, -60.0, -45.0, -45.0])
     rois[1, 1:] = rois[1, 1:3].repeat(2)
     rois[2, 3] = rois[2, 1] - 3.0
+    rois[4, 3:] = rois[4, 1:3] - 40.0 / scale  # (inverted both ways: an aligned adaptive grid is negative on both)
     return rois
 
 
@@ -123,6 +124,10 @@ def test_the_runtimes_roi_align_computes_torchvisions(scale, pooled_h, pooled_w,
     rois[3, 0] = 2.0
     with pytest.raises(RuntimeError, match="box 3 names image 2 of a batch of 2"):
         torch.ops.j2t.roi_align(x, rois, scale, pooled_h, pooled_w, sampling, aligned)
+    if sampling <= 0:  # a box of absurd size: its adaptive grid raises rather than allocating without bound
+        rois[3] = torch.tensor([0.0, 0.0, 0.0, 1e30, 1e30])
+        with pytest.raises(RuntimeError, match="box 3 is .* pixels a bin"):
+            torch.ops.j2t.roi_align(x, rois, scale, pooled_h, pooled_w, sampling, aligned)
 
 
 class Pooled(torch.nn.Module):

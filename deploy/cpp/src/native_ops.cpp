@@ -82,6 +82,17 @@ void box_samples(int64_t height, int64_t width, int64_t pooled_height, int64_t p
       }
 }
 
+// A bin's samples per side where the sampling ratio adapts to the box: ceil(the bin's size), as torchvision takes it.
+// A box of NaN or absurd size (a random input's) raises instead of overflowing the int or allocating without bound.
+template <typename T>
+int64_t adaptive_grid(T bin, int64_t box) {
+  constexpr double kMostSamples = 1 << 16;
+  const double grid = std::ceil(static_cast<double>(bin));
+  TORCH_CHECK(grid <= kMostSamples, "roi_align: box ", box, " is ", bin, " pixels a bin, more than ", kMostSamples,
+              " samples a side; its coordinates are not a box in the feature map's image");
+  return static_cast<int>(std::ceil(bin));
+}
+
 // out[k, c, ph, pw] for boxes [begin, end): `map` is [batch, height, width, channels] (channels innermost), `acc`
 // a channels-long row. Per channel: sum over the bin's samples of w1 v1 + w2 v2 + w3 v3 + w4 v4, then / count.
 template <typename T>
@@ -107,17 +118,19 @@ void boxes(const T* map, const T* rois, T* out, int64_t begin, int64_t end, int6
     }
     const T bin_h = static_cast<T>(roi_h) / static_cast<T>(pooled_height);
     const T bin_w = static_cast<T>(roi_w) / static_cast<T>(pooled_width);
-    const int64_t grid_h = sampling_ratio > 0 ? sampling_ratio : static_cast<int>(std::ceil(roi_h / pooled_height));
-    const int64_t grid_w = sampling_ratio > 0 ? sampling_ratio : static_cast<int>(std::ceil(roi_w / pooled_width));
+    const int64_t grid_h = sampling_ratio > 0 ? sampling_ratio : adaptive_grid(roi_h / pooled_height, k);
+    const int64_t grid_w = sampling_ratio > 0 ? sampling_ratio : adaptive_grid(roi_w / pooled_width, k);
     const T count = std::max<int64_t>(grid_h * grid_w, 1);
     box_samples(height, width, pooled_height, pooled_width, start_h, start_w, bin_h, bin_w, grid_h, grid_w, samples);
+    // (an inverted box's grid is negative: no samples, though the count, a product, may be positive)
+    const int64_t per_bin = std::max<int64_t>(grid_h, 0) * std::max<int64_t>(grid_w, 0);
     const T* plane = map + batch * height * width * channels;
     T* box_out = out + k * channels * bins;
     const Sample<T>* s = samples.data();
     for (int64_t bin = 0; bin < bins; bin++) {
       std::fill(acc.begin(), acc.end(), T(0));
       T* a = acc.data();
-      for (int64_t i = 0; i < grid_h * grid_w; i++, s++) {
+      for (int64_t i = 0; i < per_bin; i++, s++) {
         const T *v1 = plane + s->at[0] * channels, *v2 = plane + s->at[1] * channels;
         const T *v3 = plane + s->at[2] * channels, *v4 = plane + s->at[3] * channels;
         const T w1 = s->w[0], w2 = s->w[1], w3 = s->w[2], w4 = s->w[3];
