@@ -1,5 +1,5 @@
 """The runtime's own CPU kernels for library ops (deploy/cpp/src/native_ops.cpp, transpiler/native_ops.py):
-`j2t::roi_align` and `j2t::nms` in place of torchvision's.
+`j2t::roi_align` in place of torchvision's, and `j2t::nms` (not yet named in plans).
 
 Where torchvision is installed, the runtime's ops must give torchvision's answers exactly. Where it is not (CI),
 stand-ins are registered here, computing torchvision's algorithms in torch ops (roi_align's in another order, so
@@ -214,7 +214,8 @@ def test_the_runtimes_nms_keeps_torchvisions_boxes(dtype):
         torch.ops.j2t.nms(torch.zeros(3, 5, dtype=dtype), torch.zeros(3, dtype=dtype), 0.5)
 
 
-def test_a_cpu_package_calls_the_runtimes_nms(tmp_path):
+def test_a_cpu_package_keeps_torchvisions_nms():
+    """j2t::nms is not named in plans yet (transpiler/native_ops.py says why): the package calls torchvision's."""
     @torch.jit.script
     def postprocess(boxes, scores):
         keep = torch.ops.torchvision.nms(boxes, scores, 0.45)
@@ -222,14 +223,6 @@ def test_a_cpu_package_calls_the_runtimes_nms(tmp_path):
 
     g = torch.Generator().manual_seed(4)
     converted = jit2triton.convert(postprocess, scored_boxes(120, g), device="cpu")
-    assert "j2t::nms x1" in converted.report() and "torchvision::nms" not in converted.report(), converted.report()
-    path = tmp_path / "m.j2t"
-    converted.save(path)
-    loaded = jit2triton.load(path)
-    counts = set()
-    for call in range(4):
-        inputs = scored_boxes(120, g)
-        want = postprocess(*inputs)
-        counts.add(want[0].shape[0])
-        assert_same(loaded(*inputs), want, f"call {call}")
-    assert len(counts) > 1, counts  # (the kept count moved)
+    assert "j2t::nms" not in converted.report(), converted.report()
+    inputs = scored_boxes(120, g)
+    assert_same(converted(*inputs), postprocess(*inputs))

@@ -4,7 +4,8 @@
 // j2t::nms: torchvision::nms on the CPU, which compares each kept box with every later one through the score order's
 // indirection, a box at a time (29 ms of SSDlite's 132 ms call here, 180 calls). This one lays the boxes out in
 // score order first, so each kept box's comparisons are one branch-free loop over contiguous arrays that the
-// compiler vectorises; the same IoU arithmetic in the same order, so the same boxes are kept.
+// compiler vectorises; the same IoU arithmetic in the same order, so the same boxes are kept (against torchvision
+// 0.28 here). Plans do not name it yet: transpiler/native_ops.py says why.
 //
 // j2t::roi_align: torchvision::roi_align on the CPU. torchvision's CPU kernel runs one thread, a channel at a time,
 // each bilinear sample a scalar: 61 ms of Faster R-CNN MobileNetV3-320's 193 ms a call here (one thread, 165 boxes
@@ -97,17 +98,13 @@ int64_t adaptive_grid(T bin, int64_t box) {
 // a channels-long row. Per channel: sum over the bin's samples of w1 v1 + w2 v2 + w3 v3 + w4 v4, then / count.
 template <typename T>
 void boxes(const T* map, const T* rois, T* out, int64_t begin, int64_t end, int64_t channels, int64_t height,
-           int64_t width, int64_t pooled_height, int64_t pooled_width, T scale, int64_t sampling_ratio, bool aligned,
-           int64_t batches) {
+           int64_t width, int64_t pooled_height, int64_t pooled_width, T scale, int64_t sampling_ratio, bool aligned) {
   std::vector<Sample<T>> samples;
   std::vector<T> acc(channels);
   const int64_t bins = pooled_height * pooled_width;
   for (int64_t k = begin; k < end; k++) {
     const T* roi = rois + k * 5;
-    const int64_t batch = static_cast<int>(roi[0]);
-    // (torchvision reads outside its input here; this raises, as an index out of range does)
-    TORCH_CHECK(batch >= 0 && batch < batches, "roi_align: box ", k, " names image ", batch, " of a batch of ",
-                batches, " (its first column is the image's index in the batch)");
+    const int64_t batch = static_cast<int>(roi[0]);  // (in the batch: roi_align checked)
     const T offset = aligned ? (T)0.5 : (T)0.0;
     const T start_w = roi[1] * scale - offset, start_h = roi[2] * scale - offset;
     const T end_w = roi[3] * scale - offset, end_h = roi[4] * scale - offset;
@@ -141,6 +138,29 @@ void boxes(const T* map, const T* rois, T* out, int64_t begin, int64_t end, int6
   }
 }
 
+// What torchvision leaves undefined raises here: a box naming an image outside the batch (torchvision reads outside
+// its input) and an adaptive grid past kMostSamples a side (adaptive_grid). The same arithmetic as `boxes`.
+template <typename T>
+void check_boxes(const T* rois, int64_t num_rois, int64_t batches, T scale, int64_t pooled_height,
+                 int64_t pooled_width, int64_t sampling_ratio, bool aligned) {
+  for (int64_t k = 0; k < num_rois; k++) {
+    const T* roi = rois + k * 5;
+    const int64_t batch = static_cast<int>(roi[0]);
+    TORCH_CHECK(batch >= 0 && batch < batches, "roi_align: box ", k, " names image ", batch, " of a batch of ",
+                batches, " (its first column is the image's index in the batch)");
+    if (sampling_ratio > 0) continue;
+    const T offset = aligned ? (T)0.5 : (T)0.0;
+    T roi_w = (roi[3] * scale - offset) - (roi[1] * scale - offset);
+    T roi_h = (roi[4] * scale - offset) - (roi[2] * scale - offset);
+    if (!aligned) {
+      roi_w = std::max(roi_w, (T)1.);
+      roi_h = std::max(roi_h, (T)1.);
+    }
+    adaptive_grid(roi_h / pooled_height, k);
+    adaptive_grid(roi_w / pooled_width, k);
+  }
+}
+
 at::Tensor roi_align(const at::Tensor& input, const at::Tensor& rois, double spatial_scale, int64_t pooled_height,
                      int64_t pooled_width, int64_t sampling_ratio, bool aligned) {
   TORCH_CHECK(input.device().is_cpu() && rois.device().is_cpu(), "j2t::roi_align: CPU tensors only");
@@ -157,9 +177,11 @@ at::Tensor roi_align(const at::Tensor& input, const at::Tensor& rois, double spa
     const scalar_t* m = map.const_data_ptr<scalar_t>();
     const scalar_t* r = boxes_.const_data_ptr<scalar_t>();
     scalar_t* o = out.mutable_data_ptr<scalar_t>();
+    check_boxes(r, num_rois, input.size(0), static_cast<scalar_t>(spatial_scale), pooled_height, pooled_width,
+                sampling_ratio, aligned);  // (before the parallel region: nothing raises inside it)
     at::parallel_for(0, num_rois, 1, [&](int64_t begin, int64_t end) {
       boxes<scalar_t>(m, r, o, begin, end, channels, height, width, pooled_height, pooled_width,
-                      static_cast<scalar_t>(spatial_scale), sampling_ratio, aligned, input.size(0));
+                      static_cast<scalar_t>(spatial_scale), sampling_ratio, aligned);
     });
   });
   return out;
