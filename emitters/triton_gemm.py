@@ -17,8 +17,8 @@ cuBLAS's epilogue does). Two loop bodies, each configuration of either timed at 
            (benchmarks/skinny_gemm_probe.py --rows-body, weights cold in L2, GPU us), BERT-base's float32
            9x768 -> 2304 took 6.8 against cuBLAS's 11.2, 9x768 -> 768 4.2 / 7.9, 9x768 -> 3072 7.3 / 11.6,
            9x3072 -> 768 7.8 / 13.7; the previous body, a sum per K lane over rows padded to a power of two
-           ([16, BN, RBLOCK]), 8.2, 5.1, 8.6 and 10.0. In float16 it beat the dot body at 9x3072 -> 768 (6.3 against
-           cuBLAS's 7.5); the more loads in flight per thread, the faster, up to the registers' limit
+           ([16, BN, RBLOCK]), 8.2, 5.1, 8.6 and 10.0. In float16 it beat the dot body and cuBLAS at 9x3072 -> 768
+           (6.3 against cuBLAS's 7.5); the more loads in flight per thread, the faster, up to the registers' limit
 """
 from __future__ import annotations
 
