@@ -153,7 +153,7 @@ def test_a_cpu_package_calls_the_runtimes_roi_align(scale, pooled_h, pooled_w, s
     path = tmp_path / "m.j2t"
     converted.save(path)
     loaded = jit2triton.load(path)
-    for call in range(3):
+    for call in range(6):
         inputs = make()
         got, want = loaded(*inputs), scripted(*inputs)
         if TORCHVISION:
