@@ -133,13 +133,21 @@ def _carried(package: str, trusted_keys: Sequence[str]):
     return None
 
 
+def _flags(cuda: bool) -> list[str]:
+    # No FMA contraction anywhere in the runtime: its own kernels (native_ops.cpp) give ATen's and torchvision's bits,
+    # their loops vectorised by `omp simd` (-fopenmp-simd: the pragma only, no OpenMP runtime). (The escaped quotes
+    # survive the shell that ninja runs the compiler through.)
+    return (["-O2", "-ffp-contract=off", "-fopenmp-simd", "-std=c++17", f'-DJ2T_TORCH_VERSION=\\"{torch.__version__}\\"']
+            + (["-DJ2T_WITH_CUDA"] if cuda else []))
+
+
 def build_name(cuda: bool) -> str:
-    """The extension's name, and its cache folder's: a hash of its sources and of what it is built against."""
+    """The extension's name, and its cache folder's: a hash of its sources, its flags and what it is built against."""
     digest = hashlib.sha256()
     for name in SOURCES + HEADERS:
         with open(os.path.join(ROOT, name), "rb") as f:
             digest.update(name.encode() + b"\0" + f.read())
-    digest.update(f"{torch.__version__} {sys.version_info[:2]} cuda={cuda}".encode())
+    digest.update(f"{torch.__version__} {sys.version_info[:2]} cuda={cuda} {' '.join(_flags(cuda))}".encode())
     return f"jit2triton_runtime_{digest.hexdigest()[:16]}"
 
 
@@ -212,8 +220,7 @@ def _empty(folder: str) -> None:
 
 def _compile(name: str, build_dir: str, cuda: bool):
     from torch.utils import cpp_extension
-    # (the escaped quotes survive the shell that ninja runs the compiler through)
-    flags = ["-O2", "-std=c++17", f'-DJ2T_TORCH_VERSION=\\"{torch.__version__}\\"'] + (["-DJ2T_WITH_CUDA"] if cuda else [])
+    flags = _flags(cuda)
     try:
         return cpp_extension.load(name=name, sources=[os.path.join(ROOT, s) for s in SOURCES],
                                   extra_include_paths=[os.path.join(ROOT, "include"), os.path.join(ROOT, "src")],

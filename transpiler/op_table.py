@@ -257,9 +257,9 @@ facts("aten::item aten::Int.Tensor aten::Float.Tensor aten::ScalarImplicit aten:
 facts("aten::nonzero aten::nonzero_numpy aten::argwhere aten::where", count_masks=(0,))  # (where: its one-argument form)
 facts("aten::masked_select", count_masks=(1,))
 facts("torchvision::nms", keeps_best=True)
-# j2t::nms is not declared: it keeps torchvision 0.28's boxes in every case tried, but on the GPU machine (torchvision
-# for torch 2.11, 16 threads) SSDlite's package, verified, then differed from TorchScript on a fresh image by 0.89
-# (docs/benchmarks.md); until that is understood, plans call torchvision's
+# j2t::nms is not declared: it keeps torchvision 0.26's boxes, but the order of equal scores is torchvision's
+# version's (0.28 for torch 2.13 sorts them unstably; docs/benchmarks.md), and the torchvision beside the user's
+# TorchScript model decides it, not a package: plans call torchvision's
 facts("torchvision::roi_align", runtime_op="j2t::roi_align", runtime_op_dtypes=("float32",))
 facts("aten::nonzero", nonzero_form="indices")
 facts("aten::add.Tensor aten::add.Scalar", on_host_ints="aten::add.int")

@@ -5,7 +5,8 @@
 // indirection, a box at a time (29 ms of SSDlite's 132 ms call here, 180 calls). This one lays the boxes out in
 // score order first, so each kept box's comparisons are one branch-free loop over contiguous arrays that the
 // compiler vectorises; the same IoU arithmetic in the same order, so the same boxes are kept (against torchvision
-// 0.28 here). Plans do not name it yet: transpiler/native_ops.py says why.
+// 0.26, whose stable sort it takes). Plans do not name it: the order of equal scores is torchvision's version's
+// (0.28 built for torch 2.13 sorts unstably), and a package would carry one (transpiler/op_table.py).
 //
 // j2t::roi_align: torchvision::roi_align on the CPU. torchvision's CPU kernel runs one thread, a channel at a time,
 // each bilinear sample a scalar: 61 ms of Faster R-CNN MobileNetV3-320's 193 ms a call here (one thread, 165 boxes
@@ -13,12 +14,12 @@
 // then adds the four pixels' channels as vectors from a channels-last copy of the map, a box per task
 // (at::parallel_for). The arithmetic is torchvision's, in its order, with no contraction into FMAs: each element
 // gets the same bits (tests/test_native_ops.py), so a detector's boxes do not move.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("O3", "fp-contract=off")
-#endif
-#if defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
-#endif
+//
+// No FMA contraction: the runtime is built with -ffp-contract=off (deploy/cpp_runtime.py).
+//
+// Error messages are built with std::to_string, never c10::str or a TORCH_CHECK with arguments: on the GPU machine
+// (g++ 13.3, torch 2.11) any std::ostringstream in an extension built there crashed the process (diag: a 7-line
+// extension, 2026-11-29), so those raises were segmentation faults.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -28,11 +29,16 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 namespace jit2triton {
 
 namespace {
+
+[[noreturn]] void fail(const std::string& message) { TORCH_CHECK(false, message); }  // (a string: no stream)
+
+std::string number(int64_t v) { return std::to_string(v); }
 
 template <typename T>
 struct Sample {  // one bilinear sample: the four pixels' offsets in the map (in pixels) and their weights
@@ -89,8 +95,10 @@ template <typename T>
 int64_t adaptive_grid(T bin, int64_t box) {
   constexpr double kMostSamples = 1 << 16;
   const double grid = std::ceil(static_cast<double>(bin));
-  TORCH_CHECK(grid <= kMostSamples, "roi_align: box ", box, " is ", bin, " pixels a bin, more than ", kMostSamples,
-              " samples a side; its coordinates are not a box in the feature map's image");
+  if (!(grid <= kMostSamples))
+    fail("roi_align: box " + number(box) + " is " + std::to_string(static_cast<double>(bin)) +
+         " pixels a bin, more than " + number(static_cast<int64_t>(kMostSamples)) +
+         " samples a side; its coordinates are not a box in the feature map's image");
   return static_cast<int>(std::ceil(bin));
 }
 
@@ -131,6 +139,7 @@ void boxes(const T* map, const T* rois, T* out, int64_t begin, int64_t end, int6
         const T *v1 = plane + s->at[0] * channels, *v2 = plane + s->at[1] * channels;
         const T *v3 = plane + s->at[2] * channels, *v4 = plane + s->at[3] * channels;
         const T w1 = s->w[0], w2 = s->w[1], w3 = s->w[2], w4 = s->w[3];
+#pragma omp simd
         for (int64_t c = 0; c < channels; c++) a[c] += w1 * v1[c] + w2 * v2[c] + w3 * v3[c] + w4 * v4[c];
       }
       for (int64_t c = 0; c < channels; c++) box_out[c * bins + bin] = a[c] / count;
@@ -146,8 +155,9 @@ void check_boxes(const T* rois, int64_t num_rois, int64_t batches, T scale, int6
   for (int64_t k = 0; k < num_rois; k++) {
     const T* roi = rois + k * 5;
     const int64_t batch = static_cast<int>(roi[0]);
-    TORCH_CHECK(batch >= 0 && batch < batches, "roi_align: box ", k, " names image ", batch, " of a batch of ",
-                batches, " (its first column is the image's index in the batch)");
+    if (!(batch >= 0 && batch < batches))
+      fail("roi_align: box " + number(k) + " names image " + number(batch) + " of a batch of " + number(batches) +
+           " (its first column is the image's index in the batch)");
     if (sampling_ratio > 0) continue;
     const T offset = aligned ? (T)0.5 : (T)0.0;
     T roi_w = (roi[3] * scale - offset) - (roi[1] * scale - offset);
@@ -167,6 +177,8 @@ at::Tensor roi_align(const at::Tensor& input, const at::Tensor& rois, double spa
   TORCH_CHECK(input.dim() == 4, "j2t::roi_align: input must be [N, C, H, W]");
   TORCH_CHECK(rois.dim() == 2 && rois.size(1) == 5, "rois must have shape as Tensor[K, 5]");
   TORCH_CHECK(input.scalar_type() == rois.scalar_type(), "input should have the same type as rois");
+  TORCH_CHECK(input.scalar_type() == at::kFloat || input.scalar_type() == at::kDouble,
+              "j2t::roi_align: float32 or float64 tensors only");  // (before AT_DISPATCH, whose message streams)
   const int64_t num_rois = rois.size(0), channels = input.size(1), height = input.size(2), width = input.size(3);
   at::Tensor out = at::empty({num_rois, channels, pooled_height, pooled_width}, input.options());  // (all written)
   if (out.numel() == 0) return out;
@@ -223,6 +235,7 @@ int64_t kept_boxes(const T* boxes, const int64_t* order, int64_t n, double iou_t
     const T *jx1 = x1.data(), *jy1 = y1.data(), *jx2 = x2.data(), *jy2 = y2.data(), *jarea = area.data();
     uint8_t* out = suppressed.data();
     // every later box, suppressed or not: marking one again changes nothing, and no branch keeps the loop vectorised
+#pragma omp simd
     for (int64_t j = i + 1; j < n; j++) {
       const T w = larger(static_cast<T>(0), smaller(ix2, jx2[j]) - larger(ix1, jx1[j]));
       const T h = larger(static_cast<T>(0), smaller(iy2, jy2[j]) - larger(iy1, jy1[j]));
@@ -236,17 +249,21 @@ int64_t kept_boxes(const T* boxes, const int64_t* order, int64_t n, double iou_t
 
 at::Tensor nms(const at::Tensor& dets, const at::Tensor& scores, double iou_threshold) {
   TORCH_CHECK(dets.device().is_cpu() && scores.device().is_cpu(), "j2t::nms: CPU tensors only");
-  TORCH_CHECK(dets.dim() == 2, "boxes should be a 2d tensor, got ", dets.dim(), "D");
-  TORCH_CHECK(dets.size(1) == 4, "boxes should have 4 elements in dimension 1, got ", dets.size(1));
-  TORCH_CHECK(scores.dim() == 1, "scores should be a 1d tensor, got ", scores.dim(), "D");
-  TORCH_CHECK(dets.size(0) == scores.size(0), "boxes and scores should have same number of elements in ",
-              "dimension 0, got ", dets.size(0), " and ", scores.size(0));
+  if (dets.dim() != 2) fail("boxes should be a 2d tensor, got " + number(dets.dim()) + "D");
+  if (dets.size(1) != 4) fail("boxes should have 4 elements in dimension 1, got " + number(dets.size(1)));
+  if (scores.dim() != 1) fail("scores should be a 1d tensor, got " + number(scores.dim()) + "D");
+  if (dets.size(0) != scores.size(0))
+    fail("boxes and scores should have same number of elements in dimension 0, got " + number(dets.size(0)) +
+         " and " + number(scores.size(0)));
   TORCH_CHECK(dets.scalar_type() == scores.scalar_type(), "dets should have the same type as scores");
+  TORCH_CHECK(dets.scalar_type() == at::kFloat || dets.scalar_type() == at::kDouble,
+              "j2t::nms: float32 or float64 tensors only");
   const int64_t n = dets.size(0);
   at::Tensor keep = at::empty({n}, dets.options().dtype(at::kLong));
   if (n == 0) return keep;
-  // torchvision's sort (not stable: boxes of equal scores come in the order it leaves them)
-  at::Tensor order = std::get<1>(scores.sort(/*dim=*/0, /*descending=*/true)).contiguous();
+  // torchvision's sort: stable, so boxes of equal scores keep their input order (an unstable sort reorders them
+  // under torch 2.11, and another box survives)
+  at::Tensor order = std::get<1>(scores.sort(/*stable=*/true, /*dim=*/0, /*descending=*/true)).contiguous();
   at::Tensor boxes = dets.contiguous();
   int64_t kept = 0;
   AT_DISPATCH_FLOATING_TYPES(dets.scalar_type(), "j2t::nms", [&] {
