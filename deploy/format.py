@@ -205,6 +205,7 @@ DECLARED: dict[str, dict[str, str]] = {
         "grid_items": "items its grid covers, from the dims (a dynamic grid)", "size_args": "the dims it is given",
         "unaligned": "(Triton) inputs compiled for any address, passed without an aligned copy",
         "zeroed": "(Triton) outputs the launcher zeroes before each launch: the kernel adds into them atomically",
+        "pdl": "(Triton) the cubin waits first for the kernel before it: launched with programmatic dependent launch",
         "constants": "compile-time constants", "num_warps": "warps per program",
         "num_ctas": "CTAs per cluster (1)", "shared": "dynamic shared memory bytes", "binary": "its cubin's member",
         "cubin": "the compiled binary, in a loaded package", "arch": "the GPU architecture it was built for",

@@ -32,6 +32,7 @@ from jit2triton.transpiler.symbolic import size_json
 from jit2triton.transpiler.timing import range_points
 
 from .cache import cache_dir, write_once
+from .dependent_launch import enabled, waiting_source
 from .jobs import job_slot, job_slots
 from .triton import TritonKernel
 
@@ -232,17 +233,21 @@ def launch_entry(r: TritonKernel, config: dict, compiled=None) -> dict[str, Any]
         meta = compiled.metadata
         entry.update(binary=f"binaries/{r.name}.cubin", function=meta.name, num_warps=meta.num_warps,
                      num_ctas=meta.num_ctas, shared=meta.shared, arch=meta.target.arch,
+                     pdl=enabled(meta.target.arch),  # (compile_config compiled the wait in where this holds)
                      global_scratch_size=getattr(meta, "global_scratch_size", 0),
                      global_scratch_align=getattr(meta, "global_scratch_align", 1))
     return entry
 
 
 def compile_config(r: TritonKernel, config: dict, device: torch.device):
-    """Triton's compiled kernel for one configuration. Every pointer is specialized as 16-byte aligned (fresh
+    """Triton's compiled kernel for one configuration; on Hopper and later it waits first for the kernel before it
+    (emitters/dependent_launch.py). Every pointer is specialized as 16-byte aligned (fresh
     allocations are), but the inputs in `r.unaligned`, given a dummy that starts one element in; the runtime
     copies any other input that is not aligned before launching. Size arguments are not specialized (the kernel
     says so), so any value compiles the one binary."""
-    fn = kernel_function(r.source, r.name)
+    arch = torch.cuda.get_device_capability(device) if device.type == "cuda" else (0, 0)
+    source = waiting_source(r.source, r.name) if enabled(arch[0] * 10 + arch[1]) else r.source
+    fn = kernel_function(source, r.name)
     dummies = [(2.0 if t == "fp64" else 2) if t in SIZE_TYPES else
                torch.empty(17, dtype=_torch_dtype(t), device=device)[int(i in r.unaligned):]
                for i, t in enumerate(r.arg_types)]

@@ -1,5 +1,6 @@
 // The package's Triton kernels on CUDA: each cubin loaded with the driver API (cuModuleLoadData) and launched with
-// cuLaunchKernel on torch's current stream, with the grid, warps and shared memory recorded at convert time.
+// cuLaunchKernel on torch's current stream, with the grid, warps and shared memory recorded at convert time; a cubin
+// that waits first for the kernel before it, with cuLaunchKernelEx and programmatic dependent launch.
 // libcuda is opened with dlopen, so the runtime links no CUDA driver library and runs on CPU-only machines.
 #include "plan.h"
 
@@ -32,6 +33,7 @@ Launchers load_cuda_kernels(const Package& pkg, c10::Device device, int num_thre
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/SmallVector.h>
+#include <cuda.h>  // (the driver API's types only: libcuda is opened with dlopen)
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 
@@ -55,12 +57,14 @@ struct Driver {
   using Launch = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
                          void**);
   using ErrorString = int (*)(int, const char**);
+  using LaunchEx = int (*)(const CUlaunchConfig*, void*, void**, void**);
 
   LoadData load_data;
   GetFunction get_function;
   SetAttribute set_attribute;
   Launch launch;
   ErrorString error_string;
+  LaunchEx launch_ex;  // (CUDA 11.8 and later: null before, and kernels are launched plainly)
 
   Driver() {
     void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
@@ -72,6 +76,7 @@ struct Driver {
     set_attribute = reinterpret_cast<SetAttribute>(dlsym(lib, "cuFuncSetAttribute"));
     launch = reinterpret_cast<Launch>(dlsym(lib, "cuLaunchKernel"));
     error_string = reinterpret_cast<ErrorString>(dlsym(lib, "cuGetErrorString"));
+    launch_ex = reinterpret_cast<LaunchEx>(dlsym(lib, "cuLaunchKernelEx"));
     if (!load_data || !get_function || !set_attribute || !launch || !error_string)
       throw Error(Error::Kind::PackageDevice, "the CUDA driver library lacks the module and launch API; update the NVIDIA driver");
   }
@@ -210,6 +215,10 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
       block = entry->at("constants").at("XBLOCK").as_int();
       if (block <= 0) throw Error(Error::Kind::CorruptPackage, "kernel " + repr(symbol) + " has a block size below 1; " + policy::kReconvert);
     }
+    // A cubin that waits first for the kernel before it (emitters/dependent_launch.py) is launched with programmatic
+    // dependent launch: scheduled while that kernel still runs, so its launch hides behind that kernel's tail
+    const json::Value* pdl_entry = entry->find("pdl");
+    bool pdl = pdl_entry && pdl_entry->kind == json::Value::Kind::Bool && pdl_entry->as_bool() && cu.launch_ex;
     c10::DeviceIndex index = device.index();
     launchers[name] = [=, &cu](std::vector<at::Tensor>& inputs, std::vector<at::Tensor>& outputs, const int64_t* sizes) {
       for (size_t k : zeroed) outputs[k].zero_();  // (on the current stream, as the launch: ordered before it)
@@ -243,7 +252,23 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
       for (size_t k = 0; k < values.size(); ++k) params[k] = &values[k];
       c10::cuda::CUDAGuard on(index);
       cudaStream_t stream = at::cuda::getCurrentCUDAStream(index).stream();
-      int result = cu.launch(function, programs, gy, gz, threads, 1, 1, static_cast<unsigned>(shared), stream, params.data(), nullptr);
+      int result;
+      if (pdl) {
+        CUlaunchAttribute attribute;
+        std::memset(&attribute, 0, sizeof attribute);
+        attribute.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attribute.value.programmaticStreamSerializationAllowed = 1;
+        CUlaunchConfig config;
+        std::memset(&config, 0, sizeof config);
+        config.gridDimX = programs, config.gridDimY = gy, config.gridDimZ = gz;
+        config.blockDimX = threads, config.blockDimY = 1, config.blockDimZ = 1;
+        config.sharedMemBytes = static_cast<unsigned>(shared);
+        config.hStream = reinterpret_cast<CUstream>(stream);
+        config.attrs = &attribute, config.numAttrs = 1;
+        result = cu.launch_ex(&config, function, params.data(), nullptr);
+      } else {
+        result = cu.launch(function, programs, gy, gz, threads, 1, 1, static_cast<unsigned>(shared), stream, params.data(), nullptr);
+      }
       if (result) cu.check(result, "launching kernel " + symbol);
     };
   }
