@@ -352,20 +352,24 @@ class _KernelWriter(KernelWriter):
             lines.append(f"{ind}{ctype(body_dtype)} {best} = {start}; int64_t {acc} = -1;")
         else:
             lines.append(f"{ind}{acc_type} {acc} = {_reduction_init(op, body_dtype)};")
+        plain_body = not self._in_simd_sweep(target) and not any(line.lstrip().startswith(("for ", "#pragma"))
+                                                                  for line in inner.lines)
         if self.nest.outer_size == 1 and op in ("sum", "prod", "any", "all") \
                 and self.at_example(reduction_size(node)) > PARALLEL_WORK:
             symbol = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}[op]
             collapse = f" collapse({len(rvars)})" if len(rvars) > 1 else ""
-            lines.append(f"{ind}#pragma omp parallel for reduction({symbol}:{acc}){collapse} num_threads(num_threads)")
+            # each thread's share in SIMD lanes too: a parallel sum was a scalar chain per thread (a group norm's
+            # statistics over 768,000 elements took 1 ms a pass)
+            simd_lanes = " simd" if op in ("sum", "prod") and plain_body else ""
+            lines.append(f"{ind}#pragma omp parallel for{simd_lanes} reduction({symbol}:{acc}){collapse} "
+                         "num_threads(num_threads)")
         # A sum's or product's innermost loop runs as SIMD lanes, each with its own partial accumulator: a
         # serial chain of dependent adds is latency-bound (a LayerNorm sums short rows: 48 floats). Not
         # when the loop holds another loop (OpenMP forbids nested simd) or is already split across threads.
         # A max or min too, each lane keeping its own extreme by `>` and whether it saw a NaN (torch's max is NaN
         # then): j2t_max's NaN test is not a reduction OpenMP or GCC can split into lanes (softmax's row max ran
         # as a scalar loop).
-        simd = op in ("sum", "prod", "max", "min") and "parallel" not in lines[-1] and \
-            not self._in_simd_sweep(target) and not any(line.lstrip().startswith(("for ", "#pragma"))
-                                                        for line in inner.lines)
+        simd = op in ("sum", "prod", "max", "min") and "parallel" not in lines[-1] and plain_body
         nan_flag = f"{acc}_nan" if simd and op in ("max", "min") and acc_type in ("float", "double") else None
         if nan_flag:  # (an int: GCC vectorizes an `|` reduction of ints, not of bools, which left the whole loop
             # scalar: an amax over 480 channels-innermost floats per row took 120 µs a call, 15 with an int)

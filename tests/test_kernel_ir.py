@@ -138,6 +138,7 @@ def _rule_cases():
         "add_zero": lambda: K.add(i, c(0)),
         "add_constant_last": lambda: K.add(c(3), i),
         "add_constants_together": lambda: K.add(K.add(i, c(4)), c(-4)),
+        "recombine_div_mod": lambda: K.add(K.add(K.mul(K.floordiv(j, 4), c(12)), c(5)), K.mul(K.mod(j, 4), c(3))),
         "fold_mul": lambda: K.mul(c(2), c(3)),
         "mul_constant_last": lambda: K.mul(c(3), i),
         "mul_zero": lambda: K.mul(i, c(0)),

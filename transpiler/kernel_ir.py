@@ -364,6 +364,30 @@ def _multiples(a: KExpr, k: KExpr) -> Optional[tuple[list[KExpr], KExpr]]:
     return (divisible, rest) if divisible and bounds(rest)[0] >= 0 else None
 
 
+def _split_by(t: KExpr, op: str) -> Optional[tuple[KExpr, KExpr, int]]:
+    """(x, k, c) for t = (x op k) * c with constants k and c (c = 1 for a bare x op k)."""
+    if t.op == op and t.args[1].op == "const":
+        return t.args[0], t.args[1], 1
+    if t.op == "mul" and t.args[1].op == "const" and t.args[0].op == op and t.args[0].args[1].op == "const":
+        return t.args[0].args[0], t.args[0].args[1], t.args[1].arg
+    return None
+
+
+def _recombine_div_mod(ab: tuple) -> Optional[KExpr]:
+    """A sum holding (x // k) * (c * k) and (x % k) * c, with the two replaced by x * c."""
+    terms = split_terms(ab[0]) + split_terms(ab[1])
+    for i, t in enumerate(terms):
+        low = _split_by(t, "index_mod")
+        if low is None:
+            continue
+        x, k, c = low
+        for j, u in enumerate(terms):
+            high = _split_by(u, "index_div")
+            if high is not None and high[0] is x and high[1] is k and high[2] == c * k.arg:
+                return sum_terms([v for n, v in enumerate(terms) if n not in (i, j)] + [mul(x, const(c, INT))])
+    return None
+
+
 RULES: list[Rule] = [
     Rule("fold_add", "add", lambda ab: const(ab[0].arg + ab[1].arg, INT)
          if ab[0].op == "const" and ab[1].op == "const" else None, "c1 + c2 is a constant"),
@@ -374,6 +398,10 @@ RULES: list[Rule] = [
     Rule("add_constants_together", "add", lambda ab: add(ab[0].args[0], const(ab[0].args[1].arg + ab[1].arg, INT))
          if ab[1].op == "const" and ab[0].op == "add" and ab[0].args[1].op == "const" else None,
          "(x + c1) + c2 == x + (c1 + c2): an offset and its undoing cancel ((x + 4) + -4 == x)"),
+    Rule("recombine_div_mod", "add", _recombine_div_mod,
+         "(x // k) * k * c + (x % k) * c == x * c (in C's truncating division too): a flat index a view split into "
+         "dims and a dense read joined again; a group norm's statistics read each element through a division and "
+         "a modulo, and did not vectorise"),
     Rule("fold_mul", "mul", lambda ab: const(ab[0].arg * ab[1].arg, INT)
          if ab[0].op == "const" and ab[1].op == "const" else None, "c1 * c2 is a constant"),
     Rule("mul_constant_last", "mul", lambda ab: mul(ab[1], ab[0]) if ab[0].op == "const" and ab[1].op != "const"
