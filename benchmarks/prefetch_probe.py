@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import statistics
 
 import torch
 import triton
@@ -32,6 +31,7 @@ import triton.language as tl
 
 from jit2triton.emitters import triton_gemm
 from jit2triton.emitters.compile_triton import kernel_function
+from jit2triton.transpiler.timing import graphs_gpu_us
 
 ROWS, HIDDEN, FFN = 9, 768, 3072
 GEMMS = (("qkv", HIDDEN, 3 * HIDDEN), ("out", HIDDEN, HIDDEN), ("up", HIDDEN, FFN), ("down", FFN, HIDDEN))
@@ -134,35 +134,20 @@ def main() -> None:
         return out
 
     variants = ("none", "gemm", "small", "all")
-    graphs = {}
     for v in variants:
-        fns = calls(v)
-        for f in fns:
+        for f in calls(v):
             f()
         torch.cuda.synchronize()
         for name, (k, n) in shapes.items():  # the prefetch changes no answer
             want = torch.nn.functional.linear(x[k], layers[-1][name])
             assert torch.allclose(outs[name].float(), want.float(), rtol=1e-2, atol=1e-2), (v, name)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for f in fns:
-                f()
-        g.replay()
-        graphs[v] = g
-    torch.cuda.synchronize()
-    times = {v: [] for v in variants}
-    for r in range(a.replays):
-        for v in variants[r % len(variants):] + variants[:r % len(variants)]:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graphs[v].replay()
-            end.record()
-            end.synchronize()
-            times[v].append(start.elapsed_time(end) * 1e3 / a.layers)
+    # (each variant's calls in one CUDA graph, the graphs replayed in turns: GPU us per call, so x calls / layers)
+    per_call = graphs_gpu_us({v: calls(v) for v in variants}, replays=a.replays)
+    per_layer = {v: us * len(order) / a.layers for v, us in per_call.items()}
     weight_mb = sum(k * n for _, k, n in GEMMS) * dtype.itemsize / 1e6
     print(f"  a layer: {len(LAYER)} kernels, {weight_mb:.1f} MB of weights")
     for v in variants:
-        us = statistics.median(times[v])
+        us = per_layer[v]
         print(f"  {v:6s} {us:7.2f} us a layer  ({weight_mb / us:.2f} TB/s of weights)")
 
 

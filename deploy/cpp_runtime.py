@@ -137,8 +137,8 @@ def _flags(cuda: bool) -> list[str]:
     # No FMA contraction anywhere in the runtime: its own kernels (native_ops.cpp) give ATen's and torchvision's bits,
     # their loops vectorised by `omp simd` (-fopenmp-simd: the pragma only, no OpenMP runtime). (The escaped quotes
     # survive the shell that ninja runs the compiler through.)
-    return (["-O2", "-ffp-contract=off", "-fopenmp-simd", "-std=c++17", f'-DJ2T_TORCH_VERSION=\\"{torch.__version__}\\"']
-            + (["-DJ2T_WITH_CUDA"] if cuda else []))
+    return (["-O2", "-ffp-contract=off", "-fopenmp-simd", "-std=c++17",
+             f'-DJ2T_TORCH_VERSION=\\"{torch.__version__}\\"'] + (["-DJ2T_WITH_CUDA"] if cuda else []))
 
 
 def build_name(cuda: bool) -> str:

@@ -267,7 +267,8 @@ Launchers load_cubins(const Package& pkg, c10::Device device) {
         config.attrs = &attribute, config.numAttrs = 1;
         result = cu.launch_ex(&config, function, params.data(), nullptr);
       } else {
-        result = cu.launch(function, programs, gy, gz, threads, 1, 1, static_cast<unsigned>(shared), stream, params.data(), nullptr);
+        result = cu.launch(function, programs, gy, gz, threads, 1, 1, static_cast<unsigned>(shared), stream,
+                           params.data(), nullptr);
       }
       if (result) cu.check(result, "launching kernel " + symbol);
     };

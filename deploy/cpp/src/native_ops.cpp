@@ -15,11 +15,11 @@
 // (at::parallel_for). The arithmetic is torchvision's, in its order, with no contraction into FMAs: each element
 // gets the same bits (tests/test_native_ops.py), so a detector's boxes do not move.
 //
-// No FMA contraction: the runtime is built with -ffp-contract=off (deploy/cpp_runtime.py).
+// No FMA contraction: the runtime is built with -ffp-contract=off (deploy/cpp_runtime.py, CMakeLists.txt).
 //
 // Error messages are built with std::to_string, never c10::str or a TORCH_CHECK with arguments: on the GPU machine
-// (g++ 13.3, torch 2.11) any std::ostringstream in an extension built there crashed the process (diag: a 7-line
-// extension, 2026-11-29), so those raises were segmentation faults.
+// (g++ 13.3, torch 2.11) any std::ostringstream in an extension built there crashed the process (a 7-line
+// extension showed it; docs/benchmarks.md), so those raises were segmentation faults.
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
