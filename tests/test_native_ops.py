@@ -226,8 +226,17 @@ def test_the_runtimes_nms_keeps_torchvisions_boxes(dtype):
         torch.ops.j2t.nms(torch.zeros(3, 4, dtype=dtype), torch.zeros(2, dtype=dtype), 0.5)
 
 
-def test_a_cpu_package_keeps_torchvisions_nms():
-    """j2t::nms is not named in plans yet (transpiler/native_ops.py says why): the package calls torchvision's."""
+@pytest.mark.parametrize("ties_in_order", [True, False])
+def test_a_cpu_package_names_the_runtimes_nms_where_torchvision_keeps_ties_in_order(ties_in_order, monkeypatch):
+    """j2t::nms keeps boxes of equal scores in input order; a plan names it only where the installed torchvision
+    (or the stand-in, which sorts stably) does too, and the package matches TorchScript on boxes with ties."""
+    from jit2triton.transpiler import native_ops
+    native_ops.ties_in_input_order.cache_clear()
+    if not ties_in_order:
+        monkeypatch.setattr(native_ops, "_WHEN", {"torchvision::nms": lambda: False})
+    elif not native_ops.ties_in_input_order():
+        pytest.skip("the installed torchvision reorders boxes of equal scores (0.28 for torch 2.13)")
+
     @torch.jit.script
     def postprocess(boxes, scores):
         keep = torch.ops.torchvision.nms(boxes, scores, 0.45)
@@ -235,9 +244,18 @@ def test_a_cpu_package_keeps_torchvisions_nms():
 
     g = torch.Generator().manual_seed(4)
     converted = jit2triton.convert(postprocess, scored_boxes(120, g), device="cpu")
-    assert "j2t::nms" not in converted.report(), converted.report()
-    inputs = scored_boxes(120, g)
-    assert_same(converted(*inputs), postprocess(*inputs))
+    assert ("j2t::nms" in converted.report()) is ties_in_order, converted.report()
+    for _ in range(5):
+        inputs = scored_boxes(120, g)
+        assert_same(converted(*inputs), postprocess(*inputs))
+
+
+def test_the_tie_order_is_asked_of_the_installed_torchvision():
+    from jit2triton.transpiler.native_ops import ties_in_input_order
+    ties_in_input_order.cache_clear()
+    boxes = torch.arange(64.0)[:, None] * 10 + torch.tensor([0.0, 0.0, 5.0, 5.0])
+    assert ties_in_input_order() is torch.equal(torch.ops.torchvision.nms(boxes, torch.ones(64), 0.5),
+                                                torch.arange(64))
 
 
 def test_the_runtimes_ops_raise_without_streams():
