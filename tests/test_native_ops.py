@@ -1,5 +1,5 @@
 """The runtime's own CPU kernels for library ops (deploy/cpp/src/native_ops.cpp, transpiler/native_ops.py):
-`j2t::roi_align` in place of torchvision's, and `j2t::nms` (not yet named in plans).
+`j2t::roi_align` and `j2t::nms` in place of torchvision's (nms only beside a torchvision that keeps ties in order).
 
 Where torchvision is installed, the runtime's ops must give torchvision's answers exactly. Where it is not (CI),
 stand-ins are registered here, computing torchvision's algorithms in torch ops (roi_align's in another order, so
@@ -253,7 +253,7 @@ def test_a_cpu_package_names_the_runtimes_nms_where_torchvision_keeps_ties_in_or
 def test_the_tie_order_is_asked_of_the_installed_torchvision():
     from jit2triton.transpiler.native_ops import ties_in_input_order
     ties_in_input_order.cache_clear()
-    boxes = torch.arange(64.0)[:, None] * 10 + torch.tensor([0.0, 0.0, 5.0, 5.0])
+    boxes = torch.arange(64.0)[:, None] * 10 + torch.tensor([0.0, 0.0, 5.0, 5.0])  # (disjoint: all kept)
     assert ties_in_input_order() is torch.equal(torch.ops.torchvision.nms(boxes, torch.ones(64), 0.5),
                                                 torch.arange(64))
 

@@ -23,15 +23,16 @@ from .op_table import lookup
 
 @functools.lru_cache(maxsize=None)
 def ties_in_input_order() -> bool:
-    """Whether the installed torchvision::nms keeps 64 disjoint boxes of one score in their input order (an unstable
-    sort reorders them); False where the op is missing or fails."""
-    corner = torch.arange(64, dtype=torch.float32)[:, None] * 10
+    """Whether the installed torchvision::nms keeps 512 disjoint boxes, of four scores each shared by 128, in a
+    stable sort's order (an unstable sort reorders the ties); False where the op is missing or fails."""
+    corner = torch.arange(512, dtype=torch.float32)[:, None] * 10
     boxes = torch.cat([corner, corner, corner + 5, corner + 5], 1)
+    scores = (torch.arange(512) % 4).float() / 4
     try:
-        kept = torch.ops.torchvision.nms(boxes, torch.ones(64), 0.5)
+        kept = torch.ops.torchvision.nms(boxes, scores, 0.5)
     except (AttributeError, RuntimeError):
         return False
-    return torch.equal(kept, torch.arange(64))
+    return torch.equal(kept, torch.sort(scores, descending=True, stable=True)[1])
 
 
 # what must hold, besides the dtype, for a plan to name the runtime's op in place of the library's

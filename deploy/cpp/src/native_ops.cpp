@@ -5,8 +5,8 @@
 // indirection, a box at a time (29 ms of SSDlite's 132 ms call here, 180 calls). This one lays the boxes out in
 // score order first, so each kept box's comparisons are one branch-free loop over contiguous arrays that the
 // compiler vectorises; the same IoU arithmetic in the same order, so the same boxes are kept (against torchvision
-// 0.26, whose stable sort it takes). Plans do not name it: the order of equal scores is torchvision's version's
-// (0.28 built for torch 2.13 sorts unstably), and a package would carry one (transpiler/op_table.py).
+// 0.26, whose stable sort it takes). The order of equal scores is torchvision's version's (0.28 built for torch
+// 2.13 sorts unstably): plans name it only beside a torchvision that keeps ties in order (transpiler/native_ops.py).
 //
 // j2t::roi_align: torchvision::roi_align on the CPU. torchvision's CPU kernel runs one thread, a channel at a time,
 // each bilinear sample a scalar: 61 ms of Faster R-CNN MobileNetV3-320's 193 ms a call here (one thread, 165 boxes
