@@ -218,6 +218,28 @@ def test_the_gcn_message_runs_inside_the_scatters_kernel(backend: str, any_colum
     assert message, kernels
 
 
+def elu_gathered_per_edge(x, w, edge_index):
+    """GraphSAGE's second layer's read: a node's ELU gathered for each of its edges (EDGES > NODES reads)."""
+    h = torch.nn.functional.elu(x @ w + 1.0)
+    return torch.zeros(NODES, w.shape[1]).index_add(0, edge_index[1], h.index_select(0, edge_index[0]))
+
+
+@pytest.mark.parametrize("backend", BACKENDS[:2])  # (the CPU backends: on the GPU it stays fused)
+def test_a_transcendental_gathered_per_edge_is_computed_once_per_node_on_the_cpu(backend: str) -> None:
+    """The ELU's kernel is stored before the gather on the CPU (fuse.store_gathered_reduction), not recomputed in
+    the gather's kernel for every edge; the package matches TorchScript."""
+    def make():
+        x, edge_index, _ = graph()
+        return x, torch.randn(FEATURES, 6), edge_index
+    model = torch.jit.trace(elu_gathered_per_edge, make())
+    converted = convert_for(model, make(), backend)
+    kernels = [kernel["ops"] for kernel in converted.summary()["kernels"]]
+    gathering = [ops for ops in kernels if "aten::index_select" in ops]
+    assert gathering and not any("aten::elu" in ops for ops in gathering), kernels
+    assert any("aten::elu" in ops for ops in kernels), kernels
+    assert_matches_torchscript(converted, model, make, calls=3)
+
+
 ON_CPU = BACKENDS[:2]  # (on CUDA a bad index is a device-side assert, which ends the process's CUDA context)
 
 
