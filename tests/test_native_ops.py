@@ -1,5 +1,6 @@
 """The runtime's own CPU kernels for library ops (deploy/cpp/src/native_ops.cpp, transpiler/native_ops.py):
-`j2t::roi_align` and `j2t::nms` in place of torchvision's (nms only beside a torchvision that keeps ties in order).
+`j2t::roi_align`, and `j2t::nms` or `j2t::nms_unstable` (the one keeping torchvision's order of ties), in place of
+torchvision's.
 
 Where torchvision is installed, the runtime's ops must give torchvision's answers exactly. Where it is not (CI),
 stand-ins are registered here, computing torchvision's algorithms in torch ops (roi_align's in another order, so
@@ -12,7 +13,7 @@ import torch
 
 import jit2triton
 from jit2triton.deploy import cpp_runtime
-from helpers import assert_same
+from helpers import assert_same, plan_ops
 
 try:
     import torchvision  # noqa: F401 - registers torchvision::roi_align
@@ -63,13 +64,14 @@ def reference_roi_align(x, rois, spatial_scale, pooled_height, pooled_width, sam
     return out
 
 
-def reference_nms(boxes, scores, iou_threshold):
-    """torchvision's CPU algorithm: by descending score (a stable sort, as 0.26 sorts), each box kept unless a kept one
-    overlaps it by more than the threshold, the IoU computed as torchvision computes it."""
+def reference_nms(boxes, scores, iou_threshold, stable: bool = True):
+    """torchvision's CPU algorithm: by descending score (a stable sort, as 0.26 sorts; or ATen's unstable one, as
+    0.28 for torch 2.13 does), each box kept unless a kept one overlaps it by more than the threshold, the IoU
+    computed as torchvision computes it."""
     x1, y1, x2, y2 = boxes.unbind(1)
     area = (x2 - x1) * (y2 - y1)
     kept = []
-    for i in torch.sort(scores, dim=0, descending=True, stable=True)[1].tolist():
+    for i in torch.sort(scores, dim=0, descending=True, stable=stable)[1].tolist():
         if kept:
             j = torch.tensor(kept)
             w = (torch.minimum(x2[i], x2[j]) - torch.maximum(x1[i], x1[j])).clamp(min=0)
@@ -204,38 +206,40 @@ def scored_boxes(n: int, generator: torch.Generator, dtype=torch.float32) -> tup
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_the_runtimes_nms_keeps_torchvisions_boxes(dtype):
-    """Against torchvision's algorithm (reference_nms) on boxes with equal scores, and against the installed
-    torchvision where scores differ: the order of equal scores is torchvision's version's (0.26 sorts stably, 0.28
-    built for torch 2.13 does not), the reason plans do not name j2t::nms."""
+    """j2t::nms and j2t::nms_unstable against torchvision's algorithm (reference_nms) with each sort on boxes with
+    equal scores, and against the installed torchvision where scores differ (the order of equal scores is
+    torchvision's version's: 0.26 sorts stably, 0.28 built for torch 2.13 does not)."""
     cpp_runtime.extension()
     g = torch.Generator().manual_seed(3)
     for n in (0, 1, 2, 17, 64, 300):
         for threshold in (0.0, 0.3, 0.45, 0.5, 0.7, 1.0, -1.0):
             boxes, scores = scored_boxes(n, g, dtype)
-            got = torch.ops.j2t.nms(boxes, scores, threshold)
-            want = reference_nms(boxes, scores, threshold)
-            assert torch.equal(got, want), (n, threshold, got, want)
+            for op, stable in ((torch.ops.j2t.nms, True), (torch.ops.j2t.nms_unstable, False)):
+                got, want = op(boxes, scores, threshold), reference_nms(boxes, scores, threshold, stable)
+                assert torch.equal(got, want), (n, threshold, stable, got, want)
             if TORCHVISION:
                 scores = torch.randperm(n, generator=g).to(dtype) / max(n, 1)  # (no two equal)
-                got = torch.ops.j2t.nms(boxes, scores, threshold)
                 want = torch.ops.torchvision.nms(boxes, scores, threshold)
-                assert torch.equal(got, want), (n, threshold, got, want)
+                for op in (torch.ops.j2t.nms, torch.ops.j2t.nms_unstable):
+                    got = op(boxes, scores, threshold)
+                    assert torch.equal(got, want), (n, threshold, got, want)
     with pytest.raises(RuntimeError, match="boxes should have 4 elements in dimension 1, got 5"):
         torch.ops.j2t.nms(torch.zeros(3, 5, dtype=dtype), torch.zeros(3, dtype=dtype), 0.5)
     with pytest.raises(RuntimeError, match="same number of elements in dimension 0, got 3 and 2"):
         torch.ops.j2t.nms(torch.zeros(3, 4, dtype=dtype), torch.zeros(2, dtype=dtype), 0.5)
 
 
-@pytest.mark.parametrize("ties_in_order", [True, False])
-def test_a_cpu_package_names_the_runtimes_nms_where_torchvision_keeps_ties_in_order(ties_in_order, monkeypatch):
-    """j2t::nms keeps boxes of equal scores in input order; a plan names it only where the installed torchvision
-    (or the stand-in, which sorts stably) does too, and the package matches TorchScript on boxes with ties."""
+@pytest.mark.parametrize("chosen", ["as installed", "none"])
+def test_a_cpu_package_names_the_runtimes_nms_that_keeps_torchvisions_order(chosen, monkeypatch):
+    """A plan names j2t::nms or j2t::nms_unstable, whichever keeps the installed torchvision's (or the stand-in's,
+    a stable sort's) order of equal scores, or neither; the package matches TorchScript on boxes with ties."""
     from jit2triton.transpiler import native_ops
-    native_ops.ties_in_input_order.cache_clear()
-    if not ties_in_order:
-        monkeypatch.setattr(native_ops, "_WHEN", {"torchvision::nms": lambda: False})
-    elif not native_ops.ties_in_input_order():
-        pytest.skip("the installed torchvision reorders boxes of equal scores (0.28 for torch 2.13)")
+    native_ops.nms_variant.cache_clear()
+    if chosen == "none":
+        monkeypatch.setattr(native_ops, "_CHOSEN", {"torchvision::nms": lambda: ""})
+    variant = native_ops._CHOSEN["torchvision::nms"]()
+    if chosen != "none" and not variant:
+        pytest.skip("the installed torchvision's order of equal scores is neither sort's")
 
     @torch.jit.script
     def postprocess(boxes, scores):
@@ -244,18 +248,23 @@ def test_a_cpu_package_names_the_runtimes_nms_where_torchvision_keeps_ties_in_or
 
     g = torch.Generator().manual_seed(4)
     converted = jit2triton.convert(postprocess, scored_boxes(120, g), device="cpu")
-    assert ("j2t::nms" in converted.report()) is ties_in_order, converted.report()
+    ops = set(plan_ops(converted))
+    named = ops & {"torchvision::nms", "j2t::nms", "j2t::nms_unstable"}
+    assert named == {variant or "torchvision::nms"}, ops
     for _ in range(5):
         inputs = scored_boxes(120, g)
         assert_same(converted(*inputs), postprocess(*inputs))
 
 
-def test_the_tie_order_is_asked_of_the_installed_torchvision():
-    from jit2triton.transpiler.native_ops import ties_in_input_order
-    ties_in_input_order.cache_clear()
+def test_the_runtimes_nms_is_chosen_by_the_installed_torchvisions_order_of_ties():
+    from jit2triton.transpiler.native_ops import nms_variant
+    nms_variant.cache_clear()
     boxes = torch.arange(64.0)[:, None] * 10 + torch.tensor([0.0, 0.0, 5.0, 5.0])  # (disjoint: all kept)
-    assert ties_in_input_order() is torch.equal(torch.ops.torchvision.nms(boxes, torch.ones(64), 0.5),
-                                                torch.arange(64))
+    scores = (torch.arange(64) % 2).float()
+    kept = torch.ops.torchvision.nms(boxes, scores, 0.5)
+    stable = torch.equal(kept, torch.sort(scores, descending=True, stable=True)[1])
+    unstable = torch.equal(kept, torch.sort(scores, descending=True)[1])
+    assert nms_variant() == ("j2t::nms" if stable else "j2t::nms_unstable" if unstable else "")
 
 
 def test_the_runtimes_ops_raise_without_streams():

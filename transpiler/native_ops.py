@@ -5,10 +5,11 @@ call on one thread); its `nms` compares each kept box with every later one throu
 (29 ms of SSDlite's 132 ms). The runtime's `j2t::roi_align` and `j2t::nms` take the same arguments and give the same
 answers (the same operations in the same order, no FMA contraction; tests/test_native_ops.py compares them exactly),
 vectorised, and roi_align parallel over boxes. A CPU plan names them (the op table's `runtime_op`) in place of
-torchvision's where the input's dtype is one whose answers were checked, and `nms` only where the installed
-torchvision keeps boxes of equal scores in their input order, as the runtime's does: that order is torchvision's
-version's (0.26 sorts scores stably, 0.28 built for torch 2.13 does not), and the package must give the boxes the
-TorchScript model gives beside the torchvision it was converted with. The report counts them with the vendor calls.
+torchvision's where the input's dtype is one whose answers were checked. The order of boxes of equal scores is
+torchvision's version's (0.26 sorts scores stably, 0.28 built for torch 2.13 with ATen's unstable sort), and the
+package must give the boxes the TorchScript model gives beside the torchvision it was converted with: a plan names
+`j2t::nms` or `j2t::nms_unstable`, whichever gives the installed torchvision's order, and neither where neither
+does. The report counts them with the vendor calls.
 A plan that names them needs no torchvision to load.
 """
 from __future__ import annotations
@@ -22,21 +23,26 @@ from .op_table import lookup
 
 
 @functools.lru_cache(maxsize=None)
-def ties_in_input_order() -> bool:
-    """Whether the installed torchvision::nms keeps 512 disjoint boxes, of four scores each shared by 128, in a
-    stable sort's order (an unstable sort reorders the ties); False where the op is missing or fails."""
+def nms_variant() -> str:
+    """The runtime's nms that keeps the installed torchvision::nms's order of boxes of equal scores: "j2t::nms"
+    where it sorts scores stably (0.26), "j2t::nms_unstable" where it sorts them as ATen's unstable sort does (0.28
+    built for torch 2.13), "" otherwise or where the op is missing. Asked once: 512 disjoint boxes (all kept, in
+    score order) of four scores shared by 128 each."""
     corner = torch.arange(512, dtype=torch.float32)[:, None] * 10
     boxes = torch.cat([corner, corner, corner + 5, corner + 5], 1)
     scores = (torch.arange(512) % 4).float() / 4
     try:
         kept = torch.ops.torchvision.nms(boxes, scores, 0.5)
     except (AttributeError, RuntimeError):
-        return False
-    return torch.equal(kept, torch.sort(scores, descending=True, stable=True)[1])
+        return ""
+    for native, stable in (("j2t::nms", True), ("j2t::nms_unstable", False)):
+        if torch.equal(kept, torch.sort(scores, descending=True, stable=stable)[1]):
+            return native
+    return ""
 
 
-# what must hold, besides the dtype, for a plan to name the runtime's op in place of the library's
-_WHEN = {"torchvision::nms": ties_in_input_order}
+# the runtime's op a plan names, where it depends on more than the dtype ("" for none)
+_CHOSEN = {"torchvision::nms": nms_variant}
 
 
 def native_ops(graph: Graph, refused: dict[int, str]) -> int:
@@ -45,10 +51,11 @@ def native_ops(graph: Graph, refused: dict[int, str]) -> int:
     for block in blocks(graph):
         for node in block.nodes:
             info = lookup(node.op)
-            native = info.runtime_op
-            if not native or node.uid in refused or not node.inputs or \
-                    node.inputs[0].type.dtype not in info.runtime_op_dtypes or \
-                    not _WHEN.get(node.op, lambda: True)():
+            if not info.runtime_op or node.uid in refused or not node.inputs or \
+                    node.inputs[0].type.dtype not in info.runtime_op_dtypes:
+                continue
+            native = _CHOSEN[node.op]() if node.op in _CHOSEN else info.runtime_op
+            if not native:
                 continue
             schema = node.attrs.get(Attr.SCHEMA, "")
             if schema.startswith(node.op):

@@ -250,16 +250,16 @@ facts("""
     aten::index.Tensor aten::nonzero aten::nonzero_numpy aten::argwhere aten::where aten::masked_select
     aten::unique aten::_unique aten::_unique2 aten::unique_dim aten::unique_consecutive aten::unique_dim_consecutive
     aten::repeat_interleave.Tensor aten::repeat_interleave.self_Tensor aten::bincount torchvision::nms j2t::nms
+    j2t::nms_unstable
     aten::tensor_split.tensor_indices_or_sections
 """, data_dependent_size="tensor")
 facts("aten::item aten::Int.Tensor aten::Float.Tensor aten::ScalarImplicit aten::IntImplicit prim::tolist",
       data_dependent_size="scalar")
 facts("aten::nonzero aten::nonzero_numpy aten::argwhere aten::where", count_masks=(0,))  # (where: its one-argument form)
 facts("aten::masked_select", count_masks=(1,))
-facts("torchvision::nms j2t::nms", keeps_best=True)
+facts("torchvision::nms j2t::nms j2t::nms_unstable", keeps_best=True)
 facts("torchvision::roi_align", runtime_op="j2t::roi_align", runtime_op_dtypes=("float32",))
-# (named only where the installed torchvision keeps boxes of equal scores in input order, as j2t::nms does: 0.26
-# does, 0.28 built for torch 2.13 does not; transpiler/native_ops.py asks it)
+# (or j2t::nms_unstable: whichever keeps the installed torchvision's order of equal scores; transpiler/native_ops.py)
 facts("torchvision::nms", runtime_op="j2t::nms", runtime_op_dtypes=("float32", "float64"))
 facts("aten::nonzero", nonzero_form="indices")
 facts("aten::add.Tensor aten::add.Scalar", on_host_ints="aten::add.int")

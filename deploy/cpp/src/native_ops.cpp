@@ -5,8 +5,8 @@
 // indirection, a box at a time (29 ms of SSDlite's 132 ms call here, 180 calls). This one lays the boxes out in
 // score order first, so each kept box's comparisons are one branch-free loop over contiguous arrays that the
 // compiler vectorises; the same IoU arithmetic in the same order, so the same boxes are kept (against torchvision
-// 0.26, whose stable sort it takes). The order of equal scores is torchvision's version's (0.28 built for torch
-// 2.13 sorts unstably): plans name it only beside a torchvision that keeps ties in order (transpiler/native_ops.py).
+// 0.26, whose stable sort it takes; j2t::nms_unstable takes ATen's unstable sort, as 0.28 built for torch 2.13
+// does). Plans name the one whose order of equal scores the installed torchvision gives (transpiler/native_ops.py).
 //
 // j2t::roi_align: torchvision::roi_align on the CPU. torchvision's CPU kernel runs one thread, a channel at a time,
 // each bilinear sample a scalar: 61 ms of Faster R-CNN MobileNetV3-320's 193 ms a call here (one thread, 165 boxes
@@ -247,7 +247,9 @@ int64_t kept_boxes(const T* boxes, const int64_t* order, int64_t n, double iou_t
   return kept;
 }
 
-at::Tensor nms(const at::Tensor& dets, const at::Tensor& scores, double iou_threshold) {
+// `stable`: the order of boxes of equal scores, which is torchvision's version's: 0.26 sorts scores stably, 0.28 built
+// for torch 2.13 with ATen's unstable sort (this process's ATen: the same order). j2t::nms and j2t::nms_unstable.
+at::Tensor nms_sorted(const at::Tensor& dets, const at::Tensor& scores, double iou_threshold, bool stable) {
   TORCH_CHECK(dets.device().is_cpu() && scores.device().is_cpu(), "j2t::nms: CPU tensors only");
   if (dets.dim() != 2) fail("boxes should be a 2d tensor, got " + number(dets.dim()) + "D");
   if (dets.size(1) != 4) fail("boxes should have 4 elements in dimension 1, got " + number(dets.size(1)));
@@ -261,9 +263,7 @@ at::Tensor nms(const at::Tensor& dets, const at::Tensor& scores, double iou_thre
   const int64_t n = dets.size(0);
   at::Tensor keep = at::empty({n}, dets.options().dtype(at::kLong));
   if (n == 0) return keep;
-  // torchvision's sort: stable, so boxes of equal scores keep their input order (an unstable sort reorders them
-  // under torch 2.11, and another box survives)
-  at::Tensor order = std::get<1>(scores.sort(/*stable=*/true, /*dim=*/0, /*descending=*/true)).contiguous();
+  at::Tensor order = std::get<1>(scores.sort(stable, /*dim=*/0, /*descending=*/true)).contiguous();
   at::Tensor boxes = dets.contiguous();
   int64_t kept = 0;
   AT_DISPATCH_FLOATING_TYPES(dets.scalar_type(), "j2t::nms", [&] {
@@ -273,16 +273,26 @@ at::Tensor nms(const at::Tensor& dets, const at::Tensor& scores, double iou_thre
   return keep.narrow(0, 0, kept);
 }
 
+at::Tensor nms(const at::Tensor& dets, const at::Tensor& scores, double iou_threshold) {
+  return nms_sorted(dets, scores, iou_threshold, /*stable=*/true);
+}
+
+at::Tensor nms_unstable(const at::Tensor& dets, const at::Tensor& scores, double iou_threshold) {
+  return nms_sorted(dets, scores, iou_threshold, /*stable=*/false);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(j2t, m) {
   m.def("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor");
+  m.def("nms_unstable(Tensor dets, Tensor scores, float iou_threshold) -> Tensor");
   m.def("roi_align(Tensor input, Tensor rois, float spatial_scale, SymInt pooled_height, SymInt pooled_width, "
         "int sampling_ratio, bool aligned) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(j2t, CPU, m) {
   m.impl("nms", &nms);
+  m.impl("nms_unstable", &nms_unstable);
   m.impl("roi_align", &roi_align);
 }
 
