@@ -352,7 +352,9 @@ class _Fuser:
         box = self.boxes.get(source.id) if source is not None else None
         shape = node.outputs[0].type.shape if node.outputs and node.outputs[0].type.is_tensor else None
         if (box is None or box.realized or not shape or not all(isinstance(n, int) for n in (*shape, *box.shape))
-                or math.prod(shape) <= box.numel or not (_has_reduction(box) or self.device_type == "cpu" and _has_transcendental(box))):
+                or math.prod(shape) <= box.numel):
+            return
+        if not (_has_reduction(box) or self.device_type == "cpu" and _has_transcendental(box)):
             return
         self.realize(source, out)
 
