@@ -2,7 +2,7 @@
 kernel before it, and the C++ runtime launches it with PDL. On the CPU: the wait goes first in every kernel the
 renderers write, and nothing else of the source moves. On the GPU: every kernel of an sm_90 package is so built,
 its stored source is the rendered one, and chains of kernels between vendor calls match TorchScript over calls, in
-CUDA graphs and step by step."""
+CUDA graphs and step by step, 6 fresh draws each."""
 import ast
 
 import pytest
@@ -86,7 +86,7 @@ def test_a_chain_of_kernels_launched_dependently_matches_torchscript(pdl, tmp_pa
     assert not any(b"gdc_wait" in members[entry["source"]] for entry in entries.values())  # (the rendered source)
     for graphs in (True, False):
         loaded = jit2triton.load(path, cuda_graphs=graphs)
-        for seed in range(1, 6):
+        for seed in range(1, 7):
             inputs = chain_inputs(seed)
             torch.testing.assert_close(loaded(*to_device(inputs, "cuda")).cpu(), traced(*inputs),
                                        rtol=GPU_TOLERANCE, atol=GPU_TOLERANCE)

@@ -232,7 +232,7 @@ def test_the_runtimes_nms_keeps_torchvisions_boxes(dtype):
 @pytest.mark.parametrize("chosen", ["as installed", "none"])
 def test_a_cpu_package_names_the_runtimes_nms_that_keeps_torchvisions_order(chosen, monkeypatch):
     """A plan names j2t::nms or j2t::nms_unstable, whichever keeps the installed torchvision's (or the stand-in's,
-    a stable sort's) order of equal scores, or neither; the package matches TorchScript on boxes with ties."""
+    a stable sort's) order of equal scores, or neither; the package matches TorchScript on 6 draws of boxes with ties."""
     from jit2triton.transpiler import native_ops
     native_ops.nms_variant.cache_clear()
     if chosen == "none":
@@ -251,7 +251,7 @@ def test_a_cpu_package_names_the_runtimes_nms_that_keeps_torchvisions_order(chos
     ops = set(plan_ops(converted))
     named = ops & {"torchvision::nms", "j2t::nms", "j2t::nms_unstable"}
     assert named == {variant or "torchvision::nms"}, ops
-    for _ in range(5):
+    for _ in range(6):
         inputs = scored_boxes(120, g)
         assert_same(converted(*inputs), postprocess(*inputs))
 

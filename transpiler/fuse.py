@@ -596,8 +596,13 @@ def _extent(reduction: K.KExpr) -> int:
     return math.prod(sizes) if all(type(n) is int for n in sizes) else 0
 
 
+def _value(box: TensorBox) -> K.KExpr:
+    """The box's value at a point of its loop variables."""
+    return box([K.var(f"i{d}", n) for d, n in enumerate(box.shape)])
+
+
 def _has_reduction(box: TensorBox) -> bool:
-    return bool(K.reductions_in(box([K.var(f"i{d}", n) for d, n in enumerate(box.shape)])))
+    return bool(K.reductions_in(_value(box)))
 
 
 TRANSCENDENTAL = frozenset("exp exp2 log log2 log1p expm1 sin cos tan tanh erf sigmoid pow".split())
@@ -605,7 +610,7 @@ TRANSCENDENTAL = frozenset("exp exp2 log log2 log1p expm1 sin cos tan tanh erf s
 
 def _has_transcendental(box: TensorBox) -> bool:
     """Whether the box's value calls a function that costs many multiply-adds an element (exp, erf, tanh, ...)."""
-    return any(n.op in TRANSCENDENTAL for n in K.nodes_in(box([K.var(f"i{d}", n) for d, n in enumerate(box.shape)])))
+    return any(n.op in TRANSCENDENTAL for n in K.nodes_in(_value(box)))
 
 
 def _outer_reads(block: Block) -> list[Value]:
