@@ -14,7 +14,7 @@ Hopper, whose PTX has no `griddepcontrol`, compiles it as it is), and the kernel
 the C++ runtime (deploy/cpp/src/cuda_kernels.cpp) launches with cuLaunchKernelEx's programmatic stream
 serialization. Without the attribute the wait returns at once. JIT2TRITON_PDL=0 at conversion turns it off.
 
-Measured on BERT base 1x9 (an H200, packages with and without, one process, in turns: benchmarks/pdl_bert.py): fp32
+Measured on BERT base 1x9 (an H200, packages with and without, one process, in turns: benchmarks/bert_ab.py): fp32
 437.2 against 439.9 us a call, fp16 348.7 against 354.4 (docs/benchmarks.md).
 """
 from __future__ import annotations
