@@ -58,7 +58,7 @@ import triton.language as tl
 @triton.jit
 def {name}({params}, XBLOCK: tl.constexpr, RBLOCK: tl.constexpr):
     # out[{rows}, {n}] = x[{rows}, {k}] @ w[{n}, {k}]^T{bias_note}: XBLOCK columns of every row per program
-{prologue}    rows = tl.arange(0, {padded})
+    rows = tl.arange(0, {padded})
     cols = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)
     ks = tl.arange(0, RBLOCK)
     w_at = w + cols[:, None] * {k} + ks[None, :]
@@ -131,19 +131,18 @@ def fits(rows: int, k: int, n: int, dtype: str) -> bool:
 
 
 def source(name: str, rows: int, k: int, n: int, bias: bool, config: dict, head: str, params: str = "out",
-           store: Optional[str] = None, helpers: str = "", x_row: int = 0, x_params: str = "x",
-           prologue: str = "") -> str:
+           store: Optional[str] = None, helpers: str = "", x_row: int = 0) -> str:
     """The template's module, with `config`'s loop body; `head` opens it (the provenance comment). Without `store`
     (an epilogue's lines and its output parameters `params`), the product is stored to `out`. `x_row`: x's row
-    stride where not k. `prologue`: lines that make x first, from the parameters `x_params` (in place of x)."""
+    stride where not k."""
     padded, x_row = 1 << (rows - 1).bit_length(), x_row or k
     if config["body"] == "dot":
         padded = max(16, padded)
         loop = _DOT.format(padded=padded, k=k, rows=rows, stages=config["stages"], x_row=x_row)
     else:
         loop = _rows_body(rows, k, x_row, padded, config["stages"])
-    return _TEMPLATE.format(name=name, params=f"{x_params}, w, {'b, ' if bias else ''}{params}", head=head,
-                            helpers=helpers, rows=rows, k=k, n=n, padded=padded, loop=loop, prologue=prologue,
+    return _TEMPLATE.format(name=name, params=("x, w, b, " if bias else "x, w, ") + params, head=head,
+                            helpers=helpers, rows=rows, k=k, n=n, padded=padded, loop=loop,
                             bias_note=" + b" if bias else "",
                             bias="    acc += tl.load(b + cols)[None, :].to(tl.float32)\n" if bias else "",
                             store=store if store is not None else _STORE.format(n=n, rows=rows))
@@ -152,22 +151,20 @@ def source(name: str, rows: int, k: int, n: int, bias: bool, config: dict, head:
 def render_gemm(kernel: K.GemmKernel) -> TritonKernel:
     """The kernel's module and launch: one program per XBLOCK output columns, at the configuration it was timed at."""
     config, head = kernel.config, provenance_comment(kernel, "#")
-    inputs, outputs, store, helpers = _epilogue(kernel) if kernel.epilogue is not None else ([], ["out"], None, [])
-    x_params, x_out, prologue, calls = "x", [], "", ""
-    if kernel.prologue is not None:
-        x_params, x_out, prologue, needs, calls = _prologue(kernel)
-        helpers = helpers + needs
-    helper_text = "".join(HELPERS[h].rstrip() + "\n\n" for h in ordered(sorted(set(helpers)))) + prologue
-    text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head,
-                  ", ".join(inputs + x_out + outputs), store, helper_text, kernel.x_row, x_params, calls)
+    if kernel.epilogue is None:
+        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, x_row=kernel.x_row)
+    else:
+        params, store, helpers = _epilogue(kernel)
+        text = source(kernel.name, kernel.rows, kernel.k, kernel.n, kernel.bias, config, head, params, store, helpers,
+                      kernel.x_row)
     arg_types = [POINTER_TYPES[b.dtype] for b in kernel.inputs + kernel.outputs]
     launch = {"constants": {"XBLOCK": config["bn"], "RBLOCK": config["rblock"]}, "num_warps": config["warps"]}
     return TritonKernel(kernel.name, text, arg_types, items=kernel.n, configs=[launch])
 
 
-def _epilogue(kernel: K.GemmKernel) -> tuple[list[str], list[str], str, list[str]]:
-    """(its input parameters after the GEMM's, its output parameters, its lines, the helpers they call): the
-    epilogue kernel as the flat renderer writes it, on the tile's flat index."""
+def _epilogue(kernel: K.GemmKernel) -> tuple[str, str, str]:
+    """(its parameters after the GEMM's, its lines, the helpers they call): the epilogue kernel as the flat renderer
+    writes it, on the tile's flat index."""
     epilogue = kernel.epilogue
     writer = _EpilogueWriter(epilogue, kernel.product)
     rows, _ = writer.write()
@@ -177,51 +174,10 @@ def _epilogue(kernel: K.GemmKernel) -> tuple[list[str], list[str], str, list[str
     product_type = next(b.dtype for b in epilogue.inputs if b.name == kernel.product)
     lines = _EPILOGUE_HEAD.format(epilogue=epilogue.name, n=kernel.n, elements=kernel.rows * kernel.n,
                                   product_type=TL_TYPES[product_type]) + "\n".join(body[2:]) + "\n"
-    inputs = [writer.buffer_names[b.name] for b in epilogue.inputs if b.name != kernel.product]
-    return inputs, [f"out_{b.name}" for b in epilogue.outputs], lines, list(writer.helpers)
-
-
-# Every program computes the whole prologue kernel, its programs one after another, and stores it: all store the
-# same bits, so the stores race harmlessly; after the barrier each reads back the rows its own threads stored
-_CALL_PROLOGUE = """\
-    # prologue: {prologue}, computed whole by every program, then read as x
-    for pid in range({grid}):
-        {function}({args}, pid, {constants})
-    tl.debug_barrier()
-    x = {x}
-"""
-
-
-def _prologue(kernel: K.GemmKernel) -> tuple[str, list[str], str, list[str], str]:
-    """(x's parameters: the prologue's inputs; x's output parameter; the prologue as a `@triton.jit` function;
-    the helpers it calls; the GEMM's lines calling it)."""
-    made = kernel.prologue
-    writer = _PrologueWriter(made)
-    rows, sweep = writer.write()
-    body = writer.flat_body(rows) if writer.flat else writer.rows_body(rows, sweep)
-    params, _, _ = writer.signature(made.size_names)
-    if made.size_names or writer.index64:
-        raise ValueError(f"the prologue {made.name} of {kernel.name} is not a static int32 kernel")
-    items = math.prod(v.arg[1] for v in made.ranges) if writer.flat else writer.nest.outer_size
-    config = max(writer.configs(items), key=lambda c: c["constants"]["XBLOCK"])
-    constants = config["constants"]
-    inputs = [writer.buffer_names[b.name] for b in made.inputs]
-    x = f"out_{made.outputs[0].name}"
-    function = f"{kernel.name}_prologue"
-    params = [p for p in params if not p.endswith("tl.constexpr")] + ["pid"]
-    params += [f"{c}: tl.constexpr" for c in writer.constexprs]
-    text = "\n".join(["@triton.jit", f"def {function}({', '.join(params)}):"] + body) + "\n\n\n"
-    calls = _CALL_PROLOGUE.format(prologue=made.name, grid=-(-items // constants["XBLOCK"]), x=x,
-                                  function=function, args=", ".join(inputs + [x]),
-                                  constants=", ".join(str(constants[c]) for c in writer.constexprs))
-    return ", ".join(inputs), [x], text, list(writer.helpers), calls
-
-
-class _PrologueWriter(_KernelWriter):
-    """The renderer of any kernel of expressions, but its program is `pid`, a loop variable of the GEMM's program."""
-
-    def program_id(self) -> str:
-        return "pid"
+    params = [writer.buffer_names[b.name] for b in epilogue.inputs if b.name != kernel.product]
+    params += [f"out_{b.name}" for b in epilogue.outputs]
+    helpers = "".join(HELPERS[h].rstrip() + "\n\n" for h in ordered(writer.helpers))
+    return ", ".join(params), lines, helpers
 
 
 class _EpilogueWriter(_KernelWriter):

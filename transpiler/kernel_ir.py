@@ -659,9 +659,6 @@ class GemmKernel(TemplateKernel):
     bias: bool = False
     config: dict = field(default_factory=dict)
     x_row: int = 0  # x's stride between rows, where not k (a row of a larger tensor: BERT's pooler reads token 0)
-    # the kernel that made x, computed whole by every program before the GEMM (transpiler/prologues.py): its
-    # inputs lead the GEMM's, its output (x, kept for x's other readers) leads the GEMM's outputs
-    prologue: Optional[Kernel] = None
 
 
 @dataclass

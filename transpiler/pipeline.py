@@ -53,7 +53,6 @@ from .place_on_device import place_on_device
 from .build_plan import Plan, build_plan
 from .channels_last import channels_last
 from .plan_arena import plan_arena
-from .prologues import take_prologues
 from .precision import PrecisionPlan, cast_floats, reduce_precision
 from .complex_magnitude import complex_magnitude
 from .shared_masks import share_mask_counts
@@ -436,7 +435,6 @@ PASSES: list[Pass] = [
     Pass("store_through_copies", lambda g, c: store_through_copies(g), "lower"),  # an attention's output copied
     Pass("conv_kernels", lambda g, c: conv_kernels(g, c.refused), "lower"),  # convolutions onednn_conv marked
     Pass("epilogues", lambda g, c: take_epilogues(g), "lower"),  # a template kernel takes the pointwise one after it
-    Pass("prologues", lambda g, c: take_prologues(g), "lower"),  # a few-row GEMM computes its input's kernel first
     Pass("native_ops", lambda g, c: native_ops(g, c.refused), "lower", devices=("cpu",)),  # the runtime's own kernels
     Pass("kernel_alignment", lambda g, c: mark_misaligned_inputs(g), "lower"),  # inputs seen unaligned: no vector loads
     Pass("build_plan", lambda g, c: build_plan(g), "plan"),  # the graph becomes a Plan
