@@ -118,7 +118,22 @@ def _warn(message: Any, stacklevel: int = 2) -> None:
 
 def _print(*args: Any) -> None:
     """TorchScript's print: its arguments' text, separated by spaces, on stdout."""
-    print(*args)
+    print(*map(print_text, args))
+
+
+def print_text(x: Any) -> str:
+    """A value as TorchScript's print writes it (deploy/cpp/src/host_ops.cpp's print_text): a whole float in int64's
+    range as its digits and a point ("2."), another in 17 significant digits; strings bare, in containers too."""
+    if isinstance(x, float):
+        whole = -2.0 ** 63 < x < 2.0 ** 63 and x == int(x)
+        return f"{int(x)}." if whole else "%.17g" % x
+    if isinstance(x, list):
+        return "[" + ", ".join(map(print_text, x)) + "]"
+    if isinstance(x, tuple):
+        return "(" + ", ".join(map(print_text, x)) + ("," if len(x) == 1 else "") + ")"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{print_text(k)}: {print_text(v)}" for k, v in x.items()) + "}"
+    return str(x)
 
 
 def _unwrap_optional(x: Any) -> Any:

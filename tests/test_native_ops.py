@@ -267,15 +267,22 @@ def test_the_runtimes_nms_is_chosen_by_the_installed_torchvisions_order_of_ties(
     assert nms_variant() == ("j2t::nms" if stable else "j2t::nms_unstable" if unstable else "")
 
 
-def test_the_runtimes_ops_raise_without_streams():
+def test_the_runtime_formats_text_without_streams():
     """On the GPU machine (g++ 13.3, torch 2.11) a std::ostringstream in an extension built there crashed the
-    process, so c10::str and a TORCH_CHECK with arguments made every error of these ops a segmentation fault: their
-    messages are strings built with std::to_string (`fail`), or one literal."""
+    process, so c10::str and a TORCH_CHECK with arguments made every error of the runtime's ops a segmentation
+    fault: messages are strings built with std::to_string (`fail`), or one literal; print formats numbers with
+    snprintf, a trusted key is read with fread. Left: print's text of a tensor (c10's own printing, once)."""
+    import glob
     import os
     import re
-    source = open(os.path.join(os.path.dirname(cpp_runtime.__file__), "cpp", "src", "native_ops.cpp")).read()
-    code = re.sub(r"//[^\n]*", "", source)
-    assert "c10::str" not in code and "stringstream" not in code
-    for check in re.findall(r"TORCH_CHECK\(.*?\);", code, re.S):
-        assert re.fullmatch(r'TORCH_CHECK\([^"]*,\s*"[^"]*"\s*\);', check) or check == "TORCH_CHECK(false, message);", \
-            check
+    root = os.path.join(os.path.dirname(cpp_runtime.__file__), "cpp")
+    sources = {path: re.sub(r"//[^\n]*", "", open(path).read())  # the library and its Python extension
+               for part in ("src", "include", "python")
+               for path in glob.glob(os.path.join(root, part, "**", "*.[ch]*"), recursive=True)}
+    assert any(path.endswith("native_ops.cpp") for path in sources) and len(sources) > 20, sources.keys()
+    for path, code in sources.items():
+        assert not re.search(r"stringstream|fstream|iostream|std::cout|std::cerr", code), path
+        assert code.count("c10::str") == (1 if path.endswith("host_ops.cpp") else 0), path
+        for check in re.findall(r"TORCH_CHECK\(.*?\);", code, re.S):
+            assert re.fullmatch(r'TORCH_CHECK\([^"]*,\s*"[^"]*"\s*\);', check) \
+                or check == "TORCH_CHECK(false, message);", (path, check)

@@ -34,6 +34,29 @@ def test_warn_print_and_no_grad_run_as_torchscript_runs_them(tmp_path, capfd):
     assert "rows: 3 scale 0.5" in capfd.readouterr().out
 
 
+class PrintsNumbers(torch.nn.Module):
+    """print's text of floats (whole, tiny, huge, signed zero), containers of them and strings."""
+
+    def forward(self, x):
+        total, first = float(x.max()), float(x[0, 0])  # (exact: no sum whose order rounds)
+        print("sum", total, first * 1e20, first * 1e-7, float(x.shape[0]), -0.0, 2.5, [total, 2.0], (total,),
+              {"mean": total / 6, "rows": 2.0}, ["a'b", "c"], x.shape, None, True)
+        return x + 1
+
+
+def test_print_writes_what_torchscript_writes(tmp_path, capfd):
+    scripted = torch.jit.script(PrintsNumbers().eval())
+    jit2triton.convert(scripted, (torch.randn(3, 2),)).save(tmp_path / "m.j2t")
+    loaded = jit2triton.load(tmp_path / "m.j2t")
+    capfd.readouterr()
+    for _ in range(6):
+        x = torch.randn(3, 2)
+        scripted(x)
+        expected = capfd.readouterr().out
+        assert_same(loaded(x), x + 1)
+        assert capfd.readouterr().out == expected and expected.startswith("sum ")
+
+
 class Seeds(torch.nn.Module):
     def forward(self, x):
         torch.manual_seed(0)

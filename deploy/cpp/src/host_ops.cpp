@@ -2,6 +2,9 @@
 // C++ runtime runs itself rather than through an ATen operator (deploy/host_ops.py is the reference interpreter's table).
 #include "host_ops.h"
 
+#include <cstdio>
+#include <string>
+
 #include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
 
@@ -16,6 +19,44 @@ using c10::IValue;
 using json::Value;
 
 namespace {
+
+// A float as TorchScript's print writes it (IValue's operator<<): a whole number in int64's range as its digits and
+// a point ("2."; -0.0 too prints "0."), anything else in 17 significant digits ("0.10000000000000001", "1e+20").
+// snprintf, not a stream: a stream's number formatting crashed extensions built on the GPU machine.
+std::string float_text(double d) {
+  if (d > -9223372036854775808.0 && d < 9223372036854775808.0 && static_cast<double>(static_cast<int64_t>(d)) == d)
+    return std::to_string(static_cast<int64_t>(d)) + ".";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", d);
+  return text;
+}
+
+// A value as TorchScript's print writes it: strings bare (in containers too), containers spelled out; a tensor, or
+// any other object, through c10's own printing.
+std::string print_text(const IValue& v) {
+  if (v.isString()) return v.toStringRef();
+  if (v.isInt()) return std::to_string(v.toInt());
+  if (v.isDouble()) return float_text(v.toDouble());
+  if (v.isBool()) return v.toBool() ? "True" : "False";
+  if (v.isNone()) return "None";
+  if (v.isList() || v.isTuple()) {
+    bool list = v.isList();
+    c10::ArrayRef<IValue> items = list ? v.toListRef() : c10::ArrayRef<IValue>(v.toTupleRef().elements());
+    std::string text = list ? "[" : "(";
+    for (size_t i = 0; i < items.size(); ++i) text += (i ? ", " : "") + print_text(items[i]);
+    return text + (list ? "]" : items.size() == 1 ? ",)" : ")");
+  }
+  if (v.isGenericDict()) {
+    std::string text = "{";
+    bool first = true;
+    for (const auto& item : v.toGenericDict()) {
+      text += (first ? "" : ", ") + print_text(item.key()) + ": " + print_text(item.value());
+      first = false;
+    }
+    return text + "}";
+  }
+  return c10::str(v);
+}
 
 // tensor.tolist() as TorchScript's prim::tolist gives it: `dim` nested lists of the `elem` type the model annotated
 // (0: int, 1: float, 2: bool), checked against the tensor as TorchScript checks it.
@@ -148,12 +189,7 @@ std::function<void(Env&)> step(const std::string& op, const Value& s, const std:
       for (size_t i = 0; i < args.size(); ++i) {
         const IValue& v = args[i].get(env);
         if (i) line += ' ';
-        if (v.isString()) line += v.toStringRef();
-        else if (v.isInt()) line += std::to_string(v.toInt());
-        else if (v.isDouble()) line += c10::str(v.toDouble());
-        else if (v.isBool()) line += v.toBool() ? "True" : "False";
-        else if (v.isNone()) line += "None";
-        else line += c10::str(v);
+        line += print_text(v);
       }
       std::fwrite(line.data(), 1, line.size(), stdout);
       std::fputc('\n', stdout);

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <string>
 
 #include "jit2triton/jit2triton.h"
 #include "package.h"
@@ -74,12 +74,15 @@ std::string base64_decode(const std::string& text) {
 
 // The 32 raw bytes of an Ed25519 public key in PEM (SubjectPublicKeyInfo: a fixed 12-byte DER header, then the key).
 std::string read_public_key(const std::string& path) {
-  std::ifstream file(path, std::ios::binary);
+  // (C stdio, not streams: a stream crashed extensions built on the GPU machine, see host_ops.cpp's print_text)
+  std::FILE* file = std::fopen(path.c_str(), "rb");
   if (!file)
     throw Error(Error::Kind::Signature, "cannot read the trusted key " + repr(path) + ": " + std::strerror(errno));
-  std::stringstream text;
-  text << file.rdbuf();
-  const std::string pem = text.str(), begin = "-----BEGIN PUBLIC KEY-----", end = "-----END PUBLIC KEY-----";
+  std::string pem;
+  char chunk[4096];
+  for (size_t n; (n = std::fread(chunk, 1, sizeof chunk, file)) > 0;) pem.append(chunk, n);
+  std::fclose(file);
+  const std::string begin = "-----BEGIN PUBLIC KEY-----", end = "-----END PUBLIC KEY-----";
   size_t from = pem.find(begin), to = pem.find(end);
   static const unsigned char header[12] = {0x30, 0x2a, 0x30, 0x05, 0x06, 0x03, 0x2b, 0x65, 0x70, 0x03, 0x21, 0x00};
   std::string der = from == std::string::npos || to == std::string::npos || to < from
@@ -119,8 +122,12 @@ std::vector<std::string> trusted_key_paths(const std::vector<std::string>& given
   };
   for (const auto& p : given) add(p);
   if (const char* env = std::getenv("JIT2TRITON_TRUSTED_KEYS")) {
-    std::stringstream items(env);
-    for (std::string p; std::getline(items, p, ':');) add(p);
+    const std::string items = env;
+    for (size_t from = 0, to; from <= items.size(); from = to + 1) {
+      to = items.find(':', from);
+      if (to == std::string::npos) to = items.size();
+      add(items.substr(from, to - from));
+    }
   }
   return paths;
 }
