@@ -28,10 +28,15 @@ def test_warn_print_and_no_grad_run_as_torchscript_runs_them(tmp_path, capfd):
     loaded = jit2triton.load(tmp_path / "m.j2t")
     capfd.readouterr()
     x = torch.randn(3, 2)
-    with pytest.warns(UserWarning, match="inputs are not normalised"):
+    with pytest.warns(UserWarning, match="inputs are not normalised") as ours:
         out = loaded(x)
     assert_same(out, x * 2 + 1)
     assert "rows: 3 scale 0.5" in capfd.readouterr().out
+    with pytest.warns(UserWarning) as theirs:
+        scripted(x)
+    # as TorchScript warns: the message alone, at the model's line (not a line of the runtime's)
+    assert [(str(w.message), w.filename, w.lineno) for w in ours] == \
+        [(str(w.message), w.filename, w.lineno) for w in theirs] == [("inputs are not normalised", __file__, 18)]
 
 
 class PrintsNumbers(torch.nn.Module):

@@ -141,7 +141,8 @@ class _Builder:
         kind = ts_node.kind()
         inputs = [self.use(v) for v in ts_node.inputs()]
         outputs = [self.define(v) for v in ts_node.outputs()]
-        node = Node(kind, inputs, outputs, source=_source(ts_node, self.full_source_paths))
+        # a warning names its file as TorchScript's does, in full (the runtime warns at that file and line)
+        node = Node(kind, inputs, outputs, source=_source(ts_node, self.full_source_paths or kind == "aten::warn"))
         if kind == "prim::Constant":
             self.constant(ts_node, node)
         schema = ts_node.schema()

@@ -3,6 +3,7 @@
 #include "host_ops.h"
 
 #include <cstdio>
+#include <memory>
 #include <string>
 
 #include <ATen/core/Dict.h>
@@ -102,7 +103,7 @@ c10::TypePtr container_type(const Value& s, const std::string& kind) {
 }  // namespace
 
 std::function<void(Env&)> step(const std::string& op, const Value& s, const std::vector<Ref>& args,
-                               const std::vector<int>& outs) {
+                               const std::vector<int>& outs, const std::string& source) {
   if (op == "prim::ListConstruct") {
     c10::TypePtr elem = c10::AnyType::get();
     if (auto type = container_type(s, "List")) elem = type->containedTypes().at(0);
@@ -178,9 +179,21 @@ std::function<void(Env&)> step(const std::string& op, const Value& s, const std:
   }
   if (op == "aten::warn") {  // warnings.warn: torch's warning handler (Python's warnings, when Python loaded it)
     Ref message = args.empty() ? Ref{} : args[0];
-    return [message](Env& env) {
+    // As TorchScript warns: the message verbatim, at the model's file and line (not this file's, which TORCH_WARN
+    // would append to the message); Python's warning then names the model's line. The file outlives the warning.
+    auto file = std::make_shared<const std::string>(source.substr(0, source.find("  ")));
+    uint32_t line = 0;
+    size_t colon = file->rfind(':');
+    if (colon != std::string::npos && colon + 1 < file->size() &&
+        file->find_first_not_of("0123456789", colon + 1) == std::string::npos) {
+      line = static_cast<uint32_t>(std::stoul(file->substr(colon + 1)));
+      file = std::make_shared<const std::string>(file->substr(0, colon));
+    }
+    return [message, file, line](Env& env) {
       const IValue& m = message.get(env);
-      TORCH_WARN(m.isString() ? m.toStringRef() : std::string("a warning from the model"));
+      std::string text = m.isString() ? m.toStringRef() : std::string("a warning from the model");
+      c10::SourceLocation where{"", file->empty() ? nullptr : file->c_str(), line};
+      c10::warn(c10::Warning(c10::UserWarning(), where, std::move(text), /*verbatim=*/true));
     };
   }
   if (op == "prim::Print") {  // print(...): the arguments' text, separated by spaces, on stdout

@@ -197,6 +197,17 @@ class Builder {
     int64_t axis;
   };
 
+  // The model's source line of the step's node ("file.py:12  text"), "" where the plan has none.
+  std::string model_source(const Value& s) const {
+    const Value* index = s.find("node");
+    const Value* nodes = plan_.pkg_.manifest.find("nodes");
+    if (!index || !nodes || index->kind != Value::Kind::Int || !nodes->is_array() || index->as_int() < 0 ||
+        size_t(index->as_int()) >= nodes->size())
+      return "";
+    const Value* source = (*nodes)[index->as_int()].find("source");
+    return source && source->is_string() ? source->as_string() : "";
+  }
+
   std::vector<Binding> bindings(const Value& s, const std::vector<int>& outs) {
     std::vector<Binding> found;
     if (const Value* binds = s.find("binds"))
@@ -217,7 +228,7 @@ class Builder {
     std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
     std::vector<Binding> binds = bindings(s, outs);
     int sizes_slot = plan_.num_slots_;
-    if (auto native = host_ops::step(op, s, args, outs)) {
+    if (auto native = host_ops::step(op, s, args, outs, model_source(s))) {
       if (free.empty() && binds.empty()) return native;
       return [native, free, binds, sizes_slot](Env& env) {
         native(env);
