@@ -2,9 +2,10 @@
 wall time, the CUDA kernels launched and their GPU time, the host synchronisations (device-to-host copies, stream
 syncs), and the kernels that take the most GPU time in each, from torch.profiler over a few warm calls. With
 `--steps`, also the package's plan-step profile (`jit2triton bench --profile`'s table: each step timed alone,
-synchronised).
+synchronised); with `--host-steps`, each step's host work instead (`bench --host-profile`: not synchronised).
 
-    python benchmarks/program_profiles.py --programs nms,gcn,gat --device cuda [--calls 10] [--steps] [--json out]
+    python benchmarks/program_profiles.py --programs nms,gcn,gat --device cuda [--calls 10] [--steps | --host-steps]
+                                          [--json out]
 
 The programs are benchmarks/torchscript_programs.py's.
 """
@@ -133,11 +134,12 @@ def run(name: str, args, folder: str) -> dict:
             row["package"] = traced(ours.call, program.inputs, ours.reset, args.calls, args.device)
             if note:
                 row["note"] = note
-    if args.steps:
+    if args.steps or args.host_steps:
         import subprocess  # the CLI's profile, as a user gets it
         libraries = {library_of(op) for op, _ in row["census"] if "::" in op} - {None}
         imports = [arg for library in sorted(libraries) for arg in ("--import", library)]  # (torchvision::nms)
-        out = subprocess.run([sys.executable, "-m", "jit2triton.cli", "bench", path, "--profile", "--duration-s", "2",
+        profile = "--host-profile" if args.host_steps else "--profile"
+        out = subprocess.run([sys.executable, "-m", "jit2triton.cli", "bench", path, profile, "--duration-s", "2",
                               *imports], capture_output=True, text=True)
         row["steps"] = out.stdout[-6000:] + out.stderr[-2000:]
     return row
@@ -168,6 +170,7 @@ def main() -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--calls", type=int, default=10)
     parser.add_argument("--steps", action="store_true")
+    parser.add_argument("--host-steps", action="store_true", help="the steps' host work (bench --host-profile)")
     parser.add_argument("--no-cuda-graphs", action="store_true", help="load the package with cuda_graphs=False")
     parser.add_argument("--json")
     args = parser.parse_args()

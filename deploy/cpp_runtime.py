@@ -269,9 +269,10 @@ class CppRuntime:
         output = self.module(*inputs)
         return output if self.rebuild_outputs is None else self.rebuild_outputs(output)
 
-    def set_profiling(self, on: bool) -> None:
-        """Per-step timers in the C++ plan (on: cleared and started), for `jit2triton bench --profile`."""
-        self.module.set_profiling(on)
+    def set_profiling(self, on: bool, host_only: bool = False) -> None:
+        """Per-step timers in the C++ plan (on: cleared and started), for `jit2triton bench --profile`; `host_only`:
+        no synchronisation around a step (`--host-profile`)."""
+        self.module.set_profiling(on, host_only)
 
     def step_times(self) -> list[tuple[int, float, int]]:
         """(node, exclusive seconds, runs) of each step timed since profiling was turned on."""

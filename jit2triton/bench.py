@@ -44,6 +44,7 @@ class Bench:
     json_path: Optional[str] = None
     seed: int = 0
     trusted_keys: Sequence[str] = ()
+    host_profile: bool = False  # the profile times each step's host work, unsynchronised (implies profile)
 
 
 def run_bench(options: Bench, inputs: Optional[list], echo: Callable[[str], None]) -> dict[str, Any]:
@@ -98,7 +99,7 @@ def _run_bench(options: Bench, inputs: Optional[list], echo: Callable[[str], Non
         ratio = results["stats"]["torch.jit"]["median_ms"] / results["stats"]["jit2triton"]["median_ms"]
         results["speedup_vs_torch_jit"] = ratio
         echo(f"median speed-up over torch.jit: {ratio:.2f}x")
-    if o.profile:
+    if o.profile or o.host_profile:
         results.update(_profile(o, inputs, len(times["jit2triton"]), module.runtime, echo))
     if o.json_path:
         import json
@@ -243,7 +244,9 @@ def _source_cell(source: str, code_chars: int = 60) -> str:
 def _profile(o: Bench, inputs: list, timed_calls: int, runtime: str,
              echo: Callable[[str], None]) -> dict[str, Any]:
     """Where the time goes, step by step, in the C++ runtime's per-step timers: a second load of the package without
-    CUDA graphs, synchronised around each step, so its steps add up to more than an unprofiled call."""
+    CUDA graphs, synchronised around each step, so its steps add up to more than an unprofiled call. With
+    `host_profile`, not synchronised: each step's time is the host's work issuing it (and any wait for the device
+    the step itself makes, a size read from a tensor on the GPU), where a host-bound call's time goes."""
     from .api import load
 
     profiled = load(o.package, map_location=o.device, num_threads=o.threads, cuda_graphs=False, runtime=runtime,
@@ -251,18 +254,22 @@ def _profile(o: Bench, inputs: list, timed_calls: int, runtime: str,
     calls = max(5, min(100, timed_calls))
     with torch.inference_mode():
         profiled(*inputs)  # a warm call outside the profile
-        profiled._runtime.set_profiling(True)
+        profiled._runtime.set_profiling(True, host_only=o.host_profile)
         started = time.perf_counter()
         for _ in range(calls):
             profiled(*inputs)
     call_ms = (time.perf_counter() - started) * 1e3 / calls
     steps = [_Row(node, seconds, runs) for node, seconds, runs in profiled._runtime.step_times()]
     rows = profile_rows(steps, profiled.manifest["nodes"], profiled.manifest["kernels"], calls)
-    echo(f"profile: the {runtime} runtime, {calls} calls, each step synchronised, {call_ms:.3f} ms a call (times add "
-         "up to more than an unprofiled call's):")
+    if o.host_profile:
+        echo(f"host profile: the {runtime} runtime, {calls} calls, each step's host work (not synchronised: a step "
+             f"that waits for the device holds the wait), {call_ms:.3f} ms a call:")
+    else:
+        echo(f"profile: the {runtime} runtime, {calls} calls, each step synchronised, {call_ms:.3f} ms a call (times "
+             "add up to more than an unprofiled call's):")
     for line in format_profile(rows):
         echo(line)
-    return {"profile": rows, "profiled_call_ms": call_ms, "profile_runtime": runtime}
+    return {"profile": rows, "profiled_call_ms": call_ms, "profile_runtime": runtime, "host_profile": o.host_profile}
 
 
 def device_name(device: torch.device) -> str:

@@ -355,6 +355,8 @@ def run(package, reference, rtol, atol, runs, seed, device, runtime, shape_specs
               help="a TorchScript .pt timed in turn with the package, call by call, on the same inputs")
 @click.option("--profile", is_flag=True, help="then time each plan step in the runtime benchmarked (synchronised, no "
                                               "CUDA graphs) and show where the time goes, by TorchScript source line")
+@click.option("--host-profile", is_flag=True, help="as --profile, but each step's host work only (not synchronised): "
+                                                   "where a host-bound call on a GPU spends its time")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False),
               help="also write the results, every call's time and the machine's facts as JSON here")
 @click.option("--seed", default=0, show_default=True, help="seed of the random inputs")
@@ -362,7 +364,7 @@ def run(package, reference, rtol, atol, runs, seed, device, runtime, shape_specs
               help="refuse the package unless this Ed25519 public key signed it (repeatable; see keygen)")
 @_imports_option
 def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runtime, device, shape_specs,
-          inputs_file, against, profile, json_path, seed, trusted_keys, imports) -> None:
+          inputs_file, against, profile, host_profile, json_path, seed, trusted_keys, imports) -> None:
     """Time a package like trtexec: min, mean, median, p90, p99 and max latency and throughput on random inputs
     that fit its signature. Every path runs under torch.inference_mode(), as a deployment does."""
     from .bench import Bench, run_bench
@@ -371,7 +373,7 @@ def bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs, runt
         check_output(json_path, package, "--json")
     _import_modules(imports)
     options = Bench(package, warmup_ms, iterations, duration_s, threads, cuda_graphs == "on", runtime, device,
-                    shape_specs, against, profile, json_path, seed, trusted_keys)
+                    shape_specs, against, profile, json_path, seed, trusted_keys, host_profile)
     run_bench(options, read_inputs_file(inputs_file) if inputs_file else None, click.echo)
 
 

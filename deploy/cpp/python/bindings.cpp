@@ -304,7 +304,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
              }
              return out;
            })
-      .def("set_profiling", &jit2triton::Module::set_profiling)
+      .def("set_profiling", &jit2triton::Module::set_profiling, py::arg("on"), py::arg("host_only") = false)
       .def("step_times", [](const jit2triton::Module& self) {
         py::list out;  // (node, op, source, seconds, runs) per step that ran
         for (const auto& t : self.step_times())

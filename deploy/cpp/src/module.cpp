@@ -149,7 +149,7 @@ std::vector<at::Tensor> Module::forward(const std::vector<c10::IValue>& inputs) 
 
 std::string Module::device() const { return plan_->device.str(); }
 
-void Module::set_profiling(bool on) const { plan_->set_profiling(on); }
+void Module::set_profiling(bool on, bool host_only) const { plan_->set_profiling(on, host_only); }
 
 std::vector<StepTime> Module::step_times() const { return plan_->step_times(); }
 

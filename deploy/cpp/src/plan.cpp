@@ -861,12 +861,14 @@ void StepProfile::time(const Step& step, Env& env) {
 }
 
 void StepProfile::synchronize() const {
-  if (device_.is_cpu()) return;
+  if (device_.is_cpu() || host_only_) return;
   const auto* impl = c10::impl::getDeviceGuardImpl(device_.type());
   impl->synchronizeDevice(device_.has_index() ? device_.index() : impl->getDevice().index());
 }
 
-void Plan::set_profiling(bool on) { profile_ = on ? std::make_unique<StepProfile>(device) : nullptr; }
+void Plan::set_profiling(bool on, bool host_only) {
+  profile_ = on ? std::make_unique<StepProfile>(device, host_only) : nullptr;
+}
 
 std::vector<StepTime> Plan::step_times() const {
   std::vector<StepTime> times;

@@ -116,7 +116,9 @@ struct Step;
 // The per-step timers of a profiled plan: exclusive wall time per node, as bench's Python StepProfiler keeps it.
 class StepProfile {
  public:
-  explicit StepProfile(c10::Device device) : device_(device) {}
+  // `host_only`: no synchronisation around a step, so each step's time is its host work (and any wait for the
+  // device the step itself makes): where a host-bound call spends its time
+  StepProfile(c10::Device device, bool host_only) : device_(device), host_only_(host_only) {}
   void time(const Step& step, Env& env);
   struct Row {
     double seconds = 0;
@@ -127,6 +129,7 @@ class StepProfile {
  private:
   void synchronize() const;
   c10::Device device_;
+  bool host_only_;
   std::map<int, Row> rows_;
   std::vector<double> inner_;  // per open step: the time its inner steps took
 };
@@ -149,7 +152,7 @@ class Plan {
   c10::IValue run(std::vector<c10::IValue> inputs) const;   // trusts them
   std::string signature() const;
   const Package& package() const { return pkg_; }
-  void set_profiling(bool on);
+  void set_profiling(bool on, bool host_only = false);
   std::vector<StepTime> step_times() const;
   // Runs the plan on `inputs` (the model's, then the module state's values, in the plan's order) and hands each
   // step's outputs to `seen` as the step finishes (conversion's culprit search: Module::observe). Not alongside

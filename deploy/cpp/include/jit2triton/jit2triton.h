@@ -113,7 +113,7 @@ class Module {
   // Per-step timers (`jit2triton bench --profile`, `j2t-run --profile`): while on, every step of forward is timed,
   // CUDA work synchronised around each (load with cuda_graphs = false to see a GPU plan's steps). Turning it on
   // clears the times. Off, a call pays one pointer test per step. Profile one caller at a time.
-  void set_profiling(bool on) const;
+  void set_profiling(bool on, bool host_only = false) const;  // host_only: no synchronisation around steps
   std::vector<StepTime> step_times() const;  // since profiling was turned on, in plan order
 
   // Conversion's culprit search (deploy/packaging/culprit.py): runs the plan on `inputs` (the model's, then the
