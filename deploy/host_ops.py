@@ -86,7 +86,7 @@ def _format(fmt: str, *args: Any) -> str:
     pieces = fmt.split("{}")
     if len(pieces) - 1 > len(args):
         raise ValueError(f"Too few arguments for format string: {fmt}")
-    return pieces[0] + "".join(str(arg) + piece for arg, piece in zip(args, pieces[1:]))
+    return pieces[0] + "".join(print_text(arg) + piece for arg, piece in zip(args, pieces[1:]))
 
 
 # c10::ScalarType's order: a plan holds a dtype argument as TorchScript does, as its index here
@@ -291,7 +291,7 @@ for _key in ("str", "int", "bool", "float", "Tensor", "complex"):
 # The other ops of TorchScript's generic schemas (`t[]`, `t`): torch.ops cannot bind a type variable from a Python
 # value ("toIValue() cannot handle converting to type: t"), so the runtime runs them as Python does.
 HOST_OPS.update({
-    "aten::str": str,
+    "aten::str": print_text,
     "aten::Delete.t": operator.delitem,
     "aten::_unwrap_optional": _unwrap_optional,
     "aten::add_.t": _extend_in_place,

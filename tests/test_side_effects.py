@@ -138,3 +138,20 @@ def test_no_grad_inside_a_called_function(tmp_path):
 def test_seeding_inside_a_called_function_is_refused_with_its_line():
     with pytest.raises(ConversionError, match=r"aten::manual_seed .*test_side_effects.py.*seed it before calling"):
         jit2triton.convert(_ran_plain(CallsSeed(), torch.randn(3)), (torch.randn(3),))
+
+
+def test_the_reference_interpreter_writes_values_as_torchscript_does():
+    """Conversion's Python interpreter of plans (deploy/host_ops.py) formats strings as TorchScript's str, format
+    and print do, so what it computes while typing the graph is what TorchScript and the runtime compute."""
+    from typing import List, Tuple
+
+    from jit2triton.deploy.host_ops import HOST_OPS, print_text
+
+    @torch.jit.script
+    def texts(xs: List[float], pair: Tuple[float, str]) -> List[str]:
+        return [str(x) for x in xs] + [str(xs), "{} {}".format(pair, {"k": xs[0]})]
+
+    xs = [2.0, 0.1, -0.0, 1e20, 1e16, 1 / 3, 5e-324, float("inf"), float("nan"), -1.5e-7, 123456789.0]
+    pair = (1.0, "a")
+    ours = [print_text(x) for x in xs] + [print_text(xs), HOST_OPS["aten::format"]("{} {}", pair, {"k": xs[0]})]
+    assert ours == texts(xs, pair)
