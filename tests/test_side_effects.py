@@ -22,10 +22,15 @@ class Talks(torch.nn.Module):
         return y + 1
 
 
-def test_warn_print_and_no_grad_run_as_torchscript_runs_them(tmp_path, capfd):
-    scripted = torch.jit.script(Talks().eval())
+def _scripted_and_loaded(model, tmp_path):
+    """The scripted model and its package as load() gives it, converted on a [3, 2] example."""
+    scripted = torch.jit.script(model.eval())
     jit2triton.convert(scripted, (torch.randn(3, 2),)).save(tmp_path / "m.j2t")
-    loaded = jit2triton.load(tmp_path / "m.j2t")
+    return scripted, jit2triton.load(tmp_path / "m.j2t")
+
+
+def test_warn_print_and_no_grad_run_as_torchscript_runs_them(tmp_path, capfd):
+    scripted, loaded = _scripted_and_loaded(Talks(), tmp_path)
     capfd.readouterr()
     x = torch.randn(3, 2)
     with pytest.warns(UserWarning, match="inputs are not normalised") as ours:
@@ -50,9 +55,7 @@ class PrintsNumbers(torch.nn.Module):
 
 
 def test_print_writes_what_torchscript_writes(tmp_path, capfd):
-    scripted = torch.jit.script(PrintsNumbers().eval())
-    jit2triton.convert(scripted, (torch.randn(3, 2),)).save(tmp_path / "m.j2t")
-    loaded = jit2triton.load(tmp_path / "m.j2t")
+    scripted, loaded = _scripted_and_loaded(PrintsNumbers(), tmp_path)
     capfd.readouterr()
     for _ in range(6):
         x = torch.randn(3, 2)
