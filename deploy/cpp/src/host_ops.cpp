@@ -23,7 +23,7 @@ namespace {
 
 // A float as TorchScript's print writes it (IValue's operator<<): a whole number in int64's range as its digits and
 // a point ("2."; -0.0 too prints "0."), anything else in 17 significant digits ("0.10000000000000001", "1e+20").
-// snprintf, not a stream: a stream's number formatting crashed extensions built on the GPU machine.
+// snprintf, not a string stream: streams crashed extensions built on the GPU machine (docs/benchmarks.md, 2026-11-29).
 std::string float_text(double d) {
   if (d > -9223372036854775808.0 && d < 9223372036854775808.0 && static_cast<double>(static_cast<int64_t>(d)) == d)
     return std::to_string(static_cast<int64_t>(d)) + ".";
@@ -184,9 +184,9 @@ std::function<void(Env&)> step(const std::string& op, const Value& s, const std:
     auto file = std::make_shared<const std::string>(source.substr(0, source.find("  ")));
     uint32_t line = 0;
     size_t colon = file->rfind(':');
-    if (colon != std::string::npos && colon + 1 < file->size() &&
-        file->find_first_not_of("0123456789", colon + 1) == std::string::npos) {
-      line = static_cast<uint32_t>(std::stoul(file->substr(colon + 1)));
+    if (colon != std::string::npos && colon + 1 < file->size() && file->size() - colon <= 10 &&
+        file->find_first_not_of("0123456789", colon + 1) == std::string::npos) {  // (up to 9 digits: no overflow)
+      for (size_t i = colon + 1; i < file->size(); ++i) line = line * 10 + static_cast<uint32_t>((*file)[i] - '0');
       file = std::make_shared<const std::string>(file->substr(0, colon));
     }
     return [message, file, line](Env& env) {

@@ -74,7 +74,7 @@ std::string base64_decode(const std::string& text) {
 
 // The 32 raw bytes of an Ed25519 public key in PEM (SubjectPublicKeyInfo: a fixed 12-byte DER header, then the key).
 std::string read_public_key(const std::string& path) {
-  // (C stdio, not streams: a stream crashed extensions built on the GPU machine, see host_ops.cpp's print_text)
+  // (C stdio, not streams: streams crashed extensions built on the GPU machine, see host_ops.cpp's float_text)
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (!file)
     throw Error(Error::Kind::Signature, "cannot read the trusted key " + repr(path) + ": " + std::strerror(errno));
