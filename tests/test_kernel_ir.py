@@ -28,7 +28,7 @@ def loop_trips(x: K.KExpr) -> int:
 
 def evaluate(x: K.KExpr, buffers: dict[str, torch.Tensor], env: dict) -> float:
     """The value of x at one point (env: loop var -> index): a small interpreter of the ops these tests build."""
-    if x.op == "var":
+    if x.op in ("var", "sym"):  # (a dynamic size: its value at this point, keyed by its node)
         return env[x]
     if x.op == "const":
         return x.arg
@@ -131,6 +131,7 @@ def test_the_zoos_summed_outer_product_compiles_to_two_single_loops(tmp_path) ->
 def _rule_cases():
     i, j = K.var("i", 4), K.var("j", 8)
     r, s = K.var("r", 3), K.var("s", 5)
+    size = K.sym("n")  # a size known only at run time: the rules' test runs it over SIZES
     c = lambda v: K.const(v, K.INT)  # noqa: E731
     product = lambda: K.op("mul", K.load("buf_a", r, "float64"), K.load("buf_b", s, "float64"))  # noqa: E731
     return {
@@ -143,12 +144,14 @@ def _rule_cases():
         "mul_constant_last": lambda: K.mul(c(3), i),
         "mul_zero": lambda: K.mul(i, c(0)),
         "mul_one": lambda: K.mul(i, c(1)),
+        "distribute_stride": lambda: K.mul(K.add(i, j), K.mul(size, c(3))),
         "div_one": lambda: K.floordiv(i, 1),
         "div_small": lambda: K.floordiv(i, 8),
         "fold_div": lambda: K.floordiv(c(17), 5),
         "div_multiples": lambda: K.floordiv(i * 8 + j, 4),
         "mod_one": lambda: K.mod(i, 1),
         "mod_small": lambda: K.mod(i, 8),
+        "mod_of_bounded_quotient": lambda: K.mod(K.floordiv(K.mod(i * 8 + j, K.mul(size, size)), size), size),
         "fold_mod": lambda: K.mod(c(17), 5),
         "mod_multiples": lambda: K.mod(i * 8 + j, 4),
         "factor_sum_of_products": lambda: K.reduce("sum", product(), (r, s), "float64"),
@@ -168,8 +171,34 @@ def test_a_simplification_rule_fires_and_keeps_the_value(name: str) -> None:
     assert K.rule(name).enabled, "the switch was not restored"
     assert simplified is not plain, f"{name} changed nothing: {simplified!r}"
     buffers = {"buf_a": torch.randn(3, dtype=torch.float64), "buf_b": torch.randn(5, dtype=torch.float64)}
+    _assert_same_values(plain, simplified, buffers, name)
+
+
+SIZES = range(1, 7)  # the values a dynamic size takes in the rules' tests
+
+
+def _assert_same_values(plain: K.KExpr, simplified: K.KExpr, buffers: dict, name: str) -> None:
+    """Equal at every point of the loop variables' ranges and, for a dynamic size, at each of SIZES."""
     variables = sorted(K.free_vars(plain) | K.free_vars(simplified), key=lambda v: v.arg[0])
-    for point in itertools.product(*(range(v.arg[1]) for v in variables)):
-        env = dict(zip(variables, point))
+    sizes = sorted({n for n in K.nodes_in(plain, simplified) if n.op == "sym"}, key=lambda n: n.arg)
+    for point in itertools.product(*(range(v.arg[1]) for v in variables), *(SIZES for _ in sizes)):
+        env = dict(zip(variables + sizes, point))
         expected, got = evaluate(plain, buffers, env), evaluate(simplified, buffers, env)
         assert math.isclose(got, expected, rel_tol=1e-12), f"{name} at {env}: {got} != {expected}"
+
+
+def test_a_split_and_joined_index_over_dynamic_sizes_is_the_index_again() -> None:
+    """A group norm's statistics over a dynamic image: element r of group g read at
+    (4g + r // (h*w)) * (h*w) + ((r % (h*w)) // w % h) * w + r % (h*w) % w, which is 4g*(h*w) + r (a dense read)."""
+    g, r = K.var("g", 3), K.var("r", 40)
+    h, w = K.sym("h"), K.sym("w")
+    hw = K.mul(h, w)
+    within = K.mod(r, hw)
+    index = K.add(K.add(K.mul(K.add(K.mul(g, K.const(4, K.INT)), K.floordiv(r, hw)), hw),
+                        K.mul(K.mod(K.floordiv(within, w), h), w)), K.mod(within, w))
+    assert r in K.split_terms(index) and not any(n.op in ("index_div", "index_mod") for n in K.nodes_in(index)), index
+    with K.rules_disabled("recombine_div_mod", "distribute_stride", "mod_of_bounded_quotient"):
+        plain = K.add(K.add(K.mul(K.add(K.mul(g, K.const(4, K.INT)), K.floordiv(r, hw)), hw),
+                            K.mul(K.mod(K.floordiv(K.mod(r, hw), w), h), w)), K.mod(K.mod(r, hw), w))
+    assert plain is not index
+    _assert_same_values(plain, index, {}, "the joined index")

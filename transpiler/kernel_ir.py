@@ -364,28 +364,57 @@ def _multiples(a: KExpr, k: KExpr) -> Optional[tuple[list[KExpr], KExpr]]:
     return (divisible, rest) if divisible and bounds(rest)[0] >= 0 else None
 
 
-def _split_by(t: KExpr, op: str) -> Optional[tuple[KExpr, KExpr, int]]:
-    """(x, k, c) for t = (x op k) * c with constants k and c (c = 1 for a bare x op k)."""
-    if t.op == op and t.args[1].op == "const":
-        return t.args[0], t.args[1], 1
-    if t.op == "mul" and t.args[1].op == "const" and t.args[0].op == op and t.args[0].args[1].op == "const":
-        return t.args[0].args[0], t.args[0].args[1], t.args[1].arg
+def _split_by(t: KExpr, op: str) -> Optional[tuple[KExpr, KExpr, KExpr]]:
+    """(x, k, m) for t = (x op k) * m, in either order of the product (m = 1 for a bare x op k); k and m may be
+    constants or sizes known only at run time."""
+    if t.op == op:
+        return t.args[0], t.args[1], const(1, INT)
+    if t.op == "mul":
+        for inner, m in ((t.args[0], t.args[1]), (t.args[1], t.args[0])):
+            if inner.op == op:
+                return inner.args[0], inner.args[1], m
     return None
 
 
 def _recombine_div_mod(ab: tuple) -> Optional[KExpr]:
-    """A sum holding (x // k) * (c * k) and (x % k) * c, with the two replaced by x * c."""
+    """A sum holding (x // k) * (k * c) and (x % k) * c (k any size, c a constant), the two replaced by x * c.
+    (Expressions are interned and built in one normal form, so an equal multiplier is the same node.)"""
     terms = split_terms(ab[0]) + split_terms(ab[1])
     for i, t in enumerate(terms):
         low = _split_by(t, "index_mod")
-        if low is None:
+        if low is None or low[2].op != "const":
             continue
         x, k, c = low
+        want = mul(k, c)
         for j, u in enumerate(terms):
             high = _split_by(u, "index_div")
-            if high is not None and high[0] is x and high[1] is k and high[2] == c * k.arg:
-                return sum_terms([v for n, v in enumerate(terms) if n not in (i, j)] + [mul(x, const(c, INT))])
+            if high is not None and high[0] is x and high[1] is k and high[2] is want:
+                return sum_terms([v for n, v in enumerate(terms) if n not in (i, j)] + [mul(x, c)])
     return None
+
+
+def _is_size(x: KExpr) -> bool:
+    """A constant, a dynamic size, or a product of them: what a stride is."""
+    return x.op in ("const", "sym") or (x.op == "mul" and all(_is_size(a) for a in x.args))
+
+
+def _distribute(ab: tuple) -> Optional[KExpr]:
+    """(a + b) * s == a * s + b * s for a stride s: an index as a sum of strided terms, which the division rules
+    and recombine_div_mod read term by term."""
+    for total, s in ((ab[0], ab[1]), (ab[1], ab[0])):
+        if total.op == "add" and _is_size(s):
+            return add(mul(total.args[0], s), mul(total.args[1], s))
+    return None
+
+
+def _quotient_below(ak: tuple) -> Optional[KExpr]:
+    """((x % (k * b)) // b) % k == (x % (k * b)) // b for x >= 0: the quotient is below k. (mod_small proves it
+    from numbers where k and b are constants; here they may be sizes known only at run time.)"""
+    a, k = ak
+    if a.op != "index_div" or a.args[0].op != "index_mod":
+        return None
+    (x, whole), b = a.args[0].args, a.args[1]
+    return a if (whole is mul(k, b) or whole is mul(b, k)) and bounds(x)[0] >= 0 else None
 
 
 RULES: list[Rule] = [
@@ -409,6 +438,8 @@ RULES: list[Rule] = [
     Rule("mul_zero", "mul", lambda ab: const(0, INT) if ab[1].op == "const" and ab[1].arg == 0 else None,
          "x * 0 == 0"),
     Rule("mul_one", "mul", lambda ab: ab[0] if ab[1].op == "const" and ab[1].arg == 1 else None, "x * 1 == x"),
+    Rule("distribute_stride", "mul", _distribute,
+         "(a + b) * s == a * s + b * s for a constant or dynamic stride s: a view's index as a sum of terms"),
     Rule("div_one", "index_div", lambda ak: ak[0] if _const_k(ak[1]) == 1 else None, "x // 1 == x"),
     Rule("div_small", "index_div", lambda ak: const(0, INT) if _const_k(ak[1]) and _nonnegative_below(*ak)
          else None, "x // k == 0 when 0 <= x < k over x's range"),
@@ -420,6 +451,9 @@ RULES: list[Rule] = [
     Rule("mod_one", "index_mod", lambda ak: const(0, INT) if _const_k(ak[1]) == 1 else None, "x % 1 == 0"),
     Rule("mod_small", "index_mod", lambda ak: ak[0] if _nonnegative_below(*ak) else None,
          "x % k == x when 0 <= x < k over the ranges (k may be a dynamic size)"),
+    Rule("mod_of_bounded_quotient", "index_mod", _quotient_below,
+         "((x % (k * b)) // b) % k == (x % (k * b)) // b for x >= 0, k and b dynamic sizes too: a dynamic view's "
+         "dims taken apart and joined again"),
     Rule("fold_mod", "index_mod", lambda ak: const(ak[0].arg % ak[1].arg, INT)
          if ak[0].op == "const" and _const_k(ak[1]) else None, "c1 % c2 is a constant"),
     Rule("mod_multiples", "index_mod", lambda ak: None if (m := _multiples(*ak)) is None else mod(m[1], ak[1]),
