@@ -193,8 +193,11 @@ def _call(server: Server, method: str, path: str, doc=None) -> tuple[int, object
 def test_rays_processes_stay_on_loopback_and_http_listens_where_asked(server):
     sockets = listening(process_tree(server.process.pid))
     assert {"gcs_server", "raylet"} <= {name for name, _, _ in sockets}, sockets
-    assert [address for _, address, port in sockets if port == server.port] == [HOST], sockets
-    assert all(address in LOOPBACK for _, address, port in sockets if port != server.port), sockets
+    # HTTP where asked, and every other socket on loopback (one of Ray's may take the same port number on another
+    # address: the port was free there when the test chose it; seen once, on ::ffff:127.0.0.1)
+    assert [address for _, address, port in sockets if port == server.port and address not in LOOPBACK] == [HOST], \
+        sockets
+    assert all(address in LOOPBACK for _, address, port in sockets if (address, port) != (HOST, server.port)), sockets
 
 
 @pytest.mark.skipif(ray is None, reason="ray[serve] is not installed")
