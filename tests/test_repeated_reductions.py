@@ -11,6 +11,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+import jit2triton
 from helpers import BACKENDS, assert_matches_torchscript, convert_for
 
 
@@ -45,3 +46,18 @@ def test_group_statistics_are_computed_once_per_group(backend):
                   if any(math.prod(shape) == 2 * 4 for _, shape in k["outputs"])]
     assert len(statistics) == 2, [(k["name"], k["outputs"]) for k in converted.manifest["kernels"]]
     assert converted.summary()["verification"]["kernels_removed"] == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS[:2])
+def test_group_statistics_over_a_dynamic_length_are_computed_once_per_group(backend):
+    """The same with the length dynamic: each group sums a number of values known only at run time, and is still
+    summed once, not once per channel; the package matches TorchScript at lengths across the range."""
+    torch.manual_seed(0)
+    model = torch.jit.trace(GroupNormGlu().eval(), _draw())
+    length = jit2triton.Dim("length", min=8, max=400)
+    converted = convert_for(model, _draw(), backend, dynamic_shapes=({2: length},))
+    sizes = iter([8, 37, 300, 400, 129, 64])
+    assert_matches_torchscript(converted, model, lambda: (torch.randn(2, 16, next(sizes)) * 3 + 1.5,), calls=6)
+    statistics = [k["name"] for k in converted.manifest["kernels"]
+                  if any(math.prod(shape) == 2 * 4 for _, shape in k["outputs"])]
+    assert len(statistics) == 2, [(k["name"], k["outputs"]) for k in converted.manifest["kernels"]]

@@ -592,8 +592,8 @@ def _repeats(reduction: K.KExpr) -> float:
 
 
 def _extent(reduction: K.KExpr) -> int:
-    sizes = [v.arg[1] for v in reduction.arg[1]]
-    return math.prod(sizes) if all(type(n) is int for n in sizes) else 0
+    """How many points the reduction sums, at the example's sizes where a dim is dynamic."""
+    return math.prod(K.hint(v.arg[1]) for v in reduction.arg[1])
 
 
 def _value(box: TensorBox) -> K.KExpr:
