@@ -86,14 +86,19 @@ def test_bench_times_the_inputs_given_in_a_file(conv, recorded):
     assert json.loads(out.read_text())["inputs"] == "given (--inputs-file)"
 
 
-def test_the_profile_times_the_runtime_the_statistics_came_from(conv, cpp_runtime):
-    out = conv / "profile.json"
+def _profiled(conv, flag: str):
+    """`bench` of the conv package for 3 calls with `flag` (--profile or --host-profile): (its output, its JSON)."""
+    out = conv / f"{flag.strip('-')}.json"
     result = CliRunner().invoke(main, ["bench", str(conv / "conv.j2t"), "--iterations", "3", "--warmup-ms", "0",
-                                       "--profile", "--json", str(out)])
+                                       flag, "--json", str(out)])
     assert result.exit_code == 0, result.output
-    data = json.loads(out.read_text())
+    return result.output, json.loads(out.read_text())
+
+
+def test_the_profile_times_the_runtime_the_statistics_came_from(conv, cpp_runtime):
+    output, data = _profiled(conv, "--profile")
     assert data["runtime"] == data["profile_runtime"] == "cpp"
-    line = next(line for line in result.output.splitlines() if line.startswith("profile:"))
+    line = next(line for line in output.splitlines() if line.startswith("profile:"))
     assert "the cpp runtime, 5 calls" in line
     rows = data["profile"]
     assert rows and all(r["what"] != "?" and r["nodes"] for r in rows), rows  # each row names manifest nodes
@@ -102,13 +107,9 @@ def test_the_profile_times_the_runtime_the_statistics_came_from(conv, cpp_runtim
 
 
 def test_the_host_profile_names_itself_and_times_every_step(conv, cpp_runtime):
-    out = conv / "host.json"
-    result = CliRunner().invoke(main, ["bench", str(conv / "conv.j2t"), "--iterations", "3", "--warmup-ms", "0",
-                                       "--host-profile", "--json", str(out)])
-    assert result.exit_code == 0, result.output
-    data = json.loads(out.read_text())
+    output, data = _profiled(conv, "--host-profile")
     assert data["host_profile"] is True and data["profile"], data
-    assert any(line.startswith("host profile: the cpp runtime, 5 calls") for line in result.output.splitlines())
+    assert any(line.startswith("host profile: the cpp runtime, 5 calls") for line in output.splitlines())
 
 
 @on_gpu
