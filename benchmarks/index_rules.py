@@ -1,12 +1,14 @@
-"""What the kernel IR's index rules for strides (transpiler/kernel_ir.py: distribute_stride,
-mod_of_bounded_quotient, recombine_div_mod over sizes known only at run time) save on the CPU: a convolution +
-GroupNorm + ReLU block converted with them and without, with a static and with a dynamic image size, timed in turns
-with TorchScript in one process (inference mode, warmed, median ms a call).
+"""What the kernel IR's index rules for sizes known only at run time save on the CPU (transpiler/kernel_ir.py:
+distribute_stride, mod_of_bounded_quotient, recombine_div_mod for any size, and the dynamic multiples and
+below-own-size rules): two blocks converted with them and without, with a static and with a dynamic image size,
+timed in turns with TorchScript in one process (inference mode, warmed, median ms a call).
 
-A GroupNorm's statistics read each group as a view of [N, C, H, W]: element r of group g at
-(4g + r // (h*w)) * (h*w) + ((r % (h*w)) // w % h) * w + r % (h*w) % w. The rules join that back into the dense
-4g*(h*w) + r, which the C++ compiler vectorises; without them every element paid two divisions and three modulos
-(by numbers known only at run time, for a dynamic image size).
+- conv 3x3 + GroupNorm + ReLU: a GroupNorm's statistics read each group as a view of [N, C, H, W], element r of
+  group g at (4g + r // (h*w)) * (h*w) + ((r % (h*w)) // w % h) * w + r % (h*w) % w; the rules join that back into
+  the dense 4g*(h*w) + r, which the C++ compiler vectorises.
+- ShuffleNet's channel shuffle + ReLU: a view, a transpose and a reshape, each element's index split by w and h
+  and joined again; the rules take (i*h*w + j*w + k) // w apart into i*h + j where k ranges over w.
+Without them every element paid several divisions and modulos by numbers known only at run time.
 
     python benchmarks/index_rules.py [--threads 1] [--rounds 30] [--size 40]
 """
@@ -24,7 +26,14 @@ import torch
 import jit2triton
 from jit2triton.transpiler import kernel_ir
 
-RULES = ("distribute_stride", "mod_of_bounded_quotient")
+RULES = ("distribute_stride", "mod_of_bounded_quotient", "div_dynamic_multiples", "div_below_own_size",
+         "mod_dynamic_multiples", "mod_below_own_size")
+
+
+class ChannelShuffle(torch.nn.Module):
+    def forward(self, x):
+        b, c, h, w = x.shape
+        return torch.relu(x.view(b, 4, c // 4, h, w).transpose(1, 2).reshape(b, c, h, w)) * 2
 
 
 class ConvGroupNorm(torch.nn.Module):
@@ -44,9 +53,14 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=40)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    for model in (ConvGroupNorm(), ChannelShuffle()):
+        _compare(model.eval(), args)
+
+
+def _compare(model: torch.nn.Module, args) -> None:
     torch.manual_seed(0)
     example = torch.randn(1, 64, 32, 32)
-    traced = torch.jit.trace(ConvGroupNorm().eval(), example)
+    traced = torch.jit.trace(model, example)
     dims = ({2: jit2triton.Dim("H", min=8, max=128), 3: jit2triton.Dim("W", min=8, max=128)},)
     folder = tempfile.mkdtemp()
     paths = {}
@@ -76,11 +90,10 @@ def main() -> None:
                 started = time.perf_counter()
                 f(x)
                 times[name].append(time.perf_counter() - started)
-    print(f"conv 3x3 + GroupNorm(16, 64) + ReLU, 1x64x{args.size}x{args.size}, {args.threads} thread(s), "
-          f"torch {torch.__version__}, median of {args.rounds} rounds in turns (ms a call):")
+    print(f"{type(model).__name__}, 1x64x{args.size}x{args.size}, {args.threads} thread(s), torch {torch.__version__}, "
+          f"median of {args.rounds} rounds in turns (ms a call):")
     for name, values in times.items():
         print(f"  {name:32s} {statistics.median(values) * 1e3:8.3f}")
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,6 +12,7 @@ import torch
 
 import jit2triton
 from jit2triton.transpiler import kernel_ir as K
+from jit2triton.transpiler.symbolic import SymSize
 
 from helpers import EXAMPLE_SEED, assert_same_outputs, copied, fresh_calls
 from models import MODELS
@@ -132,6 +133,7 @@ def _rule_cases():
     i, j = K.var("i", 4), K.var("j", 8)
     r, s = K.var("r", 3), K.var("s", 5)
     size = K.sym("n")  # a size known only at run time: the rules' test runs it over SIZES
+    t = K.var("t", SymSize.symbol("n"))  # a loop variable over it
     c = lambda v: K.const(v, K.INT)  # noqa: E731
     product = lambda: K.op("mul", K.load("buf_a", r, "float64"), K.load("buf_b", s, "float64"))  # noqa: E731
     return {
@@ -149,11 +151,17 @@ def _rule_cases():
         "div_small": lambda: K.floordiv(i, 8),
         "fold_div": lambda: K.floordiv(c(17), 5),
         "div_multiples": lambda: K.floordiv(i * 8 + j, 4),
+        "div_dynamic_multiples": lambda: K.floordiv(K.add(K.mul(i, K.mul(size, c(6))), K.add(K.mul(j, size), t)),
+                                                   K.mul(size, c(2))),
+        "div_below_own_size": lambda: K.floordiv(t, size),
         "mod_one": lambda: K.mod(i, 1),
         "mod_small": lambda: K.mod(i, 8),
         "mod_of_bounded_quotient": lambda: K.mod(K.floordiv(K.mod(i * 8 + j, K.mul(size, size)), size), size),
         "fold_mod": lambda: K.mod(c(17), 5),
         "mod_multiples": lambda: K.mod(i * 8 + j, 4),
+        "mod_dynamic_multiples": lambda: K.mod(K.add(K.mul(i, K.mul(size, c(6))), K.add(K.mul(j, size), t)),
+                                               K.mul(size, c(2))),
+        "mod_below_own_size": lambda: K.mod(t, size),
         "factor_sum_of_products": lambda: K.reduce("sum", product(), (r, s), "float64"),
     }
 
@@ -180,11 +188,16 @@ SIZES = range(1, 7)  # the values a dynamic size takes in the rules' tests
 def _assert_same_values(plain: K.KExpr, simplified: K.KExpr, buffers: dict, name: str) -> None:
     """Equal at every point of the loop variables' ranges and, for a dynamic size, at each of SIZES."""
     variables = sorted(K.free_vars(plain) | K.free_vars(simplified), key=lambda v: v.arg[0])
-    sizes = sorted({n for n in K.nodes_in(plain, simplified) if n.op == "sym"}, key=lambda n: n.arg)
-    for point in itertools.product(*(range(v.arg[1]) for v in variables), *(SIZES for _ in sizes)):
-        env = dict(zip(variables + sizes, point))
-        expected, got = evaluate(plain, buffers, env), evaluate(simplified, buffers, env)
-        assert math.isclose(got, expected, rel_tol=1e-12), f"{name} at {env}: {got} != {expected}"
+    sizes = sorted({n for n in K.nodes_in(plain, simplified) if n.op == "sym"} |
+                   {K.sym(s) for v in variables if isinstance(v.arg[1], SymSize) for s in v.arg[1].names},
+                   key=lambda n: n.arg)
+    for at in itertools.product(*(SIZES for _ in sizes)):
+        values = {n.arg: value for n, value in zip(sizes, at)}  # a variable over a dynamic size ranges over its value
+        ranges = [range(v.arg[1].evaluate(values) if isinstance(v.arg[1], SymSize) else v.arg[1]) for v in variables]
+        for point in itertools.product(*ranges):
+            env = {**dict(zip(variables, point)), **dict(zip(sizes, at))}
+            expected, got = evaluate(plain, buffers, env), evaluate(simplified, buffers, env)
+            assert math.isclose(got, expected, rel_tol=1e-12), f"{name} at {env}: {got} != {expected}"
 
 
 def test_a_split_and_joined_index_over_dynamic_sizes_is_the_index_again() -> None:

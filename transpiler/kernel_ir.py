@@ -407,6 +407,47 @@ def _distribute(ab: tuple) -> Optional[KExpr]:
     return None
 
 
+def _factors(t: KExpr) -> list[KExpr]:
+    return _factors(t.args[0]) + _factors(t.args[1]) if t.op == "mul" else [t]
+
+
+def _over(t: KExpr, k: KExpr) -> Optional[KExpr]:
+    """t / k where the product t holds every factor of the dynamic size k (its syms, and its constant dividing t's),
+    else None."""
+    left, coefficient = [f for f in _factors(t) if f.op != "const"], math.prod(f.arg for f in _factors(t)
+                                                                               if f.op == "const")
+    divisor = math.prod(f.arg for f in _factors(k) if f.op == "const")
+    for f in (f for f in _factors(k) if f.op != "const"):
+        if not any(g is f for g in left):
+            return None
+        left.pop(next(i for i, g in enumerate(left) if g is f))
+    if divisor == 0 or coefficient % divisor:
+        return None
+    quotient = const(coefficient // divisor, INT)
+    for f in left:
+        quotient = mul(f, quotient)
+    return quotient
+
+
+def _dynamic_multiples(a: KExpr, k: KExpr) -> Optional[tuple[list[KExpr], KExpr]]:
+    """a as (its terms that are multiples of the dynamic size k, each divided by k; the rest), when some are, the
+    rest is non-negative and so is a (then C's truncating division and modulo are the floor's)."""
+    if not (_is_size(k) and any(f.op == "sym" for f in _factors(k))) or bounds(a)[0] < 0:
+        return None
+    quotients, rest = [], []
+    for t in split_terms(a):
+        q = _over(t, k)
+        (rest if q is None else quotients).append(t if q is None else q)
+    remainder = sum_terms(rest)
+    return (quotients, remainder) if quotients and bounds(remainder)[0] >= 0 else None
+
+
+def _below_own_size(ak: tuple) -> bool:
+    """a is a loop variable whose range is the size k: 0 <= a < k (which bounds cannot show for a dynamic k)."""
+    a, k = ak
+    return a.op == "var" and isinstance(a.arg[1], SymSize) and size(a.arg[1]) is k
+
+
 def _quotient_below(ak: tuple) -> Optional[KExpr]:
     """((x % (k * b)) // b) % k == (x % (k * b)) // b for x >= 0: the quotient is below k. (mod_small proves it
     from numbers where k and b are constants; here they may be sizes known only at run time.)"""
@@ -448,6 +489,12 @@ RULES: list[Rule] = [
     Rule("div_multiples", "index_div", lambda ak: None if (m := _multiples(*ak)) is None else
          add(sum_terms(_divide(t, ak[1].arg) for t in m[0]), floordiv(m[1], ak[1])),
          "(k*x + r) // k == x + r // k, for r >= 0 (so in C's truncating division too)"),
+    Rule("div_dynamic_multiples", "index_div", lambda ak: None if (m := _dynamic_multiples(*ak)) is None else
+         add(sum_terms(m[0]), floordiv(m[1], ak[1])),
+         "(k*x + r) // k == x + r // k for a dynamic size k, where k*x + r >= 0 and r >= 0: a dynamic view's flat "
+         "index taken apart again"),
+    Rule("div_below_own_size", "index_div", lambda ak: const(0, INT) if _below_own_size(ak) else None,
+         "i // n == 0 for a loop variable i over a dynamic size n"),
     Rule("mod_one", "index_mod", lambda ak: const(0, INT) if _const_k(ak[1]) == 1 else None, "x % 1 == 0"),
     Rule("mod_small", "index_mod", lambda ak: ak[0] if _nonnegative_below(*ak) else None,
          "x % k == x when 0 <= x < k over the ranges (k may be a dynamic size)"),
@@ -458,6 +505,10 @@ RULES: list[Rule] = [
          if ak[0].op == "const" and _const_k(ak[1]) else None, "c1 % c2 is a constant"),
     Rule("mod_multiples", "index_mod", lambda ak: None if (m := _multiples(*ak)) is None else mod(m[1], ak[1]),
          "(k*x + r) % k == r % k, for r >= 0"),
+    Rule("mod_dynamic_multiples", "index_mod", lambda ak: None if (m := _dynamic_multiples(*ak)) is None else
+         mod(m[1], ak[1]), "(k*x + r) % k == r % k for a dynamic size k, where k*x + r >= 0 and r >= 0"),
+    Rule("mod_below_own_size", "index_mod", lambda ak: ak[0] if _below_own_size(ak) else None,
+         "i % n == i for a loop variable i over a dynamic size n"),
     Rule("factor_sum_of_products", "reduce", lambda r: _factor_sum_of_products(*r),
          "sum over (r, s) of a(r) * b(s) == (sum over r of a) * (sum over s of b): O(n), not O(n^2)"),
 ]
