@@ -154,6 +154,7 @@ def _rule_cases():
         "div_dynamic_multiples": lambda: K.floordiv(K.add(K.mul(i, K.mul(size, c(6))), K.add(K.mul(j, size), t)),
                                                    K.mul(size, c(2))),
         "div_below_own_size": lambda: K.floordiv(t, size),
+        "div_of_bounded_quotient": lambda: K.floordiv(K.floordiv(K.mod(i * 8 + j, K.mul(size, size)), size), size),
         "mod_one": lambda: K.mod(i, 1),
         "mod_small": lambda: K.mod(i, 8),
         "mod_of_bounded_quotient": lambda: K.mod(K.floordiv(K.mod(i * 8 + j, K.mul(size, size)), size), size),
@@ -198,6 +199,15 @@ def _assert_same_values(plain: K.KExpr, simplified: K.KExpr, buffers: dict, name
             env = {**dict(zip(variables, point)), **dict(zip(sizes, at))}
             expected, got = evaluate(plain, buffers, env), evaluate(simplified, buffers, env)
             assert math.isclose(got, expected, rel_tol=1e-12), f"{name} at {env}: {got} != {expected}"
+
+
+def test_a_quotient_by_a_dynamic_size_is_bounded_by_the_range_over_it() -> None:
+    """r over 4*h*w: r // (h*w) is below 4 (a group's channel), so its % 4 and // 4 fold away."""
+    h, w = SymSize.symbol("h"), SymSize.symbol("w")
+    r = K.var("r", SymSize.symbol("h") * SymSize.symbol("w") * 4)
+    channel = K.floordiv(r, K.mul(K.size(h), K.size(w)))
+    assert K.bounds(channel) == (0, 3)
+    assert K.mod(channel, 4) is channel and K.floordiv(channel, 4) is K.const(0, K.INT)
 
 
 def test_a_split_and_joined_index_over_dynamic_sizes_is_the_index_again() -> None:

@@ -283,6 +283,11 @@ def bounds(x: KExpr) -> tuple[float, float]:
         a0, a1 = bounds(x.args[0])
         k0, k1 = bounds(x.args[1])
         result = (a0 // k1 if k1 != math.inf else 0, a1 // k0 if a1 != math.inf else math.inf)
+        var = x.args[0]
+        if var.op == "var" and isinstance(var.arg[1], SymSize):  # i // k over i's range c * k: below c
+            c = _over(size(var.arg[1]), x.args[1])
+            if c is not None and c.op == "const":
+                result = (0, min(result[1], c.arg - 1))
     elif x.op == "index_mod":
         result = (0, bounds(x.args[1])[1] - 1)
     # the pointwise ops a lowering writes index math with (a pad's borders: lower_padding.py): with their bounds, a
@@ -448,14 +453,14 @@ def _below_own_size(ak: tuple) -> bool:
     return a.op == "var" and isinstance(a.arg[1], SymSize) and size(a.arg[1]) is k
 
 
-def _quotient_below(ak: tuple) -> Optional[KExpr]:
-    """((x % (k * b)) // b) % k == (x % (k * b)) // b for x >= 0: the quotient is below k. (mod_small proves it
-    from numbers where k and b are constants; here they may be sizes known only at run time.)"""
+def _bounded_quotient(ak: tuple) -> bool:
+    """a == (x % (k * b)) // b with x >= 0: 0 <= a < k, for dynamic sizes k and b too. (mod_small and div_small
+    prove it from numbers where k and b are constants.)"""
     a, k = ak
     if a.op != "index_div" or a.args[0].op != "index_mod":
-        return None
+        return False
     (x, whole), b = a.args[0].args, a.args[1]
-    return a if (whole is mul(k, b) or whole is mul(b, k)) and bounds(x)[0] >= 0 else None
+    return (whole is mul(k, b) or whole is mul(b, k)) and bounds(x)[0] >= 0
 
 
 RULES: list[Rule] = [
@@ -495,10 +500,12 @@ RULES: list[Rule] = [
          "index taken apart again"),
     Rule("div_below_own_size", "index_div", lambda ak: const(0, INT) if _below_own_size(ak) else None,
          "i // n == 0 for a loop variable i over a dynamic size n"),
+    Rule("div_of_bounded_quotient", "index_div", lambda ak: const(0, INT) if _bounded_quotient(ak) else None,
+         "((x % (k * b)) // b) // k == 0 for x >= 0, k and b dynamic sizes too"),
     Rule("mod_one", "index_mod", lambda ak: const(0, INT) if _const_k(ak[1]) == 1 else None, "x % 1 == 0"),
     Rule("mod_small", "index_mod", lambda ak: ak[0] if _nonnegative_below(*ak) else None,
          "x % k == x when 0 <= x < k over the ranges (k may be a dynamic size)"),
-    Rule("mod_of_bounded_quotient", "index_mod", _quotient_below,
+    Rule("mod_of_bounded_quotient", "index_mod", lambda ak: ak[0] if _bounded_quotient(ak) else None,
          "((x % (k * b)) // b) % k == (x % (k * b)) // b for x >= 0, k and b dynamic sizes too: a dynamic view's "
          "dims taken apart and joined again"),
     Rule("fold_mod", "index_mod", lambda ak: const(ak[0].arg % ak[1].arg, INT)
