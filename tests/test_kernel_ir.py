@@ -153,16 +153,14 @@ def _rule_cases():
         "div_multiples": lambda: K.floordiv(i * 8 + j, 4),
         "div_dynamic_multiples": lambda: K.floordiv(K.add(K.mul(i, K.mul(size, c(6))), K.add(K.mul(j, size), t)),
                                                    K.mul(size, c(2))),
-        "div_below_own_size": lambda: K.floordiv(t, size),
-        "div_of_bounded_quotient": lambda: K.floordiv(K.floordiv(K.mod(i * 8 + j, K.mul(size, size)), size), size),
+        "div_below_dynamic_size": lambda: K.floordiv(K.floordiv(K.mod(i * 8 + j, K.mul(size, size)), size), size),
         "mod_one": lambda: K.mod(i, 1),
         "mod_small": lambda: K.mod(i, 8),
-        "mod_of_bounded_quotient": lambda: K.mod(K.floordiv(K.mod(i * 8 + j, K.mul(size, size)), size), size),
         "fold_mod": lambda: K.mod(c(17), 5),
         "mod_multiples": lambda: K.mod(i * 8 + j, 4),
         "mod_dynamic_multiples": lambda: K.mod(K.add(K.mul(i, K.mul(size, c(6))), K.add(K.mul(j, size), t)),
                                                K.mul(size, c(2))),
-        "mod_below_own_size": lambda: K.mod(t, size),
+        "mod_below_dynamic_size": lambda: K.mod(t, size),
         "factor_sum_of_products": lambda: K.reduce("sum", product(), (r, s), "float64"),
     }
 
@@ -220,7 +218,7 @@ def test_a_split_and_joined_index_over_dynamic_sizes_is_the_index_again() -> Non
     index = K.add(K.add(K.mul(K.add(K.mul(g, K.const(4, K.INT)), K.floordiv(r, hw)), hw),
                         K.mul(K.mod(K.floordiv(within, w), h), w)), K.mod(within, w))
     assert r in K.split_terms(index) and not any(n.op in ("index_div", "index_mod") for n in K.nodes_in(index)), index
-    with K.rules_disabled("recombine_div_mod", "distribute_stride", "mod_of_bounded_quotient"):
+    with K.rules_disabled("recombine_div_mod", "distribute_stride", "mod_below_dynamic_size"):
         plain = K.add(K.add(K.mul(K.add(K.mul(g, K.const(4, K.INT)), K.floordiv(r, hw)), hw),
                             K.mul(K.mod(K.floordiv(K.mod(r, hw), w), h), w)), K.mod(K.mod(r, hw), w))
     assert plain is not index

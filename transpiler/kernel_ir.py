@@ -447,20 +447,20 @@ def _dynamic_multiples(a: KExpr, k: KExpr) -> Optional[tuple[list[KExpr], KExpr]
     return (quotients, remainder) if quotients and bounds(remainder)[0] >= 0 else None
 
 
-def _below_own_size(ak: tuple) -> bool:
-    """a is a loop variable whose range is the size k: 0 <= a < k (which bounds cannot show for a dynamic k)."""
-    a, k = ak
-    return a.op == "var" and isinstance(a.arg[1], SymSize) and size(a.arg[1]) is k
-
-
-def _bounded_quotient(ak: tuple) -> bool:
-    """a == (x % (k * b)) // b with x >= 0: 0 <= a < k, for dynamic sizes k and b too. (mod_small and div_small
-    prove it from numbers where k and b are constants.)"""
-    a, k = ak
-    if a.op != "index_div" or a.args[0].op != "index_mod":
+def _below(a: KExpr, k: KExpr) -> bool:
+    """0 <= a < k, shown from the expressions where k is a size known only at run time (bounds shows it from
+    numbers): a loop variable over k; v // b for v over k * b; (x % (k * b)) // b for x >= 0."""
+    if a.op == "var" and isinstance(a.arg[1], SymSize):
+        return size(a.arg[1]) is k
+    if a.op != "index_div":
         return False
-    (x, whole), b = a.args[0].args, a.args[1]
-    return (whole is mul(k, b) or whole is mul(b, k)) and bounds(x)[0] >= 0
+    inner, b = a.args
+    if inner.op == "var" and isinstance(inner.arg[1], SymSize):
+        return _over(size(inner.arg[1]), b) is k
+    if inner.op == "index_mod":
+        x, whole = inner.args
+        return (whole is mul(k, b) or whole is mul(b, k)) and bounds(x)[0] >= 0
+    return False
 
 
 RULES: list[Rule] = [
@@ -498,24 +498,21 @@ RULES: list[Rule] = [
          add(sum_terms(m[0]), floordiv(m[1], ak[1])),
          "(k*x + r) // k == x + r // k for a dynamic size k, where k*x + r >= 0 and r >= 0: a dynamic view's flat "
          "index taken apart again"),
-    Rule("div_below_own_size", "index_div", lambda ak: const(0, INT) if _below_own_size(ak) else None,
-         "i // n == 0 for a loop variable i over a dynamic size n"),
-    Rule("div_of_bounded_quotient", "index_div", lambda ak: const(0, INT) if _bounded_quotient(ak) else None,
-         "((x % (k * b)) // b) // k == 0 for x >= 0, k and b dynamic sizes too"),
+    Rule("div_below_dynamic_size", "index_div", lambda ak: const(0, INT) if _below(*ak) else None,
+         "a // k == 0 where 0 <= a < k shows in the expressions (i over k, (i over k*b) // b, (x % (k*b)) // b), "
+         "for a dynamic size k"),
     Rule("mod_one", "index_mod", lambda ak: const(0, INT) if _const_k(ak[1]) == 1 else None, "x % 1 == 0"),
     Rule("mod_small", "index_mod", lambda ak: ak[0] if _nonnegative_below(*ak) else None,
          "x % k == x when 0 <= x < k over the ranges (k may be a dynamic size)"),
-    Rule("mod_of_bounded_quotient", "index_mod", lambda ak: ak[0] if _bounded_quotient(ak) else None,
-         "((x % (k * b)) // b) % k == (x % (k * b)) // b for x >= 0, k and b dynamic sizes too: a dynamic view's "
-         "dims taken apart and joined again"),
     Rule("fold_mod", "index_mod", lambda ak: const(ak[0].arg % ak[1].arg, INT)
          if ak[0].op == "const" and _const_k(ak[1]) else None, "c1 % c2 is a constant"),
     Rule("mod_multiples", "index_mod", lambda ak: None if (m := _multiples(*ak)) is None else mod(m[1], ak[1]),
          "(k*x + r) % k == r % k, for r >= 0"),
     Rule("mod_dynamic_multiples", "index_mod", lambda ak: None if (m := _dynamic_multiples(*ak)) is None else
          mod(m[1], ak[1]), "(k*x + r) % k == r % k for a dynamic size k, where k*x + r >= 0 and r >= 0"),
-    Rule("mod_below_own_size", "index_mod", lambda ak: ak[0] if _below_own_size(ak) else None,
-         "i % n == i for a loop variable i over a dynamic size n"),
+    Rule("mod_below_dynamic_size", "index_mod", lambda ak: ak[0] if _below(*ak) else None,
+         "a % k == a where 0 <= a < k shows in the expressions, for a dynamic size k: a view's dims taken apart and "
+         "joined again"),
     Rule("factor_sum_of_products", "reduce", lambda r: _factor_sum_of_products(*r),
          "sum over (r, s) of a(r) * b(s) == (sum over r of a) * (sum over s of b): O(n), not O(n^2)"),
 ]
