@@ -49,7 +49,7 @@ def loop_nest(kernel: K.Kernel) -> LoopNest:
 
 def store_index(kernel: K.Kernel, strides) -> K.KExpr:
     """Where the element at the loop variables lands in an output with these (dim-order) strides."""
-    return K.sum_terms(v * s for v, s in zip(kernel.index, strides) if v.arg[1] != 1)
+    return K.sum_terms(v * s for v, s in zip(kernel.index, strides) if not (v.op == "var" and v.arg[1] == 1))
 
 
 def provenance_comment(kernel: K.Kernel, prefix: str) -> str:

@@ -25,6 +25,7 @@ from .common import (KernelWriter, LoopNest, ReductionLoop, Scope, provenance_co
                      size_code, store_index, unravel, variables_size)
 from .cpp_scatter import ScatterLoops
 from .cpp_shared import Rendered, placeholder, share_bodies
+from .cpp_split_sweep import split_sweep
 from . import cpp_channels_inner as channels_inner
 
 CTYPES = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
@@ -590,13 +591,13 @@ class _ScatterWriter(ScatterLoops, _KernelWriter):
 
 
 def render_kernel(kernel: K.Kernel) -> str:
-    return _KernelWriter(kernel).render()
+    return _KernelWriter(split_sweep(kernel)).render()
 
 
 def render_with_placeholders(kernel: K.Kernel) -> Rendered:
     if isinstance(kernel, K.ScatterKernel):
         return Rendered(kernel.name, _ScatterWriter(kernel).render(), [])
-    writer = _KernelWriter(kernel)
+    writer = _KernelWriter(split_sweep(kernel))
     writer.ints = []
     return Rendered(kernel.name, writer.render(), writer.ints)
 

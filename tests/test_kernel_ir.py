@@ -206,6 +206,11 @@ def test_a_quotient_by_a_dynamic_size_is_bounded_by_the_range_over_it() -> None:
     channel = K.floordiv(r, K.mul(K.size(h), K.size(w)))
     assert K.bounds(channel) == (0, 3)
     assert K.mod(channel, 4) is channel and K.floordiv(channel, 4) is K.const(0, K.INT)
+    # a flattened image's pixel p over h*w (ViT's patches): its row p // w is below h
+    p = K.var("p", h * w)
+    row = K.floordiv(p, K.size(w))
+    assert K.mod(row, K.size(h)) is row and K.floordiv(row, K.size(h)) is K.const(0, K.INT)
+    assert K.add(K.mul(row, K.size(w)), K.mod(p, K.size(w))) is p
 
 
 def test_a_split_and_joined_index_over_dynamic_sizes_is_the_index_again() -> None:
