@@ -27,8 +27,8 @@ def _converted(heads: int, width: int, dynamic: bool):
 
 def _split(code: str) -> bool:
     """Whether the kernel sweeps its last dim as rows of a constant width, the inner loop vectorized."""
-    return re.search(r"for \(int64_t (\w+)o = 0;[^\n]*\n\s*#pragma omp simd\n\s*for \(int64_t \1i = 0; \1i < 32;", code) \
-        is not None
+    rows = r"for \(int64_t (\w+)o = 0;[^\n]*\n\s*#pragma omp simd\n\s*for \(int64_t \1i = 0; \1i < 32;"
+    return re.search(rows, code) is not None
 
 
 @pytest.mark.parametrize("dynamic", [False, True])
