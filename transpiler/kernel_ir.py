@@ -419,8 +419,9 @@ def _factors(t: KExpr) -> list[KExpr]:
 def _over(t: KExpr, k: KExpr) -> Optional[KExpr]:
     """t / k where the product t holds every factor of the dynamic size k (its syms, and its constant dividing t's),
     else None."""
-    left, coefficient = [f for f in _factors(t) if f.op != "const"], math.prod(f.arg for f in _factors(t)
-                                                                               if f.op == "const")
+    factors = _factors(t)
+    left = [f for f in factors if f.op != "const"]
+    coefficient = math.prod(f.arg for f in factors if f.op == "const")
     divisor = math.prod(f.arg for f in _factors(k) if f.op == "const")
     for f in (f for f in _factors(k) if f.op != "const"):
         if not any(g is f for g in left):
