@@ -1,0 +1,104 @@
+"""Small CPU kernels of common shapes against TorchScript: where a generated kernel is slower than ATen's.
+
+Each pattern is traced, converted for the CPU (the C++ backend) statically and, where it names dims, with those
+dims dynamic, checked against TorchScript, then timed in turns with it in one process (inference mode, warmed,
+median ms a call); the last column is TorchScript's time over the package's (below 1: the package is slower).
+
+    python benchmarks/cpu_patterns.py [--threads 1] [--rounds 15] [--only NAME ...]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from typing import Callable, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+
+import jit2triton
+
+
+class Pattern(NamedTuple):
+    name: str
+    fn: Callable[[torch.Tensor], torch.Tensor]
+    shape: tuple[int, ...]
+    dynamic: Optional[dict[int, str]] = None  # axis -> dim name, for a second, dynamic package
+
+
+def _merge_heads(x):
+    b, h, s, d = x.shape
+    return torch.tanh(x.transpose(1, 2).reshape(b, s, h * d)) * 2
+
+
+PATTERNS = [
+    Pattern("merged attention heads + tanh", _merge_heads, (2, 12, 128, 64), {2: "S"}),
+    Pattern("patch flatten (ViT)", lambda x: torch.relu(x.flatten(2).transpose(1, 2)) * 3, (2, 192, 28, 28),
+            {2: "H", 3: "W"}),
+    Pattern("pixel shuffle", lambda x: torch.relu(F.pixel_shuffle(x, 2)) + 1, (1, 64, 40, 40), {2: "H", 3: "W"}),
+    Pattern("permute NHWC -> NCHW", lambda x: x.permute(0, 3, 1, 2) * 2, (8, 32, 32, 64)),
+    Pattern("transpose, contiguous", lambda x: x.transpose(-1, -2).contiguous() + 1, (64, 128, 128)),
+    Pattern("softmax over dim 1", lambda x: torch.softmax(x, 1), (32, 256, 64)),
+    Pattern("log_softmax over the last dim", lambda x: torch.log_softmax(x, -1), (256, 1000)),
+    Pattern("mean over H and W", lambda x: x.mean(dim=(2, 3)), (8, 64, 56, 56)),
+    Pattern("layer_norm", lambda x: F.layer_norm(x, (768,)), (128, 768)),
+    Pattern("strided slice", lambda x: x[:, ::2] * 2, (256, 1024)),
+    Pattern("sum over dim 0", lambda x: x.sum(0), (1024, 512)),
+]
+
+
+class _Wrapped(torch.nn.Module):
+    def __init__(self, fn) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--only", action="append")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    print(f"CPU, {args.threads} thread(s), torch {torch.__version__}; ms a call, median of {args.rounds} rounds in "
+          "turns; vs TorchScript = TorchScript's time over the package's")
+    print("| pattern | package | TorchScript | jit2triton | vs TorchScript |\n|---|---|---|---|---|")
+    folder = tempfile.mkdtemp()
+    for pattern in PATTERNS:
+        if args.only and pattern.name not in args.only:
+            continue
+        x = torch.randn(*pattern.shape)
+        traced = torch.jit.trace(_Wrapped(pattern.fn), (x,))
+        kinds = [("static", None)]
+        if pattern.dynamic:
+            kinds.append(("dynamic " + ",".join(pattern.dynamic.values()),
+                          ({axis: jit2triton.Dim(name, min=2, max=4 * pattern.shape[axis])
+                            for axis, name in pattern.dynamic.items()},)))
+        for kind, dims in kinds:
+            path = os.path.join(folder, f"{len(os.listdir(folder))}.j2t")
+            jit2triton.convert(traced, (x,), device="cpu", dynamic_shapes=dims).save(path)
+            package = jit2triton.load(path)
+            times = {"ts": [], "j2t": []}
+            with torch.inference_mode():
+                torch.testing.assert_close(package(x), traced(x), rtol=1e-4, atol=1e-4)  # (sums in another order)
+                for f in (traced, package):
+                    for _ in range(3):
+                        f(x)
+                for r in range(args.rounds):
+                    order = [("ts", traced), ("j2t", package)]
+                    for name, f in order if r % 2 else reversed(order):
+                        started = time.perf_counter()
+                        f(x)
+                        times[name].append(time.perf_counter() - started)
+            ts, ours = (statistics.median(times[k]) * 1e3 for k in ("ts", "j2t"))
+            print(f"| {pattern.name} {tuple(pattern.shape)} | {kind} | {ts:.3f} | {ours:.3f} | {ts / ours:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()
