@@ -49,6 +49,23 @@ PATTERNS = [
 ]
 
 
+def in_turns_ms(contenders: dict[str, Callable], inputs: tuple, rounds: int, warmup: int = 3) -> dict[str, float]:
+    """Median ms a call of each contender under inference mode, after `warmup` calls each, the contenders taking
+    turns call by call, their order reversed every other round."""
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    with torch.inference_mode():
+        for f in contenders.values():
+            for _ in range(warmup):
+                f(*inputs)
+        for r in range(rounds):
+            order = list(contenders.items())
+            for name, f in order if r % 2 else reversed(order):
+                started = time.perf_counter()
+                f(*inputs)
+                times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(values) * 1e3 for name, values in times.items()}
+
+
 class _Wrapped(torch.nn.Module):
     def __init__(self, fn) -> None:
         super().__init__()
@@ -84,19 +101,10 @@ def main() -> None:
             path = os.path.join(folder, f"{len(os.listdir(folder))}.j2t")
             jit2triton.convert(traced, (x,), device="cpu", dynamic_shapes=dims).save(path)
             package = jit2triton.load(path)
-            times = {"ts": [], "j2t": []}
             with torch.inference_mode():
                 torch.testing.assert_close(package(x), traced(x), rtol=1e-4, atol=1e-4)  # (sums in another order)
-                for f in (traced, package):
-                    for _ in range(3):
-                        f(x)
-                for r in range(args.rounds):
-                    order = [("ts", traced), ("j2t", package)]
-                    for name, f in order if r % 2 else reversed(order):
-                        started = time.perf_counter()
-                        f(x)
-                        times[name].append(time.perf_counter() - started)
-            ts, ours = (statistics.median(times[k]) * 1e3 for k in ("ts", "j2t"))
+            ms = in_turns_ms({"ts": traced, "j2t": package}, (x,), args.rounds)
+            ts, ours = ms["ts"], ms["j2t"]
             print(f"| {pattern.name} {tuple(pattern.shape)} | {kind} | {ts:.3f} | {ours:.3f} | {ts / ours:.2f}x |")
 
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 
 import torch
 
 import jit2triton
+from cpu_patterns import in_turns_ms
 from jit2triton.transpiler import kernel_ir
 
 RULES = ("distribute_stride", "div_dynamic_multiples", "div_below_dynamic_size", "mod_dynamic_multiples",
@@ -76,24 +75,16 @@ def _compare(model: torch.nn.Module, args) -> None:
             converted.save(paths[f"{label}, {rules} the rules"])
     contenders = {"TorchScript": traced, **{name: jit2triton.load(path) for name, path in paths.items()}}
     x = torch.randn(1, 64, args.size, args.size)
-    times = {name: [] for name in contenders}
     with torch.inference_mode():
         want = traced(x)
         for name, f in contenders.items():
             error = (f(x) - want).abs().max().item()
             assert error < 1e-4, f"{name} differs from TorchScript by {error}"
-            for _ in range(5):
-                f(x)
-        for r in range(args.rounds):
-            order = list(contenders.items())
-            for name, f in order if r % 2 else reversed(order):
-                started = time.perf_counter()
-                f(x)
-                times[name].append(time.perf_counter() - started)
+    ms = in_turns_ms(contenders, (x,), args.rounds, warmup=5)
     print(f"{type(model).__name__}, 1x64x{args.size}x{args.size}, {args.threads} thread(s), torch {torch.__version__}, "
           f"median of {args.rounds} rounds in turns (ms a call):")
-    for name, values in times.items():
-        print(f"  {name:32s} {statistics.median(values) * 1e3:8.3f}")
+    for name, value in ms.items():
+        print(f"  {name:32s} {value:8.3f}")
 
 if __name__ == "__main__":
     sys.exit(main())
