@@ -67,18 +67,51 @@ def test_a_loop_body_becomes_one_region_with_the_counter_outside(tmp_path) -> No
 
 
 def view_taken_before_the_write(x):
-    """A write that stays in place (as in test_functionalize.py): a view taken before it must see it."""
+    """A write that stays in place (as in test_functionalize.py): a view taken before it must see it. Beside it, work
+    of its own that a region may hold."""
     a = x * 2.0
     v = a[0]
     a.mul_(3.0)
-    return v + 1.0, a
+    b = x.t() @ x  # (four GEMMs: four launches whatever fuses)
+    b = torch.tanh(b @ b) * 0.5
+    b = torch.tanh(b @ b) * 0.5
+    b = torch.tanh(b @ b) * 0.5
+    return v + 1.0, a, b
 
 
-def test_a_plan_that_writes_a_tensor_in_place_gets_no_regions() -> None:
+def test_a_region_holds_no_step_near_an_in_place_write() -> None:
+    """A region copies its inputs in and its outputs out: a write inside one would write the copy, and a view that
+    left one would no longer see a write to its base. So the write, the views of what it writes and their readers
+    stay out; the rest of the plan still forms regions."""
     manifest = jit2triton.convert(torch.jit.script(view_taken_before_the_write),
                                   example_inputs=(torch.randn(4, 6),)).manifest
-    assert any(s.get("mutates") == "tensor" for s in steps_of(manifest["plan"]["steps"]))
-    assert group_regions(manifest["plan"], manifest["nodes"]) is manifest["plan"]
+    steps = list(steps_of(manifest["plan"]["steps"]))
+    writer = next(s for s in steps if s.get("mutates") == "tensor")
+    near = {i for i, node in enumerate(manifest["nodes"]) if node.get("near_write")}
+    assert writer["node"] in near
+    view = next(s for s in steps if manifest["nodes"][s["node"]]["op"].startswith("aten::select"))
+    assert view["node"] in near  # (the view taken before the write, and whatever reads it)
+    grouped = list(steps_of(group_regions(manifest["plan"], manifest["nodes"])["steps"]))
+    regions = [s for s in grouped if s["kind"] == "graph"]
+    assert regions, "the work away from the write formed no region"
+    assert not any(s["node"] in near for region in regions for s in region["steps"])
+
+
+def write_through_a_list(x):
+    t = torch.sin(x)
+    items = [t, torch.cos(x)]
+    u = items[0]
+    u.add_(1.0)
+    return t * 2.0
+
+
+def test_a_tensor_written_through_a_list_item_is_near_the_write() -> None:
+    """An item taken out of a list may be any tensor put in it: writing the item writes them."""
+    manifest = jit2triton.convert(torch.jit.script(write_through_a_list), example_inputs=(torch.randn(4, 6),)).manifest
+    steps = list(steps_of(manifest["plan"]["steps"]))
+    made = next(s for s in steps if manifest["nodes"][s["node"]]["op"] == "prim::ListConstruct")
+    makers = [s for s in steps if set(s["outs"]) & {r[1] for r in made["args"] if r[0] == "s"}]
+    assert makers and all(manifest["nodes"][s["node"]].get("near_write") for s in makers)
 
 
 def test_list_appends_are_container_writes(tmp_path) -> None:
@@ -134,6 +167,40 @@ def test_gpu_regions_are_captured_replayed_and_match_torchscript(graphs, tmp_pat
         assert launched > 0, "no region was captured"
     else:
         assert launched == 0
+
+
+def writes_beside_regions(x, n: int):
+    """In-place writes (one to a view of the input, which the caller must see) beside GEMM chains that regions hold,
+    before and inside a loop."""
+    y = x * 2.0
+    v = y[0]
+    y.mul_(3.0)
+    x[1].add_(1.0)
+    b = x.t() @ x
+    for _ in range(n):
+        b = torch.tanh(b @ b) * 0.5
+        b = torch.tanh(b @ b) * 0.5
+        b = torch.tanh(b @ b) * 0.5
+        b = torch.tanh(b @ b) * 0.5
+    return v + 1.0, y, b
+
+
+@on_gpu
+def test_gpu_regions_beside_in_place_writes_match_torchscript(tmp_path) -> None:
+    pytest.importorskip("ninja")
+    scripted = torch.jit.script(writes_beside_regions)
+    path = tmp_path / "writes.j2t"
+    jit2triton.convert(scripted, example_inputs=(torch.randn(16, 32, device="cuda"), 2), device="cuda").save(path)
+    loaded = jit2triton.load(path)
+    assert any(s["kind"] == "graph" for s in steps_of(loaded.manifest["plan"]["steps"]))
+    for n in (1, 3, 3, 2):
+        x = torch.randn(16, 32)
+        ours, theirs = x.cuda(), x.clone()
+        expected = scripted(theirs, n)
+        for actual, want in zip(loaded(ours, n), expected):
+            torch.testing.assert_close(actual.cpu(), want, rtol=2e-5, atol=2e-5)
+        torch.testing.assert_close(ours.cpu(), theirs, rtol=0, atol=0)  # the input, written in place, as TorchScript
+    assert graph_launches(lambda: loaded(torch.randn(16, 32, device="cuda"), 3)) > 0, "no region was captured"
 
 
 def masked_steps(x, n: int):

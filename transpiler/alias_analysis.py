@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import Optional
 
 from .ir import KERNEL_OP, Attr, Block, Graph, Node, walk_block
-from .op_table import lookup, may_alias, returns_alias, writes_in_place
+from .op_table import lookup, may_alias, returns_alias, writes_in_place, written_tensor_arguments
 
 
 def sole_kernel_reader(node: Node, block: Block, position: dict[int, int],
@@ -46,6 +46,76 @@ def written_values(graph: Graph, within: Optional[Block] = None) -> set[int]:
     matter to what the loop reads each iteration."""
     find, _, written = _families(graph, within)
     return {v.id for node in graph.walk() for v in (*node.inputs, *node.outputs) if find(v.id) in written}
+
+
+_HOLDERS = frozenset({"List", "Tuple", "Dict", "Optional", "Any"})  # types whose values may hold a tensor
+
+
+def near_writes(graph: Graph) -> set[int]:
+    """The ids of the nodes that read or make a value that may share memory with one something writes in place,
+    by any path: views, an in-place op's result, an item taken out of a container and what was put in it, a block's
+    inputs and results. A CUDA graph region copies its inputs in and its outputs out, so such a node inside one
+    would write to the copy, or split an alias in two (deploy/packaging/graph_regions.py). Wider than
+    mutated_views' families: wrongly out of a region costs a launch; wrongly in, a wrong answer."""
+    holder = lambda v: v.type.kind in _HOLDERS  # noqa: E731
+    held = lambda v: v.type.is_tensor or holder(v)  # noqa: E731
+    # First the containers alone, to know which are opened: only an item taken out of one may alias what went in
+    # (the tuple a model returns joins nothing).
+    same_container, join = _union_find()
+    for node in graph.walk():
+        _join_passed_on(node, join, holder)
+    opened = {same_container(v.id) for node in graph.walk() if _takes_items_out(node)
+              for v in node.inputs if holder(v)}
+    family, join = _union_find()
+    written = []
+    for node in graph.walk():
+        if node.inputs and (may_alias(node.op) or returns_alias(node.attrs.get(Attr.SCHEMA, ""))):
+            join([v for v in (node.inputs[0], *node.outputs) if held(v)])
+        _join_passed_on(node, join, held)
+        if any(holder(v) and same_container(v.id) in opened for v in (*node.inputs, *node.outputs)):
+            join([v for v in (*node.inputs, *node.outputs) if held(v)])  # built, appended to, unpacked, indexed
+        written += [node.inputs[i].id for i in written_tensor_arguments(node.attrs.get(Attr.SCHEMA, ""))
+                    if i < len(node.inputs)]
+    touched = {family(v) for v in written}
+    return {id(node) for node in graph.walk() if any(family(v.id) in touched for v in (*node.inputs, *node.outputs))}
+
+
+def _union_find():
+    """(find: value id -> its set's representative, join: values -> one set)."""
+    parent: dict[int, int] = {}
+
+    def find(v: int) -> int:
+        while parent.get(v, v) != v:
+            v = parent[v]
+        return v
+
+    def join(values) -> None:
+        roots = [find(v.id) for v in values]
+        for root in roots[1:]:
+            if root != roots[0]:
+                parent[root] = roots[0]
+    return find, join
+
+
+def _join_passed_on(node: Node, join, kept) -> None:
+    """Join what a node's blocks pass on, position by position: an if's results with each block's, a loop's
+    initial values with its body's carried inputs, results and the loop's outputs."""
+    if node.op == "prim::Loop" and node.blocks:
+        body = node.blocks[0]
+        for first, carried, result, out in zip(node.inputs[2:], body.inputs[1:], body.outputs[1:], node.outputs):
+            join([v for v in (first, carried, result, out) if kept(v)])
+    else:
+        for block in node.blocks:
+            for result, out in zip(block.outputs, node.outputs):
+                join([v for v in (result, out) if kept(v)])
+
+
+def _takes_items_out(node: Node) -> bool:
+    """Whether the node may give an item of a container it reads: an unpack, a prim op with no schema, or a schema
+    whose result may alias an argument (`aten::__getitem__.t(t[](a) list, int idx) -> t(*)`)."""
+    schema = node.attrs.get(Attr.SCHEMA, "")
+    return any(v.type.kind in _HOLDERS for v in node.inputs) and (
+        lookup(node.op).unpacks or not schema or returns_alias(schema))
 
 
 def _families(graph: Graph, within: Optional[Block] = None):

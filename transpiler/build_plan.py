@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from .alias_analysis import near_writes
 from .ir import KERNEL_OP, Attr, Block, Graph, Node, Type, Value, readers
 from .op_table import EXTERN, lookup, writes_in_place
 from .packed_params import AT_LOAD
@@ -55,6 +56,10 @@ def build_plan(graph: Graph) -> Plan:
     weights = _read_weights(graph)
     if graph.host_weights & weights.keys():
         plan["host_weights"] = sorted(graph.host_weights & weights.keys())  # they stay on the CPU at load
+    near = near_writes(graph)
+    for entry, node in zip(builder.node_table, builder.nodes):
+        if id(node) in near:
+            entry["near_write"] = True  # no CUDA graph region may hold it (deploy/packaging/graph_regions.py)
     return Plan(plan, builder.node_table, builder.nodes, weights, frozenset(bound) & frozenset(graph.data_sizes))
 
 

@@ -461,6 +461,15 @@ def writes_in_place(schema: str) -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def written_tensor_arguments(schema: str) -> tuple[int, ...]:
+    """The positions of the tensor arguments an op writes in place (`self` of `add_`, `out` of an out= overload)."""
+    if not schema or "!" not in schema:
+        return ()
+    return tuple(i for i, a in enumerate(torch._C.parse_schema(schema).arguments)
+                 if a.alias_info is not None and a.alias_info.is_write and "Tensor" in str(a.type))
+
+
+@functools.lru_cache(maxsize=None)
 def stores_argument(schema: str) -> bool:
     """Whether the op keeps an argument inside a container (`aten::append.t(t[](a!) self, t(c -> *) el)`: the
     element joins the list's contents, the wildcard set), where it outlives the op and the call."""

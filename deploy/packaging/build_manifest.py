@@ -64,7 +64,8 @@ def build_package(sched, plan_graph, built: BuiltKernels, signature: dict, model
     # (on CUDA, nodes that make CPU tensors: a graph would run their work once, when captured)
     on_host = frozenset(i for i, node in enumerate(sched.nodes) if target.type == "cuda"
                         and any(v.type.is_tensor and v.type.device == "cpu" for v in node.outputs))
-    manifest["cuda_graph"] = (capturable(sched.plan, on_host, sched.counts)
+    near_writes = frozenset(i for i, node in enumerate(sched.node_table) if node.get("near_write"))
+    manifest["cuda_graph"] = (capturable(sched.plan, on_host | near_writes, sched.counts)
                               and worth_capturing(sched.plan, manifest["signature"]))
     if not manifest["cuda_graph"] and target.type == "cuda":  # then its straight-line runs may, one by one
         manifest["plan"] = group_regions(sched.plan, sched.node_table, on_host, sched.counts)

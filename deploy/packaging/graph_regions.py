@@ -59,11 +59,10 @@ def group_regions(plan: dict, nodes: list[dict], on_host: frozenset = frozenset(
     """The plan with its runs of graph-safe steps wrapped in `graph` steps. `on_host` holds the nodes that make CPU
     tensors: a graph would run their work once, when captured, and never again. `counts` holds the bound dims that
     are counts read from data (transpiler/data_sizes.py): a region is a graph per size it runs at, and a count
-    takes a new size call after call, so a kernel over one stays out (a graph per count, each a capture). A plan that writes a tensor in place
-    anywhere is left as it is: a region's outputs are copies of the graph's memory, so a view that escapes a region
-    no longer aliases its base, and a later in-place write through it would not reach the base."""
-    if any(step.get("mutates") == "tensor" for step in _walk(plan["steps"])):
-        return plan
+    takes a new size call after call, so a kernel over one stays out (a graph per count, each a capture). A node
+    near an in-place write (its table entry's `near_write`, transpiler/alias_analysis.py's near_writes) stays out
+    too: a region copies its inputs in and its outputs out, so a write inside one would land on the copy, and a view
+    that left one would no longer alias its base."""
     return dict(plan, steps=_group_block(plan["steps"], plan["outputs"], nodes, on_host | _over_counts(plan, counts)))
 
 
@@ -80,11 +79,12 @@ def _walk(steps: list[dict]) -> Iterator[dict]:
         yield from _walk(step.get("steps", ()))
 
 
-def _graph_safe(step: dict, on_host: frozenset) -> bool:
+def _graph_safe(step: dict, on_host: frozenset, nodes: list[dict]) -> bool:
     """(A step that binds sizes stays out: a replay would skip the binding the steps after the region read. So does
     a kernel taking host numbers by value: a graph would replay the numbers it was captured with.)"""
     return (step["kind"] in ("call", "kernel") and step.get("op") not in SYNCS_HOST and not step.get("mutates")
-            and step["node"] not in on_host and not step.get("binds") and not step.get("by_value"))
+            and step["node"] not in on_host and not nodes[step["node"]].get("near_write")
+            and not step.get("binds") and not step.get("by_value"))
 
 
 def _launches(step: dict, nodes: list[dict]) -> int:
@@ -116,7 +116,7 @@ def _group(steps: list[dict], results: list, nodes: list[dict], on_host: frozens
         else:
             outs_vary = reads_varying and step["kind"] == "call" and nodes[step["node"]]["category"] == "host"
         inner_steps.append(step)
-        safe.append(_graph_safe(step, on_host) and not reads_varying)
+        safe.append(_graph_safe(step, on_host, nodes) and not reads_varying)
         (varying.update if outs_vary else varying.difference_update)(step["outs"])
     grouped: list[dict] = []
     start = 0
