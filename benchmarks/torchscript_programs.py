@@ -283,6 +283,7 @@ def measure(name: str, args, folder: str) -> dict:
             converted.save(path)
             package = jit2triton.load(path)
             row["runtime"] = package.runtime
+            row.update(graph_regions(package.manifest))
             contenders["package"] = contender(package, program)
         except Exception as err:  # noqa: BLE001 - the table says it, and the run goes on
             row["package"] = f"conversion fails: {one_line(err)}"
@@ -306,6 +307,19 @@ def measure(name: str, args, folder: str) -> dict:
             contenders.update(compiled)
             row.update(timed_rounds(contenders, program, args.device, args.rounds, args.calls, args.warmup))
     return row
+
+
+def graph_regions(manifest: dict) -> dict:
+    """How much of a CUDA plan runs as CUDA graphs: the whole plan, or its regions and the launches they hold."""
+    if manifest.get("cuda_graph"):
+        return {"cuda_graph": "whole plan"}
+    regions, stack = [], list(manifest["plan"]["steps"])
+    while stack:
+        step = stack.pop()
+        if step["kind"] == "graph":
+            regions.append(step["launches"])
+        stack += [s for block in step.get("blocks", ()) for s in block["steps"]]
+    return {"cuda_graph": f"{len(regions)} regions, {sum(regions)} launches"} if regions else {}
 
 
 def fresh_error(program: Program, reference: Contender, package: Contender) -> tuple[float, float]:
@@ -427,6 +441,8 @@ def main() -> int:
     for row in rows:
         if "note" in row:
             print(f"{row['title']}: {row['note']}")
+        if "cuda_graph" in row:
+            print(f"{row['title']}: CUDA graphs: {row['cuda_graph']}")
     write_json()
     return 0
 
