@@ -10,9 +10,18 @@ the reduction's dims outside and a `simd` loop over the block's channels inside,
     for n, block:  acc[c] = 0;  for h, w:  simd for c in block: acc[c] += f(x[n, h, w, c])
                    simd for c in block: out[n, c] = g(acc[c])
 
-It applies where the kernel sweeps no dims besides its rows (every output point holds reductions), its
-reductions are sums, maxima or minima whose bodies read no other reduction, and each load that moves with the
-last output dim moves by one element along it while the innermost reduction dim does not.
+The same interchange serves a reduction over a dim that is not the last followed by a sweep over it: a softmax
+over dim 1 of [N, C, L], or a channels-first LayerNorm over C of NCHW (ConvNeXt's), read each of its C values L
+apart per (n, l), a gather per element (softmax over dim 1 of 32x256x64 took 2.5 ms where ATen's takes 0.33). The
+later reductions read the earlier ones per channel, and the sweep runs its dims outside the channel loop:
+
+    for n, block:  max[c]: for r: simd for c;  sum[c]: for r: simd for c: sum[c] += exp(x - max[c])
+                   for l: simd for c in block: out[n, l, c] = exp(x - max[c]) / sum[c]
+
+It applies where the channel dim (the last of the kernel's rows) is static and at least MIN_CHANNELS wide, its
+reductions are sums, maxima or minima whose bodies read no reductions but earlier ones of the kernel, every load
+moves by zero or one element along the channel dim, and some load of a reduction moves by one along it while the
+innermost reduction dim does not.
 """
 from __future__ import annotations
 
@@ -27,20 +36,21 @@ BLOCK = 64  # channels per block: a block's accumulators (64 doubles) stay in re
 MIN_CHANNELS = 8  # fewer channels than a vector holds: the usual form
 
 
-def channel_var(nest) -> Optional[K.KExpr]:
-    """The loop variable to put innermost (the last output dim), or None where the usual form is kept."""
-    if nest.inner or not nest.outer or not nest.reductions:
+def channel_var(nest, values) -> Optional[K.KExpr]:
+    """The loop variable to put innermost (the last of the rows), or None where the usual form is kept. `values`:
+    the kernel's stored values (the sweep's loads must not gather across channels either)."""
+    if not nest.outer or not nest.reductions:
         return None
     channel = nest.outer[-1]
     if not isinstance(channel.arg[1], int) or channel.arg[1] < MIN_CHANNELS:
         return None
     contiguous = False
-    for reduction in nest.reductions:
+    for i, reduction in enumerate(nest.reductions):
         op, rvars, _ = reduction.arg
-        body = reduction.args[0]
-        if op not in ("sum", "max", "min") or _reads_reduction(body):
+        earlier = {id(r) for r in nest.reductions[:i]}
+        if op not in ("sum", "max", "min") or any(id(r) not in earlier for r in _own(reduction.args[0], "reduce")):
             return None
-        for load in (n for n in K.nodes_in(body) if n.op == "load"):
+        for load in _own(reduction.args[0], "load"):
             along = _coefficient(load.args[0], channel)
             if along is None or along not in (0, 1):
                 return None
@@ -49,11 +59,25 @@ def channel_var(nest) -> Optional[K.KExpr]:
                 if innermost is None or innermost == 1:
                     return None  # contiguous along the reduction already: the usual form vectorizes it
                 contiguous = True
+    if nest.inner and any(_coefficient(load.args[0], channel) not in (0, 1)
+                          for value in values for load in _own(value, "load")):
+        return None
     return channel if contiguous else None
 
 
-def _reads_reduction(body: K.KExpr) -> bool:
-    return any(n.op == "reduce" for n in K.nodes_in(body))
+def _own(root: K.KExpr, op: str) -> list[K.KExpr]:
+    """The `op` nodes of an expression outside the reductions it reads (each of those is checked on its own)."""
+    found, seen, stack = [], set(), [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op == op:
+            found.append(node)
+        if node.op != "reduce" or node is root:
+            stack += node.args
+    return found
 
 
 def _coefficient(index: K.KExpr, variable: K.KExpr) -> Optional[int]:
@@ -91,22 +115,31 @@ def render_loops(writer, channel: K.KExpr, ctype, reduction_init) -> tuple[list[
                 f"{writer.int_code(channels)});")
     channel_loop = f"for (int64_t {c} = {first}; {c} < {last}; ++{c})"
     accumulators: dict[int, str] = {}
+
+    def read_accumulators(scope: Scope) -> None:  # each reduction's value for channel c, named in `scope`
+        for reduction, acc in ((r, accumulators[id(r)]) for r in nest.reductions if id(r) in accumulators):
+            name = writer.fresh("red")
+            scope.lines.append(f"{scope.indent}const {ctype(reduction.dtype)} {name} = "
+                               f"({ctype(reduction.dtype)}){acc}[{c} - {first}];")
+            scope.names[id(reduction)] = name
+
     for reduction in nest.reductions:
         accumulators[id(reduction)] = _accumulate(writer, reduction, row, channel, channel_loop, first, block,
-                                                  ctype, reduction_init)
-    epilogue = Scope(row, row.bound | {channel}, "      ")
-    for reduction in nest.reductions:
-        name = writer.fresh("red")
-        epilogue.lines.append(f"      const {ctype(reduction.dtype)} {name} = "
-                              f"({ctype(reduction.dtype)}){accumulators[id(reduction)]}[{c} - {first}];")
-        epilogue.names[id(reduction)] = name
+                                                  ctype, reduction_init, read_accumulators)
+    sweep = "    " + "  " * len(nest.inner)  # (the sweep's dims, where there are any, outside the channel loop)
+    swept = Scope(row, row.bound | set(nest.inner), sweep)
+    epilogue = Scope(swept, swept.bound | {channel}, sweep + "  ")
+    read_accumulators(epilogue)
     stores = []
     for value, out in zip(kernel.values, kernel.outputs):
         code = writer.value(value, epilogue)
         index = writer.value(store_index(kernel, out.strides), epilogue)
         converted = {"float16": f"j2t_f2h({code})", "bfloat16": f"j2t_f2bf({code})"}.get(out.dtype, code)
-        stores.append(f"      out_{out.name}[{index}] = {converted};")
-    body = head + row.lines + ["    #pragma omp simd", f"    {channel_loop} {{"] + epilogue.lines + stores + ["    }"]
+        stores.append(f"{epilogue.indent}out_{out.name}[{index}] = {converted};")
+    loops = [f"    {'  ' * d}for (int64_t {v.arg[0]} = 0; {v.arg[0]} < {writer.size(v.arg[1])}; ++{v.arg[0]}) {{"
+             for d, v in enumerate(nest.inner)]
+    body = head + row.lines + loops + swept.lines + [f"{sweep}#pragma omp simd", f"{sweep}{channel_loop} {{"]
+    body += epilogue.lines + stores + [f"{sweep}}}"] + [f"    {'  ' * d}}}" for d in reversed(range(len(nest.inner)))]
     return root.lines, body, _rows_size(rows) * blocks
 
 
@@ -118,7 +151,7 @@ def _rows_size(rows):
 
 
 def _accumulate(writer, reduction: K.KExpr, row: Scope, channel: K.KExpr, channel_loop: str, first: str,
-                block: int, ctype, reduction_init) -> str:
+                block: int, ctype, reduction_init, read_accumulators) -> str:
     """Emit one reduction's loops into `row`; returns its accumulator array's name."""
     op, rvars, _ = reduction.arg
     body_dtype = reduction.args[0].dtype
@@ -126,6 +159,7 @@ def _accumulate(writer, reduction: K.KExpr, row: Scope, channel: K.KExpr, channe
     depth = len(rvars)
     outer = Scope(row, row.bound | frozenset(rvars), "    " + "  " * depth)
     inner = Scope(outer, outer.bound | {channel}, outer.indent + "  ")
+    read_accumulators(inner)  # (the earlier reductions', which this one's body may read)
     value = writer.value(reduction.args[0], inner)
     acc, c = writer.fresh("acc"), channel.arg[0]
     lines = [f"    {acc_type} {acc}[{writer.int_code(block)}];",
