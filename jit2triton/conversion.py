@@ -13,6 +13,7 @@ from jit2triton.deploy.literals import encode
 from jit2triton.deploy.package import PackageContents
 from jit2triton.deploy.packaging.build_manifest import BuiltKernels, add_method, build_package, model_outputs
 from jit2triton.deploy.packaging.cuda_graph_choice import choose_cuda_graph
+from jit2triton.deploy.packaging.graph_regions import has_regions
 from jit2triton.deploy.packaging.culprit import find_culprit
 from jit2triton.deploy.packaging.output_dims import with_dims
 from jit2triton.deploy.policy import library_of
@@ -304,7 +305,7 @@ def _convert_method(script, example_inputs, target: torch.device, backend: str, 
         stages.inputs = inputs + [_on_device(primed[slot.name], target) for slot in script.state]
     attempt = fallbacks.Attempt(kernels=backend != "aten", rewrites=backend != "aten")
     (contents, _, _), attempt = fallbacks.build_with_fallbacks(stages, attempt, say)
-    if target.type == "cuda" and contents.manifest["cuda_graph"]:
+    if target.type == "cuda" and (contents.manifest["cuda_graph"] or has_regions(contents.manifest["plan"])):
         with stopwatch.stage("cuda_graph_timing"):
             choose_cuda_graph(contents, taken, target, say)
     contents.manifest["report"]["verification"] = stages.verification(attempt, range_notes + script.notes)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import jit2triton
-from jit2triton.deploy.packaging.graph_regions import group_regions
+from jit2triton.deploy.packaging.graph_regions import group_regions, has_regions, without_regions
 
 from package_tools import rewrite_package
 from helpers import assert_same_outputs, build, copied, fresh_calls, on_gpu, to_device
@@ -114,6 +114,14 @@ def test_a_tensor_written_through_a_list_item_is_near_the_write() -> None:
     assert makers and all(manifest["nodes"][s["node"]].get("near_write") for s in makers)
 
 
+def test_regions_put_back_as_their_steps_give_the_plan_again(tmp_path) -> None:
+    """What the conversion's timing does where step by step was faster (packaging/cuda_graph_choice.py)."""
+    manifest, *_ = cpu_package(DECODER, tmp_path)
+    grouped = group_regions(manifest["plan"], manifest["nodes"])
+    assert has_regions(grouped) and not has_regions(manifest["plan"])
+    assert without_regions(grouped) == manifest["plan"]
+
+
 def test_list_appends_are_container_writes(tmp_path) -> None:
     manifest, *_ = cpu_package(DECODER, tmp_path)
     appends = [s for s in steps_of(manifest["plan"]["steps"]) if s.get("op", "").startswith("aten::append")]
@@ -151,7 +159,8 @@ def graph_launches(call) -> int:
 def test_gpu_regions_are_captured_replayed_and_match_torchscript(graphs, tmp_path) -> None:
     source, reference, example = build(DECODER, tmp_path)
     path = tmp_path / "decoder.j2t"
-    jit2triton.convert(source, example_inputs=to_device(example, "cuda"), device="cuda").save(path)
+    # (choices fixed: the regions as the plan's shape makes them, not as a timing on this machine chooses)
+    jit2triton.convert(source, example_inputs=to_device(example, "cuda"), device="cuda", choices="fixed").save(path)
     pytest.importorskip("ninja")
     loaded = jit2triton.load(path, cuda_graphs=graphs, runtime="cpp")
     assert not loaded.manifest["cuda_graph"]  # a loop: the plan cannot run whole as one graph
@@ -190,7 +199,8 @@ def test_gpu_regions_beside_in_place_writes_match_torchscript(tmp_path) -> None:
     pytest.importorskip("ninja")
     scripted = torch.jit.script(writes_beside_regions)
     path = tmp_path / "writes.j2t"
-    jit2triton.convert(scripted, example_inputs=(torch.randn(16, 32, device="cuda"), 2), device="cuda").save(path)
+    jit2triton.convert(scripted, example_inputs=(torch.randn(16, 32, device="cuda"), 2), device="cuda",
+                       choices="fixed").save(path)
     loaded = jit2triton.load(path)
     assert any(s["kind"] == "graph" for s in steps_of(loaded.manifest["plan"]["steps"]))
     for n in (1, 3, 3, 2):
@@ -201,6 +211,21 @@ def test_gpu_regions_beside_in_place_writes_match_torchscript(tmp_path) -> None:
             torch.testing.assert_close(actual.cpu(), want, rtol=2e-5, atol=2e-5)
         torch.testing.assert_close(ours.cpu(), theirs, rtol=0, atol=0)  # the input, written in place, as TorchScript
     assert graph_launches(lambda: loaded(torch.randn(16, 32, device="cuda"), 3)) > 0, "no region was captured"
+
+
+@on_gpu
+def test_gpu_conversion_times_regions_against_steps(tmp_path) -> None:
+    """Each replay copies a region's inputs in and outputs out: the conversion times the plan with its regions as
+    graphs and step by step, and keeps what was faster (packaging/cuda_graph_choice.py)."""
+    pytest.importorskip("ninja")
+    scripted = torch.jit.script(writes_beside_regions)
+    converted = jit2triton.convert(scripted, example_inputs=(torch.randn(16, 32, device="cuda"), 2), device="cuda")
+    timed = converted.manifest["report"].get("cuda_graph", {})
+    assert "regions" in timed and "steps_us" in timed and "graph_us" in timed, timed
+    assert has_regions(converted.manifest["plan"]) == timed["regions"]
+    x = torch.randn(16, 32)
+    for actual, want in zip(converted(x.cuda(), 3), scripted(x.clone(), 3)):
+        torch.testing.assert_close(actual.cpu(), want, rtol=2e-5, atol=2e-5)
 
 
 def masked_steps(x, n: int):
@@ -223,7 +248,8 @@ def test_a_region_whose_capture_fails_runs_step_by_step(tmp_path) -> None:
     pytest.importorskip("ninja")
     scripted = torch.jit.script(masked_steps)
     path = tmp_path / "masked.j2t"
-    jit2triton.convert(scripted, example_inputs=(torch.randn(64, 32, device="cuda"), 3), device="cuda").save(path)
+    jit2triton.convert(scripted, example_inputs=(torch.randn(64, 32, device="cuda"), 3), device="cuda",
+                       choices="fixed").save(path)
     loaded = jit2triton.load(path)
     assert any(s["kind"] == "graph" for s in steps_of(loaded.manifest["plan"]["steps"]))
     for n in (1, 4, 4):

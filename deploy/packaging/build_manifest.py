@@ -20,7 +20,7 @@ from jit2triton.transpiler.ir import Attr
 from jit2triton.transpiler.report import packed_summary, summarize
 from jit2triton.version import __version__
 
-from .graph_regions import capturable, group_regions, worth_capturing
+from .graph_regions import capturable, group_regions, without_regions, worth_capturing
 from ..literals import encode
 from ..policy import METHOD_PREFIX, METHOD_SHARED_FIELDS
 from ..package import PackageContents
@@ -139,6 +139,13 @@ def set_cuda_graph(contents: PackageContents, use_graph: bool, timed_us: dict[st
     """The CUDA graph timing's choice (packaging/cuda_graph_choice.py), over the one the plan's shape made."""
     contents.manifest["cuda_graph"] = use_graph
     contents.manifest["report"]["cuda_graph"] = dict({f"{k}_us": v for k, v in timed_us.items()}, chosen=use_graph)
+
+
+def set_graph_regions(contents: PackageContents, use_regions: bool, timed_us: dict[str, float]) -> None:
+    """The timing's choice for a plan with CUDA graph regions: kept, or each region put back as its steps."""
+    if not use_regions:
+        contents.manifest["plan"] = without_regions(contents.manifest["plan"])
+    contents.manifest["report"]["cuda_graph"] = dict({f"{k}_us": v for k, v in timed_us.items()}, regions=use_regions)
 
 
 def add_method(contents: PackageContents, name: str, method: PackageContents) -> None:

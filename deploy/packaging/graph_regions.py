@@ -66,6 +66,27 @@ def group_regions(plan: dict, nodes: list[dict], on_host: frozenset = frozenset(
     return dict(plan, steps=_group_block(plan["steps"], plan["outputs"], nodes, on_host | _over_counts(plan, counts)))
 
 
+def has_regions(plan: dict) -> bool:
+    return any(step["kind"] == "graph" for step in _walk(plan["steps"]))
+
+
+def without_regions(plan: dict) -> dict:
+    """The plan with each region put back as its steps."""
+    return dict(plan, steps=_ungrouped(plan["steps"]))
+
+
+def _ungrouped(steps: list[dict]) -> list[dict]:
+    flat: list[dict] = []
+    for step in steps:
+        if step["kind"] == "graph":
+            flat += step["steps"]
+        elif step.get("blocks"):
+            flat.append(dict(step, blocks=[dict(block, steps=_ungrouped(block["steps"])) for block in step["blocks"]]))
+        else:
+            flat.append(step)
+    return flat
+
+
 def _over_counts(plan: dict, counts: frozenset) -> frozenset:
     """The nodes of the kernel steps that take a count read from data."""
     return frozenset(step["node"] for step in _walk(plan["steps"]) if counts & set(step.get("sizes", ())))
