@@ -33,6 +33,13 @@ def _merge_heads(x):
     return torch.tanh(x.transpose(1, 2).reshape(b, s, h * d)) * 2
 
 
+def _layer_norm_2d(x):
+    """ConvNeXt's channels-first LayerNorm over C of NCHW (its weight and bias left out)."""
+    u = x.mean(1, keepdim=True)
+    s = (x - u).pow(2).mean(1, keepdim=True)
+    return (x - u) / torch.sqrt(s + 1e-6)
+
+
 PATTERNS = [
     Pattern("merged attention heads + tanh", _merge_heads, (2, 12, 128, 64), {2: "S"}),
     Pattern("patch flatten (ViT)", lambda x: torch.relu(x.flatten(2).transpose(1, 2)) * 3, (2, 192, 28, 28),
@@ -43,6 +50,7 @@ PATTERNS = [
     Pattern("softmax over dim 1", lambda x: torch.softmax(x, 1), (32, 256, 64)),
     Pattern("log_softmax over the last dim", lambda x: torch.log_softmax(x, -1), (256, 1000)),
     Pattern("mean over H and W", lambda x: x.mean(dim=(2, 3)), (8, 64, 56, 56)),
+    Pattern("channels-first LayerNorm (ConvNeXt)", _layer_norm_2d, (2, 96, 56, 56)),
     Pattern("layer_norm", lambda x: F.layer_norm(x, (768,)), (128, 768)),
     Pattern("strided slice", lambda x: x[:, ::2] * 2, (256, 1024)),
     Pattern("sum over dim 0", lambda x: x.sum(0), (1024, 512)),
