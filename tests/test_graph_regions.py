@@ -313,3 +313,32 @@ def test_graph_places_go_to_the_frequent_keys_of_recent_calls() -> None:
         call("c")
         call("d")
     assert captured()[1] == {"c", "d"}
+
+
+@on_gpu
+def test_gpu_a_region_captured_without_tf32_is_not_replayed_with_it(tmp_path) -> None:
+    """A graph keeps the GEMM kernels cuBLAS chose when it was captured: the graph key holds the math modes, so
+    after TF32 comes on the regions run TF32 GEMMs, as step by step does, and not the float32 ones captured before."""
+    pytest.importorskip("ninja")
+    scripted = torch.jit.script(writes_beside_regions)
+    path = tmp_path / "writes.j2t"
+    jit2triton.convert(scripted, example_inputs=(torch.randn(16, 32, device="cuda"), 2), device="cuda",
+                       choices="fixed").save(path)
+    graphs, steps = jit2triton.load(path), jit2triton.load(path, cuda_graphs=False)
+    x = torch.randn(16, 32, device="cuda") * 2
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        for _ in range(3):  # (captured on its key's second sighting)
+            graphs(x.clone(), 3)
+        exact = steps(x.clone(), 3)[2]
+        torch.backends.cuda.matmul.allow_tf32 = True
+        tf32 = steps(x.clone(), 3)[2]
+        moved = (tf32 - exact).abs().max().item()
+        if moved == 0:
+            pytest.skip("TF32 changes nothing here")
+        for _ in range(3):
+            replayed = graphs(x.clone(), 3)[2]
+        assert (replayed - tf32).abs().max().item() <= moved / 10, "a graph captured without TF32 was replayed"
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before

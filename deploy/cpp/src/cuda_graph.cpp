@@ -47,8 +47,34 @@ void append(std::string& key, char tag, int64_t n, char end) {
 // their bits). False when a value must not be captured: a CPU tensor (a graph reads its values on the host once,
 // at capture) or a container (its tensors would not be copied into static buffers). Built with string appends:
 // iostreams in an extension module can meet another libstdc++'s locale (a crash seen on the GPU machine).
+// The math modes a capture bakes in (the kernels cuDNN and cuBLAS chose under them): TF32 for convolutions and
+// GEMMs, reduced-precision GEMM reductions, deterministic and benchmarked cuDNN. A graph captured with TF32 off
+// (verification compares in exact float32) replayed its float32 kernels after TF32 came back on: FCOS at 0.80x
+// TorchScript where it runs at 1.20x. A getter that refuses a mix of torch's old and new precision settings
+// counts as a mode of its own.
+void append_math_mode(std::string& key) {
+  auto& context = at::globalContext();
+  auto flag = [&](auto get) -> int {
+    try {
+      return static_cast<int>(get());
+    } catch (const c10::Error&) {
+      return 9;
+    }
+  };
+  key += 'M';
+  key += static_cast<char>('0' + flag([&] { return context.allowTF32CuDNN(); }));
+  key += static_cast<char>('0' + flag([&] { return context.allowTF32CuBLAS(); }));
+  key += static_cast<char>('0' + flag([&] { return context.float32MatmulPrecision(); }));
+  key += static_cast<char>('0' + flag([&] { return context.allowFP16ReductionCuBLAS(); }));
+  key += static_cast<char>('0' + flag([&] { return context.allowBF16ReductionCuBLAS(); }));
+  key += static_cast<char>('0' + flag([&] { return context.deterministicCuDNN(); }));
+  key += static_cast<char>('0' + flag([&] { return context.benchmarkCuDNN(); }));
+  key += ';';
+}
+
 bool graph_key(const std::vector<c10::IValue>& values, bool layouts, std::string& key) {
   key.clear();
+  append_math_mode(key);
   for (const auto& v : values) {
     if (v.isTensor()) {
       const at::Tensor& t = v.toTensor();
