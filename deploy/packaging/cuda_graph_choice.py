@@ -28,9 +28,8 @@ def choose_cuda_graph(contents: PackageContents, inputs: list, target: torch.dev
     limit (an MLP's 4096x1024x4096 fp16 GEMMs), the launches hide behind GPU work anyway and the copies are pure
     cost: there the plan runs step by step. Only with room to spare, though: a plan whose host work nearly fills
     the GPU's time becomes host-bound, and slower than the graph, as soon as the host is a little busier than it
-    was while converting. Regions are timed as well: each replay copies its inputs and outputs, and a region over
-    large activations inside a loop took FCOS from 1.19x TorchScript to 0.81x while Faster R-CNN's went from 1.26x
-    to 1.69x. Recorded in the manifest (and its report), so no runtime decides it."""
+    was while converting. Regions are timed the same way (each replay copies its inputs and outputs too), and put
+    back as their steps where they do not pay. Recorded in the manifest (and its report), so no runtime decides it."""
     if timing.fixed():  # the graph, as the plan's shape decided
         timing.take_fixed(WHAT, "graph", "graph")
         return
