@@ -536,12 +536,17 @@ def _cuda_graph_line(manifest: dict) -> str:
 
     if manifest["device"] != "cuda":
         return ""
-    keyed = "per input shape and scalar inputs" if manifest["signature"].get("dims") else "per scalar inputs"
+    keyed = ("per input shape and scalar inputs" if manifest["signature"].get("dims") else "per scalar inputs") + (
+        " and math mode (TF32, reduced-precision reductions, cuDNN's settings)")
     if manifest.get("cuda_graph"):
         return (f"CUDA graphs: the whole plan, one graph {keyed}, captured on a key's second call, at most "
                 f"{MAX_GRAPHS}, the most frequent keys of recent calls (others step by step); each holds its own "
                 "buffers, the memory of one call at its shape")
     regions = _count_regions(manifest["plan"]["steps"])
+    timed = manifest.get("report", {}).get("cuda_graph", {})
+    if not regions and timed.get("regions") is False:
+        return (f"CUDA graphs: none (its regions took {timed['graph_us']:.0f} us a call at conversion, step by step "
+                f"{timed['steps_us']:.0f} us: the plan runs step by step)")
     if not regions:
         return "CUDA graphs: none (the plan runs step by step)"
     return (f"CUDA graphs: {regions} regions, one graph {keyed} each, captured on a key's second sight, at most "

@@ -209,12 +209,15 @@ def test_inspect_says_how_many_cuda_graphs_a_cuda_package_may_hold():
     from jit2triton.cli import _cuda_graph_line
     from jit2triton.deploy.policy import MAX_GRAPHS
     dynamic = {"device": "cuda", "cuda_graph": True, "signature": {"dims": {"b": {}}}, "plan": {"steps": []}}
-    assert f"one graph per input shape and scalar inputs, captured on a key's second call, at most {MAX_GRAPHS}" \
-        in _cuda_graph_line(dynamic)
+    assert f"one graph per input shape and scalar inputs and math mode (TF32, reduced-precision reductions, " \
+        f"cuDNN's settings), captured on a key's second call, at most {MAX_GRAPHS}" in _cuda_graph_line(dynamic)
     regions = {"device": "cuda", "cuda_graph": False, "signature": {},
                "plan": {"steps": [{"kind": "graph"}, {"kind": "if", "blocks": [{"steps": [{"kind": "graph"}]}]}]}}
-    assert _cuda_graph_line(regions).startswith("CUDA graphs: 2 regions, one graph per scalar inputs each")
+    assert _cuda_graph_line(regions).startswith("CUDA graphs: 2 regions, one graph per scalar inputs and math mode")
     assert _cuda_graph_line(dict(regions, plan={"steps": []})) == "CUDA graphs: none (the plan runs step by step)"
+    timed_out = dict(regions, plan={"steps": []},
+                     report={"cuda_graph": {"graph_us": 120.0, "steps_us": 100.0, "host_us": 40.0, "regions": False}})
+    assert "took 120 us a call at conversion, step by step 100 us" in _cuda_graph_line(timed_out)
     assert _cuda_graph_line(dict(regions, device="cpu")) == ""
 
 
