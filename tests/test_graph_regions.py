@@ -122,6 +122,21 @@ def test_regions_put_back_as_their_steps_give_the_plan_again(tmp_path) -> None:
     assert without_regions(grouped) == manifest["plan"]
 
 
+def test_a_write_that_reaches_an_input_keeps_the_plan_from_one_whole_graph() -> None:
+    """A whole-plan graph copies its inputs in: a write to an input (or a view of it) would write the copy. A write to
+    a tensor of the plan's own is as good inside the graph as outside it."""
+    from jit2triton.loaders import load_script
+    from jit2triton.transpiler import pipeline
+    from jit2triton.transpiler.from_torchscript import from_torchscript
+
+    def planned(fn):
+        script = load_script(torch.jit.script(fn))
+        return pipeline.plan(from_torchscript(script.graph, script.input_names, script.name, False))
+
+    assert planned(view_taken_before_the_write).writes_inputs is False
+    assert planned(writes_beside_regions).writes_inputs is True
+
+
 def test_list_appends_are_container_writes(tmp_path) -> None:
     manifest, *_ = cpu_package(DECODER, tmp_path)
     appends = [s for s in steps_of(manifest["plan"]["steps"]) if s.get("op", "").startswith("aten::append")]
@@ -356,3 +371,31 @@ def test_gpu_a_region_captured_without_tf32_is_not_replayed_with_it(tmp_path) ->
         assert (replayed - fast).abs().max().item() <= moved / 10, "a graph captured without TF32 was replayed"
     finally:
         torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def writes_its_input(x, w):
+    """Straight-line GPU work that writes its input in place first: the caller must see the write."""
+    x.mul_(2.0)
+    y = torch.tanh(x @ w)
+    y = torch.tanh(y @ w)
+    y = torch.tanh(y @ w)
+    return torch.tanh(y @ w) + x
+
+
+@on_gpu
+def test_gpu_a_plan_writing_its_input_is_not_one_whole_graph(tmp_path) -> None:
+    """A whole-plan graph writes its copy of the input; such a plan runs as regions and steps, and the caller's
+    tensor is written, call after call, as TorchScript writes it."""
+    pytest.importorskip("ninja")
+    scripted = torch.jit.script(writes_its_input)
+    w = torch.randn(32, 32, device="cuda") / 6
+    path = tmp_path / "writes_input.j2t"
+    jit2triton.convert(scripted, example_inputs=(torch.randn(16, 32, device="cuda"), w), device="cuda",
+                       choices="fixed").save(path)
+    loaded = jit2triton.load(path)
+    assert not loaded.manifest["cuda_graph"]
+    for _ in range(4):
+        x = torch.randn(16, 32, device="cuda")
+        ours, theirs = x.clone(), x.clone()
+        torch.testing.assert_close(loaded(ours, w), scripted(theirs, w), rtol=2e-5, atol=2e-5)
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)

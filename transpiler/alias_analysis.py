@@ -51,12 +51,13 @@ def written_values(graph: Graph, within: Optional[Block] = None) -> set[int]:
 _HOLDERS = frozenset({"List", "Tuple", "Dict", "Optional", "Any"})  # types whose values may hold a tensor
 
 
-def near_writes(graph: Graph) -> set[int]:
+def near_writes(graph: Graph) -> tuple[set[int], bool]:
     """The ids of the nodes that read or make a value that may share memory with one something writes in place,
     by any path: views, an in-place op's result, an item taken out of a container and what was put in it, a block's
     inputs and results. A CUDA graph region copies its inputs in and its outputs out, so such a node inside one
     would write to the copy, or split an alias in two (deploy/packaging/graph_regions.py). Wider than
-    mutated_views' families: wrongly out of a region costs a launch; wrongly in, a wrong answer."""
+    mutated_views' families: wrongly out of a region costs a launch; wrongly in, a wrong answer. And whether a
+    write reaches an input of the graph (a whole-plan CUDA graph would write its copy of the input)."""
     holder = lambda v: v.type.kind in _HOLDERS  # noqa: E731
     held = lambda v: v.type.is_tensor or holder(v)  # noqa: E731
     # First the containers alone, to know which are opened: only an item taken out of one may alias what went in
@@ -77,7 +78,8 @@ def near_writes(graph: Graph) -> set[int]:
         written += [node.inputs[i].id for i in written_tensor_arguments(node.attrs.get(Attr.SCHEMA, ""))
                     if i < len(node.inputs)]
     touched = {family(v) for v in written}
-    return {id(node) for node in graph.walk() if any(family(v.id) in touched for v in (*node.inputs, *node.outputs))}
+    near = {id(node) for node in graph.walk() if any(family(v.id) in touched for v in (*node.inputs, *node.outputs))}
+    return near, any(family(v.id) in touched for v in graph.inputs)
 
 
 def _union_find():

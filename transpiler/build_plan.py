@@ -33,6 +33,7 @@ class Plan:
     nodes: list[Node]  # the IR node behind each node_table entry (step["node"] indexes both)
     weights: dict[str, torch.Tensor]  # what the plan's ["w", name] references name
     counts: frozenset = frozenset()  # the bound dims that are counts read from data (kept out of CUDA graphs)
+    writes_inputs: bool = False  # an in-place write reaches an input (no whole-plan CUDA graph: it writes a copy)
 
 
 def build_plan(graph: Graph) -> Plan:
@@ -56,11 +57,12 @@ def build_plan(graph: Graph) -> Plan:
     weights = _read_weights(graph)
     if graph.host_weights & weights.keys():
         plan["host_weights"] = sorted(graph.host_weights & weights.keys())  # they stay on the CPU at load
-    near = near_writes(graph)
+    near, writes_inputs = near_writes(graph)
     for entry, node in zip(builder.node_table, builder.nodes):
         if id(node) in near:
             entry["near_write"] = True  # no CUDA graph region may hold it (deploy/packaging/graph_regions.py)
-    return Plan(plan, builder.node_table, builder.nodes, weights, frozenset(bound) & frozenset(graph.data_sizes))
+    return Plan(plan, builder.node_table, builder.nodes, weights, frozenset(bound) & frozenset(graph.data_sizes),
+                writes_inputs)
 
 
 def _dim_sources(graph: Graph) -> list[list]:

@@ -64,8 +64,9 @@ def build_package(sched, plan_graph, built: BuiltKernels, signature: dict, model
     # (on CUDA, nodes that make CPU tensors: a graph would run their work once, when captured)
     on_host = frozenset(i for i, node in enumerate(sched.nodes) if target.type == "cuda"
                         and any(v.type.is_tensor and v.type.device == "cpu" for v in node.outputs))
-    near_writes = frozenset(i for i, node in enumerate(sched.node_table) if node.get("near_write"))
-    manifest["cuda_graph"] = (capturable(sched.plan, on_host | near_writes, sched.counts)
+    # (a write to an internal tensor is as good inside the whole-plan graph as outside it; one that reaches an
+    # input would write the graph's copy of it, so then the plan is not captured whole)
+    manifest["cuda_graph"] = (not sched.writes_inputs and capturable(sched.plan, on_host, sched.counts)
                               and worth_capturing(sched.plan, manifest["signature"]))
     if not manifest["cuda_graph"] and target.type == "cuda":  # then its straight-line runs may, one by one
         manifest["plan"] = group_regions(sched.plan, sched.node_table, on_host, sched.counts)
