@@ -484,7 +484,7 @@ class _KernelWriter(KernelWriter):
         for j, b in enumerate(kernel.outputs):
             head.append(f"  {CTYPES[b.dtype]}* __restrict out_{b.name} = ({CTYPES[b.dtype]}*)buffers[{len(kernel.inputs) + j}];")
         self.nest = nest = _single_points_in_rows(nest)
-        channel = channels_inner.channel_var(nest, self.kernel)
+        channel = channels_inner.channel_var(nest, self.kernel.values)
         if channel is not None:
             return self.render_channels_inner(head, channel)
         self.nest = nest = _short_sweep_widened(nest)

@@ -159,27 +159,3 @@ def test_float_sums_stay_accurate_over_long_rows():
         x = 1.0 + 1e-3 * torch.randn(4, 200_000)
         exact = x.double().sum(-1)
         assert ((converted(x).double() - exact).abs() / exact).max() < 2e-7
-
-
-class PermutedLayerNorm(torch.nn.Module):
-    """transformers' ConvNextLayerNorm over channels first: a LayerNorm over C of a permuted NCHW activation. Its
-    output is stored NHWC, each channel's values 96 floats apart along the dim an interchange would put in lanes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(96)
-
-    def forward(self, x):
-        return self.norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
-
-
-def test_a_sweep_whose_stores_step_across_channels_keeps_the_usual_form(monkeypatch):
-    """Interchanged, its stores scattered 96 floats apart: ConvNeXt as a whole ran 7% slower."""
-    monkeypatch.setattr(channels_last, "MODE", "never")
-    torch.manual_seed(0)
-    traced = torch.jit.trace(PermutedLayerNorm().eval(), torch.randn(2, 96, 16, 32))
-    converted = jit2triton.convert(traced, (torch.randn(2, 96, 16, 32),), choices="fixed")
-    assert not _interchanged(converted)
-    for _ in range(2):
-        x = torch.randn(2, 96, 16, 32)
-        assert_same(converted(x), traced(x))
