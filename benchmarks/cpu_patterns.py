@@ -51,6 +51,8 @@ PATTERNS = [
     Pattern("log_softmax over the last dim", lambda x: torch.log_softmax(x, -1), (256, 1000)),
     Pattern("mean over H and W", lambda x: x.mean(dim=(2, 3)), (8, 64, 56, 56)),
     Pattern("channels-first LayerNorm (ConvNeXt)", _layer_norm_2d, (2, 96, 56, 56)),
+    Pattern("LayerNorm over permuted channels (transformers' ConvNeXt)",
+            lambda x: F.layer_norm(x.permute(0, 2, 3, 1), (96,)).permute(0, 3, 1, 2), (2, 96, 32, 32)),
     Pattern("layer_norm", lambda x: F.layer_norm(x, (768,)), (128, 768)),
     Pattern("strided slice", lambda x: x[:, ::2] * 2, (256, 1024)),
     Pattern("sum over dim 0", lambda x: x.sum(0), (1024, 512)),
