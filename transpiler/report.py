@@ -170,7 +170,9 @@ def _choice_line(choice: dict[str, Any]) -> str:
     if choice["fixed"]:
         return f"{choice['what']}: {choice['chosen']}"
     times = ", ".join(f"{label} {us:.1f} us" for label, us in choice["times_us"].items()) or "not timed"
-    return f"{choice['what']}: {times} -> {choice['chosen']} (margin {choice['margin']:.2f})"
+    noise = (f"; machine busy: spread {choice['spread']:.0%}, its median under the model's own fastest call"
+             if choice.get("through_noise") else "")
+    return f"{choice['what']}: {times} -> {choice['chosen']} (margin {choice['margin']:.2f}{noise})"
 
 
 def _kernel_line(kernel: dict[str, Any]) -> str:
