@@ -88,6 +88,7 @@ def _union_find():
 
     def find(v: int) -> int:
         while parent.get(v, v) != v:
+            parent[v] = parent.get(parent[v], parent[v])  # (halving the path: a long chain of views stays cheap)
             v = parent[v]
         return v
 
