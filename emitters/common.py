@@ -11,6 +11,11 @@ from jit2triton.transpiler.timing import range_points
 
 from .decompose import decompose
 
+# A float sum's lanes add in float over this many steps of its innermost loop, each chunk's sum then added in
+# double (emitters/cpp.py's sums, cpp_channels_inner.py's accumulator rows): float lanes are twice as wide as double
+# ones and need no conversion, and a chunk of 64 rounds little.
+FLOAT_SUM_CHUNK = 64
+
 
 @dataclass
 class LoopNest:

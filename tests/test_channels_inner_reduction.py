@@ -146,18 +146,24 @@ def row_sums(x):
     return x.sum(-1)
 
 
-def test_float_sums_stay_accurate_over_long_rows():
-    """A float sum's lanes add in float over chunks of the row (emitters/cpp.py's CHUNK), each chunk's sum then in
-    double: as close to the exact sum as a double accumulator, where lanes adding a whole row of 200,000 floats
-    in float would drift from it by about 1e-5."""
+def column_sums(x):
+    return x.sum(0)
+
+
+@pytest.mark.parametrize("sums, shape", [(row_sums, (4, 200_000)), (column_sums, (200_000, 24))])
+def test_float_sums_stay_accurate_over_long_rows(sums, shape):
+    """A float sum's lanes add in float over chunks of the row (emitters/common.py's FLOAT_SUM_CHUNK), each chunk's
+    sum then in double: as close to the exact sum as a double accumulator, where lanes adding a whole row of 200,000
+    floats in float would drift from it by about 1e-5. The same for a column's sums, channels innermost."""
     torch.manual_seed(0)
-    scripted = torch.jit.script(row_sums)
-    x = 1.0 + 1e-3 * torch.randn(4, 200_000)
+    scripted = torch.jit.script(sums)
+    x = 1.0 + 1e-3 * torch.randn(*shape)
     converted = jit2triton.convert(scripted, (x,), choices="fixed")
     assert "part" in converted.code  # (the chunked form)
+    assert ("channel_block" in converted.code) == (sums is column_sums)
     for _ in range(3):
-        x = 1.0 + 1e-3 * torch.randn(4, 200_000)
-        exact = x.double().sum(-1)
+        x = 1.0 + 1e-3 * torch.randn(*shape)
+        exact = x.double().sum(-1 if sums is row_sums else 0)
         assert ((converted(x).double() - exact).abs() / exact).max() < 2e-7
 
 
