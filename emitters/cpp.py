@@ -14,7 +14,7 @@ zero.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Callable, NamedTuple, Optional
 
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.kernel_ir import compute_dtype
@@ -252,6 +252,7 @@ class _KernelWriter(KernelWriter):
     # With a list: every static int64 (a literal, a size) is written as a placeholder and listed here as (value,
     # its code), so kernels that differ only in them can share one compiled body (cpp_shared.py)
     ints: Optional[list[tuple[int, str]]] = None
+    stashes: dict = {}  # id(reduction) -> _Stash, the usual form only (render sets its own)
 
     def literal(self, value, dtype: str) -> str:
         code = literal(value, dtype)
@@ -402,8 +403,13 @@ class _KernelWriter(KernelWriter):
                 lines.append(f"{ind}{pad}for (int64_t {var} = {start}; {var} < {extent}; ++{var}) {{")
                 continue
             lines.append(f"{ind}{'  ' * depth}for (int64_t {var} = 0; {var} < {extent}; ++{var}) {{")
+        stash = self.stashes.get(id(node))
+        if stash is not None:
+            stash_index = self.value(stash.at_reduction, inner)
         lines += inner.lines
         body_ind = inner.indent
+        if stash is not None:
+            lines.append(f"{body_ind}out_{stash.out.name}[{stash_index}] = {body};")
         if op == "sum":
             lines.append(f"{body_ind}{part} += {body};")
         elif op == "prod":
@@ -453,6 +459,10 @@ class _KernelWriter(KernelWriter):
     def open_sweep(self, rows: Scope) -> Scope:
         sweep = Scope(rows, frozenset(self.nest.ranges), "    " + "  " * len(self.nest.inner))
         self.simd_sweep = sweep if self.nest.inner else None
+        for stash in self.stashes.values():  # (what the sum stored here, read back in place of computing it again)
+            index, name = self.value(stash.at_sweep, sweep), self.fresh("stashed")
+            sweep.lines.append(f"{sweep.indent}const float {name} = out_{stash.out.name}[{index}];")
+            sweep.names[id(stash.swept)] = name
         return sweep
 
     def store(self, sweep: Scope, out: K.KernelBuffer, code: str) -> None:
@@ -488,6 +498,7 @@ class _KernelWriter(KernelWriter):
         if channel is not None:
             return self.render_channels_inner(head, channel)
         self.nest = nest = _short_sweep_widened(nest)
+        self.stashes = _stashes(kernel, nest)
         self.tables: list[str] = []
         self.fills = {}  # (the usual form only: the channels-innermost and scatter forms write their own loops)
         row, sweep = self.write()
@@ -576,6 +587,37 @@ def _single_points_in_rows(nest: LoopNest) -> LoopNest:
         return nest
     return LoopNest(nest.ranges, tuple(v for v in nest.ranges if v in nest.outer or v in ones),
                     tuple(v for v in nest.inner if v not in ones), nest.reductions)
+
+
+class _Stash(NamedTuple):
+    """A sum's body that the sweep after it computes again at the same points (softmax's exp(x - max)): stored into
+    the output as the sum runs, and read back by the sweep in place of computing it a second time."""
+    swept: K.KExpr  # the body with the reduction's variable replaced by the sweep's: the node the sweep would compute
+    out: K.KernelBuffer
+    at_reduction: K.KExpr  # the output's index at the reduction's point
+    at_sweep: K.KExpr  # ... and at the sweep's
+
+
+def _stashes(kernel: K.Kernel, nest: LoopNest) -> dict[int, _Stash]:
+    """id(reduction) -> its stash, for at most one sum (each writes the kernel's one output): a float32 output swept
+    along one dim, a sum over that dim's extent whose body calls a libm function, and that body, moved to the sweep's
+    variable, inside the stored value. (softmax over 1000 classes: 0.187 ms where ATen's takes 0.111, computing each
+    exp twice.)"""
+    if len(kernel.outputs) != 1 or kernel.outputs[0].dtype != "float32" or len(nest.inner) != 1:
+        return {}
+    sweep_var, out = nest.inner[0], kernel.outputs[0]
+    stored = {id(n) for n in K.nodes_in(kernel.values[0])}
+    at_sweep = store_index(kernel, out.strides)
+    for reduction in nest.reductions:
+        op, rvars, _ = reduction.arg
+        body = reduction.args[0]
+        if op != "sum" or len(rvars) != 1 or rvars[0].arg[1] != sweep_var.arg[1] \
+                or compute_dtype(body.dtype) != "float32" or not any(n.op in VECTOR_MATH for n in K.nodes_in(body)):
+            continue
+        swept = K.substitute(body, rvars[0], sweep_var)
+        if id(swept) in stored:
+            return {id(reduction): _Stash(swept, out, K.substitute(at_sweep, sweep_var, rvars[0]), at_sweep)}
+    return {}
 
 
 def _short_sweep_widened(nest: LoopNest) -> LoopNest:

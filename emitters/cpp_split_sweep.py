@@ -38,7 +38,7 @@ def split_sweep(kernel: K.Kernel) -> K.Kernel:
     return dataclasses.replace(
         kernel, ranges=kernel.ranges[:-1] + (outer, inner),
         index=tuple(joined if x is v else x for x in kernel.index),
-        values=[_substituted(x, v, joined, memo) for x in kernel.values])
+        values=[K.substitute(x, v, joined, memo) for x in kernel.values])
 
 
 def _divisor(kernel: K.Kernel, v: K.KExpr, n: int) -> Optional[int]:
@@ -48,20 +48,3 @@ def _divisor(kernel: K.Kernel, v: K.KExpr, n: int) -> Optional[int]:
     return max(fitting) if fitting else None
 
 
-_BUILD = {"add": K.add, "mul": K.mul, "index_div": K.floordiv, "index_mod": K.mod}
-
-
-def _substituted(x: K.KExpr, v: K.KExpr, joined: K.KExpr, memo: dict[int, K.KExpr]) -> K.KExpr:
-    """x with the variable v replaced by `joined`, index arithmetic rebuilt through the constructors (so their rules
-    simplify it), every other node as it was but for its arguments."""
-    if x is v:
-        return joined
-    if v not in K.free_vars(x):
-        return x
-    done = memo.get(id(x))
-    if done is not None:
-        return done
-    args = tuple(_substituted(a, v, joined, memo) for a in x.args)
-    built = _BUILD[x.op](*args) if x.op in _BUILD and x.dtype == K.INT else K.KExpr(x.op, args, x.arg, x.dtype)
-    memo[id(x)] = built
-    return built

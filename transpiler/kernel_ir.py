@@ -627,6 +627,25 @@ def nodes_in(*roots: KExpr) -> list[KExpr]:
     return order
 
 
+def substitute(x: KExpr, v: KExpr, by: KExpr, memo: Optional[dict[int, KExpr]] = None) -> KExpr:
+    """x with the loop variable v replaced by `by`, index arithmetic rebuilt through its constructors (so their rules
+    simplify it), every other node as it was but for its arguments (interned: the same expression built twice is
+    one node)."""
+    memo = {} if memo is None else memo
+    if x is v:
+        return by
+    if v not in free_vars(x):
+        return x
+    done = memo.get(id(x))
+    if done is not None:
+        return done
+    args = tuple(substitute(a, v, by, memo) for a in x.args)
+    build = {"add": add, "mul": mul, "index_div": floordiv, "index_mod": mod}.get(x.op) if x.dtype == INT else None
+    built = build(*args) if build else KExpr(x.op, args, x.arg, x.dtype)
+    memo[id(x)] = built
+    return built
+
+
 def reductions_in(x: KExpr) -> list[KExpr]:
     """Every reduce node reachable from x, innermost first (a reduce after the reduces its body needs)."""
     return [n for n in nodes_in(x) if n.op == "reduce"]

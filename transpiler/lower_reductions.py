@@ -214,7 +214,10 @@ def softmax(ctx, x, dim, dtype=None):
     total = reduce_box(ctx, shifted, [dim], True, "sum", out_dtype, body=lambda v, index: K.op("exp", v))
     if ctx.op == "aten::log_softmax.int":
         return elementwise(x.shape, out_dtype, lambda s, t: K.op("sub", s, K.op("log", t)), shifted, total)
-    return elementwise(x.shape, out_dtype, lambda s, t: K.op("truediv", K.op("exp", s), t), shifted, total)
+    if ctx.device_type == "cuda":  # (as ATen rounds it: its CUDA kernel divides by the sum, its CPU kernel multiplies
+        return elementwise(x.shape, out_dtype, lambda s, t: K.op("truediv", K.op("exp", s), t), shifted, total)
+    return elementwise(x.shape, out_dtype,  # by the sum's reciprocal, one division a row where a division an element
+                       lambda s, t: K.op("mul", K.op("exp", s), K.op("truediv", _c(1, t), t)), shifted, total)
 
 
 @lowering("aten::logsumexp")
