@@ -31,6 +31,11 @@ from . import cpp_channels_inner as channels_inner
 CTYPES = {"float32": "float", "float64": "double", "float16": "uint16_t", "bfloat16": "uint16_t",
           "int64": "int64_t", "int32": "int32_t", "int16": "int16_t", "int8": "int8_t", "uint8": "uint8_t",
           "bool": "bool"}
+# A buffer's element type in memory: a bool buffer's bytes are read as uint8_t and turn bool in a register. Read
+# through `const bool*`, a loop selecting by a mask (an attention's `masked_fill(mask, -inf)` before its softmax)
+# vectorized so poorly that the kernel took 7x its time without the mask (1.4 ms where ATen's two kernels take
+# 0.45; a C++ loop of the select and a max: 191 us through bool*, 36 through uint8_t*).
+MEMORY_TYPES = dict(CTYPES, bool="uint8_t")
 PARALLEL_WORK = 1 << 15  # below this many element-steps a kernel runs on one thread: spawning costs more
 # A value that varies only along an inner loop's one variable and costs a libm call or a division (a BatchNorm's
 # scale, 1/sqrt(var + eps) * weight, with channels innermost) is computed once per index of that variable, into a
@@ -163,13 +168,32 @@ def _c_math(template: str):
     return render
 
 
+def _less_a_maximum(x: K.KExpr) -> bool:
+    """Whether x is a value less a maximum (softmax's, log_softmax's, logsumexp's x - max): SATURATING_EXP's case."""
+    while x.op == "cast":
+        x = x.args[0]
+    if x.op != "sub":
+        return False
+    subtrahend = x.args[1]
+    while subtrahend.op == "cast":
+        subtrahend = subtrahend.args[0]
+    return subtrahend.op == "reduce" and subtrahend.arg[0] == "max"
+
+
+def _exp(writer, node: K.KExpr, args: list) -> str:
+    shifted = _less_a_maximum(node.args[0])
+    return _c_math("j2t_{fn}_shifted({0})" if shifted else "{fn}({0})")(writer, node, args)
+
+
 def _load(writer, node: K.KExpr, args: list) -> str:
     dtype = writer.buffer_dtypes[node.arg]
-    raw = f"{writer.buffer_names[node.arg]}[{args[0]}]"
+    read = (lambda index: f"((bool){writer.buffer_names[node.arg]}[{index}])") if dtype == "bool" else \
+        (lambda index: f"{writer.buffer_names[node.arg]}[{index}]")  # (bool buffers are uint8_t: MEMORY_TYPES)
+    raw = read(args[0])
     if len(args) == 2:  # a masked load: the conditional operator reads memory only where the mask holds
         index = writer.sweeping_index(node)
         if index is not None:  # in bounds either way: read unconditionally (a function's arguments), then select
-            raw = f"j2t_if({args[1]}, {writer.buffer_names[node.arg]}[{index}], ({CTYPES[dtype]})0)"
+            raw = f"j2t_if({args[1]}, {read(index)}, ({CTYPES[dtype]})0)"
         else:
             raw = f"({args[1]} ? {raw} : ({CTYPES[dtype]})0)"
     return {"float16": f"j2t_h2f({raw})", "bfloat16": f"j2t_bf2f({raw})"}.get(dtype, raw)
@@ -193,6 +217,10 @@ def _cast(writer, node: K.KExpr, args: list) -> str:
         return args[0]
     if target == "bool":
         return f"({args[0]} != 0)"
+    if source == "bool" and target.startswith("float"):
+        # (through int: GCC vectorizes no loop with a bool -> float conversion in it, so `(x > 1).float()` in an
+        # attention mask's arithmetic left the whole kernel scalar, expf calls included: 0.20-0.26x ATen's time)
+        return f"(({CTYPES[target]})(int){args[0]})"
     return f"(({CTYPES[target]}){args[0]})"
 
 
@@ -225,7 +253,7 @@ def _extremum(helper: str, better: str):
 
 OPS = {
     "load": _load, "cast": _cast, "where": _where,
-    "neg": "(-{0})", "exp": _c_math("{fn}({0})"), "exp2": _c_math("{fn}({0})"), "log": _c_math("{fn}({0})"),
+    "neg": "(-{0})", "exp": _exp, "exp2": _c_math("{fn}({0})"), "log": _c_math("{fn}({0})"),
     "log2": _c_math("{fn}({0})"), "log1p": _c_math("{fn}({0})"), "expm1": _c_math("{fn}({0})"),
     "fma": "std::fma({0}, {1}, {2})", "sqrt": "std::sqrt({0})", "rsqrt": _c_math("({one}1 / std::sqrt({0}))"), "sin": _c_math("{fn}({0})"),
     "cos": _c_math("{fn}({0})"), "tan": _c_math("{fn}({0})"), "tanh": _c_math("{fn}({0})"),
@@ -489,10 +517,11 @@ class _KernelWriter(KernelWriter):
                 "  int j2t_status = 0;"]
         head += [f"  const int64_t dim_{name} = sizes[{i}];" for i, name in enumerate(kernel.size_names)]
         for i, b in enumerate(kernel.inputs):
-            head.append(f"  const {CTYPES[b.dtype]}* __restrict {self.buffer_names[b.name]} = "
-                        f"(const {CTYPES[b.dtype]}*)buffers[{i}];")
+            head.append(f"  const {MEMORY_TYPES[b.dtype]}* __restrict {self.buffer_names[b.name]} = "
+                        f"(const {MEMORY_TYPES[b.dtype]}*)buffers[{i}];")
         for j, b in enumerate(kernel.outputs):
-            head.append(f"  {CTYPES[b.dtype]}* __restrict out_{b.name} = ({CTYPES[b.dtype]}*)buffers[{len(kernel.inputs) + j}];")
+            head.append(f"  {MEMORY_TYPES[b.dtype]}* __restrict out_{b.name} = "
+                        f"({MEMORY_TYPES[b.dtype]}*)buffers[{len(kernel.inputs) + j}];")
         self.nest = nest = _single_points_in_rows(nest)
         channel = channels_inner.channel_var(nest, self.kernel.values)
         if channel is not None:
@@ -669,6 +698,25 @@ def render_with_placeholders(kernel: K.Kernel) -> Rendered:
     return Rendered(kernel.name, writer.render(), writer.ints)
 
 
+# glibc's vector exp takes a scalar path, 15-25x slower, for any lane whose result underflows to 0 or overflows
+# (0.27 ns an element, 3.6-6.9 beyond): an attention's masked scores (-1e4, -inf) took it on every masked element of
+# a softmax's exp(x - max), a masked softmax at 0.17x ATen's speed. There such lanes compute exp(0) instead, and
+# the select puts back the exact result libm gives: 0 for x <= -103.972084f (the float below -103.972076f), in
+# double at or below -745.13321910194122 (found by search against glibc's exp). Only for an exp of a value less a
+# maximum (at most 0, so never overflowing): the select costs 14% of a sigmoid's time, and other exps rarely meet
+# such values. (The band where exp's result is subnormal keeps the scalar path: its results are libm's own.)
+SATURATING_EXP = r"""
+static inline float j2t_expf_shifted(float x) {
+  const bool zero = x < -103.972076f;
+  return j2t_if(zero, 0.0f, expf(j2t_if(zero, 0.0f, x)));
+}
+static inline double j2t_exp_shifted(double x) {
+  const bool zero = x <= -745.13321910194122;
+  return j2t_if(zero, 0.0, exp(j2t_if(zero, 0.0, x)));
+}
+"""
+
+
 def render_module(kernels: list[K.Kernel], vector_math: tuple[tuple[str, str], ...] = (),
                   template: Optional[Callable[[K.Kernel], Optional[str]]] = None, template_prelude: str = "") -> str:
     """One translation unit holding every kernel of a model; `vector_math` lists the C math functions
@@ -686,4 +734,4 @@ def render_module(kernels: list[K.Kernel], vector_math: tuple[tuple[str, str], .
         rendered.append(Rendered(kernel.name, source, []) if source is not None else render_with_placeholders(kernel))
     functions = share_bodies(rendered)
     templates = template_prelude if templated else ""
-    return PRELUDE + declarations + templates + "\n\n" + "\n\n".join(functions) + "\n"
+    return PRELUDE + declarations + SATURATING_EXP + templates + "\n\n" + "\n\n".join(functions) + "\n"
