@@ -4,7 +4,7 @@ Each kernel is a loop over rows (the output dims its reductions depend on), para
 reduction is computed once and then the remaining dims are swept by a vectorizable inner loop. Expressions are
 emitted once each (the kernel IR is hash-consed), at the outermost loop level where all their variables are bound,
 so loop-invariant work is hoisted for free. Values are computed in float for float16/bfloat16, and float sums
-accumulate in double.
+add in float over chunks of FLOAT_SUM_CHUNK steps, each chunk's sum then accumulated in double.
 
 Calling convention: `int name(void* const* buffers, const int64_t* sizes, int num_threads)`, buffers = inputs
 then outputs, in the order of `Kernel.inputs` and `Kernel.outputs`; sizes = the dynamic dims the kernel takes, in
