@@ -40,6 +40,10 @@ def _layer_norm_2d(x):
     return (x - u) / torch.sqrt(s + 1e-6)
 
 
+_CAUSAL = torch.ones(128, 128).triu(1).bool()  # (the attention rows' constant masks)
+_CAUSAL_ADDED = torch.triu(torch.full((128, 128), -1e4), 1)
+
+
 PATTERNS = [
     Pattern("merged attention heads + tanh", _merge_heads, (2, 12, 128, 64), {2: "S"}),
     Pattern("patch flatten (ViT)", lambda x: torch.relu(x.flatten(2).transpose(1, 2)) * 3, (2, 192, 28, 28),
@@ -49,6 +53,16 @@ PATTERNS = [
     Pattern("transpose, contiguous", lambda x: x.transpose(-1, -2).contiguous() + 1, (64, 128, 128)),
     Pattern("softmax over dim 1", lambda x: torch.softmax(x, 1), (32, 256, 64)),
     Pattern("log_softmax over the last dim", lambda x: torch.log_softmax(x, -1), (256, 1000)),
+    Pattern("softmax over the last dim", lambda x: torch.softmax(x, -1), (2, 12, 128, 128)),
+    Pattern("softmax, causal mask of -1e4 added", lambda x: torch.softmax(x / 8 + _CAUSAL_ADDED, -1),
+            (2, 12, 128, 128)),
+    Pattern("softmax, masked_fill(causal, -inf)", lambda x: torch.softmax(x.masked_fill(_CAUSAL, float("-inf")), -1),
+            (2, 12, 128, 128)),
+    Pattern("log_softmax, (x > 1).float() mask", lambda x: torch.log_softmax(x - 1e4 * (x > 1).float(), -1),
+            (256, 1000)),
+    Pattern("sigmoid", torch.sigmoid, (64, 3072)),
+    Pattern("SiLU", F.silu, (64, 3072)),
+    Pattern("GELU (erf)", F.gelu, (64, 3072)),
     Pattern("mean over H and W", lambda x: x.mean(dim=(2, 3)), (8, 64, 56, 56)),
     Pattern("channels-first LayerNorm (ConvNeXt)", _layer_norm_2d, (2, 96, 56, 56)),
     Pattern("LayerNorm over permuted channels (transformers' ConvNeXt)",
