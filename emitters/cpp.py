@@ -407,7 +407,7 @@ class _KernelWriter(KernelWriter):
             lines.append(f"{ind}int {nan_flag} = 0;")
         # A float sum's lanes add in float over a chunk of the innermost loop, each chunk's sum then added in double:
         # float lanes are twice as wide as double ones and need no conversion (a mean over 8x64 planes of 56x56, as a
-        # C++ loop: 142 us in double, 72 in chunks, ATen 80), and a chunk of 64 floats in 8 lanes rounds little.
+        # C++ loop: 142 us in double, 72 in chunks, ATen 80), and a chunk in 8 lanes rounds little (common.py).
         chunked = simd and op == "sum" and acc_type == "double" and compute_dtype(body_dtype) == "float32"
         part = self.fresh("part") if chunked else acc
         chunk_loop = False
