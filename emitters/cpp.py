@@ -563,7 +563,8 @@ class _KernelWriter(KernelWriter):
     def render_channels_inner(self, head: list[str], channel: K.KExpr) -> str:
         """The kernel with its channels innermost (cpp_channels_inner.py): rows and channel blocks split across
         threads where the work is large enough."""
-        prelude, body, rows = channels_inner.render_loops(self, channel, ctype, _reduction_init)
+        prelude, body, rows = channels_inner.render_loops(self, channel, ctype, _reduction_init,
+                                                          _stashes(self.kernel, self.nest))
         work = rows * (at_least_one(self.nest.inner_size) + sum(reduction_size(r) for r in self.nest.reductions)) \
             * channel.arg[1]
         lines = head + prelude

@@ -95,9 +95,11 @@ def _coefficient(index: K.KExpr, variable: K.KExpr) -> Optional[int]:
     return None
 
 
-def render_loops(writer, channel: K.KExpr, ctype, reduction_init) -> tuple[list[str], list[str], object]:
+def render_loops(writer, channel: K.KExpr, ctype, reduction_init, stashes: dict) -> tuple[list[str], list[str], object]:
     """(lines before the row loop, the row loop's body, the number of rows): the caller wraps the body in the
-    row loop, parallel or not. `ctype` and `reduction_init` are the C++ renderer's type and start-value rules."""
+    row loop, parallel or not. `ctype` and `reduction_init` are the C++ renderer's type and start-value rules;
+    `stashes` its sums whose bodies the sweep computes again (cpp.py's _stashes: stored into the output as the sum
+    runs, read back by the sweep: a softmax over dim 1 computes each exp once)."""
     nest, kernel = writer.nest, writer.kernel
     rows = nest.outer[:-1]
     channels = channel.arg[1]
@@ -125,11 +127,15 @@ def render_loops(writer, channel: K.KExpr, ctype, reduction_init) -> tuple[list[
 
     for reduction in nest.reductions:
         accumulators[id(reduction)] = _accumulate(writer, reduction, row, channel, channel_loop, first, block,
-                                                  ctype, reduction_init, read_accumulators)
+                                                  ctype, reduction_init, read_accumulators, stashes.get(id(reduction)))
     sweep = "    " + "  " * len(nest.inner)  # (the sweep's dims, where there are any, outside the channel loop)
     swept = Scope(row, row.bound | set(nest.inner), sweep)
     epilogue = Scope(swept, swept.bound | {channel}, sweep + "  ")
     read_accumulators(epilogue)
+    for stash in stashes.values():
+        index, name = writer.value(stash.at_sweep, epilogue), writer.fresh("stashed")
+        epilogue.lines.append(f"{epilogue.indent}const float {name} = out_{stash.out.name}[{index}];")
+        epilogue.names[id(stash.swept)] = name
     stores = []
     for value, out in zip(kernel.values, kernel.outputs):
         code = writer.value(value, epilogue)
@@ -151,7 +157,7 @@ def _rows_size(rows):
 
 
 def _accumulate(writer, reduction: K.KExpr, row: Scope, channel: K.KExpr, channel_loop: str, first: str,
-                block: int, ctype, reduction_init, read_accumulators) -> str:
+                block: int, ctype, reduction_init, read_accumulators, stash=None) -> str:
     """Emit one reduction's loops into `row`; returns its accumulator array's name."""
     op, rvars, _ = reduction.arg
     body_dtype = reduction.args[0].dtype
@@ -172,7 +178,8 @@ def _accumulate(writer, reduction: K.KExpr, row: Scope, channel: K.KExpr, channe
     for d, r in enumerate(rvars):
         var, extent = r.arg[0], writer.size(r.arg[1])
         if chunked and d == depth - 1:
-            lines.append(f"    {'  ' * d}for (int64_t {var}_c = 0; {var}_c < {extent}; {var}_c += {FLOAT_SUM_CHUNK}) {{")
+            step = FLOAT_SUM_CHUNK
+            lines.append(f"    {'  ' * d}for (int64_t {var}_c = 0; {var}_c < {extent}; {var}_c += {step}) {{")
             lines.append(f"    {'  ' * d}float {part}[{size}] = {{}};")
             lines.append(f"    {'  ' * d}for (int64_t {var} = {var}_c; {var} < std::min<int64_t>({var}_c + "
                          f"{FLOAT_SUM_CHUNK}, {extent}); ++{var}) {{")
@@ -181,7 +188,11 @@ def _accumulate(writer, reduction: K.KExpr, row: Scope, channel: K.KExpr, channe
     lines += outer.lines
     ind = "    " + "  " * depth
     lines += [f"{ind}#pragma omp simd", f"{ind}{channel_loop} {{"]
+    if stash is not None:  # (its body, stored where the sweep reads it back)
+        stored = f"{inner.indent}out_{stash.out.name}[{writer.value(stash.at_reduction, inner)}] = {value};"
     lines += inner.lines
+    if stash is not None:
+        lines.append(stored)
     slot = f"{part}[{c} - {first}]"
     update = {"sum": f"{slot} += {value};" if chunked else f"{slot} += ({acc_type}){value};",
               "max": f"{slot} = j2t_max({slot}, ({acc_type}){value});",

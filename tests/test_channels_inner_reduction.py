@@ -133,6 +133,9 @@ def test_a_sweep_after_reductions_over_a_middle_dim_runs_channels_innermost(batc
     interchanged = _interchanged(converted)
     assert any("softmax" in k for k in interchanged), interchanged
     assert any("mean" in k for k in interchanged), interchanged
+    name = next(k["name"] for k in converted.summary()["kernels"] if "softmax" in k["name"])
+    softmax = converted.code[converted.code.index(f"int {name}("):].split("return j2t_status")[0]
+    assert softmax.count("expf") == 1 and "stashed" in softmax, softmax  # (each exp once, read back by the sweep)
     path = tmp_path / "model.j2t"
     converted.save(path)
     loaded = jit2triton.load(path)
