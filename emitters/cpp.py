@@ -24,7 +24,7 @@ from jit2triton.transpiler.symbolic import at_least_one
 from .common import (FLOAT_SUM_CHUNK, KernelWriter, LoopNest, ReductionLoop, Scope, provenance_comment, reduction_size,
                      row_major, size_code, store_index, unravel, variables_size)
 from .cpp_scatter import ScatterLoops
-from .cpp_shared import Rendered, placeholder, share_bodies
+from .cpp_shared import Rendered, placeholder, share_bodies, shifted_placeholders
 from .cpp_split_sweep import split_sweep
 from . import cpp_channels_inner as channels_inner
 
@@ -217,6 +217,9 @@ def _cast(writer, node: K.KExpr, args: list) -> str:
         return args[0]
     if target == "bool":
         return f"({args[0]} != 0)"
+    if source == "int64" and target.startswith("float") and node.args[0].op == "load" \
+            and node.args[0].arg in writer.narrow:  # (AVX2 converts int32 to float, not int64: _int32_fits)
+        return f"(({CTYPES[target]})(int32_t){args[0]})"
     if source == "bool" and target.startswith("float"):
         # (through int: GCC vectorizes no loop with a bool -> float conversion in it, so `(x > 1).float()` in an
         # attention mask's arithmetic left the whole kernel scalar, expf calls included: 0.20-0.26x ATen's time)
@@ -281,6 +284,7 @@ class _KernelWriter(KernelWriter):
     # its code), so kernels that differ only in them can share one compiled body (cpp_shared.py)
     ints: Optional[list[tuple[int, str]]] = None
     stashes: dict = {}  # id(reduction) -> _Stash, the usual form only (render sets its own)
+    narrow: frozenset = frozenset()  # int64 inputs known (checked at call) to fit int32: converted to float through it
 
     def literal(self, value, dtype: str) -> str:
         code = literal(value, dtype)
@@ -694,9 +698,48 @@ def render_kernel(kernel: K.Kernel) -> str:
 def render_with_placeholders(kernel: K.Kernel) -> Rendered:
     if isinstance(kernel, K.ScatterKernel):
         return Rendered(kernel.name, _ScatterWriter(kernel).render(), [])
-    writer = _KernelWriter(split_sweep(kernel))
+    kernel = split_sweep(kernel)
+    writer = _KernelWriter(kernel)
     writer.ints = []
-    return Rendered(kernel.name, writer.render(), writer.ints)
+    code = writer.render()
+    checked = _int64_cast_to_float(kernel)
+    if not checked:
+        return Rendered(kernel.name, code, writer.ints)
+    narrow = _KernelWriter(kernel)
+    narrow.ints, narrow.narrow = [], frozenset(b.name for b in checked)
+    return _int32_fits(kernel, checked, narrow.render(), narrow.ints, code, writer.ints)
+
+
+def _int64_cast_to_float(kernel: K.Kernel) -> list[K.KernelBuffer]:
+    """The int64 input buffers a kernel loads and converts to a float."""
+    cast = {n.args[0].arg for n in K.nodes_in(*kernel.values) if n.op == "cast"
+            and compute_dtype(n.dtype).startswith("float") and n.args[0].op == "load" and n.args[0].dtype == "int64"}
+    return [b for b in kernel.inputs if b.name in cast and b.dtype == "int64" and not b.by_value]
+
+
+def _int32_fits(kernel: K.Kernel, checked: list, narrow: str, narrow_ints: list, exact: str,
+                exact_ints: list) -> Rendered:
+    """One function with both bodies: where every value of the int64 inputs it converts to float fits int32 (a
+    mask, an index), the body converting through int32; else the exact one. AVX2 has no int64 -> float conversion:
+    an int64 attention mask added to 2x12x128x128 scores before their softmax took 1.43 ms (ATen 0.23); through
+    int32 0.28. (Through double would round twice above 2^53, where ATen rounds once.) The check reads each such
+    input once, in a loop that stops at the first value outside int32."""
+    head = narrow[:narrow.index("{\n", narrow.index("\nJ2T_KERNEL int ")) + 2]
+    exact_body = shifted_placeholders(exact[len(head):], len(narrow_ints))
+    lines = ["  bool j2t_fits = true;", "  {"]  # (a block: the bodies declare the dims again)
+    lines += [f"    const int64_t dim_{name} = sizes[{i}];" for i, name in enumerate(kernel.size_names)]
+    for i, b in enumerate(kernel.inputs):
+        if b in checked:
+            last = " + ".join(f"({size_code(n)} - 1) * {size_code(st)}" for n, st in zip(b.shape, b.strides)) or "0"
+            nonempty = " && ".join(f"{size_code(n)} > 0" for n in b.shape) or "true"
+            lines += [f"    const int64_t* j2t_in{i} = (const int64_t*)buffers[{i}];",
+                      f"    for (int64_t j = 0; {nonempty} && j2t_fits && j <= {last}; ++j)",
+                      f"      j2t_fits = j2t_in{i}[j] == (int32_t)j2t_in{i}[j];"]
+    lines.append("  }")
+    narrow_body = "".join(f"  {line}\n" if line else "\n" for line in narrow[len(head):].rstrip().removesuffix("}")
+                          .splitlines())
+    body = "\n".join(lines) + "\n  if (j2t_fits) {\n" + narrow_body + "  }\n" + exact_body
+    return Rendered(kernel.name, head + body, narrow_ints + exact_ints)
 
 
 # glibc's vector exp takes a scalar path, 15-25x slower, for any lane whose result underflows to 0 or overflows

@@ -35,6 +35,11 @@ def placeholder(index: int) -> str:
     return f"\x01{index}\x01"
 
 
+def shifted_placeholders(code: str, offset: int) -> str:
+    """`code` with its placeholders numbered `offset` on: for code joined after another's `offset` integers."""
+    return _PLACEHOLDER.sub(lambda m: placeholder(int(m.group(1)) + offset), code)
+
+
 @dataclass
 class Rendered:
     """A kernel rendered with placeholders: its name, its code (provenance comment, signature line, body), and

@@ -229,3 +229,32 @@ def test_masked_softmaxes_match_torchscript_with_exact_zeros():
         for ours, theirs in zip(converted(*inputs), model(*inputs)):
             torch.testing.assert_close(ours, theirs, rtol=2e-6, atol=2e-6)
             assert torch.equal(ours == 0, theirs == 0) and torch.equal(torch.isinf(ours), torch.isinf(theirs))
+
+
+class Int64Offsets(torch.nn.Module):
+    """Scores plus an int64 tensor converted to float (an attention mask, token positions) inside one kernel."""
+
+    def forward(self, scores, ids):
+        positions = scores * 2.0 + ids[:, None, :].to(torch.float32)
+        return positions, torch.softmax(scores + (1.0 - ids[:, None, :].to(torch.float32)) * -10000.0, -1)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_int64_inputs_converted_to_float_take_int32_where_they_fit(dynamic):
+    """AVX2 converts int32 to float, not int64: the kernel checks its int64 inputs fit int32 and converts through it
+    (an int64 mask in a softmax's kernel took 6x ATen's time); where a value does not fit, the exact body runs,
+    rounding once as ATen does (2^53 + 2^29 + 1 to 2^53 + 2^30, where through double it is 2^53)."""
+    model = torch.jit.trace(Int64Offsets(), (torch.randn(2, 3, 16), torch.ones(2, 16, dtype=torch.int64)))
+    options = {"dynamic_shapes": {0: {2: jit2triton.Dim("n", min=1, max=64)}, 1: {1: jit2triton.Dim("n", min=1, max=64)}}} \
+        if dynamic else {}
+    converted = jit2triton.convert(model, (torch.randn(2, 3, 16), torch.ones(2, 16, dtype=torch.int64)),
+                                   choices="fixed", **options)
+    assert "(float)(int32_t)" in converted.code and "j2t_fits" in converted.code
+    for n, high in ((16, 2), (16, 2**40), (16, 2**53 + 2**29 + 1), (16, 2**62)) + (((1, 2), (40, 2**50)) if dynamic else ()):
+        x, ids = torch.randn(2, 3, n), torch.randint(0, 2, (2, n))
+        ids[0, 0] = high  # (one value outside int32 takes the whole call to the exact body)
+        (positions, probabilities), (want_positions, want_probabilities) = converted(x, ids), model(x, ids)
+        assert torch.equal(positions, want_positions), (n, high)  # (the conversion bit for bit)
+        torch.testing.assert_close(probabilities, want_probabilities, rtol=2e-6, atol=1e-7)
+    probe = torch.tensor([2**53 + 2**29 + 1])
+    assert int(probe.float().item()) == 2**53 + 2**30  # (what the exact body must give: ATen's rounding)
