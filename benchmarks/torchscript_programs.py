@@ -313,13 +313,9 @@ def graph_regions(manifest: dict) -> dict:
     """How much of a CUDA plan runs as CUDA graphs: the whole plan, or its regions and the launches they hold."""
     if manifest.get("cuda_graph"):
         return {"cuda_graph": "whole plan"}
-    regions, stack = [], list(manifest["plan"]["steps"])
-    while stack:
-        step = stack.pop()
-        if step["kind"] == "graph":
-            regions.append(step["launches"])
-        stack += [s for block in step.get("blocks", ()) for s in block["steps"]]
-    return {"cuda_graph": f"{len(regions)} regions, {sum(regions)} launches"} if regions else {}
+    from jit2triton.deploy.packaging.graph_regions import regions
+    launches = [region["launches"] for region in regions(manifest["plan"])]
+    return {"cuda_graph": f"{len(launches)} regions, {sum(launches)} launches"} if launches else {}
 
 
 def fresh_error(program: Program, reference: Contender, package: Contender) -> tuple[float, float]:

@@ -532,6 +532,7 @@ def inspect(package, kernels, plan, ir, trusted_keys) -> None:
 
 def _cuda_graph_line(manifest: dict) -> str:
     """How many CUDA graphs a CUDA package may hold and what memory they take (deploy/cpp/src/cuda_graph.cpp), or ""."""
+    from jit2triton.deploy.packaging.graph_regions import regions as graph_regions
     from jit2triton.deploy.policy import MAX_GRAPHS
 
     if manifest["device"] != "cuda":
@@ -542,7 +543,7 @@ def _cuda_graph_line(manifest: dict) -> str:
         return (f"CUDA graphs: the whole plan, one graph {keyed}, captured on a key's second call, at most "
                 f"{MAX_GRAPHS}, the most frequent keys of recent calls (others step by step); each holds its own "
                 "buffers, the memory of one call at its shape")
-    regions = _count_regions(manifest["plan"]["steps"])
+    regions = len(graph_regions(manifest["plan"]))
     timed = manifest.get("report", {}).get("cuda_graph", {})
     if not regions and timed.get("regions") is False:
         return (f"CUDA graphs: none (its regions took {timed['graph_us']:.0f} us a call at conversion, step by step "
@@ -552,11 +553,6 @@ def _cuda_graph_line(manifest: dict) -> str:
     return (f"CUDA graphs: {regions} regions, one graph {keyed} each, captured on a key's second sight, at most "
             f"{MAX_GRAPHS} per region, the most frequent keys of recent calls; a region's graphs share one memory pool "
             "(they never run at once)")
-
-
-def _count_regions(steps: list) -> int:
-    return sum((step.get("kind") == "graph") + _count_regions(step.get("steps", ()))
-               + sum(_count_regions(block["steps"]) for block in step.get("blocks", ())) for step in steps)
 
 
 def _signed_line(signed: bool, trusted_keys) -> str:

@@ -245,12 +245,13 @@ def test_int64_inputs_converted_to_float_take_int32_where_they_fit(dynamic):
     (an int64 mask in a softmax's kernel took 6x ATen's time); where a value does not fit, the exact body runs,
     rounding once as ATen does (2^53 + 2^29 + 1 to 2^53 + 2^30, where through double it is 2^53)."""
     model = torch.jit.trace(Int64Offsets(), (torch.randn(2, 3, 16), torch.ones(2, 16, dtype=torch.int64)))
-    options = {"dynamic_shapes": {0: {2: jit2triton.Dim("n", min=1, max=64)}, 1: {1: jit2triton.Dim("n", min=1, max=64)}}} \
-        if dynamic else {}
+    n = jit2triton.Dim("n", min=1, max=64)
+    options = {"dynamic_shapes": {0: {2: n}, 1: {1: n}}} if dynamic else {}
     converted = jit2triton.convert(model, (torch.randn(2, 3, 16), torch.ones(2, 16, dtype=torch.int64)),
                                    choices="fixed", **options)
     assert "(float)(int32_t)" in converted.code and "j2t_fits" in converted.code
-    for n, high in ((16, 2), (16, 2**40), (16, 2**53 + 2**29 + 1), (16, 2**62)) + (((1, 2), (40, 2**50)) if dynamic else ()):
+    cases = ((16, 2), (16, 2**40), (16, 2**53 + 2**29 + 1), (16, 2**62)) + (((1, 2), (40, 2**50)) if dynamic else ())
+    for n, high in cases:
         x, ids = torch.randn(2, 3, n), torch.randint(0, 2, (2, n))
         ids[0, 0] = high  # (one value outside int32 takes the whole call to the exact body)
         (positions, probabilities), (want_positions, want_probabilities) = converted(x, ids), model(x, ids)

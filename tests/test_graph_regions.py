@@ -169,6 +169,15 @@ def graph_launches(call) -> int:
     return sum(e.count for e in prof.key_averages() if "cudaGraphLaunch" in e.key)
 
 
+def fixed_package(fn, example: tuple, tmp_path, device: str = "cuda", **load_options):
+    """(fn scripted, its package loaded): converted with choices fixed, so its regions are the ones the plan's shape
+    makes, not the ones a timing on this machine keeps."""
+    scripted = torch.jit.script(fn)
+    path = tmp_path / f"{fn.__name__}.j2t"
+    jit2triton.convert(scripted, example_inputs=example, device=device, choices="fixed").save(path)
+    return scripted, jit2triton.load(path, **load_options)
+
+
 @on_gpu
 @pytest.mark.parametrize("graphs", [True, False])
 def test_gpu_regions_are_captured_replayed_and_match_torchscript(graphs, tmp_path) -> None:
@@ -212,13 +221,9 @@ def writes_beside_regions(x, n: int):
 @on_gpu
 def test_gpu_regions_beside_in_place_writes_match_torchscript(tmp_path) -> None:
     pytest.importorskip("ninja")
-    scripted = torch.jit.script(writes_beside_regions)
-    path = tmp_path / "writes.j2t"
-    jit2triton.convert(scripted, example_inputs=(torch.randn(16, 32, device="cuda"), 2), device="cuda",
-                       choices="fixed").save(path)
-    loaded = jit2triton.load(path)
+    scripted, loaded = fixed_package(writes_beside_regions, (torch.randn(16, 32, device="cuda"), 2), tmp_path)
     assert any(s["kind"] == "graph" for s in steps_of(loaded.manifest["plan"]["steps"]))
-    for n in (1, 3, 3, 2):
+    for n in (1, 3, 3, 2, 4, 1):
         x = torch.randn(16, 32)
         ours, theirs = x.cuda(), x.clone()
         expected = scripted(theirs, n)
@@ -261,11 +266,7 @@ def masked_steps(x, n: int):
 @on_gpu
 def test_a_region_whose_capture_fails_runs_step_by_step(tmp_path) -> None:
     pytest.importorskip("ninja")
-    scripted = torch.jit.script(masked_steps)
-    path = tmp_path / "masked.j2t"
-    jit2triton.convert(scripted, example_inputs=(torch.randn(64, 32, device="cuda"), 3), device="cuda",
-                       choices="fixed").save(path)
-    loaded = jit2triton.load(path)
+    scripted, loaded = fixed_package(masked_steps, (torch.randn(64, 32, device="cuda"), 3), tmp_path)
     assert any(s["kind"] == "graph" for s in steps_of(loaded.manifest["plan"]["steps"]))
     for n in (1, 4, 4):
         x = torch.randn(64, 32)
@@ -344,12 +345,9 @@ def test_gpu_a_region_captured_without_tf32_is_not_replayed_with_it(tmp_path) ->
     after TF32 comes on the regions run TF32 kernels, as step by step does, and not the float32 ones captured
     before (the benchmark's exact-float32 check left FCOS's regions in float32: 0.80x TorchScript, 1.10x now)."""
     pytest.importorskip("ninja")
-    scripted = torch.jit.script(conv_steps)
     w = torch.randn(64, 64, 3, 3, device="cuda") / 24
-    path = tmp_path / "convs.j2t"
-    jit2triton.convert(scripted, example_inputs=(torch.randn(1, 64, 32, 32, device="cuda"), w, 2), device="cuda",
-                       choices="fixed").save(path)
-    graphs, steps = jit2triton.load(path), jit2triton.load(path, cuda_graphs=False)
+    _, graphs = fixed_package(conv_steps, (torch.randn(1, 64, 32, 32, device="cuda"), w, 2), tmp_path)
+    steps = jit2triton.load(tmp_path / "conv_steps.j2t", cuda_graphs=False)
     assert has_regions(graphs.manifest["plan"])
     x = torch.randn(1, 64, 32, 32, device="cuda")
     before = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
@@ -387,14 +385,10 @@ def test_gpu_a_plan_writing_its_input_is_not_one_whole_graph(tmp_path) -> None:
     """A whole-plan graph writes its copy of the input; such a plan runs as regions and steps, and the caller's
     tensor is written, call after call, as TorchScript writes it."""
     pytest.importorskip("ninja")
-    scripted = torch.jit.script(writes_its_input)
     w = torch.randn(32, 32, device="cuda") / 6
-    path = tmp_path / "writes_input.j2t"
-    jit2triton.convert(scripted, example_inputs=(torch.randn(16, 32, device="cuda"), w), device="cuda",
-                       choices="fixed").save(path)
-    loaded = jit2triton.load(path)
+    scripted, loaded = fixed_package(writes_its_input, (torch.randn(16, 32, device="cuda"), w), tmp_path)
     assert not loaded.manifest["cuda_graph"]
-    for _ in range(4):
+    for _ in range(6):
         x = torch.randn(16, 32, device="cuda")
         ours, theirs = x.clone(), x.clone()
         torch.testing.assert_close(loaded(ours, w), scripted(theirs, w), rtol=2e-5, atol=2e-5)

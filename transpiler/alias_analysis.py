@@ -124,18 +124,11 @@ def _takes_items_out(node: Node) -> bool:
 def _families(graph: Graph, within: Optional[Block] = None):
     """(find: value id -> its alias family's representative, the alias-making nodes, the families written (in
     `within`, where given))."""
-    family: dict[int, int] = {}
-
-    def find(v: int) -> int:
-        while family.get(v, v) != v:
-            v = family[v]
-        return v
-
+    find, join = _union_find()
     aliases = [n for n in graph.walk()
                if n.inputs and (may_alias(n.op) or returns_alias(n.attrs.get(Attr.SCHEMA, "")))]
     for node in aliases:
-        for out in node.outputs:
-            family[find(out.id)] = find(node.inputs[0].id)
+        join([node.inputs[0], *node.outputs])
     writers = walk_block(within) if within is not None else graph.walk()
     written = {find(node.inputs[0].id) for node in writers if writes(node) == "tensor" and node.inputs}
     return find, aliases, written

@@ -640,10 +640,13 @@ def substitute(x: KExpr, v: KExpr, by: KExpr, memo: Optional[dict[int, KExpr]] =
     if done is not None:
         return done
     args = tuple(substitute(a, v, by, memo) for a in x.args)
-    build = {"add": add, "mul": mul, "index_div": floordiv, "index_mod": mod}.get(x.op) if x.dtype == INT else None
+    build = _INDEX_BUILDERS.get(x.op) if x.dtype == INT else None
     built = build(*args) if build else KExpr(x.op, args, x.arg, x.dtype)
     memo[id(x)] = built
     return built
+
+
+_INDEX_BUILDERS = {"add": add, "mul": mul, "index_div": floordiv, "index_mod": mod}  # (substitute: their rules)
 
 
 def reductions_in(x: KExpr) -> list[KExpr]:

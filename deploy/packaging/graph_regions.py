@@ -66,8 +66,13 @@ def group_regions(plan: dict, nodes: list[dict], on_host: frozenset = frozenset(
     return dict(plan, steps=_group_block(plan["steps"], plan["outputs"], nodes, on_host | _over_counts(plan, counts)))
 
 
+def regions(plan: dict) -> list[dict]:
+    """The plan's `graph` steps, inside control flow too."""
+    return [step for step in _walk(plan["steps"]) if step["kind"] == "graph"]
+
+
 def has_regions(plan: dict) -> bool:
-    return any(step["kind"] == "graph" for step in _walk(plan["steps"]))
+    return bool(regions(plan))
 
 
 def without_regions(plan: dict) -> dict:
