@@ -43,6 +43,8 @@ class Backend:
     # Whether its kernels take host numbers as arguments (KernelBuffer.by_value) and its launchers pass them; else
     # a number a kernel reads is made a 0-d tensor first (cheap on the CPU, a fill launch on a GPU)
     scalars_by_value: bool = False
+    # Whether it renders torchvision's NMS as kernels (transpiler/gpu_nms.py's, emitters/triton_nms.py's)
+    nms_kernels: bool = False
 
     def supports(self, device: torch.device) -> bool:
         return device.type in self.devices
@@ -111,13 +113,15 @@ def _compile_cpp(source: str, kernels: list[Kernel], device: Optional[torch.devi
 
 
 def _render_triton(kernels: list[Kernel]) -> list:
-    from jit2triton.transpiler.kernel_ir import AttentionKernel, GemmKernel
+    from jit2triton.transpiler.kernel_ir import AttentionKernel, GemmKernel, NmsMaskKernel, NmsWalkKernel
 
     from .triton import render_kernel
     from .triton_attention import render_attention  # templates, not expressions
     from .triton_gemm import render_gemm
-    return [render_gemm(k) if isinstance(k, GemmKernel) else render_attention(k) if isinstance(k, AttentionKernel)
-            else render_kernel(k) for k in kernels]
+    from .triton_nms import render_nms_mask, render_nms_walk
+    templates = {GemmKernel: render_gemm, AttentionKernel: render_attention, NmsMaskKernel: render_nms_mask,
+                 NmsWalkKernel: render_nms_walk}
+    return [templates.get(type(k), render_kernel)(k) for k in kernels]
 
 
 def _compile_triton(rendered: list, kernels: list[Kernel], device: Optional[torch.device],
@@ -149,7 +153,7 @@ BACKENDS: dict[str, Backend] = {b.name: b for b in [
             hint="the C++ backend generates CPU kernels; use device='cpu' or backend='triton'"),
     # (on the CPU its kernels run under the Triton interpreter: for tests, slow)
     Backend("triton", "triton", _render_triton, _compile_triton, "load_cuda_kernels", _triton_gemm,
-            generated_attention=_triton_attention, default_on=("cuda",), scalars_by_value=True),
+            generated_attention=_triton_attention, default_on=("cuda",), scalars_by_value=True, nms_kernels=True),
     Backend("aten"),  # no generated kernels: every op runs through ATen
 ]}
 NAMES = tuple(BACKENDS)

@@ -433,6 +433,7 @@ class _MethodStages:
         ctx.generated_attention = backend.generated_attention  # attention over few keys may take its kernel
         ctx.generated_conv = backend.generated_conv  # a conv net's 1x1, depthwise, small convolutions may too
         ctx.scalars_by_value = backend.scalars_by_value
+        ctx.nms_kernels = backend.nms_kernels
         pipeline.prepare(graph, ctx, generate_kernels=rewrites, skip=frozenset(skipped))
         return graph, ctx
 

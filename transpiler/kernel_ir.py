@@ -811,6 +811,30 @@ class AttentionKernel(Kernel):
 
 
 @dataclass
+class NmsMaskKernel(Kernel):
+    """NMS's overlap bits over boxes sorted by score, from emitters/triton_nms.py: inputs[0] the boxes [n, 4]
+    float32, outputs[0] an int8 buffer of n * n + 8 * n bytes whose first n * ceil(n / 64) int64 words are the mask
+    (bit j of word [i, c]: box c*64+j, after box i, overlaps it by more than `threshold`, in torchvision's CUDA
+    arithmetic). transpiler/gpu_nms.py makes it; `ranges` and `values` stay empty."""
+    threshold: float = 0.5
+
+    @property
+    def boxes(self):
+        return self.inputs[0].shape[0]
+
+
+@dataclass
+class NmsWalkKernel(Kernel):
+    """NMS's keep flags from NmsMaskKernel's buffer (inputs[0]): outputs[0] bool [n], box i kept unless a kept box
+    before it overlaps it, as torchvision's `gather_keep_from_mask`. One program; it writes its scratch words into
+    the mask buffer past the mask."""
+
+    @property
+    def boxes(self):
+        return self.outputs[0].shape[0]
+
+
+@dataclass
 class ConvKernel(TemplateKernel):
     """A 2-d convolution by a constant weight over a channels-last activation, from emitters/cpp_conv.py: `kind`
     "pointwise" (1x1, stride 1, no padding, one group: a GEMM over the pixels), "depthwise" (a group per channel)

@@ -42,6 +42,7 @@ from .merge_kernels import merge_kernels
 from .gemm_forms import gemm_forms
 from .gemm_kernels import gemm_kernels
 from .attention_kernels import attention_kernels
+from .gpu_nms import gpu_nms
 from .store_through_copies import store_through_copies
 from .conv_kernels import conv_kernels
 from .epilogues import take_epilogues
@@ -171,6 +172,7 @@ class Context:
     # The generated convolutions' hook (onednn_conv.py times them), where the face generates C++ kernels
     generated_conv: Optional[Callable] = None
     scalars_by_value: bool = False  # kernels take host numbers as arguments (the backend's launchers pass them)
+    nms_kernels: bool = False  # the backend renders torchvision's NMS as kernels (gpu_nms.py)
     # Whether an invented draw (inputs, its name) crashes TorchScript itself (the face runs it in a child process
     # first): such a draw is skipped, not run here
     crashes: Callable[[list, str], Optional[str]] = lambda inputs, name: None
@@ -435,6 +437,8 @@ PASSES: list[Pass] = [
     Pass("store_through_copies", lambda g, c: store_through_copies(g), "lower"),  # an attention's output copied
     Pass("conv_kernels", lambda g, c: conv_kernels(g, c.refused), "lower"),  # convolutions onednn_conv marked
     Pass("epilogues", lambda g, c: take_epilogues(g), "lower"),  # a template kernel takes the pointwise one after it
+    # torchvision's NMS as ATen's sort and two kernels (CUDA: its keep walk waits on a load per kept box)
+    Pass("gpu_nms", lambda g, c: gpu_nms(g, c.device.type, c.refused, c.nms_kernels), "lower"),
     Pass("native_ops", lambda g, c: native_ops(g, c.refused), "lower", devices=("cpu",)),  # the runtime's own kernels
     Pass("kernel_alignment", lambda g, c: mark_misaligned_inputs(g), "lower"),  # inputs seen unaligned: no vector loads
     Pass("build_plan", lambda g, c: build_plan(g), "plan"),  # the graph becomes a Plan

@@ -1,0 +1,134 @@
+"""After fusion, on CUDA: each `torchvision::nms` over float32 boxes becomes ATen's sort, two generated kernels and
+ATen's masked_select (emitters/triton_nms.py says why: torchvision's keep walk waits on a load and a barrier per
+kept box, 3.7 ms for FCOS's 5,000 boxes).
+
+    order  = sort(scores, stable, dim=0, descending=True).indices     (torchvision's own sort: the same order)
+    sorted = index_select(boxes, 0, order)
+    mask   = nms_mask(sorted)        the overlap bits, in torchvision's CUDA float arithmetic
+    keep   = nms_walk(mask)          the kept flags, 64 boxes at a time
+    kept   = masked_select(order, keep)
+
+The kept indices are torchvision's, in its order, where the threshold is a constant, boxes [n, 4] and scores [n]
+(n an int or a size bound at run time). Verification compares the kernels with torchvision's call like any other,
+and a node it takes out (`refused`) stays torchvision's. Where torchvision's sort of tied scores is neither ATen's
+stable nor its unstable sort, nothing is rewritten.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+import torch
+
+from . import kernel_ir as K
+from .ir import KERNEL_OP, Attr, Graph, Node, Type, Value, blocks, literals as literals_of, provenance_line
+from .op_table import schema_of
+from .symbolic import SymSize
+
+NMS = "torchvision::nms"
+MODE = "auto"  # "auto": CUDA packages whose kernels are Triton's; "never"; "generated": Triton's on any device (tests)
+
+
+@functools.lru_cache(maxsize=None)
+def torchvision_sorts_stably(device: str) -> Optional[bool]:
+    """Whether torchvision's nms on `device` orders tied scores as ATen's stable sort (True) or its unstable sort
+    (False) does; None where neither, or where the op is missing. Asked once: 4,096 disjoint boxes (all kept, in
+    score order) of four scores shared by 1,024 each. Where both sorts give its order, stable (torchvision's CUDA
+    code asks for a stable sort)."""
+    corner = torch.arange(4096, dtype=torch.float32, device=device)[:, None] * 10
+    boxes = torch.cat([corner, corner, corner + 5, corner + 5], 1)
+    scores = (torch.arange(4096, device=device) % 4).float() / 4
+    try:
+        kept = torch.ops.torchvision.nms(boxes, scores, 0.5)
+    except (AttributeError, RuntimeError):
+        return None
+    for stable in (True, False):
+        if torch.equal(kept, torch.sort(scores, descending=True, stable=stable)[1]):
+            return stable
+    return None
+
+
+def gpu_nms(graph: Graph, device_type: str, refused: dict[int, str], triton: bool) -> int:
+    """Rewrite in place; returns how many NMS calls became kernels."""
+    if MODE == "never" or not triton or (MODE == "auto" and device_type != "cuda"):
+        return 0
+    literals = literals_of(graph)
+    made = 0
+    for block in blocks(graph):
+        nodes: list[Node] = []
+        for node in block.nodes:
+            rewritten = _rewritten(node, literals, refused, made) if node.op == NMS else None
+            if rewritten is None:
+                nodes.append(node)
+                continue
+            nodes.extend(rewritten)
+            made += 1
+        block.nodes = nodes
+    return made
+
+
+def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int) -> Optional[list[Node]]:
+    boxes, scores, threshold = node.inputs
+    count = _count(boxes.type, scores.type)
+    if node.uid in refused or count is None or not isinstance(literals.get(threshold.id), float):
+        return None
+    stable = torchvision_sorts_stably(boxes.type.device if MODE == "auto" else "cpu")
+    if stable is None:
+        return None
+    device, made = boxes.type.device, []
+
+    def add(op: str, inputs: list[Value], outputs: list[Value], **attrs) -> list[Value]:
+        schema = {Attr.SCHEMA: schema_of(op)} if op.startswith("aten::") else {}
+        made.append(Node(op, inputs, outputs, source=node.source, attrs={Attr.SYNTHETIC: True, **schema, **attrs}))
+        return outputs
+
+    def constant(name: str, value, kind: str) -> Value:
+        return add("prim::Constant", [], [Value(f"{node.output.name}_{name}", Type(kind))], **{Attr.VALUE: value})[0]
+
+    def tensor(name: str, dtype: str, shape: tuple) -> Value:
+        return Value(f"{node.output.name}_{name}", Type("Tensor", dtype, shape, device, strides=_contiguous(shape)))
+
+    _, order = add("aten::sort.stable", [scores, constant("stable", stable, "bool"), constant("dim", 0, "int"),
+                                         constant("descending", True, "bool")],
+                   [tensor("sorted_scores", "float32", (count,)), tensor("order", "int64", (count,))])
+    (ranked,) = add("aten::index_select", [boxes, constant("dim0", 0, "int"), order],
+                    [tensor("sorted_boxes", "float32", (count, 4))])
+    words = tensor("nms_mask", "int8", (count * count + 8 * count,))
+    keep = tensor("nms_keep", "bool", (count,))
+    name = f"nms{number}"
+    line = [provenance_line(node)]
+    mask = K.NmsMaskKernel(f"{name}_mask", (), [_buffer(ranked)], [_buffer(words)], [], provenance=line,
+                           dims=K.dims(), threshold=float(literals[threshold.id]))
+    walk = K.NmsWalkKernel(f"{name}_walk", (), [_buffer(words)], [_buffer(keep)], [], provenance=line, dims=K.dims())
+    for kernel, inputs, outputs in ((mask, [ranked], [words]), (walk, [words], [keep])):
+        made.append(Node(KERNEL_OP, inputs, outputs, source=node.source,
+                         attrs={Attr.KERNEL: kernel, Attr.FUSED: [node]}))
+    binds = {Attr.BINDS: node.attrs[Attr.BINDS]} if Attr.BINDS in node.attrs else {}
+    add("aten::masked_select", [order, keep], [node.output], **binds)  # (the kept count, bound where it was)
+    return made
+
+
+def _count(boxes: Type, scores: Type):
+    """n where boxes are float32 [n, 4] and scores float32 [n] on one device, n an int or a polynomial over sizes
+    bound at run time; else None."""
+    if not (boxes.is_tensor and scores.is_tensor and boxes.dtype == scores.dtype == "float32"
+            and boxes.device == scores.device and boxes.shape is not None and scores.shape is not None
+            and len(boxes.shape) == 2 and boxes.shape[1] == 4 and len(scores.shape) == 1):
+        return None
+    n = boxes.shape[0]
+    if not isinstance(n, (int, SymSize)) or scores.shape[0] != n:
+        return None
+    return n
+
+
+def _contiguous(shape: tuple) -> tuple:
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step = step * size
+    return tuple(reversed(strides))
+
+
+def _buffer(value: Value) -> K.KernelBuffer:
+    t = value.type
+    return K.KernelBuffer(f"buf{value.id}", t.dtype, tuple(t.shape), tuple(t.strides))
