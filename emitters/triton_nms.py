@@ -29,7 +29,7 @@ IOU_FORMS = {
     "fma_rows": "tl.fma(wr[:, None], hr[:, None], area_c[None, :]) - inter",
     "fma_cols": "tl.fma(wc[None, :], hc[None, :], area_r[:, None]) - inter",
 }
-IOU_FORM = "plain"
+IOU_FORM = "fma_cols"  # (diag/nms_calib.py on an H200, torchvision 0.26: 0 of 565 pairs differ; the others 155-446)
 BLOCK = 64  # boxes a mask word covers (torchvision's threadsPerBlock)
 
 _MASK = '''import triton

@@ -104,7 +104,9 @@ def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int)
         made.append(Node(KERNEL_OP, inputs, outputs, source=node.source,
                          attrs={Attr.KERNEL: kernel, Attr.FUSED: [node]}))
     binds = {Attr.BINDS: node.attrs[Attr.BINDS]} if Attr.BINDS in node.attrs else {}
-    add("aten::masked_select", [order, keep], [node.output], **binds)  # (the kept count, bound where it was)
+    # (the kept count, bound where it was; a wrong keep flag shows first here, the NMS's own output)
+    add("aten::masked_select", [order, keep], [node.output], **binds,
+        **{Attr.FINISHES: (made[-1], node, {2: float(literals[threshold.id])})})
     return made
 
 

@@ -35,6 +35,10 @@ class Attr:
     SCALAR_CARRIER = "scalar_carrier"  # fusion: the aten::scalar_tensor that hands a runtime scalar to a kernel
     STORE = "store"  # a rewrite asks fusion to store the value rather than recompute it in each reader
     SYNTHETIC = "synthetic"  # made by a pass, not by TorchScript: the report does not count it
+    # an ATen node finishing what kernels computed for the node it stands for (gpu_nms.py's masked_select): (the
+    # kernel node, that node, its non-tensor inputs' values by position). The kernels' own outputs have no value in
+    # ATen's plan to compare with: verification runs the stood-for op on the package's own inputs to it instead
+    FINISHES = "finishes"
     FROM_OPS = "from_ops"  # a rewrite's node: the TorchScript ops it stands for (the report counts them)
     DECOMPOSES = "decomposes"  # a rewrite's piece of an op written as pieces for kernels: its Decomposition
     GEMM_FORM = "gemm_form"  # gemm_forms: the form a GEMM took, read by gemm_kernels for the generated one

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from jit2triton.transpiler import pipeline
-from jit2triton.transpiler.ir import KERNEL_OP
+from jit2triton.transpiler.ir import KERNEL_OP, Attr
 from jit2triton.transpiler.op_table import lookup
 
 from .interpreter import Executor, placed_weights
@@ -36,6 +36,7 @@ class Culprit:
     kind: str
     node: Any
     error: float
+    key: tuple[int, int] = (0, 0)  # the value that differs (IR value id, which time the plan made it)
 
 
 def find_culprit(graph, sched: pipeline.Plan, observe: Observe, failed_inputs: list[list], device: torch.device,
@@ -51,6 +52,9 @@ def find_culprit(graph, sched: pipeline.Plan, observe: Observe, failed_inputs: l
         first = first_divergence(reference, actual, sched.nodes, error_of)
         if first is not None and first.node.op == KERNEL_OP:
             return first
+        finished = _finished_kernel(first, actual, graph, inputs)
+        if finished is not None:
+            return finished
         kernel = divergent_kernel(reference, actual, sched.nodes, error_of)  # after an ATen op that parted
         if first is not None and lookup(first.node.op).discontinuous:
             rounding = rounding or Culprit("rounding", first.node, first.error)
@@ -59,6 +63,38 @@ def find_culprit(graph, sched: pipeline.Plan, observe: Observe, failed_inputs: l
         else:
             return None  # a failed case nothing explains
     return rounding
+
+
+def _finished_kernel(first: Optional[Culprit], actual: Trace, graph, inputs: list) -> Optional[Culprit]:
+    """Where the first value to differ is made by an ATen node that finishes kernels' work (Attr.FINISHES): the
+    kernel, where the op it stands for, run through ATen on the package's own inputs to it, gives another answer
+    than the package (upstream rounding cannot explain that); else None."""
+    if first is None or Attr.FINISHES not in first.node.attrs:
+        return None
+    kernel, stood_for, literal = first.node.attrs[Attr.FINISHES]
+    own = {v.id: x for v, x in zip(graph.inputs, inputs)}
+    occurrence = first.key[1]
+    args = []
+    for position, v in enumerate(stood_for.inputs):
+        if position in literal:
+            args.append(literal[position])
+            continue
+        made = [key for key in actual if key[0] == v.id]
+        if made:  # (made in the same loop iteration as the output, or once before the loop)
+            args.append(actual[max((k for k in made if k[1] <= occurrence), default=made[0])])
+        elif v.id in own:
+            args.append(own[v.id])
+        else:
+            return None
+    namespace, _, name = stood_for.op.partition("::")
+    try:
+        expected = getattr(getattr(torch.ops, namespace), name.partition(".")[0])(*args)
+    except Exception:  # noqa: BLE001 - no answer to compare with: leave it to the other explanations
+        return None
+    got = actual[first.key]
+    if got.shape == expected.shape and torch.equal(got, expected.to(got.device)):
+        return None
+    return Culprit("kernel", kernel, first.error)
 
 
 def observed_values(plan: dict, weights: dict, node_table: list, nodes: list, inputs: list) -> Trace:
@@ -113,5 +149,5 @@ def first_divergence(reference: Trace, actual: Trace, nodes: list, error_of: Err
             continue
         error = error_of(value, expected)
         if error:
-            return Culprit("kernel", producer[key[0]], error)
+            return Culprit("kernel", producer[key[0]], error, key)
     return None

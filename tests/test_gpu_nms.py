@@ -1,0 +1,200 @@
+"""torchvision's NMS as ATen's sort and two generated kernels (transpiler/gpu_nms.py, emitters/triton_nms.py): the
+kernels keep torchvision's boxes in its order, at every count, and a converted detector's post-process gives
+TorchScript's boxes. On the CPU the kernels run under Triton's interpreter against torchvision's CUDA arithmetic
+written out in Python; on the GPU against torchvision itself, on boxes placed where its rounding decides."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import jit2triton
+from jit2triton.emitters import triton_nms
+from jit2triton.transpiler import gpu_nms
+from jit2triton.transpiler import kernel_ir as K
+from jit2triton.transpiler.symbolic import SymSize
+
+from helpers import on_cpu, on_gpu
+from test_data_dependent_sizes import _nms_op
+
+
+def kept_by_kernels(boxes: torch.Tensor, scores: torch.Tensor, threshold: float, symbolic: bool) -> torch.Tensor:
+    """The kernels' kept indices: rendered as a package renders them (over a size bound at run time, or a fixed
+    count), launched on the boxes' device."""
+    from jit2triton.emitters.compile_triton import kernel_function
+    n = boxes.shape[0]
+    count = SymSize.symbol("s0") if symbolic else n
+    ranked = K.KernelBuffer("boxes", "float32", (count, 4), (4, 1))
+    words = K.KernelBuffer("words", "int8", (count * count + 8 * count,), (1,))
+    keep = K.KernelBuffer("keep", "bool", (count,), (1,))
+    mask = triton_nms.render_nms_mask(K.NmsMaskKernel("nms_mask", (), [ranked], [words], [], threshold=threshold))
+    walk = triton_nms.render_nms_walk(K.NmsWalkKernel("nms_walk", (), [words], [keep], []))
+    order = scores.sort(stable=True, dim=0, descending=True)[1]
+    sorted_boxes = boxes.index_select(0, order).contiguous()
+    bits = torch.empty(n * n + 8 * n, dtype=torch.int8, device=boxes.device)
+    flags = torch.empty(n, dtype=torch.bool, device=boxes.device)
+    sizes = [n] if symbolic else []
+    kernel_function(mask.source, mask.name)[(-(-n // 64),)](sorted_boxes, bits, *sizes, XBLOCK=64)
+    kernel_function(walk.source, walk.name)[(1,)](bits, flags, *sizes, XBLOCK=1)
+    return order[flags]
+
+
+def _fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """float32 a * b + c rounded once (the product is exact in float64)."""
+    return (a.double() * b.double() + c.double()).float()
+
+
+def torchvision_cuda_nms(boxes: torch.Tensor, scores: torch.Tensor, threshold: float) -> torch.Tensor:
+    """torchvision's CUDA nms written out: a stable descending sort, then greedily each box not overlapped past the
+    threshold by a kept one, the overlap in its devIoU's float arithmetic (the later box's area an FMA into the
+    earlier's: diag/nms_calib.py's finding on the GPU machine)."""
+    order = scores.sort(stable=True, dim=0, descending=True)[1]
+    b = boxes[order]
+    t = torch.tensor(threshold, dtype=torch.float32)
+    kept: list[int] = []
+    for i in range(len(b)):
+        if kept:
+            a = b[torch.tensor(kept)]
+            width = (torch.minimum(a[:, 2], b[i, 2]) - torch.maximum(a[:, 0], b[i, 0])).clamp(min=0)
+            height = (torch.minimum(a[:, 3], b[i, 3]) - torch.maximum(a[:, 1], b[i, 1])).clamp(min=0)
+            inter = width * height
+            area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
+            denominator = _fma(b[i, 2] - b[i, 0], b[i, 3] - b[i, 1], area_a) - inter
+            if bool(((inter.double() / denominator.double()).float() > t).any()):
+                continue
+        kept.append(i)
+    return order[torch.tensor(kept, dtype=torch.int64)]
+
+
+def random_boxes(n: int, spread: float, generator: torch.Generator, device: str = "cpu"):
+    xy = torch.rand(n, 2, generator=generator) * 100
+    wh = torch.rand(n, 2, generator=generator) * 100 * spread + 1
+    return torch.cat([xy, xy + wh], 1).to(device), torch.rand(n, generator=generator).to(device)
+
+
+def near_threshold_pairs(k: int, threshold: float, generator: torch.Generator) -> torch.Tensor:
+    """k pairs [2k, 4] of boxes whose overlap is within a few float32 steps of the threshold, each pair far from
+    the others: whether the later box is kept turns on how the overlap rounds."""
+    x0, y0 = torch.rand(k, generator=generator) * 300, torch.rand(k, generator=generator) * 300
+    w, h = torch.rand(k, generator=generator) * 200 + 1, torch.rand(k, generator=generator) * 200 + 1
+    first = torch.stack([x0, y0, x0 + w, y0 + h], 1)
+    s = (1 - threshold) / (1 + threshold)
+    dx = w * s * torch.rand(k, generator=generator)
+    dy = h - (threshold * 2 * w * h / (1 + threshold) / (w - dx)).clamp(max=h)
+    second = first + torch.stack([dx, dy, dx, dy], 1)
+    second = second + torch.randint(-3, 4, second.shape, generator=generator) * 1.2e-7 * second.abs()
+    cell = torch.arange(k, dtype=torch.float32)
+    offset = torch.stack([(cell % 100) * 1000, (cell // 100) * 1000] * 2, 1)
+    return torch.cat([first + offset, second + offset])
+
+
+@on_cpu
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_kernels_keep_torchvisions_boxes_at_every_count(symbolic):
+    g = torch.Generator().manual_seed(5)
+    for n, spread in ((0, 1.0), (1, 1.0), (3, 0.5), (63, 0.3), (64, 0.3), (65, 0.3), (130, 0.05), (200, 1.5)):
+        boxes, scores = random_boxes(n, spread, g)
+        scores[: n // 4] = scores[n // 4: 2 * (n // 4)]  # tied scores: the sort's order decides
+        expected = torchvision_cuda_nms(boxes, scores, 0.5)
+        assert 0 < len(expected) < n or n < 64, (n, len(expected))  # (some suppressed, some kept)
+        assert torch.equal(kept_by_kernels(boxes, scores, 0.5, symbolic), expected), n
+
+
+@on_cpu
+def test_kernels_round_the_overlap_as_torchvisions_cuda_code():
+    """Pairs whose keep decision turns on the overlap's rounding: the kernels follow the FMA form (fails with
+    IOU_FORM "plain")."""
+    g = torch.Generator().manual_seed(7)
+    boxes = near_threshold_pairs(600, 0.5, g)
+    scores = torch.cat([torch.full((600,), 2.0), torch.full((600,), 1.0)])
+    expected = torchvision_cuda_nms(boxes, scores, 0.5)
+    plain = triton_nms.IOU_FORMS["plain"]
+    assert plain != triton_nms.IOU_FORMS[triton_nms.IOU_FORM]
+    assert torch.equal(kept_by_kernels(boxes, scores, 0.5, symbolic=False), expected)
+    assert 600 < len(expected) < 1200  # (the pairs go both ways)
+
+
+@pytest.fixture
+def generated_nms(monkeypatch):
+    monkeypatch.setattr(gpu_nms, "MODE", "generated")
+
+
+_nms_op()  # (torchvision's, or a stand-in of its name where it is not installed: before the script names it)
+
+
+@torch.jit.script
+def post_process(boxes, scores):
+    keep = scores > 0.2
+    b, s = boxes[keep], scores[keep]
+    kept = torch.ops.torchvision.nms(b, s, 0.5)
+    return b[kept] * 2.0, s[kept]
+
+
+@on_cpu
+def test_a_converted_post_process_gives_torchscripts_boxes_at_every_count(generated_nms):
+    g = torch.Generator().manual_seed(11)
+    converted = jit2triton.convert(post_process, random_boxes(120, 0.4, g), backend="triton")
+    summary = converted.summary()
+    assert {"nms0_mask", "nms0_walk"} <= {k["name"] for k in summary["kernels"]}, summary["kernels"]
+    assert "torchvision::nms" not in summary["fallback_ops"]
+    counts = set()
+    for spread in (0.4, 1.0, 0.2, 0.05, 2.0):  # (120 boxes each: the kept count varies with the data)
+        inputs = random_boxes(120, spread, g)
+        expected = post_process(*inputs)
+        counts.add(len(expected[1]))
+        for got, want in zip(converted(*inputs), expected):
+            assert torch.equal(got, want), spread
+    assert len(counts) >= 4, counts
+
+
+@torch.jit.script
+def nms_of_inputs(boxes, scores):
+    return torch.ops.torchvision.nms(boxes, scores, 0.5)
+
+
+@on_cpu
+@pytest.mark.parametrize("model", [post_process, nms_of_inputs], ids=["post_process", "nms_of_inputs"])
+def test_a_wrong_nms_kernel_is_taken_out(generated_nms, monkeypatch, model):
+    """Verification takes out a walk made wrong on purpose (every box kept), whether the NMS reads kernels' outputs
+    or the model's inputs: the call is torchvision's again and the package's boxes TorchScript's. (The walk's flags
+    have no value in ATen's plan: verification runs torchvision's NMS on the package's own inputs to it.)"""
+    monkeypatch.setattr(triton_nms, "_WALK", triton_nms._WALK.replace("take = ((gone >> i) & 1) == 0",
+                                                                         "take = gone == gone"))
+    g = torch.Generator().manual_seed(13)
+    converted = jit2triton.convert(model, random_boxes(120, 0.4, g), backend="triton")
+    summary = converted.summary()
+    assert not {"nms0_mask", "nms0_walk"} & {k["name"] for k in summary["kernels"]}
+    assert [k["kernel"] for k in summary["verification"]["kernels_removed"]] == ["nms0_walk"], summary["verification"]
+    inputs = random_boxes(120, 0.4, g)
+    got, want = converted(*inputs), model(*inputs)
+    for got, want in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert torch.equal(got, want)
+
+
+@on_gpu
+def test_gpu_kernels_keep_torchvisions_boxes():
+    """Against torchvision's CUDA nms itself: random boxes at many counts, and pairs whose decision turns on the
+    overlap's rounding (a wrong IOU_FORM fails this)."""
+    torchvision = pytest.importorskip("torchvision")
+    g = torch.Generator().manual_seed(17)
+    for n, spread in ((0, 1.0), (1, 1.0), (65, 0.3), (300, 0.2), (1000, 0.5), (5000, 0.3)):
+        boxes, scores = random_boxes(n, spread, g, "cuda")
+        expected = torchvision.ops.nms(boxes, scores, 0.5)
+        assert torch.equal(kept_by_kernels(boxes, scores, 0.5, symbolic=True), expected), n
+    for threshold in (0.5, 0.45, 0.7):
+        boxes = near_threshold_pairs(4000, threshold, g).cuda()
+        scores = torch.cat([torch.full((4000,), 2.0), torch.full((4000,), 1.0)]).cuda()
+        expected = torchvision.ops.nms(boxes, scores, threshold)
+        assert torch.equal(kept_by_kernels(boxes, scores, threshold, symbolic=True), expected), threshold
+
+
+@on_gpu
+def test_gpu_converted_post_process_gives_torchscripts_boxes():
+    pytest.importorskip("torchvision")
+    g = torch.Generator().manual_seed(19)
+    example = random_boxes(2000, 0.3, g, "cuda")
+    converted = jit2triton.convert(post_process, example, device="cuda")
+    assert {"nms0_mask", "nms0_walk"} <= {k["name"] for k in converted.summary()["kernels"]}
+    for spread in (0.3, 1.0, 0.1, 3.0):
+        inputs = random_boxes(2000, spread, g, "cuda")
+        for got, want in zip(converted(*inputs), post_process(*inputs)):
+            assert torch.equal(got, want), spread
