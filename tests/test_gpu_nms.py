@@ -198,3 +198,14 @@ def test_gpu_converted_post_process_gives_torchscripts_boxes():
         inputs = random_boxes(2000, spread, g, "cuda")
         for got, want in zip(converted(*inputs), post_process(*inputs)):
             assert torch.equal(got, want), spread
+
+
+@on_cpu
+def test_an_nms_over_more_boxes_than_the_mask_allows_stays_torchvisions(generated_nms, monkeypatch):
+    """The mask takes n * n bytes: a call that may hold more than MAX_BOXES boxes keeps torchvision's."""
+    monkeypatch.setattr(gpu_nms, "MAX_BOXES", 100)
+    g = torch.Generator().manual_seed(23)
+    converted = jit2triton.convert(nms_of_inputs, random_boxes(120, 0.4, g), backend="triton")
+    assert not any(k["name"].startswith("nms") for k in converted.summary()["kernels"])
+    inputs = random_boxes(120, 0.4, g)
+    assert torch.equal(converted(*inputs), nms_of_inputs(*inputs))

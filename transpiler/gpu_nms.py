@@ -26,6 +26,9 @@ from .op_table import schema_of
 from .symbolic import SymSize
 
 NMS = "torchvision::nms"
+# The mask buffer takes n * n + 8 * n bytes (25 MB at 5,000 boxes, torchvision's detectors' largest single call):
+# a call that may hold more boxes than this stays torchvision's (n * n / 8 bytes of mask)
+MAX_BOXES = 32768
 MODE = "auto"  # "auto": CUDA packages whose kernels are Triton's; "never"; "generated": Triton's on any device (tests)
 
 
@@ -72,7 +75,7 @@ def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int)
     count = _count(boxes.type, scores.type)
     if node.uid in refused or count is None or not isinstance(literals.get(threshold.id), float):
         return None
-    stable = torchvision_sorts_stably(boxes.type.device if MODE == "auto" else "cpu")
+    stable = torchvision_sorts_stably(boxes.type.device)
     if stable is None:
         return None
     device, made = boxes.type.device, []
@@ -118,9 +121,19 @@ def _count(boxes: Type, scores: Type):
             and len(boxes.shape) == 2 and boxes.shape[1] == 4 and len(scores.shape) == 1):
         return None
     n = boxes.shape[0]
-    if not isinstance(n, (int, SymSize)) or scores.shape[0] != n:
+    if not isinstance(n, (int, SymSize)) or scores.shape[0] != n or _largest(n) > MAX_BOXES:
         return None
     return n
+
+
+def _largest(n) -> int:
+    """The most boxes `n` may count: itself, or its value at its dims' largest sizes (0 where one has no bound:
+    a count read from data, which the detectors this is for keep to thousands)."""
+    if isinstance(n, int):
+        return n
+    dims = K.dims()
+    largest = {name: dims[name][1] for name in n.names if name in dims}
+    return n.evaluate(largest) if len(largest) == len(n.names) and None not in largest.values() else 0
 
 
 def _contiguous(shape: tuple) -> tuple:
