@@ -20,7 +20,7 @@ from test_data_dependent_sizes import _nms_op
 def kept_by_kernels(boxes: torch.Tensor, scores: torch.Tensor, threshold: float, symbolic: bool) -> torch.Tensor:
     """The kernels' kept indices: rendered as a package renders them (over a size bound at run time, or a fixed
     count), launched on the boxes' device."""
-    from jit2triton.emitters.compile_triton import kernel_function
+    from jit2triton.emitters.compile_triton import FP_FUSION, kernel_function
     n = boxes.shape[0]
     count = SymSize.symbol("s0") if symbolic else n
     ranked = K.KernelBuffer("boxes", "float32", (count, 4), (4, 1))
@@ -33,8 +33,10 @@ def kept_by_kernels(boxes: torch.Tensor, scores: torch.Tensor, threshold: float,
     bits = torch.empty(n * n + 8 * n, dtype=torch.int8, device=boxes.device)
     flags = torch.empty(n, dtype=torch.bool, device=boxes.device)
     sizes = [n] if symbolic else []
-    kernel_function(mask.source, mask.name)[(-(-n // 64),)](sorted_boxes, bits, *sizes, XBLOCK=64)
-    kernel_function(walk.source, walk.name)[(1,)](bits, flags, *sizes, XBLOCK=1)
+    # (without FMA contraction, as packages compile every kernel: compile_triton.FP_FUSION)
+    kernel_function(mask.source, mask.name)[(-(-n // 64),)](sorted_boxes, bits, *sizes, XBLOCK=64,
+                                                            enable_fp_fusion=FP_FUSION)
+    kernel_function(walk.source, walk.name)[(1,)](bits, flags, *sizes, XBLOCK=1, enable_fp_fusion=FP_FUSION)
     return order[flags]
 
 

@@ -71,12 +71,18 @@ def gpu_nms(graph: Graph, device_type: str, refused: dict[int, str], triton: boo
 
 
 def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int) -> Optional[list[Node]]:
+    """The nodes standing for `node`; None where it stays torchvision's call (its NOT_LOWERED says why)."""
     boxes, scores, threshold = node.inputs
     count = _count(boxes.type, scores.type)
-    if node.uid in refused or count is None or not isinstance(literals.get(threshold.id), float):
-        return None
-    stable = torchvision_sorts_stably(boxes.type.device)
-    if stable is None:
+    stable = torchvision_sorts_stably(boxes.type.device) if count is not None else None
+    why = ("verification took its kernels out" if node.uid in refused else
+           "its boxes are not float32 [n, 4] and its scores [n] on one device, n a count the kernels can take "
+           f"(got {boxes.type} and {scores.type}; an opaque count is one no run binds)" if count is None else
+           "its threshold is not a constant" if not isinstance(literals.get(threshold.id), float) else
+           "torchvision's order of tied scores is neither ATen's stable nor its unstable sort's" if stable is None
+           else "")
+    if why:
+        node.attrs[Attr.NOT_LOWERED] = f"torchvision's NMS as kernels (gpu_nms.py): not taken, {why}"
         return None
     device, made = boxes.type.device, []
 
