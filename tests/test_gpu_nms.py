@@ -4,6 +4,8 @@ TorchScript's boxes. On the CPU the kernels run under Triton's interpreter again
 written out in Python; on the GPU against torchvision itself, on boxes placed where its rounding decides."""
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -14,7 +16,6 @@ from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.symbolic import SymSize
 
 from helpers import on_cpu, on_gpu
-from test_data_dependent_sizes import _nms_op
 
 
 def kept_by_kernels(boxes: torch.Tensor, scores: torch.Tensor, threshold: float, symbolic: bool) -> torch.Tensor:
@@ -45,10 +46,10 @@ def _fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     return (a.double() * b.double() + c.double()).float()
 
 
-def torchvision_cuda_nms(boxes: torch.Tensor, scores: torch.Tensor, threshold: float) -> torch.Tensor:
+def torchvision_cuda_nms(boxes: torch.Tensor, scores: torch.Tensor, threshold: float, fma: bool = True) -> torch.Tensor:
     """torchvision's CUDA nms written out: a stable descending sort, then greedily each box not overlapped past the
     threshold by a kept one, the overlap in its devIoU's float arithmetic (the later box's area an FMA into the
-    earlier's: diag/nms_calib.py's finding on the GPU machine)."""
+    earlier's: diag/nms_calib.py's finding on the GPU machine); `fma` False: its CPU kernel's, every op rounded."""
     order = scores.sort(stable=True, dim=0, descending=True)[1]
     b = boxes[order]
     t = torch.tensor(threshold, dtype=torch.float32)
@@ -60,7 +61,8 @@ def torchvision_cuda_nms(boxes: torch.Tensor, scores: torch.Tensor, threshold: f
             height = (torch.minimum(a[:, 3], b[i, 3]) - torch.maximum(a[:, 1], b[i, 1])).clamp(min=0)
             inter = width * height
             area_a = (a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1])
-            denominator = _fma(b[i, 2] - b[i, 0], b[i, 3] - b[i, 1], area_a) - inter
+            area_b = (b[i, 2] - b[i, 0], b[i, 3] - b[i, 1])
+            denominator = (_fma(*area_b, area_a) if fma else area_a + area_b[0] * area_b[1]) - inter
             if bool(((inter.double() / denominator.double()).float() > t).any()):
                 continue
         kept.append(i)
@@ -115,24 +117,44 @@ def test_kernels_round_the_overlap_as_torchvisions_cuda_code():
     assert 600 < len(expected) < 1200  # (the pairs go both ways)
 
 
+def _torchvision_nms() -> None:
+    """torchvision's NMS op, or where torchvision is not installed a stand-in of its name and schema computing its
+    CPU kernel's answer. Registered when a test first asks (after collection: a stand-in another test module makes
+    at import is kept, and its tests see their own)."""
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        if not hasattr(torch.ops.torchvision, "nms"):
+            library = torch.library.Library("torchvision", "FRAGMENT")
+            library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+            library.impl("nms", lambda b, s, t: torchvision_cuda_nms(b, s, t, fma=False), "CPU")
+            _torchvision_nms.library = library  # (kept alive: the op goes with it)
+
+
+@functools.lru_cache(maxsize=None)
+def scripted(name: str):
+    """The test programs, scripted once the op they call exists."""
+    _torchvision_nms()
+
+    def post_process(boxes, scores):
+        keep = scores > 0.2
+        b, s = boxes[keep], scores[keep]
+        kept = torch.ops.torchvision.nms(b, s, 0.5)
+        return b[kept] * 2.0, s[kept]
+
+    def nms_of_inputs(boxes, scores):
+        return torch.ops.torchvision.nms(boxes, scores, 0.5)
+    return torch.jit.script({"post_process": post_process, "nms_of_inputs": nms_of_inputs}[name])
+
+
 @pytest.fixture
 def generated_nms(monkeypatch):
     monkeypatch.setattr(gpu_nms, "MODE", "generated")
 
 
-_nms_op()  # (torchvision's, or a stand-in of its name where it is not installed: before the script names it)
-
-
-@torch.jit.script
-def post_process(boxes, scores):
-    keep = scores > 0.2
-    b, s = boxes[keep], scores[keep]
-    kept = torch.ops.torchvision.nms(b, s, 0.5)
-    return b[kept] * 2.0, s[kept]
-
-
 @on_cpu
 def test_a_converted_post_process_gives_torchscripts_boxes_at_every_count(generated_nms):
+    post_process = scripted("post_process")
     g = torch.Generator().manual_seed(11)
     converted = jit2triton.convert(post_process, random_boxes(120, 0.4, g), backend="triton")
     summary = converted.summary()
@@ -148,19 +170,15 @@ def test_a_converted_post_process_gives_torchscripts_boxes_at_every_count(genera
     assert len(counts) >= 4, counts
 
 
-@torch.jit.script
-def nms_of_inputs(boxes, scores):
-    return torch.ops.torchvision.nms(boxes, scores, 0.5)
-
-
 @on_cpu
-@pytest.mark.parametrize("model", [post_process, nms_of_inputs], ids=["post_process", "nms_of_inputs"])
-def test_a_wrong_nms_kernel_is_taken_out(generated_nms, monkeypatch, model):
+@pytest.mark.parametrize("name", ["post_process", "nms_of_inputs"])
+def test_a_wrong_nms_kernel_is_taken_out(generated_nms, monkeypatch, name):
     """Verification takes out a walk made wrong on purpose (every box kept), whether the NMS reads kernels' outputs
     or the model's inputs: the call is torchvision's again and the package's boxes TorchScript's. (The walk's flags
     have no value in ATen's plan: verification runs torchvision's NMS on the package's own inputs to it.)"""
     monkeypatch.setattr(triton_nms, "_WALK", triton_nms._WALK.replace("take = ((gone >> i) & 1) == 0",
                                                                          "take = gone == gone"))
+    model = scripted(name)
     g = torch.Generator().manual_seed(13)
     converted = jit2triton.convert(model, random_boxes(120, 0.4, g), backend="triton")
     summary = converted.summary()
@@ -192,6 +210,7 @@ def test_gpu_kernels_keep_torchvisions_boxes():
 @on_gpu
 def test_gpu_converted_post_process_gives_torchscripts_boxes():
     pytest.importorskip("torchvision")
+    post_process = scripted("post_process")
     g = torch.Generator().manual_seed(19)
     example = random_boxes(2000, 0.3, g, "cuda")
     converted = jit2triton.convert(post_process, example, device="cuda")
@@ -206,6 +225,7 @@ def test_gpu_converted_post_process_gives_torchscripts_boxes():
 def test_an_nms_over_more_boxes_than_the_mask_allows_stays_torchvisions(generated_nms, monkeypatch):
     """The mask takes n * n bytes: a call that may hold more than MAX_BOXES boxes keeps torchvision's."""
     monkeypatch.setattr(gpu_nms, "MAX_BOXES", 100)
+    nms_of_inputs = scripted("nms_of_inputs")
     g = torch.Generator().manual_seed(23)
     converted = jit2triton.convert(nms_of_inputs, random_boxes(120, 0.4, g), backend="triton")
     assert not any(k["name"].startswith("nms") for k in converted.summary()["kernels"])
