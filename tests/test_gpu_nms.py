@@ -11,7 +11,7 @@ import torch
 
 import jit2triton
 from jit2triton.emitters import triton_nms
-from jit2triton.transpiler import gpu_nms
+from jit2triton.transpiler import gpu_nms, pipeline
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.symbolic import SymSize
 
@@ -144,7 +144,9 @@ def scripted(name: str):
 
     def nms_of_inputs(boxes, scores):
         return torch.ops.torchvision.nms(boxes, scores, 0.5)
-    return torch.jit.script({"post_process": post_process, "nms_of_inputs": nms_of_inputs}[name])
+
+    programs = {"post_process": post_process, "nms_of_inputs": nms_of_inputs}
+    return torch.jit.script(programs[name])
 
 
 @pytest.fixture
@@ -219,6 +221,27 @@ def test_gpu_converted_post_process_gives_torchscripts_boxes():
         inputs = random_boxes(2000, spread, g, "cuda")
         for got, want in zip(converted(*inputs), post_process(*inputs)):
             assert torch.equal(got, want), spread
+
+
+@on_cpu
+def test_an_nms_over_a_count_no_run_binds_binds_it(generated_nms, monkeypatch):
+    """A count no run binds (FCOS's and SSD's candidates, a cat of per-level lists made in a loop, on the GPU
+    machine): here, the mask's count left opaque. The rewrite's sort binds it, and the kernels take it."""
+    monkeypatch.setattr(pipeline, "bind_opaque_sizes", lambda graph, recorder, dims: {})
+    post_process = scripted("post_process")
+    g = torch.Generator().manual_seed(29)
+    converted = jit2triton.convert(post_process, random_boxes(120, 0.4, g), backend="triton")
+    assert [k["name"] for k in converted.summary()["kernels"] if k["name"].startswith("nms")] == \
+        ["nms0_mask", "nms0_walk"]
+    assert not any(k["name"].startswith("k") and "index" in k["name"] for k in converted.summary()["kernels"])
+    counts = set()
+    for spread in (0.4, 1.0, 0.1):
+        inputs = random_boxes(120, spread, g)
+        expected = post_process(*inputs)
+        counts.add(len(expected[1]))
+        for got, want in zip(converted(*inputs), expected):
+            assert torch.equal(got, want), spread
+    assert len(counts) == 3, counts
 
 
 @on_cpu

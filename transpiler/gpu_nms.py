@@ -29,6 +29,7 @@ NMS = "torchvision::nms"
 # The mask buffer takes n * n + 8 * n bytes (25 MB at 5,000 boxes, torchvision's detectors' largest single call):
 # a call that may hold more boxes than this stays torchvision's (n * n / 8 bytes of mask)
 MAX_BOXES = 32768
+EXAMPLE_BOXES = 1000  # an opaque count's size where a kernel's launch is shown for people (the manifest's "grid")
 MODE = "auto"  # "auto": CUDA packages whose kernels are Triton's; "never"; "generated": Triton's on any device (tests)
 
 
@@ -77,7 +78,7 @@ def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int)
     stable = torchvision_sorts_stably(boxes.type.device) if count is not None else None
     why = ("verification took its kernels out" if node.uid in refused else
            "its boxes are not float32 [n, 4] and its scores [n] on one device, n a count the kernels can take "
-           f"(got {boxes.type} and {scores.type}; an opaque count is one no run binds)" if count is None else
+           f"(got {boxes.type} and {scores.type})" if count is None else
            "its threshold is not a constant" if not isinstance(literals.get(threshold.id), float) else
            "torchvision's order of tied scores is neither ATen's stable nor its unstable sort's" if stable is None
            else "")
@@ -85,6 +86,11 @@ def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int)
         node.attrs[Attr.NOT_LOWERED] = f"torchvision's NMS as kernels (gpu_nms.py): not taken, {why}"
         return None
     device, made = boxes.type.device, []
+    # An opaque count (a cat of per-level candidates: FCOS, SSD) is bound by the sort, from its indices' size: the
+    # kernels right after it take it as any bound count
+    opaque = count if isinstance(count, str) else None
+    count = SymSize.symbol(opaque) if opaque else count
+    dims = {**K.dims(), **({opaque: (0, None, EXAMPLE_BOXES)} if opaque else {})}
 
     def add(op: str, inputs: list[Value], outputs: list[Value], **attrs) -> list[Value]:
         schema = {Attr.SCHEMA: schema_of(op)} if op.startswith("aten::") else {}
@@ -99,7 +105,8 @@ def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int)
 
     _, order = add("aten::sort.stable", [scores, constant("stable", stable, "bool"), constant("dim", 0, "int"),
                                          constant("descending", True, "bool")],
-                   [tensor("sorted_scores", "float32", (count,)), tensor("order", "int64", (count,))])
+                   [tensor("sorted_scores", "float32", (count,)), tensor("order", "int64", (count,))],
+                   **({Attr.BINDS: [(1, 0, opaque)]} if opaque else {}))
     (ranked,) = add("aten::index_select", [boxes, constant("dim0", 0, "int"), order],
                     [tensor("sorted_boxes", "float32", (count, 4))])
     words = tensor("nms_mask", "int8", (count * count + 8 * count,))
@@ -107,8 +114,8 @@ def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int)
     name = f"nms{number}"
     line = [provenance_line(node)]
     mask = K.NmsMaskKernel(f"{name}_mask", (), [_buffer(ranked)], [_buffer(words)], [], provenance=line,
-                           dims=K.dims(), threshold=float(literals[threshold.id]))
-    walk = K.NmsWalkKernel(f"{name}_walk", (), [_buffer(words)], [_buffer(keep)], [], provenance=line, dims=K.dims())
+                           dims=dims, threshold=float(literals[threshold.id]))
+    walk = K.NmsWalkKernel(f"{name}_walk", (), [_buffer(words)], [_buffer(keep)], [], provenance=line, dims=dims)
     for kernel, inputs, outputs in ((mask, [ranked], [words]), (walk, [words], [keep])):
         made.append(Node(KERNEL_OP, inputs, outputs, source=node.source,
                          attrs={Attr.KERNEL: kernel, Attr.FUSED: [node]}))
@@ -120,14 +127,14 @@ def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int)
 
 
 def _count(boxes: Type, scores: Type):
-    """n where boxes are float32 [n, 4] and scores float32 [n] on one device, n an int or a polynomial over sizes
-    bound at run time; else None."""
+    """n where boxes are float32 [n, 4] and scores float32 [n] on one device, n an int, a polynomial over sizes
+    bound at run time or an opaque size (a str, which the rewrite binds); else None."""
     if not (boxes.is_tensor and scores.is_tensor and boxes.dtype == scores.dtype == "float32"
             and boxes.device == scores.device and boxes.shape is not None and scores.shape is not None
             and len(boxes.shape) == 2 and boxes.shape[1] == 4 and len(scores.shape) == 1):
         return None
     n = boxes.shape[0]
-    if not isinstance(n, (int, SymSize)) or scores.shape[0] != n or _largest(n) > MAX_BOXES:
+    if not isinstance(n, (int, SymSize, str)) or scores.shape[0] != n or _largest(n) > MAX_BOXES:
         return None
     return n
 
@@ -135,8 +142,8 @@ def _count(boxes: Type, scores: Type):
 def _largest(n) -> int:
     """The most boxes `n` may count: itself, or its value at its dims' largest sizes (0 where one has no bound:
     a count read from data, which the detectors this is for keep to thousands)."""
-    if isinstance(n, int):
-        return n
+    if isinstance(n, (int, str)):
+        return n if isinstance(n, int) else 0
     dims = K.dims()
     largest = {name: dims[name][1] for name in n.names if name in dims}
     return n.evaluate(largest) if len(largest) == len(n.names) and None not in largest.values() else 0
