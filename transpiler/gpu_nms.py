@@ -9,47 +9,27 @@ kept box, 3.7 ms for FCOS's 5,000 boxes).
     kept   = masked_select(order, keep)
 
 The kept indices are torchvision's, in its order, where the threshold is a constant, boxes [n, 4] and scores [n]
-(n an int or a size bound at run time). Verification compares the kernels with torchvision's call like any other,
+(n an int, a size bound at run time, or an opaque count the rewrite's sort binds). Verification compares the kernels with torchvision's call like any other,
 and a node it takes out (`refused`) stays torchvision's. Where torchvision's sort of tied scores is neither ATen's
 stable nor its unstable sort, nothing is rewritten.
 """
 from __future__ import annotations
 
-import functools
 from typing import Optional
-
-import torch
 
 from . import kernel_ir as K
 from .ir import KERNEL_OP, Attr, Graph, Node, Type, Value, blocks, literals as literals_of, provenance_line
+from .lowering import contiguous_strides
 from .op_table import schema_of
 from .symbolic import SymSize
+from .torchvision_order import torchvision_sorts_stably
 
 NMS = "torchvision::nms"
-# The mask buffer takes n * n + 8 * n bytes (25 MB at 5,000 boxes, torchvision's detectors' largest single call):
-# a call that may hold more boxes than this stays torchvision's (n * n / 8 bytes of mask)
+# The mask buffer takes n * n + 8 * n bytes, 8x torchvision's (25 MB at 5,000 boxes, the largest single call of
+# torchvision's detectors): a call that may hold more boxes than this stays torchvision's
 MAX_BOXES = 32768
 EXAMPLE_BOXES = 1000  # an opaque count's size where a kernel's launch is shown for people (the manifest's "grid")
 MODE = "auto"  # "auto": CUDA packages whose kernels are Triton's; "never"; "generated": Triton's on any device (tests)
-
-
-@functools.lru_cache(maxsize=None)
-def torchvision_sorts_stably(device: str) -> Optional[bool]:
-    """Whether torchvision's nms on `device` orders tied scores as ATen's stable sort (True) or its unstable sort
-    (False) does; None where neither, or where the op is missing. Asked once: 4,096 disjoint boxes (all kept, in
-    score order) of four scores shared by 1,024 each. Where both sorts give its order, stable (torchvision's CUDA
-    code asks for a stable sort)."""
-    corner = torch.arange(4096, dtype=torch.float32, device=device)[:, None] * 10
-    boxes = torch.cat([corner, corner, corner + 5, corner + 5], 1)
-    scores = (torch.arange(4096, device=device) % 4).float() / 4
-    try:
-        kept = torch.ops.torchvision.nms(boxes, scores, 0.5)
-    except (AttributeError, RuntimeError):
-        return None
-    for stable in (True, False):
-        if torch.equal(kept, torch.sort(scores, descending=True, stable=stable)[1]):
-            return stable
-    return None
 
 
 def gpu_nms(graph: Graph, device_type: str, refused: dict[int, str], triton: bool) -> int:
@@ -101,7 +81,7 @@ def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int)
         return add("prim::Constant", [], [Value(f"{node.output.name}_{name}", Type(kind))], **{Attr.VALUE: value})[0]
 
     def tensor(name: str, dtype: str, shape: tuple) -> Value:
-        return Value(f"{node.output.name}_{name}", Type("Tensor", dtype, shape, device, strides=_contiguous(shape)))
+        return Value(f"{node.output.name}_{name}", Type("Tensor", dtype, shape, device, strides=contiguous_strides(shape)))
 
     _, order = add("aten::sort.stable", [scores, constant("stable", stable, "bool"), constant("dim", 0, "int"),
                                          constant("descending", True, "bool")],
@@ -147,14 +127,6 @@ def _largest(n) -> int:
     dims = K.dims()
     largest = {name: dims[name][1] for name in n.names if name in dims}
     return n.evaluate(largest) if len(largest) == len(n.names) and None not in largest.values() else 0
-
-
-def _contiguous(shape: tuple) -> tuple:
-    strides, step = [], 1
-    for size in reversed(shape):
-        strides.append(step)
-        step = step * size
-    return tuple(reversed(strides))
 
 
 def _buffer(value: Value) -> K.KernelBuffer:

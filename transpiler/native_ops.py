@@ -16,29 +16,18 @@ from __future__ import annotations
 
 import functools
 
-import torch
-
 from .ir import Attr, Graph, blocks
 from .op_table import lookup
+from .torchvision_order import torchvision_sorts_stably
 
 
 @functools.lru_cache(maxsize=None)
 def nms_variant() -> str:
     """The runtime's nms that keeps the installed torchvision::nms's order of boxes of equal scores: "j2t::nms"
-    where it sorts scores stably (0.26), "j2t::nms_unstable" where it sorts them as ATen's unstable sort does (0.28
-    built for torch 2.13), "" otherwise or where the op is missing. Asked once: 512 disjoint boxes (all kept, in
-    score order) of four scores shared by 128 each."""
-    corner = torch.arange(512, dtype=torch.float32)[:, None] * 10
-    boxes = torch.cat([corner, corner, corner + 5, corner + 5], 1)
-    scores = (torch.arange(512) % 4).float() / 4
-    try:
-        kept = torch.ops.torchvision.nms(boxes, scores, 0.5)
-    except (AttributeError, RuntimeError):
-        return ""
-    for native, stable in (("j2t::nms", True), ("j2t::nms_unstable", False)):
-        if torch.equal(kept, torch.sort(scores, descending=True, stable=stable)[1]):
-            return native
-    return ""
+    where it sorts scores stably, "j2t::nms_unstable" where it sorts them as ATen's unstable sort does, "" otherwise
+    or where the op is missing."""
+    stable = torchvision_sorts_stably("cpu")
+    return "" if stable is None else "j2t::nms" if stable else "j2t::nms_unstable"
 
 
 # the runtime's op a plan names, where it depends on more than the dtype ("" for none)
