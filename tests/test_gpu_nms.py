@@ -11,7 +11,7 @@ import torch
 
 import jit2triton
 from jit2triton.emitters import triton_nms
-from jit2triton.transpiler import gpu_nms, pipeline
+from jit2triton.transpiler import gpu_nms, native_ops, pipeline
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.symbolic import SymSize
 
@@ -145,7 +145,10 @@ def scripted(name: str):
     def nms_of_inputs(boxes, scores):
         return torch.ops.torchvision.nms(boxes, scores, 0.5)
 
-    programs = {"post_process": post_process, "nms_of_inputs": nms_of_inputs}
+    def nms_of_kernels(boxes, scores):  # (a kernel's exact outputs: what it reads is ATen's bit for bit)
+        return torch.ops.torchvision.nms(boxes * 2.0, scores * 1.0, 0.5)
+
+    programs = {"post_process": post_process, "nms_of_inputs": nms_of_inputs, "nms_of_kernels": nms_of_kernels}
     return torch.jit.script(programs[name])
 
 
@@ -254,3 +257,21 @@ def test_an_nms_over_more_boxes_than_the_mask_allows_stays_torchvisions(generate
     assert not any(k["name"].startswith("nms") for k in converted.summary()["kernels"])
     inputs = random_boxes(120, 0.4, g)
     assert torch.equal(converted(*inputs), nms_of_inputs(*inputs))
+
+
+def test_an_nms_deciding_otherwise_on_the_same_inputs_is_not_put_down_to_rounding(monkeypatch):
+    """The runtime's own CPU NMS made to order tied scores the other way: it reads exactly what ATen's plan reads,
+    so its other answer is no rounding, and the package must not ship it as "matched up to rounding" (it did)."""
+    model = scripted("nms_of_kernels")
+    corner = torch.arange(512, dtype=torch.float32)[:, None] * 10
+    boxes, scores = torch.cat([corner, corner, corner + 5, corner + 5], 1), (torch.arange(512) % 4).float() / 4
+    if torch.equal(scores.sort(stable=True, descending=True)[1], scores.sort(stable=False, descending=True)[1]):
+        pytest.skip("ATen's unstable sort keeps these ties in order on this machine")
+    right = native_ops.nms_variant()
+    if not right:
+        pytest.skip("no runtime NMS keeps this torchvision's order")
+    monkeypatch.setitem(native_ops._CHOSEN, "torchvision::nms",
+                        lambda: {"j2t::nms": "j2t::nms_unstable", "j2t::nms_unstable": "j2t::nms"}[right])
+    converted = jit2triton.convert(model, (boxes, scores), backend="cpp")
+    assert converted.summary()["verification"]["status"] != "matched up to rounding"
+    assert torch.equal(converted(boxes, scores), model(boxes, scores))

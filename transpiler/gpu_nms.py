@@ -9,9 +9,11 @@ kept box, 3.7 ms for FCOS's 5,000 boxes).
     kept   = masked_select(order, keep)
 
 The kept indices are torchvision's, in its order, where the threshold is a constant, boxes [n, 4] and scores [n]
-(n an int, a size bound at run time, or an opaque count the rewrite's sort binds). Verification compares the kernels with torchvision's call like any other,
-and a node it takes out (`refused`) stays torchvision's. Where torchvision's sort of tied scores is neither ATen's
-stable nor its unstable sort, nothing is rewritten.
+(n an int, a size bound at run time, or an opaque count the rewrite's sort binds). The walk's flags have no value
+in ATen's plan, so verification runs torchvision's NMS on the package's own inputs to it (the masked_select's
+Attr.FINISHES) and takes the kernels out where the answers differ; a node it took out (`refused`) stays
+torchvision's. Where torchvision's sort of tied scores is neither ATen's stable nor its unstable sort, nothing is
+rewritten.
 """
 from __future__ import annotations
 
@@ -81,7 +83,8 @@ def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int)
         return add("prim::Constant", [], [Value(f"{node.output.name}_{name}", Type(kind))], **{Attr.VALUE: value})[0]
 
     def tensor(name: str, dtype: str, shape: tuple) -> Value:
-        return Value(f"{node.output.name}_{name}", Type("Tensor", dtype, shape, device, strides=contiguous_strides(shape)))
+        return Value(f"{node.output.name}_{name}",
+                     Type("Tensor", dtype, shape, device, strides=contiguous_strides(shape)))
 
     _, order = add("aten::sort.stable", [scores, constant("stable", stable, "bool"), constant("dim", 0, "int"),
                                          constant("descending", True, "bool")],
@@ -101,8 +104,7 @@ def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int)
                          attrs={Attr.KERNEL: kernel, Attr.FUSED: [node]}))
     binds = {Attr.BINDS: node.attrs[Attr.BINDS]} if Attr.BINDS in node.attrs else {}
     # (the kept count, bound where it was; a wrong keep flag shows first here, the NMS's own output)
-    add("aten::masked_select", [order, keep], [node.output], **binds,
-        **{Attr.FINISHES: (made[-1], node, {2: float(literals[threshold.id])})})
+    add("aten::masked_select", [order, keep], [node.output], **binds, **{Attr.FINISHES: (made[-1], node)})
     return made
 
 

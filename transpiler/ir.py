@@ -36,8 +36,8 @@ class Attr:
     STORE = "store"  # a rewrite asks fusion to store the value rather than recompute it in each reader
     SYNTHETIC = "synthetic"  # made by a pass, not by TorchScript: the report does not count it
     # an ATen node finishing what kernels computed for the node it stands for (gpu_nms.py's masked_select): (the
-    # kernel node, that node, its non-tensor inputs' values by position). The kernels' own outputs have no value in
-    # ATen's plan to compare with: verification runs the stood-for op on the package's own inputs to it instead
+    # kernel node, that node). The kernels' own outputs have no value in ATen's plan to compare with: verification
+    # runs the stood-for op on the package's own inputs to it instead
     FINISHES = "finishes"
     FROM_OPS = "from_ops"  # a rewrite's node: the TorchScript ops it stands for (the report counts them)
     DECOMPOSES = "decomposes"  # a rewrite's piece of an op written as pieces for kernels: its Decomposition

@@ -12,7 +12,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from jit2triton.transpiler import pipeline
-from jit2triton.transpiler.ir import KERNEL_OP, Attr
+from jit2triton.transpiler.ir import KERNEL_OP, Attr, literals
 from jit2triton.transpiler.op_table import lookup
 
 from .interpreter import Executor, placed_weights
@@ -45,6 +45,7 @@ def find_culprit(graph, sched: pipeline.Plan, observe: Observe, failed_inputs: l
     TorchScript on `failed_inputs`; None when neither a kernel nor rounding explains it."""
     before = pipeline.plan(graph)
     weights = placed_weights(before.weights, before.plan, device)
+    constants = literals(graph)
     rounding = None
     for inputs in failed_inputs:
         reference = observed_values(before.plan, weights, before.node_table, before.nodes, inputs)
@@ -52,11 +53,15 @@ def find_culprit(graph, sched: pipeline.Plan, observe: Observe, failed_inputs: l
         first = first_divergence(reference, actual, sched.nodes, error_of)
         if first is not None and first.node.op == KERNEL_OP:
             return first
-        finished = _finished_kernel(first, actual, graph, inputs)
+        given = {v.id: x for v, x in zip(graph.inputs, inputs)}
+        given.update(constants)
+        finished = _finished_kernel(first, actual, given)
         if finished is not None:
             return finished
         kernel = divergent_kernel(reference, actual, sched.nodes, error_of)  # after an ATen op that parted
         if first is not None and lookup(first.node.op).discontinuous:
+            if _same_inputs(first, reference, actual, given):
+                return None  # the same inputs decided otherwise: not rounding (a runtime's own op, say, is wrong)
             rounding = rounding or Culprit("rounding", first.node, first.error)
         elif kernel is not None:
             return kernel
@@ -65,27 +70,16 @@ def find_culprit(graph, sched: pipeline.Plan, observe: Observe, failed_inputs: l
     return rounding
 
 
-def _finished_kernel(first: Optional[Culprit], actual: Trace, graph, inputs: list) -> Optional[Culprit]:
+def _finished_kernel(first: Optional[Culprit], actual: Trace, given: dict) -> Optional[Culprit]:
     """Where the first value to differ is made by an ATen node that finishes kernels' work (Attr.FINISHES): the
     kernel, where the op it stands for, run through ATen on the package's own inputs to it, gives another answer
     than the package (upstream rounding cannot explain that); else None."""
     if first is None or Attr.FINISHES not in first.node.attrs:
         return None
-    kernel, stood_for, literal = first.node.attrs[Attr.FINISHES]
-    own = {v.id: x for v, x in zip(graph.inputs, inputs)}
-    occurrence = first.key[1]
-    args = []
-    for position, v in enumerate(stood_for.inputs):
-        if position in literal:
-            args.append(literal[position])
-            continue
-        made = [key for key in actual if key[0] == v.id]
-        if made:  # (made in the same loop iteration as the output, or once before the loop)
-            args.append(actual[max((k for k in made if k[1] <= occurrence), default=made[0])])
-        elif v.id in own:
-            args.append(own[v.id])
-        else:
-            return None
+    kernel, stood_for = first.node.attrs[Attr.FINISHES]
+    args = _inputs_read(stood_for, first.key[1], actual, given)
+    if args is None:
+        return None
     namespace, _, name = stood_for.op.partition("::")
     try:
         expected = getattr(getattr(torch.ops, namespace), name.partition(".")[0])(*args)
@@ -95,6 +89,36 @@ def _finished_kernel(first: Optional[Culprit], actual: Trace, graph, inputs: lis
     if got.shape == expected.shape and torch.equal(got, expected.to(got.device)):
         return None
     return Culprit("kernel", kernel, first.error)
+
+
+def _same_inputs(first: Culprit, reference: Trace, actual: Trace, given: dict) -> bool:
+    """Whether the discontinuous node that made the first value to differ read the same inputs, tensors bit for
+    bit, in the package as in ATen's plan; False where that is not known."""
+    ours = _inputs_read(first.node, first.key[1], actual, given)
+    theirs = _inputs_read(first.node, first.key[1], reference, given)
+    return ours is not None and theirs is not None and all(_same(a, b) for a, b in zip(ours, theirs))
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b.to(a.device))
+    return not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor) and a == b
+
+
+def _inputs_read(node, occurrence: int, trace: Trace, given: dict) -> Optional[list]:
+    """`node`'s inputs as a run read them: each tensor as `trace` made it (in the same loop iteration as the value
+    that differs, or once before the loop), else as `given` (the model's inputs, the constants); None where an
+    input is none of these (a host number made from data, a list built at run time)."""
+    args = []
+    for v in node.inputs:
+        made = [key for key in trace if key[0] == v.id]
+        if made:
+            args.append(trace[max((k for k in made if k[1] <= occurrence), default=made[0])])
+        elif v.id in given:
+            args.append(given[v.id])
+        else:
+            return None
+    return args
 
 
 def observed_values(plan: dict, weights: dict, node_table: list, nodes: list, inputs: list) -> Trace:
