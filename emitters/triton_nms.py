@@ -5,8 +5,9 @@ overlaps past the threshold (64 x 64 boxes a block), then walks the boxes in ord
 (`gather_keep_from_mask`): every kept box waits for a global load of its mask row and a barrier, 0.7 us a box, so
 5,000 boxes took 3.7 ms of FCOS's 12 ms of GPU time, and each of SSDlite's 180 calls 40 us.
 
-Here the mask is the same bits, computed with torchvision's float arithmetic step for step (`IOU_FORM`: which
-products the CUDA compiler fused into FMAs, read off its machine code), so the kept boxes are the same. The walk
+Here the mask is the same bits, computed with torchvision's float arithmetic step for step (the kernel's
+`iou_form`: which product torchvision's compiler fused into an FMA, transpiler/nms_facts.py asks it), so the kept
+boxes are the same. The walk
 decides a block of 64 boxes at a time from the block's own 64 words (scalar loads that do not wait on the
 decisions), then ORs the kept boxes' rows into the later blocks' words in one vector step.
 
@@ -22,14 +23,12 @@ from jit2triton.transpiler import kernel_ir as K
 from .common import provenance_comment
 from .triton import POINTER_TYPES, TritonKernel
 
-# How torchvision's CUDA devIoU rounds `Sa + Sb - interS` (Sa the earlier box's area, Sb the later's, interS the
-# intersection): the forms diag/nms_calib.py tells apart
+# `Sa + Sb - inter` as each of transpiler/nms_facts.py's IOU_FORMS rounds it (the rows are the earlier boxes)
 IOU_FORMS = {
     "plain": "(area_r[:, None] + area_c[None, :]) - inter",
-    "fma_rows": "tl.fma(wr[:, None], hr[:, None], area_c[None, :]) - inter",
-    "fma_cols": "tl.fma(wc[None, :], hc[None, :], area_r[:, None]) - inter",
+    "fma_earlier": "tl.fma(wr[:, None], hr[:, None], area_c[None, :]) - inter",
+    "fma_later": "tl.fma(wc[None, :], hc[None, :], area_r[:, None]) - inter",
 }
-IOU_FORM = "fma_cols"  # (diag/nms_calib.py on an H200, torchvision 0.26: 0 of 565 pairs differ; the others 155-446)
 BLOCK = 64  # boxes a mask word covers (torchvision's threadsPerBlock)
 
 _MASK = '''import triton
@@ -128,7 +127,7 @@ def _f32(value: float) -> float:
 
 def render_nms_mask(kernel: K.NmsMaskKernel) -> TritonKernel:
     """A program per 64 sorted boxes (items n, XBLOCK 64)."""
-    source = _MASK.format(threshold=_f32(kernel.threshold), denominator=IOU_FORMS[IOU_FORM], **_parts(kernel))
+    source = _MASK.format(threshold=_f32(kernel.threshold), denominator=IOU_FORMS[kernel.iou_form], **_parts(kernel))
     return _launch(kernel, source, kernel.boxes, BLOCK)
 
 

@@ -11,23 +11,25 @@ import torch
 
 import jit2triton
 from jit2triton.emitters import triton_nms
-from jit2triton.transpiler import gpu_nms, native_ops, pipeline
+from jit2triton.transpiler import gpu_nms, native_ops, nms_facts, pipeline
 from jit2triton.transpiler import kernel_ir as K
 from jit2triton.transpiler.symbolic import SymSize
 
 from helpers import on_cpu, on_gpu
 
 
-def kept_by_kernels(boxes: torch.Tensor, scores: torch.Tensor, threshold: float, symbolic: bool) -> torch.Tensor:
+def kept_by_kernels(boxes: torch.Tensor, scores: torch.Tensor, threshold: float, symbolic: bool,
+                    form: str = "fma_later") -> torch.Tensor:
     """The kernels' kept indices: rendered as a package renders them (over a size bound at run time, or a fixed
-    count), launched on the boxes' device."""
+    count, the overlap rounded as `form`), launched on the boxes' device."""
     from jit2triton.emitters.compile_triton import FP_FUSION, kernel_function
     n = boxes.shape[0]
     count = SymSize.symbol("s0") if symbolic else n
     ranked = K.KernelBuffer("boxes", "float32", (count, 4), (4, 1))
     words = K.KernelBuffer("words", "int8", (count * count + 8 * count,), (1,))
     keep = K.KernelBuffer("keep", "bool", (count,), (1,))
-    mask = triton_nms.render_nms_mask(K.NmsMaskKernel("nms_mask", (), [ranked], [words], [], threshold=threshold))
+    mask = triton_nms.render_nms_mask(K.NmsMaskKernel("nms_mask", (), [ranked], [words], [], threshold=threshold,
+                                                      iou_form=form))
     walk = triton_nms.render_nms_walk(K.NmsWalkKernel("nms_walk", (), [words], [keep], []))
     order = scores.sort(stable=True, dim=0, descending=True)[1]
     sorted_boxes = boxes.index_select(0, order).contiguous()
@@ -103,18 +105,37 @@ def test_kernels_keep_torchvisions_boxes_at_every_count(symbolic):
         assert torch.equal(kept_by_kernels(boxes, scores, 0.5, symbolic), expected), n
 
 
+def telling_pairs(device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+    """Boxes and scores of box pairs whose keep decision the overlap's rounding turns: each pair's later box is
+    kept in one form and suppressed in another (nms_facts' probe pairs, those on which the forms disagree)."""
+    earlier, later = nms_facts.telling_pairs(20000, 0.5, torch.Generator().manual_seed(7))
+    count = len(earlier)
+    scores = torch.cat([torch.full((count,), 2.0), torch.full((count,), 1.0)])
+    return torch.cat([earlier, later]).to(device), scores.to(device)
+
+
 @on_cpu
-def test_kernels_round_the_overlap_as_torchvisions_cuda_code():
-    """Pairs whose keep decision turns on the overlap's rounding: the kernels follow the FMA form (fails with
-    IOU_FORM "plain")."""
-    g = torch.Generator().manual_seed(7)
-    boxes = near_threshold_pairs(600, 0.5, g)
-    scores = torch.cat([torch.full((600,), 2.0), torch.full((600,), 1.0)])
-    expected = torchvision_cuda_nms(boxes, scores, 0.5)
-    plain = triton_nms.IOU_FORMS["plain"]
-    assert plain != triton_nms.IOU_FORMS[triton_nms.IOU_FORM]
-    assert torch.equal(kept_by_kernels(boxes, scores, 0.5, symbolic=False), expected)
-    assert 600 < len(expected) < 1200  # (the pairs go both ways)
+def test_kernels_round_the_overlap_as_they_are_told():
+    """On pairs whose keep decision turns on the overlap's rounding, the kernels follow the form they are given:
+    the FMA form as torchvision's CUDA code and the plain one as its CPU code (each fails with the other)."""
+    boxes, scores = telling_pairs()
+    assert len(boxes) >= 20  # (10 pairs or more)
+    expected = {form: torchvision_cuda_nms(boxes, scores, 0.5, fma=fma) for form, fma in (("fma_later", True),
+                                                                                            ("plain", False))}
+    assert not torch.equal(expected["fma_later"], expected["plain"])
+    for form, kept in expected.items():
+        assert torch.equal(kept_by_kernels(boxes, scores, 0.5, symbolic=False, form=form), kept), form
+
+
+@on_cpu
+def test_the_overlaps_form_is_asked_of_torchvision():
+    """nms_facts finds the form the installed NMS rounds by: here a stand-in computing each form in turn."""
+    for fma, form in ((False, "plain"), (True, "fma_later")):
+        library = torch.library.Library("j2t_test_nms", "DEF")
+        library.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        library.impl("nms", lambda b, s, t, fma=fma: torchvision_cuda_nms(b, s, t, fma=fma), "CPU")
+        assert nms_facts.iou_form_of(torch.ops.j2t_test_nms.nms, "cpu") == form
+        del library
 
 
 def _torchvision_nms() -> None:
@@ -198,18 +219,24 @@ def test_a_wrong_nms_kernel_is_taken_out(generated_nms, monkeypatch, name):
 @on_gpu
 def test_gpu_kernels_keep_torchvisions_boxes():
     """Against torchvision's CUDA nms itself: random boxes at many counts, and pairs whose decision turns on the
-    overlap's rounding (a wrong IOU_FORM fails this)."""
+    overlap's rounding (a wrong overlap form fails this), in the form nms_facts asks torchvision for."""
     torchvision = pytest.importorskip("torchvision")
+    form = nms_facts.torchvision_iou_form("cuda")
+    assert form is not None
     g = torch.Generator().manual_seed(17)
     for n, spread in ((0, 1.0), (1, 1.0), (65, 0.3), (300, 0.2), (1000, 0.5), (5000, 0.3)):
         boxes, scores = random_boxes(n, spread, g, "cuda")
         expected = torchvision.ops.nms(boxes, scores, 0.5)
-        assert torch.equal(kept_by_kernels(boxes, scores, 0.5, symbolic=True), expected), n
+        assert torch.equal(kept_by_kernels(boxes, scores, 0.5, symbolic=True, form=form), expected), n
     for threshold in (0.5, 0.45, 0.7):
         boxes = near_threshold_pairs(4000, threshold, g).cuda()
         scores = torch.cat([torch.full((4000,), 2.0), torch.full((4000,), 1.0)]).cuda()
         expected = torchvision.ops.nms(boxes, scores, threshold)
-        assert torch.equal(kept_by_kernels(boxes, scores, threshold, symbolic=True), expected), threshold
+        assert torch.equal(kept_by_kernels(boxes, scores, threshold, symbolic=True, form=form), expected), threshold
+    boxes, scores = telling_pairs("cuda")  # (where the forms disagree: a wrong form fails here)
+    for threshold in (0.5,):
+        expected = torchvision.ops.nms(boxes, scores, threshold)
+        assert torch.equal(kept_by_kernels(boxes, scores, threshold, symbolic=True, form=form), expected), threshold
 
 
 @on_gpu

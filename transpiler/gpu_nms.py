@@ -12,8 +12,8 @@ The kept indices are torchvision's, in its order, where the threshold is a const
 (n an int, a size bound at run time, or an opaque count the rewrite's sort binds). The walk's flags have no value
 in ATen's plan, so verification runs torchvision's NMS on the package's own inputs to it (the masked_select's
 Attr.FINISHES) and takes the kernels out where the answers differ; a node it took out (`refused`) stays
-torchvision's. Where torchvision's sort of tied scores is neither ATen's stable nor its unstable sort, nothing is
-rewritten.
+torchvision's. How torchvision sorts tied scores and rounds the overlap is asked of it on the device
+(nms_facts.py); where it does neither as the kernels can, nothing is rewritten.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from .ir import KERNEL_OP, Attr, Graph, Node, Type, Value, blocks, literals as l
 from .lowering import contiguous_strides
 from .op_table import schema_of
 from .symbolic import SymSize
-from .torchvision_order import torchvision_sorts_stably
+from .nms_facts import torchvision_iou_form, torchvision_sorts_stably
 
 NMS = "torchvision::nms"
 # The mask buffer takes n * n + 8 * n bytes, 8x torchvision's (25 MB at 5,000 boxes, the largest single call of
@@ -58,11 +58,13 @@ def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int)
     boxes, scores, threshold = node.inputs
     count = _count(boxes.type, scores.type)
     stable = torchvision_sorts_stably(boxes.type.device) if count is not None else None
+    form = torchvision_iou_form(boxes.type.device) if stable is not None else None
     why = ("verification took its kernels out" if node.uid in refused else
            "its boxes are not float32 [n, 4] and its scores [n] on one device, n a count the kernels can take "
            f"(got {boxes.type} and {scores.type})" if count is None else
            "its threshold is not a constant" if not isinstance(literals.get(threshold.id), float) else
-           "torchvision's order of tied scores is neither ATen's stable nor its unstable sort's" if stable is None
+           "torchvision's order of tied scores is neither ATen's stable nor its unstable sort's" if stable is None else
+           "torchvision's overlap rounds in none of the forms the kernels compute (nms_facts.py)" if form is None
            else "")
     if why:
         node.attrs[Attr.NOT_LOWERED] = f"torchvision's NMS as kernels (gpu_nms.py): not taken, {why}"
@@ -97,7 +99,7 @@ def _rewritten(node: Node, literals: dict, refused: dict[int, str], number: int)
     name = f"nms{number}"
     line = [provenance_line(node)]
     mask = K.NmsMaskKernel(f"{name}_mask", (), [_buffer(ranked)], [_buffer(words)], [], provenance=line,
-                           dims=dims, threshold=float(literals[threshold.id]))
+                           dims=dims, threshold=float(literals[threshold.id]), iou_form=form)
     walk = K.NmsWalkKernel(f"{name}_walk", (), [_buffer(words)], [_buffer(keep)], [], provenance=line, dims=dims)
     for kernel, inputs, outputs in ((mask, [ranked], [words]), (walk, [words], [keep])):
         made.append(Node(KERNEL_OP, inputs, outputs, source=node.source,

@@ -815,8 +815,10 @@ class NmsMaskKernel(Kernel):
     """NMS's overlap bits over boxes sorted by score, from emitters/triton_nms.py: inputs[0] the boxes [n, 4]
     float32, outputs[0] an int8 buffer of n * n + 8 * n bytes whose first n * ceil(n / 64) int64 words are the mask
     (bit j of word [i, c]: box c*64+j, after box i, overlaps it by more than `threshold`, in torchvision's CUDA
-    arithmetic). transpiler/gpu_nms.py makes it; `ranges` and `values` stay empty."""
+    arithmetic, `iou_form` one of transpiler/nms_facts.py's IOU_FORMS). transpiler/gpu_nms.py makes it; `ranges`
+    and `values` stay empty."""
     threshold: float = 0.5
+    iou_form: str = "plain"
 
     @property
     def boxes(self):

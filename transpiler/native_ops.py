@@ -18,7 +18,7 @@ import functools
 
 from .ir import Attr, Graph, blocks
 from .op_table import lookup
-from .torchvision_order import torchvision_sorts_stably
+from .nms_facts import torchvision_sorts_stably
 
 
 @functools.lru_cache(maxsize=None)
