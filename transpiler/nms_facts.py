@@ -55,8 +55,7 @@ def iou_form_of(nms, device: str) -> Optional[str]:
     a few float32 steps of the threshold and on which the forms disagree; None where no form or more than one
     agrees."""
     threshold = 0.5
-    earlier, later = telling_pairs(PROBE_PAIRS, threshold, torch.Generator().manual_seed(0))
-    earlier, later = earlier.to(device), later.to(device)
+    earlier, later = telling_pairs(PROBE_PAIRS, threshold, torch.Generator().manual_seed(0), device)
     decided = {form: suppressed(earlier, later, threshold, form) for form in IOU_FORMS}
     count = len(earlier)
     if count == 0:
@@ -90,11 +89,12 @@ def suppressed(earlier: torch.Tensor, later: torch.Tensor, threshold: float, for
     return overlap > torch.tensor(threshold, dtype=torch.float32, device=earlier.device)
 
 
-def telling_pairs(k: int, threshold: float, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def telling_pairs(k: int, threshold: float, generator: torch.Generator,
+                  device: str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     """Of k threshold_pairs, those whose later box, its right edge moved by at most STEPS float32 steps, is
-    suppressed in one form and kept in another (moved so): (earlier, later), [m, 4] each."""
-    earlier, later = threshold_pairs(k, threshold, generator)
-    found = torch.zeros(k, dtype=torch.bool)
+    suppressed in one form and kept in another (moved so): (earlier, later), [m, 4] each, on `device`."""
+    earlier, later = (pairs.to(device) for pairs in threshold_pairs(k, threshold, generator))
+    found = torch.zeros(k, dtype=torch.bool, device=device)
     chosen = later.clone()
     edge = later[:, 2]
     step = torch.nextafter(edge, torch.full_like(edge, float("inf"))) - edge
