@@ -10,7 +10,7 @@ from jit2triton.transpiler.symbolic import size_json
 from . import cpp, cpp_conv
 from .cpp_shared import count_bodies
 from .compile_cpp import (BASE_FLAGS, ISA_FLAGS, CompileFailed, compile_library, compiler_version, find_compiler,
-                          host_isa, vector_math_functions)
+                          host_isa, vector_math_functions, wide_math_functions)
 
 MAX_COMPILE_PROBES = 20  # compiles the search for the kernels a model's C++ fails on may spend (one culprit in
 # N kernels takes about 2*log2(N), each of a part of the model: about twice its own compile in all)
@@ -31,9 +31,11 @@ def kernel_index(kernels: list[Kernel], backend: str) -> list[dict[str, Any]]:
 
 
 def render_cpp(kernels: list[Kernel]) -> str:
-    """The model's one C++ translation unit, calling the vector math this host's libmvec has."""
-    return cpp.render_module(kernels, vector_math_functions(host_isa(), cpp.VECTOR_MATH), cpp_conv.render_template,
-                             cpp_conv.PRELUDE)
+    """The model's one C++ translation unit, calling the vector math this host's libmvec has, with AVX-512 twins
+    of the kernels that call it (cpp_wide.py)."""
+    isa = host_isa()
+    return cpp.render_module(kernels, vector_math_functions(isa, cpp.VECTOR_MATH), cpp_conv.render_template,
+                             cpp_conv.PRELUDE, wide_math_functions(isa, cpp.VECTOR_MATH))
 
 
 def compile_cpp(source: str) -> tuple[dict[str, bytes], dict[str, Any]]:

@@ -76,6 +76,19 @@ def compile_library(source: str, isa: str) -> bytes:
         return f.read()
 
 
+def wide_math_functions(isa: str, names) -> tuple[str, ...]:
+    """The float math functions (C names, "expf") with glibc's 16-lane AVX-512 form here, for the AVX-512 twins of
+    an x86-64-v3 build's kernels (cpp_wide.py); none elsewhere."""
+    if isa != "x86-64-v3":
+        return ()
+    import ctypes
+    try:
+        mvec = ctypes.CDLL("libmvec.so.1")
+    except OSError:
+        return ()
+    return tuple(name + "f" for name in names if hasattr(mvec, f"_ZGVeN16v_{name}f"))
+
+
 def vector_math_functions(isa: str, names) -> tuple[tuple[str, str], ...]:
     """(C name, C type) of the math functions (("sinf", "float"), ("exp", "double")) for which this machine's
     glibc has vector variants for `isa`."""
