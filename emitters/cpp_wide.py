@@ -6,10 +6,10 @@ over a tensor ran at 0.54-0.78x ATen's speed. Built with AVX-512 for the whole m
 and lost up to 2.3x on short rows (a mean over 56 floats: three 16-lane vectors and a remainder).
 
 So only the kernels that call float vector math, and read no bool mask, get a twin (a softmax after
-`masked_fill(bool, -inf)` ran 2.1x slower at 16 lanes: its bool reads and selects, in every loop), compiled for x86-64-v4 inside the same library
-(`target("arch=x86-64-v4")`) with their `omp simd` loops at 16 lanes (glibc's `_ZGVeN16v_` functions), and the
-kernel's exported entry calls the twin where the CPU has AVX-512 (F, BW, CD, DQ, VL), else the AVX2 body, which is
-the kernel as it always was. One library, one package ISA; a sigmoid over 256,000 floats, one thread: 70 -> 49 us
+`masked_fill(bool, -inf)` ran 2.1x slower at 16 lanes: its bool reads and selects, in every loop), compiled for
+x86-64-v4 inside the same library (`target("arch=x86-64-v4")`) with their `omp simd` loops at 16 lanes (glibc's
+`_ZGVeN16v_` functions), and the kernel's exported entry calls the twin where the CPU has AVX-512 (F, BW, CD, DQ,
+VL), else the AVX2 body, which is the kernel as it always was. One library, one package ISA; a sigmoid over 256,000 floats, one thread: 70 -> 49 us
 (ATen 52). `J2T_NO_AVX512=1` in the environment when the library loads keeps the AVX2 bodies (tests run both).
 """
 from __future__ import annotations
