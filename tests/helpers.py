@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tempfile
 from typing import Any, Callable, Optional
 
@@ -45,6 +46,20 @@ long_test = pytest.mark.skipif(not LONG_TESTS, reason="a long test: set JIT2TRIT
 
 on_cpu = pytest.mark.skipif(not INTERPRETED, reason="Triton kernels run on the CPU only under its interpreter: "
                                                     "start Python with TRITON_INTERPRET=1")
+
+
+def kernel_body(code: str, name: str = "") -> str:
+    """A C++ kernel's function in a module's code (kernel `name`, else the first): its AVX2 body where it has an
+    AVX-512 twin (emitters/cpp_wide.py), from its signature to its closing brace."""
+    kernel = re.escape(name) if name else r"\w+"
+    found = re.search(rf"static int {kernel}_avx2\(", code) or re.search(rf"J2T_KERNEL int {kernel}\(", code)
+    if not name:  # (the first kernel: its AVX2 body comes before its entry)
+        starts = [m for m in (re.search(r"static int \w+_avx2\(", code), re.search(r"J2T_KERNEL int \w+\(", code))
+                  if m]
+        found = min(starts, key=lambda m: m.start()) if starts else None
+    assert found is not None, f"no kernel {name or ''} in the code"
+    end = code.find("\n}", found.start())
+    return code[found.start():end + 2 if end >= 0 else len(code)]
 
 
 def on_gpu(test):

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import jit2triton
 from jit2triton.emitters import cpp_channels_inner
 from jit2triton.transpiler import channels_last
-from helpers import assert_runtimes_match, assert_same
+from helpers import assert_runtimes_match, assert_same, kernel_body
 
 
 @pytest.fixture(autouse=True)
@@ -134,7 +134,7 @@ def test_a_sweep_after_reductions_over_a_middle_dim_runs_channels_innermost(batc
     assert any("softmax" in k for k in interchanged), interchanged
     assert any("mean" in k for k in interchanged), interchanged
     name = next(k["name"] for k in converted.summary()["kernels"] if "softmax" in k["name"])
-    softmax = converted.code[converted.code.index(f"int {name}("):].split("return j2t_status")[0]
+    softmax = kernel_body(converted.code, name).split("return j2t_status")[0]
     assert softmax.count("expf") == 1 and "stashed" in softmax, softmax  # (each exp once, read back by the sweep)
     path = tmp_path / "model.j2t"
     converted.save(path)

@@ -8,6 +8,7 @@ import torch
 
 import jit2triton
 from package_tools import read_members, rewrite_package
+from helpers import kernel_body
 from jit2triton.deploy import cpp_kernels
 
 
@@ -190,7 +191,7 @@ def test_a_softmax_computes_each_exp_once(dynamic):
     scripted = torch.jit.script(softmax_rows)
     options = {"dynamic_shapes": {0: {1: jit2triton.Dim("n", min=2, max=4096)}}} if dynamic else {}
     converted = jit2triton.convert(scripted, example_inputs=(torch.randn(8, 1000),), **options)
-    kernel = converted.code[converted.code.index("J2T_KERNEL int"):]
+    kernel = kernel_body(converted.code)
     nests = kernel.count("= out_")  # (a dynamic kernel has two loop nests: one parallel, one not)
     assert nests in (1, 2) and len(re.findall(r"expf(_shifted)?\(", kernel)) == nests, kernel
     for n in ((1000,) * 6 if not dynamic else (1000, 2, 77, 4096, 513, 64)):

@@ -4,7 +4,7 @@ inputs, on every backend this machine runs."""
 import pytest
 import torch
 
-from helpers import BACKENDS, assert_matches_torchscript, convert_for
+from helpers import BACKENDS, assert_matches_torchscript, convert_for, kernel_body
 
 
 def _kernel_steps(converted) -> list[dict]:
@@ -69,7 +69,7 @@ def test_small_static_kernels_enter_no_parallel_region_and_dynamic_ones_choose_p
     batch = jit2triton.Dim("batch", min=1, max=4096)
     wide = _trace(lambda x: torch.sin(x) + 1, torch.randn(4, 64))
     dynamic = jit2triton.convert(wide, (torch.randn(4, 64),), dynamic_shapes={0: {0: batch}})
-    kernel = dynamic.code[dynamic.code.index("J2T_KERNEL int"):]
+    kernel = kernel_body(dynamic.code)
     assert kernel.count("omp parallel for") == 1 and "} else {" in kernel, kernel
     for rows in (1, 3, 1000):
         x = torch.randn(rows, 64)
