@@ -31,8 +31,28 @@ IOU_FORMS = {
 }
 BLOCK = 64  # boxes a mask word covers (torchvision's threadsPerBlock)
 
+# Both kernels' first lines: the box count, the mask's column blocks, and its bytes read as int64 words
+_WORDS = '''    n = ({n}).to(tl.int32)
+    blocks = (n + 63) // 64
+    words = mask.to(tl.pointer_type(tl.int64))
+'''
+
 _MASK = '''import triton
 import triton.language as tl
+
+
+@triton.jit
+def _corners(boxes, first, n):
+    # 64 boxes from `first`: their corners, width, height and area, in torchvision's order of operations
+    index = first + tl.arange(0, 64)
+    inside = index < n
+    x1 = tl.load(boxes + index * 4, mask=inside, other=0.0)
+    y1 = tl.load(boxes + index * 4 + 1, mask=inside, other=0.0)
+    x2 = tl.load(boxes + index * 4 + 2, mask=inside, other=0.0)
+    y2 = tl.load(boxes + index * 4 + 3, mask=inside, other=0.0)
+    w = x2 - x1
+    h = y2 - y1
+    return index, inside, x1, y1, x2, y2, w, h, w * h
 
 
 {decorator}
@@ -40,29 +60,10 @@ def {name}(boxes, mask, {dims}XBLOCK: tl.constexpr):
 {comment}
     # Boxes sorted by score, [n, 4] (x1, y1, x2, y2); program r: rows r*64..r*64+63 against every later column
     # block. Bit j of word [i, c] is box c*64+j (after box i) overlapping box i by more than {threshold!r}.
-    n = ({n}).to(tl.int32)
-    blocks = (n + 63) // 64
-    words = mask.to(tl.pointer_type(tl.int64))
-    rows = tl.program_id(0) * 64 + tl.arange(0, 64)
-    inside = rows < n
-    rx1 = tl.load(boxes + rows * 4, mask=inside, other=0.0)
-    ry1 = tl.load(boxes + rows * 4 + 1, mask=inside, other=0.0)
-    rx2 = tl.load(boxes + rows * 4 + 2, mask=inside, other=0.0)
-    ry2 = tl.load(boxes + rows * 4 + 3, mask=inside, other=0.0)
-    wr = rx2 - rx1
-    hr = ry2 - ry1
-    area_r = wr * hr
+{words}    rows, inside, rx1, ry1, rx2, ry2, wr, hr, area_r = _corners(boxes, tl.program_id(0) * 64, n)
     bits = tl.full([64], 1, tl.int64) << tl.arange(0, 64).to(tl.int64)
     for c in range(tl.program_id(0), blocks):
-        cols = c * 64 + tl.arange(0, 64)
-        there = cols < n
-        cx1 = tl.load(boxes + cols * 4, mask=there, other=0.0)
-        cy1 = tl.load(boxes + cols * 4 + 1, mask=there, other=0.0)
-        cx2 = tl.load(boxes + cols * 4 + 2, mask=there, other=0.0)
-        cy2 = tl.load(boxes + cols * 4 + 3, mask=there, other=0.0)
-        wc = cx2 - cx1
-        hc = cy2 - cy1
-        area_c = wc * hc
+        cols, there, cx1, cy1, cx2, cy2, wc, hc, area_c = _corners(boxes, c * 64, n)
         width = tl.maximum(tl.minimum(rx2[:, None], cx2[None, :]) - tl.maximum(rx1[:, None], cx1[None, :]), 0.0)
         height = tl.maximum(tl.minimum(ry2[:, None], cy2[None, :]) - tl.maximum(ry1[:, None], cy1[None, :]), 0.0)
         inter = width * height
@@ -86,10 +87,7 @@ def {name}(mask, keep, {dims}XBLOCK: tl.constexpr):
 {comment}
     # One program walks the boxes in score order, 64 at a time: a box is kept unless a kept box before it overlaps
     # it (the bits of its column block's word, OR-ed over the kept rows so far: `removed`)
-    n = ({n}).to(tl.int32)
-    blocks = (n + 63) // 64
-    words = mask.to(tl.pointer_type(tl.int64))
-    removed = words + n.to(tl.int64) * blocks  # (the bytes past the mask's words)
+{words}    removed = words + n.to(tl.int64) * blocks  # (the bytes past the mask's words)
     lanes = tl.arange(0, 128)
     for c0 in range(0, blocks, 128):
         tl.store(removed + c0 + lanes, tl.zeros([128], tl.int64), mask=c0 + lanes < blocks)
@@ -146,8 +144,8 @@ def _parts(kernel: K.Kernel) -> dict[str, str]:
     decorator = f"@triton.jit(do_not_specialize=[{', '.join(repr(f'dim_{x}') for x in names)}])" if names else \
         "@triton.jit"
     return {"name": kernel.name, "comment": _indented(provenance_comment(kernel, "#")), "decorator": decorator,
-            "dims": "".join(f"dim_{x}: tl.int64, " for x in names), "n": f"tl.full([], {n}, tl.int64)"
-            if isinstance(count, int) else n}
+            "words": _WORDS.format(n=f"tl.full([], {n}, tl.int64)" if isinstance(count, int) else n),
+            "dims": "".join(f"dim_{x}: tl.int64, " for x in names)}
 
 
 def _launch(kernel: K.Kernel, source: str, items, xblock: int) -> TritonKernel:

@@ -79,18 +79,8 @@ def random_boxes(n: int, spread: float, generator: torch.Generator, device: str 
 
 def near_threshold_pairs(k: int, threshold: float, generator: torch.Generator) -> torch.Tensor:
     """k pairs [2k, 4] of boxes whose overlap is within a few float32 steps of the threshold, each pair far from
-    the others: whether the later box is kept turns on how the overlap rounds."""
-    x0, y0 = torch.rand(k, generator=generator) * 300, torch.rand(k, generator=generator) * 300
-    w, h = torch.rand(k, generator=generator) * 200 + 1, torch.rand(k, generator=generator) * 200 + 1
-    first = torch.stack([x0, y0, x0 + w, y0 + h], 1)
-    s = (1 - threshold) / (1 + threshold)
-    dx = w * s * torch.rand(k, generator=generator)
-    dy = h - (threshold * 2 * w * h / (1 + threshold) / (w - dx)).clamp(max=h)
-    second = first + torch.stack([dx, dy, dx, dy], 1)
-    second = second + torch.randint(-3, 4, second.shape, generator=generator) * 1.2e-7 * second.abs()
-    cell = torch.arange(k, dtype=torch.float32)
-    offset = torch.stack([(cell % 100) * 1000, (cell // 100) * 1000] * 2, 1)
-    return torch.cat([first + offset, second + offset])
+    the others (nms_facts' pairs: the earlier boxes, then the later)."""
+    return torch.cat(nms_facts.threshold_pairs(k, threshold, generator))
 
 
 @on_cpu
