@@ -7,10 +7,11 @@ and lost up to 2.3x on short rows (a mean over 56 floats: three 16-lane vectors 
 
 So only the kernels that call float vector math, and read no bool mask, get a twin (a softmax after
 `masked_fill(bool, -inf)` ran 2.1x slower at 16 lanes: its bool reads and selects, in every loop), compiled for
-x86-64-v4 inside the same library (`target("arch=x86-64-v4")`) with their `omp simd` loops at 16 lanes (glibc's
-`_ZGVeN16v_` functions), and the kernel's exported entry calls the twin where the CPU has AVX-512 (F, BW, CD, DQ,
-VL), else the AVX2 body, which is the kernel as it always was. One library, one package ISA; a sigmoid over 256,000 floats, one thread: 70 -> 49 us
-(ATen 52). `J2T_NO_AVX512=1` in the environment when the library loads keeps the AVX2 bodies (tests run both).
+x86-64-v4 inside the same library (a `target` attribute naming AVX-512's features) with their `omp simd` loops at 16
+lanes (glibc's `_ZGVeN16v_` functions), and the kernel's exported entry calls the twin where the CPU has AVX-512 (F,
+BW, CD, DQ, VL), else the AVX2 body, which is the kernel as it always was. One library, one package ISA; a sigmoid
+over 256,000 floats, one thread: 70 -> 49 us (ATen 52). `J2T_NO_AVX512=1` in the environment when the library loads
+keeps the AVX2 bodies (tests run both).
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ static const bool j2t_avx512 = (__builtin_cpu_init(), __builtin_cpu_supports("av
     __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512dq") &&
     __builtin_cpu_supports("avx512vl") && std::getenv("J2T_NO_AVX512") == nullptr);
 """
+# AVX-512's x86-64-v4 features on top of the module's x86-64-v3, named one by one (`arch=x86-64-v4` needs GCC 11)
+_TARGET = '__attribute__((target("avx512f,avx512bw,avx512cd,avx512dq,avx512vl")))'
 _HEAD = re.compile(r"^(J2T_KERNEL int|static int) (\w+)(\((?:void\* const\* buffers, const int64_t\* sizes, "
                    r"int num_threads)(?:, const int64_t\* params)?\)) \{$", re.M)
 _ARGUMENTS = {False: "buffers, sizes, num_threads", True: "buffers, sizes, num_threads, params"}
@@ -55,7 +58,7 @@ def with_twin(code: str, wide_math: tuple[str, ...], all_math: tuple[str, ...]) 
     wide = re.sub(r"#pragma omp simd\b", "#pragma omp simd simdlen(16)", body)
     arguments = _ARGUMENTS["params" in params]
     twin = (f"{code[:head.start()]}static int {name}_avx2{params} {{{body}\n"
-            f'__attribute__((target("arch=x86-64-v4"))) static int {name}_avx512{params} {{{wide}\n'
+            f"{_TARGET} static int {name}_avx512{params} {{{wide}\n"
             f"{qualifier} {name}{params} {{\n"
             f"  return j2t_avx512 ? {name}_avx512({arguments}) : {name}_avx2({arguments});\n}}{after}")
     return twin, True

@@ -41,7 +41,7 @@ def test_kernels_calling_vector_math_get_a_twin_and_both_bodies_give_torchscript
     traced = torch.jit.trace(model, _inputs(0))
     converted = jit2triton.convert(traced, _inputs(0), backend="cpp")
     source = _source(converted, tmp_path)
-    twins = source.count('__attribute__((target("arch=x86-64-v4")))')
+    twins = source.count("_avx512(void* const* buffers")
     assert twins >= 1 and "simdlen(16)" in source and "j2t_avx512 ?" in source
     assert twins < source.count("\nJ2T_KERNEL int ")  # (the kernel reading the mask has none)
     for seed in (1, 2, 3):
