@@ -51,7 +51,7 @@ def _fma(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
 def torchvision_cuda_nms(boxes: torch.Tensor, scores: torch.Tensor, threshold: float, fma: bool = True) -> torch.Tensor:
     """torchvision's CUDA nms written out: a stable descending sort, then greedily each box not overlapped past the
     threshold by a kept one, the overlap in its devIoU's float arithmetic (the later box's area an FMA into the
-    earlier's: diag/nms_calib.py's finding on the GPU machine); `fma` False: its CPU kernel's, every op rounded."""
+    earlier's: what nms_facts found on an H200); `fma` False: its CPU kernel's, every op rounded."""
     order = scores.sort(stable=True, dim=0, descending=True)[1]
     b = boxes[order]
     t = torch.tensor(threshold, dtype=torch.float32)
