@@ -169,20 +169,24 @@ def generated_nms(monkeypatch):
 
 
 @on_cpu
-def test_a_converted_post_process_gives_torchscripts_boxes_at_every_count(generated_nms):
+def test_a_converted_post_process_gives_torchscripts_boxes_at_every_count(generated_nms, tmp_path):
+    """Six calls on fresh boxes, in the converted module and in the package loaded again."""
     post_process = scripted("post_process")
     g = torch.Generator().manual_seed(11)
     converted = jit2triton.convert(post_process, random_boxes(120, 0.4, g), backend="triton")
     summary = converted.summary()
     assert {"nms0_mask", "nms0_walk"} <= {k["name"] for k in summary["kernels"]}, summary["kernels"]
     assert "torchvision::nms" not in summary["fallback_ops"]
+    converted.save(str(tmp_path / "post.j2t"))
+    loaded = jit2triton.load(str(tmp_path / "post.j2t"))
     counts = set()
-    for spread in (0.4, 1.0, 0.2, 0.05, 2.0):  # (120 boxes each: the kept count varies with the data)
+    for spread in (0.4, 1.0, 0.2, 0.05, 2.0, 0.7):  # (120 boxes each: the kept count varies with the data)
         inputs = random_boxes(120, spread, g)
         expected = post_process(*inputs)
         counts.add(len(expected[1]))
-        for got, want in zip(converted(*inputs), expected):
-            assert torch.equal(got, want), spread
+        for module in (converted, loaded):
+            for got, want in zip(module(*inputs), expected):
+                assert torch.equal(got, want), spread
     assert len(counts) >= 4, counts
 
 
@@ -237,7 +241,7 @@ def test_gpu_converted_post_process_gives_torchscripts_boxes():
     example = random_boxes(2000, 0.3, g, "cuda")
     converted = jit2triton.convert(post_process, example, device="cuda")
     assert {"nms0_mask", "nms0_walk"} <= {k["name"] for k in converted.summary()["kernels"]}
-    for spread in (0.3, 1.0, 0.1, 3.0):
+    for spread in (0.3, 1.0, 0.1, 3.0, 0.5, 2.0):
         inputs = random_boxes(2000, spread, g, "cuda")
         for got, want in zip(converted(*inputs), post_process(*inputs)):
             assert torch.equal(got, want), spread
