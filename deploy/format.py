@@ -123,6 +123,7 @@ SIGNATURE_ITEM = Section("signature", (
     Field("shape", "shape", False, None, "a tensor's sizes"),
     Field("items", "list", False, None, "a tuple's item types"),
     Field("element", "object", False, None, "a list's or dict's element type, where the example's were all one"),
+    Field("fixed", "bool", False, None, "a list checked item by item, as a tuple: its example's tensors differed"),
 ))
 PLAN = Section("plan", (
     Field("num_slots", "count", most=MAX_SLOTS, damaged="num_slots"),

@@ -691,8 +691,11 @@ def _fix_int_inputs(signature: list[dict]) -> None:
 
 def _with_elements(desc: dict) -> dict:
     """`desc` (an input's) with each list's or dict's "element": the one type all the example's elements had, which
-    both runtimes then require of every element a call passes (a list of another length is the model's to take).
-    Where the elements differ (or there are none), only the container's kind is checked."""
+    the runtime then requires of every element a call passes (a list of another length is the model's to take).
+    A list of tensors that differ in shape is "fixed": checked item by item, as a tuple is. Conversion saw the
+    model run at those shapes in that order only, and sizes they set may be fixed in the package (a torchvision
+    detector's batched image size: another image failed deep in the plan, where it now gets an InputError naming
+    the item). Where the elements differ otherwise (or there are none), only the container's kind is checked."""
     items = desc.get("items")
     if desc["type"] not in ("List", "Tuple", "Dict") or not items:
         return desc
@@ -701,6 +704,8 @@ def _with_elements(desc: dict) -> dict:
     out = {**desc, "items": dict(zip(items, values)) if isinstance(items, dict) else values}
     if desc["type"] != "Tuple" and all(v == values[0] for v in values):
         out["element"] = values[0]
+    elif desc["type"] == "List" and all(v["type"] == "Tensor" for v in values):
+        out["fixed"] = True
     return out
 
 

@@ -10,7 +10,10 @@ A symbol is bound where it first appears, if that is a tensor a node that never 
 fallback op) makes at the top level of the graph: such a node runs once per call, before every value computed from
 that size. Symbols first seen elsewhere (inside a branch or a loop, or on a value a kernel may make) stay opaque;
 but a count read from data (data_sizes.py) is bound wherever the top level first makes it, and the node that makes
-it then runs through ATen (fuse.py), so the kernels after a mask, a slice of the best 50 or an NMS take it.
+it then runs through ATen (fuse.py), so the kernels after a mask, a slice of the best 50 or an NMS take it. A
+count first made in a loop's or branch's block is bound in each block that makes it, at each run of the block. In
+a package without dynamic dims every opaque size is such a count: one the call sets itself, as a size that changes
+from one run of a loop's body to the next does (a loop over images of different sizes: `images[i]` binds them).
 Shape inference gave two sizes one symbol when they agreed at every draw; the runtime checks that what it binds and
 the shapes of the ATen tensors kernels read agree with the table (SizeChangedError otherwise), and verification runs
 the package at the ranges' ends and at draws between them.
@@ -20,7 +23,7 @@ from __future__ import annotations
 from typing import Optional
 
 from .infer_shapes import ShapeRecorder
-from .ir import Attr, Block, Graph, Type, defined, opaque_symbols
+from .ir import Attr, Block, Graph, Node, Type, defined
 from .op_table import HOST, lookup
 from .symbolic import SymSize
 
@@ -30,69 +33,80 @@ BOUND_MIN = 1  # a bound size's least value: a tensor with an empty dim gives no
 def bind_opaque_sizes(graph: Graph, recorder: ShapeRecorder, dims: Optional[dict[str, tuple]]) -> dict[str, tuple]:
     """Bind what can be bound: each binding node gets `attrs["binds"]` ([(output index, axis, name)]), every type
     in the graph spells the bound symbols as dims, and `dims` (name -> (min, max, example)) gains them; -> the new
-    dims. Without dynamic dims (`dims` None) only counts read from data are opaque (graph.data_sizes), and only
-    those are bound; the caller then passes the new dims on to fusion."""
-    bindable = set(recorder.opaque_examples) if dims is not None else graph.data_sizes & set(recorder.opaque_examples)
-    first: dict[str, Optional[tuple]] = {}  # symbol -> (node, output index, axis) of its first carrier, or None
-    _first_carriers(graph.body, first, top=True, counts=graph.data_sizes, confined=_confined(graph))
-    bound = {name: where for name, where in first.items() if where is not None and name in bindable}
-    for name, (node, index, axis) in bound.items():
-        node.attrs.setdefault(Attr.BINDS, []).append((index, axis, name))
-    if not bound:
+    dims. Without dynamic dims (`dims` None) every opaque size is one the call sets itself: a count read from data
+    (graph.data_sizes), a size that changes from one run of a loop's body to the next (a detector's images of
+    different sizes, its feature levels), a `cat` of a list of counts; each is bound as a count is, and joins
+    graph.data_sizes (no CUDA graph bakes it in). The caller then passes the new dims on to fusion."""
+    opaque = set(recorder.opaque_examples)
+    counts = graph.data_sizes if dims is not None else opaque
+    places = {name: where for name, where in _binding_places(graph, counts).items() if name in opaque}
+    for name, carriers in places.items():
+        for node, index, axis in carriers:
+            node.attrs.setdefault(Attr.BINDS, []).append((index, axis, name))
+    if not places:
         return {}
+    if dims is None:
+        graph.data_sizes |= places.keys()
     for value in defined(graph):
-        value.type = _with_bound(value.type, bound, recorder.dense_orders.get(value.id))
+        value.type = _with_bound(value.type, places, recorder.dense_orders.get(value.id))
     # a count may be 0 (no box passes): a kernel over it launches no program
     added = {name: (0 if name in graph.data_sizes else BOUND_MIN, None, recorder.opaque_examples[name])
-             for name in bound}
+             for name in places}
     if dims is not None:
         dims.update(added)
     return added
 
 
-def _first_carriers(block: Block, first: dict[str, Optional[tuple]], top: bool, counts: set[str],
-                    confined: dict[str, int]) -> None:
-    """Each symbol's first carrier in run order (a node's blocks run before its outputs exist), as a binding place
-    when a top-level node that runs through ATen makes it, else None. A count read from data is bound where it is
-    first made at the top level whatever the node (fusion then leaves that node to ATen: a slice `[:50]` of the
-    sorted candidates is a view, no launch), so that the kernels after it can take it; and so is one made in a
-    loop's or branch's block that no value outside that block carries (`confined`): each run of the block binds it
-    again before the block reads it (a detector's per-class count, then its gathers)."""
-    for name in (n for v in block.inputs for n in opaque_symbols(v.type)):
-        first.setdefault(name, None)
-    for node in block.nodes:
-        for inner in node.blocks:
-            _first_carriers(inner, first, top=False, counts=counts, confined=confined)
-        binds = not node.blocks and lookup(node.op).category != HOST
-        for index, value in enumerate(node.outputs):
-            for axis, name in _opaque_axes(value.type):
-                here = top or (name in counts and confined.get(name) == id(block))
-                first.setdefault(name, (node, index, axis) if binds and here and (_never_lowers(node.op) or
-                                                                                  name in counts) else None)
-            for name in opaque_symbols(value.type):  # a container's tensors: not bound from it
-                first.setdefault(name, None)
+def _binding_places(graph: Graph, counts: set[str]) -> dict[str, list[tuple[Node, int, int]]]:
+    """Symbol -> the (node, output index, axis) places that bind it, for the symbols that can be bound. A symbol
+    first made at the top level (in run order: a node's blocks run before its outputs exist) is bound there, once
+    per call before every value computed from it, if the node making it has no blocks and never lowers, or the
+    symbol is a count (its node then runs through ATen: fuse.py). A count first made in a nested block is bound in
+    each block whose nodes make a tensor carrying it (its homes), at the home's first carrier, which must have no
+    blocks: each run of a home binds it again before the home reads it (a detector's per-class count, then its
+    gathers; its per-image sizes in each loop over the images). That takes a count no block's inputs or outputs
+    carry (only containers take such a value out of its block, and their items are read again through a node
+    that carries the size: `images[i]`) and no home inside another."""
+    first: dict[str, dict[int, Optional[tuple]]] = {}  # symbol -> home block id -> its first carrier, or None
+    crossing: set[str] = set()  # carried by a block's inputs or outputs
+    parent: dict[int, Optional[int]] = {id(graph.body): None}
 
-
-def _confined(graph: Graph) -> dict[str, int]:
-    """Symbol -> id of the one nested block whose nodes make every value carrying it, where no block's inputs or
-    outputs, no container and nothing outside carries it: bound there, it is read nowhere after the block, so the
-    block's next run binds it again, and a block that never runs leaves nothing to read."""
-    homes: dict[str, set] = {}
-
-    def visit(block: Block, nested: bool) -> None:
-        for v in (*block.inputs, *block.outputs):
-            for name in opaque_symbols(v.type):
-                homes.setdefault(name, set()).add(None)
+    def visit(block: Block, top: bool) -> None:
+        # (a container's items are out of sight: a node that reads one out carries its sizes, and may bind them)
+        for name in (name for v in block.inputs for _, name in _opaque_axes(v.type)):
+            first.setdefault(name, {}).setdefault(id(block), None)  # (the graph's inputs: not bound from them)
+        if not top:
+            crossing.update(name for v in (*block.inputs, *block.outputs) for _, name in _opaque_axes(v.type))
         for node in block.nodes:
-            for v in node.outputs:
-                home = id(block) if nested and not v.type.elems else None  # (a container's items: out of sight)
-                for name in opaque_symbols(v.type):
-                    homes.setdefault(name, set()).add(home)
             for inner in node.blocks:
-                visit(inner, True)
+                parent[id(inner)] = id(block)
+                visit(inner, False)
+            for index, value in enumerate(node.outputs):
+                for axis, name in _opaque_axes(value.type):
+                    binds = not node.blocks and (not top or name in counts or _never_lowers(node.op))
+                    first.setdefault(name, {}).setdefault(id(block), (node, index, axis) if binds else None)
 
-    visit(graph.body, False)
-    return {name: next(iter(where)) for name, where in homes.items() if len(where) == 1 and None not in where}
+    visit(graph.body, True)
+    places = {}
+    for name, homes in first.items():
+        top = next(iter(homes)) == id(graph.body)  # (dicts keep insertion order: the first home made it first)
+        if top:
+            if homes[id(graph.body)] is not None:
+                places[name] = [homes[id(graph.body)]]
+        elif (None not in homes.values() and name in counts and name not in crossing
+              and not any(_holds(home, homes, parent) for home in homes)):
+            places[name] = list(homes.values())
+    return places
+
+
+def _holds(home: int, homes: dict, parent: dict[int, Optional[int]]) -> bool:
+    """Whether a block enclosing `home` is a home too."""
+    outer = parent.get(home)
+    while outer is not None:
+        if outer in homes:
+            return True
+        outer = parent.get(outer)
+    return False
 
 
 def _never_lowers(op: str) -> bool:

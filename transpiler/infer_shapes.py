@@ -92,8 +92,9 @@ class ShapeRecorder:
         return Type("Tensor", a.dtype, dims, a.device, strides=a.strides if a.strides == b.strides else None)
 
     def annotate(self) -> None:
-        """Write every observed type into its IR value: over several draws, each size fitted across them."""
-        if self.draws:
+        """Write every observed type into its IR value: over several draws, each size fitted across them; a size
+        that varied within a run (a loop's iterations) named by its sizes iteration by iteration, at one draw too."""
+        if self.draws or any(_varied(t) for _, t in self.seen.values()):
             self.next_draw({})
             draws, self.draws = self.draws, []
             histories, self.histories = self.histories, []
@@ -113,8 +114,7 @@ class ShapeRecorder:
         shapes in run order at each draw (a size that varied within a run is named by them)."""
         first = observed[0][1]
         types = [t for _, t in observed]
-        varied = first.is_tensor and first.shape is not None and any(isinstance(n, str) for n in first.shape)
-        if all(t == first for t in types) and not varied:
+        if all(t == first for t in types) and not _varied(first):
             return first
         if first.kind == "Tuple" and all(t.kind == "Tuple" and len(t.elems) == len(first.elems) for t in types):
             return Type("Tuple", elems=tuple(self.across_draws([(s, t.elems[i]) for s, t in observed])
@@ -158,6 +158,11 @@ class ShapeRecorder:
                 self.opaque_examples[name] = values[0]  # the first draw observed is the example
             return self.opaque_sizes[key]
         return found
+
+
+def _varied(t: Type) -> bool:
+    """Whether a merged type has a size that differed between the observations merged (an opaque symbol)."""
+    return t.is_tensor and t.shape is not None and any(isinstance(n, str) for n in t.shape)
 
 
 def _sizes_at(runs: list, axis: int) -> tuple:

@@ -176,6 +176,7 @@ inline void check_signature_item(const json::Value& value, const Limits& limits 
     {"shape", Type::Shape, false, "", 0, {}, "", ""},
     {"items", Type::List, false, "", 0, {}, "", ""},
     {"element", Type::Object, false, "", 0, {}, "", ""},
+    {"fixed", Type::Bool, false, "", 0, {}, "", ""},
   };
   check("signature", fields, value, limits);
 }

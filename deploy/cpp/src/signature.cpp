@@ -200,21 +200,24 @@ Plan::InputCheck Plan::input_check(const Value& d, const std::string& label, con
   return [](IValue&, Bound&) {};
 }
 
-// A tuple is checked item by item (its arity is its TorchScript type's); a list's or dict's elements by their
-// "element" type, where the signature has one. An element a check replaces (a tensor made dense) goes into a copy:
-// the caller's container is not changed.
+// A tuple is checked item by item (its arity is its TorchScript type's), and so is a list marked "fixed" (the
+// example's tensors differed in shape, and conversion saw the model at no others: jit2triton/conversion.py); a
+// list's or dict's elements by their "element" type, where the signature has one. An element a check replaces (a
+// tensor made dense) goes into a copy: the caller's container is not changed.
 Plan::InputCheck Plan::container_check(const Value& d, const std::string& label, const std::vector<DimRange>& ranges,
                                        bool contiguous) const {
   const std::string& kind = d.at("type").as_string();
   bool is_list = kind == "List", is_tuple = kind == "Tuple";
+  const Value* fixed = d.find("fixed");
+  bool by_item = is_tuple || (is_list && fixed && fixed->kind == Value::Kind::Bool && fixed->boolean);
   std::string noun = is_list ? "a list" : is_tuple ? "a tuple" : "a dict";
-  std::vector<InputCheck> items;  // a tuple's, one per item
+  std::vector<InputCheck> items;  // a tuple's or fixed list's, one per item
   InputCheck element;             // a list's or dict's, where the signature has one
-  std::string expected = noun;
-  if (is_tuple) {
+  std::string expected = noun, fixed_note;
+  if (by_item) {
     const Value* declared = d.find("items");
     if (!declared || !declared->is_array())
-      throw Error(Error::Kind::CorruptPackage, label + " is a tuple without its item types; " + policy::kReconvert);
+      throw Error(Error::Kind::CorruptPackage, label + " is " + noun + " without its item types; " + policy::kReconvert);
     for (size_t i = 0; i < declared->size(); ++i) {
       manifest_schema::check_signature_item((*declared)[i]);
       items.push_back(input_check((*declared)[i], label + " item " + std::to_string(i), ranges, contiguous));
@@ -222,6 +225,9 @@ Plan::InputCheck Plan::container_check(const Value& d, const std::string& label,
     std::string types;
     for (size_t i = 0; i < declared->size(); ++i) types += (i ? ", " : "") + format_type((*declared)[i]);
     expected += " of " + std::to_string(items.size()) + " items (" + types + ")";
+    if (!is_tuple)  // (a fixed list: its tensors' shapes differed, and each may set sizes the package fixed)
+      fixed_note = ", as in the example inputs, whose tensors differed in shape: the package serves those shapes in "
+                   "that order only. Convert again with example inputs of the shapes you will pass";
   } else if (const Value* declared = d.find("element"); declared && !declared->is_null()) {
     manifest_schema::check_signature_item(*declared);
     element = input_check(*declared, label + " element", ranges, contiguous);
@@ -241,17 +247,31 @@ Plan::InputCheck Plan::container_check(const Value& d, const std::string& label,
   return [=](IValue& v, Bound& bound) {
     if (!(is_list ? v.isList() : is_tuple ? v.isTuple() : v.isGenericDict()))
       throw Error(Error::Kind::Input, label + ": expected " + expected + ", got " + python_type_name(v));
-    if (is_tuple) {
-      const auto& given = v.toTupleRef().elements();
+    if (by_item) {
+      std::vector<IValue> given;
+      if (is_tuple) {
+        const auto& elements = v.toTupleRef().elements();
+        given.assign(elements.begin(), elements.end());
+      } else {
+        for (const IValue& item : v.toList()) given.push_back(item);
+      }
       if (given.size() != items.size())
-        throw Error(Error::Kind::Input, label + ": expected " + expected + ", got " + std::to_string(given.size()) + " items");
+        throw Error(Error::Kind::Input, label + ": expected " + expected + ", got " + std::to_string(given.size()) +
+                                            " items" + fixed_note);
       std::vector<IValue> out(given.begin(), given.end());
       bool changed = false;
       for (size_t i = 0; i < items.size(); ++i) {
         items[i](out[i], bound);
         changed = changed || !out[i].isSameIdentity(given[i]);
       }
-      if (changed) v = c10::ivalue::Tuple::create(std::move(out));
+      if (!changed) return;
+      if (is_tuple) {
+        v = c10::ivalue::Tuple::create(std::move(out));
+      } else {
+        c10::List<IValue> copy = v.toList().copy();
+        for (size_t i = 0; i < out.size(); ++i) copy.set(i, std::move(out[i]));
+        v = std::move(copy);
+      }
       return;
     }
     if (!element) return;
