@@ -190,7 +190,8 @@ def test_then_the_rewrites_go_with_the_kernels_kept_before_any_bisection():
     stages = Scripted(check=[_discrete_failure(_kernel("k0", relu))])
     attempt = _run(stages)
     assert [c[0] for c in stages.calls] == ["prepare", "build", "check", "prepare", "build", "check"]
-    assert attempt.skipped == fallbacks.OPTIONAL_REWRITES and attempt.kernels and attempt.bisection is None
+    assert attempt.skipped == fallbacks.ROUNDING_REWRITES and attempt.kernels and attempt.bisection is None
+    assert {"bind_sizes", "fold_shapes"}.isdisjoint(attempt.skipped)  # (they round nothing: kernels keep their sizes)
     assert "round convolutions and GEMMs their own way" in attempt.notes[0]
 
 

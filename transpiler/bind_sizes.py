@@ -60,15 +60,16 @@ def bind_opaque_sizes(graph: Graph, recorder: ShapeRecorder, dims: Optional[dict
 def _binding_places(graph: Graph, counts: set[str]) -> dict[str, list[tuple[Node, int, int]]]:
     """Symbol -> the (node, output index, axis) places that bind it, for the symbols that can be bound. A symbol
     first made at the top level (in run order: a node's blocks run before its outputs exist) is bound there, once
-    per call before every value computed from it, if the node making it has no blocks and never lowers, or the
-    symbol is a count (its node then runs through ATen: fuse.py). A count first made in a nested block is bound in
-    each block whose nodes make a tensor carrying it (its homes), at the home's first carrier, which must have no
-    blocks: each run of a home binds it again before the home reads it (a detector's per-class count, then its
-    gathers; its per-image sizes in each loop over the images). That takes a count no block's inputs or outputs
-    carry (only containers take such a value out of its block, and their items are read again through a node
-    that carries the size: `images[i]`) and no home inside another."""
+    per call before every value computed from it, if the node making it never lowers and has no blocks, or the
+    symbol is a count (its node then runs through ATen: fuse.py), made by a node without blocks or by an `if`,
+    which binds it after whichever branch ran (a count a branch no example took may set: data_sizes.py). A count
+    first made in a nested block is bound in each block whose nodes make a tensor carrying it (its homes), at the
+    home's first carrier, so made: each run of a home binds it again before the home reads it (a detector's
+    per-class count, then its gathers; its per-image sizes in each loop over the images). That takes a count no
+    block's inputs or outputs carry (only containers take such a value out of its block, and their items are read
+    again through a node that carries the size: `images[i]`) and no home inside another."""
     first: dict[str, dict[int, Optional[tuple]]] = {}  # symbol -> home block id -> its first carrier, or None
-    crossing: set[str] = set()  # carried by a block's inputs or outputs
+    crossing: set[str] = set()  # carried by a nested block's inputs or outputs
     parent: dict[int, Optional[int]] = {id(graph.body): None}
 
     def visit(block: Block, top: bool) -> None:
@@ -83,14 +84,14 @@ def _binding_places(graph: Graph, counts: set[str]) -> dict[str, list[tuple[Node
                 visit(inner, False)
             for index, value in enumerate(node.outputs):
                 for axis, name in _opaque_axes(value.type):
-                    binds = not node.blocks and (not top or name in counts or _never_lowers(node.op))
+                    binds = (not node.blocks and (not top or _never_lowers(node.op))
+                             or name in counts and (not node.blocks or node.op == "prim::If"))
                     first.setdefault(name, {}).setdefault(id(block), (node, index, axis) if binds else None)
 
     visit(graph.body, True)
     places = {}
     for name, homes in first.items():
-        top = next(iter(homes)) == id(graph.body)  # (dicts keep insertion order: the first home made it first)
-        if top:
+        if next(iter(homes)) == id(graph.body):  # (dicts keep insertion order: the first home made it first)
             if homes[id(graph.body)] is not None:
                 places[name] = [homes[id(graph.body)]]
         elif (None not in homes.values() and name in counts and name not in crossing

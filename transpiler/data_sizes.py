@@ -34,8 +34,9 @@ def mark_data_dependent(graph: Graph, recorder: ShapeRecorder, counted: frozense
     that are counts."""
     values = {v.id: v for node in graph.walk() for v in node.outputs} | {
         v.id: v for node in graph.walk() for b in node.blocks for v in b.inputs}
-    opaque = _tainted(graph, {v.id for v in graph.inputs if _numbers_container(v.type)}, counted)
-    observed = _tainted(graph, set(), frozenset(), only=counted) - opaque
+    unreached = _unlinked_branches(graph, recorder, values)
+    opaque = _tainted(graph, {v.id for v in graph.inputs if _numbers_container(v.type)}, counted, unreached)
+    observed = _tainted(graph, set(), frozenset(), unreached, only=counted) - opaque
     for value_id in opaque | observed:
         value = values.get(value_id)
         if value is None or value.type.kind in META_KINDS:  # (a tensor's device or dtype is no count)
@@ -47,9 +48,80 @@ def mark_data_dependent(graph: Graph, recorder: ShapeRecorder, counted: frozense
     return opaque | observed
 
 
-def _tainted(graph: Graph, tainted: set[int], counted: frozenset, only: Optional[frozenset] = None) -> set[int]:
+def _unlinked_branches(graph: Graph, recorder: ShapeRecorder, values: dict) -> set[int]:
+    """The ids of the `if` branches that no run during conversion took (none of their nodes ran), where the `if`'s
+    outputs are tensors whose every size is either a symbol in the taken branch or the same number in both: those
+    outputs, and every value computed from them, get fresh symbols for the taken branch's (which shape inference
+    may have made one with a size inside it, or before it: the candidates an `else` returned as they were), so
+    that they equal nothing the other branch need not give; they are sizes the call sets (bound at the `if`,
+    whichever branch ran: bind_sizes.py), and no number read from them is a constant. Their taint from the branch
+    no run took is then not theirs (`_tainted`)."""
+    dead_branches: set[int] = set()
+    for node in graph.walk():
+        if node.op != "prim::If":
+            continue
+        dead = [b for b in node.blocks if b.nodes and not any(n.uid in recorder.ran for n in _nodes_in(b))]
+        if not dead or len(dead) == len(node.blocks):
+            continue
+        renames = _fresh_sizes(node, dead, recorder)
+        if not renames:
+            continue
+        for name, fresh in renames.items():
+            recorder.opaque_examples[fresh] = recorder.opaque_examples.get(name, 0)
+        derived = _tainted(graph, {v.id for v in node.outputs}, frozenset(), only=frozenset())
+        for value_id in derived:
+            value = values.get(value_id)
+            if value is None or value.type.kind in META_KINDS:
+                continue
+            recorder.varying.add(value_id)
+            value.type = _renamed(value.type, renames)
+            graph.data_sizes.update(n for n in opaque_symbols(value.type) if n in renames.values())
+        dead_branches.update(id(b) for b in dead)
+    return dead_branches
+
+
+def _fresh_sizes(node: Node, dead: list, recorder: ShapeRecorder) -> dict[str, str]:
+    """Symbol -> a fresh one, for each symbol in the `if`'s outputs' shapes, where every output is a tensor whose
+    other sizes no branch no run took is known to give otherwise (its type, where meta kernels gave it one: a
+    `where`'s count has none); {} otherwise. (A branch that gives another number there at run time meets the
+    runtime's check of what kernels read: a SizeChangedError, not a wrong answer.)"""
+    renames: dict[str, str] = {}
+    for i, out in enumerate(node.outputs):
+        t = out.type
+        if not t.is_tensor or t.shape is None:
+            return {}
+        for b in dead:
+            other = b.outputs[i].type
+            if not other.is_tensor or other.shape is not None and (
+                    len(other.shape) != len(t.shape)
+                    or any(not isinstance(n, str) and n != m for n, m in zip(t.shape, other.shape))):
+                return {}
+        for n in t.shape:
+            if isinstance(n, str) and n not in renames:
+                renames[n] = next(recorder.symbols)
+    return renames
+
+
+def _renamed(t: Type, renames: dict[str, str]) -> Type:
+    if t.is_tensor and t.shape is not None:
+        return Type(t.kind, t.dtype, tuple(renames.get(n, n) if isinstance(n, str) else n for n in t.shape), t.device,
+                    strides=t.strides if not any(isinstance(n, str) and n in renames for n in t.shape) else None)
+    if t.elems:
+        return Type(t.kind, t.dtype, t.shape, t.device, elems=tuple(_renamed(e, renames) for e in t.elems))
+    return t
+
+
+def _nodes_in(block) -> list:
+    return [n for node in block.nodes for n in (node, *(m for b in node.blocks for m in _nodes_in(b)))]
+
+
+def _tainted(graph: Graph, tainted: set[int], counted: frozenset, unreached: set[int] = frozenset(),
+             only: Optional[frozenset] = None) -> set[int]:
     """The ids of the values computed from a data-dependent size, starting from `tainted`: the outputs of the
-    data-dependent nodes (but `counted` ones; with `only`, just those), and what is computed from them."""
+    data-dependent nodes (but `counted` ones; with `only`, just those), and what is computed from them. An `if`'s
+    output takes no taint from a branch no run took (`unreached`: torchvision's per-class NMS for more than 4,000
+    boxes, with its uncounted `unique`): the size it has is the taken branch's, as observed, and the runtime reads
+    it from the output whichever branch ran (bind_sizes.py), so the kernels after it stay."""
     producers = {v.id: node for node in graph.walk() for v in node.outputs}
     weights = graph.weights
     numbers: set[int] = set()  # numbers read out of tensors, and host arithmetic on them (`int(mask.sum()) + 1`)
@@ -79,7 +151,8 @@ def _tainted(graph: Graph, tainted: set[int], counted: frozenset, only: Optional
             if lookup(node.op).control_flow:
                 for i, out in enumerate(node.outputs):
                     offset = 0 if node.op == "prim::If" else 1
-                    if out.id not in tainted and any(b.outputs[i + offset].id in tainted for b in node.blocks):
+                    if out.id not in tainted and any(b.outputs[i + offset].id in tainted for b in node.blocks
+                                                     if id(b) not in unreached):
                         tainted.add(out.id)
                         changed = True
     return tainted

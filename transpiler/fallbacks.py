@@ -13,8 +13,8 @@ fails, the conversion steps down this ladder, each rung giving up more speed tha
      where rounding met a discontinuous op (a threshold, a top-k, NMS: another box), the ops whose kernels round
      their own way on the device (the op table's `rounds_own_way`: float sums, some math functions) go to ATen
      first, once, and the kernels that round as ATen does stay (and they come back where the outputs still part
-     only where rounding decided: they bought no answer); where that does not settle it, the optional rewrites go
-     (they change how convolutions and GEMMs round), kernels kept;
+     only where rounding decided: they bought no answer); where that does not settle it, the rewrites that change
+     how convolutions and GEMMs round go (pipeline's ROUNDING_REWRITES), kernels kept;
   3. the region that disagrees out: verification fails and the culprit search names no kernel; the kernels are
      bisected in the order the plan runs them (keep the first half, verify, recurse) to the first one the package
      cannot keep, which is taken out as in rung 2 and the rest verified again; the search is bounded
@@ -42,7 +42,7 @@ from jit2triton.errors import ConversionError
 from .ir import Attr
 from .op_table import lookup
 from .fuse import FusionFailed
-from .pipeline import OPTIONAL_REWRITES, PassFailed
+from .pipeline import OPTIONAL_REWRITES, ROUNDING_REWRITES, PassFailed
 
 MAX_VERIFY_ROUNDS = 16  # failed verifications with kernels in before every kernel goes out (each takes one out)
 MAX_BISECT_ROUNDS = 24  # verifications the bisection (rung 3) may spend in all: a few culprits in a 600-kernel model
@@ -225,16 +225,16 @@ def _verification_failed(attempt: Attempt, verdict: Verdict, say: Callable[[str]
         return False
     if _take_out_own_rounding(attempt, verdict, verdict.kernels, say):
         return False
-    if verdict.discontinuous and verdict.has_kernels and attempt.rewrites and not OPTIONAL_REWRITES <= attempt.skipped:
-        # the kernels round as ATen does: what is left to round otherwise are the rewrites, which run convolutions
+    if verdict.discontinuous and verdict.has_kernels and attempt.rewrites and not ROUNDING_REWRITES <= attempt.skipped:
+        # the kernels round as ATen does: what is left to round otherwise are the rewrites that run convolutions
         # and GEMMs in another algorithm, layout or form (a detector on the CPU kept 191 kernel nodes this way,
-        # where the bisection after it had sent every kernel out before the rewrites went)
-        attempt.skipped |= OPTIONAL_REWRITES
+        # where the bisection after it had sent every kernel out before the rewrites went); the others (sizes bound
+        # at run time, shape arithmetic folded) round nothing, and stay
+        attempt.skipped |= ROUNDING_REWRITES
         attempt.trusted.clear()
         _note(attempt, "the outputs, which depend discretely on the model's values, differed from TorchScript's with "
-                       f"no kernel to blame ({verdict.mismatches}): converted without the optional rewrites, which "
-                       "round convolutions and GEMMs their own way (another algorithm, layout or form), kernels kept",
-              say)
+                       f"no kernel to blame ({verdict.mismatches}): converted without the rewrites that round "
+                       "convolutions and GEMMs their own way (another algorithm, layout or form), kernels kept", say)
         return True
     if verdict.has_kernels and verdict.kernels and attempt.bisect_rounds < MAX_BISECT_ROUNDS:
         _start_bisection(attempt, verdict, say)

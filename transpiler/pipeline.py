@@ -378,13 +378,17 @@ class Pass:
       plan     the plan the runtimes run.
 
     `optional`: the pass only makes the graph faster, so one that fails is skipped (fallbacks.py's first rung); the
-    others type the graph or keep generated kernels safe. `devices`: the device types it runs for (a pass that can
-    be forced on elsewhere by its MODE switch, for tests, decides for itself)."""
+    others type the graph or keep generated kernels safe. `rounds`: an optional rewrite that computes some op
+    otherwise, so that its result may round otherwise (another algorithm, layout or form of a convolution or a
+    GEMM, an op written as others); the ladder leaves these out where a decision turned on rounding, and keeps the
+    rest (sizes bound at run time, shape arithmetic folded). `devices`: the device types it runs for (a pass that
+    can be forced on elsewhere by its MODE switch, for tests, decides for itself)."""
     name: str
     run: Callable[[Any, "Context"], Any]
     stage: str
     optional: bool = False
     devices: tuple[str, ...] = ALL_DEVICES
+    rounds: bool = False
 
     def __post_init__(self) -> None:
         if self.stage not in STAGES:  # (a misspelt stage would never run)
@@ -398,26 +402,31 @@ PASSES: list[Pass] = [
     Pass("reduce_precision", _reduce_precision, "prepare"),
     Pass("fold_shapes", lambda g, c: fold_shapes(g, c.recorder), "rewrite", optional=True),  # shape arithmetic
     Pass("unpack_splits", lambda g, c: unpack_splits(g), "rewrite", optional=True),  # chunk/split: a view per piece
-    Pass("fuse_attention", lambda g, c: fuse_attention(g), "rewrite", optional=True),  # softmax attention: one call
-    Pass("decompose_mha", lambda g, c: decompose_mha(g), "rewrite", optional=True),  # MHA fast path: linear + SDPA
+    Pass("fuse_attention", lambda g, c: fuse_attention(g), "rewrite", optional=True,
+         rounds=True),  # softmax attention: one call
+    Pass("decompose_mha", lambda g, c: decompose_mha(g), "rewrite", optional=True,
+         rounds=True),  # MHA fast path: linear + SDPA
     Pass("functionalize", lambda g, c: functionalize(g), "rewrite", optional=True),  # unseen in-place writes
-    Pass("complex_magnitude", lambda g, c: complex_magnitude(g), "rewrite", optional=True),  # |z| in a kernel
-    Pass("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type), "rewrite", optional=True,
+    Pass("complex_magnitude", lambda g, c: complex_magnitude(g), "rewrite", optional=True,
+         rounds=True),  # |z| in a kernel
+    Pass("split_conv_bias", lambda g, c: split_conv_bias(g, c.device.type), "rewrite", optional=True, rounds=True,
          devices=("cuda",)),  # the bias fuses after the convolution
-    Pass("split_norms", lambda g, c: split_norms(g, c.device.type), "rewrite", optional=True),  # CUDA: few huge rows
+    Pass("split_norms", lambda g, c: split_norms(g, c.device.type), "rewrite", optional=True,
+         rounds=True),  # CUDA: few huge rows
     Pass("gemm_forms", lambda g, c: gemm_forms(g, c.device.type, c.kernel_dims, c.generated_gemm), "rewrite",
-         optional=True),  # CUDA: each GEMM's fastest form
-    Pass("pixel_convs", lambda g, c: pixel_convs(g, c.device.type), "rewrite", optional=True,
+         optional=True, rounds=True),  # CUDA: each GEMM's fastest form
+    Pass("pixel_convs", lambda g, c: pixel_convs(g, c.device.type), "rewrite", optional=True, rounds=True,
          devices=("cpu",)),  # 1x1 convolutions of one pixel as GEMMs, gate stored
     Pass("onednn_linear", lambda g, c: onednn_linear(g, c.device.type, c.example_sizes), "rewrite", optional=True,
-         devices=("cpu",)),  # where oneDNN is faster
+         rounds=True, devices=("cpu",)),  # where oneDNN is faster
     Pass("check_indices", lambda g, c: check_indices(g), "rewrite"),  # generated gathers clamp: bad indices raise
     # after check_indices: the shared count's integer indices are in range by construction
     Pass("share_mask_counts", lambda g, c: share_mask_counts(g), "rewrite", optional=True),  # one nonzero per mask
     # conv nets: channels-last activations, where timing says faster (timed with the convolutions fused as the next
     # pass fuses them: channels-last through ATen's convolutions alone can be the slower, fused the faster)
-    Pass("channels_last", lambda g, c: channels_last(g, c, then=as_it_will_run), "rewrite", optional=True),
-    Pass("onednn_conv", onednn_conv, "rewrite", optional=True, devices=("cpu",)),  # fused oneDNN convolutions
+    Pass("channels_last", lambda g, c: channels_last(g, c, then=as_it_will_run), "rewrite", optional=True, rounds=True),
+    Pass("onednn_conv", onednn_conv, "rewrite", optional=True, rounds=True,
+         devices=("cpu",)),  # fused oneDNN convolutions
     Pass("reobserve", observe, "rewrite"),  # the rewrites made new values (a fused attention's output's strides)
     Pass("infer_unobserved", lambda g, c: infer_unobserved(g), "rewrite"),  # branches the example did not take
     Pass("bind_sizes", _bind_sizes, "rewrite", optional=True),  # opaque sizes read at run time
@@ -446,6 +455,7 @@ PASSES: list[Pass] = [
 ]
 # Rewrites that only make the graph faster: one that fails is skipped (its bug costs speed, never the conversion).
 OPTIONAL_REWRITES = frozenset(p.name for p in PASSES if p.optional)
+ROUNDING_REWRITES = frozenset(p.name for p in PASSES if p.rounds)
 
 
 def passes(stage: str, device_type: Optional[str]) -> list[Pass]:

@@ -128,8 +128,8 @@ class Executor:
         return call
 
     def binding(self, step: dict, call: Step, free: list) -> Step:
-        """A call that also binds sizes of its outputs into the call's size table (transpiler/bind_sizes.py), read
-        before its slots are released."""
+        """A call (or an `if`) that also binds sizes of its outputs into the call's size table
+        (transpiler/bind_sizes.py), read before its slots are released."""
         binds = [(name, step["outs"][index], axis) for name, index, axis in step["binds"]]
         sizes_slot = self.sizes_slot
 
@@ -152,6 +152,8 @@ class Executor:
         return {name: inputs[position].shape[axis] for name, position, axis in self.dim_sources}
 
     def compile_if(self, step: dict) -> Step:
+        if step.get("binds"):  # (sizes of its outputs, whichever branch ran: bind_sizes.py)
+            return self.binding(step, self.compile_if(dict(step, binds=(), free=())), step.get("free", []))
         cond = self.getter(step["args"][0])
         branches = [self.compile_subblock(b) for b in step["blocks"]]
         outs, free = step["outs"], step.get("free", ())

@@ -493,14 +493,18 @@ class Builder {
     auto then = std::make_shared<Sub>(sub(s.at("blocks")[0]));
     auto otherwise = std::make_shared<Sub>(sub(s.at("blocks")[1]));
     std::vector<int> outs = ints(&s.at("outs")), free = ints(s.find("free"));
+    // sizes of its outputs, read whichever branch ran (a count one branch sets, another no example took)
+    std::vector<Binding> binds = bindings(s, outs);
+    int sizes_slot = plan_.num_slots_;
     const Plan* plan = &plan_;
-    return [plan, cond, then, otherwise, outs, free](Env& env) {
+    return [plan, cond, then, otherwise, outs, free, binds, sizes_slot](Env& env) {
       const Sub& branch = condition_of(cond.get(env)) ? *then : *otherwise;
       plan->run_steps(branch.steps, env);
       // all results read before any is written (a result may be read from a slot another one goes to)
       c10::SmallVector<IValue, 4> values;
       for (const auto& r : branch.results) values.push_back(r.get(env));
       for (size_t i = 0; i < outs.size(); ++i) env[outs[i]] = std::move(values[i]);
+      bind(env, sizes_slot, binds);
       release(env, free);
     };
   }

@@ -141,9 +141,9 @@ void steps(const Value& list, Context& c) {
     const std::string& kind = s.at("kind").as_string();
     if (kind == "kernel") kernel_step(s, c);
     if (kind == "if" || kind == "loop") control_flow(s);
-    if (const Value* binds = s.find("binds"))  // sizes a call binds from its outputs (plan_check.py alike)
+    if (const Value* binds = s.find("binds"))  // sizes a call or an if binds from its outputs
       for (const auto& b : binds->items) {
-        bool good = kind == "call" && b.size() == 3 && b[0].is_string() &&
+        bool good = (kind == "call" || kind == "if") && b.size() == 3 && b[0].is_string() &&
                     std::find(c.dims.begin(), c.dims.end(), b[0].as_string()) != c.dims.end() &&
                     b[1].kind == Value::Kind::Int && b[1].integer >= 0 &&
                     b[1].integer < static_cast<int64_t>(s.at("outs").size()) && b[2].kind == Value::Kind::Int &&
