@@ -5,6 +5,8 @@ math ran through ATen. Now the `if`'s output keeps the size the taken branch gav
 draws), the runtime reads it from the output whichever branch ran, and the ops after it are kernels over it."""
 from __future__ import annotations
 
+from typing import List
+
 import pytest
 import torch
 
@@ -88,3 +90,33 @@ def test_gpu_either_branch_gives_torchscripts_answers(tmp_path) -> None:
         for runner in (module, loaded):
             for g, e in zip(runner(*inputs), expected):
                 torch.testing.assert_close(g, e, rtol=1e-6, atol=1e-6)
+
+
+def per_image(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor) -> List[torch.Tensor]:
+    """The `if` inside a loop over images (torchvision's RPN filters each image's proposals so): each run of the
+    body binds its image's count at the `if`."""
+    out: List[torch.Tensor] = []
+    for i in range(boxes.shape[0]):
+        sizes, probabilities = post_process(boxes[i], scores[i], labels[i])
+        out.append(sizes.sum(1) * probabilities)
+    return out
+
+
+def test_an_if_in_a_loop_binds_each_runs_count(tmp_path) -> None:
+    scripted = torch.jit.script(per_image)
+    generator = torch.Generator().manual_seed(0)
+    example = [torch.stack(parts) for parts in zip(*(_draw(generator) for _ in range(3)))]
+    module = jit2triton.convert(scripted, example, backend="cpp")
+    fused = {op for kernel in module.summary()["kernels"] for op in kernel["ops"]}
+    assert {"aten::sub.Tensor", "aten::sigmoid", "aten::sum.dim_IntList"} <= fused, \
+        module.summary()["fallback_reasons"]
+    module.save(str(tmp_path / "per_image.j2t"))
+    loaded = jit2triton.load(str(tmp_path / "per_image.j2t"))
+    for lowest in ((0.0, 0.3, 0.2), (0.3, 0.3, 0.0), (0.2, 0.0, 0.3), (0.0, 0.0, 0.0), (0.3, 0.3, 0.3), (0.1,) * 3):
+        inputs = [torch.stack(parts) for parts in zip(*(_draw(generator, low) for low in lowest))]
+        expected = scripted(*inputs)
+        for runner in (module, loaded):
+            got = runner(*inputs)
+            assert len(got) == len(expected)
+            for g, e in zip(got, expected):
+                torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
