@@ -213,7 +213,7 @@ DECLARED: dict[str, dict[str, str]] = {
         "global_scratch_size": "global scratch bytes per program", "XBLOCK": "(in constants) items per program"},
     "a signature entry": {
         "dtype": "a tensor's dtype", "shape": "sizes and dim names", "default": "a default value",
-        "example": "the example's value", "fixed": "a value the package serves only at the example's",
+        "example": "the example's value", "fixed": "an int the package serves at the example's value only; a list checked item by item",
         "optional": "an Optional[Tensor] that takes None", "items": "a tuple's item types",
         "fields": "a NamedTuple's field names", "element": "a list's or dict's element type",
         "layout": "a declared memory layout (channels_last)", "range": "a number's accepted range",
