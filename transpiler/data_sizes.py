@@ -183,7 +183,10 @@ def _numbers_container(t: Type) -> bool:
 
 def _spreads(node: Node, tainted: set[int], producers: dict, weights: dict, counted: frozenset,
              only: Optional[frozenset]) -> bool:
-    """Whether the node's outputs (and what it writes in place) carry a data-dependent size."""
+    """Whether the node's outputs (and what it writes in place) carry a data-dependent size. A tensor's rank, dtype
+    or device does not (`dim = boxes.dim()`, then `stack(..., dim=dim)` in torchvision's clip_boxes_to_image)."""
+    if lookup(node.op).reads_shape == "meta":
+        return False
     if any(v.id in tainted for v in node.inputs):
         return True
     kind = lookup(node.op).data_dependent_size

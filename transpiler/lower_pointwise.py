@@ -232,9 +232,17 @@ def hardtanh(ctx, x, low=-1.0, high=1.0):
     return pointwise(ctx, lambda v: K.op("minimum", K.op("maximum", v, c(low, v)), c(high, v)), x)
 
 
-@lowering("aten::clamp")
+@lowering("aten::clamp", "aten::clamp.Tensor")
 def clamp(ctx, x, low=None, high=None):
-    require(not is_box(low) and not is_box(high), "clamp with tensor bounds")
+    if is_box(low) or is_box(high):  # tensor bounds (torchvision's clip_boxes_to_image): max, then min, as ATen's
+        bounds = [b for b in (low, high) if b is not None]  # vectorised kernel, NaN from any operand propagating
+
+        def with_tensors(v, *given):
+            lo, hi = (given[0] if low is not None else None), (given[-1] if high is not None else None)
+            if lo is not None:
+                v = K.op("maximum", v, lo)
+            return K.op("minimum", v, hi) if hi is not None else v
+        return pointwise(ctx, with_tensors, x, *bounds)
 
     def fn(v):
         # NaN propagates as in ATen: compare first, so a NaN input stays NaN

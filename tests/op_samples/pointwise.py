@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 from .kit import (BF16, INT_PAIR, M, X, X3, XB, XI, XW, XWB, XWI, Sample, between, binary, edges, from_ir, halves,
                   ints, late_edges, mask, nonzero, positive, randn, scalar, scripted, sign_ints, small_ints, unary,
-                  wide)
+                  uniform, wide)
 
 
 # --- arithmetic with Python scalars, rounding modes and exponents -------------------------------------------------
@@ -174,6 +174,12 @@ def masked_fill_tensor(x, m, v, xi, vi):
 def clamp(x, e, xb, xi):
     return (torch.clamp(x, -0.5, 0.5), x.t().clamp(min=-0.5), x[:, 1:].clamp(max=0.5), torch.clamp(e, -1.0, 1.0),
             torch.clamp(xb, -0.5, 0.5), torch.clamp(xi, -3, 3))
+
+
+def clamp_tensor(x, low, high, rows, xb, xi):
+    """Tensor bounds: 0-dim, a row per row, a broadcast column, one side only; bfloat16 and int64 inputs."""
+    return (x.clamp(min=low, max=high), x.clamp(min=rows), x.t().clamp(max=high), x.clamp(min=low, max=rows),
+            xb.clamp(min=low.to(torch.bfloat16), max=high.to(torch.bfloat16)), xi.clamp(min=(low * 4).long()))
 
 
 def clamp_min(x, e, xb, xi):
@@ -383,6 +389,7 @@ POINTWISE_SAMPLES: dict[str, list[Sample]] = {
     "aten::leaky_relu": [scripted(leaky_relu, X, XB)],
     "aten::softplus": [scripted(softplus, XW, XWB)],
     "aten::clamp": [scripted(clamp, *CLAMP_INPUTS)],
+    "aten::clamp.Tensor": [scripted(clamp_tensor, X, uniform(-0.8, -0.2), uniform(0.2, 0.8), randn(4, 1), XB, XI)],
     "aten::clamp_min": [scripted(clamp_min, *CLAMP_INPUTS)],
     "aten::clamp_max": [scripted(clamp_max, *CLAMP_INPUTS)],
     "aten::where.self": [scripted(where_self, M, X, randn(4, 6), mask(4, 1, 6), randn(5, 1), XB,
