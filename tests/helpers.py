@@ -85,6 +85,18 @@ def convert_for(model, example: tuple, backend: str, **options):
     return jit2triton.convert(model, example, backend=backend, **options)
 
 
+def converted_and_loaded(model, example, path, **options) -> tuple:
+    """(the converted module, its package saved at `path` and loaded again): the two a user runs."""
+    module = jit2triton.convert(model, example, **options)
+    module.save(str(path))
+    return module, jit2triton.load(str(path))
+
+
+def fused_ops(converted) -> set[str]:
+    """The TorchScript ops the package's generated kernels compute."""
+    return {op for kernel in converted.summary()["kernels"] for op in kernel["ops"]}
+
+
 def plan_ops(package) -> list[str]:
     """The op of every step of a package's plan, in order, inside blocks and graph regions too ("kernel" for a
     kernel step)."""

@@ -10,7 +10,7 @@ from typing import List
 import pytest
 import torch
 
-import jit2triton
+from helpers import converted_and_loaded, fused_ops
 
 
 def post_process(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor):
@@ -43,18 +43,14 @@ def _draw(generator: torch.Generator, lowest: float = 0.0) -> tuple:
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     scripted = torch.jit.script(post_process)
-    module = jit2triton.convert(scripted, _draw(torch.Generator().manual_seed(0)), backend="cpp")
-    path = str(tmp_path_factory.mktemp("branch_counts") / "post.j2t")
-    module.save(path)
-    return scripted, module, jit2triton.load(path)
+    return (scripted, *converted_and_loaded(scripted, _draw(torch.Generator().manual_seed(0)),
+                                            tmp_path_factory.mktemp("branch_counts") / "post.j2t", backend="cpp"))
 
 
 def test_the_ops_after_the_if_are_kernels(converted) -> None:
     _, module, _ = converted
-    summary = module.summary()
-    fused = {op for kernel in summary["kernels"] for op in kernel["ops"]}
-    assert {"aten::sub.Tensor", "aten::clamp", "aten::sigmoid"} <= fused, (summary["kernels"],
-                                                                            summary["fallback_reasons"])
+    assert {"aten::sub.Tensor", "aten::clamp", "aten::sigmoid"} <= fused_ops(module), \
+        module.summary()["fallback_reasons"]
 
 
 @pytest.mark.parametrize("lowest", [0.0, 0.3, 0.2], ids=["the branch conversion took", "the other", "either"])
@@ -78,11 +74,8 @@ def test_gpu_either_branch_gives_torchscripts_answers(tmp_path) -> None:
     whichever branch ran, six calls of each, converted and loaded."""
     scripted = torch.jit.script(post_process)
     cuda = [x.cuda() for x in _draw(torch.Generator().manual_seed(0))]
-    module = jit2triton.convert(scripted, cuda, device="cuda")
-    fused = {op for kernel in module.summary()["kernels"] for op in kernel["ops"]}
-    assert {"aten::sub.Tensor", "aten::sigmoid"} <= fused, module.summary()["fallback_reasons"]
-    module.save(str(tmp_path / "post.j2t"))
-    loaded = jit2triton.load(str(tmp_path / "post.j2t"))
+    module, loaded = converted_and_loaded(scripted, cuda, tmp_path / "post.j2t", device="cuda")
+    assert {"aten::sub.Tensor", "aten::sigmoid"} <= fused_ops(module), module.summary()["fallback_reasons"]
     generator = torch.Generator().manual_seed(3)
     for lowest in (0.0, 0.3, 0.0, 0.3, 0.2, 0.3):
         inputs = [x.cuda() for x in _draw(generator, lowest)]
@@ -106,12 +99,9 @@ def test_an_if_in_a_loop_binds_each_runs_count(tmp_path) -> None:
     scripted = torch.jit.script(per_image)
     generator = torch.Generator().manual_seed(0)
     example = [torch.stack(parts) for parts in zip(*(_draw(generator) for _ in range(3)))]
-    module = jit2triton.convert(scripted, example, backend="cpp")
-    fused = {op for kernel in module.summary()["kernels"] for op in kernel["ops"]}
-    assert {"aten::sub.Tensor", "aten::sigmoid", "aten::sum.dim_IntList"} <= fused, \
+    module, loaded = converted_and_loaded(scripted, example, tmp_path / "per_image.j2t", backend="cpp")
+    assert {"aten::sub.Tensor", "aten::sigmoid", "aten::sum.dim_IntList"} <= fused_ops(module), \
         module.summary()["fallback_reasons"]
-    module.save(str(tmp_path / "per_image.j2t"))
-    loaded = jit2triton.load(str(tmp_path / "per_image.j2t"))
     for lowest in ((0.0, 0.3, 0.2), (0.3, 0.3, 0.0), (0.2, 0.0, 0.3), (0.0, 0.0, 0.0), (0.3, 0.3, 0.3), (0.1,) * 3):
         inputs = [torch.stack(parts) for parts in zip(*(_draw(generator, low) for low in lowest))]
         expected = scripted(*inputs)

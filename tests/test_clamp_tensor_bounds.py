@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-import jit2triton
+from helpers import converted_and_loaded, fused_ops
 
 
 def clip(boxes: torch.Tensor, height: torch.Tensor, width: torch.Tensor, limits: torch.Tensor):
@@ -27,11 +27,10 @@ def _inputs(generator: torch.Generator) -> tuple:
 @pytest.mark.parametrize("backend", ["cpp", "triton"])
 def test_tensor_bounds_clamp_in_a_kernel_as_torchscript_does(backend, tmp_path) -> None:
     scripted = torch.jit.script(clip)
-    module = jit2triton.convert(scripted, _inputs(torch.Generator().manual_seed(0)), backend=backend)
+    module, loaded = converted_and_loaded(scripted, _inputs(torch.Generator().manual_seed(0)), tmp_path / "clip.j2t",
+                                          backend=backend)
     fused = [op for kernel in module.summary()["kernels"] for op in kernel["ops"]]
     assert fused.count("aten::clamp.Tensor") == 3, module.summary()["fallback_reasons"]
-    module.save(str(tmp_path / "clip.j2t"))
-    loaded = jit2triton.load(str(tmp_path / "clip.j2t"))
     generator = torch.Generator().manual_seed(1)
     for _ in range(6):
         inputs = _inputs(generator)
@@ -57,11 +56,8 @@ def test_clip_after_a_threshold_is_one_kernel_at_every_count_and_size(tmp_path) 
 
     def draw(height: int, width: int) -> tuple:
         return torch.randn(50, 4, generator=generator) * 60 + 30, torch.rand(50, generator=generator), height, width
-    module = jit2triton.convert(scripted, draw(40, 70), backend="cpp")
-    fused = {op for kernel in module.summary()["kernels"] for op in kernel["ops"]}
-    assert {"aten::clamp", "aten::stack"} <= fused, module.summary()["fallback_reasons"]
-    module.save(str(tmp_path / "clip_kept.j2t"))
-    loaded = jit2triton.load(str(tmp_path / "clip_kept.j2t"))
+    module, loaded = converted_and_loaded(scripted, draw(40, 70), tmp_path / "clip_kept.j2t", backend="cpp")
+    assert {"aten::clamp", "aten::stack"} <= fused_ops(module), module.summary()["fallback_reasons"]
     for height, width in ((40, 70), (10, 90), (64, 64), (1, 200), (40, 70), (33, 5)):
         inputs = draw(height, width)
         for runner in (module, loaded):

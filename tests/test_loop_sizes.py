@@ -12,7 +12,7 @@ from typing import List
 import pytest
 import torch
 
-import jit2triton
+from helpers import converted_and_loaded, fused_ops
 from jit2triton.errors import InputError
 
 SHAPES = [(3, 24, 32), (3, 20, 28), (3, 30, 16)]
@@ -48,17 +48,15 @@ def _images(generator: torch.Generator, shapes=SHAPES) -> list:
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory):
     scripted = torch.jit.script(PerImage().eval())
-    module = jit2triton.convert(scripted, (_images(torch.Generator().manual_seed(0)),), backend="cpp")
-    path = str(tmp_path_factory.mktemp("loop_sizes") / "per_image.j2t")
-    module.save(path)
-    return scripted, module, jit2triton.load(path)
+    return (scripted, *converted_and_loaded(scripted, (_images(torch.Generator().manual_seed(0)),),
+                                            tmp_path_factory.mktemp("loop_sizes") / "per_image.j2t", backend="cpp"))
 
 
 def test_the_loops_ops_run_in_kernels_over_each_images_size(converted) -> None:
     _, module, _ = converted
     summary = module.summary()
-    fused = [op for kernel in summary["kernels"] for op in kernel["ops"]]
-    assert {"aten::sub.Tensor", "aten::div.Tensor", "aten::sigmoid", "aten::amax"} <= set(fused), summary["kernels"]
+    assert {"aten::sub.Tensor", "aten::div.Tensor", "aten::sigmoid", "aten::amax"} <= fused_ops(module), \
+        summary["kernels"]
     assert not {"aten::sigmoid", "aten::amax"} & set(summary["fallback_ops"]), summary["fallback_reasons"]
 
 
