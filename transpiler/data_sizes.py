@@ -18,7 +18,7 @@ from typing import Optional
 import torch
 
 from .infer_shapes import ShapeRecorder
-from .ir import Attr, Graph, Node, Type, opaque_symbols
+from .ir import Attr, Graph, Node, Type, opaque_symbols, walk_block
 from .op_table import HOST, lookup, schema_of, writes_in_place
 
 _symbols = (f"u{i}" for i in itertools.count())  # opaque, like shape inference's own: only their identity matters
@@ -34,9 +34,9 @@ def mark_data_dependent(graph: Graph, recorder: ShapeRecorder, counted: frozense
     that are counts."""
     values = {v.id: v for node in graph.walk() for v in node.outputs} | {
         v.id: v for node in graph.walk() for b in node.blocks for v in b.inputs}
-    unreached = _unlinked_branches(graph, recorder, values)
-    opaque = _tainted(graph, {v.id for v in graph.inputs if _numbers_container(v.type)}, counted, unreached)
-    observed = _tainted(graph, set(), frozenset(), unreached, only=counted) - opaque
+    unlinked = _unlinked_branches(graph, recorder, values)
+    opaque = _tainted(graph, {v.id for v in graph.inputs if _numbers_container(v.type)}, counted, unlinked)
+    observed = _tainted(graph, set(), frozenset(), unlinked, only=counted) - opaque
     for value_id in opaque | observed:
         value = values.get(value_id)
         if value is None or value.type.kind in META_KINDS:  # (a tensor's device or dtype is no count)
@@ -60,7 +60,7 @@ def _unlinked_branches(graph: Graph, recorder: ShapeRecorder, values: dict) -> s
     for node in graph.walk():
         if node.op != "prim::If":
             continue
-        dead = [b for b in node.blocks if b.nodes and not any(n.uid in recorder.ran for n in _nodes_in(b))]
+        dead = [b for b in node.blocks if b.nodes and not any(n.uid in recorder.ran for n in walk_block(b))]
         if not dead or len(dead) == len(node.blocks):
             continue
         renames = _fresh_sizes(node, dead, recorder)
@@ -109,10 +109,6 @@ def _renamed(t: Type, renames: dict[str, str]) -> Type:
     if t.elems:
         return Type(t.kind, t.dtype, t.shape, t.device, elems=tuple(_renamed(e, renames) for e in t.elems))
     return t
-
-
-def _nodes_in(block) -> list:
-    return [n for node in block.nodes for n in (node, *(m for b in node.blocks for m in _nodes_in(b)))]
 
 
 def _tainted(graph: Graph, tainted: set[int], counted: frozenset, unreached: set[int] = frozenset(),
